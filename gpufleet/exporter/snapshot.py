@@ -1,0 +1,100 @@
+"""What one collection saw: plain, immutable data handed from the adapters to the pure core.
+
+Values are kept in dcgm-exporter's legacy units (MHz, mJ, %, MiB, MB/s); the 4.9 profile
+converts at render time. A field missing from `values` was not available (NotSupported,
+blank, lost GPU): it is omitted, never emitted as a sentinel.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MigInstance:
+    """One MIG GPU instance (with its single compute instance) on a MIG-enabled GPU."""
+
+    profile: str  # NVIDIA's profile name, e.g. "1g.10gb"
+    gi_id: int  # NVML GPU instance id: dcgm's GPU_I_ID label
+    ci_id: int
+    uuid: str  # "MIG-<uuid>", the device ID the device plugin advertises
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Entity:
+    """A thing metrics describe: a whole GPU, or one MIG instance of it (dcgm's flex mode)."""
+
+    gpu: int  # NVML index of the (parent) GPU: the `gpu` label, and `device="nvidia<gpu>"`
+    uuid: str  # parent GPU UUID, "GPU-<uuid>"
+    pci_bus_id: str  # "00000000:8D:00.0"
+    model_name: str  # nvmlDeviceGetName, e.g. "NVIDIA H100 80GB HBM3"
+    mig: MigInstance | None = None
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        """Stable identity: (gpu index, GPU instance id or None)."""
+        return (self.gpu, self.mig.gi_id if self.mig else None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessSample:
+    """One compute process on an entity, from NVML's per-process APIs."""
+
+    pid: int
+    used_memory_bytes: int | None = None  # nvmlDeviceGetComputeRunningProcesses
+    sm_util_percent: float | None = None  # nvmlDeviceGetProcessUtilization, latest sample
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EntitySample:
+    """Everything collected for one entity in one collection."""
+
+    entity: Entity
+    values: Mapping[str, float]  # legacy DCGM field name -> value in legacy units
+    labels: Mapping[str, str] = field(default_factory=dict)  # `label` fields, e.g. serial
+    processes: tuple[ProcessSample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class XidState:
+    """XID history of one GPU since the exporter started."""
+
+    last: int  # last XID seen: DCGM_FI_DEV_XID_ERRORS
+    counts: Mapping[int, int]  # xid -> events seen: gpufleet_xid_errors_total
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSample:
+    """One collection of the whole node. Partial by design: a lost GPU is simply absent
+    from `entities` and counted in `errors`; everything else is still reported."""
+
+    entities: tuple[EntitySample, ...]
+    node_labels: Mapping[str, str] = field(default_factory=dict)  # e.g. DCGM_FI_DRIVER_VERSION
+    xid: Mapping[int, XidState] = field(default_factory=dict)  # by gpu index
+    errors: Mapping[str, int] = field(default_factory=dict)  # error kind -> count this round
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodRef:
+    """A container that holds (part of) an entity, as the kubelet reports it."""
+
+    namespace: str
+    name: str
+    container: str
+    uid: str | None = None  # from the kubelet checkpoint; None when not resolvable
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodShare:
+    """One pod's view of an entity.
+
+    `values` overrides the device value for fields NVML can split per process
+    (GPU_UTIL, FB_USED) when several pods share the entity; empty otherwise.
+    """
+
+    pod: PodRef
+    values: Mapping[str, float] = field(default_factory=dict)
+    vgpu: str | None = None  # time-slicing replica index(es), for --kubernetes-virtual-gpus
+
+
+# Entity.key -> the pods holding that entity, sorted by (namespace, name, container).
+PodView = Mapping[tuple[int, int | None], tuple[PodShare, ...]]
