@@ -1,0 +1,296 @@
+"""The pod-resources half of the fake kubelet: a real `v1.PodResourcesLister` gRPC server.
+
+Exists so the exporter's pod-resources client is tested against the protocol it meets on a
+node: a real unix socket, the generated stubs, and the kubelet's own failure modes with their
+exact codes and texts (Get disabled by gate -> UNKNOWN "PodResources API Get method
+disabled"; unknown pod -> UNKNOWN "pod X in namespace Y not found"; token bucket exhausted
+-> RESOURCE_EXHAUSTED "rejected by rate limit"). It never invents behaviour a kubelet lacks,
+other than the explicit `fail_next` test knob.
+
+The server reads the node's allocations through a `view` callable returning an immutable
+`NodeAllocations`, so the owner (FakeKubelet) replaces the table atomically and the server
+never locks it. The kubelet's v1alpha1 service on the same socket is not served.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from gpufleet.kubelet.api import podresources_v1_pb2 as pb
+from gpufleet.kubelet.api import podresources_v1_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+# pkg/kubelet/apis/podresources: DefaultQPS and DefaultBurstTokens.
+DEFAULT_QPS = 100.0
+DEFAULT_BURST = 10
+GET_DISABLED_MESSAGE = "PodResources API Get method disabled"
+RATE_LIMITED_MESSAGE = "rejected by rate limit"
+# sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
+MAX_SOCKET_PATH_BYTES = 107
+_READY_TIMEOUT_SECONDS = 5.0
+_READY_POLL_SECONDS = 0.01
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceAllocation:
+    """Devices of one resource, all on one NUMA node (None: the plugin gave no topology).
+
+    In `List` each DeviceAllocation becomes one `ContainerDevices`, as the kubelet emits one
+    per (resource, NUMA node); in `GetAllocatableResources` each device ID becomes its own.
+    """
+
+    resource_name: str
+    device_ids: tuple[str, ...]
+    numa_node: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerAllocation:
+    name: str
+    devices: tuple[DeviceAllocation, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodAllocation:
+    namespace: str
+    name: str
+    uid: str
+    containers: tuple[ContainerAllocation, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeAllocations:
+    """Everything the pod-resources API reports: pods in `List` order, allocatable devices."""
+
+    pods: tuple[PodAllocation, ...] = ()
+    allocatable: tuple[DeviceAllocation, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateLimit:
+    """The kubelet's token bucket: `burst` tokens, refilled at `qps` per second."""
+
+    qps: float = DEFAULT_QPS
+    burst: int = DEFAULT_BURST
+
+
+KUBELET_RATE_LIMIT = RateLimit()
+
+
+class TokenBucket:
+    """A thread-safe token bucket that starts full; `clock` returns seconds (monotonic)."""
+
+    def __init__(self, limit: RateLimit, clock: Callable[[], float]) -> None:
+        self._limit = limit
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tokens = float(limit.burst)
+        self._last = clock()
+
+    def allow(self) -> bool:
+        """Take one token if there is one."""
+        with self._lock:
+            now = self._clock()
+            elapsed = max(0.0, now - self._last)
+            self._last = now
+            self._tokens = min(float(self._limit.burst), self._tokens + elapsed * self._limit.qps)
+            if self._tokens < 1.0:
+                return False
+            self._tokens -= 1.0
+            return True
+
+
+def pod_to_proto(pod: PodAllocation) -> pb.PodResources:
+    """The `PodResources` message the kubelet sends for `pod` (devices only, no CPUs)."""
+    return pb.PodResources(
+        name=pod.name,
+        namespace=pod.namespace,
+        containers=[
+            pb.ContainerResources(
+                name=container.name,
+                devices=[_container_devices(d, d.device_ids) for d in container.devices],
+            )
+            for container in pod.containers
+        ],
+    )
+
+
+def allocatable_to_proto(devices: Iterable[DeviceAllocation]) -> pb.AllocatableResourcesResponse:
+    """One `ContainerDevices` per device ID, as the kubelet reports allocatable devices."""
+    return pb.AllocatableResourcesResponse(
+        devices=[
+            _container_devices(allocation, (device_id,))
+            for allocation in devices
+            for device_id in allocation.device_ids
+        ]
+    )
+
+
+def _container_devices(allocation: DeviceAllocation, ids: tuple[str, ...]) -> pb.ContainerDevices:
+    message = pb.ContainerDevices(resource_name=allocation.resource_name, device_ids=ids)
+    if allocation.numa_node is not None:
+        message.topology.nodes.add(ID=allocation.numa_node)
+    return message
+
+
+class _Servicer(pb_grpc.PodResourcesListerServicer):
+    def __init__(self, owner: FakePodResources) -> None:
+        self._owner = owner
+
+    def List(
+        self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.ListPodResourcesResponse:
+        self._owner._admit("List", context)
+        pods = self._owner._view().pods
+        return pb.ListPodResourcesResponse(pod_resources=[pod_to_proto(p) for p in pods])
+
+    def GetAllocatableResources(
+        self, request: pb.AllocatableResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.AllocatableResourcesResponse:
+        self._owner._admit("GetAllocatableResources", context)
+        return allocatable_to_proto(self._owner._view().allocatable)
+
+    def Get(
+        self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.GetPodResourcesResponse:
+        self._owner._admit("Get", context)
+        if self._owner.get_disabled:
+            # The kubelet returns a plain Go error here, which gRPC sends as Unknown.
+            context.abort(grpc.StatusCode.UNKNOWN, GET_DISABLED_MESSAGE)
+        for pod in self._owner._view().pods:
+            if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
+                return pb.GetPodResourcesResponse(pod_resources=pod_to_proto(pod))
+        context.abort(
+            grpc.StatusCode.UNKNOWN,
+            f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
+        )
+
+
+class FakePodResources:
+    """A pod-resources v1 server on a unix socket, with the kubelet's failure modes.
+
+    Thread-safe. Every received call is counted (`calls`), including rejected ones. Order of
+    checks per call: count, `fail_next`, rate limit, then the method (Get gate, lookup).
+    """
+
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        view: Callable[[], NodeAllocations],
+        get_disabled: bool = False,
+        rate_limit: RateLimit | None = KUBELET_RATE_LIMIT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if len(str(socket_path).encode()) > MAX_SOCKET_PATH_BYTES:
+            raise ValueError(
+                f"socket path {socket_path} is longer than {MAX_SOCKET_PATH_BYTES} bytes, "
+                "the unix socket limit; use a shorter root directory"
+            )
+        self.socket_path = socket_path
+        self.get_disabled = get_disabled
+        self._view = view
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._calls: Counter[str] = Counter()
+        self._failures_left = 0
+        self._failure = (grpc.StatusCode.UNKNOWN, "")
+        self._bucket = TokenBucket(rate_limit, clock) if rate_limit else None
+        self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """Calls received per method name (`List`, `Get`, `GetAllocatableResources`)."""
+        with self._lock:
+            return dict(self._calls)
+
+    def reset_calls(self) -> None:
+        with self._lock:
+            self._calls.clear()
+
+    def set_rate_limit(self, limit: RateLimit | None) -> None:
+        """Switch rate limiting on (a fresh, full bucket) or off (None)."""
+        bucket = TokenBucket(limit, self._clock) if limit else None
+        with self._lock:
+            self._bucket = bucket
+
+    def fail_next(
+        self, n: int, code: grpc.StatusCode, message: str = "injected by fake kubelet"
+    ) -> None:
+        """Make the next `n` calls, of any method, fail with `code` and `message`."""
+        if n < 0:
+            raise ValueError(f"fail_next: n must be >= 0, got {n}")
+        with self._lock:
+            self._failures_left = n
+            self._failure = (code, message)
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
+
+    def start(self) -> None:
+        """Listen on `socket_path`; returns once the socket accepts connections."""
+        if self._server is not None:
+            raise RuntimeError(f"pod-resources server on {self.socket_path} already started")
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        # A stale socket file from a previous run would make bind fail.
+        self.socket_path.unlink(missing_ok=True)
+        executor = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="fake-podres")
+        server = grpc.server(executor)
+        pb_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), server)
+        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.start()
+        self._server, self._executor = server, executor
+        _wait_until_connectable(self.socket_path)
+        log.debug("fake pod-resources serving on %s", self.socket_path)
+
+    def stop(self) -> None:
+        """Stop serving (in-flight calls are cancelled) and remove the socket file."""
+        server, executor = self._server, self._executor
+        self._server = self._executor = None
+        if server is not None:
+            server.stop(grace=None).wait()
+        if executor is not None:
+            executor.shutdown(wait=True)
+        self.socket_path.unlink(missing_ok=True)
+
+    def _admit(self, method: str, context: grpc.ServicerContext) -> None:
+        """Count the call and apply the injected failures and the rate limit (may abort)."""
+        with self._lock:
+            self._calls[method] += 1
+            failure = self._failure if self._failures_left > 0 else None
+            self._failures_left = max(0, self._failures_left - 1)
+            bucket = self._bucket
+        if failure is not None:
+            context.abort(*failure)
+        if bucket is not None and not bucket.allow():
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMITED_MESSAGE)
+
+
+def _wait_until_connectable(path: Path) -> None:
+    deadline = time.monotonic() + _READY_TIMEOUT_SECONDS
+    while True:
+        with (
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe,
+            contextlib.suppress(OSError),
+        ):
+            probe.connect(str(path))
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{path} did not accept connections within {_READY_TIMEOUT_SECONDS}s"
+            )
+        time.sleep(_READY_POLL_SECONDS)
