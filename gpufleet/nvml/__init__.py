@@ -1,0 +1,7 @@
+"""NVML access: the one place the NVML backend is chosen, plus the simulated NVML.
+
+`backend.open_nvml` returns either the real `pynvml` module or a `sim.SimulatedNvml` that
+looks like it (same function names, signatures, ctypes structs and `NVMLError` classes), so
+the exporter's NVML adapter runs unchanged on both. Nothing outside `backend` may pick a
+backend; nothing here may call the real NVML library on behalf of the simulator.
+"""
