@@ -52,5 +52,9 @@ def served_name(spec: FieldSpec, profile: Profile) -> str:
 
 
 def unit_scale(spec: FieldSpec, profile: Profile) -> float:
-    """Factor from the snapshot's legacy unit to the profile's unit."""
-    return spec.scale_v49 if profile is Profile.V49 else 1.0
+    """Factor from the snapshot's legacy unit to the profile's unit.
+
+    A field changes unit only together with a confirmed 4.9 name: serving a new unit under
+    the old name would silently corrupt every existing panel and alert built on it.
+    """
+    return spec.scale_v49 if profile is Profile.V49 and spec.name_v49 else 1.0

@@ -264,7 +264,7 @@ def _served_help(selected: SelectedField, profile: Profile) -> str:
     """The CSV row's help; under the 4.9 profile, a help left at the legacy default text
     names the old unit, so it is replaced by the field's 4.9 text."""
     spec = selected.spec
-    if profile is Profile.V49 and spec.help_v49 and selected.help == spec.help:
+    if profile is Profile.V49 and spec.name_v49 and spec.help_v49 and selected.help == spec.help:
         return spec.help_v49
     return selected.help
 

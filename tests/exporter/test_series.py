@@ -230,6 +230,8 @@ def test_replace_blanks_in_model_name() -> None:
 
 
 def test_v49_profile_renames_and_rescales() -> None:
+    """Units change only with a confirmed 4.9 name; FB_USED and energy have none here, so
+    they keep their legacy names *and* units rather than change meaning under a name."""
     families = _build(
         [
             EntitySample(
@@ -253,12 +255,12 @@ def test_v49_profile_renames_and_rescales() -> None:
     )
     assert [(f.name, f.type, f.help, f.samples[0].value) for f in families] == [
         ("DCGM_FI_DEV_GPU_UTIL_RATIO", G, "GPU utilization (ratio).", 0.5),
-        ("DCGM_FI_DEV_FB_USED", G, "My custom help", 3 * 2**20),
+        ("DCGM_FI_DEV_FB_USED", G, "My custom help", 3),
         (
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
             C,
-            "Total energy consumption since boot (in J).",
-            1.5,
+            "Total energy consumption since boot (in mJ).",
+            1500,
         ),
     ]
     assert families[0].samples[0].labels[-1] == ("DCGM_FI_SYSTEM_DRIVER_VERSION", "550.144.03")

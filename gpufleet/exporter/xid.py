@@ -1,0 +1,202 @@
+"""XID errors from NVML's critical-error events, kept per GPU by a background thread.
+
+NVML has no polling API for XIDs: they arrive as events on an event set, which is what DCGM
+itself listens to. One daemon thread waits on the set with a short timeout so `stop` is
+prompt, and records each XID as the GPU's last value and per-XID count (`XidState`). The
+thread must never die of an NVML error or a lost GPU: errors are counted and retried with
+backoff. A GPU that cannot report XIDs is logged and skipped, never guessed at.
+"""
+
+import ctypes
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import pynvml
+
+from gpufleet.exporter.nvml_readers import text
+from gpufleet.exporter.snapshot import Entity, XidState
+
+log = logging.getLogger(__name__)
+
+_XID = pynvml.nvmlEventTypeXidCriticalError
+
+
+def _address(handle: Any) -> int | None:
+    """The address an NVML device handle (a ctypes pointer) holds; None if it holds none."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return None
+
+
+class XidWatcher:
+    """Watches the XID events of a set of GPUs; `snapshot` gives the history so far."""
+
+    def __init__(
+        self,
+        lib: Any,
+        gpus: Iterable[Entity],
+        *,
+        wait_ms: int = 500,
+        max_backoff_s: float = 30.0,
+        initial: Mapping[int, XidState] | None = None,
+    ) -> None:
+        """Args:
+        gpus: entities to watch; MIG instances are ignored (their XIDs arrive on the parent).
+        wait_ms: longest single NVML wait, which bounds how long `stop` takes.
+        max_backoff_s: cap of the pause between retries after NVML errors.
+        initial: history to continue, e.g. from the watcher this one replaces after a
+            rediscovery, so counts survive it.
+        """
+        self._lib = lib
+        self._gpus = tuple(g for g in gpus if g.mig is None)
+        self._wait_ms = wait_ms
+        self._max_backoff_s = max_backoff_s
+        self._states: dict[int, XidState] = dict(initial or {})
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._event_set: Any = None
+        self._by_address: dict[int, int] = {}  # handle address -> gpu index
+        self._by_uuid: dict[str, int] = {}
+        self._errors = 0
+        self._logged: set[object] = set()
+
+    @property
+    def errors(self) -> int:
+        """NVML errors seen while registering or waiting (timeouts excluded)."""
+        return self._errors
+
+    @property
+    def running(self) -> bool:
+        """Whether the watcher thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def watched(self) -> tuple[int, ...]:
+        """Indices of the GPUs whose XID events are registered."""
+        return tuple(sorted(self._by_uuid.values()))
+
+    def snapshot(self) -> Mapping[int, XidState]:
+        """XID history by gpu index: a copy, safe to keep while the thread goes on."""
+        with self._lock:
+            return MappingProxyType(dict(self._states))
+
+    def start(self) -> None:
+        """Register XID events on every GPU that supports them and start the thread.
+
+        Without an event set or a single registered GPU no thread runs (logged); the
+        watcher then simply reports the `initial` history. Raises RuntimeError if started
+        twice.
+        """
+        if self._thread is not None or self._event_set is not None:
+            raise RuntimeError("XidWatcher already started")
+        try:
+            self._event_set = self._lib.nvmlEventSetCreate()
+        except pynvml.NVMLError as err:
+            self._count_error()
+            log.error("XID events unavailable: nvmlEventSetCreate failed (%s)", err)
+            return
+        for gpu in self._gpus:
+            self._register(gpu)
+        if not self._by_uuid:
+            log.warning("XID events unavailable: no GPU accepted the registration")
+            self._free_event_set()
+            return
+        self._thread = threading.Thread(target=self._run, name="xid-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop the thread and free the event set. Returns within about `wait_ms` unless
+        NVML itself hangs; then the set is left allocated (freeing it under a blocked wait
+        is undefined) and a warning is logged after `timeout_s` (default: 2 s past
+        `wait_ms`)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self._wait_ms / 1000 + 2.0 if timeout_s is None else timeout_s)
+            if self._thread.is_alive():
+                log.warning("XID watcher thread did not stop: an NVML wait is hanging")
+                return
+        self._free_event_set()
+
+    def _register(self, gpu: Entity) -> None:
+        lib = self._lib
+        try:
+            handle = lib.nvmlDeviceGetHandleByUUID(gpu.uuid)
+            if not lib.nvmlDeviceGetSupportedEventTypes(handle) & _XID:
+                log.info("GPU %d (%s) reports no XID events; not watched", gpu.gpu, gpu.uuid)
+                return
+            lib.nvmlDeviceRegisterEvents(handle, _XID, self._event_set)
+        except pynvml.NVMLError as err:
+            if not isinstance(err, pynvml.NVMLError_NotSupported):
+                self._count_error()
+            log.warning("GPU %d (%s): XID events not watched (%s)", gpu.gpu, gpu.uuid, err)
+            return
+        address = _address(handle)
+        if address is not None:
+            self._by_address[address] = gpu.gpu
+        self._by_uuid[gpu.uuid] = gpu.gpu
+
+    def _run(self) -> None:
+        backoff_s = 0.0
+        while not self._stop.is_set():
+            try:
+                event = self._lib.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
+            except pynvml.NVMLError_Timeout:
+                backoff_s = 0.0
+                continue
+            except Exception as err:  # NVML errors and surprises alike: count, pause, retry
+                self._count_error()
+                backoff_s = min(max(2 * backoff_s, 0.1), self._max_backoff_s)
+                self._log_once(
+                    type(err), "waiting for XID events failed (%s); retrying with backoff", err
+                )
+                self._stop.wait(backoff_s)
+                continue
+            backoff_s = 0.0
+            if event.eventType & _XID:
+                self._record(event.device, int(event.eventData))
+
+    def _record(self, device: Any, xid: int) -> None:
+        gpu = self._gpu_of(device)
+        if gpu is None:
+            self._count_error()
+            self._log_once("unknown-device", "XID %d from a device not watched; dropped", xid)
+            return
+        with self._lock:
+            previous = self._states.get(gpu)
+            counts = dict(previous.counts) if previous else {}
+            counts[xid] = counts.get(xid, 0) + 1
+            self._states[gpu] = XidState(last=xid, counts=MappingProxyType(counts))
+        log.warning("XID %d on GPU %d", xid, gpu)
+
+    def _gpu_of(self, device: Any) -> int | None:
+        address = _address(device)
+        if address is not None and address in self._by_address:
+            return self._by_address[address]
+        # Handles that are not plain pointers: ask NVML (fails if the GPU is already gone).
+        try:
+            return self._by_uuid.get(text(self._lib.nvmlDeviceGetUUID(device)))
+        except pynvml.NVMLError:
+            return None
+
+    def _free_event_set(self) -> None:
+        if self._event_set is None:
+            return
+        try:
+            self._lib.nvmlEventSetFree(self._event_set)
+        except pynvml.NVMLError as err:
+            log.debug("nvmlEventSetFree failed: %s", err)
+        self._event_set = None
+
+    def _count_error(self) -> None:
+        with self._lock:
+            self._errors += 1
+
+    def _log_once(self, key: object, message: str, *args: Any) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning(message, *args)
