@@ -1,0 +1,38 @@
+"""The `gpufleet` command: one entry point, one subcommand per daemon or tool."""
+
+import sys
+from collections.abc import Sequence
+
+USAGE = """usage: gpufleet <command> [options]
+
+commands:
+  exporter   serve GPU metrics (a drop-in for NVIDIA's dcgm-exporter)
+  lab        run the exporter on a simulated 8-GPU node with a fake kubelet and pods
+
+Run 'gpufleet <command> --help' for the command's options.
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "exporter":
+        from gpufleet.exporter.daemon import main as run
+    elif command == "lab":
+        from gpufleet.lab import main as run
+    elif command in ("--version", "version"):
+        from gpufleet import __version__
+
+        print(f"gpufleet {__version__}")
+        return 0
+    else:
+        print(f"gpufleet: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
+        return 2
+    return run(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

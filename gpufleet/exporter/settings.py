@@ -1,0 +1,371 @@
+"""The exporter's settings: dcgm-exporter's flags and env vars, plus gpufleet's own.
+
+Every dcgm-exporter flag is accepted with its name, alias, env var and default, so an
+existing DaemonSet spec works unchanged. Flags that only make sense with DCGM itself (host
+engine, DCGM logs, debug dumps, pprof) are accepted and ignored with a warning at startup.
+"""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Where dcgm-exporter's image keeps its CSV; when this default is absent, the embedded copy
+# of the same default list is used, so the exporter starts anywhere with no file.
+DCGM_DEFAULT_COLLECTORS = Path("/etc/dcgm-exporter/default-counters.csv")
+EMBEDDED_COLLECTORS = Path(__file__).with_name("default-counters.csv")
+
+
+def _f(default, env: str | None, *flags: str, group: str, help: str, **kw):
+    """A settings field with its flags, env var and --help group."""
+    extra = {"flags": list(flags), "group": group}
+    return Field(default, validation_alias=env, description=help, json_schema_extra=extra, **kw)
+
+
+DCGM = "dcgm-exporter compatible"
+K8S = "kubernetes attribution"
+WEB = "web"
+GPUFLEET = "gpufleet"
+IGNORED = "accepted for compatibility, no effect (DCGM-only)"
+
+
+class ExporterSettings(BaseSettings):
+    """All exporter settings. Field descriptions are the --help text."""
+
+    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid")
+
+    collectors: Path = _f(
+        DCGM_DEFAULT_COLLECTORS,
+        "DCGM_EXPORTER_COLLECTORS",
+        "-f",
+        "--collectors",
+        group=DCGM,
+        help="Counters CSV (dcgm-exporter format: field, type, help). If the default path is "
+        "missing, the embedded dcgm-exporter default list is used.",
+    )
+    address: str = _f(
+        ":9400",
+        "DCGM_EXPORTER_LISTEN",
+        "-a",
+        "--address",
+        group=DCGM,
+        help="Address to serve /metrics and /health on, as [host]:port.",
+    )
+    collect_interval_ms: int = _f(
+        5000,
+        "DCGM_EXPORTER_INTERVAL",
+        "-c",
+        "--collect-interval",
+        group=DCGM,
+        help="Collection interval in milliseconds. 5000, not dcgm-exporter's 30000: a "
+        "collection costs well under 1% of a core, and 30 s made data up to 40 s old "
+        "(DCGM#170), too slow for autoscaling. Values below 100 are rejected: they are "
+        "almost always seconds mistaken for milliseconds.",
+    )
+    kubernetes: bool = _f(
+        False,
+        "DCGM_EXPORTER_KUBERNETES",
+        "-k",
+        "--kubernetes",
+        group=K8S,
+        help="Attribute GPUs, MIG slices and time-sliced shares to pods via the kubelet "
+        "pod-resources API.",
+    )
+    kubernetes_gpu_id_type: Literal["uid", "device-name"] = _f(
+        "uid",
+        "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE",
+        "--kubernetes-gpu-id-type",
+        group=K8S,
+        help="How the device plugin names GPUs: 'uid' (GPU-/MIG- UUIDs) or 'device-name' "
+        "(nvidiaN, GKE). Both forms are recognised either way.",
+    )
+    kubernetes_enable_pod_labels: bool = _f(
+        False,
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
+        "--kubernetes-enable-pod-labels",
+        group=K8S,
+        help="Copy pod labels onto series. Needs the Kubernetes API; not yet "
+        "supported: accepted with a warning.",
+    )
+    kubernetes_enable_pod_uid: bool = _f(
+        False,
+        "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
+        "--kubernetes-enable-pod-uid",
+        group=K8S,
+        help="Add the pod_uid label (read from the kubelet's device checkpoint; "
+        "no API access needed).",
+    )
+    kubernetes_pod_label_allowlist_regex: str = _f(
+        "",
+        "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
+        "--kubernetes-pod-label-allowlist-regex",
+        group=K8S,
+        help="Pod labels to copy (with --kubernetes-enable-pod-labels).",
+    )
+    kubernetes_virtual_gpus: bool = _f(
+        False,
+        "KUBERNETES_VIRTUAL_GPUS",
+        "--kubernetes-virtual-gpus",
+        group=K8S,
+        help="Add the vgpu label (time-slicing replica index) to pod series.",
+    )
+    kubernetes_enable_dra: bool = _f(
+        False,
+        "KUBERNETES_ENABLE_DRA",
+        "--kubernetes-enable-dra",
+        group=K8S,
+        help="DRA attribution. Not yet supported: accepted with a warning.",
+    )
+    pod_resources_kubelet_socket: Path = _f(
+        Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+        "DCGM_POD_RESOURCES_KUBELET_SOCKET",
+        "--pod-resources-kubelet-socket",
+        group=K8S,
+        help="The kubelet's pod-resources socket.",
+    )
+    nvidia_resource_names: str = _f(
+        "",
+        "NVIDIA_RESOURCE_NAMES",
+        "--nvidia-resource-names",
+        group=K8S,
+        help="Extra resource names to attribute, comma separated (nvidia.com/gpu, "
+        "nvidia.com/gpu.shared and nvidia.com/mig-* are always recognised).",
+    )
+    hpc_job_mapping_dir: str = _f(
+        "",
+        "DCGM_HPC_JOB_MAPPING_DIR",
+        "--hpc-job-mapping-dir",
+        group=K8S,
+        help="HPC job mapping. Not yet supported: accepted with a warning.",
+    )
+    kubelet_checkpoint: Path = _f(
+        Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"),
+        "GPUFLEET_KUBELET_CHECKPOINT",
+        "--kubelet-checkpoint",
+        group=K8S,
+        help="The kubelet's device-manager checkpoint: gives pod UIDs for pod_uid and for "
+        "per-pod values on shared GPUs. Missing means no per-pod split (counted).",
+    )
+    kubelet_refresh_seconds: float = _f(
+        5.0,
+        "GPUFLEET_KUBELET_REFRESH",
+        "--kubelet-refresh",
+        group=K8S,
+        help="Seconds between pod-resources List calls (in the background, never per "
+        "scrape). A deleted pod's series go within one refresh. 5 s is 0.2 calls/s against "
+        "the kubelet's 100/s limit.",
+        gt=0,
+    )
+    proc_root: Path = _f(
+        Path("/proc"),
+        "GPUFLEET_PROC_ROOT",
+        "--proc-root",
+        group=K8S,
+        help="Where /proc/<pid>/cgroup is read to map GPU processes to pods (hostPID, or the "
+        "host's /proc mounted here).",
+    )
+    devices: str = _f(
+        "f",
+        "DCGM_EXPORTER_DEVICES_STR",
+        "-d",
+        "--devices",
+        group=DCGM,
+        help="Which entities to report: 'f' (MIG instances on MIG GPUs, else GPUs), "
+        "'g[:range]' GPUs only, 'i[:range]' MIG instances only; range like 0-3,5.",
+    )
+    switch_devices: str = _f(
+        "f",
+        "DCGM_EXPORTER_OTHER_DEVICES_STR",
+        "-s",
+        "--switch-devices",
+        group=IGNORED,
+        help="NVSwitch selection (DCGM only).",
+    )
+    cpu_devices: str = _f(
+        "f",
+        "DCGM_EXPORTER_CPU_DEVICES_STR",
+        "-p",
+        "--cpu-devices",
+        group=IGNORED,
+        help="CPU selection (DCGM only).",
+    )
+    configmap_data: str = _f(
+        "none",
+        "DCGM_EXPORTER_CONFIGMAP_DATA",
+        "-m",
+        "--configmap-data",
+        group=DCGM,
+        help="Read the counters CSV from a ConfigMap 'namespace:name'. Not yet supported: "
+        "mount the ConfigMap and use -f.",
+    )
+    web_config_file: Path | None = _f(
+        None,
+        "DCGM_EXPORTER_WEB_CONFIG_FILE",
+        "--web-config-file",
+        group=WEB,
+        help="Prometheus exporter-toolkit web config (TLS, basic auth).",
+    )
+    web_systemd_socket: bool = _f(
+        False,
+        "DCGM_EXPORTER_SYSTEMD_SOCKET",
+        "--web-systemd-socket",
+        group=IGNORED,
+        help="systemd socket activation (not supported).",
+    )
+    xid_count_window_size: int = _f(
+        300000,
+        "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
+        "-x",
+        "--xid-count-window-size",
+        group=IGNORED,
+        help="Window of DCGM_EXP_XID_ERRORS_COUNT in ms; gpufleet exports "
+        "a plain counter, gpufleet_xid_errors_total, instead.",
+    )
+    clock_events_count_window_size: int = _f(
+        300000,
+        "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
+        "--clock-events-count-window-size",
+        group=IGNORED,
+        help="See -x.",
+    )
+    no_hostname: bool = _f(
+        False,
+        "DCGM_EXPORTER_NO_HOSTNAME",
+        "-n",
+        "--no-hostname",
+        group=DCGM,
+        help="Omit the hostname label (parsed but ignored by dcgm-exporter 4.x; honoured here).",
+    )
+    use_old_namespace: bool = _f(
+        False,
+        "DCGM_EXPORTER_USE_OLD_NAMESPACE",
+        "-o",
+        "--use-old-namespace",
+        group=DCGM,
+        help="dcgm-exporter 1.x label names (uuid, pod_name, pod_namespace, container_name).",
+    )
+    replace_blanks_in_model_name: bool = _f(
+        False,
+        "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME",
+        "-rbmn",
+        "--replace-blanks-in-model-name",
+        group=DCGM,
+        help="Replace spaces in modelName with dashes.",
+    )
+    fake_gpus: bool = _f(
+        False,
+        "DCGM_EXPORTER_USE_FAKE_GPUS",
+        "--fake-gpus",
+        group=DCGM,
+        help="Use simulated GPUs (the fleet from --sim-fleet, default 8xH100).",
+    )
+    debug: bool = _f(False, "DCGM_EXPORTER_DEBUG", "--debug", group=DCGM, help="Debug logs.")
+    log_format: Literal["text", "json"] = _f(
+        "text",
+        "DCGM_EXPORTER_LOG_FORMAT",
+        "--log-format",
+        group=DCGM,
+        help="Log format: text or json (one object per line).",
+    )
+    remote_hostengine_info: str = _f(
+        "",
+        "DCGM_REMOTE_HOSTENGINE_INFO",
+        "-r",
+        "--remote-hostengine-info",
+        group=IGNORED,
+        help="DCGM host engine address (gpufleet reads NVML directly).",
+    )
+    enable_dcgm_log: bool = _f(
+        False,
+        "DCGM_EXPORTER_ENABLE_DCGM_LOG",
+        "--enable-dcgm-log",
+        group=IGNORED,
+        help="-",
+    )
+    dcgm_log_level: str = _f(
+        "NONE",
+        "DCGM_EXPORTER_DCGM_LOG_LEVEL",
+        "--dcgm-log-level",
+        group=IGNORED,
+        help="-",
+    )
+    disable_startup_validate: bool = _f(
+        False,
+        "DISABLE_STARTUP_VALIDATE",
+        "--disable-startup-validate",
+        group=IGNORED,
+        help="dcgm-exporter checks libdcgm; gpufleet checks NVML by initialising it.",
+    )
+    enable_exporter_metrics: bool = _f(
+        True,
+        "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS",
+        "--enable-exporter-metrics",
+        group=DCGM,
+        help="Serve the gpufleet_exporter_* self-metrics.",
+    )
+    compat: Literal["legacy", "4.9"] = _f(
+        "legacy",
+        "GPUFLEET_COMPAT",
+        "--compat",
+        group=GPUFLEET,
+        help="Metric names and units: 'legacy' (dcgm-exporter <= 4.8) or '4.9' (DCGM 4.7 "
+        "names; Hz, J, ratios, bytes).",
+    )
+    hostname_label: Literal["Hostname", "hostname"] = _f(
+        "Hostname",
+        "GPUFLEET_HOSTNAME_LABEL",
+        "--hostname-label",
+        group=GPUFLEET,
+        help="Key of the hostname label: 'Hostname' (dcgm-exporter up to 4.8.2) or "
+        "'hostname' (newer releases).",
+    )
+    node_name: str = _f(
+        "",
+        "NODE_NAME",
+        "--node-name",
+        group=GPUFLEET,
+        help="Hostname label value; defaults to the machine's hostname.",
+    )
+    sim_fleet: str = _f(
+        "",
+        "GPUFLEET_SIM_FLEET",
+        "--sim-fleet",
+        group=GPUFLEET,
+        help="Run on simulated NVML with this fleet, e.g. 8xH100 or 4xA100:mig=all-1g.10gb.",
+    )
+    stale_after_seconds: float = _f(
+        0.0,
+        "GPUFLEET_STALE_AFTER",
+        "--stale-after",
+        group=GPUFLEET,
+        help="/health turns 503 when the snapshot is older than this; 0 means 3 intervals.",
+        ge=0,
+    )
+    collect_timeout_seconds: float = _f(
+        10.0,
+        "GPUFLEET_COLLECT_TIMEOUT",
+        "--collect-timeout",
+        group=GPUFLEET,
+        help="A collection that hangs in NVML longer than this is counted as a timeout; "
+        "the last snapshot keeps being served (and turns stale).",
+        gt=0,
+    )
+
+    @field_validator("collect_interval_ms")
+    @classmethod
+    def _interval_in_ms(cls, value: int) -> int:
+        if value < 100:
+            raise ValueError(
+                f"{value} ms is below the 100 ms minimum; the interval is in milliseconds "
+                f"(did you mean {value * 1000}?)"
+            )
+        return value
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.collect_interval_ms / 1000.0
+
+    @property
+    def resource_names(self) -> tuple[str, ...]:
+        return tuple(n.strip() for n in self.nvidia_resource_names.split(",") if n.strip())

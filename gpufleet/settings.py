@@ -1,0 +1,123 @@
+"""Flags and environment variables for every daemon, from one pydantic-settings class each.
+
+A settings field declares its flags (`flags=[...]`), its env var (`validation_alias`) and its
+`--help` group; this module turns the class into an argparse parser and back, so a flag, its
+env var and its default can never drift apart. Precedence: flag > env var > default.
+"""
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TypeVar, get_args, get_origin
+
+from pydantic import ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+class SettingsError(ValueError):
+    """A flag or env var has a bad value; the message names it."""
+
+
+def _flags(info: FieldInfo) -> list[str]:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return list(extra.get("flags", []))
+
+
+def _group(info: FieldInfo) -> str:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return str(extra.get("group", "options"))
+
+
+def _env_name(info: FieldInfo) -> str | None:
+    alias = info.validation_alias
+    return alias if isinstance(alias, str) else None
+
+
+def _is_bool(info: FieldInfo) -> bool:
+    ann = info.annotation
+    if get_origin(ann) is not None:
+        return bool in get_args(ann)
+    return ann is bool
+
+
+def build_parser(
+    settings_cls: type[BaseSettings], *, prog: str, description: str
+) -> argparse.ArgumentParser:
+    """An argparse parser with one option per settings field that declares flags.
+
+    Defaults are suppressed so that only flags actually given override env vars.
+    """
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=description,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for name, info in settings_cls.model_fields.items():
+        flags = _flags(info)
+        if not flags:
+            continue
+        group = groups.setdefault(_group(info), parser.add_argument_group(_group(info)))
+        env = _env_name(info)
+        default = info.get_default(call_default_factory=True)
+        help_text = (info.description or "").replace("%", "%%")
+        help_text += f" [env {env}]" if env else ""
+        if default not in (None, "", False):
+            help_text += f" (default: {default})".replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
+        if _is_bool(info):
+            kwargs["action"] = argparse.BooleanOptionalAction
+            flags = [f for f in flags if f.startswith("--")] + [
+                f for f in flags if not f.startswith("--")
+            ]
+        else:
+            kwargs["metavar"] = name.upper()
+        group.add_argument(*flags, **kwargs)
+    return parser
+
+
+def load_settings(
+    settings_cls: type[S], parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> S:
+    """Parse flags, then let pydantic-settings fill the rest from env vars and defaults.
+
+    Raises SettingsError naming the flag or env var whose value is invalid.
+    """
+    given = vars(parser.parse_args(argv))
+    try:
+        return settings_cls(**given)
+    except ValidationError as exc:
+        raise SettingsError(_describe(settings_cls, exc, given)) from None
+
+
+def _describe(settings_cls: type[BaseSettings], exc: ValidationError, given: dict) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = str(err["loc"][0]) if err["loc"] else "?"
+        info = settings_cls.model_fields.get(loc)
+        if info is None:  # pydantic reports env-sourced errors under the alias
+            info = next(
+                (i for i in settings_cls.model_fields.values() if _env_name(i) == loc), None
+            )
+            name = next((n for n, i in settings_cls.model_fields.items() if i is info), loc)
+        else:
+            name = loc
+        if name in given and info is not None and _flags(info):
+            where = f"flag {_flags(info)[-1]}"
+        elif info is not None and _env_name(info) and _env_name(info) in os.environ:
+            where = f"env var {_env_name(info)}"
+        else:
+            where = f"setting {name}"
+        lines.append(f"invalid {where}: {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(lines)
+
+
+def exit_on_settings_error(prog: str, exc: SettingsError) -> None:
+    """Print the error the way argparse does and exit 2, like a bad flag."""
+    print(f"{prog}: error: {exc}", file=sys.stderr)
+    raise SystemExit(2)
