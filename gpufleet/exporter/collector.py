@@ -1,0 +1,237 @@
+"""The collection loop: gather (NVML, XID, kubelet, /proc) -> decide (attribution, series)
+-> render -> publish, on its own interval, in its own thread.
+
+Scrapes never wait for this: they serve whatever `SnapshotStore` holds. A collection that
+hangs inside NVML is counted as a timeout and the last snapshot keeps being served (and
+turns stale for /health); no second collection is started on top of a hung one.
+"""
+
+import dataclasses
+import logging
+import os
+import resource
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+
+from gpufleet import __version__
+from gpufleet.exporter import attribution
+from gpufleet.exporter.counters import Selection
+from gpufleet.exporter.devices import FLEX, DeviceSelector, select_entities
+from gpufleet.exporter.nvml import NvmlReader
+from gpufleet.exporter.podresources import EMPTY_VIEW, PodResourcesWatcher
+from gpufleet.exporter.procfs import PidPodMap
+from gpufleet.exporter.render import render
+from gpufleet.exporter.selfmetrics import SelfStats, self_families
+from gpufleet.exporter.series import SeriesOptions, build_families
+from gpufleet.exporter.server import ServerStats
+from gpufleet.exporter.snapshot import Entity, NodeSample
+from gpufleet.exporter.store import Exposition, SnapshotStore
+from gpufleet.exporter.xid import XidWatcher
+
+log = logging.getLogger(__name__)
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def _process_stats() -> tuple[int | None, float]:
+    """(resident bytes, CPU seconds) of this process; RSS None where /proc is absent."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        rss = int(Path("/proc/self/statm").read_text().split()[1]) * _PAGE_BYTES
+    except (OSError, IndexError, ValueError):
+        rss = None
+    return rss, usage.ru_utime + usage.ru_stime
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CollectorConfig:
+    """What the collector needs from the settings, as plain values."""
+
+    selection: Selection
+    options: SeriesOptions
+    devices: DeviceSelector = FLEX
+    extra_resource_names: tuple[str, ...] = ()
+    rediscover_seconds: float = 60.0  # GPUs coming back, MIG reconfiguration
+    self_metrics: bool = True
+
+
+class Collector:
+    """One node's collection pipeline. `collect_once` is called from a single thread."""
+
+    def __init__(
+        self,
+        *,
+        lib: object,
+        reader: NvmlReader,
+        config: CollectorConfig,
+        store: SnapshotStore,
+        kubelet: PodResourcesWatcher | None = None,
+        pid_pods: PidPodMap | None = None,
+        server_stats: ServerStats | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._lib = lib
+        self._reader = reader
+        self._config = config
+        self._store = store
+        self._kubelet = kubelet
+        self._pid_pods = pid_pods
+        self._server_stats = server_stats
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._errors: Counter[str] = Counter()
+        self._collections = 0
+        self._cpu_seconds = 0.0
+        self._entities: tuple[Entity, ...] = ()
+        self._discovered_at = float("-inf")
+        self._xid: XidWatcher | None = None
+        self._index_key: tuple[object, tuple[Entity, ...]] | None = None
+        self._index = attribution.EMPTY_INDEX
+
+    def count_error(self, kind: str) -> None:
+        """Count an error seen outside `collect_once` (e.g. a timeout of the loop)."""
+        self._errors[kind] += 1
+
+    def _discover(self, now: float) -> None:
+        entities = self._reader.discover()
+        self._discovered_at = now
+        gpus = tuple(e for e in entities if e.mig is None)
+        if self._xid is None or gpus != tuple(e for e in self._entities if e.mig is None):
+            previous = self._xid.snapshot() if self._xid else None
+            if self._xid:
+                self._xid.stop()
+            self._xid = XidWatcher(self._lib, gpus, initial=previous)
+            self._xid.start()
+        self._entities = entities
+
+    def _attribution_index(self) -> attribution.AttributionIndex:
+        view = self._kubelet.view() if self._kubelet else EMPTY_VIEW
+        key = (view, self._entities)
+        if (
+            self._index_key is None
+            or key[0] is not self._index_key[0]
+            or key[1] != self._index_key[1]
+        ):
+            self._index = attribution.build_index(
+                view.containers,
+                view.checkpoint,
+                self._entities,
+                extra_resource_names=self._config.extra_resource_names,
+            )
+            self._index_key = key
+        return self._index
+
+    def collect_once(self) -> Exposition:
+        """Collect, render and publish one snapshot; returns it."""
+        start, cpu_start = self._clock(), time.thread_time()
+        if start - self._discovered_at >= self._config.rediscover_seconds:
+            self._discover(start)
+        samples, errors = self._reader.collect(start)
+        samples = select_entities(samples, self._config.devices)
+        if errors.get("gpu_lost"):  # a GPU may come back; look again soon
+            self._discovered_at = min(
+                self._discovered_at, start - self._config.rediscover_seconds + 5
+            )
+        self._errors.update({k: v for k, v in errors.items() if v})
+        pids = {p.pid for s in samples for p in s.processes}
+        pid_pods = self._pid_pods.resolve(pids) if self._pid_pods else {}
+        attributed = attribution.attribute(self._attribution_index(), samples, pid_pods)
+        node = NodeSample(
+            entities=samples,
+            node_labels=self._reader.node_labels,
+            xid=self._xid.snapshot() if self._xid else {},
+            errors=errors,
+        )
+        families = build_families(
+            node,
+            selection=self._config.selection,
+            pods=attributed.pods,
+            options=self._config.options,
+        )
+        self._collections += 1
+        wall = self._wall_clock()
+        if self._config.self_metrics:
+            self._cpu_seconds += time.thread_time() - cpu_start
+            families += self_families(self._self_stats(families, attributed.stats, start, wall))
+        exposition = render(families, collected_at=wall, collected_monotonic=start)
+        self._store.publish(exposition)
+        return exposition
+
+    def _self_stats(self, families, stats, start: float, wall: float) -> SelfStats:
+        rss, cpu = _process_stats()
+        kubelet_errors: Mapping[str, int] = self._kubelet.errors() if self._kubelet else {}
+        xid_errors = self._xid.errors if self._xid else 0
+        return SelfStats(
+            version=__version__,
+            collections_total=self._collections,
+            collection_duration_seconds=self._clock() - start,
+            collection_cpu_seconds_total=self._cpu_seconds,
+            last_success_timestamp_seconds=wall,
+            series=sum(len(f.samples) for f in families),
+            errors_total={**self._errors, "xid_watch": xid_errors},
+            kubelet_errors_total=kubelet_errors,
+            kubelet_last_success_timestamp_seconds=(
+                self._kubelet.last_success_at if self._kubelet else None
+            ),
+            attribution=dataclasses.asdict(stats),
+            requests_total=dict(self._server_stats.requests_total) if self._server_stats else {},
+            resident_memory_bytes=rss,
+            process_cpu_seconds_total=cpu,
+        )
+
+    def close(self) -> None:
+        if self._xid:
+            self._xid.stop()
+        self._reader.close()
+
+
+class CollectorLoop:
+    """Runs `collect_once` every `interval_seconds` (fixed rate, monotonic) in a thread."""
+
+    def __init__(
+        self, collector: Collector, *, interval_seconds: float, timeout_seconds: float
+    ) -> None:
+        self._collector = collector
+        self._interval = interval_seconds
+        self._timeout = timeout_seconds
+        self._stop = threading.Event()
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpufleet-collect")
+        self._thread = threading.Thread(target=self._run, name="gpufleet-collector", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the collection in flight (a hung NVML call is not waited for)."""
+        self._stop.set()
+        self._thread.join(timeout=self._timeout)
+        self._worker.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            future = self._worker.submit(self._collector.collect_once)
+            timed_out = False
+            while not self._stop.is_set():
+                try:
+                    future.result(timeout=self._timeout)
+                    break
+                except FutureTimeout:
+                    if not timed_out:
+                        timed_out = True
+                        self._collector.count_error("timeout")
+                        log.warning("collection still running after %.1f s", self._timeout)
+                except Exception:
+                    self._collector.count_error("unexpected")
+                    log.exception("collection failed")
+                    break
+            next_at += self._interval
+            now = time.monotonic()
+            if next_at < now:  # fell behind (slow or hung collection): skip, don't burst
+                next_at = now + self._interval
+            self._stop.wait(next_at - now)
