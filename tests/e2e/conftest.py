@@ -1,0 +1,200 @@
+"""Fixtures for end-to-end tests: a simulated node, the real exporter, real Prometheus.
+
+The exporter runs the production `serve()` in a thread with its own event loop, on a
+real loopback port, against the simulated NVML and the fake kubelet's real unix socket.
+"""
+
+import asyncio
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufleet.exporter.daemon import prepare, serve
+from gpufleet.exporter.settings import ExporterSettings
+from gpufleet.simnode import NodeLayout, SimNode
+
+
+def wait_for(predicate: Callable[[], object], *, timeout: float = 15.0, what: str = "") -> object:
+    """Poll until `predicate()` is truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(0.05)
+
+
+class RunningExporter:
+    """The real exporter (`serve`) in a background thread."""
+
+    def __init__(self, settings: ExporterSettings, lib: object) -> None:
+        self.prepared = prepare(settings)
+        self.lib = lib
+        self.port: int | None = None
+        self._listening = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            await serve(self.prepared, self.lib, stop=self._stop, on_listening=self._on_port)
+
+        try:
+            self._loop.run_until_complete(main())
+        except BaseException as exc:  # surfaced by start()/stop()
+            self._error = exc
+            self._listening.set()
+
+    def _on_port(self, port: int) -> None:
+        self.port = port
+        self._listening.set()
+
+    def start(self) -> "RunningExporter":
+        self._thread.start()
+        self._listening.wait(10)
+        if self._error or self.port is None:
+            raise RuntimeError(f"exporter did not start: {self._error!r}")
+        return self
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(15)
+        assert not self._thread.is_alive(), "exporter did not shut down"
+        self._loop.close()
+        if self._error:
+            raise self._error
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str = "/metrics", headers: dict | None = None) -> tuple[int, bytes]:
+        request = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read()
+
+    def metrics(self) -> str:
+        status, body = self.get()
+        return body.decode() if status == 200 else ""
+
+
+def node_settings(node: SimNode, **overrides) -> ExporterSettings:
+    """Fast settings for tests: 100 ms collections, 0.2 s kubelet refresh."""
+    base = dict(
+        address="127.0.0.1:0",
+        collect_interval_ms=100,
+        kubernetes=True,
+        kubernetes_enable_pod_uid=True,
+        kubernetes_virtual_gpus=True,
+        pod_resources_kubelet_socket=node.kubelet.pod_resources_socket,
+        kubelet_checkpoint=node.kubelet.checkpoint_path,
+        kubelet_refresh_seconds=0.2,
+        proc_root=node.sim.proc_root,
+        node_name="node-a",
+    )
+    base.update(overrides)
+    return ExporterSettings(**base)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[SimNode]:
+    # Small enough to keep tests quick, with every kind of allocation: 2 whole GPUs,
+    # 2 time-sliced 4 ways, one GPU split into 7 MIG slices.
+    layout = NodeLayout(fleet="4xH100+1xH100:mig=7x1g.10gb", whole_gpus=2, replicas=4)
+    with SimNode(layout, root=tmp_path / "n") as n:
+        n.sim.nvmlInit()
+        yield n
+
+
+@pytest.fixture
+def exporter_for() -> Iterator[Callable[..., RunningExporter]]:
+    started: list[RunningExporter] = []
+
+    def start(node: SimNode, **overrides) -> RunningExporter:
+        exp = RunningExporter(node_settings(node, **overrides), node.sim).start()
+        started.append(exp)
+        wait_for(lambda: exp.get("/health")[0] == 200, what="first collection")
+        return exp
+
+    yield start
+    for exp in started:
+        exp.stop()
+
+
+class Prometheus:
+    """A real Prometheus server on loopback, scraping one target every second."""
+
+    def __init__(self, workdir: Path, target: str) -> None:
+        self.port = _free_port()
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            "- job_name: gpu\n"
+            f"  static_configs: [{{targets: ['{target}']}}]\n"
+        )
+        self._proc = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def query(self, expr: str) -> list[dict]:
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": expr}
+        )
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                body = json.load(response)
+        except OSError:
+            return []
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        self._proc.wait(10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def prometheus_for(tmp_path: Path) -> Iterator[Callable[[str], Prometheus]]:
+    if not shutil.which("prometheus"):
+        pytest.skip("prometheus is not installed (./dev test installs it)")
+    servers: list[Prometheus] = []
+
+    def start(target: str) -> Prometheus:
+        servers.append(Prometheus(tmp_path, target))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()

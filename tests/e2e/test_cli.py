@@ -1,0 +1,149 @@
+"""The `gpufleet` command as users run it: startup errors, help, SIGTERM, the lab."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+
+GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*GPUFLEET, *args], capture_output=True, text=True, timeout=timeout, env=ENV
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, ""
+    except OSError:
+        return 0, ""
+
+
+def test_bad_counters_line_names_file_and_line(tmp_path: Path):
+    csv = tmp_path / "bad.csv"
+    csv.write_text("# mine\nDCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_SM_CLOCK, gauge\n")
+    result = run("exporter", "--fake-gpus", "-a", "127.0.0.1:0", "-f", str(csv))
+    assert result.returncode == 1
+    assert f"{csv}:3:" in result.stderr
+
+
+def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
+    csv = tmp_path / "c.csv"
+    csv.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_NOT_A_FIELD, gauge, x\n")
+    port = free_port()
+    proc = subprocess.Popen(
+        [*GPUFLEET, "exporter", "--fake-gpus", "-a", f"127.0.0.1:{port}", "-f", str(csv)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        wait_for(lambda: get(f"http://127.0.0.1:{port}/health")[0] == 200, what="startup")
+        assert "DCGM_FI_DEV_GPU_TEMP" in get(f"http://127.0.0.1:{port}/metrics")[1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0
+    assert f"{csv}:2" in err and "DCGM_FI_NOT_A_FIELD" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--no-such-flag"], 2, "--no-such-flag"),
+        (["--collect-interval", "3"], 2, "3 ms is below the 100 ms minimum"),
+        (["--compat", "9"], 2, "invalid flag --compat"),
+        (["--fake-gpus", "--devices", "q"], 1, "--devices"),
+        (["--fake-gpus", "--address", "nope"], 1, "--address"),
+        (["--sim-fleet", "8xH900"], 1, "H900"),
+        (["--fake-gpus", "--web-config-file", "/nonexistent/web.yml"], 1, "/nonexistent/web.yml"),
+        (["-f", "/nonexistent/counters.csv", "--fake-gpus"], 1, "/nonexistent/counters.csv"),
+    ],
+    ids=[
+        "unknown flag",
+        "interval in seconds by mistake",
+        "bad choice",
+        "bad device selector",
+        "bad address",
+        "unknown simulated model",
+        "missing web config",
+        "missing counters file",
+    ],
+)
+def test_startup_errors_exit_non_zero_naming_the_input(args, code, message):
+    result = run("exporter", *args)
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr
+
+
+def test_no_gpu_gives_a_hint_not_a_traceback():
+    result = run("exporter", "-a", "127.0.0.1:0")
+    assert result.returncode == 1
+    assert "cannot initialise NVML" in result.stderr and "--sim-fleet" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_explains_flags_and_env_vars():
+    result = run("exporter", "--help")
+    assert result.returncode == 0
+    for needle in ("--collectors", "DCGM_EXPORTER_COLLECTORS", "--kubernetes", "--sim-fleet"):
+        assert needle in result.stdout
+    assert run("--help").returncode == 0
+    assert run("nonsense").returncode == 2
+
+
+def test_sigterm_shuts_down_gracefully():
+    port = free_port()
+    proc = subprocess.Popen(
+        [*GPUFLEET, "exporter", "--fake-gpus", "-a", f"127.0.0.1:{port}", "-c", "100"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        wait_for(lambda: get(f"http://127.0.0.1:{port}/health")[0] == 200, what="startup")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert "shutting down" in err
+
+
+def test_lab_serves_an_attributed_node():
+    port = free_port()
+    proc = subprocess.Popen(
+        [*GPUFLEET, "lab", "--address", f"127.0.0.1:{port}", "--churn-seconds", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        wait_for(
+            lambda: 'pod="serve-' in get(f"http://127.0.0.1:{port}/metrics")[1],
+            timeout=30,
+            what="lab metrics with pods",
+        )
+        text = get(f"http://127.0.0.1:{port}/metrics")[1]
+        assert 'GPU_I_PROFILE="1g.10gb"' in text and 'pod="train-0"' in text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err

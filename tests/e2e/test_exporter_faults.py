@@ -1,0 +1,214 @@
+"""The exporter under faults: lost GPUs, a missing or failing kubelet, deleted pods,
+hung NVML calls, many concurrent scrapes. One fault never costs the rest of the data."""
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+from conftest import wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpufleet.kubelet.fake import RateLimit
+
+
+def samples(text: str, name: str) -> list:
+    return [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+
+
+def gpus_reporting(text: str) -> set[str]:
+    return {s.labels["gpu"] for s in samples(text, "DCGM_FI_DEV_POWER_USAGE")}
+
+
+def pods_labelled(text: str) -> set[str]:
+    return {s.labels["pod"] for s in samples(text, "DCGM_FI_DEV_FB_USED") if "pod" in s.labels}
+
+
+def self_metric(text: str, name: str, **labels: str) -> float:
+    found = [s.value for s in samples(text, name) if labels.items() <= s.labels.items()]
+    return found[0] if found else 0.0
+
+
+def test_lost_gpu_mid_run_others_keep_reporting(node, exporter_for):
+    exporter = exporter_for(node)
+    everyone = wait_for(lambda: gpus_reporting(exporter.metrics()), what="GPUs")
+    assert everyone == {str(g.index) for g in node.sim.devices}
+
+    node.sim.fail_gpu(1)
+    wait_for(lambda: "1" not in gpus_reporting(exporter.metrics()), what="GPU 1 to go")
+    text = exporter.metrics()
+    assert gpus_reporting(text) == everyone - {"1"}
+    assert self_metric(text, "gpufleet_exporter_errors_total", kind="gpu_lost") >= 1
+    # Falling off the bus raised XID 79 on that GPU.
+    xid = [s for s in samples(text, "gpufleet_xid_errors_total") if s.labels["gpu"] == "1"]
+    assert xid == [] or xid[0].labels["xid"] == "79"
+
+    node.sim.restore_gpu(1)
+    wait_for(lambda: gpus_reporting(exporter.metrics()) == everyone, timeout=20, what="GPU 1 back")
+
+
+def test_xid_is_last_value_and_per_xid_counter(node, exporter_for):
+    exporter = exporter_for(node)
+    node.sim.inject_xid(0, 48)
+    node.sim.inject_xid(0, 48)
+    node.sim.inject_xid(0, 31)
+
+    def gpu0_xid() -> list:
+        return [
+            s
+            for s in samples(exporter.metrics(), "DCGM_FI_DEV_XID_ERRORS")
+            if s.labels["gpu"] == "0" and s.value == 31
+        ]
+
+    last = wait_for(gpu0_xid, what="XID 31")[0]
+    assert last.labels["err_code"] == "31"
+    counts = {
+        s.labels["xid"]: s.value
+        for s in samples(exporter.metrics(), "gpufleet_xid_errors_total")
+        if s.labels["gpu"] == "0"
+    }
+    assert counts == {"48": 2.0, "31": 1.0}
+
+
+def test_deleted_pod_loses_its_series_within_a_refresh(node, exporter_for):
+    exporter = exporter_for(node)
+    victim = next(p for p in node.pods.values() if "::" in p.device_ids[0])
+    wait_for(lambda: victim.name in pods_labelled(exporter.metrics()), what="pod labels")
+    node.remove_pod(victim.namespace, victim.name)
+    # kubelet refresh 0.2 s, collection 0.1 s: gone well within a second.
+    wait_for(
+        lambda: victim.name not in pods_labelled(exporter.metrics()),
+        timeout=3,
+        what="deleted pod's series to go",
+    )
+    assert pods_labelled(exporter.metrics()) == {p.name for p in node.pods.values()}
+
+
+def test_kubelet_socket_missing_then_restarted(node, exporter_for):
+    node.kubelet.stop()
+    exporter = exporter_for(node)
+    text = exporter.metrics()
+    assert gpus_reporting(text), "metrics are served without the kubelet"
+    assert pods_labelled(text) == set()
+    wait_for(
+        lambda: (
+            self_metric(
+                exporter.metrics(), "gpufleet_exporter_kubelet_errors_total", kind="socket_missing"
+            )
+            >= 1
+        ),
+        what="socket_missing counted",
+    )
+    node.kubelet.start()
+    wait_for(
+        lambda: pods_labelled(exporter.metrics()) == {p.name for p in node.pods.values()},
+        timeout=10,
+        what="pod labels after the kubelet came back",
+    )
+
+
+def test_kubelet_restart_mid_run_recovers(node, exporter_for):
+    exporter = exporter_for(node)
+    everyone = {p.name for p in node.pods.values()}
+    wait_for(lambda: pods_labelled(exporter.metrics()) == everyone, what="pod labels")
+    node.kubelet.restart()
+    node.remove_pod(*next(iter(node.pods)))  # a change made while the kubelet was away
+    wait_for(
+        lambda: pods_labelled(exporter.metrics()) == {p.name for p in node.pods.values()},
+        timeout=10,
+        what="labels to follow the restarted kubelet",
+    )
+
+
+def test_get_disabled_does_not_matter(node, exporter_for):
+    node.kubelet.get_disabled = True  # most kubelets before 1.34
+    exporter = exporter_for(node)
+    wait_for(
+        lambda: pods_labelled(exporter.metrics()) == {p.name for p in node.pods.values()},
+        what="pod labels without Get",
+    )
+    assert node.kubelet.calls.get("Get", 0) == 0
+
+
+def test_rate_limited_kubelet_is_counted_and_recovers(node, exporter_for):
+    exporter = exporter_for(node)
+    everyone = {p.name for p in node.pods.values()}
+    wait_for(lambda: pods_labelled(exporter.metrics()) == everyone, what="pod labels")
+    node.kubelet.set_rate_limit(RateLimit(qps=0.001, burst=0))
+    wait_for(
+        lambda: (
+            self_metric(
+                exporter.metrics(), "gpufleet_exporter_kubelet_errors_total", kind="rate_limited"
+            )
+            >= 1
+        ),
+        what="rate_limited counted",
+    )
+    node.kubelet.set_rate_limit(None)
+    node.remove_pod(*next(iter(node.pods)))
+    wait_for(
+        lambda: pods_labelled(exporter.metrics()) == {p.name for p in node.pods.values()},
+        timeout=20,
+        what="labels after the limit lifted",
+    )
+
+
+def test_scrapes_never_call_the_kubelet(node, exporter_for):
+    exporter = exporter_for(node, kubelet_refresh_seconds=60.0)
+    wait_for(lambda: node.kubelet.calls.get("List", 0) >= 1, what="first List")
+    before = node.kubelet.calls.get("List", 0)
+    for _ in range(30):
+        assert exporter.get()[0] == 200
+    assert node.kubelet.calls.get("List", 0) == before
+
+
+def test_fifty_concurrent_scrapes_get_the_same_snapshot(node, exporter_for):
+    # A slow interval keeps one snapshot in place while the scrapes run.
+    exporter = exporter_for(node, collect_interval_ms=60_000)
+
+    async def scrape_all() -> list[tuple[int, bytes]]:
+        async with aiohttp.ClientSession() as session:
+
+            async def one(i: int) -> tuple[int, bytes]:
+                headers = {"Accept-Encoding": "gzip" if i % 2 else "identity"}
+                async with session.get(exporter.url + "/metrics", headers=headers) as response:
+                    return response.status, await response.read()
+
+            return await asyncio.gather(*(one(i) for i in range(50)))
+
+    results = asyncio.run(scrape_all())
+    assert {status for status, _ in results} == {200}
+    assert len({body for _, body in results}) == 1
+    assert b"DCGM_FI_DEV_FB_USED" in results[0][1]
+
+
+def test_hung_nvml_call_is_a_counted_timeout_and_health_goes_stale(node, exporter_for):
+    exporter = exporter_for(node, collect_timeout_seconds=0.3, stale_after_seconds=0.5)
+    node.sim.set_hang("nvmlDeviceGetPowerUsage", 2.0)
+    wait_for(lambda: exporter.get("/health")[0] == 503, what="/health 503 while hung")
+    assert exporter.get()[0] == 200, "the last snapshot is still served"
+    node.sim.set_hang("nvmlDeviceGetPowerUsage", 0)
+    wait_for(lambda: exporter.get("/health")[0] == 200, timeout=15, what="recovery")
+    wait_for(
+        lambda: (
+            self_metric(exporter.metrics(), "gpufleet_exporter_errors_total", kind="timeout") >= 1
+        ),
+        what="timeout counted",
+    )
+
+
+def test_dcgm_counters_file_with_every_default_field(node, exporter_for):
+    csv = Path(__file__).parents[1] / "data" / "dcgm-default-counters.csv"
+    exporter = exporter_for(node, collectors=csv)
+    # PROF (GPM) and NVLink rates need two collections.
+    wait_for(lambda: "DCGM_FI_PROF_PCIE_RX_BYTES" in exporter.metrics(), what="GPM fields")
+    names = {f.name for f in text_string_to_metric_families(exporter.metrics())}
+    rows = [
+        [cell.strip() for cell in line.split(",")]
+        for line in csv.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    wanted = [field for field, kind, *_ in rows if kind != "label"]
+    assert len(wanted) == 25
+    assert [n for n in wanted if n not in names] == []
+    power = samples(exporter.metrics(), "DCGM_FI_DEV_POWER_USAGE")[0]
+    assert power.labels["DCGM_FI_DRIVER_VERSION"]

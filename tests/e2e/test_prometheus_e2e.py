@@ -1,0 +1,80 @@
+"""A real Prometheus scrapes the real exporter on a simulated node with the fake kubelet.
+
+Asserted through Prometheus' HTTP API: series exist with the right pod labels for whole
+GPUs, MIG slices and time-sliced shares, and shared GPUs carry per-pod values.
+"""
+
+import shutil
+import subprocess
+
+import pytest
+from conftest import wait_for
+
+
+def _labels(result: list[dict]) -> list[dict]:
+    return [r["metric"] for r in result]
+
+
+def test_prometheus_sees_every_allocation_with_its_pod(node, exporter_for, prometheus_for):
+    exporter = exporter_for(node)
+    prom = prometheus_for(f"127.0.0.1:{exporter.port}")
+    wait_for(lambda: prom.query('up{job="gpu"} == 1'), timeout=30, what="first scrape")
+    # PROF fields appear from the second collection; wait until Prometheus has them too.
+    wait_for(lambda: prom.query("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), timeout=30, what="GPM fields")
+
+    for pod in node.pods.values():
+        series = _labels(prom.query(f'DCGM_FI_DEV_FB_USED{{pod="{pod.name}"}}'))
+        assert len(series) == 1, (pod.name, series)
+        labels = series[0]
+        assert labels["namespace"] == pod.namespace
+        assert labels["container"] == "main"
+        assert labels["pod_uid"] == pod.uid
+        assert labels["Hostname"] == "node-a"
+        device = pod.device_ids[0]
+        if device.startswith("MIG-"):
+            mig = next(m for g in node.sim.devices for m in g.mig if m.uuid == device)
+            assert (labels["GPU_I_PROFILE"], labels["GPU_I_ID"]) == ("1g.10gb", str(mig.gi_id))
+        else:
+            assert labels["UUID"] == device.split("::")[0]
+            assert "GPU_I_ID" not in labels
+        if "::" in device:
+            assert labels["vgpu"] == device.split("::")[1]
+
+
+def test_time_sliced_pods_get_their_own_values(node, exporter_for, prometheus_for):
+    exporter = exporter_for(node)
+    prom = prometheus_for(f"127.0.0.1:{exporter.port}")
+    wait_for(lambda: prom.query('up{job="gpu"} == 1'), timeout=30, what="first scrape")
+    shared_gpu = next(p for p in node.pods.values() if "::" in p.device_ids[0]).device_ids[0]
+    uuid = shared_gpu.split("::")[0]
+    holders = [p for p in node.pods.values() if p.device_ids[0].startswith(uuid + "::")]
+
+    per_pod = prom.query(f'DCGM_FI_DEV_FB_USED{{UUID="{uuid}"}}')
+    assert sorted(r["metric"]["pod"] for r in per_pod) == sorted(p.name for p in holders)
+    # Each pod's framebuffer is its own process's 2 GiB, not the device total.
+    assert {float(r["value"][1]) for r in per_pod} == {2048.0}
+    device_total = sum(
+        float(r["value"][1]) for r in prom.query(f'DCGM_FI_DEV_FB_USED{{UUID="{uuid}"}}')
+    )
+    assert device_total == 2048.0 * len(holders)
+
+
+def test_exposition_passes_promtool(node, exporter_for):
+    if not shutil.which("promtool"):
+        pytest.skip("promtool is not installed (./dev test installs it)")
+    exporter = exporter_for(node)
+    wait_for(lambda: "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in exporter.metrics(), what="GPM fields")
+    text = exporter.metrics()
+    result = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
+    # Exit 3 is lint only. dcgm's names are compatibility facts: counters without _total,
+    # PCIE_REPLAY_COUNTER naming its type, camelCase labels (modelName, UUID). Nothing else.
+    assert "error while linting" not in result.stderr
+    assert result.returncode in (0, 3), result.stderr
+    allowed = (
+        'should have "_total" suffix',
+        "should not include type 'counter'",
+        "should be written in 'snake_case' not 'camelCase'",
+    )
+    assert [line for line in result.stderr.splitlines() if not line.endswith(allowed)] == []
