@@ -121,3 +121,15 @@ def exit_on_settings_error(prog: str, exc: SettingsError) -> None:
     """Print the error the way argparse does and exit 2, like a bad flag."""
     print(f"{prog}: error: {exc}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def markdown_table(settings_cls: type[BaseSettings]) -> str:
+    """The settings as a Markdown table (flag, env var, default, meaning) for the README."""
+    rows = ["| flag | env var | default | meaning |", "|---|---|---|---|"]
+    for info in settings_cls.model_fields.values():
+        flags = ", ".join(f"`{f}`" for f in _flags(info))
+        default = info.get_default(call_default_factory=True)
+        default_text = "" if default in (None, "") else f"`{default}`"
+        meaning = (info.description or "").replace("|", "\\|")
+        rows.append(f"| {flags} | `{_env_name(info)}` | {default_text} | {meaning} |")
+    return "\n".join(rows) + "\n"

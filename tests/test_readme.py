@@ -1,0 +1,22 @@
+"""The README stays true to the code: its flag table and Quick start."""
+
+import re
+from pathlib import Path
+
+from gpufleet.exporter.settings import ExporterSettings
+from gpufleet.settings import markdown_table
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def test_flag_table_matches_the_settings():
+    assert markdown_table(ExporterSettings) in README, "run: python scripts/flags_table.py"
+
+
+def test_quick_start_has_exactly_two_commands_and_ci_runs_the_test_one():
+    section = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)[1]
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == ["./dev lab", "./dev test"]
+    assert "exec ./dev test" in (ROOT / ".ci" / "run").read_text()
