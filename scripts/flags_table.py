@@ -9,8 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpufleet.exporter.settings import ExporterSettings  # noqa: E402
-from gpufleet.settings import markdown_table  # noqa: E402
+from gpufleet.exporter.settings import ExporterSettings
+from gpufleet.settings import markdown_table
 
 if __name__ == "__main__":
     print(markdown_table(ExporterSettings), end="")
