@@ -12,7 +12,9 @@ refused; `RequireAnyClientCert` also verifies the client certificate, because Py
 cannot request a certificate without verifying it; `curve_preferences` is checked but OpenSSL's
 default groups are used; only HTTP/1.1 is served, whatever `http2` says.
 
-Never log or repr a password, a hash or an inline key.
+This module parses and validates the file and checks basic auth; `tls` turns the parsed
+`tls_server_config` into the server's SSLContext. Never log or repr a password, a hash or an
+inline key.
 """
 
 import base64
@@ -23,16 +25,25 @@ import logging
 import os
 import re
 import ssl
-import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
 import bcrypt
 import yaml
+
+from gpufleet.exporter.tls import (
+    CIPHER_SUITES,
+    CLIENT_AUTH_ALIASES,
+    CURVES,
+    TLS_VERSIONS,
+    ClientAuth,
+    TlsServerConfig,
+    TlsSetupError,
+    build_ssl_context,
+)
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -41,61 +52,6 @@ _T = TypeVar("_T")
 class WebConfigError(ValueError):
     """The web config file is unreadable or invalid; the message names the file and key."""
 
-
-class ClientAuth(StrEnum):
-    """exporter-toolkit's `client_auth_type` values (Go's tls.ClientAuthType names)."""
-
-    NO_CLIENT_CERT = "NoClientCert"
-    REQUEST_CLIENT_CERT = "RequestClientCert"
-    REQUIRE_ANY_CLIENT_CERT = "RequireAnyClientCert"
-    VERIFY_CLIENT_CERT_IF_GIVEN = "VerifyClientCertIfGiven"
-    REQUIRE_AND_VERIFY_CLIENT_CERT = "RequireAndVerifyClientCert"
-
-
-# RequestClientCert never verifies and we never read an unverified certificate, so not
-# asking for one behaves the same; see the module docstring for RequireAnyClientCert.
-_VERIFY_MODES = {
-    ClientAuth.NO_CLIENT_CERT: ssl.CERT_NONE,
-    ClientAuth.REQUEST_CLIENT_CERT: ssl.CERT_NONE,
-    ClientAuth.REQUIRE_ANY_CLIENT_CERT: ssl.CERT_REQUIRED,
-    ClientAuth.VERIFY_CLIENT_CERT_IF_GIVEN: ssl.CERT_OPTIONAL,
-    ClientAuth.REQUIRE_AND_VERIFY_CLIENT_CERT: ssl.CERT_REQUIRED,
-}
-_CLIENT_AUTH_ALIASES = {
-    "": ClientAuth.NO_CLIENT_CERT,
-    "RequireClientCert": ClientAuth.REQUIRE_ANY_CLIENT_CERT,
-}
-
-_TLS_VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
-    "TLS12": ssl.TLSVersion.TLSv1_2,
-    "TLS13": ssl.TLSVersion.TLSv1_3,
-}
-
-# Go's cipher suite names (tls.CipherSuites(), plus the RSA key-exchange suites older Go
-# releases listed there) -> OpenSSL names. TLS 1.3 suites are not configurable in Go
-# either: accepted and ignored.
-_CIPHERS_TLS12 = {
-    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
-    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
-    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
-    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
-}
-_CIPHERS_TLS13 = frozenset(
-    {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"}
-)
-_CURVES = frozenset({"CurveP256", "CurveP384", "CurveP521", "X25519"})
 
 # exporter-toolkit's allowlist: header -> allowed values (empty: any value).
 _EXTRA_HEADERS: dict[str, tuple[str, ...]] = {
@@ -112,24 +68,6 @@ _GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _GO_DURATION_UNITS = {
     "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
 }  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TlsServerConfig:
-    """`tls_server_config`, with paths already resolved against the file's directory."""
-
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    cert: str | None = None  # inline PEM
-    key: str | None = field(default=None, repr=False)  # inline PEM
-    client_auth_type: ClientAuth = ClientAuth.NO_CLIENT_CERT
-    client_ca_file: Path | None = None
-    client_ca: str | None = None  # inline PEM
-    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
-    max_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3
-    cipher_suites: tuple[str, ...] = ()  # Go names, as written
-    curve_preferences: tuple[str, ...] = ()
-    prefer_server_cipher_suites: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,8 +106,8 @@ class WebConfig:
         if self.tls is None:
             return None
         try:
-            return _build_ssl_context(self.tls)
-        except _FieldError as exc:
+            return build_ssl_context(self.tls)
+        except TlsSetupError as exc:
             raise WebConfigError(f"{self.source}: {exc.key_path}: {exc.problem}") from None
 
     def check_basic_auth_cached(self, header_value: str | None) -> bool:
@@ -319,15 +257,15 @@ def _parse_tls(raw: object, base_dir: Path) -> TlsServerConfig | None:
         client_ca=text["client_ca"],
         min_version=_tls_version(tls, "min_version", ssl.TLSVersion.TLSv1_2),
         max_version=_tls_version(tls, "max_version", ssl.TLSVersion.TLSv1_3),
-        cipher_suites=_names(tls, "cipher_suites", set(_CIPHERS_TLS12) | _CIPHERS_TLS13),
-        curve_preferences=_names(tls, "curve_preferences", _CURVES),
+        cipher_suites=_names(tls, "cipher_suites", CIPHER_SUITES),
+        curve_preferences=_names(tls, "curve_preferences", CURVES),
         prefer_server_cipher_suites=prefer is not False,
     )
 
 
 def _client_auth(name: str) -> ClientAuth:
-    if name in _CLIENT_AUTH_ALIASES:
-        return _CLIENT_AUTH_ALIASES[name]
+    if name in CLIENT_AUTH_ALIASES:
+        return CLIENT_AUTH_ALIASES[name]
     try:
         return ClientAuth(name)
     except ValueError:
@@ -341,17 +279,15 @@ def _tls_version(tls: Mapping[str, object], key: str, default: ssl.TLSVersion) -
     name = _optional(tls, "tls_server_config", key, str)
     if name is None:
         return default
-    if name not in _TLS_VERSIONS:
+    if name not in TLS_VERSIONS:
         raise _FieldError(
             f"tls_server_config.{key}",
-            f"unknown TLS version {name!r} (one of {', '.join(_TLS_VERSIONS)})",
+            f"unknown TLS version {name!r} (one of {', '.join(TLS_VERSIONS)})",
         )
-    return _TLS_VERSIONS[name]
+    return TLS_VERSIONS[name]
 
 
-def _names(
-    tls: Mapping[str, object], key: str, known: set[str] | frozenset[str]
-) -> tuple[str, ...]:
+def _names(tls: Mapping[str, object], key: str, known: frozenset[str]) -> tuple[str, ...]:
     where = f"tls_server_config.{key}"
     raw = tls.get(key)
     if raw is None:
@@ -452,61 +388,3 @@ def _parse_basic_auth(header_value: str | None) -> tuple[str, bytes] | None:
         return (user.decode("utf-8"), password) if sep else None
     except (binascii.Error, UnicodeDecodeError):
         return None
-
-
-def _build_ssl_context(tls: TlsServerConfig) -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    if tls.min_version > tls.max_version:
-        raise _FieldError("tls_server_config.min_version", "is above max_version")
-    context.minimum_version = tls.min_version
-    context.maximum_version = tls.max_version
-    if tls.prefer_server_cipher_suites:
-        context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
-    tls12 = [_CIPHERS_TLS12[name] for name in tls.cipher_suites if name in _CIPHERS_TLS12]
-    if tls12:
-        try:
-            context.set_ciphers(":".join(tls12))
-        except ssl.SSLError as exc:
-            raise _FieldError("tls_server_config.cipher_suites", str(exc)) from None
-    _load_certificate(context, tls)
-    context.verify_mode = _VERIFY_MODES[tls.client_auth_type]
-    if context.verify_mode != ssl.CERT_NONE:
-        _load_client_cas(context, tls)
-    return context
-
-
-def _load_certificate(context: ssl.SSLContext, tls: TlsServerConfig) -> None:
-    for key, path in (("cert_file", tls.cert_file), ("key_file", tls.key_file)):
-        if path is not None and not os.access(path, os.R_OK):
-            raise _FieldError(f"tls_server_config.{key}", f"cannot read {path}")
-    # ssl only loads certificates from files: inline PEM goes through a private temp dir.
-    with tempfile.TemporaryDirectory(prefix="gpufleet-tls-") as private_dir:
-        cert = tls.cert_file or _write_private(Path(private_dir) / "cert.pem", tls.cert)
-        key = tls.key_file or _write_private(Path(private_dir) / "key.pem", tls.key)
-        try:
-            # An empty password makes an encrypted key fail instead of prompting on a TTY.
-            context.load_cert_chain(cert, key, password=b"")
-        except ssl.SSLError as exc:
-            raise _FieldError(
-                "tls_server_config",
-                f"cannot load the certificate and key ({tls.cert_file or 'inline cert'}, "
-                f"{tls.key_file or 'inline key'}): {exc}",
-            ) from None
-
-
-def _write_private(path: Path, pem: str | None) -> Path:
-    path.write_text(pem or "", encoding="utf-8")
-    return path
-
-
-def _load_client_cas(context: ssl.SSLContext, tls: TlsServerConfig) -> None:
-    try:
-        if tls.client_ca_file is not None:
-            context.load_verify_locations(cafile=tls.client_ca_file)
-        elif tls.client_ca is not None:
-            context.load_verify_locations(cadata=tls.client_ca)
-        else:
-            context.load_default_certs(ssl.Purpose.CLIENT_AUTH)  # as Go with no ClientCAs
-    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-        key = "client_ca_file" if tls.client_ca_file is not None else "client_ca"
-        raise _FieldError(f"tls_server_config.{key}", f"cannot load client CAs: {exc}") from None

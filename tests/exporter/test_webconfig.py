@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from gpufleet.exporter.tls import ClientAuth
 from gpufleet.exporter.webconfig import (
-    ClientAuth,
     RateLimit,
     WebConfigError,
     load_web_config,

@@ -1,0 +1,170 @@
+"""Discovery for the NVML reader: the GPUs, their MIG instances and their static labels.
+
+Exists so `nvml` can read as the collection loop while this module answers "what is there":
+each GPU's identity and labels, whether NVML GPM works on it, and its MIG instances with
+NVIDIA's profile names. It keeps no state between calls; the reader decides what to keep when
+a GPU fails here.
+
+It must never invent an entity: a MIG instance without a profile name is left out (and
+logged), and an NVMLError while reading a GPU's identity or MIG layout propagates to the
+caller; only labels (left out) and profile names (taken from the device name) have
+fallbacks. It logs only through the given `NvmlCalls`.
+"""
+
+import dataclasses
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pynvml
+
+from gpufleet.exporter.nvml_calls import MISSING, UNSUPPORTED, NvmlCalls
+from gpufleet.exporter.nvml_readers import mig_profile_name, text
+from gpufleet.exporter.snapshot import Entity, MigInstance
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """Something read as one entity: a whole GPU or one MIG instance."""
+
+    entity: Entity
+    handle: Any
+    labels: Mapping[str, str]
+    key: str  # GPU or MIG UUID: keys the state kept across rediscovery
+    model: str  # for logs: "NVIDIA H100 80GB HBM3" or "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Gpu:
+    """One discovered GPU and its MIG instances (empty when MIG is off or unsupported)."""
+
+    target: Target
+    gpm: bool  # NVML GPM works here and profiling fields are selected
+    migs: tuple[Target, ...] = ()
+
+
+def discover_gpu(
+    lib: Any,
+    calls: NvmlCalls,
+    *,
+    index: int,
+    label_readers: Mapping[str, Callable[..., str]],
+    gpm_fields: Sequence[str],
+) -> Gpu:
+    """Read GPU `index`: identity, label fields, GPM support (if `gpm_fields`), MIG instances.
+
+    Raises NVMLError when the GPU cannot be identified; a label NVML cannot give is omitted.
+    """
+    handle = lib.nvmlDeviceGetHandleByIndex(index)
+    model = text(lib.nvmlDeviceGetName(handle))
+    entity = Entity(
+        gpu=index,
+        uuid=text(lib.nvmlDeviceGetUUID(handle)),
+        pci_bus_id=text(lib.nvmlDeviceGetPciInfo(handle).busId),
+        model_name=model,
+    )
+    labels = read_labels(calls, label_readers, (lib, handle), model)
+    target = Target(entity=entity, handle=handle, labels=labels, key=entity.uuid, model=model)
+    return Gpu(
+        target=target,
+        gpm=bool(gpm_fields) and _gpm_supported(lib, calls, handle, model, gpm_fields),
+        migs=_discover_migs(lib, calls, target),
+    )
+
+
+def read_labels(
+    calls: NvmlCalls,
+    readers: Mapping[str, Callable[..., str]],
+    args: tuple[Any, ...],
+    model: str,
+) -> dict[str, str]:
+    """Label field -> text, from `read(*args)` per field; a failing read is left out."""
+    labels = {}
+    for name, read in readers.items():
+        value = calls.read(Counter(), name, model, read, *args)
+        if value is not MISSING:
+            labels[name] = text(value)
+    return labels
+
+
+def _gpm_supported(
+    lib: Any, calls: NvmlCalls, handle: Any, model: str, gpm_fields: Sequence[str]
+) -> bool:
+    try:
+        supported = bool(lib.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+    except UNSUPPORTED:
+        supported = False
+    if not supported:
+        calls.once(
+            ("no-gpm", model),
+            logging.INFO,
+            "%s has no NVML GPM (Hopper and newer): profiling fields unavailable, omitted: %s",
+            model,
+            ", ".join(gpm_fields),
+        )
+    return supported
+
+
+def _discover_migs(lib: Any, calls: NvmlCalls, parent: Target) -> tuple[Target, ...]:
+    handle = parent.handle
+    try:
+        mode = lib.nvmlDeviceGetMigMode(handle)[0]
+    except UNSUPPORTED:
+        return ()
+    if mode != pynvml.NVML_DEVICE_MIG_ENABLE:
+        return ()
+    profiles = _profile_names(lib, handle)
+    migs = []
+    for index in range(lib.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig_handle = lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+        except pynvml.NVMLError_NotFound:
+            continue  # no MIG device at this index
+        gi_id = lib.nvmlDeviceGetGpuInstanceId(mig_handle)
+        profile = profiles.get(_profile_id(lib, handle, gi_id)) or mig_profile_name(
+            text(lib.nvmlDeviceGetName(mig_handle))
+        )
+        if profile is None:
+            calls.log.warning(
+                "MIG instance %d of GPU %s left out: no profile name", gi_id, parent.key
+            )
+            continue
+        mig = MigInstance(
+            profile=profile,
+            gi_id=gi_id,
+            ci_id=lib.nvmlDeviceGetComputeInstanceId(mig_handle),
+            uuid=text(lib.nvmlDeviceGetUUID(mig_handle)),
+        )
+        migs.append(
+            Target(
+                entity=dataclasses.replace(parent.entity, mig=mig),
+                handle=mig_handle,
+                labels=parent.labels,
+                key=mig.uuid,
+                model=f"{parent.model} MIG {profile}",
+            )
+        )
+    return tuple(sorted(migs, key=lambda t: t.entity.key))
+
+
+def _profile_names(lib: Any, handle: Any) -> dict[int, str]:
+    """GPU-instance profile id -> NVIDIA's profile name, from NVML's profile table."""
+    names = {}
+    for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        try:
+            info = lib.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
+        except pynvml.NVMLError:
+            continue  # profile not available on this GPU
+        name = mig_profile_name(text(info.name))
+        if name:
+            names[info.id] = name
+    return names
+
+
+def _profile_id(lib: Any, handle: Any, gi_id: int) -> int | None:
+    try:
+        instance = lib.nvmlDeviceGetGpuInstanceById(handle, gi_id)
+        return lib.nvmlGpuInstanceGetInfo(instance).profileId
+    except pynvml.NVMLError:
+        return None  # fall back to the MIG device's name
