@@ -4,7 +4,18 @@ pod sharing an entity uses of it.
 Pure: no I/O, no clock, no logging. The adapters gather the kubelet's view
 (`podresources`) and the pid -> pod UID map (`procfs`); this module joins them with one
 collection. It never guesses: a device ID it cannot place, or a sharing pod whose UID it
-cannot resolve, is left out and counted, never attributed by heuristics.
+cannot resolve, is left out and counted, never attributed by heuristics; a shared entity
+whose per-process data NVML could not give keeps the device value for every pod (counted
+unsplit) rather than a made-up 0.
+
+Terminated pods: kubelets before 1.34 list them too (dcgm-exporter #140). Since 1.16 `List`
+first frees the devices of pods in a terminal phase, so such a pod is listed without
+devices and gets no series; older kubelets, and any kubelet whose pod sources are not yet
+ready after a restart, still report its devices until the next allocation frees them.
+Those pods stay attributed until then (telling them apart needs the pod phase, from the
+API server). Should a whole device (no `::n` replica) ever be listed for two pods, only
+the pods the device manager's checkpoint confirms keep it; without such evidence all keep
+it and are counted `ambiguous_holders`.
 
 Two steps keep the per-collection cost O(entities + processes): `build_index` runs when the
 kubelet view or the node's entities change (every few seconds at most); `attribute` runs
@@ -16,17 +27,23 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple, Protocol
 
-from gpufleet.exporter.snapshot import Entity, EntitySample, PodRef, PodShare, PodView
-
-GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
-FB_USED = "DCGM_FI_DEV_FB_USED"
+from gpufleet.exporter.fields import BYTES_PER_MIB
+from gpufleet.exporter.snapshot import (
+    FB_USED,
+    GPU_UTIL,
+    Entity,
+    EntitySample,
+    PodRef,
+    PodShare,
+    PodView,
+    ProcessSample,
+)
 
 # Resource names the NVIDIA device plugin advertises. `.shared` is its time-slicing/MPS
 # rename (renameByDefault); dcgm-exporter drops it unless listed (its #151), we keep it.
 GPU_RESOURCE_NAMES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
-_MIB = 1 << 20
 # GKE's device plugin: nvidiaN (whole GPU), nvidiaN/giK (MIG), optional /vgpuM (sharing).
 _GKE_ID = re.compile(r"nvidia([0-9]+)(?:/gi([0-9]+))?(?:/vgpu([0-9]+))?")
 _UUID_ID = re.compile(r"(GPU|MIG)-[0-9a-fA-F][0-9a-fA-F-]*")
@@ -80,9 +97,13 @@ class AttributionStats:
     current collection, not increments."""
 
     unknown_device_ids: int = 0  # kept-resource IDs that match no entity on this node
-    unresolved_uids: int = 0  # pods with no (or an ambiguous) checkpoint UID
-    unsplit_entities: int = 0  # shared entities left without per-pod values (UID missing)
+    unresolved_uids: int = 0  # holding pods with no (or an ambiguous) checkpoint UID
+    # shared entities left without per-pod values: a UID missing, or NVML could not tell
+    # the entity's processes
+    unsplit_entities: int = 0
     unattributed_processes: int = 0  # processes on a split entity not in any holding pod
+    stale_holders: int = 0  # pods dropped from a whole device the checkpoint gives another
+    ambiguous_holders: int = 0  # pods sharing a whole device, none confirmed by checkpoint
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,14 +216,17 @@ def build_index(
     Rebuild when the kubelet view or the set of entities changes. IDs that parse to no
     entity are dropped and counted; a pod's UID comes from the checkpoint entry with the
     same (container, resource, set of device IDs), and stays None when no entry or
-    conflicting entries match.
+    conflicting entries match. A whole device listed for several pods stays only with
+    those whose holding matches a checkpoint entry (all of them when none does).
     """
     kept = _merged(c for c in containers if keeps_resource(c.resource_name, extra_resource_names))
     topology = _topology(entities)
-    uids = _pod_uids(kept, _uid_table(checkpoint))
+    table = _uid_table(checkpoint, kept)
+    uids = _pod_uids(kept, table)
+    stale, stale_pods, ambiguous_pods = _stale_holdings(kept, table)
     replicas: dict[Key, dict[PodRef, set[int]]] = {}
     unknown = 0
-    for held in kept:
+    for position, held in enumerate(kept):
         pod = PodRef(
             namespace=held.namespace,
             name=held.pod,
@@ -210,6 +234,8 @@ def build_index(
             uid=uids[(held.namespace, held.pod)],
         )
         for raw in held.device_ids:
+            if (position, raw) in stale:
+                continue
             device = parse_device_id(raw)
             keys = () if device is None else _locate(device, topology)
             unknown += not keys
@@ -221,8 +247,14 @@ def build_index(
     splits, unsplit = _splits(holders)
     stats = AttributionStats(
         unknown_device_ids=unknown,
-        unresolved_uids=sum(uid is None for uid in uids.values()),
+        # pods left holding something: a pod dropped as stale is not a UID to find
+        unresolved_uids=sum(
+            uids[pod] is None
+            for pod in {(p.namespace, p.name) for held in replicas.values() for p in held}
+        ),
         unsplit_entities=unsplit,
+        stale_holders=stale_pods,
+        ambiguous_holders=ambiguous_pods,
     )
     return AttributionIndex(holders=holders, splits=splits, stats=stats)
 
@@ -246,14 +278,64 @@ def _merged(containers: Iterable[ContainerDevices]) -> list[ContainerDevices]:
 
 
 def _uid_table(
-    checkpoint: Iterable[CheckpointRecord],
+    checkpoint: Iterable[CheckpointRecord], kept: Iterable[ContainerDevices]
 ) -> dict[tuple[str, str, frozenset[str]], str | None]:
-    """(container, resource, device IDs) -> pod UID; None where entries disagree."""
+    """(container, resource, device IDs) -> pod UID; None where entries disagree.
+
+    Only keys exactly one listed pod holds: when two pods' holdings look the same (a stale
+    and a live pod with the same container name), an entry cannot tell which one it is.
+    """
+    claims: dict[tuple[str, str, frozenset[str]], set[tuple[str, str]]] = {}
+    for held in kept:
+        claims.setdefault(_join_key(held), set()).add((held.namespace, held.pod))
     table: dict[tuple[str, str, frozenset[str]], str | None] = {}
     for entry in checkpoint:
         key = (entry.container_name, entry.resource_name, frozenset(entry.device_ids))
-        table[key] = entry.pod_uid if table.get(key, entry.pod_uid) == entry.pod_uid else None
+        if len(claims.get(key, ())) == 1:
+            agree = table.get(key, entry.pod_uid) == entry.pod_uid
+            table[key] = entry.pod_uid if agree else None
     return table
+
+
+def _stale_holdings(
+    kept: Sequence[ContainerDevices],
+    table: Mapping[tuple[str, str, frozenset[str]], str | None],
+) -> tuple[frozenset[tuple[int, str]], int, int]:
+    """Holdings of whole devices (no replica suffix) that `List` gives to 2+ pods.
+
+    A pod with a holding of the device that matches a checkpoint entry (in `table`, so no
+    other pod's holding looks the same) is live; the others' holdings of it are stale.
+    Returns the stale (position in `kept`, device ID) pairs, the number of pods losing a
+    device that way, and the number of pods kept on a contested device for want of any
+    checkpoint match.
+    """
+    positions: dict[str, list[int]] = {}
+    for position, held in enumerate(kept):
+        for raw in held.device_ids:
+            device = parse_device_id(raw)
+            if device is not None and device.replica is None:
+                positions.setdefault(raw, []).append(position)
+    stale: set[tuple[int, str]] = set()
+    stale_pods: set[tuple[str, str]] = set()
+    ambiguous_pods: set[tuple[str, str]] = set()
+    for raw, held_at in positions.items():
+        pods = {(kept[p].namespace, kept[p].pod) for p in held_at}
+        if len(pods) < 2:
+            continue
+        live = {(kept[p].namespace, kept[p].pod) for p in held_at if _join_key(kept[p]) in table}
+        if not live:
+            ambiguous_pods |= pods
+            continue
+        for p in held_at:
+            if (kept[p].namespace, kept[p].pod) not in live:
+                stale.add((p, raw))
+                stale_pods.add((kept[p].namespace, kept[p].pod))
+    return frozenset(stale), len(stale_pods), len(ambiguous_pods)
+
+
+def _join_key(held: ContainerDevices) -> tuple[str, str, frozenset[str]]:
+    """What a `List` holding shares with its checkpoint entry."""
+    return (held.container, held.resource_name, frozenset(held.device_ids))
 
 
 def _pod_uids(
@@ -263,7 +345,7 @@ def _pod_uids(
     """(namespace, pod) -> UID. Any matching container resolves its pod; conflicts -> None."""
     found: dict[tuple[str, str], set[str | None]] = {}
     for held in kept:
-        uid = table.get((held.container, held.resource_name, frozenset(held.device_ids)))
+        uid = table.get(_join_key(held))
         found.setdefault((held.namespace, held.pod), set()).add(uid)
     resolved: dict[tuple[str, str], str | None] = {}
     for pod, candidates in found.items():
@@ -302,40 +384,48 @@ def attribute(
 
     Entities held by no pod are absent from the view. An entity held by one pod gets no
     per-pod values (the device value is the pod's value). On a shared entity each pod gets
-    its own GPU_UTIL and FB_USED from its processes (`pid_pods` maps pid -> pod UID).
-    Values are per pod: two containers of one pod on the same entity each show the pod's
-    total, since a process maps to a pod, not a container.
+    its own GPU_UTIL and FB_USED from its processes (`pid_pods` maps pid -> pod UID);
+    where NVML could not tell the processes (`processes` None) every pod keeps the device
+    value and the entity counts as unsplit. Values are per pod: two containers of one pod
+    on the same entity each show the pod's total, since a process maps to a pod, not a
+    container.
     """
     pods: dict[Key, tuple[PodShare, ...]] = {}
     stray = 0
+    unknown = 0
     for sample in samples:
         key = sample.entity.key
         shares = index.holders.get(key)
         if not shares:
             continue
         uids = index.splits.get(key)
-        if uids is None:
+        if uids is None or sample.processes is None:
             pods[key] = shares
+            unknown += uids is not None
             continue
-        pods[key], unmatched = _split(shares, sample, uids, pid_pods)
+        pods[key], unmatched = _split(shares, sample.processes, uids, pid_pods)
         stray += unmatched
-    stats = replace(index.stats, unattributed_processes=stray)
+    stats = replace(
+        index.stats,
+        unattributed_processes=stray,
+        unsplit_entities=index.stats.unsplit_entities + unknown,
+    )
     return Attribution(pods=pods, stats=stats)
 
 
 def _split(
     shares: tuple[PodShare, ...],
-    sample: EntitySample,
+    processes: Sequence[ProcessSample],
     uids: frozenset[str],
     pid_pods: Mapping[int, str],
 ) -> tuple[tuple[PodShare, ...], int]:
     """Per-pod GPU_UTIL (summed %, capped at 100) and FB_USED (MiB) on one shared entity.
 
-    A field is split only when some process reports it (or there are no processes): when
-    NVML gave no per-process value, the pods keep the device value rather than a made-up 0.
-    Pods with no processes get 0. Returns the shares and the count of stray processes.
+    `processes` is what NVML listed (possibly none). A field is split only when some
+    process reports it (or there are no processes): when NVML gave no per-process value,
+    the pods keep the device value rather than a made-up 0. Pods with no processes get 0.
+    Returns the shares and the count of stray processes.
     """
-    processes = sample.processes
     util = dict.fromkeys(uids, 0.0)
     used_bytes = dict.fromkeys(uids, 0)
     stray = 0
@@ -354,6 +444,6 @@ def _split(
         if split_util:
             pod_values[GPU_UTIL] = min(100.0, util[uid])
         if split_fb:
-            pod_values[FB_USED] = float(used_bytes[uid] // _MIB)
+            pod_values[FB_USED] = float(used_bytes[uid] // BYTES_PER_MIB)
         values[uid] = pod_values
     return tuple(replace(s, values=values.get(s.pod.uid or "", {})) for s in shares), stray

@@ -44,11 +44,16 @@ class FieldSpec:
     default: bool = False  # in dcgm-exporter's default counters CSV
 
 
+XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
+"""The one catalog field served from NVML events (`xid.py`), not polled by `nvml.py`."""
+BYTES_PER_MIB = 1 << 20
+"""dcgm's legacy memory unit (FB_*, per-process memory, PCIe MB/s), in bytes."""
+
 # Unit changes dcgm-exporter 4.9 applied to the default fields (legacy value x scale).
 _HZ_PER_MHZ = 1e6
 _J_PER_MJ = 1e-3
 _RATIO_PER_PERCENT = 0.01
-_BYTES_PER_MIB = float(2**20)
+_BYTES_PER_MIB = float(BYTES_PER_MIB)
 _BPS_PER_MBPS = 1e6
 
 
@@ -180,7 +185,7 @@ _SPECS: tuple[FieldSpec, ...] = (
         default=True,
     ),
     FieldSpec(
-        name="DCGM_FI_DEV_XID_ERRORS",
+        name=XID_FIELD,
         type=MetricType.GAUGE,
         help="Value of the last XID error encountered.",
         nvml="nvmlEventSetWait_v2 on nvmlEventTypeXidCriticalError (xid.py)",

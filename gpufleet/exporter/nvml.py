@@ -4,10 +4,13 @@ The gather stage of the collector. It turns NVML calls into plain `EntitySample`
 dcgm-exporter's legacy units (the tables in `nvml_readers` say which call serves which field).
 `lib` is the `pynvml` module or the simulated NVML; this module never branches on which.
 
-It must never let one GPU or one field spoil the rest: a lost GPU drops that GPU's entities
-for the round (counted `gpu_lost`); a failing call drops the values it feeds (counted
-`nvml_error` or `timeout`); NotSupported drops them without counting (logged once per call
-and GPU model). It never fakes a value NVML cannot give, e.g. profiling fields without GPM.
+It must never let one GPU, MIG instance or field spoil the rest: a lost GPU drops that GPU's
+entities for the round (counted `gpu_lost`); a failing call drops the values it feeds
+(counted `nvml_error` or `timeout`); NotSupported drops them without counting (logged once
+per call and GPU model); a conversion that raises drops its one value (counted
+`unexpected`); a MIG instance that fails at discovery is left out alone (counted). It never
+fakes a value NVML cannot give, e.g. profiling fields without GPM, or "no processes" when
+the per-process calls fail (`EntitySample.processes` is None then).
 
 `collect` calls NVML synchronously and blocks as long as NVML blocks (a wedged driver can
 hang a call): the caller runs it under its own watchdog. Not thread-safe: one thread calls
@@ -24,8 +27,8 @@ from typing import Any
 
 import pynvml
 
-from gpufleet.exporter.fields import FieldSpec, MigSource
-from gpufleet.exporter.nvml_calls import MISSING, NvmlCalls
+from gpufleet.exporter.fields import XID_FIELD, FieldSpec, MigSource
+from gpufleet.exporter.nvml_calls import MISSING, NvmlCalls, error_kind
 from gpufleet.exporter.nvml_discovery import Gpu, Target, discover_gpu, read_labels
 from gpufleet.exporter.nvml_gpm import GpmReader
 from gpufleet.exporter.nvml_processes import ProcessReader, process_samples
@@ -39,7 +42,6 @@ from gpufleet.exporter.nvml_readers import (
     NVLINK_RATES,
     QUERIES,
     SERVED_FIELDS,
-    XID_FIELD,
     field_value_number,
     kib_rate_mb_per_s,
 )
@@ -85,6 +87,7 @@ class NvmlReader:
         self._node_labels: Mapping[str, str] = {}
         self._nvlink_previous: dict[tuple[str, str], tuple[float, float]] = {}  # kib, time
         self._lost: set[str] = set()
+        self._discovery_errors: Counter[str] = Counter()  # reported by the next `collect`
 
     @property
     def entities(self) -> tuple[Entity, ...]:
@@ -100,8 +103,10 @@ class NvmlReader:
         """(Re)read the GPU and MIG topology and the static labels; cache them.
 
         A GPU that fails during discovery keeps its previous topology (so a lost GPU stays
-        visible as `gpu_lost` in `collect`), or is left out if it was never seen. Rate, GPM
-        and process-utilization state survives for entities that are still there.
+        visible as `gpu_lost` in `collect`), or is left out if it was never seen; a MIG
+        instance that fails is left out, its GPU and siblings kept. Such failures are
+        counted in the next `collect`'s errors. Rate, GPM and process-utilization state
+        survives for entities that are still there.
         Raises NVMLError only if NVML cannot even count the GPUs.
         """
         previous = {gpu.target.entity.gpu: gpu for gpu in self._gpus}
@@ -113,22 +118,15 @@ class NvmlReader:
                         self._lib,
                         self._calls,
                         index=index,
+                        errors=self._discovery_errors,
                         label_readers=self._device_label_readers,
                         gpm_fields=self._gpm_fields,
                     )
                 )
-            except pynvml.NVMLError as err:
+            except Exception as err:  # NVML or a surprise: this GPU only
                 if index in previous:
                     gpus.append(previous[index])
-                self._calls.once(
-                    ("discovery", index, err.value),
-                    logging.WARNING,
-                    "GPU %d: NVML error %d at discovery (%s); %s",
-                    index,
-                    err.value,
-                    err,
-                    "previous topology kept" if index in previous else "left out",
-                )
+                self._discovery_failed(index, err, kept=index in previous)
         self._gpus = tuple(gpus)
         self._node_labels = read_labels(self._calls, self._node_label_readers, (self._lib,), "node")
         self._forget_vanished()
@@ -142,9 +140,11 @@ class NvmlReader:
         times the NVLink rates. Profiling fields and NVLink rates appear from the second call.
 
         Returns:
-            The samples, and error counts of this round for every kind in ERROR_KINDS.
+            The samples, and error counts of this round (plus those of any `discover` since
+            the previous round) for every kind in ERROR_KINDS.
         """
-        errors: Counter[str] = Counter()
+        errors: Counter[str] = self._discovery_errors
+        self._discovery_errors = Counter()
         samples: list[EntitySample] = []
         for gpu in self._gpus:
             key = gpu.target.key
@@ -172,6 +172,21 @@ class NvmlReader:
     def close(self) -> None:
         """Free the GPM sample buffers. The reader is not used afterwards."""
         self._gpm.close()
+
+    def _discovery_failed(self, index: int, err: Exception, *, kept: bool) -> None:
+        kind = error_kind(err)
+        if kind != "gpu_lost" or not kept:  # a kept lost GPU is counted by `collect`
+            self._discovery_errors[kind] += 1
+        self._calls.once(
+            ("discovery", index, kind, getattr(err, "value", None)),
+            logging.ERROR if kind == "unexpected" else logging.WARNING,
+            "GPU %d: %s (%s) at discovery; %s",
+            index,
+            type(err).__name__,
+            err,
+            "previous topology kept" if kept else "left out",
+            exc=kind == "unexpected",
+        )
 
     def _forget_vanished(self) -> None:
         keys = {t.key for gpu in self._gpus for t in (gpu.target, *gpu.migs)}
@@ -230,8 +245,12 @@ class NvmlReader:
                 failed.add(name)
             elif name in NVLINK_RATES:
                 kib[name] = kib.get(name, 0.0) + number
-            elif (value := FIELD_VALUES[name][1](number)) is not None:
-                values[name] = value
+            else:
+                value = self._calls.convert(
+                    errors, name, target.model, FIELD_VALUES[name][1], number
+                )
+                if value is not MISSING and value is not None:
+                    values[name] = value
         for name, total in kib.items():
             if name in failed:
                 continue
@@ -269,7 +288,9 @@ class NvmlReader:
                     errors, what, target.model, QUERIES[query], self._lib, target.handle
                 )
             if results[query] is not MISSING:
-                values[name] = extract(results[query])
+                value = self._calls.convert(errors, name, target.model, extract, results[query])
+                if value is not MISSING:
+                    values[name] = value
 
 
 def _sample(

@@ -3,7 +3,9 @@
 Exists so every part of the reader (`nvml`, `nvml_discovery`, `nvml_gpm`, `nvml_processes`)
 accounts for NVML errors the same way: NotSupported is dropped without counting and logged
 once per call and GPU model; any other NVMLError is counted as `timeout` or `nvml_error` and
-logged once per call, model and error code.
+logged once per call, model and error code. A conversion of NVML's answer that raises (a
+bug, or a struct this code does not expect) is counted as `unexpected`, logged once with
+its traceback, and costs only the value it was converting.
 
 It must never swallow a lost GPU (NVMLError_GpuIsLost propagates, so the caller drops that
 GPU for the round), never log a steady condition twice, and never log through a logger of its
@@ -20,6 +22,16 @@ import pynvml
 MISSING = object()
 """A read that gave nothing: NotSupported, or an error already counted."""
 UNSUPPORTED = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
+
+
+def error_kind(err: BaseException) -> str:
+    """The reader's error kind for a failure: `gpu_lost`, `timeout`, `nvml_error` for
+    NVMLErrors, `unexpected` for anything else (a bug or a driver surprise)."""
+    if isinstance(err, pynvml.NVMLError_GpuIsLost):
+        return "gpu_lost"
+    if isinstance(err, pynvml.NVMLError_Timeout):
+        return "timeout"
+    return "nvml_error" if isinstance(err, pynvml.NVMLError) else "unexpected"
 
 
 class NvmlCalls:
@@ -41,6 +53,24 @@ class NvmlCalls:
             self.failed(errors, what, model, err)
             return MISSING
 
+    def convert(
+        self, errors: Counter[str], what: str, model: str, convert: Callable, value: Any
+    ) -> Any:
+        """`convert(value)`, or MISSING after counting and logging (once) its exception."""
+        try:
+            return convert(value)
+        except Exception:  # one field's bad conversion must not cost the GPU's other fields
+            errors["unexpected"] += 1
+            self.once(
+                ("convert", what, model),
+                logging.ERROR,
+                "%s: converting NVML's answer failed on %s; omitted",
+                what,
+                model,
+                exc=True,
+            )
+            return MISSING
+
     def failed(self, errors: Counter[str], what: str, model: str, err: Any) -> None:
         """Count (unless unsupported) and log once a failure of `what` on a `model` GPU."""
         if isinstance(err, UNSUPPORTED):
@@ -52,7 +82,7 @@ class NvmlCalls:
                 model,
             )
             return
-        kind = "timeout" if isinstance(err, pynvml.NVMLError_Timeout) else "nvml_error"
+        kind = error_kind(err)
         errors[kind] += 1
         self.once(
             ("failed", what, model, err.value),

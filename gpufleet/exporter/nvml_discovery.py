@@ -5,9 +5,10 @@ each GPU's identity and labels, whether NVML GPM works on it, and its MIG instan
 NVIDIA's profile names. It keeps no state between calls; the reader decides what to keep when
 a GPU fails here.
 
-It must never invent an entity: a MIG instance without a profile name is left out (and
-logged), and an NVMLError while reading a GPU's identity or MIG layout propagates to the
-caller; only labels (left out) and profile names (taken from the device name) have
+It must never invent an entity, nor let one MIG instance hide its GPU: a MIG instance
+without a profile name, or whose reads fail, is left out alone (logged; failures counted);
+an NVMLError while reading a GPU's identity or MIG mode, or a lost GPU anywhere, propagates
+to the caller; only labels (left out) and profile names (taken from the device name) have
 fallbacks. It logs only through the given `NvmlCalls`.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 import pynvml
 
-from gpufleet.exporter.nvml_calls import MISSING, UNSUPPORTED, NvmlCalls
+from gpufleet.exporter.nvml_calls import MISSING, UNSUPPORTED, NvmlCalls, error_kind
 from gpufleet.exporter.nvml_readers import mig_profile_name, text
 from gpufleet.exporter.snapshot import Entity, MigInstance
 
@@ -49,12 +50,14 @@ def discover_gpu(
     calls: NvmlCalls,
     *,
     index: int,
+    errors: Counter[str],
     label_readers: Mapping[str, Callable[..., str]],
     gpm_fields: Sequence[str],
 ) -> Gpu:
     """Read GPU `index`: identity, label fields, GPM support (if `gpm_fields`), MIG instances.
 
-    Raises NVMLError when the GPU cannot be identified; a label NVML cannot give is omitted.
+    Raises NVMLError when the GPU cannot be identified; a label NVML cannot give is omitted;
+    a MIG instance that cannot be read is left out and counted in `errors`.
     """
     handle = lib.nvmlDeviceGetHandleByIndex(index)
     model = text(lib.nvmlDeviceGetName(handle))
@@ -69,7 +72,7 @@ def discover_gpu(
     return Gpu(
         target=target,
         gpm=bool(gpm_fields) and _gpm_supported(lib, calls, handle, model, gpm_fields),
-        migs=_discover_migs(lib, calls, target),
+        migs=_discover_migs(lib, calls, target, errors),
     )
 
 
@@ -106,7 +109,9 @@ def _gpm_supported(
     return supported
 
 
-def _discover_migs(lib: Any, calls: NvmlCalls, parent: Target) -> tuple[Target, ...]:
+def _discover_migs(
+    lib: Any, calls: NvmlCalls, parent: Target, errors: Counter[str]
+) -> tuple[Target, ...]:
     handle = parent.handle
     try:
         mode = lib.nvmlDeviceGetMigMode(handle)[0]
@@ -118,34 +123,62 @@ def _discover_migs(lib: Any, calls: NvmlCalls, parent: Target) -> tuple[Target, 
     migs = []
     for index in range(lib.nvmlDeviceGetMaxMigDeviceCount(handle)):
         try:
-            mig_handle = lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
-        except pynvml.NVMLError_NotFound:
-            continue  # no MIG device at this index
-        gi_id = lib.nvmlDeviceGetGpuInstanceId(mig_handle)
-        profile = profiles.get(_profile_id(lib, handle, gi_id)) or mig_profile_name(
-            text(lib.nvmlDeviceGetName(mig_handle))
-        )
-        if profile is None:
-            calls.log.warning(
-                "MIG instance %d of GPU %s left out: no profile name", gi_id, parent.key
+            mig = _discover_mig(lib, calls, parent, index, profiles)
+        except pynvml.NVMLError_GpuIsLost:
+            raise
+        except Exception as err:  # this slice only; its siblings and GPU stay
+            kind = error_kind(err)
+            errors[kind] += 1
+            calls.once(
+                ("mig-discovery", parent.key, index, kind),
+                logging.WARNING,
+                "MIG device %d of GPU %s left out: %s (%s)",
+                index,
+                parent.key,
+                type(err).__name__,
+                err,
+                exc=kind == "unexpected",
             )
             continue
-        mig = MigInstance(
-            profile=profile,
-            gi_id=gi_id,
-            ci_id=lib.nvmlDeviceGetComputeInstanceId(mig_handle),
-            uuid=text(lib.nvmlDeviceGetUUID(mig_handle)),
-        )
-        migs.append(
-            Target(
-                entity=dataclasses.replace(parent.entity, mig=mig),
-                handle=mig_handle,
-                labels=parent.labels,
-                key=mig.uuid,
-                model=f"{parent.model} MIG {profile}",
-            )
-        )
+        if mig is not None:
+            migs.append(mig)
     return tuple(sorted(migs, key=lambda t: t.entity.key))
+
+
+def _discover_mig(
+    lib: Any, calls: NvmlCalls, parent: Target, index: int, profiles: Mapping[int, str]
+) -> Target | None:
+    """MIG device `index` of `parent`; None when there is none there or it has no name."""
+    try:
+        mig_handle = lib.nvmlDeviceGetMigDeviceHandleByIndex(parent.handle, index)
+    except pynvml.NVMLError_NotFound:
+        return None  # no MIG device at this index
+    gi_id = lib.nvmlDeviceGetGpuInstanceId(mig_handle)
+    profile = profiles.get(_profile_id(lib, parent.handle, gi_id)) or mig_profile_name(
+        text(lib.nvmlDeviceGetName(mig_handle))
+    )
+    if profile is None:
+        calls.once(
+            ("mig-no-profile", parent.key, gi_id),
+            logging.WARNING,
+            "MIG instance %d of GPU %s left out: no profile name",
+            gi_id,
+            parent.key,
+        )
+        return None
+    mig = MigInstance(
+        profile=profile,
+        gi_id=gi_id,
+        ci_id=lib.nvmlDeviceGetComputeInstanceId(mig_handle),
+        uuid=text(lib.nvmlDeviceGetUUID(mig_handle)),
+    )
+    return Target(
+        entity=dataclasses.replace(parent.entity, mig=mig),
+        handle=mig_handle,
+        labels=parent.labels,
+        key=mig.uuid,
+        model=f"{parent.model} MIG {profile}",
+    )
 
 
 def _profile_names(lib: Any, handle: Any) -> dict[int, str]:

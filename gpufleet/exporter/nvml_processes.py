@@ -6,9 +6,10 @@ instance's processes may have to be taken from its parent GPU's lists. Keeping t
 `nvml` treat processes as one more read.
 
 It must never attribute a parent GPU's process to a MIG instance it does not run on (the
-fallback matches GPU and compute instance ids), must keep "NVML could not tell" (MISSING)
-apart from "no processes" until `process_samples` (so that fallback can happen), and never
-logs: failures go through the given `NvmlCalls`.
+fallback matches GPU and compute instance ids), must keep "NVML could not tell" apart from
+"no processes" all the way into the snapshot (MISSING here, None in `EntitySample`), so
+that attribution never turns an unknown into a pod using 0, and never logs: failures go
+through the given `NvmlCalls`.
 """
 
 from collections import Counter
@@ -25,7 +26,7 @@ class ProcessReader:
     """Reads the processes of GPUs and MIG instances; remembers each one's last sample time."""
 
     def __init__(self, lib: Any, calls: NvmlCalls, *, enabled: bool) -> None:
-        """With `enabled` False, every read answers no processes without calling NVML."""
+        """With `enabled` False, every read answers "could not tell" without calling NVML."""
         self._lib = lib
         self._calls = calls
         self._enabled = enabled
@@ -35,7 +36,7 @@ class ProcessReader:
         """(running compute processes, pid -> SM util %) of a handle; MISSING where NVML
         could not tell."""
         if not self._enabled:
-            return [], {}
+            return MISSING, MISSING
         running = self._calls.read(
             errors,
             "nvmlDeviceGetComputeRunningProcesses",
@@ -84,8 +85,11 @@ class ProcessReader:
         self._seen_us = {k: v for k, v in self._seen_us.items() if k in keys}
 
 
-def process_samples(running: Any, utilization: Any) -> tuple[ProcessSample, ...]:
-    """The `read` results as ProcessSamples by pid; MISSING reads as none."""
+def process_samples(running: Any, utilization: Any) -> tuple[ProcessSample, ...] | None:
+    """The `read` results as ProcessSamples by pid; None when the running processes are
+    MISSING. MISSING utilization leaves each process's `sm_util_percent` None."""
+    if running is MISSING:
+        return None
     util = {} if utilization is MISSING else utilization
     return tuple(
         ProcessSample(
@@ -93,7 +97,7 @@ def process_samples(running: Any, utilization: Any) -> tuple[ProcessSample, ...]
             used_memory_bytes=None if p.usedGpuMemory is None else int(p.usedGpuMemory),
             sm_util_percent=util.get(p.pid),
         )
-        for p in sorted(() if running is MISSING else running, key=lambda p: p.pid)
+        for p in sorted(running, key=lambda p: p.pid)
     )
 
 

@@ -10,12 +10,10 @@ from typing import Any
 
 import pynvml
 
-XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"  # served by xid.py from NVML events, not polled here
+from gpufleet.exporter.fields import BYTES_PER_MIB
 
 _UINT_MAX = 0xFFFFFFFF
 _MEMORY_TEMP_MAX_C = 200.0  # DCGM treats hotter HBM readings as bogus and drops them
-_MIB_SHIFT = 20
-_BYTES_PER_MIB = float(2**20)
 
 
 # --- pure helpers ---------------------------------------------------------------------------
@@ -204,10 +202,10 @@ CALLS: Mapping[str, tuple[str, Callable[[Any], float]]] = {
     "DCGM_FI_DEV_MEM_COPY_UTIL": ("utilization", lambda u: float(u.memory)),
     "DCGM_FI_DEV_ENC_UTIL": ("encoder", lambda r: float(r[0])),
     "DCGM_FI_DEV_DEC_UTIL": ("decoder", lambda r: float(r[0])),
-    "DCGM_FI_DEV_FB_FREE": ("memory", lambda m: float(m.free >> _MIB_SHIFT)),
-    "DCGM_FI_DEV_FB_USED": ("memory", lambda m: float(m.used >> _MIB_SHIFT)),
-    "DCGM_FI_DEV_FB_RESERVED": ("memory", lambda m: float(m.reserved >> _MIB_SHIFT)),
-    "DCGM_FI_DEV_FB_TOTAL": ("memory", lambda m: float(m.total >> _MIB_SHIFT)),
+    "DCGM_FI_DEV_FB_FREE": ("memory", lambda m: float(m.free // BYTES_PER_MIB)),
+    "DCGM_FI_DEV_FB_USED": ("memory", lambda m: float(m.used // BYTES_PER_MIB)),
+    "DCGM_FI_DEV_FB_RESERVED": ("memory", lambda m: float(m.reserved // BYTES_PER_MIB)),
+    "DCGM_FI_DEV_FB_TOTAL": ("memory", lambda m: float(m.total // BYTES_PER_MIB)),
     "DCGM_FI_DEV_VGPU_LICENSE_STATUS": ("licensing", vgpu_license_status),
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("clock_events", float),
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("clock_events", float),
@@ -226,8 +224,8 @@ GPM: Mapping[str, tuple[int, float]] = {
     "DCGM_FI_PROF_PIPE_FP64_ACTIVE": (pynvml.NVML_GPM_METRIC_FP64_UTIL, 0.01),
     "DCGM_FI_PROF_PIPE_FP32_ACTIVE": (pynvml.NVML_GPM_METRIC_FP32_UTIL, 0.01),
     "DCGM_FI_PROF_PIPE_FP16_ACTIVE": (pynvml.NVML_GPM_METRIC_FP16_UTIL, 0.01),
-    "DCGM_FI_PROF_PCIE_TX_BYTES": (pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, _BYTES_PER_MIB),
-    "DCGM_FI_PROF_PCIE_RX_BYTES": (pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, _BYTES_PER_MIB),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": (pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, float(BYTES_PER_MIB)),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": (pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, float(BYTES_PER_MIB)),
 }
 
 # Static labels, read once at discovery.

@@ -25,7 +25,7 @@ import grpc
 from gpufleet.exporter.attribution import ContainerDevices
 from gpufleet.kubelet.api import podresources_v1_pb2 as pb
 from gpufleet.kubelet.api import podresources_v1_pb2_grpc as pb_grpc
-from gpufleet.kubelet.checkpoint import CheckpointEntry, read_checkpoint
+from gpufleet.kubelet.checkpoint import CheckpointEntry, CheckpointRead, read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,8 @@ class KubeletErrorKind(StrEnum):
     UNAVAILABLE = "unavailable"  # connection refused or dropped
     RATE_LIMITED = "rate_limited"  # RESOURCE_EXHAUSTED: the kubelet's token bucket
     DEADLINE = "deadline"  # List took longer than the call timeout
-    CHECKPOINT = "checkpoint"  # checkpoint unreadable or malformed: no pod UIDs
+    # checkpoint unreadable or malformed (no pod UIDs), or one per malformed entry skipped
+    CHECKPOINT = "checkpoint"
     ERROR = "error"  # anything else
 
 
@@ -135,6 +136,7 @@ class PodResourcesWatcher:
         self._lister: pb_grpc.PodResourcesListerStub | None = None
         self._state = "starting"  # "ok" or a failure kind: what was last logged
         self._checkpoint_state: KubeletErrorKind | None = None
+        self._checkpoint_skipped: tuple[str, ...] = ()  # what was last logged
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -243,11 +245,14 @@ class PodResourcesWatcher:
             return (), KubeletErrorKind.ERROR, repr(exc)
 
     def _read_checkpoint(self) -> tuple[CheckpointEntry, ...]:
-        """The checkpoint entries; none (no pod UIDs, so no per-pod split) if unreadable."""
+        """The checkpoint entries; none (no pod UIDs, so no per-pod split) if unreadable.
+
+        A malformed entry costs only its own pod's UID: it is skipped and counted.
+        """
         try:
-            entries, failure, detail = read_checkpoint(self._checkpoint_path), None, ""
+            read, failure, detail = read_checkpoint(self._checkpoint_path), None, ""
         except (OSError, ValueError) as exc:
-            entries, failure, detail = (), KubeletErrorKind.CHECKPOINT, str(exc)
+            read, failure, detail = CheckpointRead(), KubeletErrorKind.CHECKPOINT, str(exc)
             self._count(failure)
         if failure != self._checkpoint_state:
             if failure is None:
@@ -255,7 +260,15 @@ class PodResourcesWatcher:
             else:
                 log.warning("kubelet checkpoint unreadable", extra={"fields": {"error": detail}})
             self._checkpoint_state = failure
-        return entries
+        if read.skipped:
+            self._count(KubeletErrorKind.CHECKPOINT, len(read.skipped))
+        if read.skipped != self._checkpoint_skipped and read.skipped:
+            log.warning(
+                "kubelet checkpoint entries skipped",
+                extra={"fields": {"skipped": len(read.skipped), "first": read.skipped[0]}},
+            )
+        self._checkpoint_skipped = read.skipped
+        return read.entries
 
     def _on_failure(self, kind: KubeletErrorKind, detail: str) -> None:
         """Drop a view past its staleness limit; log only changes of state."""
@@ -274,9 +287,9 @@ class PodResourcesWatcher:
             )
             self._state = kind
 
-    def _count(self, kind: KubeletErrorKind) -> None:
+    def _count(self, kind: KubeletErrorKind, n: int = 1) -> None:
         with self._errors_lock:
-            self._errors[kind] += 1
+            self._errors[kind] += n
 
     def _stub(self) -> pb_grpc.PodResourcesListerStub:
         if self._lister is None:

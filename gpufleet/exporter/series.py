@@ -9,7 +9,13 @@ template ranges over it in key order, so on an XID series of a pod they interlea
 
 Unlike dcgm-exporter, an entity held by several pods (time-slicing, MPS) yields one series
 per pod (not one arbitrary pod), each with that pod's own value where NVML can split it.
-Entities no pod holds carry no pod labels at all (dcgm-exporter 4.x), not empty strings.
+For the fields it splits (`SPLIT_FIELDS`: GPU_UTIL, FB_USED) such an entity also keeps its
+device-level series without pod labels, as dcgm-exporter does since its #594, so the
+device total stays visible (FB_FREE + FB_USED adds up to the device's memory). Entities no
+pod holds carry no pod labels at all (dcgm-exporter 4.x), not empty strings.
+
+XID series exist only for GPUs the XID watcher watches (`NodeSample.xid`): where event
+registration failed, no XID is known and none is claimed, not even "No Error".
 
 Pure: no I/O, no clock, no logging. Escaping is the renderer's job; values here are raw.
 """
@@ -17,7 +23,7 @@ Pure: no I/O, no clock, no logging. Escaping is the renderer's job; values here 
 from dataclasses import dataclass
 
 from gpufleet.exporter.counters import SelectedField, Selection
-from gpufleet.exporter.fields import XID_MESSAGES, MetricType, MigSource
+from gpufleet.exporter.fields import XID_FIELD, XID_MESSAGES, MetricType, MigSource
 from gpufleet.exporter.profiles import (
     LABEL_NAMES,
     OLD_LABEL_NAMES,
@@ -27,9 +33,8 @@ from gpufleet.exporter.profiles import (
     served_name,
     unit_scale,
 )
-from gpufleet.exporter.snapshot import EntitySample, NodeSample, PodShare, PodView
+from gpufleet.exporter.snapshot import SPLIT_FIELDS, EntitySample, NodeSample, PodShare, PodView
 
-XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 XID_TOTAL_NAME = "gpufleet_xid_errors_total"
 XID_TOTAL_HELP = "Number of XID events per xid since the exporter started."
 # dcgm-exporter's err_msg for code 0 and for codes outside its table.
@@ -76,6 +81,7 @@ class _Row:
 
     entity: EntitySample
     share: PodShare | None
+    split_only: bool  # the device row of a shared entity: only SPLIT_FIELDS use it
     base: Labels  # identity, hostname and label-row labels
     attributes: Labels  # pod attributes, sorted by key
     labels: Labels  # base + attributes, built once and shared by every family
@@ -90,8 +96,9 @@ def build_families(
     entity's values (unsupported, lost) gives that entity no series; a family with no
     series at all is left out, as dcgm-exporter does. `DCGM_FI_DEV_XID_ERRORS` is the last
     XID of the entity's GPU (0 if none since start) with dcgm-exporter's `err_code` and
-    `err_msg`, and is followed by `gpufleet_xid_errors_total` (per GPU and xid). Samples
-    are ordered by entity (gpu, GPU instance), then in the pod view's order.
+    `err_msg`, and is followed by `gpufleet_xid_errors_total` (per GPU and xid); both only
+    for GPUs in `sample.xid`. Samples are ordered by entity (gpu, GPU instance), then the
+    device row of a shared entity (SPLIT_FIELDS only), then in the pod view's order.
     """
     names = OLD_LABEL_NAMES if options.old_namespace else LABEL_NAMES
     rows = _rows(sample, selection=selection, pods=pods, options=options, names=names)
@@ -121,9 +128,17 @@ def _rows(
     for entity_sample in sorted(sample.entities, key=_entity_order):
         base = _base_labels(entity_sample, sample, label_rows, options, names)
         shares = pods.get(entity_sample.entity.key, ())
-        if not shares:
+        shared = len({(s.pod.namespace, s.pod.name) for s in shares}) > 1
+        if not shares or shared:
             rows.append(
-                _Row(entity=entity_sample, share=None, base=base, attributes=(), labels=base)
+                _Row(
+                    entity=entity_sample,
+                    share=None,
+                    split_only=shared,
+                    base=base,
+                    attributes=(),
+                    labels=base,
+                )
             )
         for share in shares:
             attributes = _pod_attributes(share, options, names)
@@ -131,6 +146,7 @@ def _rows(
                 _Row(
                     entity=entity_sample,
                     share=share,
+                    split_only=False,
                     base=base,
                     attributes=attributes,
                     labels=base + attributes,
@@ -197,7 +213,10 @@ def _field_family(selected: SelectedField, rows: list[_Row], profile: Profile) -
     field = spec.name
     scale = unit_scale(spec, profile)
     samples = []
+    split = field in SPLIT_FIELDS
     for row in rows:
+        if row.split_only and not split:
+            continue
         value = None
         if row.share is not None:
             value = row.share.values.get(field)  # this pod's share, where NVML splits it
@@ -217,14 +236,16 @@ def _field_family(selected: SelectedField, rows: list[_Row], profile: Profile) -
 def _xid_family(
     selected: SelectedField, rows: list[_Row], sample: NodeSample, profile: Profile
 ) -> MetricFamily:
-    """The last XID per GPU, as dcgm-exporter renders it: err_code="0", err_msg="No Error"
-    until the first XID, then the code and its text; the value is the code itself."""
+    """The last XID per watched GPU, as dcgm-exporter renders it: err_code="0",
+    err_msg="No Error" until the first XID, then the code and its text; the value is the
+    code itself. A GPU missing from `sample.xid` (not watched) gets no series."""
     samples = []
     for row in _xid_rows(selected, rows):
         state = sample.xid.get(row.entity.entity.gpu)
-        last = state.last if state is not None else 0
-        extra = (("err_code", str(last)), ("err_msg", _xid_message(last)))
-        samples.append(Sample(labels=_with(row, extra), value=last))
+        if state is None:
+            continue
+        extra = (("err_code", str(state.last)), ("err_msg", _xid_message(state.last)))
+        samples.append(Sample(labels=_with(row, extra), value=state.last))
     return MetricFamily(
         name=served_name(selected.spec, profile),
         type=selected.type,
@@ -255,9 +276,8 @@ def _xid_total_family(
 
 def _xid_rows(selected: SelectedField, rows: list[_Row]) -> list[_Row]:
     """XIDs are per GPU; MIG instances carry their GPU's unless the field says NONE."""
-    if selected.spec.mig is not MigSource.NONE:
-        return rows
-    return [row for row in rows if row.entity.entity.mig is None]
+    mig = selected.spec.mig is not MigSource.NONE
+    return [r for r in rows if not r.split_only and (mig or r.entity.entity.mig is None)]
 
 
 def _served_help(selected: SelectedField, profile: Profile) -> str:

@@ -51,7 +51,9 @@ class EntitySample:
     entity: Entity
     values: Mapping[str, float]  # legacy DCGM field name -> value in legacy units
     labels: Mapping[str, str] = field(default_factory=dict)  # `label` fields, e.g. serial
-    processes: tuple[ProcessSample, ...] = ()
+    # NVML's compute processes: () when it said there are none, None when it could not tell
+    # (per-process calls unsupported or failing), so nobody mistakes "unknown" for "idle".
+    processes: tuple[ProcessSample, ...] | None = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,12 +85,18 @@ class PodRef:
     uid: str | None = None  # from the kubelet checkpoint; None when not resolvable
 
 
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+SPLIT_FIELDS = frozenset({GPU_UTIL, FB_USED})
+"""Fields NVML can split per process, so each pod sharing an entity can get its own value."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodShare:
     """One pod's view of an entity.
 
-    `values` overrides the device value for fields NVML can split per process
-    (GPU_UTIL, FB_USED) when several pods share the entity; empty otherwise.
+    `values` overrides the device value for SPLIT_FIELDS when several pods share the
+    entity and NVML told each one's part; empty otherwise (the pods show the device value).
     """
 
     pod: PodRef

@@ -13,7 +13,9 @@ The writer emits v2 in the kubelet's compact Go-JSON shape. Its `Checksum` is no
 kubelet's (a hash of Go's in-memory struct printout, not reproducible here): our readers
 ignore the checksum, and only fakes write this file. `AllocResp` (the plugin's serialized
 AllocateResponse) is written empty and never read. Parsing never guesses: a malformed file
-raises ValueError naming the source and the JSON field.
+raises ValueError naming the source and the JSON field. `read_checkpoint` (what runs on a
+node) is lenient about single entries only: a malformed entry is skipped and reported in
+its result, so one bad entry never costs the pod UIDs of all the others.
 """
 
 from __future__ import annotations
@@ -44,22 +46,52 @@ class CheckpointEntry:
     device_ids: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRead:
+    """What a lenient read found: the well-formed entries, in file order, and one message
+    (naming the file and the JSON field) per malformed entry skipped."""
+
+    entries: tuple[CheckpointEntry, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+
 def parse_checkpoint(text: str, *, source: str) -> tuple[CheckpointEntry, ...]:
-    """Parse checkpoint JSON (v2 or pre-1.20) into entries, in file order.
+    """Parse checkpoint JSON (v2 or pre-1.20) into entries, in file order; strict.
 
     `source` (usually the path) prefixes every error message. Go's `null` for an empty
-    slice or map is accepted wherever a list or map is expected.
+    slice or map is accepted wherever a list or map is expected. Raises ValueError on the
+    first malformed part.
     """
+    return tuple(
+        _parse_entry(raw, source=source, where=where) for where, raw in _raw_entries(text, source)
+    )
+
+
+def parse_checkpoint_lenient(text: str, *, source: str) -> CheckpointRead:
+    """Like `parse_checkpoint`, but a malformed entry is skipped and reported, not raised.
+
+    Raises ValueError only when the document itself is malformed (not JSON, no
+    `Data.PodDeviceEntries` list): then no entry can be trusted.
+    """
+    entries: list[CheckpointEntry] = []
+    skipped: list[str] = []
+    for where, raw in _raw_entries(text, source):
+        try:
+            entries.append(_parse_entry(raw, source=source, where=where))
+        except ValueError as exc:
+            skipped.append(str(exc))
+    return CheckpointRead(entries=tuple(entries), skipped=tuple(skipped))
+
+
+def _raw_entries(text: str, source: str) -> list[tuple[str, Any]]:
+    """(JSON path, raw entry) of every entry; raises ValueError for a malformed document."""
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{source}: not JSON: {exc}") from exc
     data = _field(document, "Data", dict, source=source, where="")
     entries = _field(data, "PodDeviceEntries", list, source=source, where="Data.", nullable=True)
-    return tuple(
-        _parse_entry(raw, source=source, where=f"Data.PodDeviceEntries[{index}]")
-        for index, raw in enumerate(entries or ())
-    )
+    return [(f"Data.PodDeviceEntries[{i}]", raw) for i, raw in enumerate(entries or ())]
 
 
 def dump_checkpoint(
@@ -90,13 +122,14 @@ def dump_checkpoint(
     return f'{{"Data":{body},"Checksum":{checksum}}}'
 
 
-def read_checkpoint(path: Path | str) -> tuple[CheckpointEntry, ...]:
-    """Read and parse the checkpoint at `path`; a missing file means no allocations yet."""
+def read_checkpoint(path: Path | str) -> CheckpointRead:
+    """Read the checkpoint at `path` leniently (`parse_checkpoint_lenient`); a missing file
+    means no allocations yet. Raises OSError, or ValueError for a malformed document."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        return ()
-    return parse_checkpoint(text, source=str(path))
+        return CheckpointRead()
+    return parse_checkpoint_lenient(text, source=str(path))
 
 
 def write_checkpoint(

@@ -11,6 +11,13 @@ really offers, not against mocks. FakeKubelet owns a tree laid out like /var/lib
 It holds one allocation table (pods and allocatable devices). Every change replaces the
 table atomically and rewrites the checkpoint, so pod UIDs can be joined as on a real node
 (the checkpoint files every device under NUMA key -1; `List` still reports `numa_node`).
+
+Terminated pods follow the kubelet's device manager: `terminate_pod` puts a pod in a
+terminal phase but leaves its devices and checkpoint entry alone; the next allocation (a
+pod gaining devices) first frees every terminated pod's devices, as `UpdateAllocatedDevices`
+does, and the rewritten checkpoint drops them. How `List` shows a terminated pod depends
+on the kubelet version chosen with `terminated_pods`.
+
 It must never answer differently from a kubelet except through the explicit test knobs
 (`fail_next`), and never serve from a half-updated table.
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
@@ -34,6 +42,7 @@ from gpufleet.kubelet.fake_podresources import (
     NodeAllocations,
     PodAllocation,
     RateLimit,
+    TerminatedPods,
 )
 
 __all__ = [
@@ -43,6 +52,7 @@ __all__ = [
     "NodeAllocations",
     "PodAllocation",
     "RateLimit",
+    "TerminatedPods",
     "checkpoint_entries",
     "registered_devices",
 ]
@@ -60,6 +70,7 @@ class FakeKubelet:
         root: Path,
         *,
         get_disabled: bool = False,
+        terminated_pods: TerminatedPods = TerminatedPods.WITHOUT_DEVICES,
         rate_limit: RateLimit | None = KUBELET_RATE_LIMIT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -73,6 +84,7 @@ class FakeKubelet:
             self.pod_resources_socket,
             view=lambda: self._node,
             get_disabled=get_disabled,
+            terminated_pods=terminated_pods,
             rate_limit=rate_limit,
             clock=clock,
         )
@@ -88,12 +100,14 @@ class FakeKubelet:
         return self._node.allocatable
 
     def set_pods(self, pods: Iterable[PodAllocation]) -> None:
-        """Replace all pods; `List` returns them in this order."""
+        """Replace all pods; `List` returns them in this order. A pod gaining devices is an
+        allocation: terminated pods' devices are freed first."""
         with self._lock:
             self._commit(pods=tuple(pods))
 
     def add_pod(self, pod: PodAllocation) -> None:
-        """Add `pod`, replacing a pod with the same namespace and name in place."""
+        """Add `pod`, replacing a pod with the same namespace and name in place (an
+        allocation when it gains devices, as in `set_pods`)."""
         with self._lock:
             pods = list(self._node.pods)
             index = _find(pods, pod.namespace, pod.name)
@@ -104,14 +118,19 @@ class FakeKubelet:
             self._commit(pods=tuple(pods))
 
     def remove_pod(self, namespace: str, name: str) -> None:
-        """Remove a pod; KeyError if there is none by that name."""
+        """Remove a pod (deleted from the API server); KeyError if there is none by that name."""
         with self._lock:
             pods = list(self._node.pods)
-            index = _find(pods, namespace, name)
-            if index is None:
-                raise KeyError(f"pod {name} in namespace {namespace} not in the fake kubelet")
-            del pods[index]
+            del pods[self._index(pods, namespace, name)]
             self._commit(pods=tuple(pods))
+
+    def terminate_pod(self, namespace: str, name: str) -> None:
+        """Put a pod in a terminal phase (a finished Job): still known to the kubelet, its
+        devices and checkpoint entry kept until the next allocation frees them; `List`
+        shows it as `terminated_pods` says. KeyError if there is no such pod."""
+        with self._lock:
+            pod = self._node.pods[self._index(list(self._node.pods), namespace, name)]
+            self._commit(terminated=self._node.terminated | {pod.uid})
 
     def set_allocatable(self, devices: Iterable[DeviceAllocation]) -> None:
         """Replace the healthy devices `GetAllocatableResources` reports."""
@@ -128,6 +147,15 @@ class FakeKubelet:
     @get_disabled.setter
     def get_disabled(self, value: bool) -> None:
         self.pod_resources.get_disabled = value
+
+    @property
+    def terminated_pods(self) -> TerminatedPods:
+        """How `List` shows terminated pods: as kubelet 1.34+, 1.16-1.33 or older does."""
+        return self.pod_resources.terminated_pods
+
+    @terminated_pods.setter
+    def terminated_pods(self, value: TerminatedPods) -> None:
+        self.pod_resources.terminated_pods = value
 
     def set_rate_limit(self, limit: RateLimit | None) -> None:
         """Switch the pod-resources token bucket on (full) or off (None)."""
@@ -180,16 +208,33 @@ class FakeKubelet:
     ) -> None:
         self.stop()
 
+    def _index(self, pods: list[PodAllocation], namespace: str, name: str) -> int:
+        index = _find(pods, namespace, name)
+        if index is None:
+            raise KeyError(f"pod {name} in namespace {namespace} not in the fake kubelet")
+        return index
+
     def _commit(
         self,
         *,
         pods: tuple[PodAllocation, ...] | None = None,
         allocatable: tuple[DeviceAllocation, ...] | None = None,
+        terminated: frozenset[str] | None = None,
     ) -> None:
-        """Validate and publish a new table, then rewrite the checkpoint. Caller holds _lock."""
+        """Validate and publish a new table, then rewrite the checkpoint. Caller holds _lock.
+
+        New pods (or pods gaining devices) are an allocation: as the device manager does
+        before allocating, the devices of every terminated pod are freed first.
+        """
+        pods = self._node.pods if pods is None else pods
+        terminated = self._node.terminated if terminated is None else terminated
+        terminated &= {pod.uid for pod in pods}
+        if terminated and _allocates(self._node.pods, pods):
+            pods = tuple(_freed(pod) if pod.uid in terminated else pod for pod in pods)
         node = NodeAllocations(
-            pods=self._node.pods if pods is None else pods,
+            pods=pods,
             allocatable=self._node.allocatable if allocatable is None else allocatable,
+            terminated=terminated,
         )
         _validate(node)
         self.device_plugins_dir.mkdir(parents=True, exist_ok=True)
@@ -232,6 +277,26 @@ def registered_devices(node: NodeAllocations) -> dict[str, tuple[str, ...]]:
             dict.fromkeys(allocation.device_ids)
         )
     return {resource: tuple(ids) for resource, ids in registered.items()}
+
+
+def _holdings(pods: Iterable[PodAllocation]) -> set[tuple[str, str, str, str]]:
+    return {
+        (pod.uid, container.name, allocation.resource_name, device_id)
+        for pod in pods
+        for container in pod.containers
+        for allocation in container.devices
+        for device_id in allocation.device_ids
+    }
+
+
+def _allocates(before: Iterable[PodAllocation], after: Iterable[PodAllocation]) -> bool:
+    """Whether going from `before` to `after` gives some container a device it lacked."""
+    return bool(_holdings(after) - _holdings(before))
+
+
+def _freed(pod: PodAllocation) -> PodAllocation:
+    """`pod` after the device manager freed its devices: its containers hold none."""
+    return replace(pod, containers=tuple(replace(c, devices=()) for c in pod.containers))
 
 
 def _find(pods: list[PodAllocation], namespace: str, name: str) -> int | None:

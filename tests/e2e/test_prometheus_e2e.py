@@ -7,8 +7,11 @@ GPUs, MIG slices and time-sliced shares, and shared GPUs carry per-pod values.
 import shutil
 import subprocess
 
+import pynvml
 import pytest
-from conftest import wait_for
+from helpers import wait_for
+
+from gpufleet.exporter.fields import BYTES_PER_MIB
 
 
 def _labels(result: list[dict]) -> list[dict]:
@@ -42,21 +45,39 @@ def test_prometheus_sees_every_allocation_with_its_pod(node, exporter_for, prome
 
 
 def test_time_sliced_pods_get_their_own_values(node, exporter_for, prometheus_for):
+    """Each sharing pod's FB_USED is its own process's memory as NVML reports it; the
+    device row (no pod labels, dcgm-exporter #594) keeps the device's own FB_USED."""
     exporter = exporter_for(node)
     prom = prometheus_for(f"127.0.0.1:{exporter.port}")
-    wait_for(lambda: prom.query('up{job="gpu"} == 1'), timeout=30, what="first scrape")
     shared_gpu = next(p for p in node.pods.values() if "::" in p.device_ids[0]).device_ids[0]
     uuid = shared_gpu.split("::")[0]
-    holders = [p for p in node.pods.values() if p.device_ids[0].startswith(uuid + "::")]
+    holders = {p.uid: p for p in node.pods.values() if p.device_ids[0].startswith(uuid + "::")}
+    fb_used = f'DCGM_FI_DEV_FB_USED{{UUID="{uuid}"}}'
+    wait_for(lambda: len(prom.query(fb_used)) == len(holders) + 1, timeout=30, what="shares")
 
-    per_pod = prom.query(f'DCGM_FI_DEV_FB_USED{{UUID="{uuid}"}}')
-    assert sorted(r["metric"]["pod"] for r in per_pod) == sorted(p.name for p in holders)
-    # Each pod's framebuffer is its own process's 2 GiB, not the device total.
-    assert {float(r["value"][1]) for r in per_pod} == {2048.0}
-    device_total = sum(
-        float(r["value"][1]) for r in prom.query(f'DCGM_FI_DEV_FB_USED{{UUID="{uuid}"}}')
+    # NVML's own per-process numbers, independent of the exporter.
+    memory_mib = {
+        p.pod_uid: p.used_memory_bytes // BYTES_PER_MIB
+        for p in node.sim.processes()
+        if p.pod_uid in holders
+    }
+    assert set(memory_mib) == set(holders)
+    handle = node.sim.nvmlDeviceGetHandleByUUID(uuid)
+    device_used_mib = (
+        node.sim.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used // BYTES_PER_MIB
     )
-    assert device_total == 2048.0 * len(holders)
+
+    rows = prom.query(fb_used)
+    per_pod = {r["metric"]["pod_uid"]: float(r["value"][1]) for r in rows if "pod" in r["metric"]}
+    assert per_pod == {uid: float(mib) for uid, mib in memory_mib.items()}
+    (device,) = [r for r in rows if "pod" not in r["metric"]]
+    assert float(device["value"][1]) == device_used_mib
+
+    util = prom.query(f'DCGM_FI_DEV_GPU_UTIL{{UUID="{uuid}"}}')  # one scrape: one collection
+    (device_util,) = [float(r["value"][1]) for r in util if "pod" not in r["metric"]]
+    pod_util = [float(r["value"][1]) for r in util if "pod" in r["metric"]]
+    assert len(pod_util) == len(holders)
+    assert all(0 <= value <= device_util for value in pod_util), (pod_util, device_util)
 
 
 def test_exposition_passes_promtool(node, exporter_for):

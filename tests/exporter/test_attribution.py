@@ -1,6 +1,11 @@
-"""Pod attribution: the pure join of pod-resources, the checkpoint and NVML processes."""
+"""Pod attribution: the pure join of pod-resources, the checkpoint and NVML processes; at
+the end, the same join fed by the fake kubelet (terminated pods, a bad checkpoint entry)."""
 
+import json
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -15,8 +20,16 @@ from gpufleet.exporter.attribution import (
     keeps_resource,
     parse_device_id,
 )
+from gpufleet.exporter.podresources import PodResourcesWatcher
 from gpufleet.exporter.snapshot import Entity, EntitySample, MigInstance, ProcessSample
 from gpufleet.kubelet.checkpoint import CheckpointEntry
+from gpufleet.kubelet.fake import (
+    ContainerAllocation,
+    DeviceAllocation,
+    FakeKubelet,
+    PodAllocation,
+    TerminatedPods,
+)
 
 MIB = 1 << 20
 
@@ -73,7 +86,7 @@ def proc(pid: int, util: float | None = None, mib: int | None = None) -> Process
 class Case:
     containers: tuple[ContainerDevices, ...]
     checkpoint: tuple[CheckpointEntry, ...] = ()
-    processes: dict = field(default_factory=dict)  # entity key -> processes
+    processes: dict = field(default_factory=dict)  # entity key -> processes (None: unknown)
     pid_pods: dict = field(default_factory=dict)
     extra: tuple[str, ...] = ()
     sampled: tuple[Entity, ...] = NODE
@@ -85,7 +98,7 @@ class Case:
 def _run(case: Case):
     index = build_index(case.containers, case.checkpoint, NODE, extra_resource_names=case.extra)
     samples = [
-        EntitySample(entity=e, values={}, processes=tuple(case.processes.get(e.key, ())))
+        EntitySample(entity=e, values={}, processes=case.processes.get(e.key, ()))
         for e in case.sampled
     ]
     return attribute(index, samples, case.pid_pods)
@@ -157,6 +170,44 @@ CASES = [
             },
         ),
         id="no per-process utilisation from NVML: util not split, memory is",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::0"), held("b", f"{G0}::1")),
+            checkpoint=(entry("uid-a", f"{G0}::0"), entry("uid-b", f"{G0}::1")),
+            processes={GPU0: None},
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {}),
+                    ("default/b/main", "uid-b", "1", {}),
+                ]
+            },
+            stats=AttributionStats(unsplit_entities=1),
+        ),
+        id="NVML could not tell the processes: device value kept, never 0, counted unsplit",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::0"), held("b", f"{G0}::1")),
+            checkpoint=(entry("uid-a", f"{G0}::0"), entry("uid-b", f"{G0}::1")),
+            processes={GPU0: ()},
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {GPU_UTIL: 0.0, FB_USED: 0.0}),
+                    ("default/b/main", "uid-b", "1", {GPU_UTIL: 0.0, FB_USED: 0.0}),
+                ]
+            },
+        ),
+        id="NVML says no processes: every sharing pod uses 0",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", G0),),
+            checkpoint=(entry("uid-a", G0),),
+            processes={GPU0: None},
+            want={GPU0: [("default/a/main", "uid-a", None, {})]},
+        ),
+        id="unknown processes on a GPU held by one pod: nothing to split, not counted",
     ),
     pytest.param(
         Case(
@@ -355,6 +406,64 @@ CASES = [
     ),
     pytest.param(
         Case(
+            containers=(held("ml/job", G0, ctr="train"), held("ml/next", G0)),
+            checkpoint=(entry("uid-next", G0),),
+            want={GPU0: [("ml/next/main", "uid-next", None, {})]},
+            stats=AttributionStats(stale_holders=1),
+        ),
+        id="whole GPU listed for two pods: the checkpoint's holder keeps it (dcgm-exporter #140)",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("ml/job", G0), held("ml/next", G0)),
+            checkpoint=(entry("uid-next", G0),),
+            want={
+                GPU0: [
+                    ("ml/job/main", None, None, {}),
+                    ("ml/next/main", None, None, {}),
+                ]
+            },
+            stats=AttributionStats(ambiguous_holders=2, unresolved_uids=2, unsplit_entities=1),
+        ),
+        id="two pods' holdings look the same: the entry tells neither apart, no UID given",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("ml/job", G0, G1, ctr="train"), held("ml/next", G0)),
+            checkpoint=(entry("uid-next", G0),),
+            want={
+                GPU0: [("ml/next/main", "uid-next", None, {})],
+                GPU1: [("ml/job/train", None, None, {})],
+            },
+            stats=AttributionStats(stale_holders=1, unresolved_uids=1),
+        ),
+        id="stale holder loses only the contested GPU: no evidence about the other",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("ml/job", G0), held("ml/next", G0)),
+            want={
+                GPU0: [
+                    ("ml/job/main", None, None, {}),
+                    ("ml/next/main", None, None, {}),
+                ]
+            },
+            stats=AttributionStats(ambiguous_holders=2, unresolved_uids=2, unsplit_entities=1),
+        ),
+        id="whole GPU listed for two pods, no checkpoint match: both kept, counted ambiguous",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", G0, ctr="init"), held("a", G0, ctr="main")),
+            checkpoint=(entry("uid-a", G0, ctr="main"),),
+            want={
+                GPU0: [("default/a/init", "uid-a", None, {}), ("default/a/main", "uid-a", None, {})]
+            },
+        ),
+        id="one pod's containers reusing a GPU are not contested",
+    ),
+    pytest.param(
+        Case(
             containers=(held("a", G0), held("b", G1)),
             checkpoint=(entry("uid-a", G0), entry("uid-b", G1)),
             sampled=(_entity(0),),
@@ -499,3 +608,89 @@ def test_index_is_reused_across_collections() -> None:
         {GPU_UTIL: 0.0, FB_USED: 0.0},
         {GPU_UTIL: 40.0, FB_USED: 40.0},
     ]
+
+
+# --- against the fake kubelet: terminated pods and the checkpoint, as a node shows them ------
+
+KUBELET_GPU = _gpu_uuid(0)
+
+
+def _gpu_pod(name: str, uid: str, container: str = "main") -> PodAllocation:
+    devices = DeviceAllocation(resource_name="nvidia.com/gpu", device_ids=(KUBELET_GPU,))
+    return PodAllocation(
+        namespace="ml",
+        name=name,
+        uid=uid,
+        containers=(ContainerAllocation(name=container, devices=(devices,)),),
+    )
+
+
+@pytest.fixture
+def kubelet() -> Iterator[FakeKubelet]:
+    # A short root: unix socket paths are limited to 107 bytes, pytest's tmp_path can be long.
+    with (
+        tempfile.TemporaryDirectory(prefix="gf-", dir="/tmp") as root,
+        FakeKubelet(Path(root)) as fake,
+    ):
+        yield fake
+
+
+def _attributed(kubelet: FakeKubelet) -> tuple[dict, AttributionStats, dict[str, int]]:
+    watcher = PodResourcesWatcher(
+        socket_path=kubelet.pod_resources_socket, checkpoint_path=kubelet.checkpoint_path
+    )
+    try:
+        view = watcher.refresh_now()
+    finally:
+        watcher.stop()
+    index = build_index(view.containers, view.checkpoint, NODE)
+    result = attribute(index, [EntitySample(entity=NODE[0], values={})], {})
+    errors = {kind: n for kind, n in watcher.errors().items() if n}
+    return _flat(result.pods), result.stats, errors
+
+
+_NEXT_ONLY = {GPU0: [("ml/next/main", "uid-next", None, {})]}
+
+
+@pytest.mark.parametrize(
+    ("mode", "reallocated", "want"),
+    [
+        *(
+            pytest.param(mode, True, _NEXT_ONLY, id=f"{mode}: GPU reallocated -> new pod only")
+            for mode in TerminatedPods
+        ),
+        pytest.param(TerminatedPods.HIDDEN, False, {}, id="hidden (1.34+): gone at once"),
+        pytest.param(
+            TerminatedPods.WITHOUT_DEVICES, False, {}, id="without-devices (1.16-1.33): gone"
+        ),
+        # The remaining gap: a kubelet older than 1.16 lists the finished pod with its GPU
+        # until the next allocation; only its phase (API server) could tell.
+        pytest.param(
+            TerminatedPods.WITH_DEVICES,
+            False,
+            {GPU0: [("ml/job/main", "uid-job", None, {})]},
+            id="with-devices (pre-1.16): kept until the next allocation",
+        ),
+    ],
+)
+def test_finished_job_pod_through_the_kubelet(
+    kubelet: FakeKubelet, mode: TerminatedPods, reallocated: bool, want: dict
+) -> None:
+    kubelet.terminated_pods = mode
+    kubelet.add_pod(_gpu_pod("job", "uid-job"))
+    kubelet.terminate_pod("ml", "job")
+    if reallocated:
+        kubelet.add_pod(_gpu_pod("next", "uid-next"))
+    pods, stats, _ = _attributed(kubelet)
+    assert pods == want
+    assert (stats.stale_holders, stats.ambiguous_holders) == (0, 0)
+
+
+def test_malformed_checkpoint_entry_costs_only_its_own_pod_uid(kubelet: FakeKubelet) -> None:
+    kubelet.add_pod(_gpu_pod("a", "uid-a"))
+    document = json.loads(kubelet.checkpoint_path.read_text())
+    document["Data"]["PodDeviceEntries"].append({"PodUID": 7})
+    kubelet.checkpoint_path.write_text(json.dumps(document))
+    pods, stats, errors = _attributed(kubelet)
+    assert pods == {GPU0: [("ml/a/main", "uid-a", None, {})]}
+    assert (stats.unresolved_uids, errors) == (0, {"checkpoint": 1})

@@ -6,11 +6,10 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
-from gpufleet.exporter.fields import CATALOG, MetricType
+from gpufleet.exporter.fields import CATALOG, XID_FIELD, MetricType
 from gpufleet.exporter.nvml import ERROR_KINDS, NvmlReader
 from gpufleet.exporter.nvml_readers import (
     SERVED_FIELDS,
-    XID_FIELD,
     brand_name,
     field_value_number,
     kib_rate_mb_per_s,
@@ -456,3 +455,78 @@ def test_processes_per_gpu_and_per_mig_instance(make_sim, clock: Clock) -> None:
     assert processes[mig_key][0].sm_util_percent is not None
     others = [k for k in processes if k[0] == 1 and k != mig_key and k[1] is not None]
     assert all(processes[k] == () for k in others)
+
+
+def test_processes_unknown_when_nvml_cannot_list_them(make_sim, clock: Clock) -> None:
+    """ "Could not tell" must reach the snapshot as None, never as () ("no processes")."""
+    sim = make_sim("1xH100+1xH100:mig=2x3g.40gb")
+    sim.spawn_process(sim.devices[0].uuid, pod_uid="a", used_memory_bytes=MIB, sm_share=0.5)
+    sim.set_not_supported("nvmlDeviceGetComputeRunningProcesses")
+    samples, errors = collect_twice(reader_for(sim, ["DCGM_FI_DEV_FB_USED"]), clock)
+    assert [s.processes for s in samples] == [None, None, None, None]
+    assert errors == dict.fromkeys(ERROR_KINDS, 0)  # NotSupported: omitted, not an error
+
+
+def test_processes_known_empty_stay_empty(make_sim, clock: Clock) -> None:
+    samples, _ = collect_twice(reader_for(make_sim("1xH100"), ["DCGM_FI_DEV_FB_USED"]), clock)
+    assert samples[0].processes == ()
+
+
+# --- one bad item costs only itself --------------------------------------------------------------
+
+
+class UtilizationWithoutGpu(SimulatedNvml):
+    """A driver answering a struct this code does not expect: `gpu` is missing."""
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return type("Rates", (), {"memory": 42})()
+
+
+def test_a_failing_conversion_drops_only_its_field(make_sim, clock: Clock, caplog) -> None:
+    caplog.set_level(logging.ERROR, logger="gpufleet.exporter.nvml")
+    reader = reader_for(make_sim("2xH100", UtilizationWithoutGpu))
+    samples, errors = reader.collect(clock())
+    assert [s.entity.gpu for s in samples] == [0, 1]
+    assert errors["unexpected"] == 2
+    for sample in samples:
+        assert "DCGM_FI_DEV_GPU_UTIL" not in sample.values
+        assert sample.values["DCGM_FI_DEV_MEM_COPY_UTIL"] == 42.0
+        assert "DCGM_FI_DEV_GPU_TEMP" in sample.values
+    reader.collect(clock.tick())
+    assert sum("DCGM_FI_DEV_GPU_UTIL" in r.getMessage() for r in caplog.records) == 1
+
+
+class OneMigSliceBroken(SimulatedNvml):
+    """The compute instance of one MIG device cannot be read."""
+
+    broken_uuid = ""
+
+    def nvmlDeviceGetComputeInstanceId(self, device):
+        if self.nvmlDeviceGetUUID(device) == self.broken_uuid:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+        return super().nvmlDeviceGetComputeInstanceId(device)
+
+
+def test_a_failing_mig_slice_hides_only_itself(make_sim, clock: Clock) -> None:
+    sim = make_sim("1xH100+1xH100:mig=3x2g.20gb", OneMigSliceBroken)
+    sim.broken_uuid = sim.devices[1].mig[1].uuid
+    reader = reader_for(sim, ["DCGM_FI_DEV_FB_USED"])
+    migs = {e.mig.uuid for e in reader.entities if e.mig}
+    assert migs == {sim.devices[1].mig[0].uuid, sim.devices[1].mig[2].uuid}
+    assert [e.gpu for e in reader.entities if e.mig is None] == [0, 1]
+    samples, errors = reader.collect(clock())
+    assert len(samples) == 4 and errors["nvml_error"] == 1  # counted once, at discovery
+    assert reader.collect(clock.tick())[1]["nvml_error"] == 0
+
+
+class PciInfoBreaksOnGpu1(SimulatedNvml):
+    def nvmlDeviceGetPciInfo(self, handle):
+        if self.nvmlDeviceGetIndex(handle) == 1:
+            raise RuntimeError("driver surprise")
+        return super().nvmlDeviceGetPciInfo(handle)
+
+
+def test_a_gpu_failing_discovery_unexpectedly_costs_only_itself(make_sim, clock: Clock) -> None:
+    reader = reader_for(make_sim("3xH100", PciInfoBreaksOnGpu1))
+    assert [e.gpu for e in reader.entities] == [0, 2]
+    assert reader.collect(clock())[1]["unexpected"] == 1

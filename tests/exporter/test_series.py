@@ -71,7 +71,14 @@ DRIVER = FieldSpec(
     name_v49="DCGM_FI_SYSTEM_DRIVER_VERSION",
 )
 SERIAL = FieldSpec(name="DCGM_FI_DEV_SERIAL", type=L, help="Device Serial Number", nvml="-")
-CATALOG_SMALL = {s.name: s for s in (UTIL, FB_USED, ENERGY, XID, DRIVER, SERIAL)}
+FB_FREE = FieldSpec(
+    name="DCGM_FI_DEV_FB_FREE",
+    type=G,
+    help="Framebuffer memory free (in MiB).",
+    nvml="-",
+    mig=MigSource.INSTANCE,
+)
+CATALOG_SMALL = {s.name: s for s in (UTIL, FB_USED, FB_FREE, ENERGY, XID, DRIVER, SERIAL)}
 
 H100 = "NVIDIA H100 80GB HBM3"
 UUID0 = "GPU-8b2281de-6d3c-22ed-0ec8-d3b864870b8b"
@@ -286,6 +293,7 @@ def test_shared_gpu_gives_one_series_per_pod_with_its_own_value() -> None:
         virtual_gpus=True,
     )
     assert [(s.labels[5:], s.value) for s in util.samples] == [
+        ((), 70.0),  # the device row stays, without pod labels (dcgm-exporter #594)
         (
             (
                 ("container", "a"),
@@ -307,6 +315,54 @@ def test_shared_gpu_gives_one_series_per_pod_with_its_own_value() -> None:
             70.0,
         ),
     ]
+
+
+def test_shared_gpu_keeps_its_device_row_for_split_fields_byte_for_byte() -> None:
+    """dcgm-exporter #594: per-pod FB_USED next to the device's, so FB_FREE + FB_USED (no
+    pod label) still add up; fields NVML cannot split stay per pod only."""
+    shares = (
+        _share("a", uid="uid-a", values={"DCGM_FI_DEV_FB_USED": 1024.0}),
+        _share("b", uid="uid-b", values={"DCGM_FI_DEV_FB_USED": 3072.0}),
+    )
+    families = _build(
+        [
+            EntitySample(
+                entity=GPU0,
+                values={
+                    "DCGM_FI_DEV_FB_USED": 4100.0,
+                    "DCGM_FI_DEV_FB_FREE": 77000.0,
+                },
+            )
+        ],
+        rows=(
+            "DCGM_FI_DEV_FB_FREE, gauge, Framebuffer memory free (in MiB).",
+            "DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).",
+        ),
+        pods={GPU0.key: shares},
+    )
+    ident = (
+        b'gpu="0",UUID="GPU-8b2281de-6d3c-22ed-0ec8-d3b864870b8b",pci_bus_id="00000000:8D:00.0",'
+        b'device="nvidia0",modelName="NVIDIA H100 80GB HBM3"'
+    )
+    assert render_text(families) == (
+        b"# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).\n"
+        b"# TYPE DCGM_FI_DEV_FB_FREE gauge\n"
+        b"DCGM_FI_DEV_FB_FREE{" + ident + b',container="a",namespace="default",pod="a"} 77000\n'
+        b"DCGM_FI_DEV_FB_FREE{" + ident + b',container="b",namespace="default",pod="b"} 77000\n'
+        b"# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n"
+        b"# TYPE DCGM_FI_DEV_FB_USED gauge\n"
+        b"DCGM_FI_DEV_FB_USED{" + ident + b"} 4100\n"
+        b"DCGM_FI_DEV_FB_USED{" + ident + b',container="a",namespace="default",pod="a"} 1024\n'
+        b"DCGM_FI_DEV_FB_USED{" + ident + b',container="b",namespace="default",pod="b"} 3072\n'
+    )
+
+
+def test_two_containers_of_one_pod_are_not_a_shared_gpu() -> None:
+    (util,) = _build(
+        [EntitySample(entity=GPU0, values={"DCGM_FI_DEV_GPU_UTIL": 70.0})],
+        pods={GPU0.key: (_share("a", container="x"), _share("a", container="y"))},
+    )
+    assert [dict(s.labels).get("container") for s in util.samples] == ["x", "y"]
 
 
 def test_vgpu_and_pod_uid_only_when_enabled() -> None:
@@ -355,7 +411,15 @@ def test_family_order_is_csv_order_and_samples_follow_entity_then_pod() -> None:
     )
     assert [f.name for f in families] == ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL"]
     order = [(d["gpu"], d.get("GPU_I_ID"), d.get("pod")) for d in _labels(families[0])]
-    assert order == [("0", None, None), ("1", "5", "x"), ("1", "5", "y"), ("1", "13", None)]
+    assert order == [
+        ("0", None, None),
+        ("1", "5", None),  # shared: the device row of a split field comes first
+        ("1", "5", "x"),
+        ("1", "5", "y"),
+        ("1", "13", None),
+    ]
+    util_order = [(d["gpu"], d.get("GPU_I_ID"), d.get("pod")) for d in _labels(families[1])]
+    assert util_order == order
 
 
 def test_label_rows_prefer_entity_values_sort_by_key_and_skip_missing() -> None:
@@ -392,6 +456,7 @@ def test_xid_gauge_carries_dcgm_err_labels_and_per_xid_counter_follows() -> None
         rows=(XID_ROW, UTIL_ROW),
         xid={
             0: XidState(last=79, counts={79: 1, 13: 4}),
+            1: XidState(last=0, counts={}),  # watched, no XID yet
             2: XidState(last=250, counts={250: 1}),
         },
     )
@@ -408,6 +473,16 @@ def test_xid_gauge_carries_dcgm_err_labels_and_per_xid_counter_follows() -> None
         (("gpu", "0"), (("xid", "79"),), 1),
         (("gpu", "2"), (("xid", "250"),), 1),
     ]
+
+
+def test_xid_series_only_for_watched_gpus() -> None:
+    """No watcher on a GPU (event registration failed): no XID is known, none is claimed."""
+    families = _build(
+        [EntitySample(entity=GPU0, values={"DCGM_FI_DEV_GPU_UTIL": 1})],
+        rows=(XID_ROW, UTIL_ROW),
+        xid={},
+    )
+    assert [f.name for f in families] == ["DCGM_FI_DEV_GPU_UTIL"]
 
 
 def test_xid_attributes_sort_among_pod_labels_as_in_dcgm() -> None:
@@ -486,6 +561,7 @@ def test_full_catalog_default_file_builds_every_default_metric() -> None:
         NodeSample(
             entities=(EntitySample(entity=GPU0, values=values),),
             node_labels={"DCGM_FI_DRIVER_VERSION": "550.144.03"},
+            xid={0: XidState(last=0, counts={})},
         ),
         selection=selection,
         pods={},

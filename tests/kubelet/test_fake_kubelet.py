@@ -17,6 +17,7 @@ from gpufleet.kubelet.fake import (
     FakeKubelet,
     PodAllocation,
     RateLimit,
+    TerminatedPods,
 )
 
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"
@@ -254,7 +255,7 @@ def test_restart_keeps_table_and_checkpoint(kubelet: FakeKubelet, stub) -> None:
 
 
 def test_checkpoint_joins_uids(kubelet: FakeKubelet) -> None:
-    assert read_checkpoint(kubelet.checkpoint_path) == (
+    assert read_checkpoint(kubelet.checkpoint_path).entries == (
         CheckpointEntry(
             pod_uid=TRAINER.uid,
             container_name="cuda",
@@ -279,7 +280,7 @@ def test_checkpoint_joins_uids(kubelet: FakeKubelet) -> None:
 def test_remove_pod_reflected_in_list_and_checkpoint(kubelet: FakeKubelet, stub) -> None:
     kubelet.remove_pod("ml", "trainer")
     assert _list(stub) == [SHARED_PROTO]
-    assert {e.pod_uid for e in read_checkpoint(kubelet.checkpoint_path)} == {SHARED.uid}
+    assert {e.pod_uid for e in read_checkpoint(kubelet.checkpoint_path).entries} == {SHARED.uid}
     request = pb.GetPodResourcesRequest(pod_name="trainer", pod_namespace="ml")
     assert _error(stub.Get, request)[1] == "pod trainer in namespace ml not found"
     with pytest.raises(KeyError, match="pod trainer in namespace ml"):
@@ -296,7 +297,73 @@ def test_add_pod_appends_or_replaces(kubelet: FakeKubelet, stub) -> None:
         ("web", "infer", 1),
         ("ml", "eval", 0),
     ]
-    assert {e.pod_uid for e in read_checkpoint(kubelet.checkpoint_path)} == {SHARED.uid}
+    assert {e.pod_uid for e in read_checkpoint(kubelet.checkpoint_path).entries} == {SHARED.uid}
+
+
+def _devices_by_pod(pods: list[pb.PodResources]) -> dict[str, list[str]]:
+    return {
+        p.name: [i for c in p.containers for d in c.devices for i in d.device_ids] for p in pods
+    }
+
+
+def _checkpoint_uids(kubelet: FakeKubelet) -> set[str]:
+    return {e.pod_uid for e in read_checkpoint(kubelet.checkpoint_path).entries}
+
+
+@pytest.mark.parametrize(
+    ("mode", "listed"),
+    [
+        (TerminatedPods.HIDDEN, {"infer": [f"{GPU0}::3", f"{GPU0}::7", MIG]}),
+        (
+            TerminatedPods.WITHOUT_DEVICES,
+            {"trainer": [], "infer": [f"{GPU0}::3", f"{GPU0}::7", MIG]},
+        ),
+        (
+            TerminatedPods.WITH_DEVICES,
+            {"trainer": [GPU0, GPU1], "infer": [f"{GPU0}::3", f"{GPU0}::7", MIG]},
+        ),
+    ],
+    ids=["1.34+-active-only", "1.16-1.33-listed-without-devices", "pre-1.16-listed-with-devices"],
+)
+def test_terminated_pod_listed_as_the_kubelet_version_does(
+    kubelet: FakeKubelet, stub, mode: TerminatedPods, listed: dict
+) -> None:
+    kubelet.terminated_pods = mode
+    kubelet.terminate_pod("ml", "trainer")
+    assert _devices_by_pod(_list(stub)) == listed
+    # The device manager writes its checkpoint only when it allocates: the entry stays.
+    assert _checkpoint_uids(kubelet) == {TRAINER.uid, SHARED.uid}
+
+
+@pytest.mark.parametrize("mode", list(TerminatedPods), ids=str)
+def test_next_allocation_frees_terminated_pods_devices(
+    kubelet: FakeKubelet, stub, mode: TerminatedPods
+) -> None:
+    kubelet.terminated_pods = mode
+    kubelet.terminate_pod("ml", "trainer")
+    kubelet.add_pod(PodAllocation(namespace="ml", name="idle", uid="idle"))  # no devices
+    assert _checkpoint_uids(kubelet) == {TRAINER.uid, SHARED.uid}
+    reuse = PodAllocation(
+        namespace="ml",
+        name="next",
+        uid="next",
+        containers=(
+            ContainerAllocation(
+                name="cuda",
+                devices=(DeviceAllocation(resource_name="nvidia.com/gpu", device_ids=(GPU0,)),),
+            ),
+        ),
+    )
+    kubelet.add_pod(reuse)
+    devices = _devices_by_pod(_list(stub))
+    assert devices["next"] == [GPU0]
+    assert devices.get("trainer", []) == []  # freed before GPU0 was handed out again
+    assert _checkpoint_uids(kubelet) == {SHARED.uid, "next"}
+
+
+def test_terminate_unknown_pod(kubelet: FakeKubelet) -> None:
+    with pytest.raises(KeyError, match="pod nope in namespace ml"):
+        kubelet.terminate_pod("ml", "nope")
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,10 @@ import pytest
 
 from gpufleet.kubelet.checkpoint import (
     CheckpointEntry,
+    CheckpointRead,
     dump_checkpoint,
     parse_checkpoint,
+    parse_checkpoint_lenient,
     read_checkpoint,
     write_checkpoint,
 )
@@ -182,20 +184,51 @@ def test_dump_round_trip_and_shape() -> None:
 
 
 def test_read_missing_file_is_empty(tmp_path: Path) -> None:
-    assert read_checkpoint(tmp_path / "kubelet_internal_checkpoint") == ()
+    assert read_checkpoint(tmp_path / "kubelet_internal_checkpoint") == CheckpointRead()
 
 
 def test_write_then_read(tmp_path: Path) -> None:
     path = tmp_path / "kubelet_internal_checkpoint"
     write_checkpoint(path, EXPECTED, {"nvidia.com/gpu": [GPU0, GPU1]})
-    assert read_checkpoint(path) == EXPECTED
+    assert read_checkpoint(path) == CheckpointRead(entries=EXPECTED)
     write_checkpoint(path, (), {})
-    assert read_checkpoint(path) == ()
+    assert read_checkpoint(path) == CheckpointRead()
     assert [p.name for p in tmp_path.iterdir()] == ["kubelet_internal_checkpoint"]
 
 
-def test_read_names_the_path(tmp_path: Path) -> None:
+def _with_bad_entry(good: str) -> str:
+    """`good`'s entries with a malformed one (no PodUID) in front of them."""
+    document = json.loads(good)
+    document["Data"]["PodDeviceEntries"].insert(0, {"ContainerName": "c"})
+    return json.dumps(document)
+
+
+def test_lenient_skips_only_the_malformed_entry() -> None:
+    """One bad entry must not cost every other pod its UID."""
+    text = _with_bad_entry(V2)
+    with pytest.raises(ValueError, match=r"^ckpt: Data.PodDeviceEntries\[0\].PodUID: missing"):
+        parse_checkpoint(text, source="ckpt")
+    assert parse_checkpoint_lenient(text, source="ckpt") == CheckpointRead(
+        entries=EXPECTED, skipped=("ckpt: Data.PodDeviceEntries[0].PodUID: missing",)
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["{not json", '{"Data":[]}', '{"Data":{"PodDeviceEntries":{}}}'],
+    ids=["not-json", "data-list", "entries-map"],
+)
+def test_lenient_still_rejects_a_malformed_document(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^ckpt: "):
+        parse_checkpoint_lenient(text, source="ckpt")
+
+
+def test_read_names_the_path_and_skips_bad_entries(tmp_path: Path) -> None:
     path = tmp_path / "kubelet_internal_checkpoint"
-    path.write_text('{"Data":{"PodDeviceEntries":[{}]}}')
-    with pytest.raises(ValueError, match=f"^{path}: Data.PodDeviceEntries\\[0\\].PodUID: missing"):
+    path.write_text(_with_bad_entry(V2))
+    assert read_checkpoint(path) == CheckpointRead(
+        entries=EXPECTED, skipped=(f"{path}: Data.PodDeviceEntries[0].PodUID: missing",)
+    )
+    path.write_text('{"Data":[]}')
+    with pytest.raises(ValueError, match=f"^{path}: Data: expected an object"):
         read_checkpoint(path)
