@@ -14,7 +14,6 @@ import logging
 from collections.abc import Sequence
 
 from gpufleet.exporter.daemon import install_signal_handlers, prepare, serve
-from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.logs import setup_logging
 from gpufleet.simnode import DEFAULT_FLEET, NodeLayout, SimNode
 
@@ -57,15 +56,10 @@ async def _churn(node: SimNode, every_seconds: float) -> None:
 async def _run(args: argparse.Namespace) -> None:
     layout = NodeLayout(fleet=args.fleet, replicas=args.replicas)
     with SimNode(layout) as node:
-        settings = ExporterSettings(
+        settings = node.exporter_settings(
             address=args.address,
             collect_interval_ms=args.interval_ms,
-            kubernetes=True,
-            kubernetes_enable_pod_uid=True,
-            pod_resources_kubelet_socket=node.kubelet.pod_resources_socket,
-            kubelet_checkpoint=node.kubelet.checkpoint_path,
             kubelet_refresh_seconds=1.0,
-            proc_root=node.sim.proc_root,
             node_name="gpufleet-lab",
         )
         prepared = prepare(settings)
@@ -80,12 +74,14 @@ async def _run(args: argparse.Namespace) -> None:
             args.address,
             extra={"fields": {"fleet": args.fleet, "pods": len(node.pods)}},
         )
+        quiescent = False
         try:
-            await serve(prepared, node.sim, stop=stop)
+            quiescent = await serve(prepared, node.sim, stop=stop)
         finally:
             if churn:
                 churn.cancel()
-            node.sim.nvmlShutdown()
+            if quiescent:  # else a collection is still inside the simulator
+                node.sim.nvmlShutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

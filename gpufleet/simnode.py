@@ -12,6 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.kubelet.fake import (
     ContainerAllocation,
     DeviceAllocation,
@@ -58,6 +59,15 @@ class NodeLayout:
 def _uid(seed: int, name: str) -> str:
     h = hashlib.sha256(f"{seed}:pod:{name}".encode()).hexdigest()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _memory_bytes(uid: str, *, shared: bool, mig: bool) -> int:
+    """A pod's framebuffer use: distinct per time-sliced pod (0.5-3 GiB, so 22 shares fit
+    one 80 GB GPU and per-pod attribution is checkable), 2 GiB per MIG slice, 40 GiB for a
+    whole GPU."""
+    if shared:
+        return (1 + int(uid[:8], 16) % 6) * (GIB // 2)
+    return (2 if mig else 40) * GIB
 
 
 def _plan(sim: SimulatedNvml, layout: NodeLayout) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -122,6 +132,20 @@ class SimNode:
         for index, (name, resource, ids) in enumerate(_plan(self.sim, self.layout)):
             self.add_pod(NAMESPACES[index % len(NAMESPACES)], name, resource, ids)
 
+    def exporter_settings(self, **overrides: object) -> ExporterSettings:
+        """Settings for an exporter attributing this node's pods: Kubernetes and pod_uid on,
+        the kubelet socket and checkpoint and the proc root this node has. `overrides` are
+        further `ExporterSettings` fields (and may replace these)."""
+        fields: dict[str, object] = {
+            "kubernetes": True,
+            "kubernetes_enable_pod_uid": True,
+            "proc_root": self.sim.proc_root,
+        }
+        if self.kubelet:
+            fields["pod_resources_kubelet_socket"] = self.kubelet.pod_resources_socket
+            fields["kubelet_checkpoint"] = self.kubelet.checkpoint_path
+        return ExporterSettings(**{**fields, **overrides})
+
     def add_pod(
         self, namespace: str, name: str, resource: str, device_ids: tuple[str, ...]
     ) -> SimPod:
@@ -129,7 +153,7 @@ class SimNode:
         uid = _uid(self.layout.seed, f"{namespace}/{name}")
         shared = "::" in device_ids[0]
         share = 1.0 / self.layout.replicas if shared else 0.9
-        memory = (2 if shared or device_ids[0].startswith("MIG-") else 40) * GIB
+        memory = _memory_bytes(uid, shared=shared, mig=device_ids[0].startswith("MIG-"))
         pid = self.sim.spawn_process(
             device_ids[0].split("::")[0], pod_uid=uid, used_memory_bytes=memory, sm_share=share
         )

@@ -3,7 +3,9 @@
 
 Scrapes never wait for this: they serve whatever `SnapshotStore` holds. A collection that
 hangs inside NVML is counted as a timeout and the last snapshot keeps being served (and
-turns stale for /health); no second collection is started on top of a hung one.
+turns stale for /health); no second collection is started on top of a hung one. Stopping
+never frees NVML resources under a collection still in flight: `CollectorLoop.stop` says
+whether one is, and the owner then leaks them deliberately rather than free them in use.
 """
 
 import dataclasses
@@ -14,8 +16,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 from gpufleet import __version__
@@ -60,7 +60,8 @@ class CollectorConfig:
 
 
 class Collector:
-    """One node's collection pipeline. `collect_once` is called from a single thread."""
+    """One node's collection pipeline. `collect_once` is never called concurrently (one
+    thread at a time, not always the same one); `count_error` is thread-safe."""
 
     def __init__(
         self,
@@ -85,6 +86,7 @@ class Collector:
         self._clock = clock
         self._wall_clock = wall_clock
         self._errors: Counter[str] = Counter()
+        self._errors_lock = threading.Lock()  # count_error comes from the loop's thread
         self._collections = 0
         self._cpu_seconds = 0.0
         self._entities: tuple[Entity, ...] = ()
@@ -95,16 +97,18 @@ class Collector:
 
     def count_error(self, kind: str) -> None:
         """Count an error seen outside `collect_once` (e.g. a timeout of the loop)."""
-        self._errors[kind] += 1
+        with self._errors_lock:
+            self._errors[kind] += 1
 
     def _discover(self, now: float) -> None:
         entities = self._reader.discover()
         self._discovered_at = now
         gpus = tuple(e for e in entities if e.mig is None)
         if self._xid is None or gpus != tuple(e for e in self._entities if e.mig is None):
-            previous = self._xid.snapshot() if self._xid else None
-            if self._xid:
+            previous = None
+            if self._xid:  # stop first: an XID between the copy and the stop would be lost
                 self._xid.stop()
+                previous = self._xid.history()
             self._xid = XidWatcher(self._lib, gpus, initial=previous)
             self._xid.start()
         self._entities = entities
@@ -137,8 +141,9 @@ class Collector:
             self._discovered_at = min(
                 self._discovered_at, start - self._config.rediscover_seconds + 5
             )
-        self._errors.update({k: v for k, v in errors.items() if v})
-        pids = {p.pid for s in samples for p in s.processes}
+        with self._errors_lock:
+            self._errors.update({k: v for k, v in errors.items() if v})
+        pids = {p.pid for s in samples for p in s.processes or ()}  # None: unknown
         pid_pods = self._pid_pods.resolve(pids) if self._pid_pods else {}
         attributed = attribution.attribute(self._attribution_index(), samples, pid_pods)
         node = NodeSample(
@@ -166,6 +171,9 @@ class Collector:
         rss, cpu = _process_stats()
         kubelet_errors: Mapping[str, int] = self._kubelet.errors() if self._kubelet else {}
         xid_errors = self._xid.errors if self._xid else 0
+        with self._errors_lock:
+            errors = {**self._errors, "xid_watch": xid_errors}
+        server = self._server_stats
         return SelfStats(
             version=__version__,
             collections_total=self._collections,
@@ -173,25 +181,32 @@ class Collector:
             collection_cpu_seconds_total=self._cpu_seconds,
             last_success_timestamp_seconds=wall,
             series=sum(len(f.samples) for f in families),
-            errors_total={**self._errors, "xid_watch": xid_errors},
+            errors_total=errors,
             kubelet_errors_total=kubelet_errors,
             kubelet_last_success_timestamp_seconds=(
                 self._kubelet.last_success_at if self._kubelet else None
             ),
             attribution=dataclasses.asdict(stats),
-            requests_total=dict(self._server_stats.requests_total) if self._server_stats else {},
+            requests_total=dict(server.requests_total) if server else {},
+            request_seconds_total=dict(server.request_seconds_total) if server else {},
+            write_timeouts_total=server.write_timeouts_total if server else 0,
             resident_memory_bytes=rss,
             process_cpu_seconds_total=cpu,
         )
 
     def close(self) -> None:
+        """Stop the XID watcher and free NVML resources; never while `collect_once` runs."""
         if self._xid:
             self._xid.stop()
         self._reader.close()
 
 
 class CollectorLoop:
-    """Runs `collect_once` every `interval_seconds` (fixed rate, monotonic) in a thread."""
+    """Runs `collect_once` every `interval_seconds` (fixed rate, monotonic).
+
+    Each collection runs on a fresh daemon thread, never two at once: a collection hung in
+    the driver then neither blocks the next tick's bookkeeping nor the interpreter's exit.
+    """
 
     def __init__(
         self, collector: Collector, *, interval_seconds: float, timeout_seconds: float
@@ -199,39 +214,60 @@ class CollectorLoop:
         self._collector = collector
         self._interval = interval_seconds
         self._timeout = timeout_seconds
-        self._stop = threading.Event()
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpufleet-collect")
+        self._cond = threading.Condition()  # guards the two flags below
+        self._stopping = False
+        self._in_flight = False
         self._thread = threading.Thread(target=self._run, name="gpufleet-collector", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop after the collection in flight (a hung NVML call is not waited for)."""
-        self._stop.set()
-        self._thread.join(timeout=self._timeout)
-        self._worker.shutdown(wait=False, cancel_futures=True)
+    def stop(self, timeout_seconds: float | None = None) -> bool:
+        """Stop scheduling and wait up to `timeout_seconds` (default: the collection
+        timeout) for the collection in flight. Returns True when none is left running;
+        False means NVML is still in use and must be neither closed nor shut down."""
+        wait = self._timeout if timeout_seconds is None else timeout_seconds
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            quiescent = self._cond.wait_for(lambda: not self._in_flight, wait)
+        if not quiescent:
+            log.warning(
+                "a collection is still running after %.1f s; NVML resources are left "
+                "allocated rather than freed under it",
+                wait,
+            )
+        return quiescent
+
+    def _collect(self) -> None:
+        try:
+            self._collector.collect_once()
+        except Exception:
+            self._collector.count_error("unexpected")
+            log.exception("collection failed")
+        finally:
+            with self._cond:
+                self._in_flight = False
+                self._cond.notify_all()
+
+    def _settled(self) -> bool:
+        return not self._in_flight or self._stopping
 
     def _run(self) -> None:
         next_at = time.monotonic()
-        while not self._stop.is_set():
-            future = self._worker.submit(self._collector.collect_once)
-            timed_out = False
-            while not self._stop.is_set():
-                try:
-                    future.result(timeout=self._timeout)
-                    break
-                except FutureTimeout:
-                    if not timed_out:
-                        timed_out = True
-                        self._collector.count_error("timeout")
-                        log.warning("collection still running after %.1f s", self._timeout)
-                except Exception:
-                    self._collector.count_error("unexpected")
-                    log.exception("collection failed")
-                    break
-            next_at += self._interval
-            now = time.monotonic()
-            if next_at < now:  # fell behind (slow or hung collection): skip, don't burst
-                next_at = now + self._interval
-            self._stop.wait(next_at - now)
+        with self._cond:  # released while waiting
+            while not self._stopping:
+                self._in_flight = True
+                worker = threading.Thread(
+                    target=self._collect, name="gpufleet-collect", daemon=True
+                )
+                worker.start()
+                if not self._cond.wait_for(self._settled, self._timeout):
+                    self._collector.count_error("timeout")
+                    log.warning("collection still running after %.1f s", self._timeout)
+                    self._cond.wait_for(self._settled)  # never a second one on a hung one
+                next_at += self._interval
+                now = time.monotonic()
+                if next_at < now:  # fell behind (slow or hung collection): skip, don't burst
+                    next_at = now + self._interval
+                self._cond.wait_for(lambda: self._stopping, next_at - now)

@@ -11,11 +11,12 @@ import logging
 import signal
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pynvml
+from aiohttp import web
 
 from gpufleet.exporter.collector import Collector, CollectorConfig, CollectorLoop
 from gpufleet.exporter.counters import CountersError, Selection, parse_counters, select_fields
@@ -30,12 +31,13 @@ from gpufleet.exporter.server import ServerStats, build_app, parse_listen_addres
 from gpufleet.exporter.settings import (
     DCGM_DEFAULT_COLLECTORS,
     EMBEDDED_COLLECTORS,
+    IGNORED,
     ExporterSettings,
 )
 from gpufleet.exporter.store import SnapshotStore
 from gpufleet.exporter.webconfig import WebConfig, WebConfigError, load_web_config
 from gpufleet.logs import setup_logging
-from gpufleet.nvml.backend import open_nvml
+from gpufleet.nvml.backend import NvmlBackend, open_backend
 from gpufleet.settings import SettingsError, build_parser, exit_on_settings_error, load_settings
 
 log = logging.getLogger(__name__)
@@ -45,16 +47,30 @@ DESCRIPTION = """Serve NVML GPU metrics in Prometheus format: a drop-in for NVID
 shared GPUs. Every flag can also be set through the env var shown with it; a flag wins
 over its env var. Endpoints: /metrics, /health."""
 
-# Accepted for drop-in compatibility; they configure DCGM itself or features not built yet.
-_UNSUPPORTED = {
-    "kubernetes_enable_pod_labels": False,
-    "kubernetes_enable_dra": False,
-    "hpc_job_mapping_dir": "",
-    "remote_hostengine_info": "",
-    "web_systemd_socket": False,
-    "enable_dcgm_log": False,
-    "configmap_data": "none",
-}
+# dcgm-exporter features not built yet; like the IGNORED group they are accepted with a
+# warning, so an existing DaemonSet spec still starts.
+NOT_YET_SUPPORTED = frozenset(
+    {
+        "kubernetes_enable_pod_labels",
+        "kubernetes_pod_label_allowlist_regex",
+        "kubernetes_enable_dra",
+        "hpc_job_mapping_dir",
+        "configmap_data",
+    }
+)
+
+
+def inert_flags(settings: ExporterSettings) -> list[str]:
+    """The flags set away from their default that have no effect: every field of the
+    IGNORED group, and NOT_YET_SUPPORTED."""
+    flags = []
+    for name, field in type(settings).model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if extra.get("group") != IGNORED and name not in NOT_YET_SUPPORTED:
+            continue
+        if getattr(settings, name) != field.get_default(call_default_factory=True):
+            flags.append(str(extra["flags"][-1]))
+    return flags
 
 
 class StartupError(Exception):
@@ -95,10 +111,8 @@ def load_selection(path: Path) -> Selection:
 
 def prepare(settings: ExporterSettings) -> Prepared:
     """Validate the settings' files and addresses. Raises StartupError."""
-    for name, inert in _UNSUPPORTED.items():
-        if getattr(settings, name) != inert:
-            flag = ExporterSettings.model_fields[name].json_schema_extra["flags"][-1]  # type: ignore[index]
-            log.warning("%s is accepted for compatibility but has no effect in gpufleet", flag)
+    for flag in inert_flags(settings):
+        log.warning("%s is accepted for compatibility but has no effect in gpufleet", flag)
     try:
         host, port = parse_listen_address(settings.address)
     except ValueError as exc:
@@ -134,17 +148,18 @@ def series_options(settings: ExporterSettings) -> SeriesOptions:
     )
 
 
-async def serve(
-    prepared: Prepared,
-    lib: Any,
-    *,
-    stop: asyncio.Event,
-    on_listening: Callable[[int], None] | None = None,
-) -> None:
-    """Run the exporter on an initialised NVML `lib` until `stop` is set.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Components:
+    """The exporter's parts, built and wired but not started."""
 
-    `on_listening` gets the bound port once the server listens (port 0 picks a free one).
-    """
+    collector: Collector
+    loop: CollectorLoop
+    kubelet: PodResourcesWatcher | None
+    app: web.Application
+
+
+def build(prepared: Prepared, lib: Any) -> Components:
+    """Wire the exporter's parts on an initialised NVML `lib`; starts nothing."""
     settings = prepared.settings
     store = SnapshotStore()
     stats = ServerStats()
@@ -156,7 +171,10 @@ async def serve(
             refresh_seconds=settings.kubelet_refresh_seconds,
         )
         pid_pods = PidPodMap(proc_root=settings.proc_root)
-    reader = NvmlReader(lib, (f.spec for f in prepared.selection.fields))
+    # Per-process NVML calls only serve attribution to pods.
+    reader = NvmlReader(
+        lib, (f.spec for f in prepared.selection.fields), collect_processes=settings.kubernetes
+    )
     collector = Collector(
         lib=lib,
         reader=reader,
@@ -167,29 +185,42 @@ async def serve(
         config=CollectorConfig(
             selection=prepared.selection,
             options=series_options(settings),
+            devices=prepared.devices,
             extra_resource_names=settings.resource_names,
             self_metrics=settings.enable_exporter_metrics,
         ),
     )
     interval = settings.interval_seconds
-    loop = CollectorLoop(
-        collector, interval_seconds=interval, timeout_seconds=settings.collect_timeout_seconds
-    )
     app = build_app(
         store,
         web_config=prepared.web_config,
         stats=stats,
         stale_after_seconds=settings.stale_after_seconds or 3 * interval,
     )
+    loop = CollectorLoop(
+        collector, interval_seconds=interval, timeout_seconds=settings.collect_timeout_seconds
+    )
+    return Components(collector=collector, loop=loop, kubelet=kubelet, app=app)
+
+
+async def run(
+    parts: Components,
+    prepared: Prepared,
+    *,
+    stop: asyncio.Event,
+    on_listening: Callable[[int], None] | None = None,
+) -> bool:
+    """Listen, start the parts, wait for `stop`, then stop them; see `serve`."""
     ssl_context = prepared.web_config.ssl_context() if prepared.web_config else None
     server = await start_server(
-        app, host=prepared.host, port=prepared.port, ssl_context=ssl_context
+        parts.app, host=prepared.host, port=prepared.port, ssl_context=ssl_context
     )
-    if kubelet:
-        kubelet.start()
-    loop.start()
+    if parts.kubelet:
+        parts.kubelet.start()
+    parts.loop.start()
     if on_listening:
         on_listening(server.port)
+    settings = prepared.settings
     log.info(
         "exporter started",
         extra={
@@ -205,28 +236,57 @@ async def serve(
     finally:
         log.info("shutting down")
         await server.close()
-        await asyncio.to_thread(loop.stop)
-        if kubelet:
-            await asyncio.to_thread(kubelet.stop)
-        collector.close()
+        quiescent = await asyncio.to_thread(parts.loop.stop)
+        if parts.kubelet:
+            await asyncio.to_thread(parts.kubelet.stop)
+        if quiescent:  # else freeing GPM samples or the XID event set could crash NVML
+            parts.collector.close()
+    return quiescent
 
 
-def open_backend(settings: ExporterSettings) -> Any:
+async def serve(
+    prepared: Prepared,
+    lib: Any,
+    *,
+    stop: asyncio.Event,
+    on_listening: Callable[[int], None] | None = None,
+) -> bool:
+    """Run the exporter on an initialised NVML `lib` until `stop` is set.
+
+    `on_listening` gets the bound port once the server listens (port 0 picks a free one).
+    Returns True when no collection is left inside NVML, so the caller may shut NVML
+    down; False means its resources were deliberately left allocated (logged).
+    """
+    return await run(build(prepared, lib), prepared, stop=stop, on_listening=on_listening)
+
+
+def start_nvml(settings: ExporterSettings) -> NvmlBackend:
     """The NVML backend, initialised. Raises StartupError with a hint when NVML is missing."""
     fleet = settings.sim_fleet or ("8xH100" if settings.fake_gpus else None)
     try:
-        lib = open_nvml(fleet or None)
+        backend = open_backend(fleet or None)
     except ValueError as exc:
         raise StartupError(f"--sim-fleet: {exc}") from None
     try:
-        lib.nvmlInit()
+        backend.lib.nvmlInit()
     except pynvml.NVMLError as exc:
+        backend.close()
         raise StartupError(
             f"cannot initialise NVML: {exc}. Is the NVIDIA driver visible in this container "
             "(runtimeClassName: nvidia, or the NVIDIA container toolkit)? To try gpufleet "
             "without a GPU, use --sim-fleet 8xH100."
         ) from None
-    return lib
+    return backend
+
+
+def with_backend_proc_root(prepared: Prepared, backend: NvmlBackend) -> Prepared:
+    """Point --proc-root at a simulated backend's processes unless it was set explicitly
+    (a simulated pid looked up in the host's /proc would find some unrelated process)."""
+    default = ExporterSettings.model_fields["proc_root"].default
+    if backend.proc_root is None or prepared.settings.proc_root != default:
+        return prepared
+    settings = prepared.settings.model_copy(update={"proc_root": backend.proc_root})
+    return replace(prepared, settings=settings)
 
 
 def install_signal_handlers(stop: asyncio.Event) -> None:
@@ -244,22 +304,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(debug=settings.debug, json_format=settings.log_format == "json")
     try:
         prepared = prepare(settings)
-        lib = open_backend(settings)
+        backend = start_nvml(settings)
     except StartupError as exc:
         log.error("%s", exc)
         return 1
+    prepared = with_backend_proc_root(prepared, backend)
 
-    async def run() -> None:
+    async def run_until_signal() -> bool:
         stop = asyncio.Event()
         install_signal_handlers(stop)
-        await serve(prepared, lib, stop=stop)
+        return await serve(prepared, backend.lib, stop=stop)
 
+    quiescent = True  # nothing reached NVML if serving never started
     try:
-        asyncio.run(run())
+        quiescent = asyncio.run(run_until_signal())
     except OSError as exc:  # cannot listen
         log.error("%s", exc)
         return 1
     finally:
-        with contextlib.suppress(pynvml.NVMLError):
-            lib.nvmlShutdown()
+        if quiescent:
+            with contextlib.suppress(pynvml.NVMLError):
+                backend.lib.nvmlShutdown()
+        else:
+            log.warning("NVML left initialised: a collection is still inside it")
+        backend.close()
     return 0

@@ -4,7 +4,7 @@ Pure: the collector gathers the numbers (counters it keeps, process stats it rea
 `SelfStats` record and this module shapes them; they are rendered with the GPU series.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpufleet.exporter.fields import MetricType
@@ -28,105 +28,130 @@ class SelfStats:
     kubelet_last_success_timestamp_seconds: float | None
     attribution: Mapping[str, int]  # current unknown ids / unresolved uids / ...
     requests_total: Mapping[tuple[str, int], int]  # (route, HTTP status) -> count
+    request_seconds_total: Mapping[str, float]  # route -> seconds spent serving it
+    write_timeouts_total: int  # responses abandoned because the client stopped reading
     resident_memory_bytes: int | None
     process_cpu_seconds_total: float | None
 
 
-def _family(name: str, kind: MetricType, help: str, samples: list[Sample]) -> MetricFamily:
-    return MetricFamily(name=P + name, type=kind, help=help, samples=tuple(samples))
+_Read = Callable[[SelfStats], list[Sample]]
 
 
-def _one(name: str, kind: MetricType, help: str, value: float) -> MetricFamily:
-    return _family(name, kind, help, [Sample(labels=(), value=value)])
+def _value(attr: str) -> _Read:
+    """One unlabelled sample; none (the family is left out) when the value is unknown."""
+
+    def read(stats: SelfStats) -> list[Sample]:
+        value = getattr(stats, attr)
+        return [] if value is None else [Sample(labels=(), value=value)]
+
+    return read
 
 
-def _by(label: str, values: Mapping[str, int]) -> list[Sample]:
-    return [Sample(labels=((label, k),), value=v) for k, v in sorted(values.items())]
+def _by(attr: str, *labels: str) -> _Read:
+    """One sample per key of a mapping, sorted; a tuple key fills several labels."""
+
+    def read(stats: SelfStats) -> list[Sample]:
+        samples = []
+        for key, value in sorted(getattr(stats, attr).items()):
+            parts = key if isinstance(key, tuple) else (key,)
+            samples.append(
+                Sample(labels=tuple(zip(labels, map(str, parts), strict=True)), value=value)
+            )
+        return samples
+
+    return read
+
+
+def _build_info(stats: SelfStats) -> list[Sample]:
+    return [Sample(labels=(("version", stats.version),), value=1)]
+
+
+G, C = MetricType.GAUGE, MetricType.COUNTER
+# (name after the prefix, type, help, samples); the order is the exposition's.
+FAMILIES: tuple[tuple[str, MetricType, str, _Read], ...] = (
+    ("build_info", G, "gpufleet version; value is always 1.", _build_info),
+    ("collections_total", C, "Collections completed.", _value("collections_total")),
+    (
+        "collection_duration_seconds",
+        G,
+        "Wall time of the last collection.",
+        _value("collection_duration_seconds"),
+    ),
+    (
+        "collection_cpu_seconds_total",
+        C,
+        "CPU time spent collecting.",
+        _value("collection_cpu_seconds_total"),
+    ),
+    (
+        "last_success_timestamp_seconds",
+        G,
+        "Unix time of the last collection.",
+        _value("last_success_timestamp_seconds"),
+    ),
+    ("series", G, "GPU series served (self-metrics excluded).", _value("series")),
+    (
+        "errors_total",
+        C,
+        "Collection errors by kind (a lost GPU, an NVML error, a collection that timed out).",
+        _by("errors_total", "kind"),
+    ),
+    (
+        "kubelet_errors_total",
+        C,
+        "pod-resources and checkpoint read errors by kind.",
+        _by("kubelet_errors_total", "kind"),
+    ),
+    (
+        "attribution_dropped",
+        G,
+        "Items pod attribution could not place in the last collection, by reason.",
+        _by("attribution", "reason"),
+    ),
+    (
+        "http_requests_total",
+        C,
+        "HTTP requests served, by route and status code.",
+        _by("requests_total", "route", "code"),
+    ),
+    (
+        "http_request_seconds_total",
+        C,
+        "Time spent serving HTTP requests, by route.",
+        _by("request_seconds_total", "route"),
+    ),
+    (
+        "http_write_timeouts_total",
+        C,
+        "Responses abandoned because the client did not read them within the write timeout.",
+        _value("write_timeouts_total"),
+    ),
+    (
+        "kubelet_last_success_timestamp_seconds",
+        G,
+        "Unix time of the last successful pod-resources List.",
+        _value("kubelet_last_success_timestamp_seconds"),
+    ),
+    (
+        "resident_memory_bytes",
+        G,
+        "Resident set size of the exporter.",
+        _value("resident_memory_bytes"),
+    ),
+    (
+        "process_cpu_seconds_total",
+        C,
+        "CPU time of the whole exporter process.",
+        _value("process_cpu_seconds_total"),
+    ),
+)
 
 
 def self_families(stats: SelfStats) -> tuple[MetricFamily, ...]:
-    """The self-metric families, in a fixed order."""
-    g, c = MetricType.GAUGE, MetricType.COUNTER
-    families = [
-        _family(
-            "build_info",
-            g,
-            "gpufleet version; value is always 1.",
-            [Sample(labels=(("version", stats.version),), value=1)],
-        ),
-        _one("collections_total", c, "Collections completed.", stats.collections_total),
-        _one(
-            "collection_duration_seconds",
-            g,
-            "Wall time of the last collection.",
-            stats.collection_duration_seconds,
-        ),
-        _one(
-            "collection_cpu_seconds_total",
-            c,
-            "CPU time spent collecting.",
-            stats.collection_cpu_seconds_total,
-        ),
-        _one(
-            "last_success_timestamp_seconds",
-            g,
-            "Unix time of the last collection.",
-            stats.last_success_timestamp_seconds,
-        ),
-        _one("series", g, "GPU series served (self-metrics excluded).", stats.series),
-        _family(
-            "errors_total",
-            c,
-            "Collection errors by kind (a lost GPU, an NVML error, a collection that timed out).",
-            _by("kind", stats.errors_total),
-        ),
-        _family(
-            "kubelet_errors_total",
-            c,
-            "pod-resources and checkpoint read errors by kind.",
-            _by("kind", stats.kubelet_errors_total),
-        ),
-        _family(
-            "attribution_dropped",
-            g,
-            "Items pod attribution could not place in the last collection, by reason.",
-            _by("reason", stats.attribution),
-        ),
-        _family(
-            "http_requests_total",
-            c,
-            "HTTP requests served, by route and status code.",
-            [
-                Sample(labels=(("route", r), ("code", str(s))), value=v)
-                for (r, s), v in sorted(stats.requests_total.items())
-            ],
-        ),
-    ]
-    if stats.kubelet_last_success_timestamp_seconds is not None:
-        families.append(
-            _one(
-                "kubelet_last_success_timestamp_seconds",
-                g,
-                "Unix time of the last successful pod-resources List.",
-                stats.kubelet_last_success_timestamp_seconds,
-            )
-        )
-    if stats.resident_memory_bytes is not None:
-        families.append(
-            _one(
-                "resident_memory_bytes",
-                g,
-                "Resident set size of the exporter.",
-                stats.resident_memory_bytes,
-            )
-        )
-    if stats.process_cpu_seconds_total is not None:
-        families.append(
-            _one(
-                "process_cpu_seconds_total",
-                c,
-                "CPU time of the whole exporter process.",
-                stats.process_cpu_seconds_total,
-            )
-        )
-    return tuple(f for f in families if f.samples)
+    """The self-metric families in `FAMILIES` order; one with no samples is left out."""
+    families = ((P + name, kind, help, read(stats)) for name, kind, help, read in FAMILIES)
+    return tuple(
+        MetricFamily(name=name, type=kind, help=help, samples=tuple(samples))
+        for name, kind, help, samples in families
+        if samples
+    )

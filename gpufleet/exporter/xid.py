@@ -4,7 +4,8 @@ NVML has no polling API for XIDs: they arrive as events on an event set, which i
 itself listens to. One daemon thread waits on the set with a short timeout so `stop` is
 prompt, and records each XID as the GPU's last value and per-XID count (`XidState`). The
 thread must never die of an NVML error or a lost GPU: errors are counted and retried with
-backoff. A GPU that cannot report XIDs is logged and skipped, never guessed at.
+backoff. A GPU that cannot report XIDs is logged and skipped, never guessed at: only GPUs
+whose registration succeeded appear in `snapshot`.
 """
 
 import ctypes
@@ -22,6 +23,7 @@ from gpufleet.exporter.snapshot import Entity, XidState
 log = logging.getLogger(__name__)
 
 _XID = pynvml.nvmlEventTypeXidCriticalError
+_NO_XID = XidState(last=0, counts=MappingProxyType({}))
 
 
 def _address(handle: Any) -> int | None:
@@ -48,8 +50,8 @@ class XidWatcher:
         gpus: entities to watch; MIG instances are ignored (their XIDs arrive on the parent).
         wait_ms: longest single NVML wait, which bounds how long `stop` takes.
         max_backoff_s: cap of the pause between retries after NVML errors.
-        initial: history to continue, e.g. from the watcher this one replaces after a
-            rediscovery, so counts survive it.
+        initial: history to continue, e.g. `history()` of the watcher this one replaces
+            after a rediscovery, so counts survive it.
         """
         self._lib = lib
         self._gpus = tuple(g for g in gpus if g.mig is None)
@@ -81,7 +83,15 @@ class XidWatcher:
         return tuple(sorted(self._by_uuid.values()))
 
     def snapshot(self) -> Mapping[int, XidState]:
-        """XID history by gpu index: a copy, safe to keep while the thread goes on."""
+        """XID history of every watched GPU by gpu index (`XidState(last=0, counts={})`
+        before its first XID), and of no other GPU: one whose registration failed has no
+        XID data, which must not read as "no XID". A copy, safe to keep."""
+        with self._lock:
+            return MappingProxyType({gpu: self._states.get(gpu, _NO_XID) for gpu in self.watched})
+
+    def history(self) -> Mapping[int, XidState]:
+        """Everything recorded, `initial` included, watched or not: what a replacement
+        watcher continues from, so a GPU unwatched for a while keeps its counts."""
         with self._lock:
             return MappingProxyType(dict(self._states))
 

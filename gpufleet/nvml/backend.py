@@ -1,16 +1,31 @@
 """Backend injection: the real `pynvml` module or a simulated NVML, chosen in one place.
 
 Callers receive an object that looks like the `pynvml` module and never branch on which one
-they got. This module must never call NVML itself (not even `nvmlInit`): the caller owns the
-library's lifetime.
+they got; `NvmlBackend` adds what differs in lifetime (a simulator owns a temp proc root and
+must be closed). This module must never call NVML itself (not even `nvmlInit`): the caller
+owns the library's lifetime.
 """
 
 import pathlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import pynvml
 
 from gpufleet.nvml.sim.api import SimulatedNvml
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NvmlBackend:
+    """An NVML library and what its owner must know to run and release it."""
+
+    lib: Any  # `pynvml` or a `SimulatedNvml`
+    proc_root: pathlib.Path | None  # the simulated processes' /proc; None: the host's
+    # Releases what the backend owns (a no-op for real NVML). Safe to call while an NVML
+    # call is still in flight on another thread, and more than once.
+    close: Callable[[], None]
 
 
 def open_nvml(
@@ -25,3 +40,13 @@ def open_nvml(
     if fleet is None:
         return pynvml
     return SimulatedNvml(fleet, seed=seed, proc_root=proc_root)
+
+
+def open_backend(
+    fleet: str | None, *, seed: int = 0, proc_root: pathlib.Path | None = None
+) -> NvmlBackend:
+    """`open_nvml` as an `NvmlBackend`, so a daemon runs and releases either kind alike."""
+    if fleet is None:
+        return NvmlBackend(lib=pynvml, proc_root=None, close=lambda: None)
+    sim = SimulatedNvml(fleet, seed=seed, proc_root=proc_root)
+    return NvmlBackend(lib=sim, proc_root=sim.proc_root, close=sim.close)

@@ -7,32 +7,19 @@ real loopback port, against the simulated NVML and the fake kubelet's real unix 
 import asyncio
 import json
 import shutil
-import socket
 import subprocess
 import threading
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import free_port, wait_for
 
 from gpufleet.exporter.daemon import prepare, serve
 from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.simnode import NodeLayout, SimNode
-
-
-def wait_for(predicate: Callable[[], object], *, timeout: float = 15.0, what: str = "") -> object:
-    """Poll until `predicate()` is truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(0.05)
 
 
 class RunningExporter:
@@ -98,20 +85,14 @@ class RunningExporter:
 
 def node_settings(node: SimNode, **overrides) -> ExporterSettings:
     """Fast settings for tests: 100 ms collections, 0.2 s kubelet refresh."""
-    base = dict(
+    fast = dict(
         address="127.0.0.1:0",
         collect_interval_ms=100,
-        kubernetes=True,
-        kubernetes_enable_pod_uid=True,
         kubernetes_virtual_gpus=True,
-        pod_resources_kubelet_socket=node.kubelet.pod_resources_socket,
-        kubelet_checkpoint=node.kubelet.checkpoint_path,
         kubelet_refresh_seconds=0.2,
-        proc_root=node.sim.proc_root,
         node_name="node-a",
     )
-    base.update(overrides)
-    return ExporterSettings(**base)
+    return node.exporter_settings(**{**fast, **overrides})
 
 
 @pytest.fixture
@@ -143,7 +124,7 @@ class Prometheus:
     """A real Prometheus server on loopback, scraping one target every second."""
 
     def __init__(self, workdir: Path, target: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         config = workdir / "prometheus.yml"
         config.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
@@ -177,12 +158,6 @@ class Prometheus:
     def stop(self) -> None:
         self._proc.terminate()
         self._proc.wait(10)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -1,25 +1,14 @@
 """The XID watcher against the simulated NVML's event sets (real threads, real waits)."""
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from helpers import wait_for
 
 from gpufleet.exporter.nvml import NvmlReader
 from gpufleet.exporter.snapshot import XidState
 from gpufleet.exporter.xid import XidWatcher
 from gpufleet.nvml.sim.api import SimulatedNvml
-
-DEADLINE_S = 5.0
-
-
-def eventually(condition: Callable[[], bool]) -> None:
-    """Poll until `condition` holds; fail after DEADLINE_S."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail("condition not met before the deadline")
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -54,26 +43,29 @@ def test_xids_show_up_and_counts_accumulate(sim: SimulatedNvml, watch) -> None:
     assert watcher.watched == (0, 1, 2, 3)
     for xid in (48, 48, 13):
         sim.inject_xid(1, xid)
-    eventually(lambda: sum(getattr(state(watcher, 1), "counts", {}).values()) == 3)
+    wait_for(lambda: sum(getattr(state(watcher, 1), "counts", {}).values()) == 3)
     assert state(watcher, 1) == XidState(last=13, counts={48: 2, 13: 1})
-    assert set(watcher.snapshot()) == {1}
+    assert watcher.snapshot() == {
+        **dict.fromkeys((0, 2, 3), XidState(last=0, counts={})),
+        1: XidState(last=13, counts={48: 2, 13: 1}),
+    }
     assert watcher.errors == 0
 
 
 def test_xid_on_a_mig_instance_counts_for_its_gpu(sim: SimulatedNvml, watch) -> None:
     watcher = watch()
     sim.inject_xid(3, 43, gi_id=sim.devices[3].mig[0].gi_id)
-    eventually(lambda: state(watcher, 3) is not None)
+    wait_for(lambda: bool(state(watcher, 3).counts))
     assert state(watcher, 3).last == 43
 
 
 def test_snapshot_is_a_copy(sim: SimulatedNvml, watch) -> None:
     watcher = watch()
     sim.inject_xid(0, 31)
-    eventually(lambda: state(watcher, 0) is not None)
+    wait_for(lambda: bool(state(watcher, 0).counts))
     before = watcher.snapshot()
     sim.inject_xid(0, 94)
-    eventually(lambda: state(watcher, 0).last == 94)
+    wait_for(lambda: state(watcher, 0).last == 94)
     assert before[0] == XidState(last=31, counts={31: 1})
 
 
@@ -88,39 +80,41 @@ def test_stop_ends_the_thread_promptly(sim: SimulatedNvml, watch) -> None:
 def test_lost_gpu_reports_xid_79_and_the_watcher_goes_on(sim: SimulatedNvml, watch) -> None:
     watcher = watch()
     sim.fail_gpu(2)
-    eventually(lambda: state(watcher, 2) is not None)
+    wait_for(lambda: bool(state(watcher, 2).counts))
     assert state(watcher, 2).last == 79
     sim.inject_xid(0, 62)
-    eventually(lambda: state(watcher, 0) is not None)
+    wait_for(lambda: bool(state(watcher, 0).counts))
     assert watcher.running
 
 
 def test_wait_errors_are_counted_and_retried(sim: SimulatedNvml, watch) -> None:
     watcher = watch()
     sim.set_not_supported("nvmlEventSetWait_v2")
-    eventually(lambda: watcher.errors >= 2)
+    wait_for(lambda: watcher.errors >= 2)
     assert watcher.running
     sim.clear_injections()
     sim.inject_xid(1, 92)
-    eventually(lambda: state(watcher, 1) is not None)
+    wait_for(lambda: bool(state(watcher, 1).counts))
 
 
 def test_gpu_that_cannot_register_is_skipped(sim: SimulatedNvml, watch) -> None:
     sim.set_not_supported("nvmlDeviceRegisterEvents", index=1)
     watcher = watch()
     assert watcher.watched == (0, 2, 3)
+    # No entry, not a zero one: a GPU without XID data must not read as "no XID".
+    assert set(watcher.snapshot()) == {0, 2, 3}
     sim.inject_xid(0, 45)
-    eventually(lambda: state(watcher, 0) is not None)
+    wait_for(lambda: bool(state(watcher, 0).counts))
 
 
 def test_history_carries_over_to_a_replacement_watcher(sim: SimulatedNvml, watch) -> None:
     first = watch()
     sim.inject_xid(2, 74)
-    eventually(lambda: state(first, 2) is not None)
+    wait_for(lambda: bool(state(first, 2).counts))
     first.stop()
-    second = watch(initial=first.snapshot())
+    second = watch(initial=first.history())
     sim.inject_xid(2, 74)
-    eventually(lambda: state(second, 2).counts.get(74) == 2)
+    wait_for(lambda: state(second, 2).counts.get(74) == 2)
 
 
 def test_no_gpu_registered_means_no_thread(sim: SimulatedNvml, watch) -> None:
@@ -128,3 +122,13 @@ def test_no_gpu_registered_means_no_thread(sim: SimulatedNvml, watch) -> None:
     watcher = watch()
     assert not watcher.running and watcher.watched == ()
     assert watcher.snapshot() == {}
+
+
+def test_snapshot_covers_watched_gpus_only_history_keeps_the_rest(
+    sim: SimulatedNvml, watch
+) -> None:
+    sim.set_not_supported("nvmlDeviceRegisterEvents", index=2)
+    carried = {2: XidState(last=79, counts={79: 1}), 9: XidState(last=13, counts={13: 4})}
+    watcher = watch(initial=carried)
+    assert watcher.snapshot() == {g: XidState(last=0, counts={}) for g in (0, 1, 3)}
+    assert watcher.history() == carried

@@ -1,0 +1,238 @@
+"""The collection pipeline, driven one `collect_once` at a time against the simulated NVML
+(and the fake kubelet on a real unix socket), with a hand-advanced monotonic clock."""
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpufleet.exporter.collector import Collector, CollectorConfig, CollectorLoop
+from gpufleet.exporter.daemon import load_selection, series_options
+from gpufleet.exporter.devices import parse_devices
+from gpufleet.exporter.nvml import NvmlReader
+from gpufleet.exporter.podresources import PodResourcesWatcher
+from gpufleet.exporter.procfs import PidPodMap
+from gpufleet.exporter.settings import EMBEDDED_COLLECTORS, ExporterSettings
+from gpufleet.exporter.store import Exposition, SnapshotStore
+from gpufleet.simnode import NodeLayout, SimNode
+
+DEADLINE_S = 5.0
+REDISCOVER_S = 60.0
+# GPUs 0-1 whole (0 to one pod, 1 time-sliced 2 ways), GPU 2 split into 2 MIG slices.
+LAYOUT = NodeLayout(fleet="2xH100+1xH100:mig=2x1g.10gb", whole_gpus=1, replicas=2)
+
+
+class Clock:
+    """A monotonic clock the test advances by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[SimNode]:
+    with SimNode(LAYOUT, root=tmp_path / "n") as n:
+        n.sim.nvmlInit()
+        yield n
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def make(node: SimNode, clock: Clock) -> Iterator[Callable[..., tuple[Collector, SnapshotStore]]]:
+    """Build a collector on `node`; `kubelet=True` attributes pods through the fake kubelet."""
+    built: list[tuple[Collector, PodResourcesWatcher | None]] = []
+    selection = load_selection(EMBEDDED_COLLECTORS)
+
+    def build(*, devices: str = "f", kubelet: bool = False) -> tuple[Collector, SnapshotStore]:
+        watcher = None
+        if kubelet:
+            watcher = PodResourcesWatcher(
+                socket_path=node.kubelet.pod_resources_socket,
+                checkpoint_path=node.kubelet.checkpoint_path,
+            )
+            watcher.refresh_now()
+        store = SnapshotStore()
+        collector = Collector(
+            lib=node.sim,
+            reader=NvmlReader(
+                node.sim, (f.spec for f in selection.fields), collect_processes=kubelet
+            ),
+            config=CollectorConfig(
+                selection=selection,
+                options=series_options(ExporterSettings(node_name="node-a")),
+                devices=parse_devices(devices),
+                rediscover_seconds=REDISCOVER_S,
+            ),
+            store=store,
+            kubelet=watcher,
+            pid_pods=PidPodMap(proc_root=node.sim.proc_root) if kubelet else None,
+            clock=clock,
+            wall_clock=lambda: 1.7e9,
+        )
+        built.append((collector, watcher))
+        return collector, store
+
+    yield build
+    for collector, watcher in built:
+        collector.close()
+        if watcher:
+            watcher.stop()
+
+
+def samples(exposition: Exposition, name: str, **labels: str) -> list:
+    return [
+        s
+        for f in text_string_to_metric_families(exposition.text.decode())
+        for s in f.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    ]
+
+
+def value(exposition: Exposition, name: str, **labels: str) -> float:
+    """The one sample's value, 0 when there is none (counters not yet incremented)."""
+    found = samples(exposition, name, **labels)
+    assert len(found) <= 1, found
+    return found[0].value if found else 0.0
+
+
+def entities(exposition: Exposition) -> set[tuple[str, str | None]]:
+    """(gpu, GPU_I_ID or None) of every entity with an FB_USED series."""
+    return {
+        (s.labels["gpu"], s.labels.get("GPU_I_ID"))
+        for s in samples(exposition, "DCGM_FI_DEV_FB_USED")
+    }
+
+
+def gpus(exposition: Exposition) -> set[str]:
+    return {gpu for gpu, _ in entities(exposition)}
+
+
+def errors(exposition: Exposition) -> dict[str, float]:
+    """Nonzero gpufleet_exporter_errors_total by kind."""
+    found = {
+        s.labels["kind"]: s.value for s in samples(exposition, "gpufleet_exporter_errors_total")
+    }
+    return {kind: count for kind, count in found.items() if count}
+
+
+def test_each_collection_is_published_and_counted(make, clock: Clock) -> None:
+    collector, store = make()
+    assert store.latest() is None
+    first = collector.collect_once()
+    assert store.latest() is first
+    assert gpus(first) == {"0", "1", "2"}
+    assert value(first, "gpufleet_exporter_collections_total") == 1
+    assert value(first, "gpufleet_exporter_series") > 0
+    assert value(first, "gpufleet_exporter_last_success_timestamp_seconds") == 1.7e9
+    clock.now += 1
+    second = collector.collect_once()
+    assert store.latest() is second
+    assert value(second, "gpufleet_exporter_collections_total") == 2
+    assert second.collected_monotonic == clock.now
+
+
+@pytest.mark.parametrize(
+    "lost_before_first_collection",
+    [True, False],
+    ids=["lost-at-discovery", "lost-mid-run"],
+)
+def test_lost_gpu_is_left_out_then_found_again_soon_after_restore(
+    make, node: SimNode, clock: Clock, lost_before_first_collection: bool
+) -> None:
+    collector, _ = make()
+    if not lost_before_first_collection:
+        assert gpus(collector.collect_once()) == {"0", "1", "2"}
+    node.sim.fail_gpu(1)
+    clock.now += 1
+    lost = collector.collect_once()
+    assert gpus(lost) == {"0", "2"}
+    assert errors(lost).get("gpu_lost", 0) >= 1
+    node.sim.restore_gpu(1)
+    # A lost GPU brings the next discovery forward to 5 s, well before REDISCOVER_S.
+    clock.now += 5
+    assert gpus(collector.collect_once()) == {"0", "1", "2"}
+
+
+SLICES = {("2", "7"), ("2", "8")}  # the simulator's GPU instance ids for 2 x 1g.10gb
+
+
+@pytest.mark.parametrize(
+    ("devices", "expected"),
+    [
+        ("f", {("0", None), ("1", None), *SLICES}),
+        ("g", {("0", None), ("1", None), ("2", None)}),
+        ("i", SLICES),
+        ("g:1", {("1", None)}),
+    ],
+    ids=["flex-drops-mig-parent", "whole-gpus-with-mig-parent", "mig-instances", "gpu-range"],
+)
+def test_devices_selector_picks_the_entities(make, node, devices, expected) -> None:
+    assert {("2", str(m.gi_id)) for m in node.sim.devices[2].mig} == SLICES
+    assert entities(make(devices=devices)[0].collect_once()) == expected
+
+
+def _lose_gpu(node: SimNode, collector: Collector) -> None:
+    node.sim.fail_gpu(1)
+
+
+def _failing_xid_waits(node: SimNode, collector: Collector) -> None:
+    node.sim.set_not_supported("nvmlEventSetWait_v2")
+
+
+@pytest.mark.parametrize(
+    ("inject", "kind"),
+    [
+        (_lose_gpu, "gpu_lost"),
+        (_failing_xid_waits, "xid_watch"),
+        (lambda node, collector: collector.count_error("timeout"), "timeout"),
+        (lambda node, collector: collector.count_error("unexpected"), "unexpected"),
+    ],
+    ids=["lost-gpu", "xid-wait-errors", "loop-timeout", "loop-unexpected"],
+)
+def test_errors_are_counted_under_their_kind(make, node, clock, inject, kind) -> None:
+    collector, _ = make()
+    assert errors(collector.collect_once()) == {}
+    inject(node, collector)
+    deadline = time.monotonic() + DEADLINE_S
+    while kind not in (counted := errors(collector.collect_once())):
+        assert time.monotonic() < deadline, f"{kind} not counted: {counted}"
+        time.sleep(0.01)
+    assert set(counted) == {kind}
+
+
+def test_pods_are_attributed_from_the_fake_kubelet(make, node: SimNode) -> None:
+    collector, _ = make(kubelet=True)
+    exposition = collector.collect_once()
+    labelled = {
+        s.labels["pod"] for s in samples(exposition, "DCGM_FI_DEV_FB_USED") if "pod" in s.labels
+    }
+    assert labelled == {p.name for p in node.pods.values()}
+    assert value(exposition, "gpufleet_exporter_kubelet_last_success_timestamp_seconds") > 0
+
+
+def test_loop_stop_reports_a_collection_still_in_flight(make, node: SimNode) -> None:
+    collector, _ = make()
+    node.sim.set_hang("nvmlDeviceGetPowerUsage", 1.0, index=0)
+    loop = CollectorLoop(collector, interval_seconds=0.05, timeout_seconds=0.05)
+    loop.start()
+
+    def collecting() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "gpufleet-collect"]
+
+    deadline = time.monotonic() + DEADLINE_S
+    while not collecting():
+        assert time.monotonic() < deadline, "no collection started"
+        time.sleep(0.005)
+    assert all(t.daemon for t in collecting()), "a hung driver must not block exit"
+    assert loop.stop(timeout_seconds=0) is False
+    assert loop.stop(timeout_seconds=DEADLINE_S) is True  # the hang ended
