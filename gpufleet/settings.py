@@ -44,18 +44,86 @@ def _is_bool(info: FieldInfo) -> bool:
     return ann is bool
 
 
+_BOOL_WORDS = {"true": True, "1": True, "false": False, "0": False}
+
+
+class BoolAction(argparse.Action):
+    """A boolean flag in urfave/cli's forms (dcgm-exporter's CLI library) plus `--no-FLAG`.
+
+    `--flag` and `-f` set True; `--flag=VALUE` and `-f=VALUE` take true, false, 1 or 0 in any
+    case; `--no-flag` sets False and takes no value. A value given as the next word
+    (`--flag false`) is taken too: urfave/cli would set True and ignore that word, which
+    contradicts what the word says. Any other value is an error naming the flag.
+    """
+
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        default: Any = None,
+        required: bool = False,
+        help: str | None = None,
+    ) -> None:
+        self.negations = tuple(f"--no-{o[2:]}" for o in option_strings if o.startswith("--"))
+        super().__init__(
+            option_strings=[*option_strings, *self.negations],
+            dest=dest,
+            nargs="?",
+            default=default,
+            required=required,
+            help=help,
+            metavar="BOOL",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if option_string in self.negations:
+            if values is not None:
+                raise argparse.ArgumentError(
+                    None, f"invalid flag {option_string}: takes no value (got {values!r})"
+                )
+            setattr(namespace, self.dest, False)
+            return
+        if values is None:
+            setattr(namespace, self.dest, True)
+            return
+        value = _BOOL_WORDS.get(str(values).lower())
+        if value is None:
+            raise argparse.ArgumentError(
+                None,
+                f"invalid flag {option_string}: {values!r} is not a boolean "
+                "(use true, false, 1 or 0)",
+            )
+        setattr(namespace, self.dest, value)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows a boolean as `-k, --kubernetes[=BOOL], --no-kubernetes`."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if not isinstance(action, BoolAction):
+            return super()._format_action_invocation(action)
+        return ", ".join(
+            o if o in action.negations or not o.startswith("--") else f"{o}[=BOOL]"
+            for o in action.option_strings
+        )
+
+
 def build_parser(
     settings_cls: type[BaseSettings], *, prog: str, description: str
 ) -> argparse.ArgumentParser:
     """An argparse parser with one option per settings field that declares flags.
 
-    Defaults are suppressed so that only flags actually given override env vars.
+    Defaults are suppressed so that only flags actually given override env vars. Booleans
+    use `BoolAction`.
     """
     parser = argparse.ArgumentParser(
-        prog=prog,
-        description=description,
-        allow_abbrev=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, description=description, allow_abbrev=False, formatter_class=_HelpFormatter
     )
     groups: dict[str, argparse._ArgumentGroup] = {}
     for name, info in settings_cls.model_fields.items():
@@ -71,10 +139,7 @@ def build_parser(
             help_text += f" (default: {default})".replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
         if _is_bool(info):
-            kwargs["action"] = argparse.BooleanOptionalAction
-            flags = [f for f in flags if f.startswith("--")] + [
-                f for f in flags if not f.startswith("--")
-            ]
+            kwargs["action"] = BoolAction
         else:
             kwargs["metavar"] = name.upper()
         group.add_argument(*flags, **kwargs)

@@ -80,5 +80,156 @@ def test_help_lists_flags_with_env_vars(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["--help"])
     out = capsys.readouterr().out
-    for needle in ("-f COLLECTORS, --collectors", "DCGM_EXPORTER_COLLECTORS", "-rbmn"):
+    needles = ("-f COLLECTORS, --collectors", "DCGM_EXPORTER_COLLECTORS", "-rbmn")
+    for needle in (*needles, "-k, --kubernetes[=BOOL], --no-kubernetes"):
         assert needle in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        (["--kubernetes"], {}, True),
+        (["-k"], {}, True),
+        (["--kubernetes=true"], {}, True),
+        (["--kubernetes=TRUE"], {}, True),
+        (["--kubernetes=1"], {}, True),
+        (["--kubernetes=false"], {}, False),
+        (["--kubernetes=False"], {}, False),
+        (["--kubernetes=0"], {}, False),
+        (["-k=false"], {}, False),
+        (["-k=true"], {}, True),
+        (["--kubernetes", "false"], {}, False),
+        (["--no-kubernetes"], {}, False),
+        (["--kubernetes=false"], {"DCGM_EXPORTER_KUBERNETES": "true"}, False),
+        (["--kubernetes=true", "--no-kubernetes"], {}, False),
+        ([], {}, False),
+    ],
+    ids=[
+        "bare long flag",
+        "bare alias",
+        "=true",
+        "=TRUE any case",
+        "=1",
+        "=false",
+        "=False any case",
+        "=0",
+        "alias =false",
+        "alias =true",
+        "value as the next word",
+        "negated",
+        "=false beats env true",
+        "last one wins",
+        "default",
+    ],
+)
+def test_bool_flags_take_urfave_cli_forms(argv, env, expected, monkeypatch):
+    assert load(argv, monkeypatch, env).kubernetes is expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--kubernetes=yes"], "invalid flag --kubernetes: 'yes' is not a boolean"),
+        (["-k=on"], "invalid flag -k: 'on' is not a boolean"),
+        (["--kubernetes="], "invalid flag --kubernetes: '' is not a boolean"),
+        (["--no-kubernetes=true"], "invalid flag --no-kubernetes: takes no value"),
+    ],
+    ids=["yes", "alias on", "empty value", "value on the negated form"],
+)
+def test_bad_bool_values_exit_2_naming_the_flag(argv, message, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as exc:
+        load(argv, monkeypatch)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "field", "expected"),
+    [
+        (["--enable-pprof"], {}, "enable_pprof", True),
+        ([], {"DCGM_EXPORTER_ENABLE_PPROF": "true"}, "enable_pprof", True),
+        (["--dump-enabled=true"], {}, "dump_enabled", True),
+        ([], {}, "dump_directory", "/tmp/dcgm-exporter-debug"),
+        (["--dump-directory", "/d"], {}, "dump_directory", "/d"),
+        ([], {}, "dump_retention_hours", 24),
+        ([], {"DCGM_EXPORTER_DUMP_RETENTION": "0"}, "dump_retention_hours", 0),
+        ([], {}, "dump_compression", True),
+        (["--dump-compression=false"], {}, "dump_compression", False),
+        ([], {"DCGM_EXPORTER_DUMP_COMPRESSION": "false"}, "dump_compression", False),
+        (["--enable-gpu-bind-unbind-watch"], {}, "enable_gpu_bind_unbind_watch", True),
+        ([], {}, "gpu_bind_unbind_poll_interval", "1s"),
+        (
+            [],
+            {"DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL": "500ms"},
+            "gpu_bind_unbind_poll_interval",
+            "500ms",
+        ),
+        (["--enable-dcgm-log", "--dcgm-log-level", "DEBUG"], {}, "dcgm_log_level", "DEBUG"),
+        (["-r", "host:5555"], {}, "remote_hostengine_info", "host:5555"),
+        (["--web-systemd-socket"], {}, "web_systemd_socket", True),
+        (["--disable-startup-validate"], {}, "disable_startup_validate", True),
+        (["-s", "g", "-p", "g"], {}, "cpu_devices", "g"),
+    ],
+    ids=[
+        "pprof flag",
+        "pprof env",
+        "dump enabled",
+        "dump directory default",
+        "dump directory flag",
+        "dump retention default 24 h",
+        "dump retention env",
+        "dump compression default on",
+        "dump compression off",
+        "dump compression env",
+        "bind-unbind watch",
+        "bind-unbind interval default",
+        "bind-unbind interval env",
+        "dcgm log level",
+        "remote host engine",
+        "systemd socket",
+        "startup validate",
+        "switch and cpu devices",
+    ],
+)
+def test_dcgm_only_flags_are_accepted(argv, env, field, expected, monkeypatch):
+    assert getattr(load(argv, monkeypatch, env), field) == expected
+
+
+# Every flag and alias of dcgm-exporter's pkg/cmd/app.go, one row of the docs' table each.
+DCGM_FLAGS = [
+    ("-f", "--collectors"),
+    ("-a", "--address"),
+    ("-c", "--collect-interval"),
+    ("-k", "--kubernetes"),
+    ("--kubernetes-gpu-id-type",),
+    ("--kubernetes-enable-pod-labels", "--kubernetes-enable-pod-uid"),
+    ("--kubernetes-pod-label-allowlist-regex",),
+    ("--kubernetes-virtual-gpus",),
+    ("--kubernetes-enable-dra",),
+    ("--pod-resources-kubelet-socket",),
+    ("--nvidia-resource-names",),
+    ("--hpc-job-mapping-dir",),
+    ("-r", "--remote-hostengine-info"),
+    ("-d", "--devices", "-s", "--switch-devices", "-p", "--cpu-devices"),
+    ("-m", "--configmap-data"),
+    ("--web-config-file",),
+    ("--web-systemd-socket",),
+    ("-x", "--xid-count-window-size", "--clock-events-count-window-size"),
+    ("-n", "--no-hostname"),
+    ("-o", "--use-old-namespace"),
+    ("-rbmn", "--replace-blanks-in-model-name"),
+    ("--fake-gpus",),
+    ("--debug",),
+    ("--log-format",),
+    ("--enable-dcgm-log", "--dcgm-log-level"),
+    ("--dump-enabled", "--dump-directory", "--dump-retention", "--dump-compression"),
+    ("--disable-startup-validate",),
+    ("--enable-gpu-bind-unbind-watch", "--gpu-bind-unbind-poll-interval"),
+    ("--enable-pprof",),
+]
+
+
+@pytest.mark.parametrize("flags", DCGM_FLAGS, ids=[row[-1] for row in DCGM_FLAGS])
+def test_every_dcgm_exporter_flag_is_known(flags):
+    parser = build_parser(ExporterSettings, prog="gpufleet exporter", description="")
+    assert [flag for flag in flags if flag not in parser._option_string_actions] == []

@@ -25,7 +25,8 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
 from gpufleet.exporter.store import SnapshotStore
-from gpufleet.exporter.webconfig import RateLimit, WebConfig
+from gpufleet.exporter.webconfig import WebConfig
+from gpufleet.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -84,18 +85,20 @@ def build_app(
     `/health` and driving the rate limiter. `extra_routes` get the same auth and headers.
     """
     stats = stats if stats is not None else ServerStats()
-    app = web.Application(
-        client_max_size=_MAX_REQUEST_BODY_BYTES,
-        middlewares=[
-            _middleware(
-                web_config=web_config,
-                stats=stats,
-                clock=clock,
-                write_timeout_seconds=write_timeout_seconds,
-            )
-        ],
+    middleware = _middleware(
+        web_config=web_config, stats=stats, clock=clock, write_timeout_seconds=write_timeout_seconds
     )
+    app = web.Application(client_max_size=_MAX_REQUEST_BODY_BYTES, middlewares=[middleware])
     app[SERVER_STATS] = stats
+    app.add_routes(_routes(store, clock=clock, stale_after_seconds=stale_after_seconds))
+    app.add_routes(extra_routes)
+    return app
+
+
+def _routes(
+    store: SnapshotStore, *, clock: Callable[[], float], stale_after_seconds: float
+) -> list[web.RouteDef]:
+    """`/metrics`, `/health` and `/`: each reads `store`; none renders or collects."""
 
     async def metrics(request: web.Request) -> web.Response:
         exposition = store.latest()
@@ -121,11 +124,7 @@ def build_app(
     async def landing(request: web.Request) -> web.Response:
         return web.Response(body=_LANDING_PAGE, content_type="text/html", charset="utf-8")
 
-    app.add_routes(
-        [web.get("/metrics", metrics), web.get("/health", health), web.get("/", landing)]
-    )
-    app.add_routes(extra_routes)
-    return app
+    return [web.get("/metrics", metrics), web.get("/health", health), web.get("/", landing)]
 
 
 def _middleware(
@@ -138,7 +137,12 @@ def _middleware(
     extra_headers = dict(web_config.headers) if web_config is not None else {}
     auth = web_config if web_config is not None and web_config.auth_required else None
     limit = web_config.rate_limit if web_config is not None else None
-    limiter = _TokenBucket(limit, clock) if limit is not None else None
+    # exporter-toolkit: rate.NewLimiter(rate.Every(interval), burst).
+    limiter = (
+        TokenBucket(rate_per_second=1.0 / limit.interval_seconds, burst=limit.burst, clock=clock)
+        if limit is not None
+        else None
+    )
 
     @web.middleware
     async def serve(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -173,7 +177,7 @@ async def _respond(
     handler: Handler,
     *,
     auth: WebConfig | None,
-    limiter: "_TokenBucket | None",
+    limiter: TokenBucket | None,
 ) -> web.StreamResponse:
     if limiter is not None and not limiter.take():
         return _plain(429, "Too Many Requests")
@@ -196,29 +200,6 @@ def _plain(status: int, text: str, headers: dict[str, str] | None = None) -> web
     return web.Response(
         status=status, body=text.encode(), headers={hdrs.CONTENT_TYPE: _PLAIN, **(headers or {})}
     )
-
-
-class _TokenBucket:
-    """exporter-toolkit's `rate_limit`: `burst` tokens, one more per interval."""
-
-    __slots__ = ("_burst", "_clock", "_interval_seconds", "_tokens", "_updated")
-
-    def __init__(self, limit: RateLimit, clock: Callable[[], float]) -> None:
-        self._burst = float(limit.burst)
-        self._interval_seconds = limit.interval_seconds
-        self._clock = clock
-        self._tokens = self._burst
-        self._updated = clock()
-
-    def take(self) -> bool:
-        now = self._clock()
-        refill = (now - self._updated) / self._interval_seconds
-        self._tokens = min(self._burst, self._tokens + refill)
-        self._updated = now
-        if self._tokens < 1.0:
-            return False
-        self._tokens -= 1.0
-        return True
 
 
 # --- content negotiation: pure, memoised because scrapers repeat the same header ---

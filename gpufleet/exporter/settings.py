@@ -1,8 +1,10 @@
 """The exporter's settings: dcgm-exporter's flags and env vars, plus gpufleet's own.
 
-Every dcgm-exporter flag is accepted with its name, alias, env var and default, so an
-existing DaemonSet spec works unchanged. Flags that only make sense with DCGM itself (host
-engine, DCGM logs, debug dumps, pprof) are accepted and ignored with a warning at startup.
+Every flag in dcgm-exporter's `pkg/cmd/app.go`, as gpufleet last compared them, is
+accepted with its name, alias, env var and default, booleans in urfave/cli's `--flag=false`
+form too, so an existing DaemonSet spec works unchanged. Flags that only make sense with
+DCGM itself (host engine, DCGM logs, debug dumps, pprof, bind/unbind watch) are in the
+IGNORED group: accepted, and warned about at startup when set to other than the default.
 """
 
 from pathlib import Path
@@ -269,7 +271,7 @@ class ExporterSettings(BaseSettings):
         help="Log format: text or json (one object per line).",
     )
     remote_hostengine_info: str = _f(
-        "",
+        "localhost:5555",
         "DCGM_REMOTE_HOSTENGINE_INFO",
         "-r",
         "--remote-hostengine-info",
@@ -281,14 +283,14 @@ class ExporterSettings(BaseSettings):
         "DCGM_EXPORTER_ENABLE_DCGM_LOG",
         "--enable-dcgm-log",
         group=IGNORED,
-        help="-",
+        help="Write DCGM's own log to stdout.",
     )
     dcgm_log_level: str = _f(
         "NONE",
         "DCGM_EXPORTER_DCGM_LOG_LEVEL",
         "--dcgm-log-level",
         group=IGNORED,
-        help="-",
+        help="DCGM's log level (with --enable-dcgm-log).",
     )
     disable_startup_validate: bool = _f(
         False,
@@ -296,6 +298,55 @@ class ExporterSettings(BaseSettings):
         "--disable-startup-validate",
         group=IGNORED,
         help="dcgm-exporter checks libdcgm; gpufleet checks NVML by initialising it.",
+    )
+    dump_enabled: bool = _f(
+        False,
+        "DCGM_EXPORTER_DUMP_ENABLED",
+        "--dump-enabled",
+        group=IGNORED,
+        help="dcgm-exporter's file-based debug dumps.",
+    )
+    dump_directory: str = _f(
+        "/tmp/dcgm-exporter-debug",
+        "DCGM_EXPORTER_DUMP_DIRECTORY",
+        "--dump-directory",
+        group=IGNORED,
+        help="Directory for the debug dumps.",
+    )
+    dump_retention_hours: int = _f(
+        24,
+        "DCGM_EXPORTER_DUMP_RETENTION",
+        "--dump-retention",
+        group=IGNORED,
+        help="Hours to keep debug dumps (0: forever).",
+    )
+    dump_compression: bool = _f(
+        True,
+        "DCGM_EXPORTER_DUMP_COMPRESSION",
+        "--dump-compression",
+        group=IGNORED,
+        help="Gzip the debug dumps.",
+    )
+    enable_gpu_bind_unbind_watch: bool = _f(
+        False,
+        "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH",
+        "--enable-gpu-bind-unbind-watch",
+        group=IGNORED,
+        help="Reload on DCGM GPU bind/unbind events (DCGM 4.5+).",
+    )
+    gpu_bind_unbind_poll_interval: str = _f(
+        "1s",
+        "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL",
+        "--gpu-bind-unbind-poll-interval",
+        group=IGNORED,
+        help="Poll interval of the bind/unbind watch, a Go duration.",
+    )
+    enable_pprof: bool = _f(
+        False,
+        "DCGM_EXPORTER_ENABLE_PPROF",
+        "--enable-pprof",
+        group=IGNORED,
+        help="Go's /debug/pprof/ endpoints (gpufleet has no Go runtime to profile).",
     )
     enable_exporter_metrics: bool = _f(
         True,

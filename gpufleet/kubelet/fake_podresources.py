@@ -9,7 +9,8 @@ other than the explicit `fail_next` test knob.
 
 The server reads the node's allocations through a `view` callable returning an immutable
 `NodeAllocations`, so the owner (FakeKubelet) replaces the table atomically and the server
-never locks it. The kubelet's v1alpha1 service on the same socket is not served.
+never locks it. Pods in a terminal phase are listed as the chosen kubelet version lists
+them (`TerminatedPods`). The kubelet's v1alpha1 service on the same socket is not served.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import grpc
 
+from gpufleet import ratelimit
 from gpufleet.kubelet.api import podresources_v1_pb2 as pb
 from gpufleet.kubelet.api import podresources_v1_pb2_grpc as pb_grpc
 
@@ -72,10 +75,25 @@ class PodAllocation:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeAllocations:
-    """Everything the pod-resources API reports: pods in `List` order, allocatable devices."""
+    """Everything the pod-resources API reports: pods in `List` order, allocatable devices,
+    and which pods are in a terminal phase (Succeeded/Failed) but still known."""
 
     pods: tuple[PodAllocation, ...] = ()
     allocatable: tuple[DeviceAllocation, ...] = ()
+    terminated: frozenset[str] = frozenset()  # pod UIDs
+
+
+class TerminatedPods(StrEnum):
+    """How `List` reports a pod in a terminal phase that the kubelet still knows."""
+
+    # 1.34+ (gate KubeletPodResourcesListUseActivePods): active pods only.
+    HIDDEN = "hidden"
+    # 1.16-1.33: listed, but List first frees the devices of inactive pods in the device
+    # manager (kubernetes #79409), so it shows their containers without devices.
+    WITHOUT_DEVICES = "without-devices"
+    # Before 1.16 (and while the kubelet's pod sources are not ready after a restart):
+    # listed with its devices until the next allocation frees them (dcgm-exporter #140).
+    WITH_DEVICES = "with-devices"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,41 +108,51 @@ KUBELET_RATE_LIMIT = RateLimit()
 
 
 class TokenBucket:
-    """A thread-safe token bucket that starts full; `clock` returns seconds (monotonic)."""
+    """The kubelet's limiter (`rate.NewLimiter(qps, burst)`): a full bucket at start.
+
+    Thread-safe: gRPC calls arrive on a thread pool. `clock` returns seconds (monotonic).
+    """
 
     def __init__(self, limit: RateLimit, clock: Callable[[], float]) -> None:
-        self._limit = limit
-        self._clock = clock
         self._lock = threading.Lock()
-        self._tokens = float(limit.burst)
-        self._last = clock()
+        self._bucket = ratelimit.TokenBucket(
+            rate_per_second=limit.qps, burst=limit.burst, clock=clock
+        )
 
     def allow(self) -> bool:
         """Take one token if there is one."""
         with self._lock:
-            now = self._clock()
-            elapsed = max(0.0, now - self._last)
-            self._last = now
-            self._tokens = min(float(self._limit.burst), self._tokens + elapsed * self._limit.qps)
-            if self._tokens < 1.0:
-                return False
-            self._tokens -= 1.0
-            return True
+            return self._bucket.take()
 
 
-def pod_to_proto(pod: PodAllocation) -> pb.PodResources:
-    """The `PodResources` message the kubelet sends for `pod` (devices only, no CPUs)."""
+def pod_to_proto(pod: PodAllocation, *, with_devices: bool = True) -> pb.PodResources:
+    """The `PodResources` message the kubelet sends for `pod` (devices only, no CPUs);
+    without devices, as `List` shows a pod whose devices the device manager freed."""
     return pb.PodResources(
         name=pod.name,
         namespace=pod.namespace,
         containers=[
             pb.ContainerResources(
                 name=container.name,
-                devices=[_container_devices(d, d.device_ids) for d in container.devices],
+                devices=[
+                    _container_devices(d, d.device_ids)
+                    for d in (container.devices if with_devices else ())
+                ],
             )
             for container in pod.containers
         ],
     )
+
+
+def listed_pods(node: NodeAllocations, mode: TerminatedPods) -> list[pb.PodResources]:
+    """The pods `List` returns for `node`, terminated ones as `mode` says."""
+    listed = []
+    for pod in node.pods:
+        active = pod.uid not in node.terminated
+        if active or mode is not TerminatedPods.HIDDEN:
+            with_devices = active or mode is TerminatedPods.WITH_DEVICES
+            listed.append(pod_to_proto(pod, with_devices=with_devices))
+    return listed
 
 
 def allocatable_to_proto(devices: Iterable[DeviceAllocation]) -> pb.AllocatableResourcesResponse:
@@ -153,8 +181,8 @@ class _Servicer(pb_grpc.PodResourcesListerServicer):
         self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext
     ) -> pb.ListPodResourcesResponse:
         self._owner._admit("List", context)
-        pods = self._owner._view().pods
-        return pb.ListPodResourcesResponse(pod_resources=[pod_to_proto(p) for p in pods])
+        pods = listed_pods(self._owner._view(), self._owner.terminated_pods)
+        return pb.ListPodResourcesResponse(pod_resources=pods)
 
     def GetAllocatableResources(
         self, request: pb.AllocatableResourcesRequest, context: grpc.ServicerContext
@@ -191,6 +219,7 @@ class FakePodResources:
         *,
         view: Callable[[], NodeAllocations],
         get_disabled: bool = False,
+        terminated_pods: TerminatedPods = TerminatedPods.WITHOUT_DEVICES,
         rate_limit: RateLimit | None = KUBELET_RATE_LIMIT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -201,6 +230,7 @@ class FakePodResources:
             )
         self.socket_path = socket_path
         self.get_disabled = get_disabled
+        self.terminated_pods = terminated_pods
         self._view = view
         self._clock = clock
         self._lock = threading.Lock()

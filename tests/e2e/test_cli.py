@@ -2,14 +2,13 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from helpers import free_port, wait_for
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -19,12 +18,6 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*GPUFLEET, *args], capture_output=True, text=True, timeout=timeout, env=ENV
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str) -> tuple[int, str]:
@@ -71,6 +64,7 @@ def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
         (["--no-such-flag"], 2, "--no-such-flag"),
         (["--collect-interval", "3"], 2, "3 ms is below the 100 ms minimum"),
         (["--compat", "9"], 2, "invalid flag --compat"),
+        (["--kubernetes=yes"], 2, "invalid flag --kubernetes: 'yes' is not a boolean"),
         (["--fake-gpus", "--devices", "q"], 1, "--devices"),
         (["--fake-gpus", "--address", "nope"], 1, "--address"),
         (["--sim-fleet", "8xH900"], 1, "H900"),
@@ -81,6 +75,7 @@ def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
         "unknown flag",
         "interval in seconds by mistake",
         "bad choice",
+        "bad boolean",
         "bad device selector",
         "bad address",
         "unknown simulated model",
@@ -112,8 +107,10 @@ def test_help_explains_flags_and_env_vars():
 
 def test_sigterm_shuts_down_gracefully():
     port = free_port()
+    # dcgm-exporter spellings a DaemonSet may carry: urfave/cli booleans, DCGM-only flags.
+    dcgm_args = ["--kubernetes=false", "--enable-pprof", "--dump-compression=false"]
     proc = subprocess.Popen(
-        [*GPUFLEET, "exporter", "--fake-gpus", "-a", f"127.0.0.1:{port}", "-c", "100"],
+        [*GPUFLEET, "exporter", "--fake-gpus", "-a", f"127.0.0.1:{port}", "-c", "100", *dcgm_args],
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,

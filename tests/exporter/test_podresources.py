@@ -3,12 +3,12 @@
 import logging
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+from helpers import wait_for
 
 from gpufleet.exporter.attribution import attribute, build_index
 from gpufleet.exporter.podresources import (
@@ -85,13 +85,6 @@ def _failures(watcher: PodResourcesWatcher) -> dict[str, int]:
     return {kind: n for kind, n in watcher.errors().items() if n}
 
 
-def _eventually(condition: Callable[[], bool], timeout_seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(0.01)
-
-
 def test_labels_and_uids_reach_attribution(
     kubelet: FakeKubelet, watcher: PodResourcesWatcher, clock: FakeClock
 ) -> None:
@@ -126,9 +119,9 @@ def test_background_refresh_drops_a_deleted_pod(kubelet: FakeKubelet) -> None:
     )
     watcher.start()
     try:
-        _eventually(lambda: _pods(watcher.view()) == {"a", "b"})
+        wait_for(lambda: _pods(watcher.view()) == {"a", "b"})
         kubelet.remove_pod("ml", "a")
-        _eventually(lambda: _pods(watcher.view()) == {"b"})
+        wait_for(lambda: _pods(watcher.view()) == {"b"})
         assert {e.pod_uid for e in watcher.view().checkpoint} == {"uid-b"}
     finally:
         watcher.stop()
@@ -163,7 +156,7 @@ def test_kubelet_restart_while_connected_recovers(
     assert _pods(watcher.refresh_now()) == {"a", "b"}
     kubelet.restart()
     kubelet.remove_pod("ml", "a")
-    _eventually(lambda: _pods(watcher.refresh_now()) == {"b"})
+    wait_for(lambda: _pods(watcher.refresh_now()) == {"b"})
     assert set(_failures(watcher)) <= {"unavailable"}
 
 
@@ -269,7 +262,7 @@ def test_stop_cancels_promptly(kubelet: FakeKubelet) -> None:
         refresh_seconds=3600.0,
     )
     watcher.start()
-    _eventually(lambda: _pods(watcher.view()) == {"a", "b"})
+    wait_for(lambda: _pods(watcher.view()) == {"a", "b"})
     watcher.stop(timeout_seconds=10.0)
     assert "podresources" not in {t.name for t in threading.enumerate()}
     assert _failures(watcher) == {}
