@@ -161,10 +161,12 @@ class Collector:
         self._collections += 1
         wall = self._wall_clock()
         if self._config.self_metrics:
-            self._cpu_seconds += time.thread_time() - cpu_start
             families += self_families(self._self_stats(families, attributed.stats, start, wall))
         exposition = render(families, collected_at=wall, collected_monotonic=start)
         self._store.publish(exposition)
+        # Counted whole, render and gzip included, so an exposition reports the CPU of the
+        # collections before it (its own cannot be known until it is rendered).
+        self._cpu_seconds += time.thread_time() - cpu_start
         return exposition
 
     def _self_stats(self, families, stats, start: float, wall: float) -> SelfStats:

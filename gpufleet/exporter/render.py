@@ -60,8 +60,10 @@ def render_openmetrics(families: Iterable[MetricFamily]) -> bytes:
 def format_value(value: float) -> str:
     """Integral values as integers (`79`), others as the shortest round-trip float;
     NaN and infinities in the exposition spelling."""
+    if type(value) is int:  # the common case: NVML readings are integers
+        return str(value)
     if isinstance(value, int):
-        return str(int(value))  # int() also turns a bool into 0/1
+        return str(int(value))  # a bool becomes 0/1
     if value.is_integer() and -_INT64 < value < _INT64:
         return str(int(value))
     if math.isnan(value):

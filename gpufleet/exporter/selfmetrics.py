@@ -80,7 +80,7 @@ FAMILIES: tuple[tuple[str, MetricType, str, _Read], ...] = (
     (
         "collection_cpu_seconds_total",
         C,
-        "CPU time spent collecting.",
+        "CPU time of completed collections (reading, attribution, rendering, gzip).",
         _value("collection_cpu_seconds_total"),
     ),
     (

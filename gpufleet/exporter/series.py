@@ -21,6 +21,7 @@ Pure: no I/O, no clock, no logging. Escaping is the renderer's job; values here 
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpufleet.exporter.counters import SelectedField, Selection
 from gpufleet.exporter.fields import XID_FIELD, XID_MESSAGES, MetricType, MigSource
@@ -44,9 +45,9 @@ XID_UNKNOWN_MESSAGE = "Unknown Error"
 Labels = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Sample:
-    """One series: labels in rendering order, and its value."""
+class Sample(NamedTuple):
+    """One series: labels in rendering order, and its value. A NamedTuple, not a frozen
+    dataclass: thousands are built per collection and tuples build several times faster."""
 
     labels: Labels
     value: float

@@ -10,11 +10,12 @@ import pathlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
-from gpufleet.nvml.sim.api import SimulatedNvml
+if TYPE_CHECKING:
+    from gpufleet.nvml.sim.api import SimulatedNvml
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,7 +31,7 @@ class NvmlBackend:
 
 def open_nvml(
     fleet: str | None, *, seed: int = 0, proc_root: pathlib.Path | None = None
-) -> ModuleType | SimulatedNvml:
+) -> "ModuleType | SimulatedNvml":
     """Return `pynvml` when `fleet` is None, else a `SimulatedNvml` built from the fleet spec.
 
     Raises ValueError naming the bad part of an invalid fleet spec (e.g. "8xH200").
@@ -39,6 +40,9 @@ def open_nvml(
     """
     if fleet is None:
         return pynvml
+    # Imported here: a production exporter never loads the simulator (it costs ~6 MiB).
+    from gpufleet.nvml.sim.api import SimulatedNvml
+
     return SimulatedNvml(fleet, seed=seed, proc_root=proc_root)
 
 
@@ -48,5 +52,5 @@ def open_backend(
     """`open_nvml` as an `NvmlBackend`, so a daemon runs and releases either kind alike."""
     if fleet is None:
         return NvmlBackend(lib=pynvml, proc_root=None, close=lambda: None)
-    sim = SimulatedNvml(fleet, seed=seed, proc_root=proc_root)
+    sim = open_nvml(fleet, seed=seed, proc_root=proc_root)
     return NvmlBackend(lib=sim, proc_root=sim.proc_root, close=sim.close)

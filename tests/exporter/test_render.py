@@ -4,6 +4,7 @@ import gzip
 import math
 import shutil
 import subprocess
+import zlib
 
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -255,3 +256,15 @@ def test_promtool_parses_the_text_exposition() -> None:
     assert result.returncode in (0, 3), report
     allowed = ('should have "_total" suffix', "should be written in 'snake_case' not 'camelCase'")
     assert [line for line in report.splitlines() if not line.endswith(allowed)] == []
+
+
+@pytest.mark.parametrize("fmt", ["text", "openmetrics"])
+def test_spliced_gzip_is_one_standard_member(fmt: str) -> None:
+    """Bodies are compressed once and spliced into both streams; each stream must still
+    be a single, complete gzip member that a strict single-member reader accepts."""
+    exposition = render(_escaping_families() * 3, collected_at=0.0, collected_monotonic=0.0)
+    plain, packed = getattr(exposition, fmt), getattr(exposition, f"{fmt}_gzip")
+    reader = zlib.decompressobj(wbits=31)  # gzip wrapper, exactly one member
+    assert reader.decompress(packed) == plain
+    assert reader.eof and reader.unused_data == b""
+    assert gzip.decompress(packed) == plain
