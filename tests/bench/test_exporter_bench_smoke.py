@@ -1,0 +1,39 @@
+"""Smoke test of the exporter benchmark: a tiny run completes and prints its report.
+
+Benchmarks are measured, not asserted: no timing or resource numbers are checked here,
+only that the benchmark runs end to end (both exporters, all phases) and says what it found.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HEADINGS = (
+    "# gpufleet exporter benchmark",
+    "## Output",
+    "## Scrape latency, CPU and memory",
+    "## gpufleet collection",
+    "## Targets (issue 2, section 6)",
+)
+
+
+def test_quick_run_prints_report(tmp_path: Path) -> None:
+    results = tmp_path / "results.json"
+    run = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.exporter_bench", "--quick"),
+            *("--scrapes", "50", "--baseline-scrapes", "3", "--concurrency", "1,8"),
+            *("--json", str(results)),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    for heading in HEADINGS:
+        assert heading in run.stdout
+    assert "Output check: OK" in run.stdout
+    assert results.stat().st_size > 0
