@@ -162,7 +162,12 @@ class Collector:
         wall = self._wall_clock()
         if self._config.self_metrics:
             families += self_families(self._self_stats(families, attributed.stats, start, wall))
-        exposition = render(families, collected_at=wall, collected_monotonic=start)
+        exposition = render(
+            families,
+            collected_at=wall,
+            collected_monotonic=start,
+            text_gzip=self._store.wants_text_gzip(start),
+        )
         self._store.publish(exposition)
         # Counted whole, render and gzip included, so an exposition reports the CPU of the
         # collections before it (its own cannot be known until it is rendered).

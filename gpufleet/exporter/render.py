@@ -30,21 +30,29 @@ _INT64 = 2**63
 
 
 def render(
-    families: Iterable[MetricFamily], *, collected_at: float, collected_monotonic: float
+    families: Iterable[MetricFamily],
+    *,
+    collected_at: float,
+    collected_monotonic: float,
+    text_gzip: bool = True,
 ) -> Exposition:
-    """Render every encoding of one collection. Gzip output uses mtime 0, so equal
-    families give equal bytes."""
+    """Render one collection: both formats, OpenMetrics gzipped, text gzipped when asked.
+    Gzip output uses mtime 0, so equal families give equal bytes."""
     bodies = _bodies(families)
     text = _assemble_text(bodies)
     openmetrics = _assemble_openmetrics(bodies)
     return Exposition(
         text=text,
-        text_gzip=gzip.compress(text, compresslevel=GZIP_LEVEL, mtime=0),
+        text_gzip=_gzip(text) if text_gzip else None,
         openmetrics=openmetrics,
-        openmetrics_gzip=gzip.compress(openmetrics, compresslevel=GZIP_LEVEL, mtime=0),
+        openmetrics_gzip=_gzip(openmetrics),
         collected_at=collected_at,
         collected_monotonic=collected_monotonic,
     )
+
+
+def _gzip(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
 
 
 def render_text(families: Iterable[MetricFamily]) -> bytes:

@@ -107,10 +107,14 @@ def _routes(
         openmetrics = wants_openmetrics(request.headers.get(hdrs.ACCEPT, ""))
         gzip = accepts_gzip(request.headers.get(hdrs.ACCEPT_ENCODING, ""))
         if openmetrics:
-            body = exposition.openmetrics_gzip if gzip else exposition.openmetrics
+            plain, packed = exposition.openmetrics, exposition.openmetrics_gzip
         else:
-            body = exposition.text_gzip if gzip else exposition.text
-        return web.Response(body=body, headers=_METRICS_HEADERS[(openmetrics, gzip)])
+            plain, packed = exposition.text, exposition.text_gzip
+            if gzip and packed is None:
+                store.want_text_gzip(clock())
+        if not gzip or packed is None:  # not built for this snapshot: serve it plain
+            return web.Response(body=plain, headers=_METRICS_HEADERS[(openmetrics, False)])
+        return web.Response(body=packed, headers=_METRICS_HEADERS[(openmetrics, True)])
 
     async def health(request: web.Request) -> web.Response:
         exposition = store.latest()

@@ -2,27 +2,46 @@
 
 from dataclasses import dataclass
 
+# Longer than any sane scrape interval, so a scraper that wants gzip text keeps getting it.
+TEXT_GZIP_DEMAND_SECONDS = 300.0
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Exposition:
     """One rendered snapshot, in every encoding a scrape may ask for."""
 
     text: bytes  # Prometheus text format 0.0.4
-    text_gzip: bytes
+    text_gzip: bytes | None  # None: no client asked for it lately (see SnapshotStore)
     openmetrics: bytes  # OpenMetrics 1.0.0, ends with "# EOF"
-    openmetrics_gzip: bytes
+    openmetrics_gzip: bytes | None
     collected_at: float  # wall-clock seconds of the collection
     collected_monotonic: float  # monotonic seconds of the collection, for staleness
 
 
 class SnapshotStore:
     """Holds the latest Exposition. Publishing replaces one reference, which is atomic in
-    CPython, so readers never lock and never see a half-built snapshot."""
+    CPython, so readers never lock and never see a half-built snapshot.
 
-    __slots__ = ("_latest",)
+    It also records when a scrape last asked for gzip-compressed text, so collections
+    compress only what is read: gzip is a large share of a collection's CPU, and
+    Prometheus only ever asks for OpenMetrics (always compressed). A scrape asking for
+    gzip text not built yet gets the uncompressed bytes once; snapshots carry it while
+    such scrapes keep coming, within `TEXT_GZIP_DEMAND_SECONDS`.
+    """
+
+    __slots__ = ("_latest", "_text_gzip_asked_at")
 
     def __init__(self) -> None:
         self._latest: Exposition | None = None
+        self._text_gzip_asked_at: float | None = None
+
+    def want_text_gzip(self, now_monotonic: float) -> None:
+        """A scrape asked for gzip-compressed Prometheus text."""
+        self._text_gzip_asked_at = now_monotonic
+
+    def wants_text_gzip(self, now_monotonic: float) -> bool:
+        asked = self._text_gzip_asked_at
+        return asked is not None and now_monotonic - asked <= TEXT_GZIP_DEMAND_SECONDS
 
     def publish(self, exposition: Exposition) -> None:
         self._latest = exposition

@@ -1,6 +1,7 @@
 """The collection pipeline, driven one `collect_once` at a time against the simulated NVML
 (and the fake kubelet on a real unix socket), with a hand-advanced monotonic clock."""
 
+import gzip
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +17,7 @@ from gpufleet.exporter.nvml import NvmlReader
 from gpufleet.exporter.podresources import PodResourcesWatcher
 from gpufleet.exporter.procfs import PidPodMap
 from gpufleet.exporter.settings import EMBEDDED_COLLECTORS, ExporterSettings
-from gpufleet.exporter.store import Exposition, SnapshotStore
+from gpufleet.exporter.store import TEXT_GZIP_DEMAND_SECONDS, Exposition, SnapshotStore
 from gpufleet.simnode import NodeLayout, SimNode
 
 DEADLINE_S = 5.0
@@ -139,6 +140,17 @@ def test_each_collection_is_published_and_counted(make, clock: Clock) -> None:
     assert store.latest() is second
     assert value(second, "gpufleet_exporter_collections_total") == 2
     assert second.collected_monotonic == clock.now
+
+
+def test_text_gzip_is_built_while_scrapes_ask_for_it(make, clock: Clock) -> None:
+    collector, store = make()
+    first = collector.collect_once()
+    assert first.openmetrics_gzip is not None and first.text_gzip is None
+    store.want_text_gzip(clock.now)
+    second = collector.collect_once()
+    assert gzip.decompress(second.text_gzip) == second.text
+    clock.now += TEXT_GZIP_DEMAND_SECONDS + 1
+    assert collector.collect_once().text_gzip is None
 
 
 @pytest.mark.parametrize(

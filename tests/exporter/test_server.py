@@ -2,6 +2,7 @@
 
 import asyncio
 import base64
+import dataclasses
 import datetime
 import gzip
 import ipaddress
@@ -33,7 +34,7 @@ from gpufleet.exporter.server import (
     start_server,
     wants_openmetrics,
 )
-from gpufleet.exporter.store import Exposition, SnapshotStore
+from gpufleet.exporter.store import TEXT_GZIP_DEMAND_SECONDS, Exposition, SnapshotStore
 from gpufleet.exporter.webconfig import WebConfig, load_web_config
 
 TEXT = b'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 41\n'
@@ -189,6 +190,28 @@ async def test_metrics_gzip_serves_the_prebuilt_bytes(
     assert body == (gzip.compress(plain, mtime=0) if gzipped else plain)
     assert response.headers.get("Content-Encoding") == ("gzip" if gzipped else None)
     assert response.headers["Content-Length"] == str(len(body))
+
+
+async def test_text_gzip_not_built_yet_is_served_plain_and_requested() -> None:
+    """Collections gzip only what scrapes ask for: the first gzip text scrape gets the
+    prebuilt plain bytes (no Content-Encoding) and asks the next collection for gzip."""
+    store = SnapshotStore()
+    store.publish(dataclasses.replace(exposition(), text_gzip=None))
+    clock = FakeClock()
+    app = build_app(store, web_config=None, stale_after_seconds=60, clock=clock)
+    assert not store.wants_text_gzip(clock.now)
+    async with (
+        serving(app) as server,
+        client() as session,
+        session.get(
+            url(server, "/metrics"), headers={"Accept": "text/plain", "Accept-Encoding": "gzip"}
+        ) as response,
+    ):
+        body = await response.read()
+    assert body == TEXT
+    assert response.headers.get("Content-Encoding") is None
+    assert store.wants_text_gzip(clock.now)
+    assert not store.wants_text_gzip(clock.now + TEXT_GZIP_DEMAND_SECONDS + 1)
 
 
 def test_negotiation_functions_are_memoised() -> None:
