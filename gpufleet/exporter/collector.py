@@ -14,7 +14,7 @@ import os
 import resource
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from gpufleet import __version__
 from gpufleet.exporter import attribution
 from gpufleet.exporter.counters import Selection
 from gpufleet.exporter.devices import FLEX, DeviceSelector, select_entities
+from gpufleet.exporter.fields import CLOCK_EVENT_REASONS_FIELD, CLOCK_EVENTS_COUNT_FIELD
 from gpufleet.exporter.nvml import NvmlReader
 from gpufleet.exporter.podresources import EMPTY_VIEW, PodResourcesWatcher
 from gpufleet.exporter.procfs import PidPodMap
@@ -29,8 +30,9 @@ from gpufleet.exporter.render import render
 from gpufleet.exporter.selfmetrics import SelfStats, self_families
 from gpufleet.exporter.series import SeriesOptions, build_families
 from gpufleet.exporter.server import ServerStats
-from gpufleet.exporter.snapshot import Entity, NodeSample
+from gpufleet.exporter.snapshot import Entity, EntitySample, NodeSample
 from gpufleet.exporter.store import Exposition, SnapshotStore
+from gpufleet.exporter.windows import HISTORY_MAX_ENTRIES
 from gpufleet.exporter.xid import XidWatcher
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,11 @@ class Collector:
         self._xid: XidWatcher | None = None
         self._index_key: tuple[object, tuple[Entity, ...]] | None = None
         self._index = attribution.EMPTY_INDEX
+        self._count_clock_events = any(
+            f.spec.name == CLOCK_EVENTS_COUNT_FIELD for f in config.selection.metrics
+        )
+        # gpu index -> (monotonic seconds, reasons bitmask) per collection that read them.
+        self._clock_events: dict[int, deque[tuple[float, int]]] = {}
 
     def count_error(self, kind: str) -> None:
         """Count an error seen outside `collect_once` (e.g. a timeout of the loop)."""
@@ -109,7 +116,7 @@ class Collector:
             if self._xid:  # stop first: an XID between the copy and the stop would be lost
                 self._xid.stop()
                 previous = self._xid.history()
-            self._xid = XidWatcher(self._lib, gpus, initial=previous)
+            self._xid = XidWatcher(self._lib, gpus, initial=previous, clock=self._clock)
             self._xid.start()
         self._entities = entities
 
@@ -151,6 +158,8 @@ class Collector:
             node_labels=self._reader.node_labels,
             xid=self._xid.snapshot() if self._xid else {},
             errors=errors,
+            collected_monotonic=start,
+            clock_events=self._record_clock_events(samples, start),
         )
         families = build_families(
             node,
@@ -173,6 +182,30 @@ class Collector:
         # collections before it (its own cannot be known until it is rendered).
         self._cpu_seconds += time.thread_time() - cpu_start
         return exposition
+
+    def _record_clock_events(
+        self, samples: tuple[EntitySample, ...], now: float
+    ) -> Mapping[int, tuple[tuple[float, int], ...]]:
+        """Append each GPU's clock event reasons of this collection to its history and
+        drop what has left the window; returns the histories for DCGM_EXP_CLOCK_EVENTS_COUNT.
+        A collection where a GPU's reasons were unreadable adds nothing (it is not counted
+        as "no reason"); a GPU gone for a whole window loses its history."""
+        if not self._count_clock_events:
+            return {}
+        for sample in samples:
+            reasons = sample.values.get(CLOCK_EVENT_REASONS_FIELD)
+            if sample.entity.mig is None and reasons is not None:
+                history = self._clock_events.setdefault(
+                    sample.entity.gpu, deque(maxlen=HISTORY_MAX_ENTRIES)
+                )
+                history.append((now, int(reasons)))
+        start = now - self._config.options.clock_events_window_ms / 1000.0
+        for gpu, history in list(self._clock_events.items()):
+            while history and history[0][0] <= start:
+                history.popleft()
+            if not history:
+                del self._clock_events[gpu]
+        return {gpu: tuple(history) for gpu, history in sorted(self._clock_events.items())}
 
     def _self_stats(self, families, stats, start: float, wall: float) -> SelfStats:
         rss, cpu = _process_stats()

@@ -147,6 +147,8 @@ def series_options(settings: ExporterSettings) -> SeriesOptions:
         old_namespace=settings.use_old_namespace,
         replace_blanks_in_model_name=settings.replace_blanks_in_model_name,
         virtual_gpus=settings.kubernetes_virtual_gpus,
+        xid_window_ms=settings.xid_count_window_size,
+        clock_events_window_ms=settings.clock_events_count_window_size,
     )
 
 

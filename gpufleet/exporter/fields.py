@@ -3,7 +3,8 @@
 Pure data: no I/O, no clock, no logging. The metric name is the DCGM field name
 (dcgm-exporter's legacy names, <= 4.8); `name_v49` and `scale_v49` give the 4.9 name and
 unit. `nvml_readers.py` maps every entry to the NVML call that serves it (XID errors:
-`xid.py`); a test keeps the two in step.
+`xid.py`; the DCGM_EXP_* window counts: the collector's history, `windows.py`); a test
+keeps the two in step.
 """
 
 from collections.abc import Mapping
@@ -46,6 +47,14 @@ class FieldSpec:
 
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 """The one catalog field served from NVML events (`xid.py`), not polled by `nvml.py`."""
+XID_COUNT_FIELD = "DCGM_EXP_XID_ERRORS_COUNT"
+"""dcgm-exporter's own metric: XIDs per xid within a window, counted from `xid.py`'s history."""
+CLOCK_EVENTS_COUNT_FIELD = "DCGM_EXP_CLOCK_EVENTS_COUNT"
+"""dcgm-exporter's own metric: collections per clock event reason within a window."""
+CLOCK_EVENT_REASONS_FIELD = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+"""The field CLOCK_EVENTS_COUNT_FIELD is counted from; read whenever either is selected."""
+EXPORTER_FIELDS = frozenset({XID_FIELD, XID_COUNT_FIELD, CLOCK_EVENTS_COUNT_FIELD})
+"""Catalog fields the collector serves from history (`xid.py`, `windows.py`), not polled."""
 BYTES_PER_MIB = 1 << 20
 """dcgm's legacy memory unit (FB_*, per-process memory, PCIe MB/s), in bytes."""
 
@@ -504,7 +513,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     ),
     # DCGM field 112 has two names: the current one and the pre-DCGM-3.3 one.
     FieldSpec(
-        name="DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        name=CLOCK_EVENT_REASONS_FIELD,
         type=MetricType.GAUGE,
         help="Current clock event reasons (bitmask of DCGM_CLOCKS_EVENT_REASON_*).",
         nvml="nvmlDeviceGetCurrentClocksEventReasons",
@@ -514,6 +523,22 @@ _SPECS: tuple[FieldSpec, ...] = (
         type=MetricType.GAUGE,
         help="Current clock throttle reasons (bitmask of DCGM_CLOCKS_EVENT_REASON_*).",
         nvml="nvmlDeviceGetCurrentClocksEventReasons",
+    ),
+    # --- dcgm-exporter's own (DCGM_EXP_*) metrics, commented out in its CSV ---
+    FieldSpec(
+        name=XID_COUNT_FIELD,
+        type=MetricType.GAUGE,
+        help="Count of XID Errors within user-specified time window "
+        "(see xid-count-window-size param).",
+        nvml="nvmlEventSetWait_v2 on nvmlEventTypeXidCriticalError, counted over -x (windows.py)",
+    ),
+    FieldSpec(
+        name=CLOCK_EVENTS_COUNT_FIELD,
+        type=MetricType.GAUGE,
+        help="Count of clock events within the user-specified time window "
+        "(see clock-events-count-window-size param).",
+        nvml="nvmlDeviceGetCurrentClocksEventReasons, counted over "
+        "--clock-events-count-window-size (windows.py)",
     ),
 )
 

@@ -27,7 +27,14 @@ from typing import Any
 
 import pynvml
 
-from gpufleet.exporter.fields import XID_FIELD, FieldSpec, MigSource
+from gpufleet.exporter.fields import (
+    CATALOG,
+    CLOCK_EVENT_REASONS_FIELD,
+    CLOCK_EVENTS_COUNT_FIELD,
+    EXPORTER_FIELDS,
+    FieldSpec,
+    MigSource,
+)
 from gpufleet.exporter.nvml_calls import MISSING, NvmlCalls, error_kind
 from gpufleet.exporter.nvml_discovery import Gpu, Target, discover_gpu, read_labels
 from gpufleet.exporter.nvml_gpm import GpmReader
@@ -59,10 +66,15 @@ class NvmlReader:
     def __init__(
         self, lib: Any, fields: Iterable[FieldSpec], *, collect_processes: bool = True
     ) -> None:
-        """Raises ValueError naming any selected field no reader serves. XID_FIELD is
-        accepted and ignored: `xid.XidWatcher` serves it."""
+        """Raises ValueError naming any selected field no reader serves. EXPORTER_FIELDS
+        are accepted and not read as such (`xid.XidWatcher` and the collector serve them),
+        but CLOCK_EVENTS_COUNT_FIELD makes the clock event reasons read even if they are
+        not selected themselves: the collector counts them (dcgm adds that watch too)."""
         self._lib = lib
-        self._specs = {f.name: f for f in fields if f.name != XID_FIELD}
+        fields = list(fields)
+        if any(f.name == CLOCK_EVENTS_COUNT_FIELD for f in fields):
+            fields.append(CATALOG[CLOCK_EVENT_REASONS_FIELD])
+        self._specs = {f.name: f for f in fields if f.name not in EXPORTER_FIELDS}
         unknown = sorted(set(self._specs) - SERVED_FIELDS)
         if unknown:
             raise ValueError(f"no NVML reader for field(s): {', '.join(unknown)}")

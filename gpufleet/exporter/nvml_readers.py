@@ -252,4 +252,4 @@ DEVICE_LABELS: Mapping[str, Callable[[Any, Any], str]] = {
 SERVED_FIELDS: frozenset[str] = frozenset(
     (*FIELD_VALUES, *NVLINK_RATES, *CALLS, *GPM, *NODE_LABELS, *DEVICE_LABELS)
 )
-"""Every catalog field `nvml.py` reads: all but XID_FIELD, which `xid.py` serves from events."""
+"""Every catalog field `nvml.py` reads: all but EXPORTER_FIELDS (XIDs from events, windows)."""

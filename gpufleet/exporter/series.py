@@ -17,6 +17,11 @@ pod holds carry no pod labels at all (dcgm-exporter 4.x), not empty strings.
 XID series exist only for GPUs the XID watcher watches (`NodeSample.xid`): where event
 registration failed, no XID is known and none is claimed, not even "No Error".
 
+dcgm-exporter's own windowed counts (`windows.py`) add `window_size_in_ms` and `xid` or
+`clock_event` among the label-row labels (dcgm keeps them in the same map), sorted by key.
+They have series only for xids / reasons counted at least once in the window, and only for
+GPUs with a history (XIDs: watched GPUs; clock events: GPUs whose reasons NVML reported).
+
 Pure: no I/O, no clock, no logging. Escaping is the renderer's job; values here are raw.
 """
 
@@ -24,7 +29,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gpufleet.exporter.counters import SelectedField, Selection
-from gpufleet.exporter.fields import XID_FIELD, XID_MESSAGES, MetricType, MigSource
+from gpufleet.exporter.fields import (
+    CLOCK_EVENTS_COUNT_FIELD,
+    XID_COUNT_FIELD,
+    XID_FIELD,
+    XID_MESSAGES,
+    MetricType,
+    MigSource,
+)
 from gpufleet.exporter.profiles import (
     LABEL_NAMES,
     OLD_LABEL_NAMES,
@@ -35,12 +47,14 @@ from gpufleet.exporter.profiles import (
     unit_scale,
 )
 from gpufleet.exporter.snapshot import SPLIT_FIELDS, EntitySample, NodeSample, PodShare, PodView
+from gpufleet.exporter.windows import count_clock_events, count_xids
 
 XID_TOTAL_NAME = "gpufleet_xid_errors_total"
 XID_TOTAL_HELP = "Number of XID events per xid since the exporter started."
 # dcgm-exporter's err_msg for code 0 and for codes outside its table.
 XID_NONE_MESSAGE = "No Error"
 XID_UNKNOWN_MESSAGE = "Unknown Error"
+_WINDOWED = frozenset({XID_COUNT_FIELD, CLOCK_EVENTS_COUNT_FIELD})
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -74,6 +88,8 @@ class SeriesOptions:
     old_namespace: bool = False  # -o: uuid, pod_name, pod_namespace, container_name
     replace_blanks_in_model_name: bool = False  # -rbmn
     virtual_gpus: bool = False  # --kubernetes-virtual-gpus: add `vgpu` where known
+    xid_window_ms: int = 300_000  # -x: window of DCGM_EXP_XID_ERRORS_COUNT
+    clock_events_window_ms: int = 300_000  # window of DCGM_EXP_CLOCK_EVENTS_COUNT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +100,7 @@ class _Row:
     share: PodShare | None
     split_only: bool  # the device row of a shared entity: only SPLIT_FIELDS use it
     base: Labels  # identity, hostname and label-row labels
+    label_rows: Labels  # the label-row part of `base`, sorted by key
     attributes: Labels  # pod attributes, sorted by key
     labels: Labels  # base + attributes, built once and shared by every family
 
@@ -98,8 +115,10 @@ def build_families(
     series at all is left out, as dcgm-exporter does. `DCGM_FI_DEV_XID_ERRORS` is the last
     XID of the entity's GPU (0 if none since start) with dcgm-exporter's `err_code` and
     `err_msg`, and is followed by `gpufleet_xid_errors_total` (per GPU and xid); both only
-    for GPUs in `sample.xid`. Samples are ordered by entity (gpu, GPU instance), then the
-    device row of a shared entity (SPLIT_FIELDS only), then in the pod view's order.
+    for GPUs in `sample.xid`. DCGM_EXP_*_COUNT count `sample`'s histories over the
+    options' windows ending at `sample.collected_monotonic`. Samples are ordered by entity
+    (gpu, GPU instance), then the device row of a shared entity (SPLIT_FIELDS only), then in
+    the pod view's order.
     """
     names = OLD_LABEL_NAMES if options.old_namespace else LABEL_NAMES
     rows = _rows(sample, selection=selection, pods=pods, options=options, names=names)
@@ -108,6 +127,8 @@ def build_families(
         if selected.spec.name == XID_FIELD:
             families.append(_xid_family(selected, rows, sample, options.profile))
             families.append(_xid_total_family(selected, rows, sample))
+        elif selected.spec.name in _WINDOWED:
+            families.append(_windowed_family(selected, rows, sample, options))
         else:
             families.append(_field_family(selected, rows, options.profile))
     return tuple(family for family in families if family.samples)
@@ -127,7 +148,8 @@ def _rows(
     )
     rows = []
     for entity_sample in sorted(sample.entities, key=_entity_order):
-        base = _base_labels(entity_sample, sample, label_rows, options, names)
+        identity, row_labels = _base_labels(entity_sample, sample, label_rows, options, names)
+        base = identity + row_labels
         shares = pods.get(entity_sample.entity.key, ())
         shared = len({(s.pod.namespace, s.pod.name) for s in shares}) > 1
         if not shares or shared:
@@ -137,6 +159,7 @@ def _rows(
                     share=None,
                     split_only=shared,
                     base=base,
+                    label_rows=row_labels,
                     attributes=(),
                     labels=base,
                 )
@@ -149,6 +172,7 @@ def _rows(
                     share=share,
                     split_only=False,
                     base=base,
+                    label_rows=row_labels,
                     attributes=attributes,
                     labels=base + attributes,
                 )
@@ -167,7 +191,8 @@ def _base_labels(
     label_rows: list[tuple[str, str]],
     options: SeriesOptions,
     names: LabelNames,
-) -> Labels:
+) -> tuple[Labels, Labels]:
+    """(identity and hostname labels, label-row labels sorted by key)."""
     entity = entity_sample.entity
     model = entity.model_name
     if options.replace_blanks_in_model_name:
@@ -185,13 +210,14 @@ def _base_labels(
         labels.append(("GPU_I_ID", str(entity.mig.gi_id)))
     if options.hostname:
         labels.append((options.hostname_label.value, options.hostname))
+    rows = []
     for field, key in label_rows:
         value = entity_sample.labels.get(field)
         if value is None:
             value = sample.node_labels.get(field)
         if value is not None:  # an unreadable label is left out, like a blank DCGM value
-            labels.append((key, value))
-    return tuple(labels)
+            rows.append((key, value))
+    return tuple(labels), tuple(rows)
 
 
 def _pod_attributes(share: PodShare, options: SeriesOptions, names: LabelNames) -> Labels:
@@ -271,6 +297,38 @@ def _xid_total_family(
         name=XID_TOTAL_NAME,
         type=MetricType.COUNTER,
         help=XID_TOTAL_HELP,
+        samples=tuple(samples),
+    )
+
+
+def _windowed_family(
+    selected: SelectedField, rows: list[_Row], sample: NodeSample, options: SeriesOptions
+) -> MetricFamily:
+    """A DCGM_EXP_*_COUNT family: per GPU (repeated on its MIG instances and pods, like
+    the XID gauge), one series per xid or clock event reason counted in the window."""
+    if selected.spec.name == XID_COUNT_FIELD:
+        window_ms, key = options.xid_window_ms, "xid"
+        histories = {gpu: state.recent for gpu, state in sample.xid.items()}
+        count = count_xids
+    else:
+        window_ms, key = options.clock_events_window_ms, "clock_event"
+        histories = sample.clock_events
+        count = count_clock_events
+    counts = {
+        gpu: count(history, now=sample.collected_monotonic, window_ms=window_ms)
+        for gpu, history in histories.items()
+    }
+    window = ("window_size_in_ms", str(window_ms))
+    samples = []
+    for row in _xid_rows(selected, rows):
+        identity = row.base[: len(row.base) - len(row.label_rows)]
+        for value, n in counts.get(row.entity.entity.gpu, {}).items():
+            labels = tuple(sorted((*row.label_rows, window, (key, str(value)))))
+            samples.append(Sample(labels=identity + labels + row.attributes, value=n))
+    return MetricFamily(
+        name=selected.spec.name,
+        type=selected.type,
+        help=selected.help,
         samples=tuple(samples),
     )
 

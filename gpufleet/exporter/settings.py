@@ -220,16 +220,19 @@ class ExporterSettings(BaseSettings):
         "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
         "-x",
         "--xid-count-window-size",
-        group=IGNORED,
-        help="Window of DCGM_EXP_XID_ERRORS_COUNT in ms; gpufleet exports "
-        "a plain counter, gpufleet_xid_errors_total, instead.",
+        group=DCGM,
+        help="Window of DCGM_EXP_XID_ERRORS_COUNT (XID events per xid), in ms; 5 min "
+        "as in dcgm-exporter. gpufleet_xid_errors_total counts since start instead.",
+        gt=0,
     )
     clock_events_count_window_size: int = _f(
         300000,
         "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
         "--clock-events-count-window-size",
-        group=IGNORED,
-        help="See -x.",
+        group=DCGM,
+        help="Window of DCGM_EXP_CLOCK_EVENTS_COUNT in ms: per reason, the collections "
+        "in it that saw the reason (so it scales with -c); 5 min as in dcgm-exporter.",
+        gt=0,
     )
     no_hostname: bool = _f(
         False,

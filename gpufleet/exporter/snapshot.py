@@ -62,6 +62,9 @@ class XidState:
 
     last: int  # last XID seen: DCGM_FI_DEV_XID_ERRORS
     counts: Mapping[int, int]  # xid -> events seen: gpufleet_xid_errors_total
+    # (monotonic seconds, xid) of the latest events, oldest first, at most
+    # windows.HISTORY_MAX_ENTRIES: what DCGM_EXP_XID_ERRORS_COUNT counts over its window.
+    recent: tuple[tuple[float, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +76,11 @@ class NodeSample:
     node_labels: Mapping[str, str] = field(default_factory=dict)  # e.g. DCGM_FI_DRIVER_VERSION
     xid: Mapping[int, XidState] = field(default_factory=dict)  # by gpu index
     errors: Mapping[str, int] = field(default_factory=dict)  # error kind -> count this round
+    # Monotonic seconds the collection started: where the DCGM_EXP_* count windows end.
+    collected_monotonic: float = 0.0
+    # gpu index -> (monotonic seconds, clock event reasons bitmask) of recent collections,
+    # oldest first; only when DCGM_EXP_CLOCK_EVENTS_COUNT is selected.
+    clock_events: Mapping[int, tuple[tuple[float, int], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

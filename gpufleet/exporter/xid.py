@@ -2,7 +2,9 @@
 
 NVML has no polling API for XIDs: they arrive as events on an event set, which is what DCGM
 itself listens to. One daemon thread waits on the set with a short timeout so `stop` is
-prompt, and records each XID as the GPU's last value and per-XID count (`XidState`). The
+prompt, and records each XID as the GPU's last value, per-XID count and, with the monotonic
+time it was received, in a bounded recent history (`XidState.recent`, for the windowed
+DCGM_EXP_XID_ERRORS_COUNT). The
 thread must never die of an NVML error or a lost GPU: errors are counted and retried with
 backoff. A GPU that cannot report XIDs is logged and skipped, never guessed at: only GPUs
 whose registration succeeded appear in `snapshot`.
@@ -11,7 +13,10 @@ whose registration succeeded appear in `snapshot`.
 import ctypes
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -19,6 +24,7 @@ import pynvml
 
 from gpufleet.exporter.nvml_readers import text
 from gpufleet.exporter.snapshot import Entity, XidState
+from gpufleet.exporter.windows import HISTORY_MAX_ENTRIES
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +51,7 @@ class XidWatcher:
         wait_ms: int = 500,
         max_backoff_s: float = 30.0,
         initial: Mapping[int, XidState] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Args:
         gpus: entities to watch; MIG instances are ignored (their XIDs arrive on the parent).
@@ -52,12 +59,21 @@ class XidWatcher:
         max_backoff_s: cap of the pause between retries after NVML errors.
         initial: history to continue, e.g. `history()` of the watcher this one replaces
             after a rediscovery, so counts survive it.
+        clock: monotonic seconds, stamped on each XID as it is received.
         """
         self._lib = lib
         self._gpus = tuple(g for g in gpus if g.mig is None)
         self._wait_ms = wait_ms
         self._max_backoff_s = max_backoff_s
         self._states: dict[int, XidState] = dict(initial or {})
+        self._clock = clock
+        # The recent history is appended per XID and frozen into XidState only when read,
+        # so an XID storm costs O(1) per event rather than a copy of the whole history.
+        self._recent = {
+            gpu: deque(state.recent, maxlen=HISTORY_MAX_ENTRIES)
+            for gpu, state in self._states.items()
+        }
+        self._stale: set[int] = set()  # GPUs whose XidState.recent lags self._recent
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,13 +103,21 @@ class XidWatcher:
         before its first XID), and of no other GPU: one whose registration failed has no
         XID data, which must not read as "no XID". A copy, safe to keep."""
         with self._lock:
+            self._freeze()
             return MappingProxyType({gpu: self._states.get(gpu, _NO_XID) for gpu in self.watched})
 
     def history(self) -> Mapping[int, XidState]:
         """Everything recorded, `initial` included, watched or not: what a replacement
         watcher continues from, so a GPU unwatched for a while keeps its counts."""
         with self._lock:
+            self._freeze()
             return MappingProxyType(dict(self._states))
+
+    def _freeze(self) -> None:
+        """Bring each XidState.recent up to date; called with the lock held."""
+        for gpu in self._stale:
+            self._states[gpu] = replace(self._states[gpu], recent=tuple(self._recent[gpu]))
+        self._stale.clear()
 
     def start(self) -> None:
         """Register XID events on every GPU that supports them and start the thread.
@@ -176,11 +200,14 @@ class XidWatcher:
             self._count_error()
             self._log_once("unknown-device", "XID %d from a device not watched; dropped", xid)
             return
+        at = self._clock()
         with self._lock:
-            previous = self._states.get(gpu)
-            counts = dict(previous.counts) if previous else {}
+            previous = self._states.get(gpu, _NO_XID)
+            counts = dict(previous.counts)
             counts[xid] = counts.get(xid, 0) + 1
-            self._states[gpu] = XidState(last=xid, counts=MappingProxyType(counts))
+            self._states[gpu] = replace(previous, last=xid, counts=MappingProxyType(counts))
+            self._recent.setdefault(gpu, deque(maxlen=HISTORY_MAX_ENTRIES)).append((at, xid))
+            self._stale.add(gpu)
         log.warning("XID %d on GPU %d", xid, gpu)
 
     def _gpu_of(self, device: Any) -> int | None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
-from gpufleet.exporter.fields import CATALOG, XID_FIELD, MetricType
+from gpufleet.exporter.fields import CATALOG, EXPORTER_FIELDS, MetricType
 from gpufleet.exporter.nvml import ERROR_KINDS, NvmlReader
 from gpufleet.exporter.nvml_readers import (
     SERVED_FIELDS,
@@ -32,8 +32,9 @@ ROW_REMAP = {
 }
 # Page retirement gave way to row remapping on A100 and newer.
 RETIRED = {"DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_RETIRED_PENDING"}
-# Everywhere: XIDs come from events (xid.py); no board has a power inforom object.
-EVERYWHERE = {XID_FIELD, "DCGM_FI_DEV_POWER_INFOROM_VER"}
+# Everywhere: XIDs and windowed counts come from history, not polls; no board has a power
+# inforom object.
+EVERYWHERE = EXPORTER_FIELDS | {"DCGM_FI_DEV_POWER_INFOROM_VER"}
 # Catalog fields NVML cannot serve, by simulated GPU model.
 NOT_SERVED = {
     "H100": EVERYWHERE | RETIRED,
@@ -209,7 +210,7 @@ def test_brand_name() -> None:
 
 
 def test_every_catalog_field_has_a_reader() -> None:
-    assert set(CATALOG) == SERVED_FIELDS | {XID_FIELD}
+    assert set(CATALOG) == SERVED_FIELDS | EXPORTER_FIELDS
 
 
 def test_unknown_field_is_rejected_by_name() -> None:

@@ -7,6 +7,7 @@ from helpers import wait_for
 
 from gpufleet.exporter.nvml import NvmlReader
 from gpufleet.exporter.snapshot import XidState
+from gpufleet.exporter.windows import HISTORY_MAX_ENTRIES
 from gpufleet.exporter.xid import XidWatcher
 from gpufleet.nvml.sim.api import SimulatedNvml
 
@@ -34,20 +35,31 @@ def watch(sim: SimulatedNvml) -> Iterator[Callable[..., XidWatcher]]:
         watcher.stop()
 
 
+class Clock:
+    """A monotonic clock the test sets by hand (read by the watcher's thread)."""
+
+    def __init__(self) -> None:
+        self.now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def state(watcher: XidWatcher, gpu: int) -> XidState | None:
     return watcher.snapshot().get(gpu)
 
 
 def test_xids_show_up_and_counts_accumulate(sim: SimulatedNvml, watch) -> None:
-    watcher = watch()
+    watcher = watch(clock=lambda: 7.5)
     assert watcher.watched == (0, 1, 2, 3)
     for xid in (48, 48, 13):
         sim.inject_xid(1, xid)
     wait_for(lambda: sum(getattr(state(watcher, 1), "counts", {}).values()) == 3)
-    assert state(watcher, 1) == XidState(last=13, counts={48: 2, 13: 1})
+    expected = XidState(last=13, counts={48: 2, 13: 1}, recent=((7.5, 48), (7.5, 48), (7.5, 13)))
+    assert state(watcher, 1) == expected
     assert watcher.snapshot() == {
         **dict.fromkeys((0, 2, 3), XidState(last=0, counts={})),
-        1: XidState(last=13, counts={48: 2, 13: 1}),
+        1: expected,
     }
     assert watcher.errors == 0
 
@@ -60,13 +72,37 @@ def test_xid_on_a_mig_instance_counts_for_its_gpu(sim: SimulatedNvml, watch) -> 
 
 
 def test_snapshot_is_a_copy(sim: SimulatedNvml, watch) -> None:
-    watcher = watch()
+    watcher = watch(clock=lambda: 1.0)
     sim.inject_xid(0, 31)
     wait_for(lambda: bool(state(watcher, 0).counts))
     before = watcher.snapshot()
     sim.inject_xid(0, 94)
     wait_for(lambda: state(watcher, 0).last == 94)
-    assert before[0] == XidState(last=31, counts={31: 1})
+    assert before[0] == XidState(last=31, counts={31: 1}, recent=((1.0, 31),))
+
+
+def test_recent_xids_carry_the_clock_time_they_arrived(sim: SimulatedNvml, watch) -> None:
+    clock = Clock()
+    watcher = watch(clock=clock)
+    sim.inject_xid(2, 13)
+    wait_for(lambda: state(watcher, 2).recent == ((500.0, 13),))
+    clock.now = 530.25
+    sim.inject_xid(2, 48)
+    wait_for(lambda: len(state(watcher, 2).recent) == 2)
+    assert state(watcher, 2).recent == ((500.0, 13), (530.25, 48))
+
+
+def test_recent_history_is_bounded_and_survives_a_replacement(sim: SimulatedNvml, watch) -> None:
+    full = tuple((float(i), 13) for i in range(HISTORY_MAX_ENTRIES))
+    initial = {0: XidState(last=13, counts={13: HISTORY_MAX_ENTRIES}, recent=full)}
+    watcher = watch(clock=lambda: 99_999.0, initial=initial)
+    assert state(watcher, 0).recent == full
+    sim.inject_xid(0, 31)
+    wait_for(lambda: state(watcher, 0).last == 31)
+    recent = state(watcher, 0).recent
+    assert len(recent) == HISTORY_MAX_ENTRIES  # the oldest entry made room
+    assert (recent[0], recent[-1]) == ((1.0, 13), (99_999.0, 31))
+    assert watcher.history()[0].recent == recent
 
 
 def test_stop_ends_the_thread_promptly(sim: SimulatedNvml, watch) -> None:
