@@ -4,13 +4,19 @@ Why: the exporter (and later the device plugin) must be exercised against what a
 really offers, not against mocks. FakeKubelet owns a tree laid out like /var/lib/kubelet:
 
     <root>/pod-resources/kubelet.sock                  pod-resources v1 (FakePodResources)
+    <root>/device-plugins/kubelet.sock                 Registration (FakeDevicePlugins)
     <root>/device-plugins/kubelet_internal_checkpoint  the device manager's checkpoint
-    <root>/device-plugins/                             where the Registration server and the
-                                                       plugins' sockets will live
+    <root>/device-plugins/<plugin>.sock                the plugins' own sockets
 
 It holds one allocation table (pods and allocatable devices). Every change replaces the
 table atomically and rewrites the checkpoint, so pod UIDs can be joined as on a real node
 (the checkpoint files every device under NUMA key -1; `List` still reports `numa_node`).
+
+Registered plugins feed the table as the kubelet's device manager does: their healthy
+devices become the allocatable ones (replacing `set_allocatable` entries of the same
+resource), and `admit` allocates through the plugin and records the pod, so pod-resources
+reports exactly what the plugin was asked to allocate. Starting (and restarting) wipes the
+device-plugins directory except the checkpoint, as a starting kubelet does.
 
 Terminated pods follow the kubelet's device manager: `terminate_pod` puts a pod in a
 terminal phase but leaves its devices and checkpoint entry alone; the next allocation (a
@@ -33,7 +39,16 @@ from types import TracebackType
 
 import grpc
 
+from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as dp_pb
 from gpufleet.kubelet.checkpoint import CHECKPOINT_NAME, CheckpointEntry, write_checkpoint
+from gpufleet.kubelet.fake_deviceplugins import (
+    HEALTHY,
+    AdmissionError,
+    ContainerStartError,
+    DeviceState,
+    FakeDevicePlugins,
+    cleanup_plugin_directory,
+)
 from gpufleet.kubelet.fake_podresources import (
     KUBELET_RATE_LIMIT,
     ContainerAllocation,
@@ -46,8 +61,11 @@ from gpufleet.kubelet.fake_podresources import (
 )
 
 __all__ = [
+    "AdmissionError",
     "ContainerAllocation",
+    "ContainerStartError",
     "DeviceAllocation",
+    "DeviceState",
     "FakeKubelet",
     "NodeAllocations",
     "PodAllocation",
@@ -78,8 +96,15 @@ class FakeKubelet:
         self.pod_resources_socket = self.root / "pod-resources" / "kubelet.sock"
         self.device_plugins_dir = self.root / "device-plugins"
         self.checkpoint_path = self.device_plugins_dir / CHECKPOINT_NAME
+        # Lock order: device_plugins' lock, then _lock (its listener takes _lock).
         self._lock = threading.Lock()
+        # The kubelet admits one pod at a time, so two admissions never pick one device.
+        self._admit_lock = threading.Lock()
         self._node = NodeAllocations()
+        # Every device of each plugin-fed resource, unhealthy ones too (checkpoint only).
+        self._plugin_devices: dict[str, tuple[str, ...]] = {}
+        # (pod uid, container, resource) -> the plugin's ContainerAllocateResponse.
+        self._responses: dict[tuple[str, str, str], dp_pb.ContainerAllocateResponse] = {}
         self.pod_resources = FakePodResources(
             self.pod_resources_socket,
             view=lambda: self._node,
@@ -87,6 +112,11 @@ class FakeKubelet:
             terminated_pods=terminated_pods,
             rate_limit=rate_limit,
             clock=clock,
+        )
+        # Real monotonic time, not `clock`: registration times feed latency benchmarks,
+        # while `clock` is faked by rate-limit tests.
+        self.device_plugins = FakeDevicePlugins(
+            self.device_plugins_dir, on_devices=self._plugin_devices_changed
         )
 
     # -- the allocation table ------------------------------------------------------------
@@ -137,6 +167,80 @@ class FakeKubelet:
         with self._lock:
             self._commit(allocatable=tuple(devices))
 
+    # -- admission through the device plugins ------------------------------------------
+
+    def admit(
+        self, pod: tuple[str, str, str], container: str, resource: str, n: int
+    ) -> tuple[str, ...]:
+        """Admit `container` of `pod` (namespace, name, uid) asking for `n` of `resource`.
+
+        The plugin picks and allocates (`FakeDevicePlugins.allocate`) among healthy devices
+        no active pod holds; the pod (added if new) then holds them, so `List` and the
+        checkpoint show them; then `PreStartContainer` runs when the plugin asked for it.
+        Returns the device IDs. Raises AdmissionError (nothing recorded) as the kubelet
+        rejects the pod, or ContainerStartError (allocation kept) when pre-start fails.
+        """
+        namespace, name, uid = pod
+        with self._admit_lock:
+            with self._lock:
+                _check_admissible(self._node.pods, pod, container, resource)
+                active = (p for p in self._node.pods if p.uid not in self._node.terminated)
+                in_use = {held[3] for held in _holdings(active) if held[2] == resource}
+            grant = self.device_plugins.allocate(resource, n, in_use=in_use)
+            with self._lock:
+                pods = list(self._node.pods)
+                index = _find(pods, namespace, name)
+                base = (
+                    PodAllocation(namespace=namespace, name=name, uid=uid)
+                    if index is None
+                    else pods[index]
+                )
+                granted = _with_devices(base, container, _by_numa_node(resource, grant.devices))
+                if index is None:
+                    pods.append(granted)
+                else:
+                    pods[index] = granted
+                self._commit(pods=tuple(pods))
+                self._responses[(uid, container, resource)] = grant.response
+        self.device_plugins.pre_start(resource, grant.device_ids)
+        return grant.device_ids
+
+    def allocation_response(
+        self, namespace: str, name: str, container: str, resource: str | None = None
+    ) -> dp_pb.ContainerAllocateResponse:
+        """What the plugin's `Allocate` answered for an admitted container (envs, mounts,
+        devices, annotations, CDI devices). `resource` is needed only when the container
+        got several. KeyError when there is no such admitted container."""
+        with self._lock:
+            uid = self._node.pods[self._index(list(self._node.pods), namespace, name)].uid
+            found = {r: v for (u, c, r), v in self._responses.items() if (u, c) == (uid, container)}
+        if resource is None and len(found) > 1:
+            raise ValueError(f"container {container} holds {sorted(found)}: name the resource")
+        key = resource if resource is not None else next(iter(found), None)
+        if key not in found:
+            raise KeyError(
+                f"no allocation of {resource or 'any resource'} for container {container} "
+                f"of pod {name} in namespace {namespace}"
+            )
+        return found[key]
+
+    def _plugin_devices_changed(self, resource: str, devices: tuple[DeviceState, ...]) -> None:
+        """A plugin's device set changed: its healthy devices become allocatable."""
+        healthy = tuple(
+            DeviceAllocation(
+                resource_name=resource,
+                device_ids=(device.id,),
+                # One NUMA node fits DeviceAllocation; a device on several is rare for GPUs.
+                numa_node=min(device.numa_nodes) if device.numa_nodes else None,
+            )
+            for device in devices
+            if device.health == HEALTHY
+        )
+        with self._lock:
+            others = tuple(d for d in self._node.allocatable if d.resource_name != resource)
+            self._plugin_devices[resource] = tuple(device.id for device in devices)
+            self._commit(allocatable=others + healthy)
+
     # -- knobs that mimic real kubelets --------------------------------------------------
 
     @property
@@ -179,22 +283,39 @@ class FakeKubelet:
 
     @property
     def serving(self) -> bool:
-        return self.pod_resources.serving
+        return self.pod_resources.serving and self.device_plugins.serving
 
     def start(self) -> None:
-        """Create the tree, write the checkpoint and serve; returns once sockets accept."""
-        with self._lock:
-            self._commit()
-        self.pod_resources.start()
+        """Create the tree, write the checkpoint, wipe the device-plugins directory but the
+        checkpoint (plugin sockets included) and serve; returns once sockets accept."""
+        self._start(delay_socket_seconds=0.0)
 
     def stop(self) -> None:
-        """Stop serving and remove the sockets; the checkpoint stays, as on a node."""
+        """Stop serving and remove the kubelet's sockets; plugin connections close and
+        their devices turn Unhealthy. The checkpoint stays, as on a node."""
         self.pod_resources.stop()
+        self.device_plugins.stop()
 
-    def restart(self) -> None:
-        """Like a kubelet restart: the sockets disappear, then come back on the same paths."""
+    def restart(self, *, delay_socket_seconds: float = 0.0) -> None:
+        """Like a kubelet restart: the sockets disappear (plugins' too), every plugin's
+        devices turn Unhealthy until it registers again, and the sockets come back.
+
+        `delay_socket_seconds` blocks between wiping the directory and re-creating
+        device-plugins/kubelet.sock, for plugins that must wait for it (Bottlerocket's
+        ordering); pod-resources is back before the wait.
+        """
         self.stop()
-        self.start()
+        self._start(delay_socket_seconds=delay_socket_seconds)
+
+    def _start(self, *, delay_socket_seconds: float) -> None:
+        with self._lock:
+            self._commit()
+            # Under _lock: the checkpoint's temp file must not be wiped mid-write.
+            cleanup_plugin_directory(self.device_plugins_dir, keep=self.checkpoint_path.name)
+        self.pod_resources.start()
+        if delay_socket_seconds > 0:
+            time.sleep(delay_socket_seconds)
+        self.device_plugins.start()
 
     def __enter__(self) -> FakeKubelet:
         self.start()
@@ -237,9 +358,14 @@ class FakeKubelet:
             terminated=terminated,
         )
         _validate(node)
+        registered = registered_devices(node)
+        for resource, ids in self._plugin_devices.items():
+            registered[resource] = tuple(dict.fromkeys((*ids, *registered.get(resource, ()))))
         self.device_plugins_dir.mkdir(parents=True, exist_ok=True)
-        write_checkpoint(self.checkpoint_path, checkpoint_entries(node), registered_devices(node))
+        write_checkpoint(self.checkpoint_path, checkpoint_entries(node), registered)
         self._node = node
+        uids = {pod.uid for pod in pods}
+        self._responses = {key: v for key, v in self._responses.items() if key[0] in uids}
 
 
 def checkpoint_entries(node: NodeAllocations) -> tuple[CheckpointEntry, ...]:
@@ -297,6 +423,51 @@ def _allocates(before: Iterable[PodAllocation], after: Iterable[PodAllocation]) 
 def _freed(pod: PodAllocation) -> PodAllocation:
     """`pod` after the device manager freed its devices: its containers hold none."""
     return replace(pod, containers=tuple(replace(c, devices=()) for c in pod.containers))
+
+
+def _check_admissible(
+    pods: Iterable[PodAllocation], pod: tuple[str, str, str], container: str, resource: str
+) -> None:
+    """ValueError for an admission the kubelet could not be asked for: a name taken by a
+    pod with another UID, or a container that already holds `resource`."""
+    namespace, name, uid = pod
+    for existing in pods:
+        if (existing.namespace, existing.name) != (namespace, name):
+            continue
+        if existing.uid != uid:
+            raise ValueError(f"pod {namespace}/{name} already exists with uid {existing.uid}")
+        for held in existing.containers:
+            if held.name == container and any(d.resource_name == resource for d in held.devices):
+                raise ValueError(f"container {container} of {namespace}/{name} holds {resource}")
+
+
+def _by_numa_node(resource: str, devices: Iterable[DeviceState]) -> tuple[DeviceAllocation, ...]:
+    """Granted devices as the kubelet files them: one entry per NUMA node (ascending, no
+    topology first), a device on several nodes under each."""
+    per_node: dict[int | None, list[str]] = {}
+    for device in devices:
+        for node in device.numa_nodes or (None,):
+            per_node.setdefault(node, []).append(device.id)
+    return tuple(
+        DeviceAllocation(resource_name=resource, device_ids=tuple(ids), numa_node=node)
+        for node, ids in sorted(
+            per_node.items(), key=lambda item: -1 if item[0] is None else item[0]
+        )
+    )
+
+
+def _with_devices(
+    pod: PodAllocation, container: str, devices: tuple[DeviceAllocation, ...]
+) -> PodAllocation:
+    """`pod` with `devices` added to `container` (created, last, if it is new)."""
+    containers = list(pod.containers)
+    for index, held in enumerate(containers):
+        if held.name == container:
+            containers[index] = replace(held, devices=held.devices + devices)
+            break
+    else:
+        containers.append(ContainerAllocation(name=container, devices=devices))
+    return replace(pod, containers=tuple(containers))
 
 
 def _find(pods: list[PodAllocation], namespace: str, name: str) -> int | None:

@@ -1,0 +1,488 @@
+"""The device-plugin half of the fake kubelet: `Registration` server and plugin client.
+
+Why: the device plugin must be tested against the kubelet's side of v1beta1 as the kubelet
+really runs it, not against a stub that accepts anything. This is the device manager's
+behaviour, from kubelet `devicemanager/plugin/v1beta1/{server,client}.go` and `manager.go`:
+
+- `Register` checks the version against `["v1beta1"]` and the resource name with
+  `IsExtendedResourceName`, dials `<dir>/<endpoint>` (blocking, 10 s) and calls
+  `GetDevicePluginOptions` before it replies; errors are plain Go errors, so gRPC UNKNOWN,
+  with the kubelet's texts;
+- `ListAndWatch` is consumed on a thread: each message replaces the resource's devices
+  (capacity: all of them, allocatable: the healthy ones); when the stream ends the devices
+  turn Unhealthy (`PluginDisconnected`). A second registration of a resource replaces the
+  first and closes its stream;
+- `allocate` runs `GetPreferredAllocation` (when advertised) then `Allocate`, with the
+  kubelet's `UnexpectedAdmissionError` texts; `pre_start` runs `PreStartContainer`.
+
+Not modelled: the 5-minute grace before a disconnected resource's capacity drops to zero,
+topology-manager NUMA alignment, and the plugin-watcher (`plugins_registry`) path.
+It must never accept a registration, or pick a device, that a kubelet would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import grpc
+
+from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
+from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from gpufleet.kubelet.fake_podresources import MAX_SOCKET_PATH_BYTES
+from gpufleet.kubelet.fake_podresources import _wait_until_connectable as wait_until_connectable
+
+log = logging.getLogger(__name__)
+
+KUBELET_SOCKET_NAME = "kubelet.sock"
+SUPPORTED_VERSIONS = ("v1beta1",)
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
+# The kubelet dials a registering plugin with a 10 s blocking timeout.
+DIAL_TIMEOUT_SECONDS = 10.0
+# KubeletPreStartContainerRPCTimeoutInSecs. The kubelet sets no deadline on the other
+# calls; we use the same bound so a hung plugin fails a test instead of hanging it.
+RPC_TIMEOUT_SECONDS = 30.0
+
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+class DeviceState(NamedTuple):
+    """One device as the plugin's last `ListAndWatch` message described it."""
+
+    id: str
+    health: str
+    numa_nodes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """Devices `allocate` chose (in the order sent to `Allocate`) and the plugin's answer."""
+
+    devices: tuple[DeviceState, ...]
+    response: pb.ContainerAllocateResponse
+
+    @property
+    def device_ids(self) -> tuple[str, ...]:
+        return tuple(device.id for device in self.devices)
+
+
+class AdmissionError(Exception):
+    """The kubelet refused a pod: `reason` and `message` as on the pod's status."""
+
+    def __init__(self, cause: str, *, reason: str = UNEXPECTED_ADMISSION_ERROR) -> None:
+        self.reason = reason
+        # admission.unexpectedAdmissionError.Error()
+        self.message = f"Allocate failed due to {cause}, which is unexpected"
+        super().__init__(self.message)
+
+
+class ContainerStartError(Exception):
+    """`PreStartContainer` failed: the container is not started, its devices stay allocated."""
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """`v1helper.IsExtendedResourceName`: domain-prefixed, outside `kubernetes.io/`, and a
+    qualified name once prefixed with `requests.` (as quota names it)."""
+    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    parts = f"requests.{name}".split("/")
+    if len(parts) != 2:
+        return False
+    prefix, short = parts
+    return (
+        len(prefix) <= 253
+        and _DNS1123_SUBDOMAIN.fullmatch(prefix) is not None
+        and len(short) <= 63
+        and _QUALIFIED_NAME.fullmatch(short) is not None
+    )
+
+
+def go_rpc_error(exc: grpc.RpcError) -> str:
+    """A gRPC error as grpc-go prints it, which is how it reaches kubelet messages."""
+    code = exc.code()  # type: ignore[attr-defined]
+    name = "".join(word.capitalize() for word in code.name.split("_"))
+    name = {"Cancelled": "Canceled"}.get(name, name)
+    return f"rpc error: code = {name} desc = {exc.details()}"  # type: ignore[attr-defined]
+
+
+def cleanup_plugin_directory(directory: Path, *, keep: str) -> None:
+    """`CleanupPluginDirectory`: remove every entry except directories and `keep` (the
+    checkpoint), as a starting kubelet does, so every plugin socket disappears."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for entry in directory.iterdir():
+        if entry.name != keep and not entry.is_dir():
+            entry.unlink(missing_ok=True)
+
+
+def _go_quote(text: str) -> str:
+    # Go's %q for printable text: double quotes with backslash escapes.
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _states(response: pb.ListAndWatchResponse) -> tuple[DeviceState, ...]:
+    return tuple(
+        DeviceState(
+            id=device.ID,
+            health=device.health,
+            numa_nodes=tuple(node.ID for node in device.topology.nodes),
+        )
+        for device in response.devices
+    )
+
+
+@dataclass(slots=True, kw_only=True, eq=False)
+class _Endpoint:
+    """One registered plugin connection; identity tells a replaced one from the current."""
+
+    resource: str
+    channel: grpc.Channel
+    stub: pb_grpc.DevicePluginStub
+    options: pb.DevicePluginOptions
+    stream: grpc.Future | None = None
+
+
+DevicesListener = Callable[[str, tuple[DeviceState, ...]], None]
+
+
+class FakeDevicePlugins:
+    """The kubelet's device manager toward plugins, serving `Registration` on
+    `<directory>/kubelet.sock`.
+
+    Thread-safe. `on_devices(resource, devices)` is called with every change of a
+    resource's devices, under this object's lock: a listener may take its own lock but must
+    never call back into this object while holding it.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        on_devices: DevicesListener = lambda resource, devices: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = Path(directory)
+        self.socket_path = self.directory / KUBELET_SOCKET_NAME
+        if len(str(self.socket_path).encode()) > MAX_SOCKET_PATH_BYTES:
+            raise ValueError(
+                f"socket path {self.socket_path} is longer than {MAX_SOCKET_PATH_BYTES} "
+                "bytes, the unix socket limit; use a shorter root directory"
+            )
+        self._on_devices = on_devices
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._endpoints: dict[str, _Endpoint] = {}
+        self._devices: dict[str, tuple[DeviceState, ...]] = {}
+        self._registrations: Counter[str] = Counter()
+        self._registration_times: dict[str, list[float]] = {}
+        self._generation = 0  # bumped by stop(): registrations in flight then are dropped
+        self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
+        self.serving_since: float | None = None
+
+    # -- what the kubelet knows ----------------------------------------------------------
+
+    def capacity(self) -> dict[str, int]:
+        """Devices per resource, healthy or not (the node's `status.capacity`)."""
+        with self._lock:
+            return {resource: len(devices) for resource, devices in self._devices.items()}
+
+    def allocatable(self) -> dict[str, int]:
+        """Healthy devices per resource (the node's `status.allocatable`)."""
+        with self._lock:
+            return {
+                resource: sum(device.health == HEALTHY for device in devices)
+                for resource, devices in self._devices.items()
+            }
+
+    def devices(self, resource: str) -> tuple[DeviceState, ...]:
+        """The resource's devices in the plugin's order; () if it never registered."""
+        with self._lock:
+            return self._devices.get(resource, ())
+
+    def options(self, resource: str) -> pb.DevicePluginOptions | None:
+        """What `GetDevicePluginOptions` answered at the current registration, if any."""
+        with self._lock:
+            endpoint = self._endpoints.get(resource)
+            return None if endpoint is None else endpoint.options
+
+    def registrations(self, resource: str) -> int:
+        """Successful registrations of `resource` since this object was made."""
+        with self._lock:
+            return self._registrations[resource]
+
+    def registration_times(self, resource: str) -> tuple[float, ...]:
+        """When each successful registration completed (the clock's seconds)."""
+        with self._lock:
+            return tuple(self._registration_times.get(resource, ()))
+
+    def wait_for_registrations(self, resource: str, n: int, *, timeout_seconds: float) -> bool:
+        """Block until `resource` has registered `n` times in all; False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: self._registrations[resource] >= n, timeout=timeout_seconds
+            )
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
+
+    def start(self) -> None:
+        """Serve `Registration` on `kubelet.sock`; returns once it accepts connections."""
+        if self._server is not None:
+            raise RuntimeError(f"registration server on {self.socket_path} already started")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.socket_path.unlink(missing_ok=True)
+        executor = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="fake-reg")
+        server = grpc.server(executor)
+        pb_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
+        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.start()
+        self._server, self._executor = server, executor
+        wait_until_connectable(self.socket_path)
+        self.serving_since = self._clock()
+        log.debug("fake kubelet registration serving on %s", self.socket_path)
+
+    def stop(self) -> None:
+        """Stop as a dying kubelet does: `kubelet.sock` goes, every plugin connection is
+        closed and every resource's devices turn Unhealthy (a new kubelet knows them only
+        from its checkpoint). Plugin sockets are left; a starting kubelet removes them.
+        Watcher threads finish on their own, ignored from now on."""
+        with self._lock:
+            self._generation += 1
+            endpoints = list(self._endpoints.values())
+            self._endpoints.clear()
+            for resource in list(self._devices):
+                self._set_devices(resource, _unhealthy(self._devices[resource]))
+            server, executor = self._server, self._executor
+            self._server = self._executor = None
+            self.serving_since = None
+        if server is not None:
+            server.stop(grace=None).wait()
+        if executor is not None:
+            executor.shutdown(wait=True)
+        for endpoint in endpoints:
+            _cancel(endpoint)
+        self.socket_path.unlink(missing_ok=True)
+
+    # -- admission -----------------------------------------------------------------------
+
+    def allocate(self, resource: str, n: int, *, in_use: Iterable[str] = ()) -> Grant:
+        """Choose `n` healthy devices not `in_use` and have the plugin allocate them.
+
+        As `devicesToAllocate`: `GetPreferredAllocation(available, [], n)` when advertised
+        (its answer is kept where it names available devices, then topped up in the
+        plugin's order), else the first `n` available; then `Allocate`. Raises
+        AdmissionError with the kubelet's message on any failure.
+        """
+        if n < 1:
+            raise ValueError(f"allocate: n must be >= 1, got {n}")
+        with self._lock:
+            devices = self._devices.get(resource)
+            endpoint = self._endpoints.get(resource)
+        if devices is None:
+            raise AdmissionError(f"cannot allocate unregistered device {resource}")
+        healthy = [device for device in devices if device.health == HEALTHY]
+        if not healthy or endpoint is None:
+            raise AdmissionError(
+                f"no healthy devices present; cannot allocate unhealthy devices {resource}"
+            )
+        busy = set(in_use)
+        available = [device for device in healthy if device.id not in busy]
+        if len(available) < n:
+            raise AdmissionError(
+                f"requested number of devices unavailable for {resource}. "
+                f"Requested: {n}, Available: {len(available)}"
+            )
+        chosen = self._choose(endpoint, available, n)
+        request = pb.AllocateRequest(
+            container_requests=[pb.ContainerAllocateRequest(devices_ids=[d.id for d in chosen])]
+        )
+        try:
+            response = endpoint.stub.Allocate(request, timeout=RPC_TIMEOUT_SECONDS)
+        except grpc.RpcError as exc:
+            raise AdmissionError(go_rpc_error(exc)) from exc
+        if not response.container_responses:
+            raise AdmissionError(f"no containers return in allocation response {response}")
+        return Grant(devices=tuple(chosen), response=response.container_responses[0])
+
+    def pre_start(self, resource: str, device_ids: Iterable[str]) -> None:
+        """`PreStartContainer` when the plugin asked for it; ContainerStartError if it fails."""
+        with self._lock:
+            endpoint = self._endpoints.get(resource)
+        if endpoint is None:
+            raise ContainerStartError(
+                f"endpoint not found in cache for a registered resource: {resource}"
+            )
+        if not endpoint.options.pre_start_required:
+            return
+        request = pb.PreStartContainerRequest(devices_ids=list(device_ids))
+        try:
+            endpoint.stub.PreStartContainer(request, timeout=RPC_TIMEOUT_SECONDS)
+        except grpc.RpcError as exc:
+            raise ContainerStartError(
+                f"device plugin PreStartContainer rpc failed with err: {go_rpc_error(exc)}"
+            ) from exc
+
+    def _choose(
+        self, endpoint: _Endpoint, available: list[DeviceState], n: int
+    ) -> list[DeviceState]:
+        if not endpoint.options.get_preferred_allocation_available:
+            return available[:n]
+        request = pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=[device.id for device in available],
+                    must_include_deviceIDs=[],
+                    allocation_size=n,
+                )
+            ]
+        )
+        try:
+            response = endpoint.stub.GetPreferredAllocation(request, timeout=RPC_TIMEOUT_SECONDS)
+        except grpc.RpcError as exc:
+            raise AdmissionError(
+                f"device plugin GetPreferredAllocation rpc failed with err: {go_rpc_error(exc)}"
+            ) from exc
+        by_id = {device.id: device for device in available}
+        preferred = (
+            response.container_responses[0].deviceIDs if response.container_responses else []
+        )
+        chosen = dict.fromkeys(by_id[i] for i in preferred if i in by_id)
+        for device in available:
+            if len(chosen) >= n:
+                break
+            chosen.setdefault(device)
+        return list(chosen)[:n]
+
+    # -- registration and the ListAndWatch stream ----------------------------------------
+
+    def _register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> None:
+        """The `Register` handler: validate, dial, get options, then install (may abort)."""
+        if request.version not in SUPPORTED_VERSIONS:
+            supported = "[" + " ".join(_go_quote(v) for v in SUPPORTED_VERSIONS) + "]"
+            context.abort(
+                grpc.StatusCode.UNKNOWN,
+                f"requested API version {_go_quote(request.version)} is not supported by "
+                f"kubelet. Supported version is {supported}",
+            )
+        if not is_extended_resource_name(request.resource_name):
+            context.abort(
+                grpc.StatusCode.UNKNOWN,
+                f"the ResourceName {_go_quote(request.resource_name)} is invalid",
+            )
+        with self._lock:
+            generation = self._generation
+        old: _Endpoint | None = None
+        channel = grpc.insecure_channel(f"unix://{self.directory / request.endpoint}")
+        try:
+            endpoint = _connect(request.resource_name, channel)
+        except _ConnectError as exc:
+            channel.close()
+            context.abort(grpc.StatusCode.UNKNOWN, str(exc))
+        endpoint.stream = endpoint.stub.ListAndWatch(pb.Empty())
+        with self._lock:
+            stale = generation != self._generation
+            if not stale:
+                old = self._endpoints.get(request.resource_name)
+                self._endpoints[request.resource_name] = endpoint
+                self._registrations[request.resource_name] += 1
+                times = self._registration_times.setdefault(request.resource_name, [])
+                times.append(self._clock())
+                self._changed.notify_all()
+        if stale:
+            _cancel(endpoint)
+            channel.close()
+            context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet is shutting down")
+        if old is not None:
+            _cancel(old)
+        threading.Thread(
+            target=self._watch,
+            args=(endpoint,),
+            name=f"fake-kubelet-law-{request.resource_name}",
+            daemon=True,
+        ).start()
+
+    def _watch(self, endpoint: _Endpoint) -> None:
+        """Consume `ListAndWatch` until it ends, then mark the devices disconnected.
+
+        The only closer of the endpoint's channel once started: closing a gRPC channel
+        takes ~0.2 s after a stream, which replacing a plugin or stopping must not wait for.
+        """
+        try:
+            for response in endpoint.stream:  # type: ignore[union-attr]
+                with self._lock:
+                    if self._endpoints.get(endpoint.resource) is endpoint:
+                        self._set_devices(endpoint.resource, _states(response))
+        except grpc.RpcError as exc:
+            # Cancelled: we closed it (replaced, or the kubelet stopped).
+            if exc.code() is not grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                log.info(
+                    "ListAndWatch ended unexpectedly for device plugin %s: %s",
+                    endpoint.resource,
+                    go_rpc_error(exc),
+                )
+        with self._lock:
+            if self._endpoints.get(endpoint.resource) is endpoint:
+                del self._endpoints[endpoint.resource]
+                self._set_devices(endpoint.resource, _unhealthy(self._devices[endpoint.resource]))
+        endpoint.channel.close()
+
+    def _set_devices(self, resource: str, devices: tuple[DeviceState, ...]) -> None:
+        """Publish a resource's devices. Caller holds _lock."""
+        self._devices[resource] = devices
+        self._changed.notify_all()
+        self._on_devices(resource, devices)
+
+
+class _ConnectError(Exception):
+    pass
+
+
+def _connect(resource: str, channel: grpc.Channel) -> _Endpoint:
+    """Dial (blocking) and ask for the plugin's options, as `client.Connect` and
+    `PluginConnected` do; raises _ConnectError with the kubelet's text."""
+    try:
+        grpc.channel_ready_future(channel).result(timeout=DIAL_TIMEOUT_SECONDS)
+    except grpc.FutureTimeoutError:
+        raise _ConnectError("failed to dial device plugin: context deadline exceeded") from None
+    stub = pb_grpc.DevicePluginStub(channel)
+    try:
+        options = stub.GetDevicePluginOptions(pb.Empty(), timeout=RPC_TIMEOUT_SECONDS)
+    except grpc.RpcError as exc:
+        raise _ConnectError(f"failed to get device plugin options: {go_rpc_error(exc)}") from exc
+    return _Endpoint(resource=resource, channel=channel, stub=stub, options=options)
+
+
+def _cancel(endpoint: _Endpoint) -> None:
+    """End the endpoint's stream; its watcher thread then drops it and closes the channel."""
+    if endpoint.stream is not None:
+        endpoint.stream.cancel()
+
+
+def _unhealthy(devices: tuple[DeviceState, ...]) -> tuple[DeviceState, ...]:
+    return tuple(device._replace(health=UNHEALTHY) for device in devices)
+
+
+class _Registration(pb_grpc.RegistrationServicer):
+    def __init__(self, owner: FakeDevicePlugins) -> None:
+        self._owner = owner
+
+    def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
+        self._owner._register(request, context)
+        return pb.Empty()
