@@ -7,6 +7,7 @@ USAGE = """usage: gpufleet <command> [options]
 
 commands:
   exporter   serve GPU metrics (a drop-in for NVIDIA's dcgm-exporter)
+  plugin     advertise GPUs to the kubelet (a drop-in for NVIDIA's k8s-device-plugin)
   lab        run the exporter on a simulated 8-GPU node with a fake kubelet and pods
 
 Run 'gpufleet <command> --help' for the command's options.
@@ -21,6 +22,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, rest = args[0], args[1:]
     if command == "exporter":
         from gpufleet.exporter.daemon import main as run
+    elif command == "plugin":
+        from gpufleet.plugin.daemon import main as run
     elif command == "lab":
         from gpufleet.lab import main as run
     elif command in ("--version", "version"):

@@ -119,7 +119,7 @@ def _discover_migs(
         return ()
     if mode != pynvml.NVML_DEVICE_MIG_ENABLE:
         return ()
-    profiles = _profile_names(lib, handle)
+    profiles = profile_names(lib, handle)
     migs = []
     for index in range(lib.nvmlDeviceGetMaxMigDeviceCount(handle)):
         try:
@@ -154,7 +154,7 @@ def _discover_mig(
     except pynvml.NVMLError_NotFound:
         return None  # no MIG device at this index
     gi_id = lib.nvmlDeviceGetGpuInstanceId(mig_handle)
-    profile = profiles.get(_profile_id(lib, parent.handle, gi_id)) or mig_profile_name(
+    profile = profiles.get(profile_id(lib, parent.handle, gi_id)) or mig_profile_name(
         text(lib.nvmlDeviceGetName(mig_handle))
     )
     if profile is None:
@@ -181,7 +181,7 @@ def _discover_mig(
     )
 
 
-def _profile_names(lib: Any, handle: Any) -> dict[int, str]:
+def profile_names(lib: Any, handle: Any) -> dict[int, str]:
     """GPU-instance profile id -> NVIDIA's profile name, from NVML's profile table."""
     names = {}
     for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
@@ -195,7 +195,7 @@ def _profile_names(lib: Any, handle: Any) -> dict[int, str]:
     return names
 
 
-def _profile_id(lib: Any, handle: Any, gi_id: int) -> int | None:
+def profile_id(lib: Any, handle: Any, gi_id: int) -> int | None:
     try:
         instance = lib.nvmlDeviceGetGpuInstanceById(handle, gi_id)
         return lib.nvmlGpuInstanceGetInfo(instance).profileId

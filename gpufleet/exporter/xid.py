@@ -32,7 +32,7 @@ _XID = pynvml.nvmlEventTypeXidCriticalError
 _NO_XID = XidState(last=0, counts=MappingProxyType({}))
 
 
-def _address(handle: Any) -> int | None:
+def handle_address(handle: Any) -> int | None:
     """The address an NVML device handle (a ctypes pointer) holds; None if it holds none."""
     try:
         return ctypes.cast(handle, ctypes.c_void_p).value
@@ -169,7 +169,7 @@ class XidWatcher:
                 self._count_error()
             log.warning("GPU %d (%s): XID events not watched (%s)", gpu.gpu, gpu.uuid, err)
             return
-        address = _address(handle)
+        address = handle_address(handle)
         if address is not None:
             self._by_address[address] = gpu.gpu
         self._by_uuid[gpu.uuid] = gpu.gpu
@@ -211,7 +211,7 @@ class XidWatcher:
         log.warning("XID %d on GPU %d", xid, gpu)
 
     def _gpu_of(self, device: Any) -> int | None:
-        address = _address(device)
+        address = handle_address(device)
         if address is not None and address in self._by_address:
             return self._by_address[address]
         # Handles that are not plain pointers: ask NVML (fails if the GPU is already gone).

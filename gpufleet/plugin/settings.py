@@ -1,0 +1,311 @@
+"""The device plugin's settings: NVIDIA k8s-device-plugin's flags and env vars, plus gpufleet's.
+
+Every flag and env var of NVIDIA's plugin (v0.20.0, `cmd/nvidia-device-plugin/main.go`) is
+accepted with its name, aliases and default, so an existing DaemonSet spec works unchanged.
+`resolve_config` reads `--config-file` and lays only the flags and env vars actually given
+over it: flag > env var > file > default, NVIDIA's precedence. It must never let a default
+override a value from the file.
+"""
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpufleet.plugin.config import (
+    DEFAULT_KUBELET_SOCKET,
+    OVERRIDABLE,
+    ConfigError,
+    PluginConfig,
+    merge,
+    parse_config,
+    parse_device_list_strategy,
+    parse_imex_channel_ids,
+)
+
+
+def _f(default, env, *flags: str, group: str, help: str, **kw):
+    """A settings field with its flags, env var (a name or AliasChoices) and --help group."""
+    extra = {"flags": list(flags), "group": group}
+    return Field(default, validation_alias=env, description=help, json_schema_extra=extra, **kw)
+
+
+NVIDIA = "k8s-device-plugin compatible"
+GPUFLEET = "gpufleet"
+HEALTH = "health checks (env only)"
+
+
+class PluginSettings(BaseSettings):
+    """All device plugin settings. Field descriptions are the --help text."""
+
+    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid")
+
+    mig_strategy: Literal["none", "single", "mixed"] = _f(
+        "none",
+        "MIG_STRATEGY",
+        "--mig-strategy",
+        group=NVIDIA,
+        help="How MIG devices are exposed: none (whole GPUs), single (MIG devices as "
+        "nvidia.com/gpu) or mixed (nvidia.com/mig-<profile> per profile). [file: "
+        "flags.migStrategy]",
+    )
+    fail_on_init_error: bool = _f(
+        True,
+        "FAIL_ON_INIT_ERROR",
+        "--fail-on-init-error",
+        group=NVIDIA,
+        help="Exit when NVML or discovery fails at startup; false waits without devices. "
+        "[file: flags.failOnInitError]",
+    )
+    nvidia_driver_root: str = _f(
+        "/",
+        "NVIDIA_DRIVER_ROOT",
+        "--driver-root",
+        "--nvidia-driver-root",
+        group=NVIDIA,
+        help="Root of the driver installation on the host ('/' or '/run/nvidia/driver'). "
+        "[file: flags.nvidiaDriverRoot]",
+    )
+    nvidia_dev_root: str = _f(
+        "",
+        "NVIDIA_DEV_ROOT",
+        "--nvidia-dev-root",
+        "--dev-root",
+        group=NVIDIA,
+        help="Root of the device nodes on the host; empty means the driver root. "
+        "[file: flags.nvidiaDevRoot]",
+    )
+    pass_device_specs: bool = _f(
+        False,
+        "PASS_DEVICE_SPECS",
+        "--pass-device-specs",
+        group=NVIDIA,
+        help="Return DeviceSpecs for /dev/nvidia* from Allocate. [file: "
+        "flags.plugin.passDeviceSpecs]",
+    )
+    device_list_strategy: str = _f(
+        "envvar",
+        "DEVICE_LIST_STRATEGY",
+        "--device-list-strategy",
+        group=NVIDIA,
+        help="How devices reach the runtime, comma separated: envvar, volume-mounts, "
+        "cdi-annotations, cdi-cri. [file: flags.plugin.deviceListStrategy]",
+    )
+    device_id_strategy: Literal["uuid", "index"] = _f(
+        "uuid",
+        "DEVICE_ID_STRATEGY",
+        "--device-id-strategy",
+        group=NVIDIA,
+        help="IDs passed to the runtime: uuid or index (advertised IDs stay UUIDs). "
+        "[file: flags.plugin.deviceIDStrategy]",
+    )
+    gdrcopy_enabled: bool = _f(
+        False,
+        "GDRCOPY_ENABLED",
+        "--gdrcopy-enabled",
+        group=NVIDIA,
+        help="Start GPU containers with NVIDIA_GDRCOPY=enabled. [file: flags.gdrcopyEnabled]",
+    )
+    gds_enabled: bool = _f(
+        False,
+        "GDS_ENABLED",
+        "--gds-enabled",
+        group=NVIDIA,
+        help="Start GPU containers with NVIDIA_GDS=enabled. [file: flags.gdsEnabled]",
+    )
+    mofed_enabled: bool = _f(
+        False,
+        "MOFED_ENABLED",
+        "--mofed-enabled",
+        group=NVIDIA,
+        help="Start GPU containers with NVIDIA_MOFED=enabled. [file: flags.mofedEnabled]",
+    )
+    cdi_annotation_prefix: str = _f(
+        "cdi.k8s.io/",
+        "CDI_ANNOTATION_PREFIX",
+        "--cdi-annotation-prefix",
+        group=NVIDIA,
+        help="Prefix of CDI annotation keys (cdi-annotations strategy). [file: "
+        "flags.plugin.cdiAnnotationPrefix]",
+    )
+    nvidia_ctk_path: str = _f(
+        "/usr/bin/nvidia-ctk",
+        AliasChoices("NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"),
+        "--nvidia-ctk-path",
+        "--nvidia-cdi-hook-path",
+        group=NVIDIA,
+        help="Path of the NVIDIA CDI hook in CDI specs. [env NVIDIA_CDI_HOOK_PATH or "
+        "NVIDIA_CTK_PATH] [file: flags.plugin.nvidiaCTKPath]",
+    )
+    container_driver_root: str = _f(
+        "/driver-root",
+        AliasChoices("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
+        "--container-driver-root",
+        "--driver-root-ctr-path",
+        group=NVIDIA,
+        help="Where the driver root is mounted in this container. [env DRIVER_ROOT_CTR_PATH "
+        "or CONTAINER_DRIVER_ROOT] [file: flags.plugin.containerDriverRoot]",
+    )
+    mps_root: str = _f(
+        "",
+        "MPS_ROOT",
+        "--mps-root",
+        group=NVIDIA,
+        help="Host directory of the MPS control daemons' pipes and shm; required with "
+        "sharing.mps. [file: flags.mpsRoot]",
+    )
+    shared_devices_allocation_policy: Literal["distributed", "packed"] = _f(
+        "distributed",
+        "SHARED_DEVICES_ALLOCATION_POLICY",
+        "--shared-devices-allocation-policy",
+        group=NVIDIA,
+        help="Preferred allocation of shared replicas: distributed (fewest used replicas "
+        "per GPU first) or packed (fill a GPU first).",
+    )
+    device_discovery_strategy: Literal["auto", "nvml", "tegra"] = _f(
+        "auto",
+        "DEVICE_DISCOVERY_STRATEGY",
+        "--device-discovery-strategy",
+        group=NVIDIA,
+        help="Device discovery: auto, nvml or tegra (gpufleet discovers through NVML "
+        "either way). [file: flags.deviceDiscoveryStrategy]",
+    )
+    imex_channel_ids: str = _f(
+        "",
+        "IMEX_CHANNEL_IDS",
+        "--imex-channel-ids",
+        group=NVIDIA,
+        help="IMEX channels to inject, comma separated: empty or 0. [file: imex.channelIDs]",
+    )
+    imex_required: bool = _f(
+        False,
+        "IMEX_REQUIRED",
+        "--imex-required",
+        group=NVIDIA,
+        help="Fail when an IMEX channel device is missing. [file: imex.required]",
+    )
+    kubelet_socket: str = _f(
+        DEFAULT_KUBELET_SOCKET,
+        "KUBELET_SOCKET",
+        "--kubelet-socket",
+        group=NVIDIA,
+        help="The kubelet's registration socket; the plugin sockets go in its directory. "
+        "Empty: serve without registering (tests).",
+    )
+    config_file: str = _f(
+        "",
+        "CONFIG_FILE",
+        "--config-file",
+        group=NVIDIA,
+        help="NVIDIA's config file (YAML or JSON, version v1); flags and env vars given "
+        "explicitly override it.",
+    )
+    sim_fleet: str = _f(
+        "",
+        "GPUFLEET_SIM_FLEET",
+        "--sim-fleet",
+        group=GPUFLEET,
+        help="Run on simulated NVML with this fleet, e.g. 8xH100 or 4xA100:mig=all-1g.10gb.",
+    )
+    metrics_address: str = _f(
+        ":9401",
+        "GPUFLEET_PLUGIN_METRICS_ADDRESS",
+        "--metrics-address",
+        group=GPUFLEET,
+        help="[host]:port of the self-metrics (/metrics); empty disables them. 9401, next "
+        "to the exporter's 9400, so both fit on one host network.",
+    )
+    health_recovery_seconds: float = _f(
+        60.0,
+        "GPUFLEET_HEALTH_RECOVERY",
+        "--health-recovery-seconds",
+        group=GPUFLEET,
+        help="An unhealthy device returns to Healthy after NVML reports it usable, with no "
+        "new critical XID, for this many seconds; 0 never (NVIDIA's behaviour). 60 s outlasts "
+        "an XID burst, so allocatable does not flap and pods are not placed on a GPU that "
+        "fails again at once.",
+        ge=0,
+    )
+    dp_disable_healthchecks: str = Field(
+        "",
+        validation_alias="DP_DISABLE_HEALTHCHECKS",
+        description="'all' or 'xids' turns health checks off; a comma list of XIDs adds to "
+        "the ignored ones (13, 31, 43, 45, 68, 109).",
+        json_schema_extra={"group": HEALTH},
+    )
+    dp_enable_healthchecks: str = Field(
+        "",
+        validation_alias="DP_ENABLE_HEALTHCHECKS",
+        description="'all' or a comma list of XIDs that count as critical even when ignored.",
+        json_schema_extra={"group": HEALTH},
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_bool_env_is_false(cls, value, info):
+        # NVIDIA's CLI library reads a boolean env var set to "" as false; pydantic rejects it.
+        if value == "" and cls.model_fields[info.field_name].annotation is bool:
+            return False
+        return value
+
+    # Comma-separated strings, not lists: pydantic-settings would read a list-typed env var
+    # as JSON, and NVIDIA's is "envvar,volume-mounts". Checked here so that a bad value names
+    # its flag or env var; `resolve_config` converts.
+    @field_validator("device_list_strategy")
+    @classmethod
+    def _device_list(cls, value: str) -> str:
+        return ",".join(parse_device_list_strategy(value))
+
+    @field_validator("imex_channel_ids")
+    @classmethod
+    def _imex_ids(cls, value: str) -> str:
+        return ",".join(str(i) for i in _channel_ids(value))
+
+
+def _channel_ids(value: str) -> tuple[int, ...]:
+    try:
+        ids = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated integers, got {value!r}") from None
+    return parse_imex_channel_ids(ids)
+
+
+# Settings fields whose config value has another type than the flag's string.
+_CONVERT: dict[str, Callable[[str], object]] = {
+    "device_list_strategy": parse_device_list_strategy,
+    "imex_channel_ids": _channel_ids,
+}
+
+
+def resolve_config(
+    settings: PluginSettings, *, read_file: Callable[[Path], str] = Path.read_text
+) -> tuple[PluginConfig, tuple[str, ...]]:
+    """The effective config: the config file (if any) with given flags and env vars on top.
+
+    Only fields in `settings.model_fields_set` (given as a flag or env var) override the
+    file. Raises ConfigError naming the file: missing, unreadable or invalid.
+    Returns the config and the file's warnings."""
+    source = settings.config_file or "flags"
+    if settings.config_file:
+        path = Path(settings.config_file)
+        try:
+            text = read_file(path)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found (--config-file)") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read the config file: {exc}") from None
+        file_config, warnings = parse_config(text, source=str(path))
+    else:
+        file_config, warnings = PluginConfig(), ()
+    given = {
+        name: _CONVERT.get(name, _same)(getattr(settings, name))
+        for name in settings.model_fields_set
+        if name in OVERRIDABLE
+    }
+    return merge(file_config, given, source=source), warnings
+
+
+def _same(value: object) -> object:
+    return value
