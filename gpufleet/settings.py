@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TypeVar, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import AliasChoices, Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
@@ -20,6 +20,21 @@ S = TypeVar("S", bound=BaseSettings)
 
 class SettingsError(ValueError):
     """A flag or env var has a bad value; the message names it."""
+
+
+def setting(
+    default: Any, env: str | AliasChoices | None, *flags: str, group: str, help: str, **kw: Any
+) -> Any:
+    """A settings field with its flags, env var and --help group, for `build_parser`.
+
+    `env` is the env var's name, AliasChoices for several (tried in order; `--help` and
+    error messages then name none, so say them in `help`), or None for no env var. No flags
+    makes the field env-only (absent from the parser, listed in `markdown_table`). `help` is
+    the field's description and its --help text; `kw` passes constraints (gt, ge, ...) on to
+    pydantic's Field.
+    """
+    extra = {"flags": list(flags), "group": group}
+    return Field(default, validation_alias=env, description=help, json_schema_extra=extra, **kw)
 
 
 def _flags(info: FieldInfo) -> list[str]:
@@ -32,9 +47,19 @@ def _group(info: FieldInfo) -> str:
     return str(extra.get("group", "options"))
 
 
-def _env_name(info: FieldInfo) -> str | None:
+def _env_names(info: FieldInfo) -> list[str]:
+    """The env var(s) a field reads: one name, or several accepted alternatives."""
     alias = info.validation_alias
-    return alias if isinstance(alias, str) else None
+    if isinstance(alias, str):
+        return [alias]
+    if isinstance(alias, AliasChoices):
+        return [c for c in alias.choices if isinstance(c, str)]
+    return []
+
+
+def _env_name(info: FieldInfo) -> str | None:
+    names = _env_names(info)
+    return names[0] if names else None
 
 
 def _is_bool(info: FieldInfo) -> bool:
@@ -131,7 +156,7 @@ def build_parser(
         if not flags:
             continue
         group = groups.setdefault(_group(info), parser.add_argument_group(_group(info)))
-        env = _env_name(info)
+        env = " or ".join(_env_names(info))
         default = info.get_default(call_default_factory=True)
         help_text = (info.description or "").replace("%", "%%")
         help_text += f" [env {env}]" if env else ""
@@ -196,5 +221,6 @@ def markdown_table(settings_cls: type[BaseSettings]) -> str:
         default = info.get_default(call_default_factory=True)
         default_text = "" if default in (None, "") else f"`{default}`"
         meaning = (info.description or "").replace("|", "\\|")
-        rows.append(f"| {flags} | `{_env_name(info)}` | {default_text} | {meaning} |")
+        env = " / ".join(f"`{n}`" for n in _env_names(info))
+        rows.append(f"| {flags} | {env} | {default_text} | {meaning} |")
     return "\n".join(rows) + "\n"

@@ -10,19 +10,15 @@ IGNORED group: accepted, and warned about at startup when set to other than the 
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpufleet.settings import setting
 
 # Where dcgm-exporter's image keeps its CSV; when this default is absent, the embedded copy
 # of the same default list is used, so the exporter starts anywhere with no file.
 DCGM_DEFAULT_COLLECTORS = Path("/etc/dcgm-exporter/default-counters.csv")
 EMBEDDED_COLLECTORS = Path(__file__).with_name("default-counters.csv")
-
-
-def _f(default, env: str | None, *flags: str, group: str, help: str, **kw):
-    """A settings field with its flags, env var and --help group."""
-    extra = {"flags": list(flags), "group": group}
-    return Field(default, validation_alias=env, description=help, json_schema_extra=extra, **kw)
 
 
 DCGM = "dcgm-exporter compatible"
@@ -37,7 +33,7 @@ class ExporterSettings(BaseSettings):
 
     model_config = SettingsConfigDict(populate_by_name=True, extra="forbid")
 
-    collectors: Path = _f(
+    collectors: Path = setting(
         DCGM_DEFAULT_COLLECTORS,
         "DCGM_EXPORTER_COLLECTORS",
         "-f",
@@ -46,7 +42,7 @@ class ExporterSettings(BaseSettings):
         help="Counters CSV (dcgm-exporter format: field, type, help). If the default path is "
         "missing, the embedded dcgm-exporter default list is used.",
     )
-    address: str = _f(
+    address: str = setting(
         ":9400",
         "DCGM_EXPORTER_LISTEN",
         "-a",
@@ -54,7 +50,7 @@ class ExporterSettings(BaseSettings):
         group=DCGM,
         help="Address to serve /metrics and /health on, as [host]:port.",
     )
-    collect_interval_ms: int = _f(
+    collect_interval_ms: int = setting(
         5000,
         "DCGM_EXPORTER_INTERVAL",
         "-c",
@@ -65,7 +61,7 @@ class ExporterSettings(BaseSettings):
         "(DCGM#170), too slow for autoscaling. Values below 100 are rejected: they are "
         "almost always seconds mistaken for milliseconds.",
     )
-    kubernetes: bool = _f(
+    kubernetes: bool = setting(
         False,
         "DCGM_EXPORTER_KUBERNETES",
         "-k",
@@ -74,7 +70,7 @@ class ExporterSettings(BaseSettings):
         help="Attribute GPUs, MIG slices and time-sliced shares to pods via the kubelet "
         "pod-resources API.",
     )
-    kubernetes_gpu_id_type: Literal["uid", "device-name"] = _f(
+    kubernetes_gpu_id_type: Literal["uid", "device-name"] = setting(
         "uid",
         "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE",
         "--kubernetes-gpu-id-type",
@@ -82,7 +78,7 @@ class ExporterSettings(BaseSettings):
         help="How the device plugin names GPUs: 'uid' (GPU-/MIG- UUIDs) or 'device-name' "
         "(nvidiaN, GKE). Both forms are recognised either way.",
     )
-    kubernetes_enable_pod_labels: bool = _f(
+    kubernetes_enable_pod_labels: bool = setting(
         False,
         "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
         "--kubernetes-enable-pod-labels",
@@ -90,7 +86,7 @@ class ExporterSettings(BaseSettings):
         help="Copy pod labels onto series. Needs the Kubernetes API; not yet "
         "supported: accepted with a warning.",
     )
-    kubernetes_enable_pod_uid: bool = _f(
+    kubernetes_enable_pod_uid: bool = setting(
         False,
         "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
         "--kubernetes-enable-pod-uid",
@@ -98,35 +94,35 @@ class ExporterSettings(BaseSettings):
         help="Add the pod_uid label (read from the kubelet's device checkpoint; "
         "no API access needed).",
     )
-    kubernetes_pod_label_allowlist_regex: str = _f(
+    kubernetes_pod_label_allowlist_regex: str = setting(
         "",
         "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
         "--kubernetes-pod-label-allowlist-regex",
         group=K8S,
         help="Pod labels to copy (with --kubernetes-enable-pod-labels).",
     )
-    kubernetes_virtual_gpus: bool = _f(
+    kubernetes_virtual_gpus: bool = setting(
         False,
         "KUBERNETES_VIRTUAL_GPUS",
         "--kubernetes-virtual-gpus",
         group=K8S,
         help="Add the vgpu label (time-slicing replica index) to pod series.",
     )
-    kubernetes_enable_dra: bool = _f(
+    kubernetes_enable_dra: bool = setting(
         False,
         "KUBERNETES_ENABLE_DRA",
         "--kubernetes-enable-dra",
         group=K8S,
         help="DRA attribution. Not yet supported: accepted with a warning.",
     )
-    pod_resources_kubelet_socket: Path = _f(
+    pod_resources_kubelet_socket: Path = setting(
         Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
         "DCGM_POD_RESOURCES_KUBELET_SOCKET",
         "--pod-resources-kubelet-socket",
         group=K8S,
         help="The kubelet's pod-resources socket.",
     )
-    nvidia_resource_names: str = _f(
+    nvidia_resource_names: str = setting(
         "",
         "NVIDIA_RESOURCE_NAMES",
         "--nvidia-resource-names",
@@ -134,14 +130,14 @@ class ExporterSettings(BaseSettings):
         help="Extra resource names to attribute, comma separated (nvidia.com/gpu, "
         "nvidia.com/gpu.shared and nvidia.com/mig-* are always recognised).",
     )
-    hpc_job_mapping_dir: str = _f(
+    hpc_job_mapping_dir: str = setting(
         "",
         "DCGM_HPC_JOB_MAPPING_DIR",
         "--hpc-job-mapping-dir",
         group=K8S,
         help="HPC job mapping. Not yet supported: accepted with a warning.",
     )
-    kubelet_checkpoint: Path = _f(
+    kubelet_checkpoint: Path = setting(
         Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"),
         "GPUFLEET_KUBELET_CHECKPOINT",
         "--kubelet-checkpoint",
@@ -149,7 +145,7 @@ class ExporterSettings(BaseSettings):
         help="The kubelet's device-manager checkpoint: gives pod UIDs for pod_uid and for "
         "per-pod values on shared GPUs. Missing means no per-pod split (counted).",
     )
-    kubelet_refresh_seconds: float = _f(
+    kubelet_refresh_seconds: float = setting(
         5.0,
         "GPUFLEET_KUBELET_REFRESH",
         "--kubelet-refresh",
@@ -159,7 +155,7 @@ class ExporterSettings(BaseSettings):
         "the kubelet's 100/s limit.",
         gt=0,
     )
-    proc_root: Path = _f(
+    proc_root: Path = setting(
         Path("/proc"),
         "GPUFLEET_PROC_ROOT",
         "--proc-root",
@@ -167,7 +163,7 @@ class ExporterSettings(BaseSettings):
         help="Where /proc/<pid>/cgroup is read to map GPU processes to pods (hostPID, or the "
         "host's /proc mounted here).",
     )
-    devices: str = _f(
+    devices: str = setting(
         "f",
         "DCGM_EXPORTER_DEVICES_STR",
         "-d",
@@ -176,7 +172,7 @@ class ExporterSettings(BaseSettings):
         help="Which entities to report: 'f' (MIG instances on MIG GPUs, else GPUs), "
         "'g[:range]' GPUs only, 'i[:range]' MIG instances only; range like 0-3,5.",
     )
-    switch_devices: str = _f(
+    switch_devices: str = setting(
         "f",
         "DCGM_EXPORTER_OTHER_DEVICES_STR",
         "-s",
@@ -184,7 +180,7 @@ class ExporterSettings(BaseSettings):
         group=IGNORED,
         help="NVSwitch selection (DCGM only).",
     )
-    cpu_devices: str = _f(
+    cpu_devices: str = setting(
         "f",
         "DCGM_EXPORTER_CPU_DEVICES_STR",
         "-p",
@@ -192,7 +188,7 @@ class ExporterSettings(BaseSettings):
         group=IGNORED,
         help="CPU selection (DCGM only).",
     )
-    configmap_data: str = _f(
+    configmap_data: str = setting(
         "none",
         "DCGM_EXPORTER_CONFIGMAP_DATA",
         "-m",
@@ -201,21 +197,21 @@ class ExporterSettings(BaseSettings):
         help="Read the counters CSV from a ConfigMap 'namespace:name'. Not yet supported: "
         "mount the ConfigMap and use -f.",
     )
-    web_config_file: Path | None = _f(
+    web_config_file: Path | None = setting(
         None,
         "DCGM_EXPORTER_WEB_CONFIG_FILE",
         "--web-config-file",
         group=WEB,
         help="Prometheus exporter-toolkit web config (TLS, basic auth).",
     )
-    web_systemd_socket: bool = _f(
+    web_systemd_socket: bool = setting(
         False,
         "DCGM_EXPORTER_SYSTEMD_SOCKET",
         "--web-systemd-socket",
         group=IGNORED,
         help="systemd socket activation (not supported).",
     )
-    xid_count_window_size: int = _f(
+    xid_count_window_size: int = setting(
         300000,
         "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
         "-x",
@@ -225,7 +221,7 @@ class ExporterSettings(BaseSettings):
         "as in dcgm-exporter. gpufleet_xid_errors_total counts since start instead.",
         gt=0,
     )
-    clock_events_count_window_size: int = _f(
+    clock_events_count_window_size: int = setting(
         300000,
         "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
         "--clock-events-count-window-size",
@@ -234,7 +230,7 @@ class ExporterSettings(BaseSettings):
         "in it that saw the reason (so it scales with -c); 5 min as in dcgm-exporter.",
         gt=0,
     )
-    no_hostname: bool = _f(
+    no_hostname: bool = setting(
         False,
         "DCGM_EXPORTER_NO_HOSTNAME",
         "-n",
@@ -242,7 +238,7 @@ class ExporterSettings(BaseSettings):
         group=DCGM,
         help="Omit the hostname label (parsed but ignored by dcgm-exporter 4.x; honoured here).",
     )
-    use_old_namespace: bool = _f(
+    use_old_namespace: bool = setting(
         False,
         "DCGM_EXPORTER_USE_OLD_NAMESPACE",
         "-o",
@@ -250,7 +246,7 @@ class ExporterSettings(BaseSettings):
         group=DCGM,
         help="dcgm-exporter 1.x label names (uuid, pod_name, pod_namespace, container_name).",
     )
-    replace_blanks_in_model_name: bool = _f(
+    replace_blanks_in_model_name: bool = setting(
         False,
         "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME",
         "-rbmn",
@@ -258,22 +254,22 @@ class ExporterSettings(BaseSettings):
         group=DCGM,
         help="Replace spaces in modelName with dashes.",
     )
-    fake_gpus: bool = _f(
+    fake_gpus: bool = setting(
         False,
         "DCGM_EXPORTER_USE_FAKE_GPUS",
         "--fake-gpus",
         group=DCGM,
         help="Use simulated GPUs (the fleet from --sim-fleet, default 8xH100).",
     )
-    debug: bool = _f(False, "DCGM_EXPORTER_DEBUG", "--debug", group=DCGM, help="Debug logs.")
-    log_format: Literal["text", "json"] = _f(
+    debug: bool = setting(False, "DCGM_EXPORTER_DEBUG", "--debug", group=DCGM, help="Debug logs.")
+    log_format: Literal["text", "json"] = setting(
         "text",
         "DCGM_EXPORTER_LOG_FORMAT",
         "--log-format",
         group=DCGM,
         help="Log format: text or json (one object per line).",
     )
-    remote_hostengine_info: str = _f(
+    remote_hostengine_info: str = setting(
         "localhost:5555",
         "DCGM_REMOTE_HOSTENGINE_INFO",
         "-r",
@@ -281,84 +277,84 @@ class ExporterSettings(BaseSettings):
         group=IGNORED,
         help="DCGM host engine address (gpufleet reads NVML directly).",
     )
-    enable_dcgm_log: bool = _f(
+    enable_dcgm_log: bool = setting(
         False,
         "DCGM_EXPORTER_ENABLE_DCGM_LOG",
         "--enable-dcgm-log",
         group=IGNORED,
         help="Write DCGM's own log to stdout.",
     )
-    dcgm_log_level: str = _f(
+    dcgm_log_level: str = setting(
         "NONE",
         "DCGM_EXPORTER_DCGM_LOG_LEVEL",
         "--dcgm-log-level",
         group=IGNORED,
         help="DCGM's log level (with --enable-dcgm-log).",
     )
-    disable_startup_validate: bool = _f(
+    disable_startup_validate: bool = setting(
         False,
         "DISABLE_STARTUP_VALIDATE",
         "--disable-startup-validate",
         group=IGNORED,
         help="dcgm-exporter checks libdcgm; gpufleet checks NVML by initialising it.",
     )
-    dump_enabled: bool = _f(
+    dump_enabled: bool = setting(
         False,
         "DCGM_EXPORTER_DUMP_ENABLED",
         "--dump-enabled",
         group=IGNORED,
         help="dcgm-exporter's file-based debug dumps.",
     )
-    dump_directory: str = _f(
+    dump_directory: str = setting(
         "/tmp/dcgm-exporter-debug",
         "DCGM_EXPORTER_DUMP_DIRECTORY",
         "--dump-directory",
         group=IGNORED,
         help="Directory for the debug dumps.",
     )
-    dump_retention_hours: int = _f(
+    dump_retention_hours: int = setting(
         24,
         "DCGM_EXPORTER_DUMP_RETENTION",
         "--dump-retention",
         group=IGNORED,
         help="Hours to keep debug dumps (0: forever).",
     )
-    dump_compression: bool = _f(
+    dump_compression: bool = setting(
         True,
         "DCGM_EXPORTER_DUMP_COMPRESSION",
         "--dump-compression",
         group=IGNORED,
         help="Gzip the debug dumps.",
     )
-    enable_gpu_bind_unbind_watch: bool = _f(
+    enable_gpu_bind_unbind_watch: bool = setting(
         False,
         "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH",
         "--enable-gpu-bind-unbind-watch",
         group=IGNORED,
         help="Reload on DCGM GPU bind/unbind events (DCGM 4.5+).",
     )
-    gpu_bind_unbind_poll_interval: str = _f(
+    gpu_bind_unbind_poll_interval: str = setting(
         "1s",
         "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL",
         "--gpu-bind-unbind-poll-interval",
         group=IGNORED,
         help="Poll interval of the bind/unbind watch, a Go duration.",
     )
-    enable_pprof: bool = _f(
+    enable_pprof: bool = setting(
         False,
         "DCGM_EXPORTER_ENABLE_PPROF",
         "--enable-pprof",
         group=IGNORED,
         help="Go's /debug/pprof/ endpoints (gpufleet has no Go runtime to profile).",
     )
-    enable_exporter_metrics: bool = _f(
+    enable_exporter_metrics: bool = setting(
         True,
         "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS",
         "--enable-exporter-metrics",
         group=DCGM,
         help="Serve the gpufleet_exporter_* self-metrics.",
     )
-    compat: Literal["legacy", "4.9"] = _f(
+    compat: Literal["legacy", "4.9"] = setting(
         "legacy",
         "GPUFLEET_COMPAT",
         "--compat",
@@ -366,7 +362,7 @@ class ExporterSettings(BaseSettings):
         help="Metric names and units: 'legacy' (dcgm-exporter <= 4.8) or '4.9' (DCGM 4.7 "
         "names; Hz, J, ratios, bytes).",
     )
-    hostname_label: Literal["Hostname", "hostname"] = _f(
+    hostname_label: Literal["Hostname", "hostname"] = setting(
         "Hostname",
         "GPUFLEET_HOSTNAME_LABEL",
         "--hostname-label",
@@ -374,21 +370,21 @@ class ExporterSettings(BaseSettings):
         help="Key of the hostname label: 'Hostname' (dcgm-exporter up to 4.8.2) or "
         "'hostname' (newer releases).",
     )
-    node_name: str = _f(
+    node_name: str = setting(
         "",
         "NODE_NAME",
         "--node-name",
         group=GPUFLEET,
         help="Hostname label value; defaults to the machine's hostname.",
     )
-    sim_fleet: str = _f(
+    sim_fleet: str = setting(
         "",
         "GPUFLEET_SIM_FLEET",
         "--sim-fleet",
         group=GPUFLEET,
         help="Run on simulated NVML with this fleet, e.g. 8xH100 or 4xA100:mig=all-1g.10gb.",
     )
-    stale_after_seconds: float = _f(
+    stale_after_seconds: float = setting(
         0.0,
         "GPUFLEET_STALE_AFTER",
         "--stale-after",
@@ -396,7 +392,7 @@ class ExporterSettings(BaseSettings):
         help="/health turns 503 when the snapshot is older than this; 0 means 3 intervals.",
         ge=0,
     )
-    collect_timeout_seconds: float = _f(
+    collect_timeout_seconds: float = setting(
         10.0,
         "GPUFLEET_COLLECT_TIMEOUT",
         "--collect-timeout",

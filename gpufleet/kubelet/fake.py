@@ -33,14 +33,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
 import grpc
 
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as dp_pb
-from gpufleet.kubelet.checkpoint import CHECKPOINT_NAME, CheckpointEntry, write_checkpoint
+from gpufleet.kubelet.checkpoint import CHECKPOINT_NAME, write_checkpoint
 from gpufleet.kubelet.fake_deviceplugins import (
     HEALTHY,
     AdmissionError,
@@ -58,6 +57,18 @@ from gpufleet.kubelet.fake_podresources import (
     PodAllocation,
     RateLimit,
     TerminatedPods,
+)
+from gpufleet.kubelet.fake_table import (
+    allocates,
+    by_numa_node,
+    check_admissible,
+    checkpoint_entries,
+    find_pod,
+    freed,
+    holdings,
+    registered_devices,
+    validate,
+    with_devices,
 )
 
 __all__ = [
@@ -140,7 +151,7 @@ class FakeKubelet:
         allocation when it gains devices, as in `set_pods`)."""
         with self._lock:
             pods = list(self._node.pods)
-            index = _find(pods, pod.namespace, pod.name)
+            index = find_pod(pods, pod.namespace, pod.name)
             if index is None:
                 pods.append(pod)
             else:
@@ -183,19 +194,19 @@ class FakeKubelet:
         namespace, name, uid = pod
         with self._admit_lock:
             with self._lock:
-                _check_admissible(self._node.pods, pod, container, resource)
+                check_admissible(self._node.pods, pod, container, resource)
                 active = (p for p in self._node.pods if p.uid not in self._node.terminated)
-                in_use = {held[3] for held in _holdings(active) if held[2] == resource}
+                in_use = {held[3] for held in holdings(active) if held[2] == resource}
             grant = self.device_plugins.allocate(resource, n, in_use=in_use)
             with self._lock:
                 pods = list(self._node.pods)
-                index = _find(pods, namespace, name)
+                index = find_pod(pods, namespace, name)
                 base = (
                     PodAllocation(namespace=namespace, name=name, uid=uid)
                     if index is None
                     else pods[index]
                 )
-                granted = _with_devices(base, container, _by_numa_node(resource, grant.devices))
+                granted = with_devices(base, container, by_numa_node(resource, grant.devices))
                 if index is None:
                     pods.append(granted)
                 else:
@@ -330,7 +341,7 @@ class FakeKubelet:
         self.stop()
 
     def _index(self, pods: list[PodAllocation], namespace: str, name: str) -> int:
-        index = _find(pods, namespace, name)
+        index = find_pod(pods, namespace, name)
         if index is None:
             raise KeyError(f"pod {name} in namespace {namespace} not in the fake kubelet")
         return index
@@ -350,14 +361,14 @@ class FakeKubelet:
         pods = self._node.pods if pods is None else pods
         terminated = self._node.terminated if terminated is None else terminated
         terminated &= {pod.uid for pod in pods}
-        if terminated and _allocates(self._node.pods, pods):
-            pods = tuple(_freed(pod) if pod.uid in terminated else pod for pod in pods)
+        if terminated and allocates(self._node.pods, pods):
+            pods = tuple(freed(pod) if pod.uid in terminated else pod for pod in pods)
         node = NodeAllocations(
             pods=pods,
             allocatable=self._node.allocatable if allocatable is None else allocatable,
             terminated=terminated,
         )
-        _validate(node)
+        validate(node)
         registered = registered_devices(node)
         for resource, ids in self._plugin_devices.items():
             registered[resource] = tuple(dict.fromkeys((*ids, *registered.get(resource, ()))))
@@ -366,124 +377,3 @@ class FakeKubelet:
         self._node = node
         uids = {pod.uid for pod in pods}
         self._responses = {key: v for key, v in self._responses.items() if key[0] in uids}
-
-
-def checkpoint_entries(node: NodeAllocations) -> tuple[CheckpointEntry, ...]:
-    """The checkpoint's entries for `node`: one per (pod, container, resource), in order."""
-    entries = []
-    for pod in node.pods:
-        for container in pod.containers:
-            per_resource: dict[str, dict[str, None]] = {}
-            for allocation in container.devices:
-                ids = per_resource.setdefault(allocation.resource_name, {})
-                ids.update(dict.fromkeys(allocation.device_ids))
-            entries.extend(
-                CheckpointEntry(
-                    pod_uid=pod.uid,
-                    container_name=container.name,
-                    resource_name=resource,
-                    device_ids=tuple(ids),
-                )
-                for resource, ids in per_resource.items()
-            )
-    return tuple(entries)
-
-
-def registered_devices(node: NodeAllocations) -> dict[str, tuple[str, ...]]:
-    """Devices per resource the kubelet knows: the allocatable ones plus any allocated."""
-    registered: dict[str, dict[str, None]] = {}
-    allocated = (
-        allocation
-        for pod in node.pods
-        for container in pod.containers
-        for allocation in container.devices
-    )
-    for allocation in (*node.allocatable, *allocated):
-        registered.setdefault(allocation.resource_name, {}).update(
-            dict.fromkeys(allocation.device_ids)
-        )
-    return {resource: tuple(ids) for resource, ids in registered.items()}
-
-
-def _holdings(pods: Iterable[PodAllocation]) -> set[tuple[str, str, str, str]]:
-    return {
-        (pod.uid, container.name, allocation.resource_name, device_id)
-        for pod in pods
-        for container in pod.containers
-        for allocation in container.devices
-        for device_id in allocation.device_ids
-    }
-
-
-def _allocates(before: Iterable[PodAllocation], after: Iterable[PodAllocation]) -> bool:
-    """Whether going from `before` to `after` gives some container a device it lacked."""
-    return bool(_holdings(after) - _holdings(before))
-
-
-def _freed(pod: PodAllocation) -> PodAllocation:
-    """`pod` after the device manager freed its devices: its containers hold none."""
-    return replace(pod, containers=tuple(replace(c, devices=()) for c in pod.containers))
-
-
-def _check_admissible(
-    pods: Iterable[PodAllocation], pod: tuple[str, str, str], container: str, resource: str
-) -> None:
-    """ValueError for an admission the kubelet could not be asked for: a name taken by a
-    pod with another UID, or a container that already holds `resource`."""
-    namespace, name, uid = pod
-    for existing in pods:
-        if (existing.namespace, existing.name) != (namespace, name):
-            continue
-        if existing.uid != uid:
-            raise ValueError(f"pod {namespace}/{name} already exists with uid {existing.uid}")
-        for held in existing.containers:
-            if held.name == container and any(d.resource_name == resource for d in held.devices):
-                raise ValueError(f"container {container} of {namespace}/{name} holds {resource}")
-
-
-def _by_numa_node(resource: str, devices: Iterable[DeviceState]) -> tuple[DeviceAllocation, ...]:
-    """Granted devices as the kubelet files them: one entry per NUMA node (ascending, no
-    topology first), a device on several nodes under each."""
-    per_node: dict[int | None, list[str]] = {}
-    for device in devices:
-        for node in device.numa_nodes or (None,):
-            per_node.setdefault(node, []).append(device.id)
-    return tuple(
-        DeviceAllocation(resource_name=resource, device_ids=tuple(ids), numa_node=node)
-        for node, ids in sorted(
-            per_node.items(), key=lambda item: -1 if item[0] is None else item[0]
-        )
-    )
-
-
-def _with_devices(
-    pod: PodAllocation, container: str, devices: tuple[DeviceAllocation, ...]
-) -> PodAllocation:
-    """`pod` with `devices` added to `container` (created, last, if it is new)."""
-    containers = list(pod.containers)
-    for index, held in enumerate(containers):
-        if held.name == container:
-            containers[index] = replace(held, devices=held.devices + devices)
-            break
-    else:
-        containers.append(ContainerAllocation(name=container, devices=devices))
-    return replace(pod, containers=tuple(containers))
-
-
-def _find(pods: list[PodAllocation], namespace: str, name: str) -> int | None:
-    for index, pod in enumerate(pods):
-        if (pod.namespace, pod.name) == (namespace, name):
-            return index
-    return None
-
-
-def _validate(node: NodeAllocations) -> None:
-    names: set[tuple[str, str]] = set()
-    uids: set[str] = set()
-    for pod in node.pods:
-        if (pod.namespace, pod.name) in names:
-            raise ValueError(f"pod {pod.namespace}/{pod.name} appears twice")
-        if pod.uid in uids:
-            raise ValueError(f"pod uid {pod.uid} ({pod.namespace}/{pod.name}) appears twice")
-        names.add((pod.namespace, pod.name))
-        uids.add(pod.uid)

@@ -39,7 +39,7 @@ import grpc
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from gpufleet.kubelet.fake_podresources import MAX_SOCKET_PATH_BYTES
-from gpufleet.kubelet.fake_podresources import _wait_until_connectable as wait_until_connectable
+from gpufleet.kubelet.sockets import wait_until_connectable
 
 log = logging.getLogger(__name__)
 

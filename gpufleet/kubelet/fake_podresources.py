@@ -15,9 +15,7 @@ them (`TerminatedPods`). The kubelet's v1alpha1 service on the same socket is no
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import socket
 import threading
 import time
 from collections import Counter
@@ -32,6 +30,7 @@ import grpc
 from gpufleet import ratelimit
 from gpufleet.kubelet.api import podresources_v1_pb2 as pb
 from gpufleet.kubelet.api import podresources_v1_pb2_grpc as pb_grpc
+from gpufleet.kubelet.sockets import wait_until_connectable
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +41,6 @@ GET_DISABLED_MESSAGE = "PodResources API Get method disabled"
 RATE_LIMITED_MESSAGE = "rejected by rate limit"
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
-_READY_TIMEOUT_SECONDS = 5.0
-_READY_POLL_SECONDS = 0.01
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -284,7 +281,7 @@ class FakePodResources:
         server.add_insecure_port(f"unix://{self.socket_path}")
         server.start()
         self._server, self._executor = server, executor
-        _wait_until_connectable(self.socket_path)
+        wait_until_connectable(self.socket_path)
         log.debug("fake pod-resources serving on %s", self.socket_path)
 
     def stop(self) -> None:
@@ -308,19 +305,3 @@ class FakePodResources:
             context.abort(*failure)
         if bucket is not None and not bucket.allow():
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMITED_MESSAGE)
-
-
-def _wait_until_connectable(path: Path) -> None:
-    deadline = time.monotonic() + _READY_TIMEOUT_SECONDS
-    while True:
-        with (
-            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe,
-            contextlib.suppress(OSError),
-        ):
-            probe.connect(str(path))
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"{path} did not accept connections within {_READY_TIMEOUT_SECONDS}s"
-            )
-        time.sleep(_READY_POLL_SECONDS)

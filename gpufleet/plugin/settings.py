@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.plugin.config import (
@@ -20,17 +20,11 @@ from gpufleet.plugin.config import (
     ConfigError,
     PluginConfig,
     merge,
-    parse_config,
     parse_device_list_strategy,
     parse_imex_channel_ids,
 )
-
-
-def _f(default, env, *flags: str, group: str, help: str, **kw):
-    """A settings field with its flags, env var (a name or AliasChoices) and --help group."""
-    extra = {"flags": list(flags), "group": group}
-    return Field(default, validation_alias=env, description=help, json_schema_extra=extra, **kw)
-
+from gpufleet.plugin.config_file import parse_config
+from gpufleet.settings import setting
 
 NVIDIA = "k8s-device-plugin compatible"
 GPUFLEET = "gpufleet"
@@ -42,7 +36,7 @@ class PluginSettings(BaseSettings):
 
     model_config = SettingsConfigDict(populate_by_name=True, extra="forbid")
 
-    mig_strategy: Literal["none", "single", "mixed"] = _f(
+    mig_strategy: Literal["none", "single", "mixed"] = setting(
         "none",
         "MIG_STRATEGY",
         "--mig-strategy",
@@ -51,7 +45,7 @@ class PluginSettings(BaseSettings):
         "nvidia.com/gpu) or mixed (nvidia.com/mig-<profile> per profile). [file: "
         "flags.migStrategy]",
     )
-    fail_on_init_error: bool = _f(
+    fail_on_init_error: bool = setting(
         True,
         "FAIL_ON_INIT_ERROR",
         "--fail-on-init-error",
@@ -59,7 +53,7 @@ class PluginSettings(BaseSettings):
         help="Exit when NVML or discovery fails at startup; false waits without devices. "
         "[file: flags.failOnInitError]",
     )
-    nvidia_driver_root: str = _f(
+    nvidia_driver_root: str = setting(
         "/",
         "NVIDIA_DRIVER_ROOT",
         "--driver-root",
@@ -68,7 +62,7 @@ class PluginSettings(BaseSettings):
         help="Root of the driver installation on the host ('/' or '/run/nvidia/driver'). "
         "[file: flags.nvidiaDriverRoot]",
     )
-    nvidia_dev_root: str = _f(
+    nvidia_dev_root: str = setting(
         "",
         "NVIDIA_DEV_ROOT",
         "--nvidia-dev-root",
@@ -77,7 +71,7 @@ class PluginSettings(BaseSettings):
         help="Root of the device nodes on the host; empty means the driver root. "
         "[file: flags.nvidiaDevRoot]",
     )
-    pass_device_specs: bool = _f(
+    pass_device_specs: bool = setting(
         False,
         "PASS_DEVICE_SPECS",
         "--pass-device-specs",
@@ -85,7 +79,7 @@ class PluginSettings(BaseSettings):
         help="Return DeviceSpecs for /dev/nvidia* from Allocate. [file: "
         "flags.plugin.passDeviceSpecs]",
     )
-    device_list_strategy: str = _f(
+    device_list_strategy: str = setting(
         "envvar",
         "DEVICE_LIST_STRATEGY",
         "--device-list-strategy",
@@ -93,7 +87,7 @@ class PluginSettings(BaseSettings):
         help="How devices reach the runtime, comma separated: envvar, volume-mounts, "
         "cdi-annotations, cdi-cri. [file: flags.plugin.deviceListStrategy]",
     )
-    device_id_strategy: Literal["uuid", "index"] = _f(
+    device_id_strategy: Literal["uuid", "index"] = setting(
         "uuid",
         "DEVICE_ID_STRATEGY",
         "--device-id-strategy",
@@ -101,28 +95,28 @@ class PluginSettings(BaseSettings):
         help="IDs passed to the runtime: uuid or index (advertised IDs stay UUIDs). "
         "[file: flags.plugin.deviceIDStrategy]",
     )
-    gdrcopy_enabled: bool = _f(
+    gdrcopy_enabled: bool = setting(
         False,
         "GDRCOPY_ENABLED",
         "--gdrcopy-enabled",
         group=NVIDIA,
         help="Start GPU containers with NVIDIA_GDRCOPY=enabled. [file: flags.gdrcopyEnabled]",
     )
-    gds_enabled: bool = _f(
+    gds_enabled: bool = setting(
         False,
         "GDS_ENABLED",
         "--gds-enabled",
         group=NVIDIA,
         help="Start GPU containers with NVIDIA_GDS=enabled. [file: flags.gdsEnabled]",
     )
-    mofed_enabled: bool = _f(
+    mofed_enabled: bool = setting(
         False,
         "MOFED_ENABLED",
         "--mofed-enabled",
         group=NVIDIA,
         help="Start GPU containers with NVIDIA_MOFED=enabled. [file: flags.mofedEnabled]",
     )
-    cdi_annotation_prefix: str = _f(
+    cdi_annotation_prefix: str = setting(
         "cdi.k8s.io/",
         "CDI_ANNOTATION_PREFIX",
         "--cdi-annotation-prefix",
@@ -130,25 +124,24 @@ class PluginSettings(BaseSettings):
         help="Prefix of CDI annotation keys (cdi-annotations strategy). [file: "
         "flags.plugin.cdiAnnotationPrefix]",
     )
-    nvidia_ctk_path: str = _f(
+    nvidia_ctk_path: str = setting(
         "/usr/bin/nvidia-ctk",
         AliasChoices("NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"),
         "--nvidia-ctk-path",
         "--nvidia-cdi-hook-path",
         group=NVIDIA,
-        help="Path of the NVIDIA CDI hook in CDI specs. [env NVIDIA_CDI_HOOK_PATH or "
-        "NVIDIA_CTK_PATH] [file: flags.plugin.nvidiaCTKPath]",
+        help="Path of the NVIDIA CDI hook in CDI specs. [file: flags.plugin.nvidiaCTKPath]",
     )
-    container_driver_root: str = _f(
+    container_driver_root: str = setting(
         "/driver-root",
         AliasChoices("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
         "--container-driver-root",
         "--driver-root-ctr-path",
         group=NVIDIA,
-        help="Where the driver root is mounted in this container. [env DRIVER_ROOT_CTR_PATH "
-        "or CONTAINER_DRIVER_ROOT] [file: flags.plugin.containerDriverRoot]",
+        help="Where the driver root is mounted in this container. "
+        "[file: flags.plugin.containerDriverRoot]",
     )
-    mps_root: str = _f(
+    mps_root: str = setting(
         "",
         "MPS_ROOT",
         "--mps-root",
@@ -156,7 +149,7 @@ class PluginSettings(BaseSettings):
         help="Host directory of the MPS control daemons' pipes and shm; required with "
         "sharing.mps. [file: flags.mpsRoot]",
     )
-    shared_devices_allocation_policy: Literal["distributed", "packed"] = _f(
+    shared_devices_allocation_policy: Literal["distributed", "packed"] = setting(
         "distributed",
         "SHARED_DEVICES_ALLOCATION_POLICY",
         "--shared-devices-allocation-policy",
@@ -164,7 +157,7 @@ class PluginSettings(BaseSettings):
         help="Preferred allocation of shared replicas: distributed (fewest used replicas "
         "per GPU first) or packed (fill a GPU first).",
     )
-    device_discovery_strategy: Literal["auto", "nvml", "tegra"] = _f(
+    device_discovery_strategy: Literal["auto", "nvml", "tegra"] = setting(
         "auto",
         "DEVICE_DISCOVERY_STRATEGY",
         "--device-discovery-strategy",
@@ -172,21 +165,21 @@ class PluginSettings(BaseSettings):
         help="Device discovery: auto, nvml or tegra (gpufleet discovers through NVML "
         "either way). [file: flags.deviceDiscoveryStrategy]",
     )
-    imex_channel_ids: str = _f(
+    imex_channel_ids: str = setting(
         "",
         "IMEX_CHANNEL_IDS",
         "--imex-channel-ids",
         group=NVIDIA,
         help="IMEX channels to inject, comma separated: empty or 0. [file: imex.channelIDs]",
     )
-    imex_required: bool = _f(
+    imex_required: bool = setting(
         False,
         "IMEX_REQUIRED",
         "--imex-required",
         group=NVIDIA,
         help="Fail when an IMEX channel device is missing. [file: imex.required]",
     )
-    kubelet_socket: str = _f(
+    kubelet_socket: str = setting(
         DEFAULT_KUBELET_SOCKET,
         "KUBELET_SOCKET",
         "--kubelet-socket",
@@ -194,7 +187,7 @@ class PluginSettings(BaseSettings):
         help="The kubelet's registration socket; the plugin sockets go in its directory. "
         "Empty: serve without registering (tests).",
     )
-    config_file: str = _f(
+    config_file: str = setting(
         "",
         "CONFIG_FILE",
         "--config-file",
@@ -202,14 +195,14 @@ class PluginSettings(BaseSettings):
         help="NVIDIA's config file (YAML or JSON, version v1); flags and env vars given "
         "explicitly override it.",
     )
-    sim_fleet: str = _f(
+    sim_fleet: str = setting(
         "",
         "GPUFLEET_SIM_FLEET",
         "--sim-fleet",
         group=GPUFLEET,
         help="Run on simulated NVML with this fleet, e.g. 8xH100 or 4xA100:mig=all-1g.10gb.",
     )
-    metrics_address: str = _f(
+    metrics_address: str = setting(
         ":9401",
         "GPUFLEET_PLUGIN_METRICS_ADDRESS",
         "--metrics-address",
@@ -217,7 +210,7 @@ class PluginSettings(BaseSettings):
         help="[host]:port of the self-metrics (/metrics); empty disables them. 9401, next "
         "to the exporter's 9400, so both fit on one host network.",
     )
-    health_recovery_seconds: float = _f(
+    health_recovery_seconds: float = setting(
         60.0,
         "GPUFLEET_HEALTH_RECOVERY",
         "--health-recovery-seconds",
@@ -228,18 +221,18 @@ class PluginSettings(BaseSettings):
         "fails again at once.",
         ge=0,
     )
-    dp_disable_healthchecks: str = Field(
+    dp_disable_healthchecks: str = setting(
         "",
-        validation_alias="DP_DISABLE_HEALTHCHECKS",
-        description="'all' or 'xids' turns health checks off; a comma list of XIDs adds to "
+        "DP_DISABLE_HEALTHCHECKS",
+        group=HEALTH,
+        help="'all' or 'xids' turns health checks off; a comma list of XIDs adds to "
         "the ignored ones (13, 31, 43, 45, 68, 109).",
-        json_schema_extra={"group": HEALTH},
     )
-    dp_enable_healthchecks: str = Field(
+    dp_enable_healthchecks: str = setting(
         "",
-        validation_alias="DP_ENABLE_HEALTHCHECKS",
-        description="'all' or a comma list of XIDs that count as critical even when ignored.",
-        json_schema_extra={"group": HEALTH},
+        "DP_ENABLE_HEALTHCHECKS",
+        group=HEALTH,
+        help="'all' or a comma list of XIDs that count as critical even when ignored.",
     )
 
     @field_validator("*", mode="before")

@@ -14,8 +14,8 @@ from gpufleet.plugin.config import (
     Sharing,
     SharingKind,
     merge,
-    parse_config,
 )
+from gpufleet.plugin.config_file import parse_config
 
 # The two examples from NVIDIA's README, byte for byte.
 README_FLAGS = """\
