@@ -3,15 +3,21 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from gpufleet.exporter.settings import ExporterSettings
+from gpufleet.plugin.settings import PluginSettings
 from gpufleet.settings import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
-def test_flag_table_matches_the_settings():
-    assert markdown_table(ExporterSettings) in README, "run: python scripts/flags_table.py"
+@pytest.mark.parametrize(
+    ("daemon", "settings"), [("exporter", ExporterSettings), ("plugin", PluginSettings)]
+)
+def test_flag_table_matches_the_settings(daemon, settings):
+    assert markdown_table(settings) in README, f"run: python scripts/flags_table.py {daemon}"
 
 
 def test_quick_start_has_exactly_two_commands_and_ci_runs_the_test_one():

@@ -243,7 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config, warnings = resolve_config(settings)
         for warning in warnings:
             log.warning("%s", warning)
-        host, port = parse_listen_address(settings.metrics_address)
+        metrics = (
+            parse_listen_address(settings.metrics_address) if settings.metrics_address else None
+        )
     except (ConfigError, ValueError) as exc:
         log.error("%s", exc)
         return 1
@@ -268,12 +270,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", exc)
         backend.close()
         return 1
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SelfMetrics(plugin.services, plugin.runner, plugin.stats))
-    server, _thread = start_http_server(port, addr=host or "0.0.0.0", registry=registry)
+    server = None
+    if metrics:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(SelfMetrics(plugin.services, plugin.runner, plugin.stats))
+        host, port = metrics
+        server, _thread = start_http_server(port, addr=host or "0.0.0.0", registry=registry)
     stop.wait()
     log.info("shutting down")
-    server.shutdown()
+    if server:
+        server.shutdown()
     plugin.stop()
     backend.close()
     return 0

@@ -22,6 +22,7 @@ import grpc
 
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from gpufleet.kubelet.sockets import wait_until_connectable
 from gpufleet.plugin.server import DevicePluginService
 
 log = logging.getLogger(__name__)
@@ -73,8 +74,7 @@ class _Endpoint:
         server.add_insecure_port(f"unix://{self.path}")
         server.start()
         # Serving check before registering: the kubelet dials back inside Register.
-        with grpc.insecure_channel(f"unix://{self.path}") as channel:
-            grpc.channel_ready_future(channel).result(timeout=5)
+        wait_until_connectable(self.path)
         self._server = server
         self.identity = _identity(self.path)
 

@@ -1,0 +1,102 @@
+"""`gpufleet plugin` as users run it: help, bad configs, SIGTERM with sockets cleaned up."""
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from helpers import free_port, wait_for
+
+GPUFLEET = [sys.executable, "-m", "gpufleet.cli", "plugin"]
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*GPUFLEET, *args], capture_output=True, text=True, timeout=60, env={**ENV, **(env or {})}
+    )
+
+
+def test_help_names_nvidia_flags_and_env_vars():
+    result = run("--help")
+    assert result.returncode == 0
+    for needle in ("--mig-strategy", "MIG_STRATEGY", "--config-file", "--device-list-strategy"):
+        assert needle in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("version: v2\n", "version"),
+        (
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+            "      replica: 4\n",
+            "sharing.timeSlicing.resources[0].replica",
+        ),
+        ("version: v1\nflags:\n  migStrategy: sometimes\n", "flags.migStrategy"),
+    ],
+    ids=["unknown version", "misspelt key", "bad value"],
+)
+def test_bad_config_names_the_file_and_key(tmp_path: Path, config: str, message: str):
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    result = run("--sim-fleet", "2xH100", "--config-file", str(path))
+    assert result.returncode == 1, result.stderr
+    assert str(path) in result.stderr and message in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MIG_STRATEGY": "sometimes"}, "MIG_STRATEGY"),
+        ({"DP_DISABLE_HEALTHCHECKS": "xid48"}, "DP_DISABLE_HEALTHCHECKS"),
+    ],
+    ids=["bad env choice", "bad health-check list"],
+)
+def test_bad_env_names_the_variable(tmp_path: Path, env: dict, message: str):
+    result = run(
+        "--sim-fleet", "2xH100", "--kubelet-socket", str(tmp_path / "kubelet.sock"), env=env
+    )
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_serves_sockets_and_metrics_then_shuts_down_on_sigterm(tmp_path: Path):
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *GPUFLEET,
+            "--sim-fleet",
+            "2xH100+1xH100:mig=7x1g.10gb",
+            "--mig-strategy",
+            "mixed",
+            "--kubelet-socket",
+            str(tmp_path / "kubelet.sock"),
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    sockets = {tmp_path / "nvidia-gpu.sock", tmp_path / "nvidia-mig-1g.10gb.sock"}
+
+    def metrics() -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return r.read().decode()
+        except OSError:
+            return ""
+
+    try:
+        wait_for(lambda: all(s.exists() for s in sockets), timeout=20, what="plugin sockets")
+        wait_for(lambda: "gpufleet_plugin_devices" in metrics(), what="self-metrics")
+        assert 'resource="nvidia.com/mig-1g.10gb"' in metrics()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert not any(s.exists() for s in sockets), "sockets removed on shutdown"
