@@ -440,7 +440,10 @@ class FakeDevicePlugins:
         with self._lock:
             if self._endpoints.get(endpoint.resource) is endpoint:
                 del self._endpoints[endpoint.resource]
-                self._set_devices(endpoint.resource, _unhealthy(self._devices[endpoint.resource]))
+                # A stream can end before its first message: then there is nothing to mark.
+                known = self._devices.get(endpoint.resource)
+                if known is not None:
+                    self._set_devices(endpoint.resource, _unhealthy(known))
         endpoint.channel.close()
 
     def _set_devices(self, resource: str, devices: tuple[DeviceState, ...]) -> None:

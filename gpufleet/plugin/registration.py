@@ -67,14 +67,19 @@ class _Endpoint:
         self.identity: tuple[int, int] | None = None
 
     def start(self) -> None:
+        """Serve on the socket; raises (with nothing left running) if it cannot."""
         self.stop()
         self.path.unlink(missing_ok=True)  # a stale socket from an earlier run
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         pb_grpc.add_DevicePluginServicer_to_server(self.service, server)
-        server.add_insecure_port(f"unix://{self.path}")
-        server.start()
-        # Serving check before registering: the kubelet dials back inside Register.
-        wait_until_connectable(self.path)
+        try:
+            server.add_insecure_port(f"unix://{self.path}")
+            server.start()
+            # Serving check before registering: the kubelet dials back inside Register.
+            wait_until_connectable(self.path)
+        except (RuntimeError, OSError):
+            server.stop(grace=None)
+            raise
         self._server = server
         self.identity = _identity(self.path)
 
@@ -133,48 +138,66 @@ class PluginRunner:
             return
         # Each endpoint is registered with one kubelet incarnation (its socket's identity);
         # a new incarnation, or an endpoint re-served after its socket was deleted, needs
-        # registering again. Only what failed is retried.
+        # registering again. Only what failed is retried, after a backoff that a new
+        # kubelet cuts short.
         registered: dict[int, tuple[int, int]] = {}
-        kubelet_seen: tuple[int, int] | None = None
         backoff = MIN_BACKOFF_SECONDS
         while not self._stop.is_set():
-            kubelet_now = _identity(self._kubelet_socket)
-            if kubelet_now != kubelet_seen:
-                kubelet_seen = kubelet_now
-                backoff = MIN_BACKOFF_SECONDS  # a new kubelet: try at once
-            for index, endpoint in enumerate(self._endpoints):
-                if _identity(endpoint.path) != endpoint.identity:
-                    log.info("plugin socket %s was removed; serving it again", endpoint.path)
-                    endpoint.start()
-                    registered.pop(index, None)
+            kubelet = _identity(self._kubelet_socket)
+            failed = self._serve_missing(registered)
             pending = [
-                (i, e) for i, e in enumerate(self._endpoints) if registered.get(i) != kubelet_now
+                (i, e) for i, e in enumerate(self._endpoints) if registered.get(i) != kubelet
             ]
-            if kubelet_now is None or not pending:
-                self.state.registered = kubelet_now is not None
-                self._stop.wait(POLL_SECONDS)
-                continue
-            failed = False
-            for index, endpoint in pending:
-                try:
-                    self._register(endpoint)
-                except (grpc.RpcError, OSError) as exc:
-                    failed = True
-                    self.state.failures += 1
-                    log.warning(
-                        "registering %s failed (retry in %.1f s): %s",
-                        endpoint.service.resource,
-                        backoff,
-                        exc,
-                    )
-                    continue
-                registered[index] = kubelet_now
-                self.state.registrations += 1
-                self.state.last_registration_seconds = self._clock()
-                log.info("registered %s with the kubelet", endpoint.service.resource)
-            self.state.registered = not failed
+            if kubelet is not None:
+                for index, endpoint in pending:
+                    if self._stop.is_set():
+                        return
+                    if self._register_one(endpoint):
+                        registered[index] = kubelet
+                    else:
+                        failed = True
+            self.state.registered = (
+                kubelet is not None and not failed and (len(registered) == len(self._endpoints))
+            )
             if failed:
-                self._stop.wait(backoff)
+                self._wait_for_change(backoff, kubelet)
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
             else:
                 backoff = MIN_BACKOFF_SECONDS
+                self._stop.wait(POLL_SECONDS)
+
+    def _serve_missing(self, registered: dict[int, tuple[int, int]]) -> bool:
+        """Re-serve endpoints whose socket was deleted; True if one could not be served."""
+        failed = False
+        for index, endpoint in enumerate(self._endpoints):
+            if _identity(endpoint.path) == endpoint.identity:
+                continue
+            registered.pop(index, None)
+            log.info("plugin socket %s was removed; serving it again", endpoint.path)
+            try:
+                endpoint.start()
+            except (RuntimeError, OSError) as exc:
+                failed = True
+                self.state.failures += 1
+                log.warning("cannot serve %s yet: %s", endpoint.path, exc)
+        return failed
+
+    def _register_one(self, endpoint: _Endpoint) -> bool:
+        try:
+            self._register(endpoint)
+        except (grpc.RpcError, OSError) as exc:
+            self.state.failures += 1
+            log.warning("registering %s failed: %s", endpoint.service.resource, exc)
+            return False
+        self.state.registrations += 1
+        self.state.last_registration_seconds = self._clock()
+        log.info("registered %s with the kubelet", endpoint.service.resource)
+        return True
+
+    def _wait_for_change(self, seconds: float, kubelet: tuple[int, int] | None) -> None:
+        """Back off for `seconds`, but return as soon as the kubelet socket changes (a new
+        kubelet is worth an immediate try) or the runner stops."""
+        deadline = self._clock() + seconds
+        while not self._stop.wait(min(POLL_SECONDS, max(0.0, deadline - self._clock()))):
+            if self._clock() >= deadline or _identity(self._kubelet_socket) != kubelet:
+                return

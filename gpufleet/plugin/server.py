@@ -11,7 +11,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import grpc
 
@@ -27,21 +26,31 @@ Allocator = Callable[[Sequence[str]], pb.ContainerAllocateResponse]
 Preferrer = Callable[[Sequence[str], Sequence[str], int], Sequence[str]]
 
 
-@dataclass(slots=True)
 class RpcStats:
-    """Per-RPC call counts and latency sums, read by the self-metrics endpoint."""
+    """Per-RPC call counts and latency sums, read by the self-metrics endpoint. gRPC
+    serves from a thread pool, so updates take a lock."""
 
-    calls: dict[str, int] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    allocations: int = 0
-    preferred_fallbacks: int = 0
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}
+        self.allocations = 0
+        self.preferred_fallbacks = 0
 
-    def record(self, rpc: str, seconds: float, *, failed: bool = False) -> None:
-        self.calls[rpc] = self.calls.get(rpc, 0) + 1
-        self.seconds[rpc] = self.seconds.get(rpc, 0.0) + seconds
-        if failed:
-            self.errors[rpc] = self.errors.get(rpc, 0) + 1
+    def record(
+        self, rpc: str, seconds: float, *, failed: bool = False, allocations: int = 0
+    ) -> None:
+        with self._lock:
+            self.calls[rpc] = self.calls.get(rpc, 0) + 1
+            self.seconds[rpc] = self.seconds.get(rpc, 0.0) + seconds
+            if failed:
+                self.errors[rpc] = self.errors.get(rpc, 0) + 1
+            self.allocations += allocations
+
+    def fallback(self) -> None:
+        with self._lock:
+            self.preferred_fallbacks += 1
 
 
 class DevicePluginService(pb_grpc.DevicePluginServicer):
@@ -139,7 +148,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
             try:
                 chosen = list(self._preferrer(available, must, req.allocation_size))
             except Exception:  # never fail admission over a preference
-                self.stats.preferred_fallbacks += 1
+                self.stats.fallback()
                 log.exception("preferred allocation failed; answering an unaligned choice")
                 rest = [i for i in available if i not in must]
                 chosen = (must + rest)[: req.allocation_size]
@@ -148,23 +157,17 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         return pb.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request, context):
+        """Unknown IDs and over-sized shared requests are refused by `allocate` itself, with
+        NVIDIA's texts, as INVALID_ARGUMENT."""
         start = time.perf_counter()
         responses = []
         for req in request.container_requests:
-            unknown = [i for i in req.devices_ids if i not in self._devices]
-            if unknown:
-                self.stats.record("Allocate", time.perf_counter() - start, failed=True)
-                context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"unknown device IDs for {self.resource}: {', '.join(unknown)}",
-                )
             try:
                 responses.append(self._allocator(list(req.devices_ids)))
             except ValueError as exc:
                 self.stats.record("Allocate", time.perf_counter() - start, failed=True)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        self.stats.allocations += len(responses)
-        self.stats.record("Allocate", time.perf_counter() - start)
+        self.stats.record("Allocate", time.perf_counter() - start, allocations=len(responses))
         return pb.AllocateResponse(container_responses=responses)
 
     def PreStartContainer(self, request, context):
