@@ -11,6 +11,13 @@ its GPU/compute instance, we deliberately mark the whole GPU. That is conservati
 right for the GPU-level faults that matter most (XID 79 "fallen off the bus", 48 DBE, 94/95
 contained/uncontained ECC) which take every slice down with them.
 
+Recovery is by time only for faults that leave the GPU sound. After an XID in
+`RESET_REQUIRED_XIDS` the GPU may still answer NVML but is not fit until it has been reset,
+so it never recovers by time alone: only once a probe has seen it stop answering (it fell
+off the bus or was being reset: whatever brings it back re-initialises it) or when the
+plugin restarts. NVML offers no reset counter, and the pending-retirement/remapping flags
+cover ECC only, so "seen gone, then back" is the one reset evidence common to all of them.
+
 Pure: no I/O, no clock (`now` is an argument), no logging (decisions return reasons).
 """
 
@@ -26,6 +33,10 @@ ENABLE_ENV = "DP_ENABLE_HEALTHCHECKS"
 # preemptive cleanup, 68 video decoder exception, 109 context switch timeout): NVIDIA's
 # hard-coded list of XIDs a misbehaving workload causes without the GPU being at fault.
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+# Ours, from NVIDIA's XID catalog where the immediate action is a GPU reset (or worse): 48
+# double-bit ECC, 79 fallen off the bus, 94/95 contained/uncontained ECC (the row remap is
+# only applied by a reset), 119/120 GSP RPC timeout / GSP error.
+RESET_REQUIRED_XIDS = frozenset({48, 79, 94, 95, 119, 120})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,7 +124,7 @@ class GpuCondition(StrEnum):
 _TRANSITIONS: Mapping[GpuCondition, frozenset[GpuCondition]] = {
     GpuCondition.HEALTHY: frozenset(
         {
-            GpuCondition.UNHEALTHY,  # a critical XID, or the probe finds the GPU unusable
+            GpuCondition.UNHEALTHY,  # critical XID, unusable probe, or it cannot be watched
         }
     ),
     GpuCondition.UNHEALTHY: frozenset(
@@ -123,7 +134,7 @@ _TRANSITIONS: Mapping[GpuCondition, frozenset[GpuCondition]] = {
     ),
     GpuCondition.RECOVERING: frozenset(
         {
-            GpuCondition.UNHEALTHY,  # a critical XID or an unusable probe resets the period
+            GpuCondition.UNHEALTHY,  # critical XID, unusable probe, unwatched: period resets
             GpuCondition.HEALTHY,  # usable throughout `recovery_seconds`
         }
     ),
@@ -140,6 +151,8 @@ class Reason(StrEnum):
     QUIET_PERIOD = "quiet_period"  # recovering, period not yet over
     RECOVERED = "recovered"
     RECOVERY_DISABLED = "recovery_disabled"  # recovery_seconds None: NVIDIA's behaviour
+    RESET_REQUIRED = "reset_required"  # usable, but a reset-requiring XID awaits a reset
+    UNWATCHED = "unwatched"  # XID events cannot be received for the GPU
     UNCHANGED = "unchanged"
 
 
@@ -155,6 +168,7 @@ class HealthState:
     condition: GpuCondition = GpuCondition.HEALTHY
     since: float = 0.0
     last_xid: int | None = None  # the last critical XID seen
+    reset_xid: int | None = None  # a RESET_REQUIRED_XIDS XID not yet followed by a reset
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,18 +191,28 @@ class XidEvent:
 
 def on_event(state: HealthState, event: XidEvent, *, now: float, policy: HealthPolicy) -> Decision:
     """The GPU's state after XID `event` at `now`: a critical XID makes it unhealthy (and
-    restarts any quiet period); an ignored one changes nothing."""
+    restarts any quiet period), and one of `RESET_REQUIRED_XIDS` also holds it unhealthy
+    until a reset is seen; an ignored one changes nothing."""
     if not is_critical(policy, event.xid):
         return Decision(state=state, reason=Reason.IGNORED_XID, message=f"XID {event.xid} ignored")
     message = f"critical XID {event.xid}"
+    reset_xid = event.xid if event.xid in RESET_REQUIRED_XIDS else state.reset_xid
     if state.condition is GpuCondition.UNHEALTHY:
-        return Decision(
-            state=replace(state, last_xid=event.xid), reason=Reason.UNCHANGED, message=message
-        )
+        marked = replace(state, last_xid=event.xid, reset_xid=reset_xid)
+        return Decision(state=marked, reason=Reason.UNCHANGED, message=message)
     moved = _move(state, GpuCondition.UNHEALTHY, now=now)
-    return Decision(
-        state=replace(moved, last_xid=event.xid), reason=Reason.CRITICAL_XID, message=message
-    )
+    marked = replace(moved, last_xid=event.xid, reset_xid=reset_xid)
+    return Decision(state=marked, reason=Reason.CRITICAL_XID, message=message)
+
+
+def on_unwatched(state: HealthState, *, now: float) -> Decision:
+    """The GPU's state at `now` once its XID events cannot be received (event set broken,
+    registration failed): unhealthy, as a GPU that cannot be watched is never reported
+    healthy; once watched again it recovers like any other unhealthy GPU."""
+    if state.condition is GpuCondition.UNHEALTHY:
+        return Decision(state=state, reason=Reason.UNCHANGED, message="still unhealthy")
+    moved = _move(state, GpuCondition.UNHEALTHY, now=now)
+    return Decision(state=moved, reason=Reason.UNWATCHED, message="XID events not watched")
 
 
 def on_probe(
@@ -196,20 +220,29 @@ def on_probe(
 ) -> Decision:
     """The GPU's state after a usability probe at `now`.
 
-    An unusable GPU (lost, not answering) becomes unhealthy. An unhealthy GPU that answers
-    starts a quiet period and is Healthy again once it has answered every probe, with no
-    critical XID, for `recovery_seconds`; None never recovers (NVIDIA's behaviour).
+    An unusable GPU (lost, not answering) becomes unhealthy, and counts as reset when it
+    answers again (see the module docstring). An unhealthy GPU that answers starts a quiet
+    period and is Healthy again once it has answered every probe, with no critical XID, for
+    `recovery_seconds`; None never recovers (NVIDIA's behaviour), nor does a GPU awaiting a
+    reset.
     """
     condition = state.condition
     if not usable:
+        gone = replace(state, reset_xid=None)
         if condition is GpuCondition.UNHEALTHY:
-            return Decision(state=state, reason=Reason.UNCHANGED, message="still unusable")
-        moved = _move(state, GpuCondition.UNHEALTHY, now=now)
+            return Decision(state=gone, reason=Reason.UNCHANGED, message="still unusable")
+        moved = _move(gone, GpuCondition.UNHEALTHY, now=now)
         return Decision(state=moved, reason=Reason.GPU_UNUSABLE, message="GPU not usable")
     if condition is GpuCondition.HEALTHY:
         return Decision(state=state, reason=Reason.UNCHANGED, message="usable")
     if recovery_seconds is None:
         return Decision(state=state, reason=Reason.RECOVERY_DISABLED, message="recovery disabled")
+    if state.reset_xid is not None:
+        return Decision(
+            state=state,
+            reason=Reason.RESET_REQUIRED,
+            message=f"XID {state.reset_xid} needs a GPU reset; restart the plugin after it",
+        )
     if condition is GpuCondition.UNHEALTHY:
         moved = _move(state, GpuCondition.RECOVERING, now=now)
         return Decision(

@@ -4,11 +4,14 @@ Exists to turn NVML's event set into a stream of device-health maps for `ListAnd
 daemon thread waits on the event set with a short timeout (so an XID reaches `on_change`
 well under 1 s and `stop` is prompt) and probes every GPU on an interval; `health` decides.
 
-It must never die of an NVML error: wait errors are counted and retried with backoff. It
+It must never die of an NVML error: failures are counted and retried with backoff. It
 must never report a GPU healthy that it cannot watch: if NVML init or the event set fails,
+or `max_wait_errors` waits in a row fail (NVIDIA marks all unhealthy on any wait error),
 every device is reported Unhealthy (NVIDIA PRs #1641/#2037: healthy-looking GPUs on a broken
-node cause admission-error storms) and setup is retried with backoff; a GPU whose XID
-registration fails stays Unhealthy until a later retry succeeds and it recovers.
+node cause admission-error storms) and setup is torn down and retried with backoff; devices
+then recover through the usual quiet period. A GPU whose XID registration fails stays
+Unhealthy until a later retry succeeds and it recovers. Backoff never delays the probes:
+they keep their own schedule, so a lost GPU is found within a probe interval regardless.
 """
 
 import logging
@@ -33,6 +36,7 @@ from gpufleet.plugin.health import (
     device_health,
     on_event,
     on_probe,
+    on_unwatched,
 )
 from gpufleet.plugin.model import Health
 
@@ -66,6 +70,7 @@ class HealthWatcher:
         wait_ms: int = 100,
         probe_interval_seconds: float = 0.5,
         max_backoff_seconds: float = 5.0,
+        max_wait_errors: int = 3,
     ) -> None:
         """Args:
         groups: GPU UUID -> every device ID advertised for it (replicas, MIG devices).
@@ -75,6 +80,8 @@ class HealthWatcher:
             never recovers (NVIDIA's behaviour).
         clock: monotonic seconds; stamps XIDs and probes, times the quiet period.
         wait_ms: longest NVML event wait (<= 200 keeps XID-to-update under 1 s).
+        max_wait_errors: event waits failing in a row before every device is Unhealthy
+            and the event set is rebuilt.
         """
         self._lib = lib
         self._groups = {uuid: tuple(ids) for uuid, ids in groups.items()}
@@ -85,6 +92,11 @@ class HealthWatcher:
         self._wait_ms = wait_ms
         self._probe_interval_seconds = probe_interval_seconds
         self._max_backoff_seconds = max_backoff_seconds
+        self._max_wait_errors = max_wait_errors
+        self._wait_errors = 0  # consecutive; watcher thread only
+        self._backoff_seconds = 0.0
+        # Real time, not `clock`: retries must go on while a test's manual clock stands still.
+        self._retry_at = 0.0
         self._states: dict[str, HealthState] = {}  # watcher thread only
         self._unregistered: set[str] = set()  # GPUs whose XID registration failed
         self._by_address: dict[int, str] = {}  # device handle address -> GPU UUID
@@ -131,25 +143,37 @@ class HealthWatcher:
     # --- thread -------------------------------------------------------------------
 
     def _run(self) -> None:
-        backoff_seconds = 0.0
         next_probe = self._clock()
         try:
             while not self._stop.is_set():
-                if not self._initialized and not self._setup():
-                    backoff_seconds = self._backoff(backoff_seconds)
+                if not self._initialized and not (self._retry_due() and self._setup()):
+                    self._idle()
                     continue
-                ok = self._wait_for_event()
-                backoff_seconds = 0.0 if ok else self._backoff(backoff_seconds)
-                if self._clock() >= next_probe:
+                if self._retry_due():
+                    self._wait_for_event()
+                else:
+                    self._idle()
+                if self._initialized and self._clock() >= next_probe:
                     self._probe_all()
                     next_probe = self._clock() + self._probe_interval_seconds
         finally:
             self._teardown()
 
-    def _backoff(self, previous_seconds: float) -> float:
-        seconds = min(max(2 * previous_seconds, 0.1), self._max_backoff_seconds)
-        self._stop.wait(seconds)
-        return seconds
+    def _retry_due(self) -> bool:
+        return time.monotonic() >= self._retry_at
+
+    def _idle(self) -> None:
+        """Sleep until the backoff ends, at most `wait_ms` so probes and `stop` stay prompt."""
+        remaining = self._retry_at - time.monotonic()
+        self._stop.wait(min(max(remaining, 0.0), self._wait_ms / 1000))
+
+    def _back_off(self) -> None:
+        self._backoff_seconds = min(max(2 * self._backoff_seconds, 0.1), self._max_backoff_seconds)
+        self._retry_at = time.monotonic() + self._backoff_seconds
+
+    def _watch_ok(self) -> None:
+        self._backoff_seconds = 0.0
+        self._wait_errors = 0
 
     def _setup(self) -> bool:
         """Init NVML and register XID events; False (all devices Unhealthy) on failure."""
@@ -161,22 +185,28 @@ class HealthWatcher:
         except Exception as err:
             self._count("init")
             self._teardown()
-            if self._published is None or any(h is Health.HEALTHY for h in self.health.values()):
-                log.error(
-                    "NVML health checks unavailable (%s: %s): marking all %d devices "
-                    "Unhealthy; retrying with backoff",
-                    type(err).__name__,
-                    err,
-                    sum(len(ids) for ids in self._groups.values()),
-                )
-            self._states = {}  # no state reads as Unhealthy
-            self._publish()
+            self._unwatch_all(f"NVML health checks unavailable ({type(err).__name__}: {err})")
+            self._back_off()
             return False
-        self._states = {uuid: HealthState(uuid=uuid, since=self._clock()) for uuid in self._groups}
+        # States survive a rebuild (a GPU awaiting a reset must stay so); only GPUs never
+        # watched before start Healthy.
+        for uuid in self._groups:
+            self._states.setdefault(uuid, HealthState(uuid=uuid, since=self._clock()))
         self._unregistered = set(self._groups)
         self._register_pending()
         self._publish()
         return True
+
+    def _unwatch_all(self, why: str) -> None:
+        """Report every device Unhealthy: GPUs with a state through the state machine (so
+        they recover as usual once watched), the rest by having no state."""
+        if self._published is None or any(h is Health.HEALTHY for h in self.health.values()):
+            devices = sum(len(ids) for ids in self._groups.values())
+            log.error("%s: marking all %d devices Unhealthy; retrying with backoff", why, devices)
+        now = self._clock()
+        for uuid, state in list(self._states.items()):
+            self._states[uuid] = on_unwatched(state, now=now).state
+        self._publish()
 
     def _register_pending(self) -> None:
         """(Re)try XID registration of every GPU not yet registered; those that fail are
@@ -190,7 +220,7 @@ class HealthWatcher:
                 self._count("registration")
                 state = self._states[uuid]
                 if state.condition is not GpuCondition.UNHEALTHY:
-                    self._apply(on_probe(state, False, now=self._clock(), recovery_seconds=None))
+                    self._apply(on_unwatched(state, now=self._clock()))
                     log.warning("GPU %s: health events not registered (%s)", uuid, err)
                 continue
             self._unregistered.discard(uuid)
@@ -204,22 +234,32 @@ class HealthWatcher:
             return
         self._lib.nvmlDeviceRegisterEvents(handle, _XID, self._event_set)
 
-    def _wait_for_event(self) -> bool:
-        """Wait up to `wait_ms` for one event and apply it; False after a wait error."""
+    def _wait_for_event(self) -> None:
+        """Wait up to `wait_ms` for one event and apply it; back off after a wait error, and
+        after `max_wait_errors` in a row unwatch every GPU and tear down for a fresh setup."""
         if self._event_set is None:  # XID checks off: only probing
             self._stop.wait(self._wait_ms / 1000)
-            return True
+            self._watch_ok()
+            return
         try:
             event = self._lib.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
         except pynvml.NVMLError_Timeout:
-            return True
+            self._watch_ok()
+            return
         except Exception as err:  # NVML errors and surprises alike: count, back off, retry
             self._count("wait")
-            log.warning("waiting for XID events failed (%s); retrying with backoff", err)
-            return False
+            self._wait_errors += 1
+            if self._wait_errors >= self._max_wait_errors:
+                self._wait_errors = 0
+                self._unwatch_all(f"waiting for XID events failed {self._max_wait_errors} times")
+                self._teardown()
+            else:
+                log.warning("waiting for XID events failed (%s); retrying with backoff", err)
+            self._back_off()
+            return
+        self._watch_ok()
         if event.eventType & _XID:
             self._on_xid(event)
-        return True
 
     def _on_xid(self, event: Any) -> None:
         xid = int(event.eventData)

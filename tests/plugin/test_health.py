@@ -6,6 +6,7 @@ import pytest
 
 from gpufleet.plugin.health import (
     DEFAULT_IGNORED_XIDS,
+    RESET_REQUIRED_XIDS,
     GpuCondition,
     HealthPolicy,
     HealthState,
@@ -17,6 +18,7 @@ from gpufleet.plugin.health import (
     is_critical,
     on_event,
     on_probe,
+    on_unwatched,
     parse_health_policy,
 )
 from gpufleet.plugin.model import Health
@@ -88,6 +90,7 @@ def test_bad_values_name_the_env_var(disable: str, enable: str, env: str) -> Non
 
 POLICY = HealthPolicy()
 RECOVERY = 30.0
+RECOVERABLE_XID = 8  # GPU stopped processing: the catalog says restart the application
 
 
 def state(condition: GpuCondition, since: float = 0.0) -> HealthState:
@@ -169,10 +172,57 @@ def test_full_cycle_fail_then_recover() -> None:
     s = on_event(s, XidEvent(xid=79), now=10.0, policy=POLICY).state
     s = on_probe(s, False, now=11.0, recovery_seconds=5.0).state
     s = on_probe(s, True, now=12.0, recovery_seconds=5.0).state
-    s = on_event(s, XidEvent(xid=48), now=13.0, policy=POLICY).state  # period restarts
+    s = on_event(s, XidEvent(xid=RECOVERABLE_XID), now=13.0, policy=POLICY).state  # restarts
     s = on_probe(s, True, now=14.0, recovery_seconds=5.0).state
     assert on_probe(s, True, now=18.9, recovery_seconds=5.0).state.condition is R
     assert on_probe(s, True, now=19.0, recovery_seconds=5.0).state.condition is H
+
+
+RESET_ROWS = [
+    # (id, xid, probes as (usable, now), after, reason of the last probe); the XID comes at
+    # now=10, before the first probe later than that
+    ("recoverable-xid-recovers-after-quiet-period", RECOVERABLE_XID,
+     [(True, 11.0), (True, 41.0)], H, Reason.RECOVERED),
+    *[(f"reset-xid-{x}-never-recovers-by-time", x, [(True, 11.0), (True, 1e9)], U,
+       Reason.RESET_REQUIRED) for x in sorted(RESET_REQUIRED_XIDS)],
+    ("reset-xid-recovers-once-seen-gone", 48,
+     [(True, 11.0), (False, 12.0), (True, 13.0), (True, 43.0)], H, Reason.RECOVERED),
+    ("seen-gone-before-the-xid-is-no-reset", 79,
+     [(False, 9.0), (True, 11.0), (True, 1e9)], U, Reason.RESET_REQUIRED),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("xid", "probes", "after", "reason"),
+    [row[1:] for row in RESET_ROWS],
+    ids=[row[0] for row in RESET_ROWS],
+)
+def test_recovery_after_xid(
+    xid: int, probes: list[tuple[bool, float]], after: GpuCondition, reason: Reason
+) -> None:
+    s = state(H)
+    for usable, now in probes:
+        if now > 10.0 and s.last_xid is None:
+            s = on_event(s, XidEvent(xid=xid), now=10.0, policy=POLICY).state
+        decision = on_probe(s, usable, now=now, recovery_seconds=RECOVERY)
+        s = decision.state
+    assert (s.condition, decision.reason) == (after, reason)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "reason"),
+    [(H, U, Reason.UNWATCHED), (R, U, Reason.UNWATCHED), (U, U, Reason.UNCHANGED)],
+    ids=["healthy", "recovering-restarts", "unhealthy-stays"],
+)
+def test_on_unwatched(before: GpuCondition, after: GpuCondition, reason: Reason) -> None:
+    decision = on_unwatched(state(before), now=7.0)
+    assert (decision.state.condition, decision.reason) == (after, reason)
+
+
+def test_unwatched_keeps_a_pending_reset() -> None:
+    s = on_event(state(H), XidEvent(xid=95), now=1.0, policy=POLICY).state
+    s = on_unwatched(s, now=2.0).state
+    assert on_probe(s, True, now=1e9, recovery_seconds=RECOVERY).reason is Reason.RESET_REQUIRED
 
 
 # --- group marking -----------------------------------------------------------------

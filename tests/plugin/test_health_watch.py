@@ -18,6 +18,7 @@ from gpufleet.plugin.model import Health
 FLEET = "6xH100+2xH100:mig=7x1g.10gb"
 RECOVERY_SECONDS = 5.0
 DEADLINE = 5.0  # the target is 1 s; generous here so a loaded CI box never flakes
+RECOVERABLE_XID = 8  # critical by default, and needs no GPU reset
 
 
 class ManualClock:
@@ -80,9 +81,10 @@ def watch(
     started: list[HealthWatcher] = []
 
     def start(
-        lib=sim, disable: str = "", enable: str = "", recovery_seconds=RECOVERY_SECONDS
+        lib=sim, disable: str = "", enable: str = "", recovery_seconds=RECOVERY_SECONDS, **opts
     ) -> tuple[HealthWatcher, Reports]:
         reports = Reports()
+        options = {"wait_ms": 50, "probe_interval_seconds": 1.0, "max_backoff_seconds": 0.2}
         watcher = HealthWatcher(
             lib,
             groups_of(sim),
@@ -90,9 +92,7 @@ def watch(
             on_change=reports,
             recovery_seconds=recovery_seconds,
             clock=clock,
-            wait_ms=50,
-            probe_interval_seconds=1.0,
-            max_backoff_seconds=0.2,
+            **(options | opts),
         )
         watcher.start()
         started.append(watcher)
@@ -157,36 +157,36 @@ def test_enable_list_makes_xid_13_critical(sim: SimulatedNvml, watch) -> None:
     assert reports.unhealthy() == devices_of(sim, 0)
 
 
+def advance_until_healthy(clock: ManualClock, reports: Reports, sim: SimulatedNvml, index: int):
+    def healthy() -> bool:
+        clock.advance(1.0)  # probes run each 1 s of clock time
+        return not devices_of(sim, index) & reports.unhealthy()
+
+    wait_for(healthy, timeout=DEADLINE, what=f"GPU {index} healthy again")
+
+
 def test_lost_gpu_recovers_after_quiet_period_once_restored(
     sim: SimulatedNvml, clock: ManualClock, watch
 ) -> None:
     _, reports = watch()
     wait_started(reports)
-    sim.fail_gpu(2)
-    wait_for(lambda: reports.unhealthy(), timeout=DEADLINE, what="GPU 2 unhealthy")
+    sim.fail_gpu(2)  # XID 79 needs a reset: only a probe seeing the GPU gone counts as one
+    sim.inject_xid(3, RECOVERABLE_XID)  # its recovery proves probes saw GPU 2 gone
+    wait_for(lambda: len(reports.unhealthy()) == 4, timeout=DEADLINE, what="GPUs 2, 3 down")
+    advance_until_healthy(clock, reports, sim, 3)
     assert reports.unhealthy() == devices_of(sim, 2)
     sim.restore_gpu(2)
-
-    def recovered() -> bool:
-        clock.advance(1.0)  # probes run each 1 s of clock time
-        return not reports.unhealthy()
-
-    wait_for(recovered, timeout=DEADLINE, what="GPU 2 healthy again")
+    advance_until_healthy(clock, reports, sim, 2)
 
 
-def test_lost_gpu_never_recovers_while_lost(sim: SimulatedNvml, clock: ManualClock, watch):
-    _, reports = watch(recovery_seconds=0.0)
+def test_reset_xid_outlasts_the_quiet_period(sim: SimulatedNvml, clock: ManualClock, watch):
+    _, reports = watch()
     wait_started(reports)
-    sim.fail_gpu(2)
-    sim.inject_xid(3, 79)  # GPU 3 answers probes: its recovery proves probes ran
-    wait_for(lambda: len(reports.unhealthy()) == 4, timeout=DEADLINE, what="GPUs 2, 3 down")
-
-    def gpu_3_recovered() -> bool:
-        clock.advance(1.0)
-        return not devices_of(sim, 3) & reports.unhealthy()
-
-    wait_for(gpu_3_recovered, timeout=DEADLINE, what="GPU 3 healthy again")
-    assert reports.unhealthy() == devices_of(sim, 2)
+    sim.inject_xid(0, 48)  # double-bit ECC: the GPU still answers, but needs a reset
+    sim.inject_xid(1, RECOVERABLE_XID)
+    wait_for(lambda: len(reports.unhealthy()) == 4, timeout=DEADLINE, what="GPUs 0, 1 down")
+    advance_until_healthy(clock, reports, sim, 1)
+    assert reports.unhealthy() == devices_of(sim, 0)
 
 
 def test_nvml_init_failure_marks_every_device_unhealthy(
@@ -217,15 +217,56 @@ def test_gpu_whose_registration_fails_stays_unhealthy(sim: SimulatedNvml, watch)
     assert reports.unhealthy() == devices_of(sim, 3)
 
 
-def test_wait_errors_are_counted_and_survived(sim: SimulatedNvml, watch) -> None:
+def test_persistent_wait_errors_mark_every_device_unhealthy(
+    sim: SimulatedNvml, watch, caplog: pytest.LogCaptureFixture
+) -> None:
     sim.set_not_supported("nvmlEventSetWait_v2")
     watcher, reports = watch()
+    wait_for(
+        lambda: reports.unhealthy() == all_devices(sim), timeout=DEADLINE, what="all unhealthy"
+    )
+    assert watcher.errors["wait"] >= 3
+    assert "waiting for XID events failed 3 times" in caplog.text
+    wait_for(lambda: watcher.errors["wait"] >= 6, timeout=DEADLINE, what="rebuilt, failing on")
+
+
+def test_watching_again_recovers_through_the_quiet_period(
+    sim: SimulatedNvml, clock: ManualClock, watch
+) -> None:
+    watcher, reports = watch()
     wait_started(reports)
-    wait_for(lambda: watcher.errors.get("wait", 0) >= 2, timeout=DEADLINE, what="wait errors")
+    sim.inject_xid(4, 48)  # needs a reset: the rebuild must not forget it
+    wait_for(lambda: reports.unhealthy(), timeout=DEADLINE, what="GPU 4 unhealthy")
+    sim.set_not_supported("nvmlEventSetWait_v2")
+    wait_for(
+        lambda: reports.unhealthy() == all_devices(sim), timeout=DEADLINE, what="all unhealthy"
+    )
     sim.clear_injections()
-    sim.inject_xid(5, 79)
-    wait_for(lambda: reports.unhealthy(), timeout=DEADLINE, what="XID after errors")
-    assert reports.unhealthy() == devices_of(sim, 5)
+    advance_until_healthy(clock, reports, sim, 0)
+    wait_for(
+        lambda: reports.unhealthy() == devices_of(sim, 4),
+        timeout=DEADLINE,
+        what="all but GPU 4 healthy",
+    )
+    sim.inject_xid(5, 79)  # the rebuilt event set delivers XIDs
+    wait_for(lambda: devices_of(sim, 5) <= reports.unhealthy(), timeout=DEADLINE, what="XID")
+    assert watcher.errors["wait"] >= 3
+
+
+def test_lost_gpu_found_while_waits_fail(sim: SimulatedNvml, clock: ManualClock, watch):
+    sim.set_not_supported("nvmlEventSetWait_v2")
+    # Backoff far beyond the deadline, and no rebuild: only probes on their own schedule
+    # can find the lost GPU in time.
+    watcher, reports = watch(max_backoff_seconds=60.0, max_wait_errors=1000)
+    wait_started(reports)
+    wait_for(lambda: watcher.errors.get("wait", 0) >= 3, timeout=DEADLINE, what="wait errors")
+    sim.fail_gpu(2)  # its XID 79 is never read: waits fail
+
+    def gpu_2_down() -> bool:
+        clock.advance(1.0)
+        return reports.unhealthy() == devices_of(sim, 2)
+
+    wait_for(gpu_2_down, timeout=DEADLINE, what="lost GPU 2 found by probing")
 
 
 def test_all_checks_disabled_reports_healthy_without_a_thread(sim: SimulatedNvml, watch):
