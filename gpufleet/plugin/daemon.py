@@ -5,6 +5,10 @@ Startup validates everything before serving: a bad flag, env var or config file 
 line naming it and a non-zero exit. NVML failing to initialise exits non-zero when
 failOnInitError is set (NVIDIA's default) and otherwise serves no devices. SIGTERM and
 SIGINT shut down gracefully: streams end, sockets are removed.
+
+It must never advertise a device Healthy before its health is known: the services get the
+health watcher's first report (or, if none comes in time, all Unhealthy) before the first
+registration with the kubelet (NVIDIA #1641/#2037).
 """
 
 import logging
@@ -12,7 +16,7 @@ import signal
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,13 @@ from gpufleet.plugin.devices import AdvertiseError, advertise, health_groups
 from gpufleet.plugin.health import parse_health_policy
 from gpufleet.plugin.health_watch import HealthWatcher
 from gpufleet.plugin.model import AdvertisedDevice, Health, NodeGpus
-from gpufleet.plugin.options import allocate_options, allocation_policy, resource_options
+from gpufleet.plugin.options import (
+    allocate_options,
+    allocation_policy,
+    refuse_unsupported,
+    resource_options,
+    unapplied,
+)
 from gpufleet.plugin.preferred import preferred_allocation
 from gpufleet.plugin.registration import PluginRunner
 from gpufleet.plugin.server import DevicePluginService, RpcStats
@@ -39,6 +49,10 @@ from gpufleet.plugin.settings import PluginSettings, resolve_config
 from gpufleet.settings import SettingsError, build_parser, exit_on_settings_error, load_settings
 
 log = logging.getLogger(__name__)
+
+# How long startup waits for the health watcher's first report before registering anyway,
+# with every device Unhealthy.
+FIRST_HEALTH_TIMEOUT_SECONDS = 5.0
 
 DESCRIPTION = """Advertise GPUs, MIG slices and time-sliced or MPS replicas to the kubelet
 (device plugin API v1beta1): a drop-in for NVIDIA's k8s-device-plugin, reading the same
@@ -78,36 +92,51 @@ def build_services(
     node: NodeGpus, config: PluginConfig, *, stats: RpcStats
 ) -> list[DevicePluginService]:
     """One DevicePlugin service per advertised resource. Raises AdvertiseError."""
-    services = []
+    services: dict[str, DevicePluginService] = {}
     policy = allocation_policy(config)
     for resource, devices in advertise(node, resource_options(config)).items():
         by_id = {d.id: d for d in devices}
 
-        def preferrer(available, must, size, *, by_id=by_id):
-            return preferred_allocation(available, must, size, by_id, node.links, policy=policy)
-
-        services.append(
-            DevicePluginService(
-                resource,
-                devices,
-                allocator=_allocator(by_id, allocate_options(config, resource)),
-                preferrer=preferrer,
-                stats=stats,
+        def preferrer(available, must, size, *, by_id=by_id, resource=resource):
+            health = services[resource].health
+            unhealthy = {i for i, h in health.items() if h is not Health.HEALTHY}
+            return preferred_allocation(
+                available, must, size, by_id, node.links, policy=policy, unhealthy=unhealthy
             )
+
+        services[resource] = DevicePluginService(
+            resource,
+            devices,
+            allocator=_allocator(by_id, allocate_options(config, resource)),
+            preferrer=preferrer,
+            stats=stats,
         )
-    return services
+    return list(services.values())
+
+
+@dataclass(slots=True)
+class Plugin:
+    """The running parts."""
+
+    services: list[DevicePluginService]
+    runner: PluginRunner
+    health: HealthWatcher
+    stats: RpcStats
+    discovery_errors: Mapping[str, int] = field(default_factory=dict)  # kind -> count
+
+    def stop(self) -> None:
+        self.health.stop()
+        self.runner.stop()
 
 
 class SelfMetrics:
     """Prometheus collector of the plugin's own state (`gpufleet_plugin_*`)."""
 
-    def __init__(
-        self, services: Sequence[DevicePluginService], runner: PluginRunner, stats: RpcStats
-    ) -> None:
-        self._services, self._runner, self._stats = services, runner, stats
+    def __init__(self, plugin: Plugin) -> None:
+        self._plugin = plugin
 
     def collect(self):
-        state = self._runner.state
+        state = self._plugin.runner.state
         yield GaugeMetricFamily(
             "gpufleet_plugin_registered",
             "1 when every resource is registered with the kubelet.",
@@ -128,7 +157,7 @@ class SelfMetrics:
             "Advertised devices by resource and health.",
             labels=["resource", "health"],
         )
-        for service in self._services:
+        for service in self._plugin.services:
             counts = Counter(h.value for h in service.health.values())
             for health in Health:
                 devices.add_metric([service.resource, health.value], counts.get(health.value, 0))
@@ -136,12 +165,12 @@ class SelfMetrics:
         yield CounterMetricFamily(
             "gpufleet_plugin_allocations",
             "Containers allocated devices.",
-            value=self._stats.allocations,
+            value=self._plugin.stats.allocations,
         )
         yield CounterMetricFamily(
             "gpufleet_plugin_preferred_allocation_fallbacks",
             "Preferred allocations answered unaligned after an error.",
-            value=self._stats.preferred_fallbacks,
+            value=self._plugin.stats.preferred_fallbacks,
         )
         calls = CounterMetricFamily(
             "gpufleet_plugin_rpc_requests", "RPCs served, by method.", labels=["method"]
@@ -152,31 +181,51 @@ class SelfMetrics:
         errors = CounterMetricFamily(
             "gpufleet_plugin_rpc_errors", "RPCs answered with an error.", labels=["method"]
         )
-        for method, count in sorted(self._stats.calls.items()):
+        for method, count in sorted(self._plugin.stats.calls.items()):
             calls.add_metric([method], count)
-            seconds.add_metric([method], self._stats.seconds.get(method, 0.0))
-            errors.add_metric([method], self._stats.errors.get(method, 0))
+            seconds.add_metric([method], self._plugin.stats.seconds.get(method, 0.0))
+            errors.add_metric([method], self._plugin.stats.errors.get(method, 0))
         yield from (calls, seconds, errors)
+        yield self._errors()
+
+    def _errors(self) -> CounterMetricFamily:
+        # Kinds are prefixed by where they happen: the watcher's `registration` (XID
+        # events) is not the kubelet's.
+        kinds = {f"discovery_{k}": n for k, n in self._plugin.discovery_errors.items()}
+        kinds |= {f"health_{k}": n for k, n in self._plugin.health.errors.items()}
+        kinds["kubelet_registration"] = self._plugin.runner.state.failures
+        family = CounterMetricFamily(
+            "gpufleet_plugin_errors",
+            "Failures by kind: NVML discovery, health watching, kubelet registration.",
+            labels=["kind"],
+        )
+        for kind, count in sorted(kinds.items()):
+            family.add_metric([kind], count)
+        return family
 
 
-@dataclass(slots=True)
-class Plugin:
-    """The running parts."""
-
-    services: list[DevicePluginService]
-    runner: PluginRunner
-    health: HealthWatcher
-    stats: RpcStats
-
-    def stop(self) -> None:
-        self.health.stop()
-        self.runner.stop()
+def check_config(settings: PluginSettings, config: PluginConfig) -> None:
+    """Refuse an effective config gpufleet cannot honour; the error names where the value
+    came from (flag or env var, else the config file). Raises ConfigError."""
+    if "device_list_strategy" in settings.model_fields_set:
+        where = "--device-list-strategy (DEVICE_LIST_STRATEGY)"
+    else:
+        where = f"{settings.config_file}: flags.plugin.deviceListStrategy"
+    refuse_unsupported(config, where=where)
 
 
 def start_plugin(
-    settings: PluginSettings, config: PluginConfig, lib: Any, *, plugin_dir: Path
+    settings: PluginSettings,
+    config: PluginConfig,
+    lib: Any,
+    *,
+    plugin_dir: Path,
+    first_health_timeout_seconds: float = FIRST_HEALTH_TIMEOUT_SECONDS,
 ) -> Plugin:
-    """Discover, build and start everything (NVML must be initialised)."""
+    """Discover, build and start everything (NVML must be initialised).
+
+    Registers only once the health watcher has reported (or `first_health_timeout_seconds`
+    passed, and then every device is advertised Unhealthy until it does)."""
     errors: Counter[str] = Counter()
     node = plugin_nvml.discover(lib, errors=errors)
     stats = RpcStats()
@@ -185,10 +234,14 @@ def start_plugin(
     except AdvertiseError as exc:
         raise StartupError(str(exc)) from None
     groups = health_groups(d for s in services for d in s.devices)
+    reported = threading.Event()
+    publishing = threading.Lock()  # a late first report must not be overwritten by startup
 
     def publish(health: Mapping[str, Health]) -> None:
-        for service in services:
-            service.set_health(health)
+        with publishing:
+            for service in services:
+                service.set_health(health)
+            reported.set()
 
     try:
         policy = parse_health_policy(
@@ -208,12 +261,28 @@ def start_plugin(
         services, plugin_dir=plugin_dir, kubelet_socket=Path(kubelet) if kubelet else None
     )
     watcher.start()
+    if not reported.wait(first_health_timeout_seconds):
+        with publishing:
+            if not reported.is_set():
+                log.error(
+                    "no health report within %.1f s: advertising every device Unhealthy "
+                    "until the health watcher reports",
+                    first_health_timeout_seconds,
+                )
+                for service in services:
+                    service.set_health(dict.fromkeys(service.health, Health.UNHEALTHY))
     runner.start()
     log.info(
         "plugin started",
         extra={"fields": {"resources": {s.resource: len(s.health) for s in services}}},
     )
-    return Plugin(services=services, runner=runner, health=watcher, stats=stats)
+    return Plugin(
+        services=services,
+        runner=runner,
+        health=watcher,
+        stats=stats,
+        discovery_errors=errors,
+    )
 
 
 def _open(settings: PluginSettings, config: PluginConfig) -> NvmlBackend:
@@ -241,8 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(debug=False, json_format=False)
     try:
         config, warnings = resolve_config(settings)
-        for warning in warnings:
+        for warning in (*warnings, *unapplied(config)):
             log.warning("%s", warning)
+        check_config(settings, config)
         metrics = (
             parse_listen_address(settings.metrics_address) if settings.metrics_address else None
         )
@@ -273,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = None
     if metrics:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(SelfMetrics(plugin.services, plugin.runner, plugin.stats))
+        registry.register(SelfMetrics(plugin))
         host, port = metrics
         server, _thread = start_http_server(port, addr=host or "0.0.0.0", registry=registry)
     stop.wait()

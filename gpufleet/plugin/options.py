@@ -2,7 +2,9 @@
 
 `config.PluginConfig` mirrors NVIDIA's file and flags; `devices`, `allocate` and
 `preferred` take small records of just what they need. This module is the one place that
-maps one onto the other. Pure: no I/O.
+maps one onto the other, and the one place that says which parsed settings gpufleet cannot
+honour yet: those are refused or warned about at startup, never silently dropped. Pure: no
+I/O, no logging.
 """
 
 from gpufleet.plugin.allocate import (
@@ -11,10 +13,13 @@ from gpufleet.plugin.allocate import (
     DeviceListStrategy,
     MpsOptions,
 )
-from gpufleet.plugin.config import PluginConfig
+from gpufleet.plugin.config import ConfigError, PluginConfig
 from gpufleet.plugin.config import SharingKind as ConfigSharing
 from gpufleet.plugin.devices import MigStrategy, ResourceOptions, SharingKind, SharingOptions
 from gpufleet.plugin.preferred import AllocationPolicy
+
+# Strategies that hand the runtime CDI device names; they need CDI specs on the node.
+CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
 
 _SHARING = {
     ConfigSharing.TIME_SLICING: SharingKind.TIME_SLICING,
@@ -61,3 +66,29 @@ def allocate_options(config: PluginConfig, resource: str) -> AllocateOptions:
 
 def allocation_policy(config: PluginConfig) -> AllocationPolicy:
     return AllocationPolicy(config.flags.plugin.shared_devices_allocation_policy)
+
+
+def refuse_unsupported(config: PluginConfig, *, where: str) -> None:
+    """Raise ConfigError for a device list strategy gpufleet cannot honour.
+
+    The CDI strategies name devices (`k8s.device-plugin.nvidia.com/gpu=<id>`) that only
+    exist once CDI specs are generated; gpufleet generates none, so every container would
+    fail at creation. `where` names the origin of flags.plugin.deviceListStrategy."""
+    for strategy in config.flags.plugin.device_list_strategy:
+        if strategy in CDI_STRATEGIES:
+            raise ConfigError(
+                f"{where}: {strategy} needs CDI specs, which gpufleet does not generate yet; "
+                "use envvar or volume-mounts"
+            )
+
+
+def unapplied(config: PluginConfig) -> tuple[str, ...]:
+    """Warnings for configured settings that are accepted but not applied yet."""
+    imex = config.imex
+    if not imex.channel_ids and not imex.required:
+        return ()
+    return (
+        f"imex (channelIDs {list(imex.channel_ids)}, required {str(imex.required).lower()}) "
+        "is not applied yet: NVIDIA_IMEX_CHANNELS is not set and imex.required is not "
+        "enforced",
+    )

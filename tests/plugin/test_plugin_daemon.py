@@ -1,17 +1,23 @@
 """The plugin against the fake kubelet, over real unix sockets, on simulated GPUs:
 handshake, allocation under sharing modes, health propagation and recovery, kubelet
-restarts, lost GPUs."""
+restarts, lost GPUs, startup refusals and self-metrics."""
 
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import wait_for
+from prometheus_client import CollectorRegistry
 
 from gpufleet.kubelet.fake import FakeKubelet
 from gpufleet.kubelet.fake_deviceplugins import AdmissionError
 from gpufleet.nvml.sim.api import SimulatedNvml
-from gpufleet.plugin.daemon import Plugin, start_plugin
+from gpufleet.plugin.config import ConfigError
+from gpufleet.plugin.daemon import Plugin, SelfMetrics, check_config, start_plugin
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 
 FLEET = "4xH100+1xH100:mig=7x1g.10gb"
@@ -30,10 +36,19 @@ class Node:
             (root / "config.yaml").write_text(config_text)
             settings["config_file"] = str(root / "config.yaml")
         self.settings = PluginSettings(kubelet_socket=str(socket), **settings)
-        config, _ = resolve_config(self.settings)
-        self.plugin: Plugin = start_plugin(
-            self.settings, config, self.sim, plugin_dir=self.kubelet.device_plugins_dir
+        self.config, _ = resolve_config(self.settings)
+        self.plugin: Plugin = self.start_plugin()
+
+    def start_plugin(self, lib: Any = None, **kwargs) -> Plugin:
+        """A new plugin process, as after a restart (stop the old one first)."""
+        self.plugin = start_plugin(
+            self.settings,
+            self.config,
+            lib or self.sim,
+            plugin_dir=self.kubelet.device_plugins_dir,
+            **kwargs,
         )
+        return self.plugin
 
     @property
     def plugins(self):
@@ -107,7 +122,9 @@ def test_xid_marks_every_replica_of_the_gpu_then_recovers(make_node):
     resource = "nvidia.com/gpu.shared"
     wait_for(lambda: node.plugins.capacity().get(resource) == 20, what="replicas")
     gpu0 = node.sim.devices[0].uuid
-    node.sim.inject_xid(0, 48)  # double-bit ECC: critical
+    # XID 8 is critical but needs no reset, so the GPU may recover after the quiet period
+    # (XID 48, double-bit ECC, would keep it out until a reset: see RESET_REQUIRED_XIDS).
+    node.sim.inject_xid(0, 8)
     wait_for(
         lambda: (
             {h for i, h in node.health(resource).items() if i.startswith(gpu0)} == {"Unhealthy"}
@@ -174,8 +191,132 @@ def test_hundred_kubelet_restarts_give_hundred_registrations(make_node):
     )
 
 
-def test_plugin_started_before_the_kubelet_registers_when_it_comes(make_node, tmp_path):
+def test_plugin_started_before_the_kubelet_registers_when_it_comes(make_node):
     node = make_node(mig_strategy="mixed")
-    node.kubelet.stop()
-    node.kubelet.restart(delay_socket_seconds=0.5)  # socket re-created after a pause
     assert node.plugins.wait_for_registrations("nvidia.com/gpu", 1, timeout_seconds=10)
+    node.plugin.stop()
+    node.kubelet.stop()
+    node.start_plugin()  # while the kubelet is down: nothing to register with yet
+    before = node.plugins.registrations("nvidia.com/gpu")
+    node.kubelet.start()
+    assert node.plugins.wait_for_registrations("nvidia.com/gpu", before + 1, timeout_seconds=10)
+    wait_for(lambda: node.plugins.allocatable().get("nvidia.com/gpu") == 4, what="allocatable")
+    assert node.plugins.registrations("nvidia.com/gpu") == before + 1
+
+
+def test_deleting_the_plugin_socket_re_registers_it(make_node):
+    node = make_node(mig_strategy="mixed")
+    for resource in ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb"):
+        assert node.plugins.wait_for_registrations(resource, 1, timeout_seconds=10)
+    (node.kubelet.device_plugins_dir / "nvidia-gpu.sock").unlink()
+    assert node.plugins.wait_for_registrations("nvidia.com/gpu", 2, timeout_seconds=10)
+    wait_for(lambda: node.plugins.allocatable().get("nvidia.com/gpu") == 4, what="allocatable")
+    assert node.plugins.registrations("nvidia.com/mig-1g.10gb") == 1
+
+
+class _SlowInit:
+    """The simulated NVML, but `nvmlInit` waits for `release`: a health watcher that has
+    not reported by the time the plugin would register."""
+
+    def __init__(self, sim: SimulatedNvml) -> None:
+        self._sim = sim
+        self.release = threading.Event()
+
+    def nvmlInit(self) -> None:
+        self.release.wait(10)
+        self._sim.nvmlInit()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sim, name)
+
+
+def test_devices_are_registered_unhealthy_until_health_is_known(make_node):
+    node = make_node(mig_strategy="mixed")
+    assert node.plugins.wait_for_registrations("nvidia.com/gpu", 1, timeout_seconds=10)
+    node.plugin.stop()
+    slow = _SlowInit(node.sim)
+    node.start_plugin(slow, first_health_timeout_seconds=0.2)
+    assert node.plugins.wait_for_registrations("nvidia.com/gpu", 2, timeout_seconds=10)
+    wait_for(lambda: node.plugins.capacity().get("nvidia.com/gpu") == 4, what="re-advertised")
+    assert set(node.health("nvidia.com/gpu").values()) == {"Unhealthy"}
+    slow.release.set()
+    wait_for(
+        lambda: set(node.health("nvidia.com/gpu").values()) == {"Healthy"},
+        what="Healthy once the watcher reports",
+    )
+
+
+def test_self_metrics_export_errors_by_kind(make_node):
+    node = make_node(mig_strategy="mixed")
+    assert node.plugins.wait_for_registrations("nvidia.com/gpu", 1, timeout_seconds=10)
+    node.plugin.stop()
+    node.sim.fail_gpu(0)  # lost before discovery: left out and counted
+    plugin = node.start_plugin()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SelfMetrics(plugin))
+
+    def errors(kind: str) -> float | None:
+        return registry.get_sample_value("gpufleet_plugin_errors_total", {"kind": kind})
+
+    assert errors("discovery_gpu_lost") == 1
+    assert errors("kubelet_registration") == 0
+
+
+CDI = """
+version: v1
+flags:
+  plugin:
+    deviceListStrategy: [envvar, cdi-cri]
+"""
+
+
+@pytest.mark.parametrize(
+    ("file_text", "settings", "message"),
+    [
+        pytest.param(
+            CDI,
+            {},
+            "{file}: flags.plugin.deviceListStrategy: cdi-cri needs CDI specs, which gpufleet "
+            "does not generate yet; use envvar or volume-mounts",
+            id="file",
+        ),
+        pytest.param(
+            None,
+            {"device_list_strategy": "cdi-annotations"},
+            "--device-list-strategy (DEVICE_LIST_STRATEGY): cdi-annotations needs CDI specs",
+            id="flag",
+        ),
+        pytest.param(
+            CDI,
+            {"device_list_strategy": "volume-mounts"},
+            None,
+            id="flag-overrides-file",
+        ),
+    ],
+)
+def test_cdi_strategies_are_refused_naming_their_origin(tmp_path, file_text, settings, message):
+    if file_text is not None:
+        (tmp_path / "c.yaml").write_text(file_text)
+        settings["config_file"] = str(tmp_path / "c.yaml")
+    plugin_settings = PluginSettings(**settings)
+    config, _ = resolve_config(plugin_settings)
+    if message is None:
+        check_config(plugin_settings, config)
+        return
+    with pytest.raises(ConfigError) as exc:
+        check_config(plugin_settings, config)
+    assert str(exc.value).startswith(message.format(file=tmp_path / "c.yaml"))
+
+
+def test_cli_refuses_cdi_and_warns_imex_is_not_applied(tmp_path):
+    (tmp_path / "c.yaml").write_text(CDI + "imex:\n  channelIDs: [0]\n  required: true\n")
+    code = "import sys; from gpufleet.plugin.daemon import main; sys.exit(main(sys.argv[1:]))"
+    run = subprocess.run(
+        [sys.executable, "-c", code, "--config-file", str(tmp_path / "c.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1
+    assert "imex (channelIDs [0], required true) is not applied yet" in run.stderr
+    assert "flags.plugin.deviceListStrategy: cdi-cri needs CDI specs" in run.stderr
