@@ -69,7 +69,8 @@ class DeviceIdStrategy(StrEnum):
     INDEX = "index"
 
 
-_CDI_STRATEGIES = frozenset({DeviceListStrategy.CDI_ANNOTATIONS, DeviceListStrategy.CDI_CRI})
+CDI_STRATEGIES = frozenset({DeviceListStrategy.CDI_ANNOTATIONS, DeviceListStrategy.CDI_CRI})
+CDI_KIND = f"{CDI_VENDOR}/gpu"  # the kind of the CDI devices Allocate names
 
 
 class Mount(NamedTuple):
@@ -157,7 +158,7 @@ def allocate(
     envs: dict[str, str] = {}
     mounts: list[Mount] = []
     annotations: dict[str, str] = {}
-    cdi_names = _cdi_names(visible, options) if strategies & _CDI_STRATEGIES else []
+    cdi_names = _cdi_names(visible, options) if strategies & CDI_STRATEGIES else []
     if DeviceListStrategy.CDI_ANNOTATIONS in strategies:
         key = f"{options.cdi_annotation_prefix}{CDI_ANNOTATION_PLUGIN}_{_response_id(request_ids)}"
         annotations[key] = ",".join(cdi_names)
@@ -170,7 +171,7 @@ def allocate(
             Mount(posixpath.join(VOLUME_MOUNTS_ROOT, i), VOLUME_MOUNTS_HOST_PATH, False)
             for i in visible
         ]
-    if strategies - _CDI_STRATEGIES:
+    if strategies - CDI_STRATEGIES:
         envs.update(_extra_envs(options))
     if options.mps:
         mps_envs, mps_mounts = _mps(physical, options.resource, options.mps)

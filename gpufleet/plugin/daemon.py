@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
+import yaml
 from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
@@ -204,14 +205,35 @@ class SelfMetrics:
         return family
 
 
+def cdi_kinds(directories: Sequence[Path]) -> set[str]:
+    """The `kind` of every CDI spec (YAML or JSON) in `directories`; unreadable files are
+    logged and skipped, missing directories are empty."""
+    kinds: set[str] = set()
+    for directory in directories:
+        for path in sorted(directory.glob("*")) if directory.is_dir() else ():
+            if path.suffix not in (".yaml", ".yml", ".json"):
+                continue
+            try:
+                spec = yaml.safe_load(path.read_text())
+            except (OSError, yaml.YAMLError) as exc:
+                log.warning("skipping CDI spec %s: %s", path, exc)
+                continue
+            if isinstance(spec, dict) and isinstance(spec.get("kind"), str):
+                kinds.add(spec["kind"])
+    return kinds
+
+
 def check_config(settings: PluginSettings, config: PluginConfig) -> None:
-    """Refuse an effective config gpufleet cannot honour; the error names where the value
-    came from (flag or env var, else the config file). Raises ConfigError."""
+    """Refuse an effective config that cannot work on this node; the error names where the
+    value came from (flag or env var, else the config file). Raises ConfigError."""
     if "device_list_strategy" in settings.model_fields_set:
         where = "--device-list-strategy (DEVICE_LIST_STRATEGY)"
     else:
         where = f"{settings.config_file}: flags.plugin.deviceListStrategy"
-    refuse_unsupported(config, where=where)
+    dirs = [Path(d.strip()) for d in settings.cdi_spec_dirs.split(",") if d.strip()]
+    refuse_unsupported(
+        config, where=where, cdi_kinds=cdi_kinds(dirs), searched=settings.cdi_spec_dirs
+    )
 
 
 def start_plugin(

@@ -7,7 +7,11 @@ honour yet: those are refused or warned about at startup, never silently dropped
 I/O, no logging.
 """
 
+from collections.abc import Collection
+
 from gpufleet.plugin.allocate import (
+    CDI_KIND,
+    CDI_STRATEGIES,
     AllocateOptions,
     DeviceIdStrategy,
     DeviceListStrategy,
@@ -19,7 +23,6 @@ from gpufleet.plugin.devices import MigStrategy, ResourceOptions, SharingKind, S
 from gpufleet.plugin.preferred import AllocationPolicy
 
 # Strategies that hand the runtime CDI device names; they need CDI specs on the node.
-CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
 
 _SHARING = {
     ConfigSharing.TIME_SLICING: SharingKind.TIME_SLICING,
@@ -68,17 +71,24 @@ def allocation_policy(config: PluginConfig) -> AllocationPolicy:
     return AllocationPolicy(config.flags.plugin.shared_devices_allocation_policy)
 
 
-def refuse_unsupported(config: PluginConfig, *, where: str) -> None:
-    """Raise ConfigError for a device list strategy gpufleet cannot honour.
+def refuse_unsupported(
+    config: PluginConfig, *, where: str, cdi_kinds: Collection[str], searched: str
+) -> None:
+    """Raise ConfigError for a device list strategy that cannot work on this node.
 
-    The CDI strategies name devices (`k8s.device-plugin.nvidia.com/gpu=<id>`) that only
-    exist once CDI specs are generated; gpufleet generates none, so every container would
-    fail at creation. `where` names the origin of flags.plugin.deviceListStrategy."""
+    The CDI strategies name devices (`k8s.device-plugin.nvidia.com/gpu=<id>`) that exist
+    only where a CDI spec of that kind is installed; gpufleet does not generate one, so
+    without it every container would fail at creation. `where` names the origin of
+    flags.plugin.deviceListStrategy; `cdi_kinds` are the kinds of the specs found in
+    `searched`."""
     for strategy in config.flags.plugin.device_list_strategy:
-        if strategy in CDI_STRATEGIES:
+        if strategy in CDI_STRATEGIES and CDI_KIND not in cdi_kinds:
             raise ConfigError(
-                f"{where}: {strategy} needs CDI specs, which gpufleet does not generate yet; "
-                "use envvar or volume-mounts"
+                f"{where}: {strategy} needs CDI specs of kind {CDI_KIND}, and none is in "
+                f"{searched}; generate one with `nvidia-ctk cdi generate --vendor "
+                f"{CDI_KIND.split('/')[0]} --class gpu --output "
+                f"/var/run/cdi/{CDI_KIND.replace('/', '-')}.yaml`, or use envvar or "
+                "volume-mounts"
             )
 
 

@@ -195,6 +195,15 @@ class PluginSettings(BaseSettings):
         help="NVIDIA's config file (YAML or JSON, version v1); flags and env vars given "
         "explicitly override it.",
     )
+    cdi_spec_dirs: str = setting(
+        "/etc/cdi,/var/run/cdi",
+        "GPUFLEET_CDI_SPEC_DIRS",
+        "--cdi-spec-dirs",
+        group=GPUFLEET,
+        help="Where installed CDI specs are looked for (comma separated; CDI's standard "
+        "directories): the cdi-* device list strategies need one of kind "
+        "k8s.device-plugin.nvidia.com/gpu.",
+    )
     sim_fleet: str = setting(
         "",
         "GPUFLEET_SIM_FLEET",

@@ -276,8 +276,8 @@ flags:
         pytest.param(
             CDI,
             {},
-            "{file}: flags.plugin.deviceListStrategy: cdi-cri needs CDI specs, which gpufleet "
-            "does not generate yet; use envvar or volume-mounts",
+            "{file}: flags.plugin.deviceListStrategy: cdi-cri needs CDI specs of kind "
+            "k8s.device-plugin.nvidia.com/gpu, and none is in",
             id="file",
         ),
         pytest.param(
@@ -298,6 +298,7 @@ def test_cdi_strategies_are_refused_naming_their_origin(tmp_path, file_text, set
     if file_text is not None:
         (tmp_path / "c.yaml").write_text(file_text)
         settings["config_file"] = str(tmp_path / "c.yaml")
+    settings["cdi_spec_dirs"] = str(tmp_path / "cdi")  # none installed
     plugin_settings = PluginSettings(**settings)
     config, _ = resolve_config(plugin_settings)
     if message is None:
@@ -308,11 +309,33 @@ def test_cdi_strategies_are_refused_naming_their_origin(tmp_path, file_text, set
     assert str(exc.value).startswith(message.format(file=tmp_path / "c.yaml"))
 
 
+def test_cdi_strategies_work_where_a_spec_of_the_kind_is_installed(tmp_path):
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    (cdi / "other.yaml").write_text("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\n")
+    settings = PluginSettings(device_list_strategy="cdi-cri", cdi_spec_dirs=str(cdi))
+    config, _ = resolve_config(settings)
+    with pytest.raises(ConfigError, match="nvidia-ctk cdi generate --vendor"):
+        check_config(settings, config)  # a spec, but of the toolkit's kind, not ours
+    (cdi / "plugin.json").write_text(
+        '{"cdiVersion": "0.6.0", "kind": "k8s.device-plugin.nvidia.com/gpu"}'
+    )
+    check_config(settings, config)
+
+
 def test_cli_refuses_cdi_and_warns_imex_is_not_applied(tmp_path):
     (tmp_path / "c.yaml").write_text(CDI + "imex:\n  channelIDs: [0]\n  required: true\n")
     code = "import sys; from gpufleet.plugin.daemon import main; sys.exit(main(sys.argv[1:]))"
     run = subprocess.run(
-        [sys.executable, "-c", code, "--config-file", str(tmp_path / "c.yaml")],
+        [
+            sys.executable,
+            "-c",
+            code,
+            "--config-file",
+            str(tmp_path / "c.yaml"),
+            "--cdi-spec-dirs",
+            str(tmp_path / "cdi"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
