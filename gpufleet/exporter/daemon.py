@@ -38,7 +38,7 @@ from gpufleet.exporter.settings import (
 from gpufleet.exporter.store import SnapshotStore
 from gpufleet.exporter.webconfig import WebConfig, WebConfigError, load_web_config
 from gpufleet.logs import setup_logging
-from gpufleet.nvml.backend import NvmlBackend, open_backend
+from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.settings import SettingsError, build_parser, exit_on_settings_error, load_settings
 
 log = logging.getLogger(__name__)
@@ -272,19 +272,9 @@ def start_nvml(settings: ExporterSettings) -> NvmlBackend:
     """The NVML backend, initialised. Raises StartupError with a hint when NVML is missing."""
     fleet = settings.sim_fleet or ("8xH100" if settings.fake_gpus else None)
     try:
-        backend = open_backend(fleet or None)
-    except ValueError as exc:
-        raise StartupError(f"--sim-fleet: {exc}") from None
-    try:
-        backend.lib.nvmlInit()
-    except pynvml.NVMLError as exc:
-        backend.close()
-        raise StartupError(
-            f"cannot initialise NVML: {exc}. Is the NVIDIA driver visible in this container "
-            "(runtimeClassName: nvidia, or the NVIDIA container toolkit)? To try gpufleet "
-            "without a GPU, use --sim-fleet 8xH100."
-        ) from None
-    return backend
+        return start_backend(fleet or None)
+    except NvmlStartError as exc:
+        raise StartupError(str(exc)) from None
 
 
 def with_backend_proc_root(prepared: Prepared, backend: NvmlBackend) -> Prepared:

@@ -2,8 +2,8 @@
 
 Callers receive an object that looks like the `pynvml` module and never branch on which one
 they got; `NvmlBackend` adds what differs in lifetime (a simulator owns a temp proc root and
-must be closed). This module must never call NVML itself (not even `nvmlInit`): the caller
-owns the library's lifetime.
+must be closed). `open_nvml`/`open_backend` never call NVML; `start_backend` also
+initialises it, with the error message every daemon gives when it cannot.
 """
 
 import pathlib
@@ -54,3 +54,26 @@ def open_backend(
         return NvmlBackend(lib=pynvml, proc_root=None, close=lambda: None)
     sim = open_nvml(fleet, seed=seed, proc_root=proc_root)
     return NvmlBackend(lib=sim, proc_root=sim.proc_root, close=sim.close)
+
+
+class NvmlStartError(Exception):
+    """NVML could not be opened or initialised; the message says why and what to try."""
+
+
+def start_backend(fleet: str | None) -> NvmlBackend:
+    """`open_backend`, then `nvmlInit`. Raises NvmlStartError naming a bad fleet spec, or
+    explaining a missing driver (with the way to run without a GPU)."""
+    try:
+        backend = open_backend(fleet)
+    except ValueError as exc:
+        raise NvmlStartError(f"--sim-fleet: {exc}") from None
+    try:
+        backend.lib.nvmlInit()
+    except pynvml.NVMLError as exc:
+        backend.close()
+        raise NvmlStartError(
+            f"cannot initialise NVML: {exc}. Is the NVIDIA driver visible in this container "
+            "(runtimeClassName: nvidia, or the NVIDIA container toolkit)? To try gpufleet "
+            "without a GPU, use --sim-fleet 8xH100."
+        ) from None
+    return backend

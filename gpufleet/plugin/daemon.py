@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pynvml
 import yaml
 from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
@@ -28,7 +27,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from gpufleet.exporter.server import parse_listen_address
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.logs import setup_logging
-from gpufleet.nvml.backend import NvmlBackend, open_backend
+from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.plugin import nvml as plugin_nvml
 from gpufleet.plugin.allocate import AllocateOptions, ContainerAllocation, allocate
 from gpufleet.plugin.config import ConfigError, PluginConfig
@@ -307,20 +306,11 @@ def start_plugin(
     )
 
 
-def _open(settings: PluginSettings, config: PluginConfig) -> NvmlBackend:
+def _open(settings: PluginSettings) -> NvmlBackend:
     try:
-        backend = open_backend(settings.sim_fleet or None)
-    except ValueError as exc:
-        raise StartupError(f"--sim-fleet: {exc}") from None
-    try:
-        backend.lib.nvmlInit()
-    except pynvml.NVMLError as exc:
-        backend.close()
-        raise StartupError(
-            f"cannot initialise NVML: {exc}. Is the NVIDIA driver visible to the plugin? "
-            "To try gpufleet without a GPU, use --sim-fleet 8xH100."
-        ) from None
-    return backend
+        return start_backend(settings.sim_fleet or None)
+    except NvmlStartError as exc:
+        raise StartupError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -345,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        backend = _open(settings, config)
+        backend = _open(settings)
     except StartupError as exc:
         log.error("%s", exc)
         if config.flags.fail_on_init_error:
