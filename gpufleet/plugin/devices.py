@@ -24,13 +24,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpufleet.plugin.config import RESOURCE_PREFIX, SHARED_SUFFIX, SharingKind
 from gpufleet.plugin.model import AdvertisedDevice, GpuInfo, MigInfo, NodeGpus
 
-RESOURCE_PREFIX = "nvidia.com"
 GPU_RESOURCE = f"{RESOURCE_PREFIX}/gpu"
 MAX_RESOURCE_NAME_LENGTH = 63  # NVIDIA's limit on the fully-qualified name
 REPLICA_SEPARATOR = "::"
-SHARED_SUFFIX = ".shared"
 # MPS clients per GPU the MPS server accepts (reference §3): 48 from compute capability 7.5.
 _MPS_MAX_CLIENTS = 48
 _MPS_MAX_CLIENTS_BEFORE_7_5 = 16
@@ -44,13 +43,6 @@ class MigStrategy(StrEnum):
     NONE = "none"
     SINGLE = "single"
     MIXED = "mixed"
-
-
-class SharingKind(StrEnum):
-    """NVIDIA's `sharing` config sections; node-wide and mutually exclusive."""
-
-    TIME_SLICING = "timeSlicing"
-    MPS = "mps"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

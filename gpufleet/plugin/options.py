@@ -17,26 +17,18 @@ from gpufleet.plugin.allocate import (
     DeviceListStrategy,
     MpsOptions,
 )
-from gpufleet.plugin.config import ConfigError, PluginConfig
-from gpufleet.plugin.config import SharingKind as ConfigSharing
-from gpufleet.plugin.devices import MigStrategy, ResourceOptions, SharingKind, SharingOptions
+from gpufleet.plugin.config import SHARED_SUFFIX, ConfigError, PluginConfig, SharingKind
+from gpufleet.plugin.devices import MigStrategy, ResourceOptions, SharingOptions
 from gpufleet.plugin.preferred import AllocationPolicy
-
-# Strategies that hand the runtime CDI device names; they need CDI specs on the node.
-
-_SHARING = {
-    ConfigSharing.TIME_SLICING: SharingKind.TIME_SLICING,
-    ConfigSharing.MPS: SharingKind.MPS,
-}
 
 
 def resource_options(config: PluginConfig) -> ResourceOptions:
     """MIG strategy and sharing, for `devices.advertise`."""
     sharing = config.sharing
     shared = None
-    if sharing.kind in _SHARING:
+    if sharing.kind is not SharingKind.NONE:
         shared = SharingOptions(
-            kind=_SHARING[sharing.kind],
+            kind=sharing.kind,
             replicas={r.name: r.replicas for r in sharing.resources},
             rename_by_default=sharing.rename_by_default,
         )
@@ -46,11 +38,11 @@ def resource_options(config: PluginConfig) -> ResourceOptions:
 def allocate_options(config: PluginConfig, resource: str) -> AllocateOptions:
     """How `allocate` answers for one advertised resource."""
     flags, plugin, sharing = config.flags, config.flags.plugin, config.sharing
-    base = resource.removesuffix(".shared") if sharing.rename_by_default else resource
+    base = resource.removesuffix(SHARED_SUFFIX) if sharing.rename_by_default else resource
     replicas = {r.name: r.replicas for r in sharing.resources}
-    shared = sharing.kind in _SHARING and base in replicas
+    shared = sharing.kind is not SharingKind.NONE and base in replicas
     mps = None
-    if shared and sharing.kind is ConfigSharing.MPS:
+    if shared and sharing.kind is SharingKind.MPS:
         mps = MpsOptions(root=flags.mps_root, replicas=replicas[base])
     return AllocateOptions(
         resource=resource,
