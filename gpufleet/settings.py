@@ -207,10 +207,17 @@ def _describe(settings_cls: type[BaseSettings], exc: ValidationError, given: dic
     return "; ".join(lines)
 
 
-def exit_on_settings_error(prog: str, exc: SettingsError) -> None:
-    """Print the error the way argparse does and exit 2, like a bad flag."""
-    print(f"{prog}: error: {exc}", file=sys.stderr)
-    raise SystemExit(2)
+def settings_from_argv(
+    settings_cls: type[S], *, prog: str, description: str, argv: Sequence[str] | None
+) -> S:
+    """A daemon's settings from its command line and environment. A bad flag or env var
+    is printed the way argparse prints errors, and the process exits 2."""
+    parser = build_parser(settings_cls, prog=prog, description=description)
+    try:
+        return load_settings(settings_cls, parser, argv)
+    except SettingsError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def markdown_table(settings_cls: type[BaseSettings]) -> str:

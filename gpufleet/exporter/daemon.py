@@ -39,7 +39,7 @@ from gpufleet.exporter.store import SnapshotStore
 from gpufleet.exporter.webconfig import WebConfig, WebConfigError, load_web_config
 from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
-from gpufleet.settings import SettingsError, build_parser, exit_on_settings_error, load_settings
+from gpufleet.settings import settings_from_argv
 
 log = logging.getLogger(__name__)
 SWITCH_INTERVAL_SECONDS = 0.001
@@ -294,11 +294,9 @@ def install_signal_handlers(stop: asyncio.Event) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(ExporterSettings, prog="gpufleet exporter", description=DESCRIPTION)
-    try:
-        settings = load_settings(ExporterSettings, parser, argv)
-    except SettingsError as exc:
-        exit_on_settings_error(parser.prog, exc)
+    settings = settings_from_argv(
+        ExporterSettings, prog="gpufleet exporter", description=DESCRIPTION, argv=argv
+    )
     setup_logging(debug=settings.debug, json_format=settings.log_format == "json")
     try:
         prepared = prepare(settings)

@@ -46,7 +46,7 @@ from gpufleet.plugin.preferred import preferred_allocation
 from gpufleet.plugin.registration import PluginRunner
 from gpufleet.plugin.server import DevicePluginService, RpcStats
 from gpufleet.plugin.settings import PluginSettings, resolve_config
-from gpufleet.settings import SettingsError, build_parser, exit_on_settings_error, load_settings
+from gpufleet.settings import settings_from_argv
 
 log = logging.getLogger(__name__)
 
@@ -314,11 +314,9 @@ def _open(settings: PluginSettings) -> NvmlBackend:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(PluginSettings, prog="gpufleet plugin", description=DESCRIPTION)
-    try:
-        settings = load_settings(PluginSettings, parser, argv)
-    except SettingsError as exc:
-        exit_on_settings_error(parser.prog, exc)
+    settings = settings_from_argv(
+        PluginSettings, prog="gpufleet plugin", description=DESCRIPTION, argv=argv
+    )
     setup_logging(debug=False, json_format=False)
     try:
         config, warnings = resolve_config(settings)
