@@ -3,11 +3,11 @@
 
 import gzip
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.exporter.collector import Collector, CollectorConfig, CollectorLoop
@@ -215,10 +215,12 @@ def test_errors_are_counted_under_their_kind(make, node, clock, inject, kind) ->
     collector, _ = make()
     assert errors(collector.collect_once()) == {}
     inject(node, collector)
-    deadline = time.monotonic() + DEADLINE_S
-    while kind not in (counted := errors(collector.collect_once())):
-        assert time.monotonic() < deadline, f"{kind} not counted: {counted}"
-        time.sleep(0.01)
+
+    def counted_with_kind() -> dict[str, float] | None:
+        counted = errors(collector.collect_once())
+        return counted if kind in counted else None
+
+    counted = wait_for(counted_with_kind, timeout=DEADLINE_S, what=f"{kind} counted")
     assert set(counted) == {kind}
 
 
@@ -241,10 +243,7 @@ def test_loop_stop_reports_a_collection_still_in_flight(make, node: SimNode) -> 
     def collecting() -> list[threading.Thread]:
         return [t for t in threading.enumerate() if t.name == "gpufleet-collect"]
 
-    deadline = time.monotonic() + DEADLINE_S
-    while not collecting():
-        assert time.monotonic() < deadline, "no collection started"
-        time.sleep(0.005)
+    wait_for(collecting, timeout=DEADLINE_S, what="a collection started")
     assert all(t.daemon for t in collecting()), "a hung driver must not block exit"
     assert loop.stop(timeout_seconds=0) is False
     assert loop.stop(timeout_seconds=DEADLINE_S) is True  # the hang ended
