@@ -1,0 +1,72 @@
+"""What a policy sees on one tick: recent signal samples, per-pod GPU telemetry, replicas.
+
+Plain data only. Every signal is what the metrics pipeline returned at `now`, so it is
+already late by the scrape interval plus rule evaluation and query time; a policy must not
+assume fresher data. An empty `Series` means the metric is missing (a failed query, no
+series yet), which is different from a value of 0.
+"""
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import NamedTuple
+
+
+class Series(NamedTuple):
+    """Recent samples of one signal, oldest first; `times` are seconds on the `now` clock."""
+
+    times: tuple[float, ...] = ()
+    values: tuple[float, ...] = ()
+
+    def latest(self) -> float | None:
+        """The newest value, or None when the signal is missing."""
+        return self.values[-1] if self.values else None
+
+
+MISSING = Series()  # a signal the pipeline did not return (immutable, so safe to share)
+
+
+class ReplicaState(StrEnum):
+    STARTING = "starting"  # scheduled or waiting for a node; not serving yet (cold start)
+    READY = "ready"  # serving requests
+    TERMINATING = "terminating"  # draining its in-flight requests; takes no new ones
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replica:
+    name: str
+    state: ReplicaState
+    since: float  # when it entered `state`, on the `now` clock
+    created: float  # when the replica was requested, on the `now` clock
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodTelemetry:
+    """One replica's GPU telemetry as the exporter reports it; None where not reported."""
+
+    pod: str
+    gpu_util_percent: float | None = None  # DCGM_FI_DEV_GPU_UTIL: a duty cycle, not work done
+    fb_used_mib: float | None = None  # DCGM_FI_DEV_FB_USED: flat for vLLM/TGI (preallocated)
+    gr_engine_active_ratio: float | None = None  # DCGM_FI_PROF_GR_ENGINE_ACTIVE, where present
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Observation:
+    """One workload's signals at `now`. Totals are over all its replicas."""
+
+    now: float
+    arrival_rate: Series = MISSING  # requests/s arriving at the workload
+    queue_depth: Series = MISSING  # requests waiting for a batch slot or for prefill
+    in_flight: Series = MISSING  # requests holding a batch slot (prefill or decode)
+    completion_rate: Series = MISSING  # requests/s finished
+    prompt_tokens_rate: Series = MISSING  # prompt tokens/s prefilled
+    ttft_p90_seconds: Series = MISSING  # time to first token, p90 over each sample's window
+    pods: tuple[PodTelemetry, ...] = ()
+    replicas: tuple[Replica, ...] = ()
+
+    def count(self, state: ReplicaState) -> int:
+        return sum(1 for r in self.replicas if r.state is state)
+
+    @property
+    def current_replicas(self) -> int:
+        """Replicas the workload has asked for and not yet given up: starting + ready."""
+        return self.count(ReplicaState.STARTING) + self.count(ReplicaState.READY)

@@ -1,0 +1,54 @@
+"""Every constant of the simulated world, with defaults for an 8B model on one H100 each.
+
+The defaults approximate vLLM serving a Llama-3-8B-class model on one H100 80GB per
+replica; README's "Simulator" section documents them. They are plain dataclasses so a
+sweep or a test can replace one field with `dataclasses.replace`.
+"""
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceModel:
+    """One replica: a prefill stage shared by all its requests, then batch-slot decode.
+
+    A request takes a batch slot, waits for the replica's prefill stage (one prompt at a
+    time, compute-bound), gets its first token when its prefill ends, then decodes its output
+    tokens while holding the slot. Time per output token grows with the replica's batch
+    occupancy, as memory-bound decode does.
+    """
+
+    batch_slots: int = 64  # concurrent sequences per replica (vLLM max_num_seqs-like)
+    prefill_tokens_per_second: float = 15_000.0  # compute-bound prefill throughput
+    decode_seconds_per_token: float = 0.008  # time per output token with one sequence
+    decode_seconds_per_token_per_sequence: float = 0.0002  # added per other sequence in batch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterModel:
+    cold_start_seconds: float = 60.0  # replica scheduled -> serving: image, weights, warm-up
+    node_provision_seconds: float = 180.0  # node requested -> schedulable (Karpenter/CA)
+    gpus_per_node: int = 8
+    node_idle_seconds: float = 300.0  # an empty node is removed after this long
+    max_nodes: int = 64
+    gpus_per_replica: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineModel:
+    """How late the signals are: scrape, then rule evaluation and query."""
+
+    scrape_interval_seconds: float = 5.0  # serving metrics and exporter scrape
+    evaluation_seconds: float = 1.0  # Prometheus ingest + recording-rule evaluation
+    query_seconds: float = 0.5  # the policy's (or adapter's) query
+    history_seconds: float = 900.0  # how much history an observation carries
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    service: ServiceModel = field(default_factory=ServiceModel)
+    cluster: ClusterModel = field(default_factory=ClusterModel)
+    pipeline: PipelineModel = field(default_factory=PipelineModel)
+    slo_ttft_seconds: float = 2.0
+    initial_replicas: int = 1  # ready (on ready nodes) at time 0
+    seed: int = 0
