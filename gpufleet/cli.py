@@ -9,6 +9,7 @@ commands:
   exporter   serve GPU metrics (a drop-in for NVIDIA's dcgm-exporter)
   plugin     advertise GPUs to the kubelet (a drop-in for NVIDIA's k8s-device-plugin)
   lab        run the exporter on a simulated 8-GPU node with a fake kubelet and pods
+  simulate   replay a request trace through the autoscaling policies in a simulated cluster
 
 Run 'gpufleet <command> --help' for the command's options.
 """
@@ -26,6 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpufleet.plugin.daemon import main as run
     elif command == "lab":
         from gpufleet.lab import main as run
+    elif command == "simulate":
+        from gpufleet.autoscaler.sim.main import main as run
     elif command in ("--version", "version"):
         from gpufleet import __version__
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.autoscaler.sim.settings import SimulateSettings
 from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.plugin.settings import PluginSettings
 from gpufleet.settings import markdown_table
@@ -14,7 +15,8 @@ README = (ROOT / "README.md").read_text()
 
 
 @pytest.mark.parametrize(
-    ("daemon", "settings"), [("exporter", ExporterSettings), ("plugin", PluginSettings)]
+    ("daemon", "settings"),
+    [("exporter", ExporterSettings), ("plugin", PluginSettings), ("simulate", SimulateSettings)],
 )
 def test_flag_table_matches_the_settings(daemon, settings):
     assert markdown_table(settings) in README, f"run: python scripts/flags_table.py {daemon}"

@@ -1,0 +1,256 @@
+"""Online per-replica service rate: how much one replica sustains, learned from telemetry.
+
+A policy needs "requests/s one replica serves" to turn a demand into a replica count, and
+no one configures that number correctly (it moves with the model, the GPU, the prompt mix
+and the server's batch settings). So it is learned, as a pure fold over observations:
+`learn(state, obs) -> state`, `estimate(state) -> CapacityEstimate`.
+
+Two sources, in two units (completions/s and prompt tokens/s, per ready replica):
+
+1. **Saturated samples** (the truth). A 5-s sample whose queue was non-empty at both ends
+   had every ready replica busy the whole time, so its throughput per ready replica *is*
+   the service rate. They are averaged with exponential forgetting (the mix drifts), and a
+   conservative prior counts as a few pseudo-samples until real ones outweigh it. TTFT is
+   not required to be within the SLO: a saturated server's throughput is its service rate
+   whatever the queue length; the SLO enters through the policy's `headroom`.
+2. **Two lower bounds** (hints) that let an over-provisioned service, which never
+   saturates, still climb off the prior; they never lower the estimate:
+   - duty cycle: throughput divided by busy GPU time (DCGM duty cycle, or GR_ENGINE_ACTIVE
+     where present) can only under-state the rate, because the duty cycle counts any kernel
+     at all (decode included);
+   - TTFT: a p90 TTFT is at least the p90 prompt's prefill time, itself at least the mean
+     prompt's for any right-skewed prompt mix, so mean prompt tokens / p90 TTFT can only
+     under-state the prefill rate (queueing only makes TTFT longer).
+
+Replica counts come from `obs.replicas`: a sample counts the replicas ready for its whole
+interval plus those draining now (they served it). Over-counting only under-states the
+rate, the safe side.
+"""
+
+import math
+from dataclasses import dataclass, replace
+
+from gpufleet.autoscaler.observation import Observation, ReplicaState, Series
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacitySettings:
+    # Conservative priors (about a quarter of an 8B model on one H100 with 2k-token
+    # prompts): before any evidence, over-provisioning costs money, under-provisioning the SLO.
+    prior_requests_per_second: float = 2.0
+    prior_prompt_tokens_per_second: float = 4000.0
+    # The prior (or the duty-cycle bound, when higher) weighs as much as this many
+    # saturated samples: one sample is noisy, a handful (one burst) should win.
+    prior_weight_samples: float = 1.0
+    # Forgetting in saturated samples (not seconds: a quiet hour must not erase what was
+    # learned). 120 samples = ten minutes of saturation at a 5-s scrape.
+    half_life_samples: float = 120.0
+    # A sample is saturated when the queue held at least this many requests per ready
+    # replica at both ends of its interval: one waiting request per replica means none idled.
+    saturation_queue_per_replica: float = 1.0
+    # The estimate reads "learned" (in messages) after this many saturated samples.
+    learned_after_samples: int = 6
+    # The duty-cycle hint only counts samples whose replicas were busy at least this
+    # fraction of the time: below it, the ratio is dominated by one request's edges.
+    hint_min_busy_ratio: float = 0.3
+    # Half-life of the hint's sums, in samples (the hint follows the mix faster).
+    hint_half_life_samples: float = 60.0
+    # The hints are discounted by this factor: bounds from 5-s windows are noisy upwards.
+    hint_discount: float = 0.9
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityState:
+    """Exponentially forgotten sums; the initial value is `CapacityState()`."""
+
+    last_sample_time: float = -math.inf
+    samples: int = 0  # saturated samples seen (not forgotten: it is a count for messages)
+    sat_weight: float = 0.0
+    sat_requests: float = 0.0  # sum of completions/s per ready replica, weighted
+    sat_tokens: float = 0.0  # sum of prompt tokens/s per ready replica, weighted
+    hint_busy: float = 0.0  # sum of busy replicas (duty cycles), weighted
+    hint_requests: float = 0.0  # sum of completions/s, weighted
+    hint_tokens: float = 0.0  # sum of prompt tokens/s, weighted
+    ttft_weight: float = 0.0  # samples behind the TTFT bound, weighted
+    ttft_tokens: float = 0.0  # sum of mean prompt tokens / p90 TTFT, weighted
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityEstimate:
+    requests_per_second: float  # completions/s one replica sustains
+    prompt_tokens_per_second: float  # prompt tokens/s one replica prefills
+    samples: int  # saturated samples behind it
+    learned: bool  # False while the prior (or only the hint) speaks
+
+    def per_replica_rps(self, tokens_per_request: float | None) -> float:
+        """Requests/s per replica under the current mix: the tighter of the two limits.
+
+        Long prompts make prefill the bottleneck (the token rate binds); long outputs fill
+        the batch slots (the request rate binds). Taking the smaller is right for both.
+        Before any saturated sample the request rate is only a guess (nothing bounds batch
+        slots from below) while the token rate has the hints, so the token rate alone
+        speaks: an idle-looking fleet must not stay over-provisioned on the request prior.
+        """
+        if not tokens_per_request or tokens_per_request <= 0:
+            return self.requests_per_second
+        by_tokens = self.prompt_tokens_per_second / tokens_per_request
+        return by_tokens if self.samples == 0 else min(self.requests_per_second, by_tokens)
+
+
+def learn(state: CapacityState, obs: Observation, settings: CapacitySettings) -> CapacityState:
+    """Fold the samples in `obs` newer than the state's last one into the state.
+
+    A sample lacking any of completion rate, prompt-token rate or the two queue depths is
+    skipped (not counted as idle). The duty-cycle hint uses `obs.pods`, which describe the
+    newest scrape, so it only ever reads the newest sample.
+    """
+    done = obs.completion_rate
+    new = [i for i, t in enumerate(done.times) if t > state.last_sample_time]
+    if not new:
+        return state
+    queue = dict(zip(obs.queue_depth.times, obs.queue_depth.values, strict=True))
+    tokens = dict(zip(obs.prompt_tokens_rate.times, obs.prompt_tokens_rate.values, strict=True))
+    for i in new:
+        state = _fold_saturated(state, obs, i, queue=queue, tokens=tokens, settings=settings)
+    state = _fold_hint(state, obs, tokens=tokens, settings=settings)
+    state = _fold_ttft(state, obs, settings=settings)
+    return replace(state, last_sample_time=done.times[new[-1]])
+
+
+def estimate(state: CapacityState, settings: CapacitySettings) -> CapacityEstimate:
+    """Saturated samples shrunk toward the best bound without them, never below that bound.
+
+    The bound is the prior raised to the hints when they are higher: a hint is a lower
+    bound on the rate, the prior a guess, so the larger is the better guess.
+    """
+    rps_floor = settings.prior_requests_per_second
+    tps_floor = settings.prior_prompt_tokens_per_second
+    if state.hint_busy > 0.0:
+        hint = settings.hint_discount / state.hint_busy
+        rps_floor = max(rps_floor, hint * state.hint_requests)
+        tps_floor = max(tps_floor, hint * state.hint_tokens)
+    if state.ttft_weight > 0.0:
+        ttft_bound = state.ttft_tokens / state.ttft_weight
+        tps_floor = max(tps_floor, settings.hint_discount * ttft_bound)
+    w0 = settings.prior_weight_samples
+    weight = w0 + state.sat_weight
+    rps = (w0 * rps_floor + state.sat_requests) / weight
+    tps = (w0 * tps_floor + state.sat_tokens) / weight
+    return CapacityEstimate(
+        requests_per_second=max(rps, rps_floor),
+        prompt_tokens_per_second=max(tps, tps_floor),
+        samples=state.samples,
+        learned=state.samples >= settings.learned_after_samples,
+    )
+
+
+def tokens_per_request(obs: Observation) -> float | None:
+    """Mean prompt tokens per request over the observation's history; None without data."""
+    done = sum(obs.completion_rate.values)
+    prompt = sum(obs.prompt_tokens_rate.values)
+    if done <= 0.0 or prompt <= 0.0:
+        return None
+    return prompt / done
+
+
+def serving_during(obs: Observation, start: float, end: float) -> float:
+    """Replicas that served [start, end], each weighted by the fraction of it it served.
+
+    A replica ready since before `start` counts 1, one that became ready mid-interval its
+    fraction; one draining now counts 1 (it was serving, or finishing its queue, throughout).
+    """
+    span = max(end - start, 1e-9)
+    n = 0.0
+    for r in obs.replicas:
+        if r.state is ReplicaState.READY:
+            n += min(1.0, max(0.0, (end - max(r.since, start)) / span))
+        elif r.state is ReplicaState.TERMINATING:
+            n += 1.0
+    return n
+
+
+def _fold_saturated(
+    state: CapacityState,
+    obs: Observation,
+    i: int,
+    *,
+    queue: dict[float, float],
+    tokens: dict[float, float],
+    settings: CapacitySettings,
+) -> CapacityState:
+    done: Series = obs.completion_rate
+    if i == 0:
+        return state  # no previous sample: the interval's start is unknown
+    start, end = done.times[i - 1], done.times[i]
+    q0, q1, tok = queue.get(start), queue.get(end), tokens.get(end)
+    if q0 is None or q1 is None or tok is None:
+        return state
+    ready = serving_during(obs, start, end)
+    need = max(1.0, settings.saturation_queue_per_replica * ready)
+    if ready < 0.5 or q0 < need or q1 < need:
+        return state
+    decay = 0.5 ** (1.0 / settings.half_life_samples)
+    return replace(
+        state,
+        samples=state.samples + 1,
+        sat_weight=state.sat_weight * decay + 1.0,
+        sat_requests=state.sat_requests * decay + done.values[i] / ready,
+        sat_tokens=state.sat_tokens * decay + tok / ready,
+    )
+
+
+def _fold_hint(
+    state: CapacityState,
+    obs: Observation,
+    *,
+    tokens: dict[float, float],
+    settings: CapacitySettings,
+) -> CapacityState:
+    serving = {
+        r.name for r in obs.replicas if r.state in (ReplicaState.READY, ReplicaState.TERMINATING)
+    }
+    busy = 0.0
+    counted = 0
+    for pod in obs.pods:
+        ratio = _duty_ratio(pod.gr_engine_active_ratio, pod.gpu_util_percent)
+        if pod.pod in serving and ratio is not None:
+            busy += ratio
+            counted += 1
+    t_last = obs.completion_rate.times[-1]
+    tok = tokens.get(t_last)
+    if counted == 0 or tok is None or busy < settings.hint_min_busy_ratio * counted:
+        return state
+    decay = 0.5 ** (1.0 / settings.hint_half_life_samples)
+    return replace(
+        state,
+        hint_busy=state.hint_busy * decay + busy,
+        hint_requests=state.hint_requests * decay + obs.completion_rate.values[-1],
+        hint_tokens=state.hint_tokens * decay + tok,
+    )
+
+
+def _fold_ttft(
+    state: CapacityState, obs: Observation, *, settings: CapacitySettings
+) -> CapacityState:
+    """Fold the TTFT bound of the newest TTFT sample not seen yet (one per scrape)."""
+    ttft = obs.ttft_p90_seconds
+    if not ttft.times or ttft.times[-1] <= state.last_sample_time or ttft.values[-1] <= 0.0:
+        return state
+    tpr = tokens_per_request(obs)
+    if tpr is None:
+        return state
+    decay = 0.5 ** (1.0 / settings.hint_half_life_samples)
+    return replace(
+        state,
+        ttft_weight=state.ttft_weight * decay + 1.0,
+        ttft_tokens=state.ttft_tokens * decay + tpr / ttft.values[-1],
+    )
+
+
+def _duty_ratio(engine_active: float | None, util_percent: float | None) -> float | None:
+    """GR_ENGINE_ACTIVE when present (finer), else the duty-cycle percent as a ratio."""
+    if engine_active is not None:
+        return min(1.0, max(0.0, engine_active))
+    if util_percent is not None:
+        return min(1.0, max(0.0, util_percent / 100.0))
+    return None

@@ -1,0 +1,317 @@
+"""`gpufleet`, our scaling policy: learned capacity, forecast demand, a burst path, a slow way down.
+
+Every tick it turns late signals into a replica count:
+
+1. **Capacity.** Requests/s (and prompt tokens/s) one replica sustains, learned online
+   from saturated samples (`capacity`), behind a conservative prior until learned; while
+   unlearned, a scale-up is capped at `unlearned_max_scale_up_ratio` x the ready replicas.
+2. **Steady demand.** The arrival rate forecast over the lead time (cold start plus one
+   tick, from the newest sample's age; `forecast`), plus the backlog that must drain within
+   `backlog_drain_seconds`. Replicas = demand x (1 + headroom) / learned rate.
+3. **Burst path.** For each averaging window L (5 s to 60 s; `forecast`) the highest mean
+   arrival rate of the last `peak_memory_seconds` must be prefilled within
+   L + `burst_slo_share` x SLO at the learned prefill rate, with the same headroom. The
+   newest 5-s sample is one of those windows, so a burst moves the count on the first tick
+   it is visible; the memory keeps capacity for bursty traffic's next burst. When the burst
+   path needs `panic_ratio` x the ready replicas the policy panics (Knative's KPA): for
+   `panic_hold_seconds` it never scales down.
+4. **Scale-down.** Only to the highest steady recommendation of the last
+   `scale_down_window_seconds` and never below the burst path, at most one step per
+   `scale_down_step_seconds`: a replica given back costs a cold start to get back.
+5. **Zero.** With min_replicas 0 it activates on any arrival or queue and deactivates after
+   `idle_seconds_to_zero` with no arrivals, queue or requests in flight.
+
+Missing or stale signals never scale down: the policy holds (or only scales up on the
+signals it has). `Decision.headroom` asks for warm placeholder replicas for the demand the
+forecast predicts within node provisioning plus cold start, so the nodes are there when
+replicas are. Pure: no clock (`obs.now`), no I/O; the state is the learned capacity, the
+recommendation window and the panic/idle timestamps.
+"""
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from gpufleet.autoscaler.capacity import (
+    CapacityEstimate,
+    CapacitySettings,
+    CapacityState,
+    estimate,
+    learn,
+    tokens_per_request,
+)
+from gpufleet.autoscaler.forecast import ForecastSettings, RateForecast, forecast_rate
+from gpufleet.autoscaler.observation import Observation, ReplicaState, Series
+from gpufleet.autoscaler.policy import Decision, Reason
+from gpufleet.autoscaler.workload import WorkloadConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PredictiveSettings:
+    """Every constant of the policy; `headroom` is the knob a sweep varies.
+
+    Defaults were tuned once for both Azure 2023 traces (bursty code, smooth conversation)
+    at 1x and 10x in the simulator; the comments say why each is where it is.
+    """
+
+    # The main knob (the sweep varies it): spare capacity over the predicted demand. 0.25
+    # runs replicas at 80% of their learned rate: queueing delay stays well under a 2-s
+    # TTFT at 80% for a prefill stage serving prompts in ~0.1 s, and 5-s Poisson noise at a
+    # few requests/s per replica is about 20%.
+    headroom: float = 0.25
+    # 2 s (Knative's tick): samples arrive every 5 s, 1.5 s late; a 2-s tick acts on a new
+    # sample within 2 s of it becoming visible (issue 4 asks for <= 5 s from a burst).
+    interval_seconds: float = 2.0
+    # Queued requests must drain within this long on top of the arrivals: about a cold
+    # start, since replicas asked for now serve only then.
+    backlog_drain_seconds: float = 60.0
+    # The share of the TTFT SLO a burst's requests may spend queueing: a burst of L seconds
+    # must be prefilled within L + share x SLO. 1.0 spends it all on queueing; `headroom`
+    # (applied to bursts too) covers the last prefill and uneven routing. Tuned on both
+    # Azure traces: 0.5 bought ~1 point of attainment on the bursty one for ~15% more
+    # node-hours.
+    burst_slo_share: float = 1.0
+    # A signal whose newest sample is older than this is missing: three scrapes lost.
+    stale_after_seconds: float = 20.0
+    # Panic when the burst path needs this many times the ready replicas (KPA uses 2.0;
+    # LLM replicas take a minute to start, so we panic earlier).
+    panic_ratio: float = 1.5
+    # Panic lasts this long after the last sample that triggered it (KPA: one stable window).
+    panic_hold_seconds: float = 60.0
+    # Until capacity is learned, scale up to at most this many times the replicas serving
+    # (at least +4): the prior is deliberately low, and a fleet sized on it alone would
+    # launch nodes that the first saturated samples show are not needed.
+    unlearned_max_scale_up_ratio: float = 2.0
+    # Scale down only to the highest steady recommendation in this window (the HPA default).
+    scale_down_window_seconds: float = 300.0
+    # At most one scale-down step per this many seconds: lets a step's effect show in the
+    # signals (one scrape plus the pipeline) before the next.
+    scale_down_step_seconds: float = 30.0
+    # Scale to zero (min_replicas 0 only) after this long with no arrivals, queue or work.
+    idle_seconds_to_zero: float = 300.0
+    # Placeholders (`Decision.headroom`) cover the forecast within node provisioning plus
+    # cold start; False asks for none (a cluster without placeholder pods).
+    placeholders: bool = True
+    capacity: CapacitySettings = field(default_factory=CapacitySettings)
+    forecast: ForecastSettings = field(default_factory=ForecastSettings)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Demand:
+    """One tick's sizing, in requests/s and replicas; what the message reports."""
+
+    capacity: CapacityEstimate
+    per_replica_rps: float  # sustained, learned, at 100% utilization
+    prefill_rps: float  # what one replica prefills per second: the burst limit
+    forecast: RateForecast  # over the replica lead time
+    queue: float
+    backlog_rps: float  # queue / backlog_drain_seconds
+    burst_window_seconds: float  # the averaging window whose peak sized `burst`
+    burst_rps: float  # that peak, discounted by the SLO slack
+    stable: int  # replicas for max(level, forecast) + backlog, with headroom
+    burst: int  # replicas for the recent peaks within the SLO, with headroom
+    placeholders: int  # replicas for the long forecast (node lead), with headroom
+
+    @property
+    def raw(self) -> int:
+        return max(self.stable, self.burst)
+
+
+class PredictivePolicy:
+    """The `gpufleet` policy for one workload; keeps its own history, so one per run."""
+
+    name = "gpufleet"
+
+    def __init__(self, workload: WorkloadConfig, *, settings: PredictiveSettings | None = None):
+        self.workload = workload
+        self.settings = settings or PredictiveSettings()
+        if self.settings.headroom < 0:
+            raise ValueError("headroom must be >= 0")
+        self.interval_seconds = self.settings.interval_seconds
+        self._capacity = CapacityState()
+        self._window: deque[tuple[float, int]] = deque()  # (time, steady recommendation)
+        self._panic_until = -math.inf
+        self._last_change = -math.inf  # when desired last moved (for the step delay)
+        self._last_active: float | None = None  # last arrival, queue or work
+        self._desired: int | None = None
+
+    def decide(self, obs: Observation) -> Decision:
+        s, now = self.settings, obs.now
+        current = obs.current_replicas
+        arrivals_ok = _fresh(obs.arrival_rate, now, s.stale_after_seconds)
+        queue_ok = _fresh(obs.queue_depth, now, s.stale_after_seconds)
+        if not arrivals_ok and not queue_ok:
+            message = (
+                f"arrival rate and queue depth missing or older than "
+                f"{s.stale_after_seconds:g} s: holding {current}"
+            )
+            held = self.workload.clamp(current)
+            return self._finish(obs, held, Reason.MISSING_METRICS, message, headroom=0)
+        self._capacity = learn(self._capacity, obs, s.capacity)
+        demand = self._demand(obs, arrivals_ok=arrivals_ok)
+        active = self._note_activity(obs)
+        self._remember(obs, demand)
+        desired, reason = self._target(obs, demand)
+        if not (arrivals_ok and queue_ok) and desired < current:
+            desired, reason = current, Reason.MISSING_METRICS
+        desired, reason = self._zero(obs, desired, reason, active=active)
+        bounded = self.workload.clamp(desired)
+        if bounded != desired or (0 < demand.raw < bounded == self.workload.min_replicas):
+            desired, reason = bounded, Reason.BOUNDED
+        headroom = max(0, min(demand.placeholders, self.workload.max_replicas) - desired)
+        if not s.placeholders or desired == 0:
+            headroom = 0
+        message = _message(demand, current, desired, reason, s)
+        return self._finish(obs, desired, reason, message, headroom=headroom)
+
+    # --- sizing ---
+
+    def _demand(self, obs: Observation, *, arrivals_ok: bool) -> Demand:
+        s, w = self.settings, self.workload
+        est = estimate(self._capacity, s.capacity)
+        tpr = tokens_per_request(obs)
+        unit = max(1e-9, est.per_replica_rps(tpr))
+        prefill = max(unit, est.prompt_tokens_per_second / tpr if tpr else unit)
+        grow = 1.0 + s.headroom
+        arrivals = obs.arrival_rate if arrivals_ok else Series()
+        lead = w.cold_start_seconds + s.interval_seconds
+        fc = forecast_rate(
+            arrivals.times, arrivals.values, now=obs.now, horizon_seconds=lead, settings=s.forecast
+        )
+        long_fc = forecast_rate(
+            arrivals.times,
+            arrivals.values,
+            now=obs.now,
+            horizon_seconds=lead + w.node_provision_seconds,
+            settings=s.forecast,
+        )
+        slack = s.burst_slo_share * w.slo_ttft_seconds
+        window, burst_rps = max(
+            ((L, peak * L / (L + slack)) for L, peak in fc.peaks), key=lambda p: p[1]
+        )
+        queue = obs.queue_depth.latest() or 0.0
+        backlog = queue / s.backlog_drain_seconds
+        return Demand(
+            capacity=est,
+            per_replica_rps=unit,
+            prefill_rps=prefill,
+            forecast=fc,
+            queue=queue,
+            backlog_rps=backlog,
+            burst_window_seconds=window,
+            burst_rps=burst_rps,
+            stable=math.ceil((max(fc.level, fc.predicted) + backlog) * grow / unit),
+            burst=math.ceil(burst_rps * grow / prefill),
+            placeholders=math.ceil(max(long_fc.predicted, fc.level) * grow / unit),
+        )
+
+    def _remember(self, obs: Observation, d: Demand) -> None:
+        """Window the steady recommendation; start or extend a panic."""
+        s, now = self.settings, obs.now
+        if self._desired is None:
+            # A (re)started controller has no window yet: treat the current count as the
+            # first recommendation, so it does not scale down before it has evidence.
+            self._window.append((now, obs.current_replicas))
+        self._window.append((now, d.stable))
+        while self._window and self._window[0][0] < now - s.scale_down_window_seconds:
+            self._window.popleft()
+        ready = max(1, obs.count(ReplicaState.READY))
+        if d.burst >= s.panic_ratio * ready and d.burst > obs.current_replicas:
+            self._panic_until = now + s.panic_hold_seconds
+
+    def _target(self, obs: Observation, d: Demand) -> tuple[int, Reason]:
+        """Scale up at once; scale down slowly; never down while panicking."""
+        s, now = self.settings, obs.now
+        current = obs.current_replicas
+        if d.raw > current:
+            if not d.capacity.learned:
+                # Reported as what drove it; the message says it was capped.
+                return min(d.raw, max(current, self._unlearned_limit(obs))), _up_reason(d)
+            return d.raw, _up_reason(d)
+        if now < self._panic_until:
+            return current, Reason.BURST
+        floor = max(max(r for _, r in self._window), d.burst)
+        if floor >= current:
+            return current, (Reason.STEADY if d.raw >= current else Reason.STABILIZED)
+        if now - self._last_change < s.scale_down_step_seconds:
+            return current, Reason.RATE_LIMITED
+        return floor, Reason.SCALE_DOWN
+
+    def _unlearned_limit(self, obs: Observation) -> int:
+        serving = obs.count(ReplicaState.READY)
+        ratio = self.settings.unlearned_max_scale_up_ratio
+        return max(math.ceil(ratio * serving), serving + 4)
+
+    # --- scale to zero ---
+
+    def _note_activity(self, obs: Observation) -> bool:
+        """Whether anything arrived, waits or runs now; the idle clock starts at the first tick."""
+        signals = (obs.arrival_rate.latest(), obs.queue_depth.latest(), obs.in_flight.latest())
+        active = any(v is not None and v > 0 for v in signals)
+        if active or self._last_active is None:
+            self._last_active = obs.now
+        return active
+
+    def _zero(
+        self, obs: Observation, desired: int, reason: Reason, *, active: bool
+    ) -> tuple[int, Reason]:
+        """min_replicas 0: activate on any signal, deactivate after the idle period."""
+        if self.workload.min_replicas > 0:
+            return desired, reason
+        current = obs.current_replicas
+        idle_seconds = obs.now - (obs.now if self._last_active is None else self._last_active)
+        if current == 0:
+            if active:
+                return max(1, desired), Reason.ACTIVATE
+            return 0, Reason.STEADY
+        if idle_seconds >= self.settings.idle_seconds_to_zero and reason is not (
+            Reason.MISSING_METRICS
+        ):
+            return 0, Reason.DEACTIVATE
+        return max(1, desired), reason
+
+    def _finish(
+        self, obs: Observation, desired: int, reason: Reason, message: str, *, headroom: int
+    ) -> Decision:
+        if self._desired is not None and desired != self._desired:
+            self._last_change = obs.now
+        self._desired = desired
+        return Decision(desired=desired, reason=reason, message=message, headroom=headroom)
+
+
+def _up_reason(d: Demand) -> Reason:
+    """Which part of the demand asked for more."""
+    if d.burst > d.stable:
+        return Reason.BURST
+    if d.backlog_rps > max(d.forecast.level, d.forecast.predicted):
+        return Reason.BACKLOG
+    if d.forecast.predicted > d.forecast.level:
+        return Reason.FORECAST
+    return Reason.SCALE_UP
+
+
+def _fresh(series: Series, now: float, stale_after_seconds: float) -> bool:
+    return bool(series.times) and now - series.times[-1] <= stale_after_seconds
+
+
+def _message(d: Demand, current: int, desired: int, reason: Reason, s: PredictiveSettings) -> str:
+    """One sentence with the numbers behind the decision, for events and logs."""
+    fc = d.forecast
+    est = d.capacity
+    learned = f"learned, {est.samples} samples" if est.learned else f"prior, {est.samples} samples"
+    drain = d.queue / max(1e-9, max(desired, 1) * d.per_replica_rps)
+    peak = dict(fc.peaks).get(d.burst_window_seconds, 0.0)
+    text = (
+        f"arrivals {fc.latest:.1f}/s (level {fc.level:.1f}/s, peak {peak:.1f}/s over "
+        f"{d.burst_window_seconds:g} s) forecast {fc.predicted:.1f}/s in "
+        f"{fc.horizon_seconds:.0f} s lead; capacity {d.per_replica_rps:.1f}/s per replica "
+        f"({learned}); backlog {d.queue:.0f} drains in {drain:.1f} s; needs {d.stable} steady, "
+        f"{d.burst} for bursts at headroom {s.headroom:g}: {current} -> {desired}"
+    )
+    if current < desired < d.raw and not est.learned:
+        text += " (capped until capacity is learned)"
+    if reason is Reason.STABILIZED:
+        text += f" (held for the {s.scale_down_window_seconds:g} s scale-down window)"
+    elif reason is Reason.RATE_LIMITED and desired <= current:
+        text += f" (held for the {s.scale_down_step_seconds:g} s step delay)"
+    return text

@@ -1,0 +1,91 @@
+"""Arrival-rate forecast: level, trend, cap on growth, peaks (synthetic series)."""
+
+import numpy as np
+import pytest
+
+from gpufleet.autoscaler.forecast import ForecastSettings, forecast_rate
+
+S = ForecastSettings()
+NOW = 1000.0
+AGE = 1.5  # the newest sample is this late (evaluation + query)
+
+
+def series(rate_at, *, seconds: float = 600.0, step: float = 5.0):
+    """Samples every `step` s ending `AGE` before NOW, of `rate_at(t)`."""
+    t = np.arange(NOW - AGE - seconds, NOW - AGE + 1e-9, step)
+    return t, np.array([rate_at(x) for x in t], dtype=float)
+
+
+def test_empty_series_forecasts_zero() -> None:
+    fc = forecast_rate((), (), now=NOW, horizon_seconds=60, settings=S)
+    assert (fc.latest, fc.level, fc.predicted, fc.points) == (0, 0, 0, 0)
+    assert all(p == 0 for _, p in fc.peaks)
+
+
+@pytest.mark.parametrize("rate", [0.0, 3.0, 250.0], ids=["idle", "few-per-second", "fleet"])
+def test_steady_rate_forecasts_itself(rate: float) -> None:
+    t, v = series(lambda _: rate)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=240, settings=S)
+    assert fc.level == pytest.approx(rate)
+    assert fc.slope_per_second == pytest.approx(0.0, abs=1e-9)
+    assert fc.predicted == pytest.approx(rate)
+    assert all(p == pytest.approx(rate) for _, p in fc.peaks)
+
+
+@pytest.mark.parametrize(
+    ("slope", "horizon"),
+    [
+        pytest.param(0.01, 60.0, id="gentle-ramp-cold-start-lead"),
+        pytest.param(0.01, 240.0, id="gentle-ramp-node-lead"),
+        pytest.param(0.05, 60.0, id="steeper-ramp"),
+    ],
+)
+def test_ramp_extrapolates_to_the_horizon(slope: float, horizon: float) -> None:
+    t, v = series(lambda x: 5.0 + slope * x)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=horizon, settings=S)
+    assert fc.slope_per_second == pytest.approx(slope, rel=1e-6)
+    truth = 5.0 + slope * (NOW + horizon)
+    # The level is a 30-s mean, so it trails the ramp by about half its window.
+    assert fc.predicted == pytest.approx(truth, abs=slope * S.level_window_seconds)
+    assert fc.predicted > fc.level
+
+
+def test_trend_growth_is_capped_at_the_ratio_of_the_level() -> None:
+    t, v = series(lambda x: max(0.0, 3.0 * (x - 800.0)))  # from 0 to ~600/s in 3 min
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=600, settings=S)
+    assert fc.slope_per_second * 600 > fc.level * S.max_trend_growth_ratio
+    assert fc.predicted == pytest.approx(fc.level * (1 + S.max_trend_growth_ratio))
+
+
+def test_falling_trend_forecasts_lower_but_never_negative() -> None:
+    t, v = series(lambda x: max(0.0, 100.0 - 0.2 * (x - 400.0)))
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=600, settings=S)
+    assert fc.slope_per_second < 0
+    assert fc.predicted == 0.0
+
+
+def test_spike_shows_in_latest_and_peaks_not_in_the_trend() -> None:
+    t, v = series(lambda _: 4.0)
+    v[-1] = 64.0  # one 5-s sample of a burst, just visible
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    assert fc.latest == 64.0
+    # Each averaging window holds the spike diluted by its width: 5 s fully, 15 s a third.
+    assert dict(fc.peaks) == pytest.approx(
+        {5.0: 64.0, 15.0: 4.0 + 60.0 / 3, 30.0: 4.0 + 60.0 / 6, 60.0: 4.0 + 60.0 / 12}
+    )
+    assert fc.level == pytest.approx(4.0 + 60.0 / 6)  # six samples in the 30-s level window
+    assert fc.predicted <= fc.level * (1 + S.max_trend_growth_ratio)
+
+
+def test_peaks_forget_bursts_older_than_the_memory() -> None:
+    t, v = series(lambda x: 50.0 if x < NOW - S.peak_memory_seconds - 10 else 2.0, seconds=900)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    assert {w: p for w, p in fc.peaks} == pytest.approx({w: 2.0 for w in S.peak_averaging_seconds})
+
+
+def test_too_few_points_make_no_trend() -> None:
+    t, v = series(lambda x: x, seconds=20.0)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    assert fc.points < S.trend_min_points
+    assert fc.slope_per_second == 0.0
+    assert fc.predicted == pytest.approx(fc.level)

@@ -1,0 +1,307 @@
+"""The `gpufleet` policy on synthetic observations: steady, ramp, burst, missing, bounds, zero."""
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gpufleet.autoscaler.capacity import CapacitySettings
+from gpufleet.autoscaler.observation import Observation, Replica, ReplicaState, Series
+from gpufleet.autoscaler.policy import Reason
+from gpufleet.autoscaler.predictive import PredictivePolicy, PredictiveSettings
+from gpufleet.autoscaler.workload import WorkloadConfig
+
+STEP = 5.0  # scrape interval
+LATE = 1.5  # evaluation + query: the newest sample is this old
+RPS = 10.0  # every test replica serves 10 requests/s (a known prior, no learning needed)
+TOKENS = 1000.0  # prompt tokens per request in every observation
+KNOWN = CapacitySettings(
+    prior_requests_per_second=RPS,
+    prior_prompt_tokens_per_second=RPS * TOKENS,
+    learned_after_samples=0,  # trust the prior: sizing tests need no learning phase
+)
+SETTINGS = PredictiveSettings(capacity=KNOWN)
+WORKLOAD = WorkloadConfig(name="llm", min_replicas=1, max_replicas=50)
+
+Rate = Callable[[float], float]
+
+
+def const(rate: float) -> Rate:
+    return lambda _: rate
+
+
+NO_QUEUE = const(0.0)
+
+
+def replicas(ready: int, starting: int = 0, *, since: float = -1e6) -> tuple[Replica, ...]:
+    out = [
+        Replica(name=f"r{i}", state=ReplicaState.READY, since=since, created=since)
+        for i in range(ready)
+    ]
+    out += [
+        Replica(name=f"s{i}", state=ReplicaState.STARTING, since=since, created=since)
+        for i in range(starting)
+    ]
+    return tuple(out)
+
+
+def observe(
+    now: float,
+    rate: Rate,
+    *,
+    ready: int,
+    starting: int = 0,
+    queue: Rate = NO_QUEUE,
+    history_seconds: float = 900.0,
+    missing: tuple[str, ...] = (),
+    late_seconds: float = LATE,
+) -> Observation:
+    """Samples on the 5-s scrape grid up to `now - late_seconds`, oldest first.
+
+    A sample scraped at t reports its interval [t - 5, t]: `rate` is read at the middle.
+    """
+    newest = np.floor((now - late_seconds) / STEP) * STEP
+    times = np.arange(max(0.0, newest - history_seconds), newest + 1e-9, STEP)
+    t = tuple(float(x) for x in times)
+
+    def series(name: str, fn: Rate) -> Series:
+        values = tuple(float(fn(x - STEP / 2)) for x in t)
+        return Series() if name in missing else Series(t, values)
+
+    return Observation(
+        now=now,
+        arrival_rate=series("arrival_rate", rate),
+        queue_depth=series("queue_depth", queue),
+        in_flight=series("in_flight", rate),
+        completion_rate=series("completion_rate", rate),
+        prompt_tokens_rate=series("prompt_tokens_rate", lambda x: TOKENS * rate(x)),
+        replicas=replicas(ready, starting),
+    )
+
+
+def policy(settings: PredictiveSettings = SETTINGS, **workload) -> PredictivePolicy:
+    return PredictivePolicy(replace(WORKLOAD, **workload), settings=settings)
+
+
+def test_name_and_a_tick_fast_enough_for_bursts() -> None:
+    p = policy()
+    assert p.name == "gpufleet"
+    assert p.interval_seconds <= STEP  # a burst moves the count within one control interval
+
+
+@pytest.mark.parametrize(
+    ("rate", "ready", "want", "reason"),
+    [
+        # 20/s at 80% of 10/s per replica: ceil(20 * 1.25 / 10) = 3
+        pytest.param(20.0, 3, 3, Reason.STEADY, id="steady-at-the-right-size"),
+        pytest.param(20.0, 1, 3, Reason.SCALE_UP, id="steady-undersized-scales-up"),
+        pytest.param(80.0, 2, 10, Reason.SCALE_UP, id="steady-far-undersized"),
+    ],
+)
+def test_steady_traffic(rate: float, ready: int, want: int, reason: Reason) -> None:
+    d = policy().decide(observe(1000.0, const(rate), ready=ready))
+    assert (d.desired, d.reason) == (want, reason)
+
+
+def test_ramp_scales_ahead_for_the_forecast() -> None:
+    ramp = lambda t: 10.0 + 0.1 * t  # noqa: E731 - +6/s per minute
+    d = policy().decide(observe(600.0, ramp, ready=1))
+    level_only = int(np.ceil(ramp(600.0) * 1.25 / RPS))
+    assert d.reason is Reason.FORECAST
+    assert d.desired > level_only
+    assert "forecast" in d.message
+
+
+def test_burst_scales_up_on_the_first_tick_it_is_visible() -> None:
+    start = 1000.0  # the burst begins; its first sample is scraped at 1005, visible at 1006.5
+    rate = lambda t: 10.0 if t < start else 60.0  # noqa: E731
+    p = policy()
+    before = [p.decide(observe(t, rate, ready=2)) for t in np.arange(900.0, 1006.0, 2.0)]
+    assert {d.desired for d in before} == {2}
+    d = p.decide(observe(1006.5, rate, ready=2))
+    # The 5-s sample must be prefilled within 5 s + the 2-s SLO: ceil(60 * 5/7 * 1.25 / 10)
+    assert (d.desired, d.reason) == (6, Reason.BURST)
+    assert d.message.startswith("arrivals 60.0/s")
+
+
+def test_panic_never_scales_down_while_it_lasts() -> None:
+    rate = lambda t: 60.0 if 1000.0 <= t < 1010.0 else 10.0  # noqa: E731 - a 10-s burst
+    p = policy(replace(SETTINGS, scale_down_window_seconds=0.0))
+    p.decide(observe(990.0, rate, ready=2))
+    up = p.decide(observe(1012.0, rate, ready=2))
+    assert up.reason is Reason.BURST
+    held = [p.decide(observe(t, rate, ready=up.desired)) for t in np.arange(1020.0, 1060.0, 2.0)]
+    assert {(d.desired, d.reason) for d in held} == {(up.desired, Reason.BURST)}
+
+
+def test_scale_down_waits_for_the_window_then_steps() -> None:
+    s = replace(SETTINGS, forecast=replace(SETTINGS.forecast, peak_memory_seconds=60.0))
+    p = policy(s)
+    rate = const(20.0)  # needs 3
+    held = [p.decide(observe(t, rate, ready=10)) for t in np.arange(1000.0, 1300.0, 2.0)]
+    assert {d.desired for d in held} == {10}
+    assert held[-1].reason is Reason.STABILIZED
+    d = p.decide(observe(1302.0, rate, ready=10))
+    assert (d.desired, d.reason) == (3, Reason.SCALE_DOWN)
+
+
+def test_scale_down_steps_at_most_once_per_step_delay() -> None:
+    s = replace(SETTINGS, scale_down_window_seconds=0.0)
+    p = policy(s)
+    assert p.decide(observe(1000.0, const(40.0), ready=10)).desired == 10  # seeded window
+    first = p.decide(observe(1002.0, const(40.0), ready=10))
+    assert (first.desired, first.reason) == (5, Reason.SCALE_DOWN)
+    again = p.decide(observe(1004.0, const(10.0), ready=5))
+    assert (again.desired, again.reason) == (5, Reason.RATE_LIMITED)
+    later = p.decide(observe(1002.0 + s.scale_down_step_seconds, const(10.0), ready=5))
+    assert (later.desired, later.reason) == (2, Reason.SCALE_DOWN)
+
+
+def test_never_below_the_recent_peak() -> None:
+    s = replace(SETTINGS, scale_down_window_seconds=0.0)
+    rate = lambda t: 60.0 if 1000.0 <= t < 1030.0 else 5.0  # noqa: E731 - a 30-s burst
+    p = policy(s)
+    p.decide(observe(1400.0, rate, ready=12))
+    d = p.decide(observe(1402.0, rate, ready=12))
+    # 400 s later the burst is still remembered: ceil(60 * 30/32 * 1.25 / 10) = 8
+    assert (d.desired, d.reason) == (8, Reason.SCALE_DOWN)
+    forgotten = policy(s)
+    forgotten.decide(observe(1700.0, rate, ready=12))
+    assert forgotten.decide(observe(1702.0, rate, ready=12)).desired == 1
+
+
+@pytest.mark.parametrize(
+    ("missing", "late", "rate", "want", "reason"),
+    [
+        pytest.param(
+            ("arrival_rate", "queue_depth"),
+            LATE,
+            0.0,
+            10,
+            Reason.MISSING_METRICS,
+            id="all-missing-holds",
+        ),
+        pytest.param((), 60.0, 0.0, 10, Reason.MISSING_METRICS, id="stale-samples-hold"),
+        pytest.param(
+            ("queue_depth",),
+            LATE,
+            5.0,
+            10,
+            Reason.MISSING_METRICS,
+            id="queue-missing-no-scale-down",
+        ),
+        pytest.param(
+            ("queue_depth",), LATE, 200.0, 25, Reason.SCALE_UP, id="queue-missing-still-scales-up"
+        ),
+        pytest.param(
+            ("arrival_rate",),
+            LATE,
+            5.0,
+            10,
+            Reason.MISSING_METRICS,
+            id="arrivals-missing-no-scale-down",
+        ),
+    ],
+)
+def test_missing_metrics_never_scale_down(
+    missing: tuple[str, ...], late: float, rate: float, want: int, reason: Reason
+) -> None:
+    p = policy(replace(SETTINGS, scale_down_window_seconds=0.0))
+    p.decide(observe(1000.0, const(rate), ready=10, missing=missing, late_seconds=late))
+    d = p.decide(observe(1002.0, const(rate), ready=10, missing=missing, late_seconds=late))
+    assert (d.desired, d.reason) == (want, reason)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "rate", "ready", "want"),
+    [
+        pytest.param({"max_replicas": 6}, 500.0, 2, 6, id="capped-at-max"),
+        pytest.param({"min_replicas": 4}, 0.5, 4, 4, id="floored-at-min"),
+        pytest.param({"min_replicas": 3}, 0.5, 1, 3, id="below-min-brought-up"),
+        pytest.param({"max_replicas": 3}, 0.5, 8, 3, id="above-max-brought-down"),
+    ],
+)
+def test_bounds(bounds: dict[str, int], rate: float, ready: int, want: int) -> None:
+    p = policy(**bounds)
+    d = p.decide(observe(1000.0, const(rate), ready=ready))
+    assert d.desired == want
+    assert d.reason is Reason.BOUNDED
+
+
+@pytest.mark.parametrize("seed", range(6), ids=lambda s: f"seed-{s}")
+def test_random_traffic_never_leaves_min_max(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    levels = rng.gamma(0.5, 40.0, size=200)
+    rate = lambda t: float(levels[int(t // 30) % 200])  # noqa: E731 - bursty steps
+    lo, hi = int(rng.integers(0, 3)), int(rng.integers(3, 12))
+    p = policy(min_replicas=lo, max_replicas=hi)
+    current = lo
+    for t in np.arange(0.0, 3000.0, 2.0):
+        missing = ("arrival_rate",) if rng.random() < 0.05 else ()
+        d = p.decide(observe(t, rate, ready=current, missing=missing, history_seconds=300.0))
+        assert lo <= d.desired <= hi
+        assert 0 <= d.headroom <= hi - d.desired
+        current = d.desired
+
+
+def idle_policy() -> PredictivePolicy:
+    return policy(replace(SETTINGS, idle_seconds_to_zero=300.0), min_replicas=0)
+
+
+def test_scale_to_zero_after_the_idle_period() -> None:
+    p = idle_policy()
+    quiet = const(0.0)
+    before = [p.decide(observe(t, quiet, ready=1)) for t in np.arange(1000.0, 1300.0, 2.0)]
+    assert {d.desired for d in before} == {1}
+    d = p.decide(observe(1300.0, quiet, ready=1))
+    assert (d.desired, d.reason) == (0, Reason.DEACTIVATE)
+    assert d.headroom == 0
+
+
+def test_scale_to_zero_stays_at_zero_while_idle() -> None:
+    d = idle_policy().decide(observe(1000.0, const(0.0), ready=0))
+    assert (d.desired, d.reason) == (0, Reason.STEADY)
+
+
+@pytest.mark.parametrize(
+    ("rate", "queue", "want"),
+    [
+        pytest.param(0.2, 0.0, 1, id="one-arrival-activates"),
+        pytest.param(0.0, 3.0, 1, id="a-queue-activates"),
+        pytest.param(40.0, 0.0, 4, id="a-burst-activates-at-size"),
+    ],
+)
+def test_activation_from_zero(rate: float, queue: float, want: int) -> None:
+    obs = observe(1000.0, lambda t: rate if t > 990.0 else 0.0, ready=0, queue=const(queue))
+    d = idle_policy().decide(obs)
+    assert (d.desired, d.reason) == (want, Reason.ACTIVATE)
+
+
+def test_zero_holds_when_metrics_are_missing() -> None:
+    obs = observe(1000.0, const(0.0), ready=0, missing=("arrival_rate", "queue_depth"))
+    assert idle_policy().decide(obs).desired == 0
+
+
+def test_headroom_covers_the_forecast_within_node_provisioning() -> None:
+    ramp = lambda t: 10.0 + 0.05 * t  # noqa: E731
+    d = policy().decide(observe(600.0, ramp, ready=5))
+    assert d.headroom > 0
+    off = policy(replace(SETTINGS, placeholders=False)).decide(observe(600.0, ramp, ready=5))
+    assert (off.desired, off.headroom) == (d.desired, 0)
+
+
+def test_learns_capacity_from_saturated_samples() -> None:
+    # Prior of 2/s; the replicas are saturated (queue 50) completing 7/s each.
+    p = policy(PredictiveSettings())
+    d = p.decide(observe(1000.0, const(14.0), ready=2, queue=const(50.0)))
+    m = re.search(r"capacity ([\d.]+)/s per replica \(learned, (\d+) samples\)", d.message)
+    assert m is not None, d.message
+    assert float(m.group(1)) == pytest.approx(7.0, rel=0.05)
+
+
+def test_headroom_knob_trades_replicas_for_slack() -> None:
+    tight = policy(replace(SETTINGS, headroom=0.0)).decide(observe(1000.0, const(50.0), ready=1))
+    loose = policy(replace(SETTINGS, headroom=0.5)).decide(observe(1000.0, const(50.0), ready=1))
+    assert (tight.desired, loose.desired) == (5, 8)
