@@ -293,3 +293,11 @@ def test_multi_gpu_replicas_and_the_node_cap(max_nodes: int, ready: int, nodes: 
     assert result.timeline.nodes.max() == nodes
     pending = [r for r in policy.seen[-1].replicas if r.state is ReplicaState.STARTING]
     assert len(pending) == 3 - ready
+
+
+def test_scale_down_takes_replicas_from_the_emptiest_node_so_it_can_go() -> None:
+    cluster = Cluster(ClusterModel(), prefix="w", post=lambda *a: None)
+    cluster.bootstrap(10)  # 8 on node 0, 2 on node 1
+    assert [n.used_gpus for n in cluster.nodes] == [8, 2]
+    cluster.set_desired(8, 1.0)  # idle replicas drop at once
+    assert [n.used_gpus for n in cluster.nodes] == [8, 0]

@@ -142,3 +142,21 @@ def test_gpufleet_sweep_point_sets_its_headroom():
 def test_knob_errors(name, message):
     with pytest.raises(ValueError, match=message):
         policies.knob(name)
+
+
+def test_warm_start_gives_each_trace_its_own_initial_replicas_for_every_policy():
+    # 400 requests of 15k prompt tokens in the first second need many replicas at once;
+    # the quiet trace needs only the floor. The busy trace's count must not leak into it.
+    busy = trace_from_arrays(np.linspace(0, 1, 400), [15_000] * 400, [1] * 400, name="busy")
+    specs = sweep.plan(
+        [busy, TRACE],
+        ("hpa", "oracle"),
+        workload=WORKLOAD,
+        config=SimConfig(),
+        tuning=Tuning(),
+        sweep=False,
+        warm_start=True,
+    )
+    initial = [(s.trace.name, s.config.initial_replicas) for s in specs]
+    assert initial[0] == initial[1] and initial[0][1] > 1
+    assert initial[2:] == [("t", 1), ("t", 1)]

@@ -157,13 +157,17 @@ class Cluster:
         excess = len(active) - desired
         if excess <= 0:
             return
-        # Starting replicas go first, newest first: they serve nothing yet.
+        # Starting replicas go first: they serve nothing yet. Unbound ones, then those on
+        # the emptiest node, newest first on ties.
         starting = [r for r in active if r.state is ReplicaState.STARTING]
-        for r in starting[::-1][:excess]:
+        for r in sorted(starting, key=lambda r: (self._node_load(r), -r.index))[:excess]:
             self._drop(r, now)
             excess -= 1
-        # Then ready ones with the fewest in flight (newest first on ties): least to drain.
-        for r in sorted(self.ready, key=lambda r: (r.in_flight, -r.index))[:excess]:
+        # Then ready ones on the emptiest node (so whole nodes can go), fewest in flight
+        # (least to drain), newest first. The live actuator gets the same order from
+        # `controller.kubernetes.io/pod-deletion-cost`; every policy is simulated with it.
+        order = sorted(self.ready, key=lambda r: (self._node_load(r), r.in_flight, -r.index))
+        for r in order[:excess]:
             r.move(ReplicaState.TERMINATING, now)
             self.ready.remove(r)
             if r.in_flight == 0:
@@ -245,6 +249,11 @@ class Cluster:
         assert self.billed_nodes() <= self.model.max_nodes
 
     # --- internals ---
+
+    @staticmethod
+    def _node_load(r: SimReplica) -> int:
+        """GPUs in use on `r`'s node; -1 for a replica not bound to one yet."""
+        return -1 if r.node is None else r.node.used_gpus
 
     def _new_replica(self, now: float) -> SimReplica:
         r = SimReplica(index=self.next_index, name=f"{self.prefix}-{self.next_index}", now=now)

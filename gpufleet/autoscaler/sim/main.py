@@ -107,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config=settings.sim_config(),
         tuning=settings.tuning(),
         sweep=settings.sweep,
+        warm_start=settings.warm_start,
     )
     live = settings.progress and sys.stderr.isatty()
     if settings.sweep:

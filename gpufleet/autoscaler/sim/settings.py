@@ -103,6 +103,16 @@ class SimulateSettings(BaseSettings):
         group=RUN,
         help="Progress bar on stderr while a run goes (only on a terminal).",
     )
+    warm_start: bool = setting(
+        True,
+        "GPUFLEET_SIM_WARM_START",
+        "--warm-start",
+        group=WORKLOAD,
+        help="Start every run with the replicas the trace's first minutes need (the oracle's "
+        "warm-up requirement) instead of --min-replicas. No policy can add capacity before "
+        "a cold start plus node provisioning, so a cold start only loses the same early "
+        "requests under every policy.",
+    )
     slo_ttft_seconds: float = setting(
         2.0,
         "GPUFLEET_SIM_SLO_TTFT_SECONDS",

@@ -55,14 +55,25 @@ def plan(
     config: SimConfig,
     tuning: Tuning,
     sweep: bool,
+    warm_start: bool = False,
 ) -> list[RunSpec]:
     """The runs, trace by trace in the order given, then policy by policy, knob ascending.
 
     Without `sweep`, one run per (trace, policy). With it, one per knob value; the oracle
     has no knob and stays a single point, the bound every front is measured against.
+    `warm_start` starts each trace's runs with the replicas its first minutes need
+    (`oracle.warm_start_replicas`), the same for every policy.
     """
+    from gpufleet.autoscaler.sim.oracle import warm_start_replicas
+
     specs = []
     for trace in traces:
+        trace_config = config
+        if warm_start:
+            initial = warm_start_replicas(trace, workload=workload, config=config)
+            trace_config = dataclasses.replace(
+                config, initial_replicas=max(initial, config.initial_replicas)
+            )
         for name in names:
             values: Sequence[float | None] = [None]
             if sweep and name != policies.ORACLE:
@@ -72,7 +83,7 @@ def plan(
                     trace=trace,
                     policy=name,
                     workload=workload,
-                    config=config,
+                    config=trace_config,
                     tuning=tuning,
                     knob_value=value,
                 )
