@@ -70,7 +70,7 @@ def test_settings_build_the_simulator_config(monkeypatch):
     assert config.cluster.cold_start_seconds == workload.cold_start_seconds == 30
     assert config.cluster.gpus_per_node == 4
     assert config.service.batch_slots == 32
-    assert config.seed == 7
+    assert s.seed == 7  # the --scale copies' jitter; load_trace takes it
     assert config.initial_replicas == workload.min_replicas == 3
     assert workload.max_replicas == 200
 

@@ -46,9 +46,9 @@ class PipelineModel:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
+    """The world; the SLO is the workload's (`WorkloadConfig.slo_ttft_seconds`)."""
+
     service: ServiceModel = field(default_factory=ServiceModel)
     cluster: ClusterModel = field(default_factory=ClusterModel)
     pipeline: PipelineModel = field(default_factory=PipelineModel)
-    slo_ttft_seconds: float = 2.0
     initial_replicas: int = 1  # ready (on ready nodes) at time 0
-    seed: int = 0

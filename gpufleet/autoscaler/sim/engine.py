@@ -1,7 +1,7 @@
 """The discrete-event engine: replays a trace through replicas driven by a real policy.
 
-Pure and deterministic: no clock, no I/O, no randomness (the model has none; a future
-stochastic part must draw from a Generator seeded with `SimConfig.seed`). One heap of
+Pure and deterministic: no clock, no I/O, no randomness (the model has none; the only
+seeded randomness is the jitter of `trace.scale_trace`'s copies). One heap of
 (time, kind, seq) events; arrivals are read straight from the trace arrays instead. Ties at
 one instant resolve in `_Kind` order, so completions free slots before arrivals take them
 and a policy tick sees the state after everything else at that instant.

@@ -285,10 +285,8 @@ class SimulateSettings(BaseSettings):
                 node_idle_seconds=self.node_idle_seconds,
             ),
             pipeline=PipelineModel(scrape_interval_seconds=self.scrape_interval_seconds),
-            slo_ttft_seconds=self.slo_ttft_seconds,
             # The workload's floor is up and serving when the trace starts.
             initial_replicas=max(SimConfig().initial_replicas, self.min_replicas),
-            seed=self.seed,
         )
 
     def tuning(self) -> Tuning:
