@@ -34,3 +34,18 @@ def test_bench_prints_a_row_per_policy(tmp_path: Path) -> None:
         assert f"\n| {policy} | " in run.stdout
     timings = json.loads(results.read_text())["timings"]
     assert [t["policy"] for t in timings] == ["hpa", "keda", "gpufleet", "oracle"]
+
+
+def test_reaction_bench_prints_a_row_per_policy(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "tiny.csv", minutes=3)
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.reaction_bench", "--trace", str(trace)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    for policy in ("hpa", "keda", "gpufleet"):
+        assert f"| tiny | {policy} | " in run.stdout

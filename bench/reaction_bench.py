@@ -1,0 +1,93 @@
+"""How fast each policy answers a burst: issue 4's "first scale-up decision within one
+control interval (<= 5 s) of a burst's start".
+
+Bursts come from the trace itself (`gpufleet.autoscaler.sim.bursts`: the next 10 s arrive
+at >= 2x the previous minute's rate and >= 1 request/s). Each policy runs through
+`sweep.run`, the path `gpufleet simulate` takes, with the default simulator settings and a
+warm start. For every burst the table counts the policy's first decision raising its
+desired count within 60 s, and splits the delay into:
+- from start: what users feel;
+- after visible: minus the metric pipeline's share (the next scrape covering the burst,
+  plus rule evaluation and query), i.e. the part the policy controls. A policy that acts
+  on the first tick after the burst becomes visible scores at most its own interval here.
+A burst the policy did not scale for (capacity already sufficed, or it missed it) is not
+in the delays; "raised" says how many it scaled for.
+
+Run from the repository root:
+    python3 -m bench.reaction_bench [--trace A.csv,B.csv] [--scale 1] [--scrape-interval-seconds 5]
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from gpufleet.autoscaler import policies
+from gpufleet.autoscaler.policies import Tuning
+from gpufleet.autoscaler.sim import sweep
+from gpufleet.autoscaler.sim.bursts import burst_starts, reaction_delays, visible_delay
+from gpufleet.autoscaler.sim.config import PipelineModel, SimConfig
+from gpufleet.autoscaler.sim.trace import load_trace
+from gpufleet.autoscaler.workload import WorkloadConfig
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+DEFAULT_TRACES = f"{TRACES / 'azure-llm-2023-code.csv'},{TRACES / 'azure-llm-2023-conv.csv'}"
+
+
+def row(spec: sweep.RunSpec) -> str:
+    result = sweep.run(spec)
+    starts = burst_starts(spec.trace.arrival_seconds)
+    delays = reaction_delays(starts, result.decisions)
+    visible = np.array([visible_delay(s, spec.config.pipeline) for s in starts])
+    raised = ~np.isnan(delays)
+    interval = policies.make_policy(spec.policy, spec.workload, spec.tuning).interval_seconds
+    own = delays[raised] - visible[raised]
+    within = int(np.sum(own <= interval + 1e-9))
+
+    def p50_max(x: np.ndarray) -> str:
+        return "-" if not len(x) else f"{np.median(x):.1f} / {x.max():.1f}"
+
+    return (
+        f"| {spec.trace.name} | {spec.policy} | {interval:g} | {len(starts)} | {raised.sum()} "
+        f"| {p50_max(delays[raised])} | {p50_max(own)} | {within} |"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trace", default=DEFAULT_TRACES)
+    parser.add_argument("--policy", default="hpa,keda,gpufleet")
+    parser.add_argument("--scale", type=int, default=1)
+    parser.add_argument("--scrape-interval-seconds", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    traces = [load_trace(p, scale=args.scale) for p in args.trace.split(",") if p]
+    workload = WorkloadConfig(name="llm", min_replicas=1, max_replicas=200)
+    config = SimConfig(pipeline=PipelineModel(scrape_interval_seconds=args.scrape_interval_seconds))
+    names = policies.check_names(tuple(args.policy.split(",")))
+    specs = sweep.plan(
+        traces,
+        names,
+        workload=workload,
+        config=config,
+        tuning=Tuning(),
+        sweep=False,
+        warm_start=True,
+    )
+    print(f"# Burst reaction (`{' '.join(['python3 -m bench.reaction_bench', *sys.argv[1:]])}`)\n")
+    print(
+        f"scrape interval {config.pipeline.scrape_interval_seconds:g} s, evaluation "
+        f"{config.pipeline.evaluation_seconds:g} s, query {config.pipeline.query_seconds:g} s\n"
+    )
+    print(
+        "| trace | policy | interval (s) | bursts | raised | delay from start p50 / max (s) "
+        "| after visible p50 / max (s) | within one interval of visible |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for spec in specs:
+        print(row(spec))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

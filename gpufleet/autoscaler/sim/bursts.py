@@ -1,0 +1,85 @@
+"""Burst starts in a trace, and how long a run's policy took to answer each.
+
+Issue 4 asks for the first scale-up decision within one control interval of a burst's
+start. A burst starts where the arrivals of the next `window_seconds` run at least
+`factor` times the rate of the `baseline_seconds` before (and at least `min_rate` per
+second, so a trickle after silence is not a burst); its start is the first arrival of the
+window, within one window of the trip, that holds the most arrivals. After one burst starts, the next can start only a baseline later.
+
+The reaction delay is the time from the start to the first decision, within a horizon,
+whose desired count exceeds the last desired count before the start. It includes the metric pipeline's delay
+(the burst is invisible until a scrape has covered it and the sample has been evaluated and
+queried), so `visible_delay` reports the part the policy itself controls.
+
+Pure: plain arrays in, arrays out.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpufleet.autoscaler.sim.config import PipelineModel
+from gpufleet.autoscaler.sim.result import DecisionRecord
+
+STEP_SECONDS = 1.0  # resolution of the burst search
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BurstRule:
+    window_seconds: float = 10.0
+    baseline_seconds: float = 60.0
+    factor: float = 2.0
+    min_rate: float = 1.0  # requests/s over the window
+
+
+def burst_starts(arrival_seconds: np.ndarray, rule: BurstRule = BurstRule()) -> np.ndarray:
+    """Start times (first arrival of each burst window), ascending."""
+    if len(arrival_seconds) == 0:
+        return np.empty(0)
+    grid = np.arange(0.0, arrival_seconds[-1] + STEP_SECONDS, STEP_SECONDS)
+    counts_before = np.searchsorted(arrival_seconds, grid, side="left")
+    ahead = np.searchsorted(arrival_seconds, grid + rule.window_seconds, side="left")
+    behind = np.searchsorted(arrival_seconds, grid - rule.baseline_seconds, side="left")
+    rate = (ahead - counts_before) / rule.window_seconds
+    baseline = (counts_before - behind) / rule.baseline_seconds
+    hot = (rate >= rule.min_rate) & (rate >= rule.factor * baseline)
+    hot &= grid >= rule.baseline_seconds  # the trace's own start has no baseline
+    starts: list[float] = []
+    span = int(rule.window_seconds / STEP_SECONDS)
+    for i in np.flatnonzero(hot):
+        # The window trips before it is fully inside the burst; the burst starts where the
+        # window ahead holds the most arrivals (the first such point).
+        j = i + int(np.argmax(rate[i : i + span + 1]))
+        first = float(arrival_seconds[min(counts_before[j], len(arrival_seconds) - 1)])
+        if not starts or first >= starts[-1] + rule.baseline_seconds:
+            starts.append(first)
+    return np.array(starts)
+
+
+def reaction_delays(
+    starts: np.ndarray, decisions: tuple[DecisionRecord, ...], *, horizon_seconds: float = 60.0
+) -> np.ndarray:
+    """Seconds from each start to the first decision raising desired within the horizon.
+
+    NaN where none did: capacity already sufficed, or the policy missed the burst.
+    """
+    times = np.array([d.t for d in decisions])
+    desired = np.array([d.desired for d in decisions])
+    delays = np.full(len(starts), np.nan)
+    for k, start in enumerate(starts):
+        i = int(np.searchsorted(times, start, side="left"))
+        before = desired[i - 1] if i > 0 else desired[0] if len(desired) else 0
+        end = int(np.searchsorted(times, start + horizon_seconds, side="right"))
+        raised = np.flatnonzero(desired[i:end] > before)
+        if len(raised):
+            delays[k] = times[i + raised[0]] - start
+    return delays
+
+
+def visible_delay(start: float, pipeline: PipelineModel) -> float:
+    """Seconds from a start until the first sample covering it can be queried."""
+    scrape = pipeline.scrape_interval_seconds
+    first_scrape = np.ceil(start / scrape) * scrape
+    if first_scrape == start:  # a scrape at the very instant has not seen it yet
+        first_scrape += scrape
+    return float(first_scrape + pipeline.evaluation_seconds + pipeline.query_seconds - start)

@@ -1,0 +1,71 @@
+"""Burst detection in traces and the reaction delay of a run's decisions."""
+
+import numpy as np
+import pytest
+
+from gpufleet.autoscaler.sim.bursts import (
+    BurstRule,
+    burst_starts,
+    reaction_delays,
+    visible_delay,
+)
+from gpufleet.autoscaler.sim.config import PipelineModel
+from gpufleet.autoscaler.sim.result import DecisionRecord
+
+
+def steady(start: float, end: float, rate: float) -> np.ndarray:
+    return np.arange(start, end, 1.0 / rate)
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "expected"),
+    [
+        (steady(0, 300, 2.0), []),
+        (np.concatenate([steady(0, 120, 1.0), steady(120.25, 150, 5.0)]), [120.25]),
+        # Two jumps closer than a baseline apart are one burst.
+        (
+            np.concatenate([steady(0, 120, 1.0), steady(120, 140, 5.0), steady(140, 160, 25.0)]),
+            [120.0],
+        ),
+        # A trickle after silence is below min_rate.
+        (np.concatenate([steady(0, 10, 1.0), steady(100, 200, 0.5)]), []),
+        # Load at the very start has no baseline to burst over.
+        (steady(0, 50, 10.0), []),
+    ],
+    ids=["steady", "jump x5", "two jumps one burst", "trickle", "start of trace"],
+)
+def test_burst_starts(arrivals, expected):
+    # Found to within the search step (1 s).
+    starts = burst_starts(np.sort(arrivals), BurstRule()).tolist()
+    assert starts == pytest.approx(expected, abs=1.0)
+
+
+def decisions(*pairs: tuple[float, int]) -> tuple[DecisionRecord, ...]:
+    return tuple(DecisionRecord(t=t, desired=d, reason="x", message="") for t, d in pairs)
+
+
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [
+        (decisions((0, 2), (100, 2), (104, 3), (106, 5)), 4.0),
+        (decisions((0, 2), (100, 2), (104, 1), (110, 2)), None),  # never above 2
+        (decisions((0, 2), (170, 3)), None),  # beyond the 60 s horizon
+        (decisions((0, 2), (100, 3)), 0.0),  # a decision at the very start counts
+    ],
+    ids=["first raise", "no raise", "too late", "same instant"],
+)
+def test_reaction_delay(history, expected):
+    delay = reaction_delays(np.array([100.0]), history)[0]
+    if expected is None:
+        assert np.isnan(delay)
+    else:
+        assert delay == expected
+
+
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [(101.0, 5.5), (100.0, 6.5), (104.9, 1.6)],
+    ids=["mid interval", "on a scrape", "just before a scrape"],
+)
+def test_visible_delay_is_next_scrape_plus_evaluation_and_query(start, expected):
+    assert visible_delay(start, PipelineModel()) == pytest.approx(expected)
