@@ -18,9 +18,12 @@ Two sources, in two units (completions/s and prompt tokens/s, per ready replica)
    - duty cycle: throughput divided by busy GPU time (DCGM duty cycle, or GR_ENGINE_ACTIVE
      where present) can only under-state the rate, because the duty cycle counts any kernel
      at all (decode included);
-   - TTFT: a p90 TTFT is at least the p90 prompt's prefill time, itself at least the mean
-     prompt's for any right-skewed prompt mix, so mean prompt tokens / p90 TTFT can only
-     under-state the prefill rate (queueing only makes TTFT longer).
+   - TTFT: every request's TTFT is at least its own prompt's prefill time, so the prompt
+     tokens prefilled in a sample divided by the TTFT seconds summed over the same first
+     tokens (`ttft_sum_rate`) can only under-state the prefill rate; queueing only makes it
+     looser, and on a lightly loaded fleet it is the rate itself. Without that signal, mean
+     prompt tokens / p90 TTFT (the p90 prompt's prefill is at least the mean prompt's for a
+     right-skewed mix) is the weaker stand-in.
 
 Replica counts come from `obs.replicas`: a sample counts the replicas ready for its whole
 interval plus those draining now (they served it). Over-counting only under-states the
@@ -113,7 +116,12 @@ def learn(state: CapacityState, obs: Observation, settings: CapacitySettings) ->
     for i in new:
         state = _fold_saturated(state, obs, i, queue=queue, tokens=tokens, settings=settings)
     state = _fold_hint(state, obs, tokens=tokens, settings=settings)
-    state = _fold_ttft(state, obs, settings=settings)
+    if obs.ttft_sum_rate.times:
+        sums = dict(zip(obs.ttft_sum_rate.times, obs.ttft_sum_rate.values, strict=True))
+        for i in new:
+            state = _fold_ttft_sum(state, obs, i, tokens=tokens, sums=sums, settings=settings)
+    else:
+        state = _fold_ttft(state, obs, settings=settings)
     return replace(state, last_sample_time=done.times[new[-1]])
 
 
@@ -226,6 +234,29 @@ def _fold_hint(
         hint_busy=state.hint_busy * decay + busy,
         hint_requests=state.hint_requests * decay + obs.completion_rate.values[-1],
         hint_tokens=state.hint_tokens * decay + tok,
+    )
+
+
+def _fold_ttft_sum(
+    state: CapacityState,
+    obs: Observation,
+    i: int,
+    *,
+    tokens: dict[float, float],
+    sums: dict[float, float],
+    settings: CapacitySettings,
+) -> CapacityState:
+    """Fold sample `i`'s prompt tokens / summed TTFT (a strict lower bound on prefill rate)."""
+    t = obs.completion_rate.times[i]
+    tok, ttft_sum = tokens.get(t), sums.get(t)
+    if tok is None or ttft_sum is None or tok <= 0.0 or ttft_sum <= 0.0:
+        return state
+    decay = 0.5 ** (1.0 / settings.hint_half_life_samples)
+    # The bound is exact, not a guess from noisy windows: undo the hint discount for it.
+    return replace(
+        state,
+        ttft_weight=state.ttft_weight * decay + 1.0,
+        ttft_tokens=state.ttft_tokens * decay + tok / ttft_sum / settings.hint_discount,
     )
 
 

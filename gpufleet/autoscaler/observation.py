@@ -60,6 +60,9 @@ class Observation:
     completion_rate: Series = MISSING  # requests/s finished
     prompt_tokens_rate: Series = MISSING  # prompt tokens/s prefilled
     ttft_p90_seconds: Series = MISSING  # time to first token, p90 over each sample's window
+    # TTFT seconds summed over the first tokens of each sample's window, per second (the TTFT
+    # histogram's `_sum` rate), aligned with `prompt_tokens_rate`: the same requests' prompts.
+    ttft_sum_rate: Series = MISSING
     pods: tuple[PodTelemetry, ...] = ()
     replicas: tuple[Replica, ...] = ()
 

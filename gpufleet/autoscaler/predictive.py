@@ -5,6 +5,8 @@ Every tick it turns late signals into a replica count:
 1. **Capacity.** Requests/s (and prompt tokens/s) one replica sustains, learned online
    from saturated samples (`capacity`), behind a conservative prior until learned; while
    unlearned, a scale-up is capped at `unlearned_max_scale_up_ratio` x the ready replicas.
+   A latency probe credits more than the estimate while p90 TTFT stays within half the SLO
+   at load (`probe_*`), so a fleet that never saturates still shrinks toward its capacity.
 2. **Steady demand.** The arrival rate forecast over the lead time (cold start plus one
    tick, from the newest sample's age; `forecast`), plus the backlog that must drain within
    `backlog_drain_seconds`. Replicas = demand x (1 + headroom) / learned rate.
@@ -92,6 +94,20 @@ class PredictiveSettings:
     # Placeholders (`Decision.headroom`) cover the forecast within node provisioning plus
     # cold start; False asks for none (a cluster without placeholder pods).
     placeholders: bool = True
+    # Latency probe. A fleet that never saturates learns its capacity only from lower
+    # bounds (the duty cycle, the TTFT bound), which sit near the load it already carries,
+    # so it would stay as large as it started. While the newest p90 TTFT is within
+    # `probe_ttft_share` x SLO and the replicas carry at least `probe_min_load` of the rate
+    # they are credited with, the credited rate grows by `probe_growth` per sample (a test
+    # the service is passing); each sample over the threshold shrinks it by `probe_backoff`.
+    # Growth is bounded by the load carried (1 / probe_min_load x it), so the credit never
+    # runs ahead of evidence, and never exceeds `probe_max_ratio` x the learned estimate.
+    # 0.5 of the SLO leaves the other half for a burst's queueing.
+    probe_ttft_share: float = 0.5
+    probe_min_load: float = 0.7
+    probe_growth: float = 0.03
+    probe_backoff: float = 0.85
+    probe_max_ratio: float = 4.0
     capacity: CapacitySettings = field(default_factory=CapacitySettings)
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
 
@@ -134,6 +150,8 @@ class PredictivePolicy:
         self._last_change = -math.inf  # when desired last moved (for the step delay)
         self._last_active: float | None = None  # last arrival, queue or work
         self._desired: int | None = None
+        self._probe = 1.0  # credited / learned per-replica rate (the latency probe)
+        self._probe_seen = -math.inf  # newest TTFT sample the probe has read
 
     def decide(self, obs: Observation) -> Decision:
         s, now = self.settings, obs.now
@@ -149,6 +167,7 @@ class PredictivePolicy:
             return self._finish(obs, held, Reason.MISSING_METRICS, message, headroom=0)
         self._capacity = learn(self._capacity, obs, s.capacity)
         demand = self._demand(obs, arrivals_ok=arrivals_ok)
+        self._update_probe(obs, demand)
         active = self._note_activity(obs)
         self._remember(obs, demand)
         desired, reason = self._target(obs, demand)
@@ -170,8 +189,8 @@ class PredictivePolicy:
         s, w = self.settings, self.workload
         est = estimate(self._capacity, s.capacity)
         tpr = tokens_per_request(obs)
-        unit = max(1e-9, est.per_replica_rps(tpr))
-        prefill = max(unit, est.prompt_tokens_per_second / tpr if tpr else unit)
+        unit = max(1e-9, est.per_replica_rps(tpr)) * self._probe
+        prefill = max(unit, self._probe * est.prompt_tokens_per_second / tpr if tpr else unit)
         grow = 1.0 + s.headroom
         arrivals = obs.arrival_rate if arrivals_ok else Series()
         lead = w.cold_start_seconds + s.interval_seconds
@@ -205,12 +224,28 @@ class PredictivePolicy:
             placeholders=math.ceil(max(long_fc.predicted, fc.level) * grow / unit),
         )
 
+    def _update_probe(self, obs: Observation, d: Demand) -> None:
+        """Grow the credited rate while latency passes at load; back off when it fails."""
+        s = self.settings
+        ttft = obs.ttft_p90_seconds
+        if not ttft.times or ttft.times[-1] <= self._probe_seen:
+            return
+        self._probe_seen = ttft.times[-1]
+        if ttft.values[-1] > s.probe_ttft_share * self.workload.slo_ttft_seconds:
+            self._probe = max(1.0, self._probe * s.probe_backoff)
+            return
+        ready = obs.count(ReplicaState.READY)
+        load = d.forecast.level / max(1, ready)
+        if ready and load >= s.probe_min_load * d.per_replica_rps:
+            self._probe = min(s.probe_max_ratio, self._probe * (1.0 + s.probe_growth))
+
     def _remember(self, obs: Observation, d: Demand) -> None:
         """Window the steady recommendation; start or extend a panic."""
         s, now = self.settings, obs.now
-        if self._desired is None:
-            # A (re)started controller has no window yet: treat the current count as the
-            # first recommendation, so it does not scale down before it has evidence.
+        if not self._window:
+            # No recommendation yet (a (re)started controller, or only ticks without
+            # signals so far): the current count is the first one, so it does not scale
+            # down on its first sample, before it has a window of evidence.
             self._window.append((now, obs.current_replicas))
         self._window.append((now, d.stable))
         while self._window and self._window[0][0] < now - s.scale_down_window_seconds:

@@ -4,12 +4,14 @@ Issue 4 asks for the first scale-up decision within one control interval of a bu
 start. A burst starts where the arrivals of the next `window_seconds` run at least
 `factor` times the rate of the `baseline_seconds` before (and at least `min_rate` per
 second, so a trickle after silence is not a burst); its start is the first arrival of the
-window, within one window of the trip, that holds the most arrivals. After one burst starts, the next can start only a baseline later.
+window, within one window of the trip, that holds the most arrivals. After one burst
+starts, the next can start only a baseline later.
 
 The reaction delay is the time from the start to the first decision, within a horizon,
-whose desired count exceeds the last desired count before the start. It includes the metric pipeline's delay
-(the burst is invisible until a scrape has covered it and the sample has been evaluated and
-queried), so `visible_delay` reports the part the policy itself controls.
+whose desired count exceeds the last desired count before the start. It includes the
+metric pipeline's delay (the burst is invisible until a scrape has covered it and the
+sample has been evaluated and queried), so `visible_delay` reports the part the policy
+itself controls.
 
 Pure: plain arrays in, arrays out.
 """

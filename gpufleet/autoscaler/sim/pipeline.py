@@ -41,6 +41,7 @@ class Pipeline:
         self.in_flight: list[float] = []
         self.completion_rate: list[float] = []
         self.prompt_tokens_rate: list[float] = []
+        self.ttft_sum_rate: list[float] = []
         self.ttft_times: list[float] = []
         self.ttft_p90: list[float] = []
         self.pods: list[tuple[PodTelemetry, ...]] = []
@@ -60,6 +61,7 @@ class Pipeline:
         self.arrival_rate.append(self.arrivals / interval)
         self.completion_rate.append(self.completions / interval)
         self.prompt_tokens_rate.append(self.prompt_tokens / interval)
+        self.ttft_sum_rate.append(sum(self.ttfts) / interval)
         self.queue_depth.append(float(queue_depth))
         self.in_flight.append(float(in_flight))
         if self.ttfts:
@@ -101,6 +103,7 @@ class Pipeline:
             in_flight=Series(times, tuple(self.in_flight[lo:hi])),
             completion_rate=Series(times, tuple(self.completion_rate[lo:hi])),
             prompt_tokens_rate=Series(times, tuple(self.prompt_tokens_rate[lo:hi])),
+            ttft_sum_rate=Series(times, tuple(self.ttft_sum_rate[lo:hi])),
             ttft_p90_seconds=Series(tuple(self.ttft_times[tlo:thi]), tuple(self.ttft_p90[tlo:thi])),
             pods=self.pods[hi - 1] if hi > lo else (),
             replicas=replicas,
