@@ -7,6 +7,7 @@ policy modules are imported only when a policy is built, so a name can be checke
 them.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from gpufleet.autoscaler.policy import Policy
@@ -33,6 +34,7 @@ class Tuning:
     keda_queue_target: float = 10.0
     keda_polling_interval_seconds: float = 30.0
     gpufleet_headroom: float | None = None
+    gpufleet_fill_node_gpus: int = 0  # PredictiveSettings.fill_node_gpus
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,12 +100,14 @@ def make_policy(
         )
     if name == GPUFLEET:
         headroom = tuning.gpufleet_headroom if knob_value is None else knob_value
-        return _make_gpufleet(workload, headroom)
+        return _make_gpufleet(workload, headroom, fill_node_gpus=tuning.gpufleet_fill_node_gpus)
     raise ValueError(f"no policy factory for {name!r} (known: {', '.join(POLICIES)})")
 
 
-def _make_gpufleet(workload: WorkloadConfig, value: float | None) -> Policy:
+def _make_gpufleet(workload: WorkloadConfig, value: float | None, *, fill_node_gpus: int) -> Policy:
     from gpufleet.autoscaler.predictive import PredictivePolicy, PredictiveSettings
 
-    settings = PredictiveSettings() if value is None else PredictiveSettings(headroom=value)
+    settings = PredictiveSettings(fill_node_gpus=fill_node_gpus)
+    if value is not None:
+        settings = dataclasses.replace(settings, headroom=value)
     return PredictivePolicy(workload, settings=settings)

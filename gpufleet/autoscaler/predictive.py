@@ -45,7 +45,7 @@ from gpufleet.autoscaler.capacity import (
 from gpufleet.autoscaler.forecast import ForecastSettings, RateForecast, forecast_rate
 from gpufleet.autoscaler.observation import Observation, ReplicaState, Series
 from gpufleet.autoscaler.policy import Decision, Reason
-from gpufleet.autoscaler.workload import WorkloadConfig
+from gpufleet.autoscaler.workload import ShapeKind, WorkloadConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +94,12 @@ class PredictiveSettings:
     # Placeholders (`Decision.headroom`) cover the forecast within node provisioning plus
     # cold start; False asks for none (a cluster without placeholder pods).
     placeholders: bool = True
+    # GPUs per node of the workload's own node pool; 0 turns filling off. Nodes bill every
+    # GPU, so the idle GPUs on the nodes the need already occupies cost nothing: desired is
+    # rounded up to fill them with warm replicas that absorb the next burst. It never keeps
+    # an extra node (the rounding stays within the nodes the unrounded need requires).
+    # Off by default: only right where no other workload could use those GPUs.
+    fill_node_gpus: int = 0
     # Latency probe. A fleet that never saturates learns its capacity only from lower
     # bounds (the duty cycle, the TTFT bound), which sit near the load it already carries,
     # so it would stay as large as it started. While the newest p90 TTFT is within
@@ -177,11 +183,24 @@ class PredictivePolicy:
         bounded = self.workload.clamp(desired)
         if bounded != desired or (0 < demand.raw < bounded == self.workload.min_replicas):
             desired, reason = bounded, Reason.BOUNDED
+        needed, desired = desired, self._fill_paid_nodes(desired)
         headroom = max(0, min(demand.placeholders, self.workload.max_replicas) - desired)
         if not s.placeholders or desired == 0:
             headroom = 0
         message = _message(demand, current, desired, reason, s)
+        if desired > needed:
+            message += f" (needs {needed}; filled to {desired}: idle GPUs on nodes paid for)"
         return self._finish(obs, desired, reason, message, headroom=headroom)
+
+    def _fill_paid_nodes(self, desired: int) -> int:
+        """`desired` rounded up to whole nodes' worth of replicas (whole-GPU shapes only)."""
+        per_node, shape = self.settings.fill_node_gpus, self.workload.shape
+        if per_node <= 0 or desired <= 0 or shape.kind is not ShapeKind.GPU:
+            return desired
+        per = per_node // shape.gpus
+        if per < 1:
+            return desired
+        return min(self.workload.max_replicas, math.ceil(desired / per) * per)
 
     # --- sizing ---
 

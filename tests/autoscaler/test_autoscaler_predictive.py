@@ -305,3 +305,24 @@ def test_headroom_knob_trades_replicas_for_slack() -> None:
     tight = policy(replace(SETTINGS, headroom=0.0)).decide(observe(1000.0, const(50.0), ready=1))
     loose = policy(replace(SETTINGS, headroom=0.5)).decide(observe(1000.0, const(50.0), ready=1))
     assert (tight.desired, loose.desired) == (5, 8)
+
+
+@pytest.mark.parametrize(
+    ("fill", "gpus", "rate", "ready", "want", "filled"),
+    [
+        pytest.param(0, 1, 20.0, 3, 3, False, id="off"),
+        pytest.param(8, 1, 20.0, 3, 8, True, id="fills the one node the need occupies"),
+        pytest.param(8, 1, 80.0, 2, 16, True, id="need 10 -> two nodes, both filled"),
+        pytest.param(8, 2, 20.0, 3, 4, True, id="two-GPU replicas: four per node"),
+        pytest.param(8, 1, 390.0, 49, 50, True, id="never above max replicas"),
+    ],
+)
+def test_fill_paid_nodes_rounds_up_to_whole_nodes(
+    fill: int, gpus: int, rate: float, ready: int, want: int, filled: bool
+) -> None:
+    from gpufleet.autoscaler.workload import GpuShape
+
+    p = policy(replace(SETTINGS, fill_node_gpus=fill), shape=GpuShape(gpus=gpus))
+    d = p.decide(observe(1000.0, const(rate), ready=ready))
+    assert d.desired == want
+    assert ("filled to" in d.message) is filled

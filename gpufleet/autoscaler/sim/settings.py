@@ -234,6 +234,14 @@ class SimulateSettings(BaseSettings):
         gt=0,
     )
 
+    gpufleet_fill_nodes: bool = setting(
+        True,
+        "GPUFLEET_SIM_GPUFLEET_FILL_NODES",
+        "--gpufleet-fill-nodes",
+        group=POLICIES,
+        help="Let gpufleet fill the idle GPUs of the nodes its replicas need anyway with warm "
+        "replicas (the simulated workload owns its nodes, and a node bills all its GPUs).",
+    )
     gpufleet_headroom: float | None = setting(
         None,
         "GPUFLEET_SIM_GPUFLEET_HEADROOM",
@@ -295,6 +303,7 @@ class SimulateSettings(BaseSettings):
             keda_queue_target=self.keda_queue_target,
             keda_polling_interval_seconds=self.keda_polling_interval_seconds,
             gpufleet_headroom=self.gpufleet_headroom,
+            gpufleet_fill_node_gpus=self.gpus_per_node if self.gpufleet_fill_nodes else 0,
         )
 
 
