@@ -7,8 +7,13 @@ the plugin started in this process with `start_plugin` on simulated GPUs, regist
 FakeKubelet, every call real gRPC over the unix sockets of a device-plugins directory.
 
 - RPC latency is client-side (time.perf_counter around one blocking unary call on a warm
-  channel to the resource's socket), one call at a time, after a short warm-up;
-- health propagation is the time from `inject_xid(gpu, 48)` to the fake kubelet's view
+  channel to the resource's socket), one call at a time, after a short warm-up. The client
+  runs in a child process (this module with `--rpc-client`), as the kubelet is its own
+  process: its Python gRPC overhead and GIL are then not the plugin's. It also reports CPU
+  per call on each side (the client's own, and this process's: the plugin's, its idle
+  threads included). `--client in-process` times from this process instead, as earlier
+  runs did; the CPU split is then unknown;
+- health propagation is the time from `inject_xid(gpu, 92)` to the fake kubelet's view
   (what the plugin's `ListAndWatch` last sent) showing every device of that GPU Unhealthy,
   polled every 1 ms on the monotonic clock, so it reads up to ~1 ms late;
 - re-registration is the time from the restarted kubelet serving `kubelet.sock`
@@ -17,6 +22,7 @@ FakeKubelet, every call real gRPC over the unix sockets of a device-plugins dire
   (`registration_times`: the kubelet dialled back, got the options, opened ListAndWatch).
 
 Run from the repository root:  python3 -m bench.plugin_bench [--quick] [--json PATH]
+                                [--client {process,in-process}]
 Prints a Markdown report on stdout; targets are reported PASS/FAIL, never enforced. Exits 1
 if the run fails or an answer is wrong (an Allocate without NVIDIA_VISIBLE_DEVICES, a
 preferred set of the wrong size). Unix sockets only; every phase is bounded in count and
@@ -32,6 +38,7 @@ import math
 import platform
 import random
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,7 +60,9 @@ from gpufleet.plugin.settings import PluginSettings, resolve_config
 
 GPU = "nvidia.com/gpu"
 MIG = "nvidia.com/mig-1g.10gb"
-XID_DOUBLE_BIT_ECC = 48  # critical: not in NVIDIA's default ignore list
+# Critical (not in NVIDIA's default ignore list) and not one that needs a GPU reset, so the
+# GPU recovers after HEALTH_RECOVERY_SECONDS and the next sample can hit it again.
+XID_HIGH_SBE_RATE = 92
 REPLICAS = 10
 # Short, so a GPU used by one health sample is Healthy again by its next one.
 HEALTH_RECOVERY_SECONDS = 0.2
@@ -63,6 +72,7 @@ READY_TIMEOUT_SECONDS = 30.0
 SAMPLE_TIMEOUT_SECONDS = 10.0
 RPC_TIMEOUT_SECONDS = 10.0
 # Issue 3, section 4.
+CLIENT_TIMEOUT_SECONDS = 300.0
 TARGET_ALLOCATE_MS = 1.0
 TARGET_PREFERRED_MS = 5.0
 TARGET_HEALTH_MS = 1000.0
@@ -109,6 +119,8 @@ class Result:
     target: str | None  # the issue's wording; None for a row shown for context only
     judged_on: str  # "p99" or "max"
     target_ms: float
+    client_cpu_us: float | None = None  # the client's CPU per timed call
+    plugin_cpu_us: float | None = None  # the plugin process's CPU per call (warm-up included)
 
     @property
     def judged_ms(self) -> float:
@@ -132,6 +144,7 @@ def summarize(
     judged_on: str = "max",
     target_ms: float = math.inf,
     handler_seconds: float | None = None,
+    cpu: "CallCpu | None" = None,
 ) -> Result:
     ordered = sorted(s * 1e3 for s in seconds)
     return Result(
@@ -142,6 +155,8 @@ def summarize(
         max_ms=ordered[-1],
         min_ms=ordered[0],
         handler_mean_ms=None if handler_seconds is None else handler_seconds * 1e3,
+        client_cpu_us=None if cpu is None else cpu.client_seconds * 1e6,
+        plugin_cpu_us=None if cpu is None else cpu.plugin_seconds * 1e6,
         target=target,
         judged_on=judged_on,
         target_ms=target_ms,
@@ -168,13 +183,9 @@ class Node:
     def health(self, resource: str) -> dict[str, str]:
         return {d.id: d.health for d in self.kubelet.device_plugins.devices(resource)}
 
-    @contextlib.contextmanager
-    def stub(self, resource: str) -> Iterator[pb_grpc.DevicePluginStub]:
-        """A client on the resource's plugin socket, as the kubelet dials it."""
-        path = self.kubelet.device_plugins_dir / socket_name(resource)
-        with grpc.insecure_channel(f"unix://{path}") as channel:
-            grpc.channel_ready_future(channel).result(timeout=READY_TIMEOUT_SECONDS)
-            yield pb_grpc.DevicePluginStub(channel)
+    def socket(self, resource: str) -> Path:
+        """The resource's plugin socket, as the kubelet dials it."""
+        return self.kubelet.device_plugins_dir / socket_name(resource)
 
 
 @contextlib.contextmanager
@@ -231,32 +242,136 @@ def wait(predicate: Callable[[], bool], *, what: str, timeout: float) -> None:
 # -- RPC latency ---------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CallCpu:
+    """CPU per call: the client's over the timed calls, and the plugin process's over all
+    calls (warm-up included, and its idle threads)."""
+
+    client_seconds: float
+    plugin_seconds: float
+
+
+# An answer check returns what is wrong, or None.
+Check = Callable[[object, object], str | None]
+
+
+def check_allocate(request, response) -> str | None:
+    (container,) = response.container_responses
+    if not container.envs.get("NVIDIA_VISIBLE_DEVICES"):
+        return f"Allocate({request.container_requests[0].devices_ids}) without a device env"
+    return None
+
+
+def check_preferred(request, response) -> str | None:
+    (req,) = request.container_requests
+    (answer,) = response.container_responses
+    chosen = list(answer.deviceIDs)
+    if (
+        len(chosen) != req.allocation_size
+        or len(set(chosen)) != len(chosen)
+        or not set(chosen) <= set(req.available_deviceIDs)
+        or not set(req.must_include_deviceIDs) <= set(chosen)
+    ):
+        return f"GetPreferredAllocation answered {chosen} to {req}"
+    return None
+
+
+# Timed RPC -> its request type and answer check.
+RPCS: dict[str, tuple[type, Check]] = {
+    "Allocate": (pb.AllocateRequest, check_allocate),
+    "GetPreferredAllocation": (pb.PreferredAllocationRequest, check_preferred),
+}
+
+
+def call_and_time(socket: Path, method: str, requests: Sequence) -> tuple[list[float], float]:
+    """Call `method` once per request on a warm channel, after WARMUP_CALLS untimed ones,
+    checking every answer. Returns each timed call's seconds and this process's CPU seconds
+    over them. Raises BenchError on a wrong answer."""
+    _, check = RPCS[method]
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        grpc.channel_ready_future(channel).result(timeout=READY_TIMEOUT_SECONDS)
+        call = getattr(pb_grpc.DevicePluginStub(channel), method)
+        for request in requests[:WARMUP_CALLS]:
+            call(request, timeout=RPC_TIMEOUT_SECONDS)
+        seconds = []
+        cpu_start = time.process_time()
+        for request in requests:
+            start = time.perf_counter()
+            response = call(request, timeout=RPC_TIMEOUT_SECONDS)
+            seconds.append(time.perf_counter() - start)
+            problem = check(request, response)
+            if problem:
+                raise BenchError(problem)
+        return seconds, time.process_time() - cpu_start
+
+
+def rpc_client_main(socket: Path, method: str, requests_file: Path) -> int:
+    """The `--rpc-client` child: the requests are length-prefixed protobufs in
+    `requests_file`; prints one JSON line, {"seconds": [...], "cpu_seconds": x}, or exits 1
+    saying on stderr what went wrong."""
+    request_type, _ = RPCS[method]
+    data, requests, offset = requests_file.read_bytes(), [], 0
+    while offset < len(data):
+        size = int.from_bytes(data[offset : offset + 4], "big")
+        requests.append(request_type.FromString(data[offset + 4 : offset + 4 + size]))
+        offset += 4 + size
+    try:
+        seconds, cpu = call_and_time(socket, method, requests)
+    except (BenchError, grpc.RpcError, grpc.FutureTimeoutError) as exc:
+        print(f"rpc client failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu}))
+    return 0
+
+
+def in_child(socket: Path, method: str, requests: Sequence) -> tuple[list[float], float]:
+    """`call_and_time` in a child process (`--rpc-client`), as a separate kubelet calls."""
+    with tempfile.NamedTemporaryFile(prefix="gfpb-requests-") as file:
+        for request in requests:
+            body = request.SerializeToString()
+            file.write(len(body).to_bytes(4, "big") + body)
+        file.flush()
+        run = subprocess.run(
+            [
+                *(sys.executable, "-m", "bench.plugin_bench", "--rpc-client"),
+                *(str(socket), method, file.name),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=CLIENT_TIMEOUT_SECONDS,
+            check=False,
+        )
+    if run.returncode != 0:
+        raise BenchError(f"{method} client process failed: {run.stderr.strip()[-2000:]}")
+    answer = json.loads(run.stdout)
+    return answer["seconds"], answer["cpu_seconds"]
+
+
 def timed_calls(
-    node: Node,
-    method: str,
-    call: Callable,
-    requests: Sequence,
-    check: Callable[[object, object], str | None],
-) -> tuple[list[float], float]:
-    """Time each call client-side, after WARMUP_CALLS untimed ones; check every answer.
-    Also returns the plugin's own mean handler time over the timed calls (its RpcStats)."""
-    for request in requests[:WARMUP_CALLS]:
-        call(request, timeout=RPC_TIMEOUT_SECONDS)
+    node: Node, resource: str, method: str, requests: Sequence, *, client: str
+) -> tuple[list[float], float, CallCpu | None]:
+    """Time each call client-side (from a child process, or this one when `client` is
+    "in-process"), after WARMUP_CALLS untimed ones; check every answer. Also returns the
+    plugin's mean handler time over all calls (its RpcStats) and, with a child client, the
+    CPU per call on each side (in-process the two cannot be told apart: None)."""
     stats = node.plugin.stats
     calls0, handler0 = stats.calls.get(method, 0), stats.seconds.get(method, 0.0)
-    seconds = []
-    for request in requests:
-        start = time.perf_counter()
-        response = call(request, timeout=RPC_TIMEOUT_SECONDS)
-        seconds.append(time.perf_counter() - start)
-        problem = check(request, response)
-        if problem:
-            raise BenchError(problem)
+    if client == "in-process":
+        seconds, _ = call_and_time(node.socket(resource), method, requests)
+        cpu = None
+    else:
+        cpu0 = time.process_time()
+        seconds, client_cpu = in_child(node.socket(resource), method, requests)
+        plugin_cpu = time.process_time() - cpu0
+        cpu = CallCpu(
+            client_seconds=client_cpu / len(seconds),
+            plugin_seconds=plugin_cpu / (stats.calls[method] - calls0),
+        )
     handler = (stats.seconds[method] - handler0) / (stats.calls[method] - calls0)
-    return seconds, handler
+    return seconds, handler, cpu
 
 
-def bench_allocate(node: Node, resource: str, name: str, calls: int) -> Result:
+def bench_allocate(node: Node, resource: str, name: str, calls: int, *, client: str) -> Result:
     """Allocate one device per call, cycling through every device of the resource."""
     ids = node.device_ids(resource)
     requests = [
@@ -265,19 +380,12 @@ def bench_allocate(node: Node, resource: str, name: str, calls: int) -> Result:
         )
         for i in range(calls)
     ]
-
-    def check(request, response) -> str | None:
-        (container,) = response.container_responses
-        if not container.envs.get("NVIDIA_VISIBLE_DEVICES"):
-            return f"Allocate({request.container_requests[0].devices_ids}) without a device env"
-        return None
-
-    with node.stub(resource) as stub:
-        seconds, handler = timed_calls(node, "Allocate", stub.Allocate, requests, check)
+    seconds, handler, cpu = timed_calls(node, resource, "Allocate", requests, client=client)
     return summarize(
         f"Allocate, {name}",
         seconds,
         handler_seconds=handler,
+        cpu=cpu,
         target="Allocate p99 <= 1 ms",
         judged_on="p99",
         target_ms=TARGET_ALLOCATE_MS,
@@ -316,35 +424,28 @@ def preferred_requests(
     return requests
 
 
-def check_preferred(request, response) -> str | None:
-    (req,) = request.container_requests
-    (answer,) = response.container_responses
-    chosen = list(answer.deviceIDs)
-    if (
-        len(chosen) != req.allocation_size
-        or len(set(chosen)) != len(chosen)
-        or not set(chosen) <= set(req.available_deviceIDs)
-        or not set(req.must_include_deviceIDs) <= set(chosen)
-    ):
-        return f"GetPreferredAllocation answered {chosen} to {req}"
-    return None
-
-
 def bench_preferred(
-    node: Node, resource: str, name: str, calls: int, rng: random.Random, *, min_available: int
+    node: Node,
+    resource: str,
+    name: str,
+    calls: int,
+    rng: random.Random,
+    *,
+    min_available: int,
+    client: str,
 ) -> Result:
     ids = node.device_ids(resource)
     requests = preferred_requests(
         ids, calls, rng, min_available=min_available or len(ids), must_include_every=4
     )
-    with node.stub(resource) as stub:
-        seconds, handler = timed_calls(
-            node, "GetPreferredAllocation", stub.GetPreferredAllocation, requests, check_preferred
-        )
+    seconds, handler, cpu = timed_calls(
+        node, resource, "GetPreferredAllocation", requests, client=client
+    )
     return summarize(
         f"GetPreferredAllocation, {name}",
         seconds,
         handler_seconds=handler,
+        cpu=cpu,
         target="preferred allocation p99 <= 5 ms",
         judged_on="p99",
         target_ms=TARGET_PREFERRED_MS,
@@ -375,7 +476,7 @@ def bench_health(node: Node, resource: str, name: str, samples: int) -> Result:
             timeout=SAMPLE_TIMEOUT_SECONDS,
         )
         start = time.monotonic()
-        node.sim.inject_xid(gpu.index, XID_DOUBLE_BIT_ECC)
+        node.sim.inject_xid(gpu.index, XID_HIGH_SBE_RATE)
         wait(
             lambda states=states: states() == {UNHEALTHY},
             what=f"XID on GPU {gpu.index} to reach the kubelet",
@@ -438,22 +539,26 @@ def bench_reregistration(
 
 def run(options: argparse.Namespace) -> list[Result]:
     rng = random.Random(options.seed)
-    calls, preferred = options.allocate_calls, options.preferred_calls
+    calls, preferred, client = options.allocate_calls, options.preferred_calls, options.client
     results = []
     whole = {GPU: 8}
     with running_node("8xH100", whole) as node:
-        results.append(bench_allocate(node, GPU, "1 whole GPU", calls))
+        results.append(bench_allocate(node, GPU, "1 whole GPU", calls, client=client))
         results.append(
             bench_preferred(
-                node, GPU, "8 whole GPUs (all available)", preferred, rng, min_available=0
+                *(node, GPU, "8 whole GPUs (all available)", preferred, rng),
+                min_available=0,
+                client=client,
             )
         )
         results.append(bench_health(node, GPU, "whole GPU", options.health_samples))
     with running_node("8xH100:mig=7x1g.10gb", {MIG: 56}, mig_strategy="mixed") as node:
-        results.append(bench_allocate(node, MIG, "1 MIG slice (1g.10gb)", calls))
+        results.append(bench_allocate(node, MIG, "1 MIG slice (1g.10gb)", calls, client=client))
         results.append(
             bench_preferred(
-                node, MIG, "8 x 7 MIG slices (all 56 available)", preferred, rng, min_available=0
+                *(node, MIG, "8 x 7 MIG slices (all 56 available)", preferred, rng),
+                min_available=0,
+                client=client,
             )
         )
         results.append(
@@ -468,7 +573,9 @@ def run(options: argparse.Namespace) -> list[Result]:
             shared_devices_allocation_policy=policy,
         ) as node:
             if policy == "distributed":
-                results.append(bench_allocate(node, GPU, "1 time-sliced replica", calls))
+                results.append(
+                    bench_allocate(node, GPU, "1 time-sliced replica", calls, client=client)
+                )
             results.append(
                 bench_preferred(
                     node,
@@ -477,6 +584,7 @@ def run(options: argparse.Namespace) -> list[Result]:
                     preferred,
                     rng,
                     min_available=4 * REPLICAS,
+                    client=client,
                 )
             )
             if policy == "distributed":
@@ -514,12 +622,19 @@ def environment(options: argparse.Namespace, command: str) -> dict[str, str]:
         f"`{TWO_RESOURCES}` and `{FIVE_RESOURCES}` (MIG strategy mixed; the last restarted a "
         "third as often); health recovery "
         f"{HEALTH_RECOVERY_SECONDS:g} s; seed {options.seed}",
-        "RPCs": "client-side, time.perf_counter around one blocking unary call over the "
-        f"resource's unix socket, one at a time, after {WARMUP_CALLS} warm-up calls; Allocate "
-        "one device per call, cycling; GetPreferredAllocation sizes 1-8, one or two "
-        "must-include devices on every 4th request; client and plugin share this process "
-        "(and its GIL); handler mean: the plugin's own RpcStats time per call",
-        "health": f"inject_xid(gpu, {XID_DOUBLE_BIT_ECC}) to every device of that GPU "
+        "RPCs": "client-side, time.perf_counter around one blocking unary call (Python "
+        f"grpcio) over the resource's unix socket, one at a time, after {WARMUP_CALLS} "
+        "warm-up calls; Allocate one device per call, cycling; GetPreferredAllocation sizes "
+        "1-8, one or two must-include devices on every 4th request; "
+        + (
+            "the client is a child process, as the kubelet is its own process"
+            if options.client == "process"
+            else "client and plugin share this process (and its GIL)"
+        )
+        + "; handler mean: the plugin's own RpcStats time per call; CPU us per call: the "
+        "client's over the timed calls, and the plugin process's over all calls (warm-up "
+        "and idle threads included)",
+        "health": f"inject_xid(gpu, {XID_HIGH_SBE_RATE}) to every device of that GPU "
         "Unhealthy in the fake kubelet's ListAndWatch view, polled every "
         f"{POLL_SECONDS * 1e3:g} ms (time.monotonic); GPUs in turn",
         "re-registration": "FakeKubelet.restart() (every socket but the checkpoint wiped); "
@@ -535,12 +650,14 @@ def markdown(results: Sequence[Result], env: dict[str, str]) -> str:
         "",
         "## Latency",
         "",
-        "| measurement | N | p50 ms | p99 ms | max ms | handler mean ms |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| measurement | N | p50 ms | p99 ms | max ms | handler mean ms "
+        "| client CPU us/call | plugin CPU us/call |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
         f"| {r.name} | {r.n} | {r.p50_ms:.3f} | {r.p99_ms:.3f} | {r.max_ms:.3f} | "
-        f"{'' if r.handler_mean_ms is None else f'{r.handler_mean_ms:.3f}'} |"
+        f"{_cell(r.handler_mean_ms, '.3f')} | {_cell(r.client_cpu_us, '.0f')} | "
+        f"{_cell(r.plugin_cpu_us, '.0f')} |"
         for r in results
     ]
     lines += [
@@ -561,6 +678,10 @@ def markdown(results: Sequence[Result], env: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def _cell(value: float | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python3 -m bench.plugin_bench",
@@ -579,6 +700,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1, help="seed of the request mix")
     parser.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK}")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument(
+        "--client",
+        choices=("process", "in-process"),
+        default="process",
+        help="where RPCs are timed from: a child process, as the kubelet (default), or "
+        "this process, sharing its GIL with the plugin",
+    )
+    parser.add_argument(
+        "--rpc-client",
+        nargs=3,
+        metavar=("SOCKET", "METHOD", "REQUESTS"),
+        help=argparse.SUPPRESS,  # the child process of --client process
+    )
     options = parser.parse_args(argv)
     for key, value in (QUICK if options.quick else FULL).items():
         if getattr(options, key) is None:
@@ -591,6 +725,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     options = parse_args(argv)
+    if options.rpc_client:
+        socket, method, requests = options.rpc_client
+        return rpc_client_main(Path(socket), method, Path(requests))
     command = shlex.join(["python3", "-m", "bench.plugin_bench", *argv])
     # The injected XIDs would log a warning each; only errors are worth stderr here.
     logging.basicConfig(level=logging.ERROR)

@@ -28,7 +28,7 @@ from gpufleet.exporter.podresources import PodResourcesWatcher
 from gpufleet.exporter.procfs import PidPodMap
 from gpufleet.exporter.profiles import HostnameLabel, Profile
 from gpufleet.exporter.series import SeriesOptions
-from gpufleet.exporter.server import ServerStats, build_app, parse_listen_address, start_server
+from gpufleet.exporter.server import ServerStats, build_app, start_server
 from gpufleet.exporter.settings import (
     DCGM_DEFAULT_COLLECTORS,
     EMBEDDED_COLLECTORS,
@@ -37,6 +37,7 @@ from gpufleet.exporter.settings import (
 )
 from gpufleet.exporter.store import SnapshotStore
 from gpufleet.exporter.webconfig import WebConfig, WebConfigError, load_web_config
+from gpufleet.listen import parse_listen_address
 from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.settings import settings_from_argv

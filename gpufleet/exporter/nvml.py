@@ -35,7 +35,7 @@ from gpufleet.exporter.fields import (
     FieldSpec,
     MigSource,
 )
-from gpufleet.exporter.nvml_calls import MISSING, NvmlCalls, error_kind
+from gpufleet.exporter.nvml_calls import MISSING, NvmlCalls
 from gpufleet.exporter.nvml_discovery import Gpu, Target, discover_gpu, read_labels
 from gpufleet.exporter.nvml_gpm import GpmReader
 from gpufleet.exporter.nvml_processes import ProcessReader, process_samples
@@ -53,6 +53,7 @@ from gpufleet.exporter.nvml_readers import (
     kib_rate_mb_per_s,
 )
 from gpufleet.exporter.snapshot import Entity, EntitySample
+from gpufleet.nvml.values import error_kind
 
 log = logging.getLogger(__name__)
 

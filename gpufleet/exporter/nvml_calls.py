@@ -19,19 +19,11 @@ from typing import Any
 
 import pynvml
 
+from gpufleet.nvml.values import error_kind
+
 MISSING = object()
 """A read that gave nothing: NotSupported, or an error already counted."""
 UNSUPPORTED = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
-
-
-def error_kind(err: BaseException) -> str:
-    """The reader's error kind for a failure: `gpu_lost`, `timeout`, `nvml_error` for
-    NVMLErrors, `unexpected` for anything else (a bug or a driver surprise)."""
-    if isinstance(err, pynvml.NVMLError_GpuIsLost):
-        return "gpu_lost"
-    if isinstance(err, pynvml.NVMLError_Timeout):
-        return "timeout"
-    return "nvml_error" if isinstance(err, pynvml.NVMLError) else "unexpected"
 
 
 class NvmlCalls:

@@ -20,9 +20,10 @@ from typing import Any
 
 import pynvml
 
-from gpufleet.exporter.nvml_calls import MISSING, UNSUPPORTED, NvmlCalls, error_kind
-from gpufleet.exporter.nvml_readers import mig_profile_name, text
+from gpufleet.exporter.nvml_calls import MISSING, UNSUPPORTED, NvmlCalls
 from gpufleet.exporter.snapshot import Entity, MigInstance
+from gpufleet.nvml.mig_profiles import mig_profile_name, profile_id, profile_names
+from gpufleet.nvml.values import error_kind, text
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,25 +180,3 @@ def _discover_mig(
         key=mig.uuid,
         model=f"{parent.model} MIG {profile}",
     )
-
-
-def profile_names(lib: Any, handle: Any) -> dict[int, str]:
-    """GPU-instance profile id -> NVIDIA's profile name, from NVML's profile table."""
-    names = {}
-    for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-        try:
-            info = lib.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
-        except pynvml.NVMLError:
-            continue  # profile not available on this GPU
-        name = mig_profile_name(text(info.name))
-        if name:
-            names[info.id] = name
-    return names
-
-
-def profile_id(lib: Any, handle: Any, gi_id: int) -> int | None:
-    try:
-        instance = lib.nvmlDeviceGetGpuInstanceById(handle, gi_id)
-        return lib.nvmlGpuInstanceGetInfo(instance).profileId
-    except pynvml.NVMLError:
-        return None  # fall back to the MIG device's name

@@ -55,20 +55,6 @@ def kib_rate_mb_per_s(previous: tuple[float, float], current: tuple[float, float
     return (current_kib - previous_kib) * 1024.0 / 1e6 / elapsed_s
 
 
-def mig_profile_name(nvml_name: str) -> str | None:
-    """Profile name from NVML's GPU-instance profile name ("MIG 1g.10gb" -> "1g.10gb") or from
-    a MIG device name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb" -> "1g.10gb"); None if neither.
-
-    The name NVML gives is the only source: deriving it from memory size is what made
-    dcgm-exporter report "1g.11gb" for an H100 NVL "1g.12gb" (dcgm-exporter #544).
-    """
-    head, sep, tail = nvml_name.strip().rpartition("MIG ")
-    if not sep or (head and not head.endswith(" ")):
-        return None
-    profile = tail.strip()
-    return profile if profile and " " not in profile else None
-
-
 def vgpu_license_status(features: Any) -> float:
     """DCGM_FI_DEV_VGPU_LICENSE_STATUS: 1 when the vGPU feature is licensed, else 0."""
     if not features.isGridLicenseSupported:
@@ -78,11 +64,6 @@ def vgpu_license_status(features: Any) -> float:
         if feature.featureCode == pynvml.NVML_GRID_LICENSE_FEATURE_CODE_VGPU:
             return 1.0 if feature.featureState > 0 else 0.0
     return 0.0
-
-
-def text(value: str | bytes) -> str:
-    """A string from NVML: functions return str, char arrays inside structs are bytes."""
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 _BRANDS = {

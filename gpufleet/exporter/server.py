@@ -292,30 +292,6 @@ def _qvalue(params: list[str]) -> float | None:
 # --- listening ---
 
 
-def parse_listen_address(text: str) -> tuple[str | None, int]:
-    """Parse dcgm-exporter's `--address`: `:9400`, `0.0.0.0:9400`, `[::1]:9400`, `host:9400`.
-
-    The host is None for `:PORT`, meaning every interface (IPv4 and IPv6), as in Go.
-    Raises ValueError naming the address and what is wrong with it.
-    """
-    value = text.strip()
-    if value.startswith("["):
-        host, sep, port = value[1:].partition("]:")
-        if not sep or not host:
-            raise ValueError(f"listen address {text!r}: expected [IPV6]:PORT, e.g. [::1]:9400")
-    else:
-        host, sep, port = value.rpartition(":")
-        if not sep:
-            raise ValueError(f"listen address {text!r}: missing port, e.g. :9400")
-        if ":" in host:
-            raise ValueError(f"listen address {text!r}: put an IPv6 host in brackets: [::1]:9400")
-    if not port.isascii() or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"listen address {text!r}: port must be a number from 0 to 65535")
-    if any(c.isspace() for c in host):
-        raise ValueError(f"listen address {text!r}: the host contains whitespace")
-    return host or None, int(port)
-
-
 class RunningServer:
     """A listening server; `close()` stops accepting and waits for in-flight requests."""
 

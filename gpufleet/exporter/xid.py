@@ -10,7 +10,6 @@ backoff. A GPU that cannot report XIDs is logged and skipped, never guessed at: 
 whose registration succeeded appear in `snapshot`.
 """
 
-import ctypes
 import logging
 import threading
 import time
@@ -22,22 +21,14 @@ from typing import Any
 
 import pynvml
 
-from gpufleet.exporter.nvml_readers import text
 from gpufleet.exporter.snapshot import Entity, XidState
 from gpufleet.exporter.windows import HISTORY_MAX_ENTRIES
+from gpufleet.nvml.values import handle_address, text
 
 log = logging.getLogger(__name__)
 
 _XID = pynvml.nvmlEventTypeXidCriticalError
 _NO_XID = XidState(last=0, counts=MappingProxyType({}))
-
-
-def handle_address(handle: Any) -> int | None:
-    """The address an NVML device handle (a ctypes pointer) holds; None if it holds none."""
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value
-    except (TypeError, ctypes.ArgumentError):
-        return None
 
 
 class XidWatcher:

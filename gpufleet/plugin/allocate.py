@@ -15,6 +15,12 @@ env vars, mounts, annotations and CDI names, so they follow NVIDIA's plugin
   `k8s.device-plugin.nvidia.com/{gds,mofed,gdrcopy}=all` CDI devices with a CDI one.
 - MPS: `CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe`, mounted from `<mps root>/<resource>/pipe`,
   and `/dev/shm` from `<mps root>/shm`.
+- IMEX channels (those configured and present, `AllocateOptions.imex_channels`):
+  `NVIDIA_IMEX_CHANNELS=<ids>` with envvar, `/dev/null` mounted at `<that dir>/imex/<id>` with
+  volume-mounts, `k8s.device-plugin.nvidia.com/imex-channel=<id>` CDI devices with a CDI
+  strategy, and `/dev/nvidia-caps-imex-channels/channel<id>` device specs under passDeviceSpecs.
+- Device specs: the control devices, then per physical device `/dev/nvidia<minor>` and, for a
+  MIG device, the `/dev/nvidia-caps/nvidia-cap<minor>` nodes of its GPU and compute instance.
 
 Ours, not NVIDIA's:
 - the response id is derived from the device list (NVIDIA uses a random UUID), so the same
@@ -26,7 +32,9 @@ Ours, not NVIDIA's:
   defaults were not applied. Ordinals in the memory limit are CUDA's inside the container, i.e.
   positions in the visible list;
 - the control devices NVIDIA passes only when they exist on the host come from
-  `AllocateOptions.control_devices`: checking the filesystem is the adapter's job.
+  `AllocateOptions.control_devices`, and the IMEX channels from `imex_channels`: checking the
+  filesystem is the adapters' job. A MIG device whose capability minors the host did not list
+  gets its parent's node only.
 
 Pure: no I/O. Bad requests raise `AllocationError`; nothing else can fail here.
 """
@@ -54,6 +62,9 @@ CONTROL_DEVICES = (
     "/dev/nvidia-modeset",
 )
 MPS_CONTAINER_ROOT = "/mps"
+IMEX_CHANNELS_ENV = "NVIDIA_IMEX_CHANNELS"
+IMEX_CHANNELS_DIR = "/dev/nvidia-caps-imex-channels"
+MIG_CAPS_DIR = "/dev/nvidia-caps"
 SHARED_REQUEST_TOO_LARGE = "maximum request size for shared resources is 1"
 
 
@@ -71,6 +82,7 @@ class DeviceIdStrategy(StrEnum):
 
 CDI_STRATEGIES = frozenset({DeviceListStrategy.CDI_ANNOTATIONS, DeviceListStrategy.CDI_CRI})
 CDI_KIND = f"{CDI_VENDOR}/gpu"  # the kind of the CDI devices Allocate names
+CDI_IMEX_KIND = f"{CDI_VENDOR}/imex-channel"
 
 
 class Mount(NamedTuple):
@@ -109,6 +121,7 @@ class AllocateOptions:
     gds_enabled: bool = False
     mofed_enabled: bool = False
     gdrcopy_enabled: bool = False
+    imex_channels: tuple[str, ...] = ()  # IDs ("0") of the IMEX channels present on the host
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,7 +166,7 @@ def allocate(
             + ", ".join(unknown)
         )
     physical = _physical(devices[i] for i in request_ids)
-    visible = [_visible_id(d, options.device_id_strategy) for d in physical]
+    visible = [visible_id(d, options.device_id_strategy) for d in physical]
     strategies = set(options.device_list_strategies)
     envs: dict[str, str] = {}
     mounts: list[Mount] = []
@@ -164,12 +177,18 @@ def allocate(
         annotations[key] = ",".join(cdi_names)
     if DeviceListStrategy.ENVVAR in strategies:
         envs[VISIBLE_DEVICES_ENV] = ",".join(visible)
+        if options.imex_channels:
+            envs[IMEX_CHANNELS_ENV] = ",".join(options.imex_channels)
     if DeviceListStrategy.VOLUME_MOUNTS in strategies:
         # Overrides the envvar list when both are set, as NVIDIA does.
         envs[VISIBLE_DEVICES_ENV] = VOLUME_MOUNTS_ROOT
         mounts += [
             Mount(posixpath.join(VOLUME_MOUNTS_ROOT, i), VOLUME_MOUNTS_HOST_PATH, False)
             for i in visible
+        ]
+        mounts += [
+            Mount(posixpath.join(VOLUME_MOUNTS_ROOT, "imex", c), VOLUME_MOUNTS_HOST_PATH, False)
+            for c in options.imex_channels
         ]
     if strategies - CDI_STRATEGIES:
         envs.update(_extra_envs(options))
@@ -195,7 +214,9 @@ def _physical(devices: Iterable[AdvertisedDevice]) -> list[AdvertisedDevice]:
     return sorted(unique.values(), key=device_order)
 
 
-def _visible_id(device: AdvertisedDevice, strategy: DeviceIdStrategy) -> str:
+def visible_id(device: AdvertisedDevice, strategy: DeviceIdStrategy) -> str:
+    """The ID the runtime sees for a physical device: its UUID, or `i` / `i:j` (MIG) under
+    deviceIDStrategy=index. Also the device's name in the CDI spec."""
     if strategy == DeviceIdStrategy.UUID:
         return device.base_id
     if device.mig:
@@ -204,7 +225,8 @@ def _visible_id(device: AdvertisedDevice, strategy: DeviceIdStrategy) -> str:
 
 
 def _cdi_names(visible: list[str], options: AllocateOptions) -> list[str]:
-    names = [f"{CDI_VENDOR}/gpu={i}" for i in visible]
+    names = [f"{CDI_KIND}={i}" for i in visible]
+    names += [f"{CDI_IMEX_KIND}={c}" for c in options.imex_channels]
     for enabled, kind in (
         (options.gds_enabled, "gds"),
         (options.mofed_enabled, "mofed"),
@@ -249,17 +271,31 @@ def _mps(
     return envs, mounts
 
 
+def device_nodes(device: AdvertisedDevice) -> tuple[str, ...]:
+    """The device nodes a container needs for one physical device: `/dev/nvidia<minor>` of
+    the GPU (a MIG device's parent), then a MIG device's GPU- and compute-instance
+    capability nodes when known."""
+    caps = device.mig.cap_minors if device.mig else ()
+    return (
+        f"/dev/nvidia{device.gpu.minor}",
+        *(posixpath.join(MIG_CAPS_DIR, f"nvidia-cap{minor}") for minor in caps),
+    )
+
+
+def imex_channel_node(channel: str) -> str:
+    """An IMEX channel's device node, e.g. `/dev/nvidia-caps-imex-channels/channel0`."""
+    return posixpath.join(IMEX_CHANNELS_DIR, f"channel{channel}")
+
+
 def _device_specs(
     physical: list[AdvertisedDevice], options: AllocateOptions
 ) -> tuple[DeviceSpec, ...]:
-    """Control devices first, then `/dev/nvidia<minor>` per physical GPU (a MIG device's
-    parent). NVIDIA also passes the MIG capability devices under /dev/nvidia-caps; their minors
-    are not in the discovery model yet, so CDI or the toolkit must supply them."""
-    paths = list(options.control_devices)
+    """Control devices first, then `device_nodes` per physical device (each node once), then
+    the IMEX channels, all with the host path under the dev root."""
+    paths = dict.fromkeys(options.control_devices)
     for device in physical:
-        path = f"/dev/nvidia{device.gpu.minor}"
-        if path not in paths:
-            paths.append(path)
+        paths.update(dict.fromkeys(device_nodes(device)))
+    paths.update(dict.fromkeys(imex_channel_node(c) for c in options.imex_channels))
     return tuple(
         DeviceSpec(p, posixpath.normpath(posixpath.join(options.dev_root, p.lstrip("/"))), "rw")
         for p in paths

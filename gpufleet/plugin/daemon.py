@@ -8,7 +8,9 @@ SIGINT shut down gracefully: streams end, sockets are removed.
 
 It must never advertise a device Healthy before its health is known: the services get the
 health watcher's first report (or, if none comes in time, all Unhealthy) before the first
-registration with the kubelet (NVIDIA #1641/#2037).
+registration with the kubelet (NVIDIA #1641/#2037). Nor may it name a CDI device no spec
+defines: with a CDI strategy the specs are in place (the operator's, or ours) before any
+socket is served.
 """
 
 import logging
@@ -20,31 +22,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
-from gpufleet.exporter.server import parse_listen_address
-from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
+from gpufleet.listen import parse_listen_address
 from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.plugin import nvml as plugin_nvml
-from gpufleet.plugin.allocate import AllocateOptions, ContainerAllocation, allocate
+from gpufleet.plugin.allocate import AllocateOptions, allocate
+from gpufleet.plugin.cdi import gpu_spec, imex_spec
+from gpufleet.plugin.cdi_dirs import CdiError, install
 from gpufleet.plugin.config import ConfigError, PluginConfig
 from gpufleet.plugin.devices import AdvertiseError, advertise, health_groups
 from gpufleet.plugin.health import parse_health_policy
 from gpufleet.plugin.health_watch import HealthWatcher
+from gpufleet.plugin.host_devices import (
+    MIG_MINORS_PATH,
+    ImexError,
+    imex_channels,
+    read_mig_minors,
+    with_cap_minors,
+)
 from gpufleet.plugin.model import AdvertisedDevice, Health, NodeGpus
 from gpufleet.plugin.options import (
     allocate_options,
     allocation_policy,
+    cdi_options,
     refuse_unsupported,
     resource_options,
-    unapplied,
+    uses_cdi,
 )
 from gpufleet.plugin.preferred import preferred_allocation
 from gpufleet.plugin.registration import PluginRunner
-from gpufleet.plugin.server import DevicePluginService, RpcStats
+from gpufleet.plugin.server import DevicePluginService, RpcStats, to_response
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 from gpufleet.settings import settings_from_argv
 
@@ -65,33 +75,19 @@ class StartupError(Exception):
     """A startup problem; the message names the flag, env var or file."""
 
 
-def to_response(allocation: ContainerAllocation) -> pb.ContainerAllocateResponse:
-    """The protobuf form of a pure `ContainerAllocation`."""
-    return pb.ContainerAllocateResponse(
-        envs=allocation.envs,
-        mounts=[
-            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
-            for m in allocation.mounts
-        ],
-        devices=[
-            pb.DeviceSpec(
-                container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
-            )
-            for d in allocation.device_specs
-        ],
-        annotations=allocation.annotations,
-        cdi_devices=[pb.CDIDevice(name=n) for n in allocation.cdi_devices],
-    )
-
-
 def _allocator(devices: Mapping[str, AdvertisedDevice], options: AllocateOptions):
     return lambda ids: to_response(allocate(ids, devices, options))
 
 
 def build_services(
-    node: NodeGpus, config: PluginConfig, *, stats: RpcStats
+    node: NodeGpus,
+    config: PluginConfig,
+    *,
+    stats: RpcStats,
+    imex_channels: Sequence[str] = (),
 ) -> list[DevicePluginService]:
-    """One DevicePlugin service per advertised resource. Raises AdvertiseError."""
+    """One DevicePlugin service per advertised resource; `imex_channels` are the IDs of the
+    IMEX channels present on the host. Raises AdvertiseError."""
     services: dict[str, DevicePluginService] = {}
     policy = allocation_policy(config)
     for resource, devices in advertise(node, resource_options(config)).items():
@@ -107,7 +103,9 @@ def build_services(
         services[resource] = DevicePluginService(
             resource,
             devices,
-            allocator=_allocator(by_id, allocate_options(config, resource)),
+            allocator=_allocator(
+                by_id, allocate_options(config, resource, imex_channels=imex_channels)
+            ),
             preferrer=preferrer,
             stats=stats,
         )
@@ -204,24 +202,6 @@ class SelfMetrics:
         return family
 
 
-def cdi_kinds(directories: Sequence[Path]) -> set[str]:
-    """The `kind` of every CDI spec (YAML or JSON) in `directories`; unreadable files are
-    logged and skipped, missing directories are empty."""
-    kinds: set[str] = set()
-    for directory in directories:
-        for path in sorted(directory.glob("*")) if directory.is_dir() else ():
-            if path.suffix not in (".yaml", ".yml", ".json"):
-                continue
-            try:
-                spec = yaml.safe_load(path.read_text())
-            except (OSError, yaml.YAMLError) as exc:
-                log.warning("skipping CDI spec %s: %s", path, exc)
-                continue
-            if isinstance(spec, dict) and isinstance(spec.get("kind"), str):
-                kinds.add(spec["kind"])
-    return kinds
-
-
 def check_config(settings: PluginSettings, config: PluginConfig) -> None:
     """Refuse an effective config that cannot work on this node; the error names where the
     value came from (flag or env var, else the config file). Raises ConfigError."""
@@ -229,10 +209,38 @@ def check_config(settings: PluginSettings, config: PluginConfig) -> None:
         where = "--device-list-strategy (DEVICE_LIST_STRATEGY)"
     else:
         where = f"{settings.config_file}: flags.plugin.deviceListStrategy"
-    dirs = [Path(d.strip()) for d in settings.cdi_spec_dirs.split(",") if d.strip()]
-    refuse_unsupported(
-        config, where=where, cdi_kinds=cdi_kinds(dirs), searched=settings.cdi_spec_dirs
-    )
+    refuse_unsupported(config, where=where, spec_dirs=spec_dirs(settings))
+
+
+def spec_dirs(settings: PluginSettings) -> list[Path]:
+    """--cdi-spec-dirs, in order."""
+    return [Path(d.strip()) for d in settings.cdi_spec_dirs.split(",") if d.strip()]
+
+
+def install_cdi_specs(
+    settings: PluginSettings,
+    config: PluginConfig,
+    services: Sequence[DevicePluginService],
+    channels: Sequence[str],
+) -> None:
+    """Put the CDI specs Allocate's names need in place (the operator's win); raises
+    StartupError naming a file that cannot be written."""
+    options = cdi_options(config)
+    specs = [
+        spec
+        for spec in (
+            gpu_spec((d for s in services for d in s.devices), options),
+            imex_spec(channels, options),
+        )
+        if spec is not None
+    ]
+    try:
+        installed = install(specs, spec_dirs(settings))
+    except CdiError as exc:
+        raise StartupError(str(exc)) from None
+    for spec in installed:
+        origin = "generated" if spec.generated else "installed by the operator, kept"
+        log.info("CDI spec for %s: %s (%s)", spec.kind, spec.path, origin)
 
 
 def start_plugin(
@@ -242,6 +250,7 @@ def start_plugin(
     *,
     plugin_dir: Path,
     first_health_timeout_seconds: float = FIRST_HEALTH_TIMEOUT_SECONDS,
+    mig_minors_path: Path = MIG_MINORS_PATH,
 ) -> Plugin:
     """Discover, build and start everything (NVML must be initialised).
 
@@ -249,11 +258,19 @@ def start_plugin(
     passed, and then every device is advertised Unhealthy until it does)."""
     errors: Counter[str] = Counter()
     node = plugin_nvml.discover(lib, errors=errors)
+    node = with_cap_minors(node, read_mig_minors(mig_minors_path))
     stats = RpcStats()
     try:
-        services = build_services(node, config, stats=stats)
-    except AdvertiseError as exc:
+        channels = imex_channels(
+            config.imex.channel_ids,
+            required=config.imex.required,
+            container_driver_root=Path(config.flags.plugin.container_driver_root),
+        )
+        services = build_services(node, config, stats=stats, imex_channels=channels)
+    except (AdvertiseError, ImexError) as exc:
         raise StartupError(str(exc)) from None
+    if uses_cdi(config):
+        install_cdi_specs(settings, config, services, channels)
     groups = health_groups(d for s in services for d in s.devices)
     reported = threading.Event()
     publishing = threading.Lock()  # a late first report must not be overwritten by startup
@@ -292,7 +309,11 @@ def start_plugin(
                 )
                 for service in services:
                     service.set_health(dict.fromkeys(service.health, Health.UNHEALTHY))
-    runner.start()
+    try:
+        runner.start()
+    except (RuntimeError, OSError) as exc:
+        watcher.stop()
+        raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
     log.info(
         "plugin started",
         extra={"fields": {"resources": {s.resource: len(s.health) for s in services}}},
@@ -320,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(debug=False, json_format=False)
     try:
         config, warnings = resolve_config(settings)
-        for warning in (*warnings, *unapplied(config)):
+        for warning in warnings:
             log.warning("%s", warning)
         check_config(settings, config)
         metrics = (

@@ -24,8 +24,7 @@ from typing import Any
 
 import pynvml
 
-from gpufleet.exporter.nvml_readers import text
-from gpufleet.exporter.xid import handle_address
+from gpufleet.nvml.values import handle_address, text
 from gpufleet.plugin.health import (
     Decision,
     GpuCondition,

@@ -27,6 +27,9 @@ class MigInfo:
     ci_id: int
     index: int  # MIG device index on the parent (NVIDIA's "i:j" index uses it)
     memory_mib: int
+    # Minors of /dev/nvidia-caps/nvidia-cap<minor> granting access to its GPU instance and
+    # compute instance, in that order; () when the host does not say (no mig-minors file).
+    cap_minors: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

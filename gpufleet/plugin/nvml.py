@@ -18,9 +18,8 @@ from typing import Any
 
 import pynvml
 
-from gpufleet.exporter.nvml_calls import error_kind
-from gpufleet.exporter.nvml_discovery import profile_id, profile_names
-from gpufleet.exporter.nvml_readers import mig_profile_name, text
+from gpufleet.nvml.mig_profiles import mig_profile_name, profile_id, profile_names
+from gpufleet.nvml.values import error_kind, text
 from gpufleet.plugin.model import GpuInfo, MigInfo, NodeGpus
 
 log = logging.getLogger(__name__)

@@ -2,21 +2,20 @@
 
 `config.PluginConfig` mirrors NVIDIA's file and flags; `devices`, `allocate` and
 `preferred` take small records of just what they need. This module is the one place that
-maps one onto the other, and the one place that says which parsed settings gpufleet cannot
-honour yet: those are refused or warned about at startup, never silently dropped. Pure: no
-I/O, no logging.
+maps one onto the other, and the one place that says which parsed settings cannot work as
+given: those are refused at startup, never silently dropped. Pure: no I/O, no logging.
 """
 
-from collections.abc import Collection
+from collections.abc import Sequence
 
 from gpufleet.plugin.allocate import (
-    CDI_KIND,
     CDI_STRATEGIES,
     AllocateOptions,
     DeviceIdStrategy,
     DeviceListStrategy,
     MpsOptions,
 )
+from gpufleet.plugin.cdi import CdiOptions
 from gpufleet.plugin.config import SHARED_SUFFIX, ConfigError, PluginConfig, SharingKind
 from gpufleet.plugin.devices import MigStrategy, ResourceOptions, SharingOptions
 from gpufleet.plugin.preferred import AllocationPolicy
@@ -35,8 +34,11 @@ def resource_options(config: PluginConfig) -> ResourceOptions:
     return ResourceOptions(mig_strategy=MigStrategy(config.flags.mig_strategy), sharing=shared)
 
 
-def allocate_options(config: PluginConfig, resource: str) -> AllocateOptions:
-    """How `allocate` answers for one advertised resource."""
+def allocate_options(
+    config: PluginConfig, resource: str, *, imex_channels: Sequence[str] = ()
+) -> AllocateOptions:
+    """How `allocate` answers for one advertised resource; `imex_channels` are the IDs of
+    the configured channels present on the host."""
     flags, plugin, sharing = config.flags, config.flags.plugin, config.sharing
     base = resource.removesuffix(SHARED_SUFFIX) if sharing.rename_by_default else resource
     replicas = {r.name: r.replicas for r in sharing.resources}
@@ -56,6 +58,20 @@ def allocate_options(config: PluginConfig, resource: str) -> AllocateOptions:
         gds_enabled=flags.gds_enabled,
         mofed_enabled=flags.mofed_enabled,
         gdrcopy_enabled=flags.gdrcopy_enabled,
+        imex_channels=tuple(imex_channels),
+    )
+
+
+def uses_cdi(config: PluginConfig) -> bool:
+    """Whether a device list strategy names CDI devices (and so needs CDI specs)."""
+    return any(s in CDI_STRATEGIES for s in config.flags.plugin.device_list_strategy)
+
+
+def cdi_options(config: PluginConfig) -> CdiOptions:
+    """How the generated CDI specs name devices and where their nodes are on the host."""
+    return CdiOptions(
+        device_id_strategy=DeviceIdStrategy(config.flags.plugin.device_id_strategy),
+        dev_root=config.flags.dev_root,
     )
 
 
@@ -63,34 +79,16 @@ def allocation_policy(config: PluginConfig) -> AllocationPolicy:
     return AllocationPolicy(config.flags.plugin.shared_devices_allocation_policy)
 
 
-def refuse_unsupported(
-    config: PluginConfig, *, where: str, cdi_kinds: Collection[str], searched: str
-) -> None:
-    """Raise ConfigError for a device list strategy that cannot work on this node.
+def refuse_unsupported(config: PluginConfig, *, where: str, spec_dirs: Sequence[str]) -> None:
+    """Raise ConfigError for a device list strategy that cannot work as configured.
 
-    The CDI strategies name devices (`k8s.device-plugin.nvidia.com/gpu=<id>`) that exist
-    only where a CDI spec of that kind is installed; gpufleet does not generate one, so
-    without it every container would fail at creation. `where` names the origin of
-    flags.plugin.deviceListStrategy; `cdi_kinds` are the kinds of the specs found in
-    `searched`."""
+    The CDI strategies name devices (`k8s.device-plugin.nvidia.com/gpu=<id>`) that exist only
+    where a CDI spec of that kind is installed; the plugin writes one into the first of
+    `spec_dirs` unless the operator installed one, so there must be a directory. `where`
+    names the origin of flags.plugin.deviceListStrategy."""
     for strategy in config.flags.plugin.device_list_strategy:
-        if strategy in CDI_STRATEGIES and CDI_KIND not in cdi_kinds:
+        if strategy in CDI_STRATEGIES and not spec_dirs:
             raise ConfigError(
-                f"{where}: {strategy} needs CDI specs of kind {CDI_KIND}, and none is in "
-                f"{searched}; generate one with `nvidia-ctk cdi generate --vendor "
-                f"{CDI_KIND.split('/')[0]} --class gpu --output "
-                f"/var/run/cdi/{CDI_KIND.replace('/', '-')}.yaml`, or use envvar or "
-                "volume-mounts"
+                f"{where}: {strategy} needs CDI specs, and --cdi-spec-dirs "
+                "(GPUFLEET_CDI_SPEC_DIRS) names no directory to find or write them in"
             )
-
-
-def unapplied(config: PluginConfig) -> tuple[str, ...]:
-    """Warnings for configured settings that are accepted but not applied yet."""
-    imex = config.imex
-    if not imex.channel_ids and not imex.required:
-        return ()
-    return (
-        f"imex (channelIDs {list(imex.channel_ids)}, required {str(imex.required).lower()}) "
-        "is not applied yet: NVIDIA_IMEX_CHANNELS is not set and imex.required is not "
-        "enforced",
-    )

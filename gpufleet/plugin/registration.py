@@ -58,7 +58,11 @@ class RegistrationState:
 
 
 class _Endpoint:
-    """One resource's gRPC server on its unix socket."""
+    """One resource's gRPC server on its unix socket.
+
+    A synchronous `grpc.server`: a `grpc.aio` one on an event loop thread measured no
+    faster per Allocate (BENCHMARKS.md, device plugin), and running unary handlers inline
+    on the completion-queue thread deadlocks gRPC Python's server."""
 
     def __init__(self, service: DevicePluginService, path: Path) -> None:
         self.service = service
@@ -108,8 +112,15 @@ class PluginRunner:
         self._thread = threading.Thread(target=self._run, name="plugin-registration", daemon=True)
 
     def start(self) -> None:
-        for endpoint in self._endpoints:
-            endpoint.start()
+        """Serve every resource, then keep them registered from a thread. Raises
+        RuntimeError or OSError, serving nothing, if a socket cannot be served."""
+        try:
+            for endpoint in self._endpoints:
+                endpoint.start()
+        except (RuntimeError, OSError):
+            for endpoint in self._endpoints:
+                endpoint.stop()
+            raise
         self._thread.start()
 
     def stop(self) -> None:

@@ -16,6 +16,7 @@ import grpc
 
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from gpufleet.plugin.allocate import ContainerAllocation
 from gpufleet.plugin.model import AdvertisedDevice, Health
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,25 @@ log = logging.getLogger(__name__)
 Allocator = Callable[[Sequence[str]], pb.ContainerAllocateResponse]
 # (available, must_include, size) -> preferred device IDs.
 Preferrer = Callable[[Sequence[str], Sequence[str], int], Sequence[str]]
+
+
+def to_response(allocation: ContainerAllocation) -> pb.ContainerAllocateResponse:
+    """The protobuf form of a pure `ContainerAllocation`."""
+    return pb.ContainerAllocateResponse(
+        envs=allocation.envs,
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in allocation.mounts
+        ],
+        devices=[
+            pb.DeviceSpec(
+                container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
+            )
+            for d in allocation.device_specs
+        ],
+        annotations=allocation.annotations,
+        cdi_devices=[pb.CDIDevice(name=n) for n in allocation.cdi_devices],
+    )
 
 
 class RpcStats:

@@ -200,9 +200,10 @@ class PluginSettings(BaseSettings):
         "GPUFLEET_CDI_SPEC_DIRS",
         "--cdi-spec-dirs",
         group=GPUFLEET,
-        help="Where installed CDI specs are looked for (comma separated; CDI's standard "
-        "directories): the cdi-* device list strategies need one of kind "
-        "k8s.device-plugin.nvidia.com/gpu.",
+        help="CDI spec directories (comma separated; CDI's standard ones). With a cdi-* "
+        "device list strategy the plugin writes its specs (kind "
+        "k8s.device-plugin.nvidia.com/gpu) into the first, unless one of that kind is "
+        "installed in any of them.",
     )
     sim_fleet: str = setting(
         "",

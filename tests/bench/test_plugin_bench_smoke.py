@@ -2,13 +2,16 @@
 
 Benchmarks are measured, not asserted: no latency is checked here, only that every phase
 (Allocate, preferred allocation, health propagation, re-registration) runs end to end
-against the real plugin and fake kubelet, and that the report and JSON come out.
+against the real plugin and fake kubelet, with the RPC client in a child process or in
+the benchmark's own, and that the report and JSON come out.
 """
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 HEADINGS = (
@@ -25,11 +28,12 @@ ROWS = (
 )
 
 
-def test_quick_run_prints_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["process", "in-process"])
+def test_quick_run_prints_report(tmp_path: Path, client: str) -> None:
     results = tmp_path / "results.json"
     run = subprocess.run(
         [
-            *(sys.executable, "-m", "bench.plugin_bench", "--quick"),
+            *(sys.executable, "-m", "bench.plugin_bench", "--quick", "--client", client),
             *("--allocate-calls", "60", "--preferred-calls", "60", "--restarts", "2"),
             *("--json", str(results)),
         ],
@@ -42,5 +46,8 @@ def test_quick_run_prints_report(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-3000:]
     for text in (*HEADINGS, *ROWS):
         assert text in run.stdout
-    names = [r["name"] for r in json.loads(results.read_text())["results"]]
-    assert len(names) == run.stdout.count("| PASS |") + run.stdout.count("| FAIL |")
+    rows = json.loads(results.read_text())["results"]
+    assert len(rows) == run.stdout.count("| PASS |") + run.stdout.count("| FAIL |")
+    (allocate,) = [r for r in rows if r["name"] == "Allocate, 1 whole GPU"]
+    # The CPU split is known only with the client in its own process.
+    assert (allocate["client_cpu_us"] is not None) == (client == "process")

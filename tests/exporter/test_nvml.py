@@ -14,7 +14,6 @@ from gpufleet.exporter.nvml_readers import (
     field_value_number,
     kib_rate_mb_per_s,
     memory_temp_c,
-    mig_profile_name,
     vgpu_license_status,
 )
 from gpufleet.exporter.snapshot import EntitySample
@@ -144,31 +143,6 @@ def test_memory_temp(reading: float, expected: float | None) -> None:
 def test_kib_rate(previous, current, expected: float | None) -> None:
     rate = kib_rate_mb_per_s(previous, current)
     assert rate == (None if expected is None else pytest.approx(expected))
-
-
-@pytest.mark.parametrize(
-    ("name", "expected"),
-    [
-        ("MIG 1g.10gb", "1g.10gb"),
-        ("MIG 1g.12gb", "1g.12gb"),  # H100 NVL: dcgm-exporter #544 derived 1g.11gb
-        ("MIG 3g.40gb+me", "3g.40gb+me"),
-        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "1g.10gb"),
-        ("NVIDIA H100 80GB HBM3", None),
-        ("MIG", None),
-        ("NVIDIA H100NVLMIG 1g.12gb", None),
-    ],
-    ids=[
-        "profile-info",
-        "h100-nvl-issue-544",
-        "media-extension",
-        "device-name",
-        "no-mig",
-        "bare-word",
-        "glued",
-    ],
-)
-def test_mig_profile_name(name: str, expected: str | None) -> None:
-    assert mig_profile_name(name) == expected
 
 
 def _license(supported: int, *features: tuple[int, int]):

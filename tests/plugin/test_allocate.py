@@ -1,5 +1,7 @@
 """`allocate`: what the container runtime gets under each strategy (NVIDIA's exact output)."""
 
+import dataclasses
+
 import pytest
 from node_builder import H100_MIB, gpu, gpu_uuid, mig_uuid, node
 
@@ -42,8 +44,24 @@ REPLICAS = {
         ),
     )["nvidia.com/gpu"]
 }
+# GPU 2's MIG devices with the capability minors the host lists (GI, then CI).
+CAPPED_GPU2 = dataclasses.replace(
+    NODE.gpus[2],
+    migs=tuple(
+        dataclasses.replace(m, cap_minors=(20 + 2 * j, 21 + 2 * j))
+        for j, m in enumerate(NODE.gpus[2].migs)
+    ),
+)
+CAPPED_MIGS = {
+    d.id: d
+    for d in advertise(
+        node(NODE.gpus[0], NODE.gpus[1], CAPPED_GPU2),
+        ResourceOptions(mig_strategy=MigStrategy.MIXED),
+    )["nvidia.com/mig-1g.10gb"]
+}
 CDI = "k8s.device-plugin.nvidia.com"
 S = DeviceListStrategy
+IMEX_NODE = "/dev/nvidia-caps-imex-channels/channel0"
 
 
 def options(**overrides: object) -> AllocateOptions:
@@ -166,6 +184,68 @@ ALLOCATE_CASES = [
             ),
         ),
         id="passDeviceSpecs: one spec per physical GPU, absent control devices left out",
+    ),
+    pytest.param(
+        [M21, M20],
+        CAPPED_MIGS,
+        options(pass_device_specs=True, control_devices=("/dev/nvidiactl",)),
+        ContainerAllocation(
+            envs={"NVIDIA_VISIBLE_DEVICES": f"{M20},{M21}"},
+            device_specs=tuple(
+                DeviceSpec(p, p, "rw")
+                for p in (
+                    "/dev/nvidiactl",
+                    "/dev/nvidia2",
+                    "/dev/nvidia-caps/nvidia-cap20",
+                    "/dev/nvidia-caps/nvidia-cap21",
+                    "/dev/nvidia-caps/nvidia-cap22",
+                    "/dev/nvidia-caps/nvidia-cap23",
+                )
+            ),
+        ),
+        id="passDeviceSpecs: MIG GPU- and compute-instance capability devices, parent once",
+    ),
+    pytest.param(
+        [G0],
+        GPUS,
+        options(imex_channels=("0",)),
+        ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": G0, "NVIDIA_IMEX_CHANNELS": "0"}),
+        id="imex: NVIDIA_IMEX_CHANNELS with envvar",
+    ),
+    pytest.param(
+        [G0],
+        GPUS,
+        options(device_list_strategies=(S.VOLUME_MOUNTS,), imex_channels=("0",)),
+        ContainerAllocation(
+            envs={"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"},
+            mounts=(null_mount(G0), null_mount("imex/0")),
+        ),
+        id="imex: a /dev/null mount per channel with volume-mounts",
+    ),
+    pytest.param(
+        [G0],
+        GPUS,
+        options(device_list_strategies=(S.CDI_CRI,), imex_channels=("0",)),
+        ContainerAllocation(cdi_devices=(f"{CDI}/gpu={G0}", f"{CDI}/imex-channel=0")),
+        id="imex: an imex-channel CDI device with CDI, no env var",
+    ),
+    pytest.param(
+        [G0],
+        GPUS,
+        options(
+            pass_device_specs=True,
+            control_devices=(),
+            dev_root="/run/nvidia/driver",
+            imex_channels=("0",),
+        ),
+        ContainerAllocation(
+            envs={"NVIDIA_VISIBLE_DEVICES": G0, "NVIDIA_IMEX_CHANNELS": "0"},
+            device_specs=(
+                DeviceSpec("/dev/nvidia0", "/run/nvidia/driver/dev/nvidia0", "rw"),
+                DeviceSpec(IMEX_NODE, "/run/nvidia/driver" + IMEX_NODE, "rw"),
+            ),
+        ),
+        id="imex: the channel's device spec under passDeviceSpecs, under the dev root",
     ),
     pytest.param(
         [f"{G0}::0", f"{G1}::3"],

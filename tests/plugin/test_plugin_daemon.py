@@ -1,7 +1,10 @@
 """The plugin against the fake kubelet, over real unix sockets, on simulated GPUs:
 handshake, allocation under sharing modes, health propagation and recovery, kubelet
-restarts, lost GPUs, startup refusals and self-metrics."""
+restarts, lost GPUs, startup refusals, self-metrics, and the CDI specs and IMEX channels
+behind what Allocate names."""
 
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,7 +20,14 @@ from gpufleet.kubelet.fake import FakeKubelet
 from gpufleet.kubelet.fake_deviceplugins import AdmissionError
 from gpufleet.nvml.sim.api import SimulatedNvml
 from gpufleet.plugin.config import ConfigError
-from gpufleet.plugin.daemon import Plugin, SelfMetrics, check_config, start_plugin
+from gpufleet.plugin.daemon import (
+    Plugin,
+    SelfMetrics,
+    StartupError,
+    check_config,
+    start_plugin,
+)
+from gpufleet.plugin.nvml import discover
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 
 FLEET = "4xH100+1xH100:mig=7x1g.10gb"
@@ -26,7 +36,14 @@ FLEET = "4xH100+1xH100:mig=7x1g.10gb"
 class Node:
     """A fake kubelet, simulated GPUs, and the real plugin registered with it."""
 
-    def __init__(self, root: Path, config_text: str | None, **settings) -> None:
+    def __init__(
+        self,
+        root: Path,
+        config_text: str | None,
+        *,
+        plugin_kwargs: dict[str, Any] | None = None,
+        **settings,
+    ) -> None:
         self.kubelet = FakeKubelet(root / "k", rate_limit=None)
         self.kubelet.start()
         self.sim = SimulatedNvml(FLEET)
@@ -37,7 +54,7 @@ class Node:
             settings["config_file"] = str(root / "config.yaml")
         self.settings = PluginSettings(kubelet_socket=str(socket), **settings)
         self.config, _ = resolve_config(self.settings)
-        self.plugin: Plugin = self.start_plugin()
+        self.plugin: Plugin = self.start_plugin(**(plugin_kwargs or {}))
 
     def start_plugin(self, lib: Any = None, **kwargs) -> Plugin:
         """A new plugin process, as after a restart (stop the old one first)."""
@@ -276,8 +293,8 @@ flags:
         pytest.param(
             CDI,
             {},
-            "{file}: flags.plugin.deviceListStrategy: cdi-cri needs CDI specs of kind "
-            "k8s.device-plugin.nvidia.com/gpu, and none is in",
+            "{file}: flags.plugin.deviceListStrategy: cdi-cri needs CDI specs, and "
+            "--cdi-spec-dirs (GPUFLEET_CDI_SPEC_DIRS) names no directory",
             id="file",
         ),
         pytest.param(
@@ -294,11 +311,13 @@ flags:
         ),
     ],
 )
-def test_cdi_strategies_are_refused_naming_their_origin(tmp_path, file_text, settings, message):
+def test_cdi_strategies_without_a_spec_directory_are_refused_naming_their_origin(
+    tmp_path, file_text, settings, message
+):
     if file_text is not None:
         (tmp_path / "c.yaml").write_text(file_text)
         settings["config_file"] = str(tmp_path / "c.yaml")
-    settings["cdi_spec_dirs"] = str(tmp_path / "cdi")  # none installed
+    settings["cdi_spec_dirs"] = ""
     plugin_settings = PluginSettings(**settings)
     config, _ = resolve_config(plugin_settings)
     if message is None:
@@ -309,37 +328,142 @@ def test_cdi_strategies_are_refused_naming_their_origin(tmp_path, file_text, set
     assert str(exc.value).startswith(message.format(file=tmp_path / "c.yaml"))
 
 
-def test_cdi_strategies_work_where_a_spec_of_the_kind_is_installed(tmp_path):
+OUR_GPU_SPEC = "gpufleet-k8s.device-plugin.nvidia.com-gpu.json"
+
+
+def cdi_names(spec_path: Path) -> set[str]:
+    spec = json.loads(spec_path.read_text())
+    return {f"{spec['kind']}={d['name']}" for d in spec["devices"]}
+
+
+def test_the_plugin_writes_the_cdi_spec_behind_every_name_allocate_gives(make_node, tmp_path):
+    etc, run = tmp_path / "etc-cdi", tmp_path / "run-cdi"
+    node = make_node(
+        device_list_strategy="cdi-cri",
+        mig_strategy="mixed",
+        cdi_spec_dirs=f"{etc},{run}",
+    )
+    defined = cdi_names(etc / OUR_GPU_SPEC)
+    assert len(defined) == 4 + 7  # one per GPU and MIG device
+    assert not run.exists()
+    for resource, n, pod in (("nvidia.com/gpu", 2, "a"), ("nvidia.com/mig-1g.10gb", 3, "b")):
+        wait_for(lambda r=resource: node.plugins.allocatable().get(r), what=resource)
+        node.kubelet.admit(("default", pod, f"uid-{pod}"), "main", resource, n)
+        response = node.kubelet.allocation_response("default", pod, "main")
+        names = [d.name for d in response.cdi_devices]
+        assert len(names) == n and set(names) <= defined
+        assert "NVIDIA_VISIBLE_DEVICES" not in response.envs
+
+
+def test_mig_capability_devices_reach_the_spec_and_device_specs(make_node, tmp_path):
+    sim = SimulatedNvml(FLEET)
+    sim.nvmlInit()
+    (gpu,) = [g for g in discover(sim).gpus if g.mig_enabled]
+    sim.close()
+    lines = [f"gpu{gpu.minor}/gi{m.gi_id}/access {100 + 2 * m.index}" for m in gpu.migs]
+    lines += [
+        f"gpu{gpu.minor}/gi{m.gi_id}/ci{m.ci_id}/access {101 + 2 * m.index}" for m in gpu.migs
+    ]
+    (tmp_path / "mig-minors").write_text("config 1\nmonitor 2\n" + "\n".join(lines) + "\n")
+    node = make_node(
+        mig_strategy="mixed",
+        device_list_strategy="envvar,cdi-cri",
+        device_id_strategy="index",
+        pass_device_specs=True,
+        cdi_spec_dirs=str(tmp_path / "cdi"),
+        plugin_kwargs={"mig_minors_path": tmp_path / "mig-minors"},
+    )
+    spec = json.loads((tmp_path / "cdi" / OUR_GPU_SPEC).read_text())
+    first = next(d for d in spec["devices"] if d["name"] == f"{gpu.index}:0")
+    assert [n["path"] for n in first["containerEdits"]["deviceNodes"]] == [
+        f"/dev/nvidia{gpu.minor}",
+        "/dev/nvidia-caps/nvidia-cap100",
+        "/dev/nvidia-caps/nvidia-cap101",
+    ]
+    resource = "nvidia.com/mig-1g.10gb"
+    wait_for(lambda: node.plugins.allocatable().get(resource) == 7, what="MIG devices")
+    node.kubelet.admit(("default", "m", "uid-m"), "main", resource, 1)
+    response = node.kubelet.allocation_response("default", "m", "main")
+    (visible,) = response.envs["NVIDIA_VISIBLE_DEVICES"].split(",")
+    j = int(visible.split(":")[1])
+    caps = {d.container_path for d in response.devices if "nvidia-caps" in d.container_path}
+    assert caps == {
+        f"/dev/nvidia-caps/nvidia-cap{100 + 2 * j}",
+        f"/dev/nvidia-caps/nvidia-cap{101 + 2 * j}",
+    }
+
+
+def test_an_operator_installed_spec_is_kept_and_ours_not_written(make_node, tmp_path):
     cdi = tmp_path / "cdi"
     cdi.mkdir()
-    (cdi / "other.yaml").write_text("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\n")
-    settings = PluginSettings(device_list_strategy="cdi-cri", cdi_spec_dirs=str(cdi))
-    config, _ = resolve_config(settings)
-    with pytest.raises(ConfigError, match="nvidia-ctk cdi generate --vendor"):
-        check_config(settings, config)  # a spec, but of the toolkit's kind, not ours
-    (cdi / "plugin.json").write_text(
-        '{"cdiVersion": "0.6.0", "kind": "k8s.device-plugin.nvidia.com/gpu"}'
+    theirs = cdi / "k8s.device-plugin.nvidia.com-gpu.yaml"
+    theirs.write_text("cdiVersion: 0.5.0\nkind: k8s.device-plugin.nvidia.com/gpu\ndevices: []\n")
+    (cdi / OUR_GPU_SPEC).write_text("{}")  # stale, from an earlier run
+    make_node(device_list_strategy="cdi-annotations", cdi_spec_dirs=str(cdi))
+    assert sorted(p.name for p in cdi.iterdir()) == [theirs.name]
+
+
+def imex_root(tmp_path: Path) -> Path:
+    """A container driver root whose /dev has IMEX channel 0 (a link to /dev/null)."""
+    root = tmp_path / "driver-root"
+    (root / "dev/nvidia-caps-imex-channels").mkdir(parents=True)
+    os.symlink("/dev/null", root / "dev/nvidia-caps-imex-channels/channel0")
+    return root
+
+
+IMEX = """
+version: v1
+imex:
+  channelIDs: [0]
+  required: true
+"""
+
+
+def test_imex_channel_reaches_the_container(make_node, tmp_path):
+    node = make_node(
+        IMEX,
+        container_driver_root=str(imex_root(tmp_path)),
+        pass_device_specs=True,
+        device_list_strategy="envvar,cdi-cri",
+        cdi_spec_dirs=str(tmp_path / "cdi"),
     )
-    check_config(settings, config)
+    wait_for(lambda: node.plugins.allocatable().get("nvidia.com/gpu"), what="GPUs")
+    node.kubelet.admit(("default", "x", "uid-x"), "main", "nvidia.com/gpu", 1)
+    response = node.kubelet.allocation_response("default", "x", "main")
+    assert response.envs["NVIDIA_IMEX_CHANNELS"] == "0"
+    channel = "/dev/nvidia-caps-imex-channels/channel0"
+    assert channel in {d.container_path for d in response.devices}
+    assert "k8s.device-plugin.nvidia.com/imex-channel=0" in {d.name for d in response.cdi_devices}
+    imex_spec = tmp_path / "cdi" / "gpufleet-k8s.device-plugin.nvidia.com-imex-channel.json"
+    assert cdi_names(imex_spec) == {"k8s.device-plugin.nvidia.com/imex-channel=0"}
 
 
-def test_cli_refuses_cdi_and_warns_imex_is_not_applied(tmp_path):
-    (tmp_path / "c.yaml").write_text(CDI + "imex:\n  channelIDs: [0]\n  required: true\n")
+def test_cli_refuses_a_required_imex_channel_that_is_missing(tmp_path):
+    (tmp_path / "c.yaml").write_text(IMEX)
     code = "import sys; from gpufleet.plugin.daemon import main; sys.exit(main(sys.argv[1:]))"
     run = subprocess.run(
         [
-            sys.executable,
-            "-c",
-            code,
-            "--config-file",
-            str(tmp_path / "c.yaml"),
-            "--cdi-spec-dirs",
-            str(tmp_path / "cdi"),
+            *(sys.executable, "-c", code),
+            *("--config-file", str(tmp_path / "c.yaml")),
+            *("--sim-fleet", "1xH100", "--kubelet-socket", "", "--metrics-address", ""),
+            *("--container-driver-root", str(tmp_path / "no-driver-root")),
         ],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert run.returncode == 1
-    assert "imex (channelIDs [0], required true) is not applied yet" in run.stderr
-    assert "flags.plugin.deviceListStrategy: cdi-cri needs CDI specs" in run.stderr
+    assert "imex.required: requested IMEX channel channel0 does not exist" in run.stderr
+
+
+def test_a_plugin_directory_it_cannot_serve_in_is_a_startup_error(tmp_path):
+    sim = SimulatedNvml(FLEET)
+    sim.nvmlInit()
+    settings = PluginSettings(kubelet_socket="")
+    config, _ = resolve_config(settings)
+    missing = tmp_path / "no-such-dir"
+    try:
+        with pytest.raises(StartupError, match=f"cannot serve the plugin sockets in {missing}"):
+            start_plugin(settings, config, sim, plugin_dir=missing)
+    finally:
+        sim.close()
