@@ -68,9 +68,11 @@ def reaction_delays(
     times = np.array([d.t for d in decisions])
     desired = np.array([d.desired for d in decisions])
     delays = np.full(len(starts), np.nan)
+    if not decisions:
+        return delays
     for k, start in enumerate(starts):
         i = int(np.searchsorted(times, start, side="left"))
-        before = desired[i - 1] if i > 0 else desired[0] if len(desired) else 0
+        before = desired[max(i - 1, 0)]
         end = int(np.searchsorted(times, start + horizon_seconds, side="right"))
         raised = np.flatnonzero(desired[i:end] > before)
         if len(raised):
