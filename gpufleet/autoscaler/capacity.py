@@ -12,7 +12,14 @@ Two sources, in two units (completions/s and prompt tokens/s, per ready replica)
    the service rate. They are averaged with exponential forgetting (the mix drifts), and a
    conservative prior counts as a few pseudo-samples until real ones outweigh it. TTFT is
    not required to be within the SLO: a saturated server's throughput is its service rate
-   whatever the queue length; the SLO enters through the policy's `headroom`.
+   whatever the queue length; the SLO enters through the policy's `headroom`. Which rate a
+   sample measures depends on what was full: the queue counts requests waiting for
+   prefill as well as for a batch slot, so a sample prefilling at about the learned token
+   rate (`prefill_bound_ratio`) was prefill-bound and measures only the token rate; its
+   completions count the requests whose decode happened to end (a few seconds behind,
+   and fewer when the prompts were long), not what the batch slots sustain. Only samples
+   that were full below the prefill rate (the batch slots were the limit) also teach the
+   request rate.
 2. **Two lower bounds** (hints) that let an over-provisioned service, which never
    saturates, still climb off the prior; they never lower the estimate:
    - duty cycle: throughput divided by busy GPU time (DCGM duty cycle, or GR_ENGINE_ACTIVE
@@ -51,6 +58,9 @@ class CapacitySettings:
     # A sample is saturated when the queue held at least this many requests per ready
     # replica at both ends of its interval: one waiting request per replica means none idled.
     saturation_queue_per_replica: float = 1.0
+    # A saturated sample prefilling at least this share of the current token estimate per
+    # replica was prefill-bound: it teaches the token rate only (see the module doc).
+    prefill_bound_ratio: float = 0.8
     # The estimate reads "learned" (in messages) after this many saturated samples.
     learned_after_samples: int = 6
     # The duty-cycle hint only counts samples whose replicas were busy at least this
@@ -68,9 +78,10 @@ class CapacityState:
 
     last_sample_time: float = -math.inf
     samples: int = 0  # saturated samples seen (not forgotten: it is a count for messages)
-    sat_weight: float = 0.0
-    sat_requests: float = 0.0  # sum of completions/s per ready replica, weighted
+    sat_weight: float = 0.0  # saturated samples, weighted
     sat_tokens: float = 0.0  # sum of prompt tokens/s per ready replica, weighted
+    slot_weight: float = 0.0  # slot-bound saturated samples (not prefill-bound), weighted
+    sat_requests: float = 0.0  # their sum of completions/s per ready replica, weighted
     hint_busy: float = 0.0  # sum of busy replicas (duty cycles), weighted
     hint_requests: float = 0.0  # sum of completions/s, weighted
     hint_tokens: float = 0.0  # sum of prompt tokens/s, weighted
@@ -84,20 +95,22 @@ class CapacityEstimate:
     prompt_tokens_per_second: float  # prompt tokens/s one replica prefills
     samples: int  # saturated samples behind it
     learned: bool  # False while the prior (or only the hint) speaks
+    slot_weight: float = 0.0  # slot-bound samples behind `requests_per_second`, weighted
 
     def per_replica_rps(self, tokens_per_request: float | None) -> float:
         """Requests/s per replica under the current mix: the tighter of the two limits.
 
         Long prompts make prefill the bottleneck (the token rate binds); long outputs fill
         the batch slots (the request rate binds). Taking the smaller is right for both.
-        Before any saturated sample the request rate is only a guess (nothing bounds batch
-        slots from below) while the token rate has the hints, so the token rate alone
-        speaks: an idle-looking fleet must not stay over-provisioned on the request prior.
+        Until a slot-bound sample the request rate is only a guess (nothing bounds batch
+        slots from below) while the token rate has the hints and samples, so the token rate
+        alone speaks: an idle-looking fleet must not stay over-provisioned on the request
+        prior.
         """
         if not tokens_per_request or tokens_per_request <= 0:
             return self.requests_per_second
         by_tokens = self.prompt_tokens_per_second / tokens_per_request
-        return by_tokens if self.samples == 0 else min(self.requests_per_second, by_tokens)
+        return by_tokens if self.slot_weight == 0.0 else min(self.requests_per_second, by_tokens)
 
 
 def learn(state: CapacityState, obs: Observation, settings: CapacitySettings) -> CapacityState:
@@ -125,11 +138,21 @@ def learn(state: CapacityState, obs: Observation, settings: CapacitySettings) ->
     return replace(state, last_sample_time=done.times[new[-1]])
 
 
-def estimate(state: CapacityState, settings: CapacitySettings) -> CapacityEstimate:
-    """Saturated samples shrunk toward the best bound without them, never below that bound.
+def estimate(
+    state: CapacityState,
+    settings: CapacitySettings,
+    *,
+    tokens_per_request: float | None = None,
+) -> CapacityEstimate:
+    """Saturated samples shrunk toward the best guess without them.
 
-    The bound is the prior raised to the hints when they are higher: a hint is a lower
-    bound on the rate, the prior a guess, so the larger is the better guess.
+    That guess is the prior raised to the hints when they are higher: a hint is a lower
+    bound on the rate, the prior a guess, so the larger is the better guess. For the
+    request rate, given the mix's `tokens_per_request`, the guess is also at least the
+    prefill limit: before any saturated sample the policy sizes on the token rate alone
+    (`per_replica_rps`), so the first noisy saturated sample must not be averaged with the
+    deliberately low request prior and halve the estimate in one scrape. The token rate
+    never goes below its hints (they bound it); the request rate may, as samples accrue.
     """
     rps_floor = settings.prior_requests_per_second
     tps_floor = settings.prior_prompt_tokens_per_second
@@ -141,14 +164,17 @@ def estimate(state: CapacityState, settings: CapacitySettings) -> CapacityEstima
         ttft_bound = state.ttft_tokens / state.ttft_weight
         tps_floor = max(tps_floor, settings.hint_discount * ttft_bound)
     w0 = settings.prior_weight_samples
-    weight = w0 + state.sat_weight
-    rps = (w0 * rps_floor + state.sat_requests) / weight
-    tps = (w0 * tps_floor + state.sat_tokens) / weight
+    tps = max(tps_floor, (w0 * tps_floor + state.sat_tokens) / (w0 + state.sat_weight))
+    rps_guess = rps_floor
+    if tokens_per_request and tokens_per_request > 0:
+        rps_guess = max(rps_floor, tps / tokens_per_request)
+    rps = (w0 * rps_guess + state.sat_requests) / (w0 + state.slot_weight)
     return CapacityEstimate(
         requests_per_second=max(rps, rps_floor),
-        prompt_tokens_per_second=max(tps, tps_floor),
+        prompt_tokens_per_second=tps,
         samples=state.samples,
         learned=state.samples >= settings.learned_after_samples,
+        slot_weight=state.slot_weight,
     )
 
 
@@ -198,12 +224,15 @@ def _fold_saturated(
     if ready < 0.5 or q0 < need or q1 < need:
         return state
     decay = 0.5 ** (1.0 / settings.half_life_samples)
+    tps = estimate(state, settings).prompt_tokens_per_second
+    slot_bound = tok / ready < settings.prefill_bound_ratio * tps
     return replace(
         state,
         samples=state.samples + 1,
         sat_weight=state.sat_weight * decay + 1.0,
-        sat_requests=state.sat_requests * decay + done.values[i] / ready,
         sat_tokens=state.sat_tokens * decay + tok / ready,
+        slot_weight=state.slot_weight * decay + (1.0 if slot_bound else 0.0),
+        sat_requests=state.sat_requests * decay + (done.values[i] / ready if slot_bound else 0.0),
     )
 
 

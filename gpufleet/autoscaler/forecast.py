@@ -26,8 +26,10 @@ class ForecastSettings:
     # 300 s: a trend must persist for minutes to be one; LLM traffic ramps over tens of
     # minutes (the conversation trace) while bursts last seconds.
     trend_window_seconds: float = 300.0
-    # Fewer points than this make no trend (slope 0): a line through two points is noise.
-    trend_min_points: int = 6
+    # Fewer points than this make no trend (slope 0): two minutes of 5-s samples. Fewer
+    # fit a line through one surge (a minute's ramp doubled over a cold start launches a
+    # node the next minute does not need), which is the burst path's job, not the trend's.
+    trend_min_points: int = 24
     # Growth the trend may add at the horizon, as a multiple of the level: 1.0 means the
     # forecast at most doubles the level, bounding a steep fit on a noisy window.
     max_trend_growth_ratio: float = 1.0

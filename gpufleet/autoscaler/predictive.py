@@ -206,8 +206,8 @@ class PredictivePolicy:
 
     def _demand(self, obs: Observation, *, arrivals_ok: bool) -> Demand:
         s, w = self.settings, self.workload
-        est = estimate(self._capacity, s.capacity)
         tpr = tokens_per_request(obs)
+        est = estimate(self._capacity, s.capacity, tokens_per_request=tpr)
         unit = max(1e-9, est.per_replica_rps(tpr)) * self._probe
         prefill = max(unit, self._probe * est.prompt_tokens_per_second / tpr if tpr else unit)
         grow = 1.0 + s.headroom

@@ -55,7 +55,14 @@ def observe(
     )
 
 
-def saturated_run(state: CapacityState, *, n_replicas: int, samples: int, t0: float = 0.0):
+def saturated_run(
+    state: CapacityState,
+    *,
+    n_replicas: int,
+    samples: int,
+    t0: float = 0.0,
+    settings: CapacitySettings = S,
+):
     """Feed `samples` saturated samples one observation at a time; return the final state."""
     rng = np.random.default_rng(7)
     times = t0 + STEP * np.arange(samples + 1)
@@ -63,18 +70,48 @@ def saturated_run(state: CapacityState, *, n_replicas: int, samples: int, t0: fl
     queue = np.full(samples + 1, 10.0 * n_replicas)
     for k in range(2, samples + 2):
         obs = observe(times[:k], done=done[:k], queue=queue[:k], replicas=ready(n_replicas))
-        state = learn(state, obs, S)
+        state = learn(state, obs, settings)
     return state
 
 
 @pytest.mark.parametrize("n_replicas", [1, 4, 30], ids=["one", "four", "thirty"])
 def test_converges_to_the_true_rate_on_saturated_samples(n_replicas: int) -> None:
+    # Prefill-bound samples (prefilling at the token rate they teach): the token rate is
+    # learned, and it alone sizes the replica for the mix.
     est = estimate(saturated_run(CapacityState(), n_replicas=n_replicas, samples=200), S)
     assert est.learned
     assert est.samples == 200
-    assert est.requests_per_second == pytest.approx(TRUE_RPS, rel=0.03)
     assert est.prompt_tokens_per_second == pytest.approx(TRUE_RPS * TOKENS, rel=0.03)
     assert est.per_replica_rps(TOKENS) == pytest.approx(TRUE_RPS, rel=0.03)
+
+
+def test_slot_bound_samples_teach_the_request_rate() -> None:
+    # Prefill is known to run at 100k tokens/s (a floor), yet saturated replicas prefill
+    # only 15k: the batch slots were full, so completions/s is the request rate.
+    fast_prefill = CapacitySettings(prior_prompt_tokens_per_second=100_000.0)
+    state = saturated_run(CapacityState(), n_replicas=4, samples=200, settings=fast_prefill)
+    est = estimate(state, fast_prefill)
+    assert est.requests_per_second == pytest.approx(TRUE_RPS, rel=0.03)
+    assert est.per_replica_rps(TOKENS) == pytest.approx(TRUE_RPS, rel=0.03)
+
+
+def test_prefill_bound_samples_leave_the_request_rate_alone() -> None:
+    # Completions in a prefill-bound sample lag (decode) and follow the prompt mix, so they
+    # do not move the request rate; it stays at its guess: the prefill limit for the mix.
+    state = saturated_run(CapacityState(), n_replicas=4, samples=3)
+    assert state.slot_weight == 0.0
+    est = estimate(state, S, tokens_per_request=TOKENS / 2)
+    assert est.requests_per_second == pytest.approx(2 * est.prompt_tokens_per_second / TOKENS)
+
+
+def test_first_saturated_sample_does_not_halve_the_estimate() -> None:
+    # The request prior (2/s) is a deliberately low guess: blending one noisy sample with
+    # it would drag the rate toward it. With the mix known, the guess is the prefill limit.
+    fast_prefill = CapacitySettings(prior_prompt_tokens_per_second=100_000.0)
+    state = saturated_run(CapacityState(), n_replicas=4, samples=1, settings=fast_prefill)
+    est = estimate(state, fast_prefill, tokens_per_request=TOKENS)
+    assert est.requests_per_second > TRUE_RPS
+    assert estimate(state, fast_prefill).requests_per_second < TRUE_RPS
 
 
 def test_prior_speaks_before_any_sample() -> None:
@@ -96,7 +133,8 @@ def test_forgets_an_old_rate_when_the_service_changes() -> None:
     for k in range(2, 401):
         obs = observe(times[:k], done=done[:k], queue=queue[:k], replicas=ready(2))
         state = learn(state, obs, S)
-    assert estimate(state, S).requests_per_second == pytest.approx(2 * TRUE_RPS, rel=0.1)
+    est = estimate(state, S)
+    assert est.prompt_tokens_per_second == pytest.approx(2 * TRUE_RPS * TOKENS, rel=0.1)
 
 
 @pytest.mark.parametrize(
@@ -189,7 +227,7 @@ def test_serving_weights_replicas_by_time_served() -> None:
         pytest.param(9, 2048.0, 15000 / 2048, id="long-prompts-prefill-binds"),
         pytest.param(9, 500.0, 10.0, id="short-prompts-slots-bind"),
         pytest.param(9, None, 10.0, id="unknown-mix-requests-only"),
-        pytest.param(0, 500.0, 30.0, id="no-saturation-yet-tokens-only"),
+        pytest.param(0, 500.0, 30.0, id="no-slot-bound-sample-yet-tokens-only"),
     ],
 )
 def test_per_replica_rate_is_the_tighter_limit(
@@ -200,6 +238,7 @@ def test_per_replica_rate_is_the_tighter_limit(
         prompt_tokens_per_second=15000.0,
         samples=samples,
         learned=samples > 0,
+        slot_weight=float(samples),
     )
     assert est.per_replica_rps(tokens) == pytest.approx(want)
 
