@@ -149,8 +149,8 @@ def estimate(
     That guess is the prior raised to the hints when they are higher: a hint is a lower
     bound on the rate, the prior a guess, so the larger is the better guess. For the
     request rate, given the mix's `tokens_per_request`, the guess is also at least the
-    prefill limit: before any saturated sample the policy sizes on the token rate alone
-    (`per_replica_rps`), so the first noisy saturated sample must not be averaged with the
+    prefill limit: until a slot-bound sample the policy sizes on the token rate alone
+    (`per_replica_rps`), so the first noisy slot-bound sample must not be averaged with the
     deliberately low request prior and halve the estimate in one scrape. The token rate
     never goes below its hints (they bound it); the request rate may, as samples accrue.
     """

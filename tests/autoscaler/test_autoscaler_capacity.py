@@ -124,17 +124,33 @@ def test_prior_speaks_before_any_sample() -> None:
     )
 
 
-def test_forgets_an_old_rate_when_the_service_changes() -> None:
-    state = saturated_run(CapacityState(), n_replicas=2, samples=100)
+@pytest.mark.parametrize(
+    ("settings", "rate", "doubled"),
+    [
+        pytest.param(S, "prompt_tokens_per_second", 2 * TRUE_RPS * TOKENS, id="prefill-bound"),
+        # Only slot-bound samples teach the request rate (prefill known to be far faster).
+        pytest.param(
+            CapacitySettings(prior_prompt_tokens_per_second=100_000.0),
+            "requests_per_second",
+            2 * TRUE_RPS,
+            id="slot-bound",
+        ),
+    ],
+)
+def test_forgets_an_old_rate_when_the_service_changes(
+    settings: CapacitySettings, rate: str, doubled: float
+) -> None:
+    state = saturated_run(CapacityState(), n_replicas=2, samples=100, settings=settings)
     # The model got faster: new saturated samples at twice the rate.
     times = 1000.0 + STEP * np.arange(400)
     done = np.full(400, 2 * 2 * TRUE_RPS)
     queue = np.full(400, 20.0)
     for k in range(2, 401):
         obs = observe(times[:k], done=done[:k], queue=queue[:k], replicas=ready(2))
-        state = learn(state, obs, S)
-    est = estimate(state, S)
-    assert est.prompt_tokens_per_second == pytest.approx(2 * TRUE_RPS * TOKENS, rel=0.1)
+        state = learn(state, obs, settings)
+    est = estimate(state, settings)
+    assert getattr(est, rate) == pytest.approx(doubled, rel=0.1)
+    assert est.per_replica_rps(TOKENS) == pytest.approx(2 * TRUE_RPS, rel=0.1)
 
 
 @pytest.mark.parametrize(
