@@ -1,9 +1,10 @@
 """CDI spec directories (`--cdi-spec-dirs`): the specs installed there, and ours.
 
-A spec the operator installed (e.g. `nvidia-ctk cdi generate`, which also injects the
-driver's libraries) always wins over the one the plugin generates: ours is written only
-where no other spec of its kind exists, and a stale one of ours is removed when one does,
-since two specs defining the same device names conflict in the runtime's CDI registry.
+A spec the operator installed (e.g. `nvidia-ctk cdi generate`'s, which knows more of the
+driver than ours: see `cdi_driver`) always wins over the one the plugin generates: ours is
+written only where no other spec of its kind exists, and a stale one of ours is removed
+when one does, since two specs defining the same device names conflict in the runtime's
+CDI registry.
 
 Ours is written atomically into the first directory: a temporary file the CDI registry
 ignores (not `.json`/`.yaml`) renamed over the old one, so a runtime reading the

@@ -170,7 +170,10 @@ def _flags(reader: _Reader, value: Any) -> Flags:
             plugin_raw["deviceListStrategy"],
         )
     if "cdiFeatureFlags" in plugin_raw:
-        reader.warn("flags.plugin.cdiFeatureFlags", "ignored (gpufleet generates no CDI specs)")
+        reader.warn(
+            "flags.plugin.cdiFeatureFlags",
+            "ignored (gpufleet's CDI specs take no nvcdi feature flags)",
+        )
     return Flags(**_scalars(reader, raw, "flags", _FLAG_KEYS), plugin=PluginFlags(**plugin))
 
 

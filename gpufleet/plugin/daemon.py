@@ -29,11 +29,12 @@ from gpufleet.listen import parse_listen_address
 from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.plugin import nvml as plugin_nvml
-from gpufleet.plugin.allocate import AllocateOptions, allocate
+from gpufleet.plugin.allocate import CDI_KIND, AllocateOptions, allocate
 from gpufleet.plugin.cdi import gpu_spec, imex_spec
 from gpufleet.plugin.cdi_dirs import CdiError, install
 from gpufleet.plugin.config import ConfigError, PluginConfig
 from gpufleet.plugin.devices import AdvertiseError, advertise, health_groups
+from gpufleet.plugin.driver_files import read_driver_edits, visible_root
 from gpufleet.plugin.health import parse_health_policy
 from gpufleet.plugin.health_watch import HealthWatcher
 from gpufleet.plugin.host_devices import (
@@ -222,14 +223,25 @@ def install_cdi_specs(
     config: PluginConfig,
     services: Sequence[DevicePluginService],
     channels: Sequence[str],
+    *,
+    driver_version: str = "",
 ) -> None:
     """Put the CDI specs Allocate's names need in place (the operator's win); raises
-    StartupError naming a file that cannot be written."""
+    StartupError naming a file that cannot be written. `driver_version` is NVML's; ""
+    takes the one in libcuda's file name. No driver files is a warning, never an error."""
     options = cdi_options(config)
+    driver = read_driver_edits(
+        visible_root(
+            container_driver_root=options.container_driver_root, driver_root=options.driver_root
+        ),
+        nvml_version=driver_version,
+        host_driver_root=options.driver_root,
+        hook_path=options.hook_path,
+    )
     specs = [
         spec
         for spec in (
-            gpu_spec((d for s in services for d in s.devices), options),
+            gpu_spec((d for s in services for d in s.devices), options, driver=driver),
             imex_spec(channels, options),
         )
         if spec is not None
@@ -241,6 +253,14 @@ def install_cdi_specs(
     for spec in installed:
         origin = "generated" if spec.generated else "installed by the operator, kept"
         log.info("CDI spec for %s: %s (%s)", spec.kind, spec.path, origin)
+        if spec.generated and spec.kind == CDI_KIND and driver.gap:
+            log.warning(
+                "CDI spec %s has device nodes only (%s: %s): CUDA containers need the "
+                "driver's libraries, from the spec `nvidia-ctk cdi generate` writes",
+                spec.path,
+                driver.gap,
+                driver.message,
+            )
 
 
 def start_plugin(
@@ -270,7 +290,7 @@ def start_plugin(
     except (AdvertiseError, ImexError) as exc:
         raise StartupError(str(exc)) from None
     if uses_cdi(config):
-        install_cdi_specs(settings, config, services, channels)
+        install_cdi_specs(settings, config, services, channels, driver_version=node.driver_version)
     groups = health_groups(d for s in services for d in s.devices)
     reported = threading.Event()
     publishing = threading.Lock()  # a late first report must not be overwritten by startup

@@ -68,10 +68,14 @@ def uses_cdi(config: PluginConfig) -> bool:
 
 
 def cdi_options(config: PluginConfig) -> CdiOptions:
-    """How the generated CDI specs name devices and where their nodes are on the host."""
+    """How the generated CDI specs name devices, and where their nodes and the driver are."""
+    flags, plugin = config.flags, config.flags.plugin
     return CdiOptions(
-        device_id_strategy=DeviceIdStrategy(config.flags.plugin.device_id_strategy),
-        dev_root=config.flags.dev_root,
+        device_id_strategy=DeviceIdStrategy(plugin.device_id_strategy),
+        dev_root=flags.dev_root,
+        driver_root=flags.nvidia_driver_root,
+        container_driver_root=plugin.container_driver_root,
+        hook_path=plugin.nvidia_ctk_path,
     )
 
 

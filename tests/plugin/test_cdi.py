@@ -14,6 +14,7 @@ from gpufleet.plugin.allocate import (
     allocate,
 )
 from gpufleet.plugin.cdi import CdiOptions, gpu_spec, imex_spec, render
+from gpufleet.plugin.cdi_driver import DriverEdits, Hook, Mount
 from gpufleet.plugin.devices import (
     MigStrategy,
     ResourceOptions,
@@ -113,6 +114,37 @@ def test_gpu_spec_with_uuid_names_omits_host_paths_under_slash() -> None:
         {"path": "/dev/nvidia-uvm"},
         {"path": "/dev/nvidia-uvm-tools"},
     ]
+
+
+def test_driver_mounts_and_hooks_are_spec_wide_edits() -> None:
+    lib = "/usr/lib64/libcuda.so.550.54.15"
+    driver = DriverEdits(
+        mounts=(Mount(host_path="/run/nvidia/driver" + lib, container_path=lib),),
+        hooks=(
+            Hook(
+                hook_name="createContainer",
+                path="/usr/bin/nvidia-ctk",
+                args=("nvidia-ctk", "hook", "update-ldcache", "--folder", "/usr/lib64"),
+            ),
+        ),
+    )
+    spec = json.loads(render(gpu_spec(EVERY_DEVICE, CdiOptions(), driver=driver)))
+    assert spec["cdiVersion"] == "0.5.0"  # mounts and hooks are older than 0.5.0
+    assert spec["containerEdits"]["mounts"] == [
+        {
+            "hostPath": "/run/nvidia/driver/usr/lib64/libcuda.so.550.54.15",
+            "containerPath": lib,
+            "options": ["ro", "nosuid", "nodev", "rbind", "rprivate"],
+        }
+    ]
+    assert spec["containerEdits"]["hooks"] == [
+        {
+            "hookName": "createContainer",
+            "path": "/usr/bin/nvidia-ctk",
+            "args": ["nvidia-ctk", "hook", "update-ldcache", "--folder", "/usr/lib64"],
+        }
+    ]
+    assert all("mounts" not in d["containerEdits"] for d in spec["devices"])
 
 
 def test_replicas_collapse_to_one_cdi_device_per_gpu() -> None:
