@@ -1,4 +1,5 @@
-"""Arrival-rate forecast: level, trend, cap on growth, peaks (synthetic series)."""
+"""Arrival-rate forecast: level, trend, cap on growth, sustained rate, usual peaks
+(synthetic series)."""
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ def series(rate_at, *, seconds: float = 600.0, step: float = 5.0):
 
 def test_empty_series_forecasts_zero() -> None:
     fc = forecast_rate((), (), now=NOW, horizon_seconds=60, settings=S)
-    assert (fc.latest, fc.level, fc.predicted, fc.points) == (0, 0, 0, 0)
+    assert (fc.latest, fc.level, fc.predicted, fc.sustained, fc.points) == (0, 0, 0, 0, 0)
     assert all(p == 0 for _, p in fc.peaks)
 
 
@@ -29,6 +30,7 @@ def test_steady_rate_forecasts_itself(rate: float) -> None:
     assert fc.level == pytest.approx(rate)
     assert fc.slope_per_second == pytest.approx(0.0, abs=1e-9)
     assert fc.predicted == pytest.approx(rate)
+    assert fc.sustained == pytest.approx(rate)
     assert all(p == pytest.approx(rate) for _, p in fc.peaks)
 
 
@@ -48,6 +50,13 @@ def test_ramp_extrapolates_to_the_horizon(slope: float, horizon: float) -> None:
     # The level is a 30-s mean, so it trails the ramp by about half its window.
     assert fc.predicted == pytest.approx(truth, abs=slope * S.level_window_seconds)
     assert fc.predicted > fc.level
+    # The median line reaches the same horizon (a ramp's median is its middle).
+    assert fc.sustained == pytest.approx(truth, rel=1e-6)
+    node_lead = forecast_rate(
+        t, v, now=NOW, horizon_seconds=horizon, settings=S, sustained_horizon_seconds=horizon + 180
+    )
+    assert node_lead.predicted == fc.predicted
+    assert node_lead.sustained == pytest.approx(truth + slope * 180, rel=1e-6)
 
 
 def test_trend_growth_is_capped_at_the_ratio_of_the_level() -> None:
@@ -64,21 +73,41 @@ def test_falling_trend_forecasts_lower_but_never_negative() -> None:
     assert fc.predicted == 0.0
 
 
-def test_spike_shows_in_latest_and_peaks_not_in_the_trend() -> None:
-    t, v = series(lambda _: 4.0)
+def test_spike_shows_in_latest_and_level_not_in_the_trend_or_the_usual_peak() -> None:
+    t, v = series(lambda _: 4.0, seconds=1200.0)
     v[-1] = 64.0  # one 5-s sample of a burst, just visible
     fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
     assert fc.latest == 64.0
-    # Each averaging window holds the spike diluted by its width: 5 s fully, 15 s a third.
-    assert dict(fc.peaks) == pytest.approx(
-        {5.0: 64.0, 15.0: 4.0 + 60.0 / 3, 30.0: 4.0 + 60.0 / 6, 60.0: 4.0 + 60.0 / 12}
-    )
     assert fc.level == pytest.approx(4.0 + 60.0 / 6)  # six samples in the 30-s level window
     assert fc.predicted <= fc.level * (1 + S.max_trend_growth_ratio)
+    assert fc.slope_per_second == 0.0  # a median of slopes ignores it
+    assert fc.sustained == pytest.approx(4.0)  # and so does the median
+    # One minute in twenty holds it, fewer than the 0.9 quantile of the minutes' highs sees.
+    assert dict(fc.peaks) == pytest.approx({w: 4.0 for w in S.peak_averaging_seconds})
+
+
+def test_usual_peak_is_the_quantile_of_the_minutes_highest_means() -> None:
+    # A 5-s burst in every minute, its height growing minute by minute (10/s, 20/s, ...).
+    def rate(x: float) -> float:
+        minute = int(x // 60)
+        return 10.0 * (minute - 5) if x % 60 < 5 else 1.0
+
+    t, v = series(rate, seconds=600.0)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    highs = [max(1.0, 10.0 * (m - 5)) for m in sorted({int(x // 60) for x in t})]
+    assert dict(fc.peaks)[5.0] == pytest.approx(np.quantile(highs, S.peak_quantile))
+    assert dict(fc.peaks)[5.0] < max(highs)  # the busiest minute alone does not size it
+
+
+def test_bursts_in_most_minutes_set_the_usual_peak() -> None:
+    t, v = series(lambda x: 80.0 if x % 60 < 5 else 2.0, seconds=1200.0)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    assert dict(fc.peaks)[5.0] == pytest.approx(80.0)
 
 
 def test_peaks_forget_bursts_older_than_the_memory() -> None:
-    t, v = series(lambda x: 50.0 if x < NOW - S.peak_memory_seconds - 10 else 2.0, seconds=900)
+    memory = S.peak_memory_seconds
+    t, v = series(lambda x: 50.0 if x < NOW - memory - 10 else 2.0, seconds=memory + 300)
     fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
     assert {w: p for w, p in fc.peaks} == pytest.approx({w: 2.0 for w in S.peak_averaging_seconds})
 

@@ -22,7 +22,8 @@ KNOWN = CapacitySettings(
     prior_prompt_tokens_per_second=RPS * TOKENS,
     learned_after_samples=0,  # trust the prior: sizing tests need no learning phase
 )
-SETTINGS = PredictiveSettings(capacity=KNOWN)
+# Headroom 0.25 (x1.25) keeps the expected counts below easy to derive by hand.
+SETTINGS = PredictiveSettings(capacity=KNOWN, headroom=0.25)
 WORKLOAD = WorkloadConfig(name="llm", min_replicas=1, max_replicas=50)
 
 Rate = Callable[[float], float]
@@ -126,6 +127,17 @@ def test_burst_scales_up_on_the_first_tick_it_is_visible() -> None:
     assert d.message.startswith("arrivals 60.0/s")
 
 
+def test_a_burst_the_replicas_absorb_does_not_scale_up() -> None:
+    # One 5-s sample at 30/s over a steady 10/s: ceil(30 * 5/7 * 1.25 / 10) = 3 replicas,
+    # under twice the 2 serving, and the 30-s level (13.3/s) still needs 2: no surge.
+    rate = lambda t: 30.0 if 1000.0 <= t < 1005.0 else 10.0  # noqa: E731
+    p = policy()
+    p.decide(observe(990.0, rate, ready=2))
+    d = p.decide(observe(1006.5, rate, ready=2))
+    assert d.desired == 2
+    assert "for a surge" not in d.message
+
+
 def test_panic_never_scales_down_while_it_lasts() -> None:
     rate = lambda t: 60.0 if 1000.0 <= t < 1010.0 else 10.0  # noqa: E731 - a 10-s burst
     p = policy(replace(SETTINGS, scale_down_window_seconds=0.0))
@@ -159,17 +171,33 @@ def test_scale_down_steps_at_most_once_per_step_delay() -> None:
     assert (later.desired, later.reason) == (2, Reason.SCALE_DOWN)
 
 
-def test_never_below_the_recent_peak() -> None:
+def test_never_below_the_usual_peak() -> None:
     s = replace(SETTINGS, scale_down_window_seconds=0.0)
-    rate = lambda t: 60.0 if 1000.0 <= t < 1030.0 else 5.0  # noqa: E731 - a 30-s burst
+    memory = s.forecast.peak_memory_seconds
+    # A 30-s burst at the start of every minute until t=1200 s, then quiet.
+    rate = lambda t: 60.0 if t < 1200.0 and t % 60 < 30 else 5.0  # noqa: E731
     p = policy(s)
-    p.decide(observe(1400.0, rate, ready=12))
-    d = p.decide(observe(1402.0, rate, ready=12))
-    # 400 s later the burst is still remembered: ceil(60 * 30/32 * 1.25 / 10) = 8
+    p.decide(observe(1400.0, rate, ready=12, history_seconds=memory))
+    d = p.decide(observe(1402.0, rate, ready=12, history_seconds=memory))
+    # Minutes after the last burst, bursty traffic keeps capacity for its usual one:
+    # ceil(60 * 30/32 * 1.25 / 10) = 8
     assert (d.desired, d.reason) == (8, Reason.SCALE_DOWN)
     forgotten = policy(s)
-    forgotten.decide(observe(1700.0, rate, ready=12))
-    assert forgotten.decide(observe(1702.0, rate, ready=12)).desired == 1
+    later = 1200.0 + memory + 100.0
+    forgotten.decide(observe(later, rate, ready=12, history_seconds=memory))
+    assert forgotten.decide(observe(later + 2.0, rate, ready=12)).desired == 1
+
+
+def test_one_burst_in_the_memory_does_not_hold_capacity() -> None:
+    s = replace(SETTINGS, scale_down_window_seconds=0.0)
+    rate = lambda t: 100.0 if 1000.0 <= t < 1010.0 else 5.0  # noqa: E731 - one 10-s burst
+    memory = s.forecast.peak_memory_seconds
+    now = 1000.0 + memory - 120.0  # the burst is still in the memory
+    p = policy(s)
+    p.decide(observe(now, rate, ready=12, history_seconds=memory))
+    # It was over before replicas asked for at its sight could serve; sizing for it would
+    # hold capacity for the last burst rather than the next (the usual peak is 5/s).
+    assert p.decide(observe(now + 2.0, rate, ready=12, history_seconds=memory)).desired == 1
 
 
 @pytest.mark.parametrize(

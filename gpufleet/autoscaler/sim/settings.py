@@ -248,7 +248,7 @@ class SimulateSettings(BaseSettings):
         "--gpufleet-headroom",
         group=POLICIES,
         help="gpufleet's spare capacity over predicted demand (0.25: replicas run at 80% of "
-        "their learned rate); unset keeps the policy's default.",
+        "their learned rate); unset keeps the policy's default (0.4).",
         ge=0,
     )
 
