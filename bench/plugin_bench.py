@@ -13,6 +13,10 @@ FakeKubelet, every call real gRPC over the unix sockets of a device-plugins dire
   per call on each side (the client's own, and this process's: the plugin's, its idle
   threads included). `--client in-process` times from this process instead, as earlier
   runs did; the CPU split is then unknown;
+- each Allocate row has a floor row beside it (`grpc_floor`): the same calls from the same
+  client to a bare server, from the plugin's server factory, that answers with a canned
+  response, half timed just before the plugin and half just after. It is what gRPC Python
+  costs on this machine, whatever the plugin does;
 - health propagation is the time from `inject_xid(gpu, 92)` to the fake kubelet's view
   (what the plugin's `ListAndWatch` last sent) showing every device of that GPU Unhealthy,
   polled every 1 ms on the monotonic clock, so it reads up to ~1 ms late;
@@ -49,6 +53,7 @@ from pathlib import Path
 import grpc
 
 from bench import procstat
+from bench.grpc_floor import floor_server
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from gpufleet.kubelet.fake import FakeKubelet
@@ -121,6 +126,8 @@ class Result:
     target_ms: float
     client_cpu_us: float | None = None  # the client's CPU per timed call
     plugin_cpu_us: float | None = None  # the plugin process's CPU per call (warm-up included)
+    # The same measurement on the bare gRPC server (`grpc_floor`), timed around this one.
+    floor_ms: float | None = None
 
     @property
     def judged_ms(self) -> float:
@@ -371,8 +378,12 @@ def timed_calls(
     return seconds, handler, cpu
 
 
-def bench_allocate(node: Node, resource: str, name: str, calls: int, *, client: str) -> Result:
-    """Allocate one device per call, cycling through every device of the resource."""
+def bench_allocate(
+    node: Node, resource: str, name: str, calls: int, *, client: str
+) -> list[Result]:
+    """Allocate one device per call, cycling through every device of the resource; then
+    the gRPC floor (`grpc_floor`) with the same requests, half timed just before the
+    plugin and half just after, so both see the same machine."""
     ids = node.device_ids(resource)
     requests = [
         pb.AllocateRequest(
@@ -380,8 +391,19 @@ def bench_allocate(node: Node, resource: str, name: str, calls: int, *, client: 
         )
         for i in range(calls)
     ]
-    seconds, handler, cpu = timed_calls(node, resource, "Allocate", requests, client=client)
-    return summarize(
+    with grpc.insecure_channel(f"unix://{node.socket(resource)}") as channel:
+        canned = pb_grpc.DevicePluginStub(channel).Allocate(
+            requests[0], timeout=RPC_TIMEOUT_SECONDS
+        )
+    half = max(1, calls // 2)
+    with floor_server(canned) as floor_socket:
+        floor_before, _ = _floor_calls(floor_socket, requests[:half], client=client)
+        seconds, handler, cpu = timed_calls(node, resource, "Allocate", requests, client=client)
+        floor_after, _ = _floor_calls(floor_socket, requests[half:], client=client)
+    floor = summarize(
+        f"Allocate, bare gRPC server (floor), {name}", floor_before + floor_after, target=None
+    )
+    plugin = summarize(
         f"Allocate, {name}",
         seconds,
         handler_seconds=handler,
@@ -390,6 +412,13 @@ def bench_allocate(node: Node, resource: str, name: str, calls: int, *, client: 
         judged_on="p99",
         target_ms=TARGET_ALLOCATE_MS,
     )
+    return [dataclasses.replace(plugin, floor_ms=floor.p99_ms), floor]
+
+
+def _floor_calls(socket: Path, requests: Sequence, *, client: str) -> tuple[list[float], float]:
+    if client == "in-process":
+        return call_and_time(socket, "Allocate", requests)
+    return in_child(socket, "Allocate", requests)
 
 
 def preferred_requests(
@@ -543,7 +572,7 @@ def run(options: argparse.Namespace) -> list[Result]:
     results = []
     whole = {GPU: 8}
     with running_node("8xH100", whole) as node:
-        results.append(bench_allocate(node, GPU, "1 whole GPU", calls, client=client))
+        results.extend(bench_allocate(node, GPU, "1 whole GPU", calls, client=client))
         results.append(
             bench_preferred(
                 *(node, GPU, "8 whole GPUs (all available)", preferred, rng),
@@ -553,7 +582,7 @@ def run(options: argparse.Namespace) -> list[Result]:
         )
         results.append(bench_health(node, GPU, "whole GPU", options.health_samples))
     with running_node("8xH100:mig=7x1g.10gb", {MIG: 56}, mig_strategy="mixed") as node:
-        results.append(bench_allocate(node, MIG, "1 MIG slice (1g.10gb)", calls, client=client))
+        results.extend(bench_allocate(node, MIG, "1 MIG slice (1g.10gb)", calls, client=client))
         results.append(
             bench_preferred(
                 *(node, MIG, "8 x 7 MIG slices (all 56 available)", preferred, rng),
@@ -573,7 +602,7 @@ def run(options: argparse.Namespace) -> list[Result]:
             shared_devices_allocation_policy=policy,
         ) as node:
             if policy == "distributed":
-                results.append(
+                results.extend(
                     bench_allocate(node, GPU, "1 time-sliced replica", calls, client=client)
                 )
             results.append(
@@ -664,13 +693,13 @@ def markdown(results: Sequence[Result], env: dict[str, str]) -> str:
         "",
         "## Targets (issue 3, section 4)",
         "",
-        "| target | measurement | judged on | value ms | result |",
-        "|---|---|---|---:|---|",
+        "| target | measurement | judged on | value ms | bare gRPC floor ms | result |",
+        "|---|---|---|---:|---:|---|",
     ]
     judged = [r for r in results if r.target is not None]
     lines += [
         f"| {r.target} | {r.name} | {r.judged_on} | {r.judged_ms:.3f} | "
-        f"{'PASS' if r.passed else 'FAIL'} |"
+        f"{_cell(r.floor_ms, '.3f')} | {'PASS' if r.passed else 'FAIL'} |"
         for r in judged
     ]
     failed = sum(not r.passed for r in judged)

@@ -57,12 +57,17 @@ class RegistrationState:
     last_registration_seconds: float = 0.0  # monotonic
 
 
-class _Endpoint:
-    """One resource's gRPC server on its unix socket.
+def new_server() -> grpc.Server:
+    """The gRPC server a resource is served by (the benchmark's floor uses the same).
 
     A synchronous `grpc.server`: a `grpc.aio` one on an event loop thread measured no
     faster per Allocate (BENCHMARKS.md, device plugin), and running unary handlers inline
     on the completion-queue thread deadlocks gRPC Python's server."""
+    return grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+
+
+class _Endpoint:
+    """One resource's gRPC server on its unix socket."""
 
     def __init__(self, service: DevicePluginService, path: Path) -> None:
         self.service = service
@@ -74,7 +79,7 @@ class _Endpoint:
         """Serve on the socket; raises (with nothing left running) if it cannot."""
         self.stop()
         self.path.unlink(missing_ok=True)  # a stale socket from an earlier run
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        server = new_server()
         pb_grpc.add_DevicePluginServicer_to_server(self.service, server)
         try:
             server.add_insecure_port(f"unix://{self.path}")

@@ -21,6 +21,7 @@ HEADINGS = (
 )
 ROWS = (
     "| Allocate, 1 whole GPU |",
+    "| Allocate, bare gRPC server (floor), 1 whole GPU |",
     "| GetPreferredAllocation, 8 whole GPUs",
     "| GetPreferredAllocation, 8 x 7 MIG slices",
     "| XID to kubelet Unhealthy, whole GPU |",
@@ -47,7 +48,9 @@ def test_quick_run_prints_report(tmp_path: Path, client: str) -> None:
     for text in (*HEADINGS, *ROWS):
         assert text in run.stdout
     rows = json.loads(results.read_text())["results"]
-    assert len(rows) == run.stdout.count("| PASS |") + run.stdout.count("| FAIL |")
+    judged = [r for r in rows if r["target"] is not None]
+    assert len(judged) == run.stdout.count("| PASS |") + run.stdout.count("| FAIL |")
     (allocate,) = [r for r in rows if r["name"] == "Allocate, 1 whole GPU"]
+    assert allocate["floor_ms"] > 0  # the bare gRPC server was timed beside it
     # The CPU split is known only with the client in its own process.
     assert (allocate["client_cpu_us"] is not None) == (client == "process")
