@@ -8,7 +8,7 @@ FakeKubelet, every call real gRPC over the unix sockets of a device-plugins dire
 
 - RPC latency is client-side (time.perf_counter around one blocking unary call on a warm
   channel to the resource's socket), one call at a time, after a short warm-up. The client
-  runs in a child process (this module with `--rpc-client`), as the kubelet is its own
+  runs in a child process (`bench.plugin_rpc`), as the kubelet is its own
   process: its Python gRPC overhead and GIL are then not the plugin's. It also reports CPU
   per call on each side (the client's own, and this process's: the plugin's, its idle
   threads included). `--client in-process` times from this process instead, as earlier
@@ -42,7 +42,6 @@ import math
 import platform
 import random
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +53,13 @@ import grpc
 
 from bench import procstat
 from bench.grpc_floor import floor_server
+from bench.plugin_rpc import (
+    READY_TIMEOUT_SECONDS,
+    RPC_TIMEOUT_SECONDS,
+    WARMUP_CALLS,
+    BenchError,
+    time_calls,
+)
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from gpufleet.kubelet.fake import FakeKubelet
@@ -72,12 +78,8 @@ REPLICAS = 10
 # Short, so a GPU used by one health sample is Healthy again by its next one.
 HEALTH_RECOVERY_SECONDS = 0.2
 POLL_SECONDS = 0.001
-WARMUP_CALLS = 50
-READY_TIMEOUT_SECONDS = 30.0
 SAMPLE_TIMEOUT_SECONDS = 10.0
-RPC_TIMEOUT_SECONDS = 10.0
 # Issue 3, section 4.
-CLIENT_TIMEOUT_SECONDS = 300.0
 TARGET_ALLOCATE_MS = 1.0
 TARGET_PREFERRED_MS = 5.0
 TARGET_HEALTH_MS = 1000.0
@@ -104,10 +106,6 @@ sharing:
     - name: {GPU}
       replicas: {REPLICAS}
 """
-
-
-class BenchError(Exception):
-    """The benchmark could not run or an answer was wrong."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,102 +256,6 @@ class CallCpu:
     plugin_seconds: float
 
 
-# An answer check returns what is wrong, or None.
-Check = Callable[[object, object], str | None]
-
-
-def check_allocate(request, response) -> str | None:
-    (container,) = response.container_responses
-    if not container.envs.get("NVIDIA_VISIBLE_DEVICES"):
-        return f"Allocate({request.container_requests[0].devices_ids}) without a device env"
-    return None
-
-
-def check_preferred(request, response) -> str | None:
-    (req,) = request.container_requests
-    (answer,) = response.container_responses
-    chosen = list(answer.deviceIDs)
-    if (
-        len(chosen) != req.allocation_size
-        or len(set(chosen)) != len(chosen)
-        or not set(chosen) <= set(req.available_deviceIDs)
-        or not set(req.must_include_deviceIDs) <= set(chosen)
-    ):
-        return f"GetPreferredAllocation answered {chosen} to {req}"
-    return None
-
-
-# Timed RPC -> its request type and answer check.
-RPCS: dict[str, tuple[type, Check]] = {
-    "Allocate": (pb.AllocateRequest, check_allocate),
-    "GetPreferredAllocation": (pb.PreferredAllocationRequest, check_preferred),
-}
-
-
-def call_and_time(socket: Path, method: str, requests: Sequence) -> tuple[list[float], float]:
-    """Call `method` once per request on a warm channel, after WARMUP_CALLS untimed ones,
-    checking every answer. Returns each timed call's seconds and this process's CPU seconds
-    over them. Raises BenchError on a wrong answer."""
-    _, check = RPCS[method]
-    with grpc.insecure_channel(f"unix://{socket}") as channel:
-        grpc.channel_ready_future(channel).result(timeout=READY_TIMEOUT_SECONDS)
-        call = getattr(pb_grpc.DevicePluginStub(channel), method)
-        for request in requests[:WARMUP_CALLS]:
-            call(request, timeout=RPC_TIMEOUT_SECONDS)
-        seconds = []
-        cpu_start = time.process_time()
-        for request in requests:
-            start = time.perf_counter()
-            response = call(request, timeout=RPC_TIMEOUT_SECONDS)
-            seconds.append(time.perf_counter() - start)
-            problem = check(request, response)
-            if problem:
-                raise BenchError(problem)
-        return seconds, time.process_time() - cpu_start
-
-
-def rpc_client_main(socket: Path, method: str, requests_file: Path) -> int:
-    """The `--rpc-client` child: the requests are length-prefixed protobufs in
-    `requests_file`; prints one JSON line, {"seconds": [...], "cpu_seconds": x}, or exits 1
-    saying on stderr what went wrong."""
-    request_type, _ = RPCS[method]
-    data, requests, offset = requests_file.read_bytes(), [], 0
-    while offset < len(data):
-        size = int.from_bytes(data[offset : offset + 4], "big")
-        requests.append(request_type.FromString(data[offset + 4 : offset + 4 + size]))
-        offset += 4 + size
-    try:
-        seconds, cpu = call_and_time(socket, method, requests)
-    except (BenchError, grpc.RpcError, grpc.FutureTimeoutError) as exc:
-        print(f"rpc client failed: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu}))
-    return 0
-
-
-def in_child(socket: Path, method: str, requests: Sequence) -> tuple[list[float], float]:
-    """`call_and_time` in a child process (`--rpc-client`), as a separate kubelet calls."""
-    with tempfile.NamedTemporaryFile(prefix="gfpb-requests-") as file:
-        for request in requests:
-            body = request.SerializeToString()
-            file.write(len(body).to_bytes(4, "big") + body)
-        file.flush()
-        run = subprocess.run(
-            [
-                *(sys.executable, "-m", "bench.plugin_bench", "--rpc-client"),
-                *(str(socket), method, file.name),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=CLIENT_TIMEOUT_SECONDS,
-            check=False,
-        )
-    if run.returncode != 0:
-        raise BenchError(f"{method} client process failed: {run.stderr.strip()[-2000:]}")
-    answer = json.loads(run.stdout)
-    return answer["seconds"], answer["cpu_seconds"]
-
-
 def timed_calls(
     node: Node, resource: str, method: str, requests: Sequence, *, client: str
 ) -> tuple[list[float], float, CallCpu | None]:
@@ -363,13 +265,11 @@ def timed_calls(
     CPU per call on each side (in-process the two cannot be told apart: None)."""
     stats = node.plugin.stats
     calls0, handler0 = stats.calls.get(method, 0), stats.seconds.get(method, 0.0)
-    if client == "in-process":
-        seconds, _ = call_and_time(node.socket(resource), method, requests)
-        cpu = None
-    else:
-        cpu0 = time.process_time()
-        seconds, client_cpu = in_child(node.socket(resource), method, requests)
-        plugin_cpu = time.process_time() - cpu0
+    cpu0 = time.process_time()
+    seconds, client_cpu = time_calls(node.socket(resource), method, requests, client=client)
+    plugin_cpu = time.process_time() - cpu0
+    cpu = None  # in-process the two sides cannot be told apart
+    if client != "in-process":
         cpu = CallCpu(
             client_seconds=client_cpu / len(seconds),
             plugin_seconds=plugin_cpu / (stats.calls[method] - calls0),
@@ -397,9 +297,9 @@ def bench_allocate(
         )
     half = max(1, calls // 2)
     with floor_server(canned) as floor_socket:
-        floor_before, _ = _floor_calls(floor_socket, requests[:half], client=client)
+        floor_before, _ = time_calls(floor_socket, "Allocate", requests[:half], client=client)
         seconds, handler, cpu = timed_calls(node, resource, "Allocate", requests, client=client)
-        floor_after, _ = _floor_calls(floor_socket, requests[half:], client=client)
+        floor_after, _ = time_calls(floor_socket, "Allocate", requests[half:], client=client)
     floor = summarize(
         f"Allocate, bare gRPC server (floor), {name}", floor_before + floor_after, target=None
     )
@@ -413,12 +313,6 @@ def bench_allocate(
         target_ms=TARGET_ALLOCATE_MS,
     )
     return [dataclasses.replace(plugin, floor_ms=floor.p99_ms), floor]
-
-
-def _floor_calls(socket: Path, requests: Sequence, *, client: str) -> tuple[list[float], float]:
-    if client == "in-process":
-        return call_and_time(socket, "Allocate", requests)
-    return in_child(socket, "Allocate", requests)
 
 
 def preferred_requests(
@@ -736,12 +630,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="where RPCs are timed from: a child process, as the kubelet (default), or "
         "this process, sharing its GIL with the plugin",
     )
-    parser.add_argument(
-        "--rpc-client",
-        nargs=3,
-        metavar=("SOCKET", "METHOD", "REQUESTS"),
-        help=argparse.SUPPRESS,  # the child process of --client process
-    )
     options = parser.parse_args(argv)
     for key, value in (QUICK if options.quick else FULL).items():
         if getattr(options, key) is None:
@@ -754,9 +642,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     options = parse_args(argv)
-    if options.rpc_client:
-        socket, method, requests = options.rpc_client
-        return rpc_client_main(Path(socket), method, Path(requests))
     command = shlex.join(["python3", "-m", "bench.plugin_bench", *argv])
     # The injected XIDs would log a warning each; only errors are worth stderr here.
     logging.basicConfig(level=logging.ERROR)
