@@ -48,8 +48,9 @@ class ForecastSettings:
     # highest mean in each `peak_block_seconds` block of the last `peak_memory_seconds`.
     # A maximum over a short memory swung with every record burst (up after it, when it is
     # over; down when it aged out, whenever the next came), which made capacity follow
-    # the last burst instead of the next: on code x10 it cost 46 GPU-h for 95.3% where
-    # this costs 34.5 for 94.7% (BENCHMARKS.md). 30 minutes of one-minute blocks with
+    # the last burst instead of the next: at the same headroom on code x10 it cost 42.9
+    # GPU-h for 95.3% where this costs 34.5 for 94.7% (BENCHMARKS.md, "What each part is
+    # worth"; placeholders off in both). 30 minutes of one-minute blocks with
     # the 0.9 quantile ignore the three busiest minutes of the half hour; `headroom`
     # buys those back when they matter.
     peak_memory_seconds: float = 1800.0

@@ -58,10 +58,10 @@ class PredictiveSettings:
     """
 
     # The main knob (the sweep varies it): spare capacity over the predicted demand. 0.4
-    # runs replicas at ~70% of their learned rate, the knee of both Azure traces' fronts at
-    # 10x: conv 100% at the 15.31 GPU-h that 0.25 needed for 99.97%, code 96.68% at 36.69
-    # GPU-h against 93.53% at 35.81 (5-s Poisson noise at a few requests/s per replica is
-    # about 20%, and the usual peak leaves the busiest minutes to this margin).
+    # runs replicas at ~70% of their learned rate: the knee of code x10's front (96.68% at
+    # 36.63 GPU-h, 0.25 gives 93.53% at 35.70), for 0.67 GPU-h on conv x10 (100% at 15.22
+    # against 99.99%). 5-s Poisson noise at a few requests/s per replica is about 20%, and
+    # the usual peak leaves the busiest minutes to this margin.
     headroom: float = 0.4
     # 2 s (Knative's tick): samples arrive every 5 s, 1.5 s late; a 2-s tick acts on a new
     # sample within 2 s of it becoming visible (issue 4 asks for <= 5 s from a burst).

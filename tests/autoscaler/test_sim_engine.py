@@ -301,3 +301,16 @@ def test_scale_down_takes_replicas_from_the_emptiest_node_so_it_can_go() -> None
     assert [n.used_gpus for n in cluster.nodes] == [8, 2]
     cluster.set_desired(8, 1.0)  # idle replicas drop at once
     assert [n.used_gpus for n in cluster.nodes] == [8, 0]
+
+
+def test_scale_down_from_full_nodes_empties_one_rather_than_thinning_all() -> None:
+    cluster = Cluster(ClusterModel(), prefix="w", post=lambda *a: None)
+    cluster.bootstrap(32)  # four full nodes: every node ties as "emptiest"
+    for r in cluster.ready:  # one idle replica per node, the rest serving a request each
+        r.in_flight = r.prefilling = int(r.index % 8 != 0)
+    cluster.set_desired(24, 1.0)
+    for r in list(cluster.replicas):  # the ones leaving finish their requests
+        if r.state is ReplicaState.TERMINATING:
+            r.in_flight = r.prefilling = 0
+            cluster.drained(r, 2.0)
+    assert sorted(n.used_gpus for n in cluster.nodes) == [0, 8, 8, 8]

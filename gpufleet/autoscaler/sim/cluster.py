@@ -160,18 +160,33 @@ class Cluster:
         # Starting replicas go first: they serve nothing yet. Unbound ones, then those on
         # the emptiest node, newest first on ties.
         starting = [r for r in active if r.state is ReplicaState.STARTING]
-        for r in sorted(starting, key=lambda r: (self._node_load(r), -r.index))[:excess]:
+        while excess > 0 and starting:
+            r = min(starting, key=lambda r: (self._node_load(r), -r.index))
+            starting.remove(r)
             self._drop(r, now)
             excess -= 1
         # Then ready ones on the emptiest node (so whole nodes can go), fewest in flight
-        # (least to drain), newest first. The live actuator gets the same order from
+        # (least to drain), newest first. One at a time, counting the ones already draining:
+        # nodes that tie at the start (all full) must not each give up one, which empties
+        # none. The live actuator gets the same order from
         # `controller.kubernetes.io/pod-deletion-cost`; every policy is simulated with it.
-        order = sorted(self.ready, key=lambda r: (self._node_load(r), r.in_flight, -r.index))
-        for r in order[:excess]:
+        leaving: dict[int, int] = {}
+        while excess > 0 and self.ready:
+            r = min(
+                self.ready,
+                key=lambda r: (
+                    self._node_load(r) - leaving.get(id(r.node), 0),
+                    r.in_flight,
+                    -r.index,
+                ),
+            )
             r.move(ReplicaState.TERMINATING, now)
             self.ready.remove(r)
+            excess -= 1
             if r.in_flight == 0:
-                self._drop(r, now)
+                self._drop(r, now)  # its GPU is free now: the node's load shows it
+            else:  # it drains first, holding its GPU
+                leaving[id(r.node)] = leaving.get(id(r.node), 0) + self.model.gpus_per_replica
 
     def drained(self, replica: SimReplica, now: float) -> None:
         """A terminating replica finished its last request: release its GPU."""
