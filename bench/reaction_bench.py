@@ -24,12 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from gpufleet.autoscaler import policies
-from gpufleet.autoscaler.policies import Tuning
 from gpufleet.autoscaler.sim import sweep
 from gpufleet.autoscaler.sim.bursts import burst_starts, reaction_delays, visible_delay
-from gpufleet.autoscaler.sim.config import PipelineModel, SimConfig
+from gpufleet.autoscaler.sim.settings import SimulateSettings
 from gpufleet.autoscaler.sim.trace import load_trace
-from gpufleet.autoscaler.workload import WorkloadConfig
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 DEFAULT_TRACES = f"{TRACES / 'azure-llm-2023-code.csv'},{TRACES / 'azure-llm-2023-conv.csv'}"
@@ -61,16 +59,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=int, default=1)
     parser.add_argument("--scrape-interval-seconds", type=float, default=5.0)
     args = parser.parse_args(argv)
-    traces = [load_trace(p, scale=args.scale) for p in args.trace.split(",") if p]
-    workload = WorkloadConfig(name="llm", min_replicas=1, max_replicas=200)
-    config = SimConfig(pipeline=PipelineModel(scrape_interval_seconds=args.scrape_interval_seconds))
+    # `gpufleet simulate`'s defaults, without node filling: warm replicas on paid-for GPUs
+    # would absorb most bursts, and this measures how the policy reacts when they do not.
+    settings = SimulateSettings(
+        scrape_interval_seconds=args.scrape_interval_seconds, gpufleet_fill_nodes=False
+    )
+    traces = [
+        load_trace(p, scale=args.scale, seed=settings.seed) for p in args.trace.split(",") if p
+    ]
+    config = settings.sim_config()
     names = policies.check_names(tuple(args.policy.split(",")))
     specs = sweep.plan(
         traces,
         names,
-        workload=workload,
+        workload=settings.workload(),
         config=config,
-        tuning=Tuning(),
+        tuning=settings.tuning(),
         sweep=False,
         warm_start=True,
     )
