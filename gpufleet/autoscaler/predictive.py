@@ -80,7 +80,7 @@ class PredictiveSettings:
     # Panic when the newest sample needs this many times the ready replicas (KPA's 2.0). It
     # catches a surge that lasts, a cold start sooner than the steady path would. On the
     # Azure traces no surge outlasts a cold start: 1.5 cost 3-6 GPU-h on code x10 at every
-    # headroom for no attainment, 2.0 costs 3 at the default headroom only, 3.0 nothing.
+    # headroom for no attainment, 2.0 costs 3 at headroom 0.25 only, 3.0 nothing.
     panic_ratio: float = 2.0
     # Panic lasts this long after the last sample that triggered it (KPA: one stable window).
     panic_hold_seconds: float = 60.0
