@@ -7,21 +7,25 @@ and the server's batch settings). So it is learned, as a pure fold over observat
 
 Two sources, in two units (completions/s and prompt tokens/s, per ready replica):
 
-1. **Saturated samples** (the truth). A 5-s sample whose queue was non-empty at both ends
-   had every ready replica busy the whole time, so its throughput per ready replica *is*
-   the service rate. They are averaged with exponential forgetting (the mix drifts), and a
-   conservative prior counts as a few pseudo-samples until real ones outweigh it. TTFT is
+1. **Saturated samples** (the truth, mostly). A 5-s sample whose queue held a request per
+   ready replica at both ends had its replicas busy the whole time, so its throughput per
+   ready replica is the service rate (but see below). They are averaged with exponential
+   forgetting (the mix drifts), and a conservative prior counts as a few pseudo-samples
+   until real ones outweigh it. TTFT is
    not required to be within the SLO: a saturated server's throughput is its service rate
    whatever the queue length; the SLO enters through the policy's `headroom`. Which rate a
    sample measures depends on what was full: the queue counts requests waiting for
-   prefill as well as for a batch slot, so a sample prefilling at about the learned token
-   rate (`prefill_bound_ratio`) was prefill-bound and measures only the token rate; its
-   completions count the requests whose decode happened to end (a few seconds behind,
-   and fewer when the prompts were long), not what the batch slots sustain. Only samples
-   that were full below the prefill rate (the batch slots were the limit) also teach the
-   request rate.
-2. **Two lower bounds** (hints) that let an over-provisioned service, which never
-   saturates, still climb off the prior; they never lower the estimate:
+   prefill as well as for a batch slot, and a least-request router can queue prefills on
+   some replicas while others' prefill idles, so "saturated" samples can understate both
+   rates. Where the batch size is known (`batch_slots`, vLLM's --max-num-seqs), only a
+   sample whose requests in flight filled the slots (`slots_full_ratio`) was slot-bound
+   and teaches the request rate; the others teach the token rate only. Without it, a
+   sample prefilling at about the learned token rate (`prefill_bound_ratio`) was
+   prefill-bound, and only samples full below that rate teach the request rate. Either way
+   a prefill-bound sample's completions count the requests whose decode happened to end
+   (a few seconds behind, and fewer when the prompts were long), not what the slots sustain.
+2. **Lower bounds** (hints) that let an over-provisioned service, which never saturates,
+   still climb off the prior; they never lower the estimate:
    - duty cycle: throughput divided by busy GPU time (DCGM duty cycle, or GR_ENGINE_ACTIVE
      where present) can only under-state the rate, because the duty cycle counts any kernel
      at all (decode included);
@@ -30,7 +34,11 @@ Two sources, in two units (completions/s and prompt tokens/s, per ready replica)
      tokens (`ttft_sum_rate`) can only under-state the prefill rate; queueing only makes it
      looser, and on a lightly loaded fleet it is the rate itself. Without that signal, mean
      prompt tokens / p90 TTFT (the p90 prompt's prefill is at least the mean prompt's for a
-     right-skewed mix) is the weaker stand-in.
+     right-skewed mix) is the weaker stand-in;
+   - prefill seconds: prompt tokens over the prefill seconds summed for the same first
+     tokens (`prefill_sum_rate`, vLLM's request_prefill_time_seconds) leave the queue wait
+     out: the prefill rate itself where a replica prefills one prompt at a time, a bound
+     where prefills overlap (chunked or batched prefill counts shared seconds per request).
 
 Replica counts come from `obs.replicas`: a sample counts the replicas ready for its whole
 interval plus those draining now (they served it). Over-counting only under-states the
@@ -59,8 +67,13 @@ class CapacitySettings:
     # replica at both ends of its interval: one waiting request per replica means none idled.
     saturation_queue_per_replica: float = 1.0
     # A saturated sample prefilling at least this share of the current token estimate per
-    # replica was prefill-bound: it teaches the token rate only (see the module doc).
+    # replica was prefill-bound: it teaches the token rate only (see the module doc). Used
+    # only where the batch size is unknown; where it is known, `slots_full_ratio` decides.
     prefill_bound_ratio: float = 0.8
+    # With the batch size known, a saturated sample was slot-bound (it teaches the request
+    # rate) only if the requests in flight filled at least this share of the ready
+    # replicas' slots at its end; otherwise its queue was waiting for prefill.
+    slots_full_ratio: float = 0.9
     # The estimate reads "learned" (in messages) after this many saturated samples.
     learned_after_samples: int = 6
     # The duty-cycle hint only counts samples whose replicas were busy at least this
@@ -87,6 +100,8 @@ class CapacityState:
     hint_tokens: float = 0.0  # sum of prompt tokens/s, weighted
     ttft_weight: float = 0.0  # samples behind the TTFT bound, weighted
     ttft_tokens: float = 0.0  # sum of mean prompt tokens / p90 TTFT, weighted
+    prefill_weight: float = 0.0  # samples behind the prefill-time bound, weighted
+    prefill_tokens: float = 0.0  # sum of prompt tokens / prefill seconds, weighted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,8 +128,12 @@ class CapacityEstimate:
         return by_tokens if self.slot_weight == 0.0 else min(self.requests_per_second, by_tokens)
 
 
-def learn(state: CapacityState, obs: Observation, settings: CapacitySettings) -> CapacityState:
+def learn(
+    state: CapacityState, obs: Observation, settings: CapacitySettings, *, batch_slots: int = 0
+) -> CapacityState:
     """Fold the samples in `obs` newer than the state's last one into the state.
+
+    `batch_slots` is the requests one replica runs at once (0: unknown).
 
     A sample lacking any of completion rate, prompt-token rate or the two queue depths is
     skipped (not counted as idle). The duty-cycle hint uses `obs.pods`, which describe the
@@ -126,8 +145,18 @@ def learn(state: CapacityState, obs: Observation, settings: CapacitySettings) ->
         return state
     queue = dict(zip(obs.queue_depth.times, obs.queue_depth.values, strict=True))
     tokens = dict(zip(obs.prompt_tokens_rate.times, obs.prompt_tokens_rate.values, strict=True))
+    flight = dict(zip(obs.in_flight.times, obs.in_flight.values, strict=True))
     for i in new:
-        state = _fold_saturated(state, obs, i, queue=queue, tokens=tokens, settings=settings)
+        state = _fold_saturated(
+            state,
+            obs,
+            i,
+            queue=queue,
+            tokens=tokens,
+            in_flight=flight,
+            batch_slots=batch_slots,
+            settings=settings,
+        )
     state = _fold_hint(state, obs, tokens=tokens, settings=settings)
     if obs.ttft_sum_rate.times:
         sums = dict(zip(obs.ttft_sum_rate.times, obs.ttft_sum_rate.values, strict=True))
@@ -135,6 +164,10 @@ def learn(state: CapacityState, obs: Observation, settings: CapacitySettings) ->
             state = _fold_ttft_sum(state, obs, i, tokens=tokens, sums=sums, settings=settings)
     else:
         state = _fold_ttft(state, obs, settings=settings)
+    if obs.prefill_sum_rate.times:
+        sums = dict(zip(obs.prefill_sum_rate.times, obs.prefill_sum_rate.values, strict=True))
+        for i in new:
+            state = _fold_prefill_sum(state, obs, i, tokens=tokens, sums=sums, settings=settings)
     return replace(state, last_sample_time=done.times[new[-1]])
 
 
@@ -163,6 +196,8 @@ def estimate(
     if state.ttft_weight > 0.0:
         ttft_bound = state.ttft_tokens / state.ttft_weight
         tps_floor = max(tps_floor, settings.hint_discount * ttft_bound)
+    if state.prefill_weight > 0.0:
+        tps_floor = max(tps_floor, state.prefill_tokens / state.prefill_weight)
     w0 = settings.prior_weight_samples
     tps = max(tps_floor, (w0 * tps_floor + state.sat_tokens) / (w0 + state.sat_weight))
     rps_guess = rps_floor
@@ -210,6 +245,8 @@ def _fold_saturated(
     *,
     queue: dict[float, float],
     tokens: dict[float, float],
+    in_flight: dict[float, float],
+    batch_slots: int,
     settings: CapacitySettings,
 ) -> CapacityState:
     done: Series = obs.completion_rate
@@ -224,8 +261,11 @@ def _fold_saturated(
     if ready < 0.5 or q0 < need or q1 < need:
         return state
     decay = 0.5 ** (1.0 / settings.half_life_samples)
-    tps = estimate(state, settings).prompt_tokens_per_second
-    slot_bound = tok / ready < settings.prefill_bound_ratio * tps
+    if batch_slots > 0:
+        slot_bound = in_flight.get(end, 0.0) >= settings.slots_full_ratio * batch_slots * ready
+    else:
+        tps = estimate(state, settings).prompt_tokens_per_second
+        slot_bound = tok / ready < settings.prefill_bound_ratio * tps
     return replace(
         state,
         samples=state.samples + 1,
@@ -286,6 +326,30 @@ def _fold_ttft_sum(
         state,
         ttft_weight=state.ttft_weight * decay + 1.0,
         ttft_tokens=state.ttft_tokens * decay + tok / ttft_sum / settings.hint_discount,
+    )
+
+
+def _fold_prefill_sum(
+    state: CapacityState,
+    obs: Observation,
+    i: int,
+    *,
+    tokens: dict[float, float],
+    sums: dict[float, float],
+    settings: CapacitySettings,
+) -> CapacityState:
+    """Fold sample `i`'s prompt tokens / summed prefill seconds: the prefill rate itself
+    where a replica prefills one prompt at a time, a lower bound where prefills overlap
+    (batched or chunked prefill counts shared seconds once per request)."""
+    t = obs.completion_rate.times[i]
+    tok, seconds = tokens.get(t), sums.get(t)
+    if tok is None or seconds is None or tok <= 0.0 or seconds <= 0.0:
+        return state
+    decay = 0.5 ** (1.0 / settings.hint_half_life_samples)
+    return replace(
+        state,
+        prefill_weight=state.prefill_weight * decay + 1.0,
+        prefill_tokens=state.prefill_tokens * decay + tok / seconds,
     )
 
 

@@ -63,6 +63,10 @@ class Observation:
     # TTFT seconds summed over the first tokens of each sample's window, per second (the TTFT
     # histogram's `_sum` rate), aligned with `prompt_tokens_rate`: the same requests' prompts.
     ttft_sum_rate: Series = MISSING
+    # Prefill seconds summed over the same first tokens, per second (vLLM's
+    # `vllm:request_prefill_time_seconds` histogram's `_sum` rate): TTFT without the wait
+    # for the prefill stage, aligned with `prompt_tokens_rate`.
+    prefill_sum_rate: Series = MISSING
     pods: tuple[PodTelemetry, ...] = ()
     replicas: tuple[Replica, ...] = ()
 

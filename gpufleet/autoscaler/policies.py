@@ -49,11 +49,13 @@ class Knob:
 # they can be: HPA targets from 20% (GPUs mostly idle) to 90% (no room for a burst), KEDA
 # queue targets from 1 (any queue scales up) to 40 (most of a 64-slot batch waiting).
 # Ours varies PredictiveSettings.headroom, spare capacity over predicted demand: 0 runs
-# replicas at their full learned rate, 1.0 at half of it; its default (0.4) is a point.
+# replicas at their full learned rate, 1.0 at half of it, 1.25 at 44%; its default (0.4)
+# is a point. Eight points, as HPA has: once the learned rate is the true one (prefill
+# seconds, full-slot samples), bursty traffic needs more than 1.0 to reach 99%.
 _KNOBS = {
     HPA: Knob(name="target_util", sweep=(20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0)),
     KEDA: Knob(name="queue_target", sweep=(1.0, 2.0, 5.0, 10.0, 20.0, 40.0)),
-    GPUFLEET: Knob(name="headroom", sweep=(0.0, 0.1, 0.25, 0.4, 0.6, 1.0)),
+    GPUFLEET: Knob(name="headroom", sweep=(0.0, 0.1, 0.25, 0.4, 0.6, 0.8, 1.0, 1.25)),
 }
 
 

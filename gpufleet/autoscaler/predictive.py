@@ -58,10 +58,10 @@ class PredictiveSettings:
     """
 
     # The main knob (the sweep varies it): spare capacity over the predicted demand. 0.4
-    # runs replicas at ~70% of their learned rate: the knee of code x10's front (96.68% at
-    # 36.63 GPU-h, 0.25 gives 93.53% at 35.70), for 0.67 GPU-h on conv x10 (100% at 15.22
-    # against 99.99%). 5-s Poisson noise at a few requests/s per replica is about 20%, and
-    # the usual peak leaves the busiest minutes to this margin.
+    # runs replicas at ~70% of their learned rate: the knee of code x10's front (96.64% at
+    # 33.19 GPU-h; 0.25 gives 90.84% at 32.20), and conv x10's last point of attainment
+    # (99.96% at 14.01 against 98.65% at 12.00). 5-s Poisson noise at a few requests/s per
+    # replica is about 20%, and the usual peak leaves the busiest minutes to this margin.
     headroom: float = 0.4
     # 2 s (Knative's tick): samples arrive every 5 s, 1.5 s late; a 2-s tick acts on a new
     # sample within 2 s of it becoming visible (issue 4 asks for <= 5 s from a burst).
@@ -178,7 +178,9 @@ class PredictivePolicy:
             )
             held = self.workload.clamp(current)
             return self._finish(obs, held, Reason.MISSING_METRICS, message, headroom=0)
-        self._capacity = learn(self._capacity, obs, s.capacity)
+        self._capacity = learn(
+            self._capacity, obs, s.capacity, batch_slots=self.workload.batch_slots
+        )
         demand = self._demand(obs, arrivals_ok=arrivals_ok)
         self._update_probe(obs, demand)
         active = self._note_activity(obs)

@@ -40,6 +40,7 @@ def observe(
     queue: np.ndarray,
     replicas: tuple[Replica, ...],
     duty_percent: float | None = None,
+    in_flight: float = 0.0,
 ) -> Observation:
     t = tuple(float(x) for x in times)
     pods = ()
@@ -50,6 +51,7 @@ def observe(
         completion_rate=Series(t, tuple(float(x) for x in done)),
         prompt_tokens_rate=Series(t, tuple(float(x * TOKENS) for x in done)),
         queue_depth=Series(t, tuple(float(x) for x in queue)),
+        in_flight=Series(t, (in_flight,) * len(t)),
         pods=pods,
         replicas=replicas,
     )
@@ -62,6 +64,8 @@ def saturated_run(
     samples: int,
     t0: float = 0.0,
     settings: CapacitySettings = S,
+    batch_slots: int = 0,
+    in_flight_per_replica: float = 0.0,
 ):
     """Feed `samples` saturated samples one observation at a time; return the final state."""
     rng = np.random.default_rng(7)
@@ -69,8 +73,14 @@ def saturated_run(
     done = n_replicas * TRUE_RPS * (1 + 0.05 * rng.standard_normal(samples + 1))
     queue = np.full(samples + 1, 10.0 * n_replicas)
     for k in range(2, samples + 2):
-        obs = observe(times[:k], done=done[:k], queue=queue[:k], replicas=ready(n_replicas))
-        state = learn(state, obs, settings)
+        obs = observe(
+            times[:k],
+            done=done[:k],
+            queue=queue[:k],
+            replicas=ready(n_replicas),
+            in_flight=in_flight_per_replica * n_replicas,
+        )
+        state = learn(state, obs, settings, batch_slots=batch_slots)
     return state
 
 
@@ -102,6 +112,35 @@ def test_prefill_bound_samples_leave_the_request_rate_alone() -> None:
     assert state.slot_weight == 0.0
     est = estimate(state, S, tokens_per_request=TOKENS / 2)
     assert est.requests_per_second == pytest.approx(2 * est.prompt_tokens_per_second / TOKENS)
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "slot_bound"),
+    [
+        pytest.param(64.0, True, id="slots-full-teach-the-request-rate"),
+        pytest.param(20.0, False, id="queued-for-prefill-does-not"),
+    ],
+)
+def test_with_the_batch_size_known_only_full_slots_are_slot_bound(
+    in_flight: float, slot_bound: bool
+) -> None:
+    # The prefill floor is high (100k tokens/s), so by the token test alone every one of
+    # these samples would read as slot-bound; with 64 slots known, only full ones are.
+    fast_prefill = CapacitySettings(prior_prompt_tokens_per_second=100_000.0)
+    state = saturated_run(
+        CapacityState(),
+        n_replicas=4,
+        samples=200,
+        settings=fast_prefill,
+        batch_slots=64,
+        in_flight_per_replica=in_flight,
+    )
+    assert (state.slot_weight > 0.0) is slot_bound
+    est = estimate(state, fast_prefill, tokens_per_request=TOKENS)
+    if slot_bound:
+        assert est.requests_per_second == pytest.approx(TRUE_RPS, rel=0.05)
+    else:  # the request rate stays the prefill limit of the mix
+        assert est.requests_per_second == pytest.approx(100_000.0 / TOKENS)
 
 
 def test_first_saturated_sample_does_not_halve_the_estimate() -> None:
@@ -224,6 +263,28 @@ def test_ttft_bound_lifts_the_prefill_rate_of_an_idle_looking_fleet() -> None:
     assert est.samples == 0
     assert est.prompt_tokens_per_second == pytest.approx(S.hint_discount * TOKENS / 0.2)
     assert est.per_replica_rps(TOKENS) == pytest.approx(S.hint_discount / 0.2)
+
+
+def test_prefill_seconds_give_the_prefill_rate_of_a_fleet_that_never_saturates() -> None:
+    # 2048-token prompts, each prefilled in 0.1365 s (15k tokens/s), a few per second and
+    # no queue: the summed prefill seconds (vllm:request_prefill_time_seconds) give the rate.
+    times = STEP * np.arange(30)
+    state = CapacityState()
+    for k in range(2, 31):
+        t = tuple(float(x) for x in times[:k])
+        obs = Observation(
+            now=t[-1] + 1.5,
+            completion_rate=Series(t, (3.0,) * k),
+            prompt_tokens_rate=Series(t, (3.0 * TOKENS,) * k),
+            queue_depth=Series(t, (0.0,) * k),
+            prefill_sum_rate=Series(t, (3.0 * TOKENS / 15_000.0,) * k),
+            replicas=ready(3),
+        )
+        state = learn(state, obs, S)
+    est = estimate(state, S)
+    assert est.samples == 0
+    assert est.prompt_tokens_per_second == pytest.approx(15_000.0)
+    assert est.per_replica_rps(TOKENS) == pytest.approx(15_000.0 / TOKENS)
 
 
 def test_serving_weights_replicas_by_time_served() -> None:

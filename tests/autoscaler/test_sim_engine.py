@@ -109,6 +109,19 @@ def test_prefill_is_fifo_and_decode_slows_with_occupancy() -> None:
     assert result.e2e_seconds.tolist() == pytest.approx([1.0 + 2.0, 2.0 + 100 * 0.015])
 
 
+def test_prefill_seconds_exclude_the_wait_that_ttft_includes() -> None:
+    # Two 1000-token prompts at once, 1000 tokens/s: TTFTs 1 s and 2 s (3 s summed), yet
+    # each prefilled for 1 s (2 s summed), as vllm:request_prefill_time_seconds counts.
+    service = ServiceModel(prefill_tokens_per_second=1000.0)
+    policy = fixed(1)
+    run(trace_from_arrays([0.0, 0.0, 30.0], [1000, 1000, 1], [1, 1, 1]), policy, service=service)
+    obs = policy.seen[-1]
+    interval = obs.prompt_tokens_rate.times[1] - obs.prompt_tokens_rate.times[0]
+    assert sum(obs.ttft_sum_rate.values) * interval == pytest.approx(3.0, abs=0.01)
+    assert sum(obs.prefill_sum_rate.values) * interval == pytest.approx(2.0, abs=0.01)
+    assert obs.prefill_sum_rate.times == obs.prompt_tokens_rate.times
+
+
 def test_batch_slots_bound_concurrency() -> None:
     service = ServiceModel(batch_slots=2, prefill_tokens_per_second=1e9)
     trace = trace_from_arrays([0.0, 0.0, 0.0], [1, 1, 1], [100, 100, 100])

@@ -222,6 +222,7 @@ class _Run:
         self.ttft[i] = ttft
         self.pipeline.ttfts.append(ttft)
         self.pipeline.prompt_tokens += self.prompts[i]
+        self.pipeline.prefill_seconds += self.prompts[i] / self.prefill_rate
         r.prefilling -= 1
         r.decoding += 1
         per_token = self.decode_base + self.decode_per_seq * (r.decoding - 1)

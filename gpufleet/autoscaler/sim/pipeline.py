@@ -34,6 +34,7 @@ class Pipeline:
         self.completions = 0
         self.prompt_tokens = 0
         self.ttfts: list[float] = []
+        self.prefill_seconds = 0.0
         # Samples, aligned with `times` (ttft has its own times: omitted when no first token).
         self.times: list[float] = []
         self.arrival_rate: list[float] = []
@@ -42,6 +43,7 @@ class Pipeline:
         self.completion_rate: list[float] = []
         self.prompt_tokens_rate: list[float] = []
         self.ttft_sum_rate: list[float] = []
+        self.prefill_sum_rate: list[float] = []
         self.ttft_times: list[float] = []
         self.ttft_p90: list[float] = []
         self.pods: list[tuple[PodTelemetry, ...]] = []
@@ -62,6 +64,8 @@ class Pipeline:
         self.completion_rate.append(self.completions / interval)
         self.prompt_tokens_rate.append(self.prompt_tokens / interval)
         self.ttft_sum_rate.append(sum(self.ttfts) / interval)
+        self.prefill_sum_rate.append(self.prefill_seconds / interval)
+        self.prefill_seconds = 0.0
         self.queue_depth.append(float(queue_depth))
         self.in_flight.append(float(in_flight))
         if self.ttfts:
@@ -104,6 +108,7 @@ class Pipeline:
             completion_rate=Series(times, tuple(self.completion_rate[lo:hi])),
             prompt_tokens_rate=Series(times, tuple(self.prompt_tokens_rate[lo:hi])),
             ttft_sum_rate=Series(times, tuple(self.ttft_sum_rate[lo:hi])),
+            prefill_sum_rate=Series(times, tuple(self.prefill_sum_rate[lo:hi])),
             ttft_p90_seconds=Series(tuple(self.ttft_times[tlo:thi]), tuple(self.ttft_p90[tlo:thi])),
             pods=self.pods[hi - 1] if hi > lo else (),
             replicas=replicas,

@@ -178,7 +178,8 @@ class SimulateSettings(BaseSettings):
         "GPUFLEET_SIM_BATCH_SLOTS",
         "--batch-slots",
         group=SERVICE,
-        help="Concurrent sequences per replica (vLLM max_num_seqs).",
+        help="Concurrent sequences per replica (vLLM max_num_seqs); gpufleet is told it as "
+        "the workload's batch size, as an operator would configure it.",
         ge=1,
     )
     prefill_tokens_per_second: float = setting(
@@ -277,6 +278,7 @@ class SimulateSettings(BaseSettings):
             slo_ttft_seconds=self.slo_ttft_seconds,
             cold_start_seconds=self.cold_start_seconds,
             node_provision_seconds=self.node_provision_seconds,
+            batch_slots=self.batch_slots,
         )
 
     def sim_config(self) -> SimConfig:
