@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from test_simulate_cli import write_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,3 +50,44 @@ def test_reaction_bench_prints_a_row_per_policy(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     for policy in ("hpa", "keda", "gpufleet"):
         assert f"| tiny | {policy} | " in run.stdout
+
+
+def test_sim_minutes_prints_a_row_per_minute_with_overrides(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "tiny.csv", minutes=3)
+    run = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.sim_minutes", "--trace", str(trace)),
+            *("--set", "forecast.peak_quantile=0.5", "--set", "placeholders=false"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    first = run.stdout.splitlines()[0]
+    assert first.startswith("tiny gpufleet forecast.peak_quantile=0.5 placeholders=False: ")
+    assert "| 0 | " in run.stdout and "| 2 | " in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("key", "error"),
+    [
+        pytest.param("nope=1", "PredictiveSettings has no field 'nope'", id="top-level"),
+        pytest.param("forecast.nope=1", "forecast has no field 'nope'", id="nested"),
+        pytest.param("headroom", "expected KEY=VALUE", id="no-value"),
+    ],
+)
+def test_sim_minutes_names_a_bad_setting(tmp_path: Path, key: str, error: str) -> None:
+    trace = write_trace(tmp_path / "tiny.csv", minutes=1)
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.sim_minutes", "--trace", str(trace), "--set", key],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 2
+    assert error in run.stderr

@@ -1,0 +1,146 @@
+"""Minute by minute: when one simulated run was short of replicas, and when it paid for idle ones.
+
+Why: a run's totals (attainment, billed GPU-hours) do not say when a policy lost requests
+or held nodes it did not need; the analyses of code x10 and conv x10 in BENCHMARKS.md were
+read from this table. It runs one policy on one trace the way `gpufleet simulate` does
+(its defaults, node filling for gpufleet, a warm start), optionally with gpufleet's
+settings changed (`--set forecast.peak_quantile=0.8 --set panic_ratio=3`), and prints per
+minute: the mean and highest arrival rate of the timeline's steps, the desired and ready
+replicas, the billed nodes, and the requests that arrived in it and missed the TTFT SLO.
+
+Run from the repository root:
+    python3 -m bench.sim_minutes --trace ../shared/traces/azure-llm-2023-code.csv
+        [--scale 10] [--policy gpufleet] [--set KEY=VALUE ...]
+"""
+
+import argparse
+import ast
+import dataclasses
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpufleet.autoscaler import policies
+from gpufleet.autoscaler.predictive import PredictivePolicy, PredictiveSettings
+from gpufleet.autoscaler.sim import sweep
+from gpufleet.autoscaler.sim.engine import simulate
+from gpufleet.autoscaler.sim.result import RunResult
+from gpufleet.autoscaler.sim.settings import SimulateSettings
+from gpufleet.autoscaler.sim.trace import load_trace
+
+
+def override(settings: Any, key: str, value: object) -> Any:
+    """`settings` with the field at dotted `key` (`forecast.peak_quantile`) set to `value`;
+    ValueError naming the key when a part of it is not a field."""
+    path = key.split(".")
+    chain = [settings]
+    for i, name in enumerate(path):
+        node = chain[-1]
+        if not dataclasses.is_dataclass(node) or name not in {
+            f.name for f in dataclasses.fields(node)
+        }:
+            where = ".".join(path[:i]) or type(settings).__name__
+            raise ValueError(f"--set {key}: {where} has no field {name!r}")
+        chain.append(getattr(node, name))
+    for node, name in zip(reversed(chain[:-1]), reversed(path), strict=True):
+        value = dataclasses.replace(node, **{name: value})
+    return value
+
+
+def parse_set(text: str) -> tuple[str, object]:
+    """`KEY=VALUE`, the value a Python literal (`0.8`, `false` and `true` too) or a string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    literal = {"true": "True", "false": "False"}.get(raw.lower(), raw)
+    try:
+        return key, ast.literal_eval(literal)
+    except (ValueError, SyntaxError):
+        return key, raw
+
+
+def minutes(result: RunResult, arrival_seconds: np.ndarray) -> list[tuple]:
+    """(minute, mean rate, highest rate, desired lo, hi, ready lo, hi, nodes lo, hi, missed)
+    per minute of the run's timeline."""
+    tl, late = result.timeline, result.ttft_seconds > result.slo_ttft_seconds
+    rows = []
+    for m in range(int(tl.t[-1] // 60) + 1):
+        step = (tl.t >= 60 * m) & (tl.t < 60 * (m + 1))
+        arrived = (arrival_seconds >= 60 * m) & (arrival_seconds < 60 * (m + 1))
+        if not step.any():
+            continue
+        rows.append(
+            (
+                m,
+                float(tl.arrival_rate[step].mean()),
+                float(tl.arrival_rate[step].max()),
+                *(int(f(tl.desired[step])) for f in (np.min, np.max)),
+                *(int(f(tl.ready[step])) for f in (np.min, np.max)),
+                *(int(f(tl.nodes[step])) for f in (np.min, np.max)),
+                int(late[arrived].sum()),
+            )
+        )
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m bench.sim_minutes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--trace", type=Path, required=True, help="a request trace CSV")
+    parser.add_argument("--scale", type=int, default=1, help="copies of the trace (default 1)")
+    parser.add_argument("--policy", default=policies.GPUFLEET, choices=policies.NAMES)
+    parser.add_argument(
+        "--set",
+        type=parse_set,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a gpufleet setting (PredictiveSettings, dotted into forecast. and capacity.)",
+    )
+    args = parser.parse_args(argv)
+    settings = SimulateSettings()
+    trace = load_trace(args.trace, scale=args.scale, seed=settings.seed)
+    (spec,) = sweep.plan(
+        [trace],
+        (args.policy,),
+        workload=settings.workload(),
+        config=settings.sim_config(),
+        tuning=settings.tuning(),
+        sweep=False,
+        warm_start=True,
+    )
+    if args.set and args.policy != policies.GPUFLEET:
+        parser.error("--set changes gpufleet's settings only")
+    if args.policy == policies.GPUFLEET:
+        # The policy `gpufleet simulate` builds, with the overrides on top.
+        tuned = PredictiveSettings(fill_node_gpus=spec.tuning.gpufleet_fill_node_gpus)
+        try:
+            for key, value in args.set:
+                tuned = override(tuned, key, value)
+        except ValueError as exc:
+            parser.error(str(exc))
+        policy = PredictivePolicy(spec.workload, settings=tuned)
+        result = simulate(spec.trace, policy, workload=spec.workload, config=spec.config)
+    else:
+        result = sweep.run(spec)
+    label = " ".join([trace.name, args.policy, *(f"{k}={v}" for k, v in args.set)])
+    print(
+        f"{label}: "
+        f"{100 * result.slo_attainment:.2f}% within the SLO, {result.node_gpu_hours:.2f} "
+        f"billed GPU-h, {result.replica_gpu_hours:.2f} replica GPU-h\n"
+    )
+    print("| minute | rate mean / max (/s) | desired | ready | nodes | missed |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for m, mean, peak, d0, d1, r0, r1, n0, n1, missed in minutes(result, trace.arrival_seconds):
+        print(f"| {m} | {mean:.1f} / {peak:.1f} | {d0}-{d1} | {r0}-{r1} | {n0}-{n1} | {missed} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
