@@ -65,7 +65,8 @@ def parse_set(text: str) -> tuple[str, object]:
 def minutes(result: RunResult, arrival_seconds: np.ndarray) -> list[tuple]:
     """(minute, mean rate, highest rate, desired lo, hi, ready lo, hi, nodes lo, hi, missed)
     per minute of the run's timeline."""
-    tl, late = result.timeline, result.ttft_seconds > result.slo_ttft_seconds
+    tl = result.timeline
+    late = ~(result.ttft_seconds <= result.slo_ttft_seconds)  # never served (NaN) too
     rows = []
     for m in range(int(tl.t[-1] // 60) + 1):
         step = (tl.t >= 60 * m) & (tl.t < 60 * (m + 1))
@@ -120,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.policy == policies.GPUFLEET:
         # The policy `gpufleet simulate` builds, with the overrides on top.
         tuned = PredictiveSettings(fill_node_gpus=spec.tuning.gpufleet_fill_node_gpus)
+        if spec.tuning.gpufleet_headroom is not None:  # --gpufleet-headroom's env var
+            tuned = dataclasses.replace(tuned, headroom=spec.tuning.gpufleet_headroom)
         try:
             for key, value in args.set:
                 tuned = override(tuned, key, value)

@@ -19,7 +19,10 @@ Two sources, in two units (completions/s and prompt tokens/s, per ready replica)
    some replicas while others' prefill idles, so "saturated" samples can understate both
    rates. Where the batch size is known (`batch_slots`, vLLM's --max-num-seqs), only a
    sample whose requests in flight filled the slots (`slots_full_ratio`) was slot-bound
-   and teaches the request rate; the others teach the token rate only. Without it, a
+   and teaches the request rate; the others teach the token rate only. (vLLM counts a
+   request waiting to be scheduled as waiting, not running; a server that counts requests
+   queued for their replica's prefill as in flight, as the simulator does, can read a
+   replica deep in a prefill backlog as full.) Without it, a
    sample prefilling at about the learned token rate (`prefill_bound_ratio`) was
    prefill-bound, and only samples full below that rate teach the request rate. Either way
    a prefill-bound sample's completions count the requests whose decode happened to end
@@ -261,9 +264,10 @@ def _fold_saturated(
     if ready < 0.5 or q0 < need or q1 < need:
         return state
     decay = 0.5 ** (1.0 / settings.half_life_samples)
-    if batch_slots > 0:
-        slot_bound = in_flight.get(end, 0.0) >= settings.slots_full_ratio * batch_slots * ready
-    else:
+    flight = in_flight.get(end)
+    if batch_slots > 0 and flight is not None:
+        slot_bound = flight >= settings.slots_full_ratio * batch_slots * ready
+    else:  # batch size or in-flight count unknown: the token test
         tps = estimate(state, settings).prompt_tokens_per_second
         slot_bound = tok / ready < settings.prefill_bound_ratio * tps
     return replace(

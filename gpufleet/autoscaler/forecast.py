@@ -50,9 +50,11 @@ class ForecastSettings:
     # over; down when it aged out, whenever the next came), which made capacity follow
     # the last burst instead of the next: at the same headroom on code x10 it cost 42.9
     # GPU-h for 95.3% where this costs 34.5 for 94.7% (BENCHMARKS.md, "What each part is
-    # worth"; placeholders off in both). 30 minutes of one-minute blocks with
-    # the 0.9 quantile ignore the three busiest minutes of the half hour; `headroom`
-    # buys those back when they matter.
+    # worth"; placeholders off in both). 30 minutes of one-minute blocks with the 0.9
+    # quantile ignore the three busiest minutes of the half hour (for the 30- and 60-s
+    # windows fewer: a mean is filed under its newest sample's block, so one burst raises
+    # the next block too); `headroom` buys those back when they matter. The policy needs
+    # that much history in its observations (the simulator's `history_seconds`).
     peak_memory_seconds: float = 1800.0
     peak_block_seconds: float = 60.0
     peak_quantile: float = 0.9
@@ -85,11 +87,14 @@ def forecast_rate(
     `sustained` at `now + sustained_horizon_seconds` (default: the same horizon), for
     capacity with a longer lead (nodes).
 
-    Samples older than the longest window are ignored. An empty series forecasts zero
-    everywhere: the caller decides whether a missing signal means hold (it should).
+    Samples older than the longest window are ignored, and so are non-finite ones (a NaN
+    from a failed query must not turn every estimate into NaN). An empty series forecasts
+    zero everywhere: the caller decides whether a missing signal means hold (it should).
     """
     t = np.asarray(times, dtype=float)
     v = np.asarray(values, dtype=float)
+    finite = np.isfinite(t) & np.isfinite(v)
+    t, v = t[finite], v[finite]
     if t.size == 0:
         return RateForecast(
             latest=0.0,

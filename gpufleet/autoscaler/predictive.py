@@ -58,9 +58,9 @@ class PredictiveSettings:
     """
 
     # The main knob (the sweep varies it): spare capacity over the predicted demand. 0.4
-    # runs replicas at ~70% of their learned rate: the knee of code x10's front (96.64% at
-    # 33.19 GPU-h; 0.25 gives 90.84% at 32.20), and conv x10's last point of attainment
-    # (99.96% at 14.01 against 98.65% at 12.00). 5-s Poisson noise at a few requests/s per
+    # runs replicas at ~70% of their learned rate: the knee of code x10's front (96.66% at
+    # 33.13 GPU-h; 0.25 gives 91.54% at 31.93), and conv x10's last points of attainment
+    # (99.96% at 13.87 against 98.23% at 12.63). 5-s Poisson noise at a few requests/s per
     # replica is about 20%, and the usual peak leaves the busiest minutes to this margin.
     headroom: float = 0.4
     # 2 s (Knative's tick): samples arrive every 5 s, 1.5 s late; a 2-s tick acts on a new
@@ -82,7 +82,8 @@ class PredictiveSettings:
     # Azure traces no surge outlasts a cold start: 1.5 cost 3-6 GPU-h on code x10 at every
     # headroom for no attainment, 2.0 costs 3 at headroom 0.25 only, 3.0 nothing.
     panic_ratio: float = 2.0
-    # Panic lasts this long after the last sample that triggered it (KPA: one stable window).
+    # Panic lasts this long after the last tick whose newest sample asked for more than the
+    # replicas asked for so far (KPA: one stable window).
     panic_hold_seconds: float = 60.0
     # Until capacity is learned, scale up to at most this many times the replicas serving
     # (at least +4): the prior is deliberately low, and a fleet sized on it alone would
@@ -236,7 +237,9 @@ class PredictivePolicy:
         )
         queue = obs.queue_depth.latest() or 0.0
         backlog = queue / s.backlog_drain_seconds
-        newest = s.forecast.peak_averaging_seconds[0]  # a sample's span: one scrape
+        # The newest sample's span is one scrape: the spacing of the last two samples.
+        times = arrivals.times
+        newest = times[-1] - times[-2] if len(times) > 1 else s.forecast.peak_averaging_seconds[0]
         surge = math.ceil(fc.latest * newest / (newest + slack) * grow / prefill)
         ready = max(1, obs.count(ReplicaState.READY))
         if surge < s.panic_ratio * ready or surge <= obs.current_replicas:

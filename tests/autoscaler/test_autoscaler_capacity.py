@@ -1,5 +1,7 @@
 """Online service-rate learner on synthetic telemetry: saturated samples, the duty hint."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -141,6 +143,21 @@ def test_with_the_batch_size_known_only_full_slots_are_slot_bound(
         assert est.requests_per_second == pytest.approx(TRUE_RPS, rel=0.05)
     else:  # the request rate stays the prefill limit of the mix
         assert est.requests_per_second == pytest.approx(100_000.0 / TOKENS)
+
+
+def test_batch_size_without_an_in_flight_count_falls_back_to_the_token_test() -> None:
+    # No in-flight series: the slots cannot be seen, so the token test decides, as when
+    # the batch size is unknown (every sample here prefills far below 100k tokens/s).
+    fast_prefill = CapacitySettings(prior_prompt_tokens_per_second=100_000.0)
+    rng = np.random.default_rng(7)
+    times = STEP * np.arange(11)
+    done = 4 * TRUE_RPS * (1 + 0.05 * rng.standard_normal(11))
+    state = CapacityState()
+    for k in range(2, 12):
+        obs = observe(times[:k], done=done[:k], queue=np.full(k, 40.0), replicas=ready(4))
+        obs = replace(obs, in_flight=Series())
+        state = learn(state, obs, fast_prefill, batch_slots=64)
+    assert state.slot_weight > 0.0
 
 
 def test_first_saturated_sample_does_not_halve_the_estimate() -> None:

@@ -118,3 +118,11 @@ def test_too_few_points_make_no_trend() -> None:
     assert fc.points < S.trend_min_points
     assert fc.slope_per_second == 0.0
     assert fc.predicted == pytest.approx(fc.level)
+
+
+def test_a_nan_sample_is_ignored_not_spread() -> None:
+    t, v = series(lambda _: 6.0)
+    v[len(v) // 2] = np.nan  # a failed query's sample
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    assert (fc.level, fc.predicted, fc.sustained) == pytest.approx((6.0, 6.0, 6.0))
+    assert all(p == pytest.approx(6.0) for _, p in fc.peaks)

@@ -166,7 +166,8 @@ class Cluster:
             self._drop(r, now)
             excess -= 1
         # Then ready ones on the emptiest node (so whole nodes can go), fewest in flight
-        # (least to drain), newest first. One at a time, counting the ones already draining:
+        # (least to drain), newest first. One at a time, counting the ones this call has
+        # already sent draining:
         # nodes that tie at the start (all full) must not each give up one, which empties
         # none. The live actuator gets the same order from
         # `controller.kubernetes.io/pod-deletion-cost`; every policy is simulated with it.

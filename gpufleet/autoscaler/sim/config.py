@@ -41,7 +41,9 @@ class PipelineModel:
     scrape_interval_seconds: float = 5.0  # serving metrics and exporter scrape
     evaluation_seconds: float = 1.0  # Prometheus ingest + recording-rule evaluation
     query_seconds: float = 0.5  # the policy's (or adapter's) query
-    history_seconds: float = 900.0  # how much history an observation carries
+    # How much history an observation carries: as much as the policies' longest window
+    # (gpufleet's 30-minute peak memory), as a live controller's query would fetch.
+    history_seconds: float = 1800.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
