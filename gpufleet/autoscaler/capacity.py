@@ -161,16 +161,24 @@ def learn(
             settings=settings,
         )
     state = _fold_hint(state, obs, tokens=tokens, settings=settings)
+    half_life = settings.hint_half_life_samples
     if obs.ttft_sum_rate.times:
-        sums = dict(zip(obs.ttft_sum_rate.times, obs.ttft_sum_rate.values, strict=True))
-        for i in new:
-            state = _fold_ttft_sum(state, obs, i, tokens=tokens, sums=sums, settings=settings)
+        # Prompt tokens / summed TTFT: a strict lower bound on the prefill rate. It is exact,
+        # not a guess from noisy windows, so the hint discount `estimate` applies is undone.
+        bounds = [
+            b / settings.hint_discount for b in _per_second(obs, new, tokens, obs.ttft_sum_rate)
+        ]
+        weight, total = _decayed(state.ttft_weight, state.ttft_tokens, bounds, half_life)
+        state = replace(state, ttft_weight=weight, ttft_tokens=total)
     else:
         state = _fold_ttft(state, obs, settings=settings)
     if obs.prefill_sum_rate.times:
-        sums = dict(zip(obs.prefill_sum_rate.times, obs.prefill_sum_rate.values, strict=True))
-        for i in new:
-            state = _fold_prefill_sum(state, obs, i, tokens=tokens, sums=sums, settings=settings)
+        # Prompt tokens / summed prefill seconds: the prefill rate itself where a replica
+        # prefills one prompt at a time, a lower bound where prefills overlap (batched or
+        # chunked prefill counts shared seconds once per request).
+        bounds = _per_second(obs, new, tokens, obs.prefill_sum_rate)
+        weight, total = _decayed(state.prefill_weight, state.prefill_tokens, bounds, half_life)
+        state = replace(state, prefill_weight=weight, prefill_tokens=total)
     return replace(state, last_sample_time=done.times[new[-1]])
 
 
@@ -310,51 +318,29 @@ def _fold_hint(
     )
 
 
-def _fold_ttft_sum(
-    state: CapacityState,
-    obs: Observation,
-    i: int,
-    *,
-    tokens: dict[float, float],
-    sums: dict[float, float],
-    settings: CapacitySettings,
-) -> CapacityState:
-    """Fold sample `i`'s prompt tokens / summed TTFT (a strict lower bound on prefill rate)."""
-    t = obs.completion_rate.times[i]
-    tok, ttft_sum = tokens.get(t), sums.get(t)
-    if tok is None or ttft_sum is None or tok <= 0.0 or ttft_sum <= 0.0:
-        return state
-    decay = 0.5 ** (1.0 / settings.hint_half_life_samples)
-    # The bound is exact, not a guess from noisy windows: undo the hint discount for it.
-    return replace(
-        state,
-        ttft_weight=state.ttft_weight * decay + 1.0,
-        ttft_tokens=state.ttft_tokens * decay + tok / ttft_sum / settings.hint_discount,
-    )
+def _per_second(
+    obs: Observation, new: list[int], tokens: dict[float, float], seconds: Series
+) -> list[float]:
+    """Prompt tokens over `seconds` (a per-second sum over the same first tokens, aligned
+    with the completions) for each sample in `new` that has both, positive."""
+    sums = dict(zip(seconds.times, seconds.values, strict=True))
+    out = []
+    for i in new:
+        t = obs.completion_rate.times[i]
+        tok, secs = tokens.get(t), sums.get(t)
+        if tok is not None and secs is not None and tok > 0.0 and secs > 0.0:
+            out.append(tok / secs)
+    return out
 
 
-def _fold_prefill_sum(
-    state: CapacityState,
-    obs: Observation,
-    i: int,
-    *,
-    tokens: dict[float, float],
-    sums: dict[float, float],
-    settings: CapacitySettings,
-) -> CapacityState:
-    """Fold sample `i`'s prompt tokens / summed prefill seconds: the prefill rate itself
-    where a replica prefills one prompt at a time, a lower bound where prefills overlap
-    (batched or chunked prefill counts shared seconds once per request)."""
-    t = obs.completion_rate.times[i]
-    tok, seconds = tokens.get(t), sums.get(t)
-    if tok is None or seconds is None or tok <= 0.0 or seconds <= 0.0:
-        return state
-    decay = 0.5 ** (1.0 / settings.hint_half_life_samples)
-    return replace(
-        state,
-        prefill_weight=state.prefill_weight * decay + 1.0,
-        prefill_tokens=state.prefill_tokens * decay + tok / seconds,
-    )
+def _decayed(
+    weight: float, total: float, samples: list[float], half_life_samples: float
+) -> tuple[float, float]:
+    """`weight` and `total` with each sample folded in, older ones forgotten."""
+    decay = 0.5 ** (1.0 / half_life_samples)
+    for sample in samples:
+        weight, total = weight * decay + 1.0, total * decay + sample
+    return weight, total
 
 
 def _fold_ttft(
