@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet.autoscaler import policies
-from gpufleet.autoscaler.predictive import PredictivePolicy, PredictiveSettings
+from gpufleet.autoscaler.predictive import PredictivePolicy
 from gpufleet.autoscaler.sim import sweep
 from gpufleet.autoscaler.sim.engine import simulate
 from gpufleet.autoscaler.sim.result import RunResult
@@ -120,9 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--set changes gpufleet's settings only")
     if args.policy == policies.GPUFLEET:
         # The policy `gpufleet simulate` builds, with the overrides on top.
-        tuned = PredictiveSettings(fill_node_gpus=spec.tuning.gpufleet_fill_node_gpus)
-        if spec.tuning.gpufleet_headroom is not None:  # --gpufleet-headroom's env var
-            tuned = dataclasses.replace(tuned, headroom=spec.tuning.gpufleet_headroom)
+        tuned = policies.make_policy(spec.policy, spec.workload, spec.tuning).settings
         try:
             for key, value in args.set:
                 tuned = override(tuned, key, value)
