@@ -107,14 +107,14 @@ def forecast_rate(
             points=0,
         )
     level = _window_mean(t, v, since=now - settings.level_window_seconds)
-    slope, points = _trend(t, v, now=now, settings=settings)
+    recent = t > now - settings.trend_window_seconds  # the trend window
+    slope, points = _trend(t[recent], v[recent], settings=settings)
     # Extrapolate from the newest sample's time: the data is already late by `now - t[-1]`.
     ahead_seconds = horizon_seconds + max(0.0, now - float(t[-1]))
     growth = min(slope * ahead_seconds, settings.max_trend_growth_ratio * level)
     predicted = max(0.0, level + growth)
     # A median ignores bursts that a mean (and a 30-s level) would carry for minutes; the
     # line runs from the window's middle, where its median sits, to the horizon.
-    recent = t > now - settings.trend_window_seconds
     median = float(np.median(v[recent])) if recent.any() else float(v[-1])
     middle = float(t[recent].mean()) if recent.any() else float(t[-1])
     sustained_at = (
@@ -141,19 +141,14 @@ def _window_mean(t: np.ndarray, v: np.ndarray, *, since: float) -> float:
     return float(v[mask].mean()) if mask.any() else float(v[-1])
 
 
-def _trend(
-    t: np.ndarray, v: np.ndarray, *, now: float, settings: ForecastSettings
-) -> tuple[float, int]:
-    """Theil-Sen slope over the trend window (0 with too few points). A least-squares line
+def _trend(tw: np.ndarray, vw: np.ndarray, *, settings: ForecastSettings) -> tuple[float, int]:
+    """Theil-Sen slope of the trend window's samples (0 with too few points). A least-squares line
     swung with a burst at either end of the window; the median of pairwise slopes does not
     (and code x10's front moved to less GPU-h at the high-headroom end, BENCHMARKS.md).
     Quadratic in the samples: 60 at a 5-s scrape."""
-    mask = t > now - settings.trend_window_seconds
-    points = int(mask.sum())
+    points = int(tw.size)
     if points < settings.trend_min_points:
         return 0.0, points
-    tw = t[mask]
-    vw = v[mask]
     dt = tw[None, :] - tw[:, None]
     upper = dt > 0
     if not upper.any():
