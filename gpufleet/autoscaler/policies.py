@@ -34,7 +34,7 @@ class Tuning:
     keda_queue_target: float = 10.0
     keda_polling_interval_seconds: float = 30.0
     gpufleet_headroom: float | None = None
-    gpufleet_fill_node_gpus: int = 0  # PredictiveSettings.fill_node_gpus
+    gpufleet_fill_nodes: bool = False  # PredictiveSettings.fill_nodes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,14 +102,14 @@ def make_policy(
         )
     if name == GPUFLEET:
         headroom = tuning.gpufleet_headroom if knob_value is None else knob_value
-        return _make_gpufleet(workload, headroom, fill_node_gpus=tuning.gpufleet_fill_node_gpus)
+        return _make_gpufleet(workload, headroom, fill_nodes=tuning.gpufleet_fill_nodes)
     raise ValueError(f"no policy factory for {name!r} (known: {', '.join(POLICIES)})")
 
 
-def _make_gpufleet(workload: WorkloadConfig, value: float | None, *, fill_node_gpus: int) -> Policy:
+def _make_gpufleet(workload: WorkloadConfig, value: float | None, *, fill_nodes: bool) -> Policy:
     from gpufleet.autoscaler.predictive import PredictivePolicy, PredictiveSettings
 
-    settings = PredictiveSettings(fill_node_gpus=fill_node_gpus)
+    settings = PredictiveSettings(fill_nodes=fill_nodes)
     if value is not None:
         settings = dataclasses.replace(settings, headroom=value)
     return PredictivePolicy(workload, settings=settings)

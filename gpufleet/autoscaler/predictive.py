@@ -15,8 +15,10 @@ Every tick it turns late signals into a replica count:
    L (5 s to 60 s; `forecast`) the usual peak (a high quantile of the per-minute highest
    mean rates of the last half hour) must be prefilled within L + `burst_slo_share` x SLO
    at the learned prefill rate, with the same headroom. A surge is different: when the
-   newest 5-s sample alone needs `panic_ratio` x the ready replicas, the policy sizes for
-   it at once and panics (Knative's KPA): for `panic_hold_seconds` it never scales down.
+   newest 5-s sample alone needs more than the replicas asked for, the policy asks at
+   once for what fits on GPUs idle on nodes already paid for; when it needs
+   `panic_ratio` x the ready replicas, for all of it, and panics (Knative's KPA). Either
+   way the surge's replicas stay for `panic_hold_seconds`, and a panic holds every one.
 4. **Scale-down.** Only to the highest steady recommendation of the last
    `scale_down_window_seconds` and never below the burst path, at most one step per
    `scale_down_step_seconds`: a replica given back costs a cold start to get back.
@@ -27,8 +29,8 @@ Missing or stale signals never scale down: the policy holds (or only scales up o
 signals it has). `Decision.headroom` asks for warm placeholder replicas for the sustained
 rate (`RateForecast.sustained`, bursts left out) the trend predicts within node
 provisioning plus cold start, so the nodes are there when replicas are. Pure: no clock
-(`obs.now`), no I/O; the state is the learned capacity, the recommendation window and the
-panic/idle timestamps.
+(`obs.now`), no I/O; the state is the learned capacity, the recommendation window, the
+surge's hold, the last placeholders and the idle timestamp.
 """
 
 import math
@@ -77,13 +79,21 @@ class PredictiveSettings:
     burst_slo_share: float = 1.0
     # A signal whose newest sample is older than this is missing: three scrapes lost.
     stale_after_seconds: float = 20.0
-    # Panic when the newest sample needs this many times the ready replicas (KPA's 2.0). It
-    # catches a surge that lasts, a cold start sooner than the steady path would. On the
-    # Azure traces no surge outlasts a cold start: 1.5 cost 3-6 GPU-h on code x10 at every
-    # headroom for no attainment, 2.0 costs 3 at headroom 0.25 only, 3.0 nothing.
+    # Panic when the newest sample needs this many times the ready replicas (KPA's 2.0): size
+    # for it at once, new nodes included. It catches a surge that lasts, a cold start sooner
+    # than the steady path would. On the Azure traces no surge outlasts a cold start: 1.5
+    # cost 3-6 GPU-h on code x10 at every headroom for no attainment, 2.0 costs 3 at
+    # headroom 0.25 only, 3.0 nothing.
     panic_ratio: float = 2.0
-    # Panic lasts this long after the last tick whose newest sample asked for more than the
-    # replicas asked for so far (KPA: one stable window).
+    # Below the panic ratio, a newest sample that needs more than the replicas asked for is
+    # still met at once, but only on GPUs that are idle on nodes already paid for
+    # (`WorkloadConfig.gpus_per_node`; never a new node, never a placeholder's GPU): the
+    # first tick a burst is visible asks for what it costs nothing to ask for. False waits
+    # for the panic ratio.
+    surge_on_idle_gpus: bool = True
+    # A surge's replicas are kept this long after the last tick that asked for them (KPA's
+    # stable window; about a cold start, so they serve before the ordinary scale-down
+    # judges them), and a panic holds every replica as long.
     panic_hold_seconds: float = 60.0
     # Until capacity is learned, scale up to at most this many times the replicas serving
     # (at least +4): the prior is deliberately low, and a fleet sized on it alone would
@@ -101,12 +111,12 @@ class PredictiveSettings:
     # pods). Not the 30-s level: after a burst it launched nodes that arrived when the
     # burst was over (+3.3 GPU-h on code x10, no attainment gained).
     placeholders: bool = True
-    # GPUs per node of the workload's own node pool; 0 turns filling off. Nodes bill every
-    # GPU, so the idle GPUs on the nodes the need already occupies cost nothing: desired is
-    # rounded up to fill them with warm replicas that absorb the next burst. It never keeps
-    # an extra node (the rounding stays within the nodes the unrounded need requires).
-    # Off by default: only right where no other workload could use those GPUs.
-    fill_node_gpus: int = 0
+    # Fill the idle GPUs on the nodes the need already occupies (`WorkloadConfig.
+    # gpus_per_node`) with warm replicas that absorb the next burst: desired is rounded up to
+    # whole nodes, and nodes bill every GPU, so they cost nothing. It never keeps an extra
+    # node (the rounding stays within the nodes the unrounded need requires). Off by
+    # default: only right where no other workload could use those GPUs.
+    fill_nodes: bool = False
     # Latency probe. A fleet that never saturates learns its capacity only from lower
     # bounds (the duty cycle, the TTFT bound), which sit near the load it already carries,
     # so it would stay as large as it started. While the newest p90 TTFT is within
@@ -139,7 +149,8 @@ class Demand:
     burst_rps: float  # that peak, discounted by the SLO slack
     stable: int  # replicas for max(level, forecast) + backlog, with headroom
     burst: int  # replicas for the usual peaks within the SLO, with headroom
-    surge: int  # replicas for the newest sample within the SLO, when it panics; else 0
+    surge: int  # replicas for the newest sample within the SLO, when it asks for more; else 0
+    panic: bool  # the surge needs `panic_ratio` x the ready replicas (else: idle GPUs only)
     placeholders: int  # replicas for the sustained rate at the node lead, with headroom
 
     @property
@@ -160,7 +171,9 @@ class PredictivePolicy:
         self.interval_seconds = self.settings.interval_seconds
         self._capacity = CapacityState()
         self._window: deque[tuple[float, int]] = deque()  # (time, steady recommendation)
-        self._panic_until = -math.inf
+        self._surge_until = -math.inf  # a surge's replicas are kept until then
+        self._surge_held = 0  # the most replicas a surge asked for while it lasts
+        self._placeholders = 0  # the last decision's headroom: GPUs they hold are not idle
         self._last_change = -math.inf  # when desired last moved (for the step delay)
         self._last_active: float | None = None  # last arrival, queue or work
         self._desired: int | None = None
@@ -204,13 +217,26 @@ class PredictivePolicy:
 
     def _fill_paid_nodes(self, desired: int) -> int:
         """`desired` rounded up to whole nodes' worth of replicas (whole-GPU shapes only)."""
-        per_node, shape = self.settings.fill_node_gpus, self.workload.shape
-        if per_node <= 0 or desired <= 0 or shape.kind is not ShapeKind.GPU:
-            return desired
-        per = per_node // shape.gpus
-        if per < 1:
+        per = self._replicas_per_node()
+        if not self.settings.fill_nodes or per < 1 or desired <= 0:
             return desired
         return min(self.workload.max_replicas, math.ceil(desired / per) * per)
+
+    def _idle_paid_replicas(self, obs: Observation) -> int:
+        """Replicas that fit on the GPUs idle on nodes paid for: the nodes that the replicas
+        (terminating ones too, until they drain) and placeholders occupy, if packed."""
+        per = self._replicas_per_node()
+        if per < 1:
+            return 0
+        held = len(obs.replicas) + self._placeholders
+        return math.ceil(held / per) * per - held
+
+    def _replicas_per_node(self) -> int:
+        """Whole-GPU replicas per node of the workload's pool; 0 when unknown or shared."""
+        shape = self.workload.shape
+        if shape.kind is not ShapeKind.GPU:
+            return 0
+        return self.workload.gpus_per_node // shape.gpus
 
     # --- sizing ---
 
@@ -241,9 +267,13 @@ class PredictivePolicy:
         times = arrivals.times
         newest = times[-1] - times[-2] if len(times) > 1 else s.forecast.peak_averaging_seconds[0]
         surge = math.ceil(fc.latest * newest / (newest + slack) * grow / prefill)
-        ready = max(1, obs.count(ReplicaState.READY))
-        if surge < s.panic_ratio * ready or surge <= obs.current_replicas:
-            surge = 0
+        current = obs.current_replicas
+        panic = surge > current and surge >= s.panic_ratio * max(1, obs.count(ReplicaState.READY))
+        if not panic:
+            idle = self._idle_paid_replicas(obs) if s.surge_on_idle_gpus else 0
+            surge = min(surge, current + idle)
+            if surge <= current:
+                surge = 0
         return Demand(
             capacity=est,
             per_replica_rps=unit,
@@ -256,6 +286,7 @@ class PredictivePolicy:
             stable=math.ceil((max(fc.level, fc.predicted) + backlog) * grow / unit),
             burst=math.ceil(burst_rps * grow / prefill),
             surge=surge,
+            panic=panic,
             placeholders=math.ceil(fc.sustained * grow / unit),
         )
 
@@ -275,7 +306,7 @@ class PredictivePolicy:
             self._probe = min(s.probe_max_ratio, self._probe * (1.0 + s.probe_growth))
 
     def _remember(self, obs: Observation, d: Demand) -> None:
-        """Window the steady recommendation; start or extend a panic."""
+        """Window the steady recommendation; start or extend a surge's hold."""
         s, now = self.settings, obs.now
         if not self._window:
             # No recommendation yet (a (re)started controller, or only ticks without
@@ -285,11 +316,16 @@ class PredictivePolicy:
         self._window.append((now, d.stable))
         while self._window and self._window[0][0] < now - s.scale_down_window_seconds:
             self._window.popleft()
+        current = obs.current_replicas
         if d.surge:
-            self._panic_until = now + s.panic_hold_seconds
+            if now >= self._surge_until:
+                self._surge_held = 0
+            # A panic holds every replica (KPA); a surge on idle GPUs holds its own.
+            self._surge_held = max(self._surge_held, d.surge, current if d.panic else 0)
+            self._surge_until = now + s.panic_hold_seconds
 
     def _target(self, obs: Observation, d: Demand) -> tuple[int, Reason]:
-        """Scale up at once; scale down slowly; never down while panicking."""
+        """Scale up at once; scale down slowly; never below a surge's hold while it lasts."""
         s, now = self.settings, obs.now
         current = obs.current_replicas
         if d.raw > current:
@@ -297,9 +333,10 @@ class PredictivePolicy:
                 # Reported as what drove it; the message says it was capped.
                 return min(d.raw, max(current, self._unlearned_limit(obs))), _up_reason(d)
             return d.raw, _up_reason(d)
-        if now < self._panic_until:
+        held = self._surge_held if now < self._surge_until else 0
+        if held >= current:
             return current, Reason.BURST
-        floor = max(max(r for _, r in self._window), d.burst)
+        floor = max(max(r for _, r in self._window), d.burst, held)
         if floor >= current:
             return current, (Reason.STEADY if d.raw >= current else Reason.STABILIZED)
         if now - self._last_change < s.scale_down_step_seconds:
@@ -345,6 +382,7 @@ class PredictivePolicy:
         if self._desired is not None and desired != self._desired:
             self._last_change = obs.now
         self._desired = desired
+        self._placeholders = headroom
         return Decision(desired=desired, reason=reason, message=message, headroom=headroom)
 
 
@@ -370,7 +408,9 @@ def _message(d: Demand, current: int, desired: int, reason: Reason, s: Predictiv
     learned = f"learned, {est.samples} samples" if est.learned else f"prior, {est.samples} samples"
     drain = d.queue / max(1e-9, max(desired, 1) * d.per_replica_rps)
     peak = dict(fc.peaks).get(d.burst_window_seconds, 0.0)
-    surge = f", {d.surge} for a surge" if d.surge else ""
+    surge = ""
+    if d.surge:
+        surge = f", {d.surge} for a surge" + (" (panic)" if d.panic else " on idle paid GPUs")
     text = (
         f"arrivals {fc.latest:.1f}/s (level {fc.level:.1f}/s, usual peak {peak:.1f}/s over "
         f"{d.burst_window_seconds:g} s) forecast {fc.predicted:.1f}/s in "

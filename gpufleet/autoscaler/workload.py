@@ -84,6 +84,9 @@ class WorkloadConfig:
     behavior: Behavior = field(default_factory=Behavior)
     cold_start_seconds: float = 60.0  # expected replica start: image, weights, warm-up
     node_provision_seconds: float = 180.0  # expected new-node boot, used for lead time
+    # GPUs per node of the pool the replicas run on; 0 when unknown. A node bills all its
+    # GPUs, so it tells which GPUs are idle on nodes paid for anyway.
+    gpus_per_node: int = 0
     # Requests one replica runs at once (vLLM's --max-num-seqs); 0 when unknown. It tells a
     # replica whose batch slots were full from one that only queued for its prefill.
     batch_slots: int = 0

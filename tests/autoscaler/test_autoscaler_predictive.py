@@ -148,6 +148,54 @@ def test_panic_never_scales_down_while_it_lasts() -> None:
     assert {(d.desired, d.reason) for d in held} == {(up.desired, Reason.BURST)}
 
 
+@pytest.mark.parametrize(
+    ("gpus_per_node", "want"),
+    [
+        pytest.param(0, 3, id="node size unknown: waits for the panic ratio"),
+        pytest.param(4, 4, id="one idle GPU on the paid node: +1"),
+        pytest.param(8, 5, id="five idle: the whole need"),
+    ],
+)
+def test_a_surge_under_the_panic_ratio_takes_only_idle_paid_gpus(
+    gpus_per_node: int, want: int
+) -> None:
+    # One 5-s sample at 50/s over 10/s needs ceil(50 * 5/7 * 1.25 / 10) = 5: under twice the
+    # 3 serving, so no panic and no new node; the steady and burst paths still need 3.
+    rate = lambda t: 50.0 if 1000.0 <= t < 1005.0 else 10.0  # noqa: E731
+    p = policy(gpus_per_node=gpus_per_node)
+    p.decide(observe(990.0, rate, ready=3))
+    d = p.decide(observe(1006.5, rate, ready=3))
+    assert d.desired == want
+    if want > 3:
+        assert d.reason is Reason.BURST
+        assert f"{want} for a surge on idle paid GPUs" in d.message
+
+
+def test_placeholder_gpus_are_not_idle_for_a_surge() -> None:
+    # On a ramp the first decision asks for 10 replicas plus 2 placeholders: 12 of the two
+    # 8-GPU nodes' 16 GPUs. A 200/s sample then needs 18, under the panic ratio: the surge
+    # may take the 4 GPUs nobody holds, not the placeholders' 2 (16 - 10 would give 16).
+    rate = lambda t: 200.0 if 605.0 <= t < 610.0 else 10.0 + 0.1 * t  # noqa: E731
+    p = policy(gpus_per_node=8)
+    first = p.decide(observe(600.0, rate, ready=7))
+    assert (first.desired, first.headroom) == (10, 2)
+    d = p.decide(observe(611.5, rate, ready=10))
+    assert (d.desired, d.reason) == (14, Reason.BURST)
+
+
+def test_a_surge_keeps_its_replicas_for_the_hold_then_scales_down() -> None:
+    rate = lambda t: 50.0 if 1000.0 <= t < 1005.0 else 10.0  # noqa: E731
+    s = replace(SETTINGS, scale_down_window_seconds=0.0)
+    p = policy(s, gpus_per_node=8)
+    p.decide(observe(990.0, rate, ready=3))
+    assert p.decide(observe(1006.5, rate, ready=3)).desired == 5
+    hold_end = 1006.5 + s.panic_hold_seconds
+    held = [p.decide(observe(t, rate, ready=5)) for t in np.arange(1008.0, hold_end, 2.0)]
+    assert {(d.desired, d.reason) for d in held} == {(5, Reason.BURST)}
+    after = p.decide(observe(hold_end + 2.0, rate, ready=5))
+    assert (after.desired, after.reason) == (2, Reason.SCALE_DOWN)
+
+
 def test_scale_down_waits_for_the_window_then_steps() -> None:
     s = replace(SETTINGS, forecast=replace(SETTINGS.forecast, peak_memory_seconds=60.0))
     p = policy(s)
@@ -336,21 +384,22 @@ def test_headroom_knob_trades_replicas_for_slack() -> None:
 
 
 @pytest.mark.parametrize(
-    ("fill", "gpus", "rate", "ready", "want", "filled"),
+    ("fill", "gpus", "rate", "ready", "want"),
     [
-        pytest.param(0, 1, 20.0, 3, 3, False, id="off"),
-        pytest.param(8, 1, 20.0, 3, 8, True, id="fills the one node the need occupies"),
-        pytest.param(8, 1, 80.0, 2, 16, True, id="need 10 -> two nodes, both filled"),
-        pytest.param(8, 2, 20.0, 3, 4, True, id="two-GPU replicas: four per node"),
-        pytest.param(8, 1, 390.0, 49, 50, True, id="never above max replicas"),
+        pytest.param(False, 1, 20.0, 3, 3, id="off"),
+        pytest.param(True, 1, 20.0, 3, 8, id="fills the one node the need occupies"),
+        pytest.param(True, 1, 80.0, 2, 16, id="need 10 -> two nodes, both filled"),
+        pytest.param(True, 2, 20.0, 3, 4, id="two-GPU replicas: four per node"),
+        pytest.param(True, 1, 390.0, 49, 50, id="never above max replicas"),
     ],
 )
 def test_fill_paid_nodes_rounds_up_to_whole_nodes(
-    fill: int, gpus: int, rate: float, ready: int, want: int, filled: bool
+    fill: bool, gpus: int, rate: float, ready: int, want: int
 ) -> None:
     from gpufleet.autoscaler.workload import GpuShape
 
-    p = policy(replace(SETTINGS, fill_node_gpus=fill), shape=GpuShape(gpus=gpus))
+    s = replace(SETTINGS, fill_nodes=fill)
+    p = policy(s, shape=GpuShape(gpus=gpus), gpus_per_node=8)
     d = p.decide(observe(1000.0, const(rate), ready=ready))
     assert d.desired == want
-    assert ("filled to" in d.message) is filled
+    assert ("filled to" in d.message) is fill

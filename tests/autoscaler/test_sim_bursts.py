@@ -6,6 +6,7 @@ import pytest
 from gpufleet.autoscaler.sim.bursts import (
     BurstRule,
     burst_starts,
+    overload_visible,
     reaction_delays,
     visible_delay,
 )
@@ -69,3 +70,66 @@ def test_reaction_delay(history, expected):
 )
 def test_visible_delay_is_next_scrape_plus_evaluation_and_query(start, expected):
     assert visible_delay(start, PipelineModel()) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("ready", "expected"),
+    [
+        # 10 arrivals/s of 1,000 tokens from t=100: 50k tokens per 5-s sample.
+        (4, 106.5),  # 4 x 1k tokens/s x (5 s + 2 s SLO) = 28k < 50k: the first sample
+        (8, None),  # 56k: absorbed within the SLO
+    ],
+    ids=["first sample overloads", "absorbed"],
+)
+def test_overload_visible_is_the_first_sample_the_ready_replicas_cannot_prefill(ready, expected):
+    arrivals = np.concatenate([steady(0, 100, 0.5), steady(100, 130, 10.0)])
+    seen = overload_visible(
+        np.array([100.0]),
+        arrival_seconds=arrivals,
+        prompt_tokens=np.full(len(arrivals), 1000),
+        ready_times=np.array([0.0]),
+        ready=np.array([ready]),
+        prefill_tokens_per_second=1_000.0,
+        slo_ttft_seconds=2.0,
+        pipeline=PipelineModel(),
+    )[0]
+    if expected is None:
+        assert np.isnan(seen)
+    else:
+        assert seen == pytest.approx(expected)
+
+
+def test_overload_visible_counts_the_replicas_ready_at_each_scrape():
+    # Within a sample plus the SLO 2 serving prefill 14k, 8 (from t=110) 56k: the sample
+    # scraped at 105 is overloaded, and a start at 108, first covered at 110, never is.
+    arrivals = np.concatenate([steady(0, 100, 0.5), steady(100, 140, 10.0)])
+    seen = overload_visible(
+        np.array([100.0, 108.0]),
+        arrival_seconds=arrivals,
+        prompt_tokens=np.full(len(arrivals), 1000),
+        ready_times=np.array([0.0, 110.0]),
+        ready=np.array([2, 8]),
+        prefill_tokens_per_second=1_000.0,
+        slo_ttft_seconds=2.0,
+        pipeline=PipelineModel(),
+    )
+    assert seen[0] == pytest.approx(106.5)
+    assert np.isnan(seen[1])
+
+
+def test_an_overload_seen_after_the_next_burst_starts_is_that_bursts():
+    # Overloaded only from t=150 (2 serving, 14k per sample plus the SLO): the burst at 100
+    # had none before the one at 148 started, so it counts for the second alone.
+    arrivals = np.concatenate([steady(0, 100, 0.5), steady(100, 150, 2.0), steady(150, 170, 10.0)])
+    seen = overload_visible(
+        np.array([100.0, 148.0]),
+        arrival_seconds=arrivals,
+        prompt_tokens=np.full(len(arrivals), 1000),
+        ready_times=np.array([0.0]),
+        ready=np.array([2]),
+        prefill_tokens_per_second=1_000.0,
+        slo_ttft_seconds=2.0,
+        pipeline=PipelineModel(),
+    )
+    assert np.isnan(seen[0])
+    assert seen[1] == pytest.approx(156.5)

@@ -11,7 +11,10 @@ The reaction delay is the time from the start to the first decision, within a ho
 whose desired count exceeds the last desired count before the start. It includes the
 metric pipeline's delay (the burst is invisible until a scrape has covered it and the
 sample has been evaluated and queried), so `visible_delay` reports the part the policy
-itself controls.
+itself controls. A burst's first samples are often ones the ready replicas absorb (the
+Azure code trace's bursts ramp in over about 10 s), so `overload_visible` also says when
+the first sample that needed more than the ready replicas to meet the SLO could be seen:
+a policy can only be asked to act on evidence of need.
 
 Pure: plain arrays in, arrays out.
 """
@@ -87,3 +90,41 @@ def visible_delay(start: float, pipeline: PipelineModel) -> float:
     if first_scrape == start:  # a scrape at the very instant has not seen it yet
         first_scrape += scrape
     return float(first_scrape + pipeline.evaluation_seconds + pipeline.query_seconds - start)
+
+
+def overload_visible(
+    starts: np.ndarray,
+    *,
+    arrival_seconds: np.ndarray,
+    prompt_tokens: np.ndarray,
+    ready_times: np.ndarray,
+    ready: np.ndarray,
+    prefill_tokens_per_second: float,
+    slo_ttft_seconds: float,
+    pipeline: PipelineModel,
+    horizon_seconds: float = 60.0,
+) -> np.ndarray:
+    """When each burst's first overloaded sample becomes visible; NaN where none did within
+    the horizon or before the next burst's start (the ready replicas absorbed it).
+
+    A sample is overloaded when the prompts that arrived over its scrape interval hold
+    more tokens than the replicas ready at the scrape (`ready` at `ready_times`, a run's
+    timeline) prefill in that interval plus the TTFT SLO: some of them will miss it
+    unless more replicas serve, whatever the policy's model of them says.
+    """
+    scrape = pipeline.scrape_interval_seconds
+    late = pipeline.evaluation_seconds + pipeline.query_seconds
+    tokens = np.concatenate(([0], np.cumsum(prompt_tokens)))
+    out = np.full(len(starts), np.nan)
+    ends = np.minimum(starts + horizon_seconds, np.append(starts[1:], np.inf))
+    for k, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        first = start + visible_delay(start, pipeline) - late  # the first scrape covering it
+        for at in np.arange(first, end - late, scrape):
+            lo, hi = np.searchsorted(arrival_seconds, (at - scrape, at), side="left")
+            i = int(np.searchsorted(ready_times, at, side="right")) - 1
+            serving = ready[max(i, 0)]
+            budget = serving * prefill_tokens_per_second * (scrape + slo_ttft_seconds)
+            if tokens[hi] - tokens[lo] > budget:
+                out[k] = at + late
+                break
+    return out

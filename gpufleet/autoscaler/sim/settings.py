@@ -278,6 +278,7 @@ class SimulateSettings(BaseSettings):
             slo_ttft_seconds=self.slo_ttft_seconds,
             cold_start_seconds=self.cold_start_seconds,
             node_provision_seconds=self.node_provision_seconds,
+            gpus_per_node=self.gpus_per_node,
             batch_slots=self.batch_slots,
         )
 
@@ -305,7 +306,7 @@ class SimulateSettings(BaseSettings):
             keda_queue_target=self.keda_queue_target,
             keda_polling_interval_seconds=self.keda_polling_interval_seconds,
             gpufleet_headroom=self.gpufleet_headroom,
-            gpufleet_fill_node_gpus=self.gpus_per_node if self.gpufleet_fill_nodes else 0,
+            gpufleet_fill_nodes=self.gpufleet_fill_nodes,
         )
 
 
