@@ -14,8 +14,9 @@ A burst the policy did not scale for (capacity already sufficed, or it missed it
 in the delays; "raised" says how many it scaled for. The Azure code trace's bursts ramp in
 over about 10 s, and their first samples are ones the ready replicas absorb, so the last
 columns count the bursts with an overloaded sample (more prompt tokens than the replicas
-ready then prefill within it plus the SLO; `bursts.overload_visible`) and how many of those the policy
-raised for within one interval of the first one becoming visible (or before).
+ready then prefill within it plus the SLO; `bursts.overload_visible`), and how many of
+those the policy raised for within one interval of that sample becoming visible (or
+before).
 
 Run from the repository root:
     python3 -m bench.reaction_bench [--trace A.csv,B.csv] [--scale 1] [--scrape-interval-seconds 5]
