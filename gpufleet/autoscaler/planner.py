@@ -10,7 +10,7 @@ The three steps:
 
 1. **Replicas -> GPU units.** A unit is what must sit on one GPU (or one node): a
    whole-GPU replica with `gpus` GPUs is one unit of `gpus` GPUs (tensor parallelism keeps
-   it on one node); MIG replicas of one profile pack `MIG_SLICES_PER_GPU[profile]` per GPU
+   it on one node); MIG replicas of one profile pack `INSTANCES_PER_GPU_80GB[profile]` per GPU
    (or the node group's layout); time-sliced replicas pack `shares_per_gpu` per GPU.
    Workloads sharing a shape and a node group share GPUs.
 2. **Units -> nodes.** First-fit decreasing on GPUs per node, per node group, up to the
@@ -23,18 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from gpufleet.autoscaler.workload import GpuShape, ShapeKind
-
-# MIG slices of one profile that fit on one H100 80GB (NVIDIA's MIG user guide, single
-# profile per GPU). 1g.20gb and 2g.20gb are memory-bound to 4 and 3; 4g.40gb leaves 3
-# compute slices that no 3g profile can use alongside it.
-MIG_SLICES_PER_GPU: dict[str, int] = {
-    "1g.10gb": 7,
-    "1g.20gb": 4,
-    "2g.20gb": 3,
-    "3g.40gb": 2,
-    "4g.40gb": 1,
-    "7g.80gb": 1,
-}
+from gpufleet.mig_geometry import INSTANCES_PER_GPU_80GB
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,7 +37,7 @@ class NodeGroup:
     # (("3g.40gb", 1), ("2g.20gb", 1), ("1g.10gb", 1)). Empty: see `mig_per_profile`.
     mig_layout: tuple[tuple[str, int], ...] = ()
     # True: each GPU is partitioned into one profile as demand needs (the GPU operator's
-    # mixed strategy, re-partitioned per GPU), at MIG_SLICES_PER_GPU. False with no layout:
+    # mixed strategy, re-partitioned per GPU), at INSTANCES_PER_GPU_80GB. False with no layout:
     # whole GPUs, which also serve time-sliced shares.
     mig_per_profile: bool = False
 
@@ -60,7 +49,7 @@ class NodeGroup:
         """Slices of `profile` per GPU in this group; 0 when it offers none."""
         if self.mig_layout:
             return dict(self.mig_layout).get(profile, 0)
-        return MIG_SLICES_PER_GPU.get(profile, 0) if self.mig_per_profile else 0
+        return INSTANCES_PER_GPU_80GB.get(profile, 0) if self.mig_per_profile else 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,7 +3,6 @@
 import pytest
 
 from gpufleet.autoscaler.planner import (
-    MIG_SLICES_PER_GPU,
     NodeGroup,
     WorkloadDemand,
     gpu_units,
@@ -11,6 +10,7 @@ from gpufleet.autoscaler.planner import (
     plan_capacity,
 )
 from gpufleet.autoscaler.workload import GpuShape, ShapeKind
+from gpufleet.mig_geometry import INSTANCES_PER_GPU_80GB
 
 WHOLE = NodeGroup(name="h100", gpus_per_node=8, max_nodes=10)
 MIG = NodeGroup(name="h100-mig", gpus_per_node=8, max_nodes=10, mig_per_profile=True)
@@ -79,8 +79,13 @@ def test_gpu_units(counts: dict[GpuShape, int], group: NodeGroup, want_gpus: lis
     assert sorted(gpu_units(counts, group)) == sorted(want_gpus)
 
 
-def test_mig_table_matches_h100_80gb() -> None:
-    assert MIG_SLICES_PER_GPU == {
+def test_mig_table_is_the_80gb_geometry_the_simulated_nvml_reports() -> None:
+    from gpufleet.nvml.sim.models import MODELS
+
+    for key in ("H100", "A100"):
+        reported = {p.name: p.max_count for p in MODELS[key].mig_profiles}
+        assert reported == INSTANCES_PER_GPU_80GB
+    assert INSTANCES_PER_GPU_80GB == {
         "1g.10gb": 7,
         "1g.20gb": 4,
         "2g.20gb": 3,

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import pynvml
 
+from gpufleet.mig_geometry import INSTANCES_PER_GPU_80GB
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MigProfile:
@@ -70,22 +72,12 @@ def _profiles(
     m1, m1b, m2, m3, m4, m7 = mem_mib
     s1, s2, s3, s4, s7 = sms
     rows = (
-        ("1g.10gb", pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 1, tuple(range(7)), 7, m1, s1),
-        (
-            "1g.20gb",
-            pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
-            15,
-            1,
-            2,
-            (0, 2, 4, 6),
-            4,
-            m1b,
-            s1,
-        ),
-        ("2g.20gb", pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 2, (0, 2, 4), 3, m2, s2),
-        ("3g.40gb", pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 4, (0, 4), 2, m3, s3),
-        ("4g.40gb", pynvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 4, (0,), 1, m4, s4),
-        ("7g.80gb", pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 8, (0,), 1, m7, s7),
+        ("1g.10gb", pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 1, tuple(range(7)), m1, s1),
+        ("1g.20gb", pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 15, 1, 2, (0, 2, 4, 6), m1b, s1),
+        ("2g.20gb", pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 2, (0, 2, 4), m2, s2),
+        ("3g.40gb", pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 4, (0, 4), m3, s3),
+        ("4g.40gb", pynvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 4, (0,), m4, s4),
+        ("7g.80gb", pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 8, (0,), m7, s7),
     )
     return tuple(
         MigProfile(
@@ -95,7 +87,7 @@ def _profiles(
             slices=slices,
             memory_slices=mem_slices,
             starts=starts,
-            max_count=max_count,
+            max_count=INSTANCES_PER_GPU_80GB[name],
             memory_mib=memory,
             multiprocessors=sm,
             copy_engines=max(1, slices),
@@ -103,7 +95,7 @@ def _profiles(
             jpegs=1 if slices < 7 else 7,
             ofas=1 if slices == 7 else 0,
         )
-        for name, profile, profile_id, slices, mem_slices, starts, max_count, memory, sm in rows
+        for name, profile, profile_id, slices, mem_slices, starts, memory, sm in rows
     )
 
 
