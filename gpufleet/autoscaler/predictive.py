@@ -18,9 +18,10 @@ Every tick it turns late signals into a replica count:
    newest 5-s sample alone needs more than the replicas asked for, the policy asks at
    once for what fits on GPUs idle on nodes already paid for; when it needs
    `panic_ratio` x the ready replicas, for all of it, and panics (Knative's KPA). Either
-   way the surge's replicas stay for `panic_hold_seconds`, and a panic holds every one.
+   way the surge's replicas stay until `panic_hold_seconds` after the last sample that
+   asked for more, and a panic holds every replica as long.
 4. **Scale-down.** Only to the highest steady recommendation of the last
-   `scale_down_window_seconds` and never below the burst path, at most one step per
+   `scale_down_window_seconds`, never below the burst path or a surge's hold, at most one step per
    `scale_down_step_seconds`: a replica given back costs a cold start to get back.
 5. **Zero.** With min_replicas 0 it activates on any arrival or queue and deactivates after
    `idle_seconds_to_zero` with no arrivals, queue or requests in flight.
@@ -30,7 +31,7 @@ signals it has). `Decision.headroom` asks for warm placeholder replicas for the 
 rate (`RateForecast.sustained`, bursts left out) the trend predicts within node
 provisioning plus cold start, so the nodes are there when replicas are. Pure: no clock
 (`obs.now`), no I/O; the state is the learned capacity, the recommendation window, the
-surge's hold, the last placeholders and the idle timestamp.
+surge's hold, the panic, the last placeholders and the idle timestamp.
 """
 
 import math
@@ -91,7 +92,7 @@ class PredictiveSettings:
     # first tick a burst is visible asks for what it costs nothing to ask for. False waits
     # for the panic ratio.
     surge_on_idle_gpus: bool = True
-    # A surge's replicas are kept this long after the last tick that asked for them (KPA's
+    # A surge's replicas are kept this long after the last sample that asked for more (KPA's
     # stable window; about a cold start, so they serve before the ordinary scale-down
     # judges them), and a panic holds every replica as long.
     panic_hold_seconds: float = 60.0
@@ -149,8 +150,13 @@ class Demand:
     burst_rps: float  # that peak, discounted by the SLO slack
     stable: int  # replicas for max(level, forecast) + backlog, with headroom
     burst: int  # replicas for the usual peaks within the SLO, with headroom
-    surge: int  # replicas for the newest sample within the SLO, when it asks for more; else 0
-    panic: bool  # the surge needs `panic_ratio` x the ready replicas (else: idle GPUs only)
+    # The newest sample needs more than the replicas asked for (`surge` may still be 0: no
+    # idle paid GPUs to take).
+    surges: bool
+    # Replicas for the newest sample within the SLO, capped at the idle paid GPUs unless it
+    # panics; 0 when that is no more than the replicas asked for.
+    surge: int
+    panic: bool  # the surge needs `panic_ratio` x the ready replicas
     placeholders: int  # replicas for the sustained rate at the node lead, with headroom
 
     @property
@@ -173,6 +179,7 @@ class PredictivePolicy:
         self._window: deque[tuple[float, int]] = deque()  # (time, steady recommendation)
         self._surge_until = -math.inf  # a surge's replicas are kept until then
         self._surge_held = 0  # the most replicas a surge asked for while it lasts
+        self._panic_until = -math.inf  # no scale-down at all until then
         self._placeholders = 0  # the last decision's headroom: GPUs they hold are not idle
         self._last_change = -math.inf  # when desired last moved (for the step delay)
         self._last_active: float | None = None  # last arrival, queue or work
@@ -268,7 +275,8 @@ class PredictivePolicy:
         newest = times[-1] - times[-2] if len(times) > 1 else s.forecast.peak_averaging_seconds[0]
         surge = math.ceil(fc.latest * newest / (newest + slack) * grow / prefill)
         current = obs.current_replicas
-        panic = surge > current and surge >= s.panic_ratio * max(1, obs.count(ReplicaState.READY))
+        surges = surge > current
+        panic = surges and surge >= s.panic_ratio * max(1, obs.count(ReplicaState.READY))
         if not panic:
             idle = self._idle_paid_replicas(obs) if s.surge_on_idle_gpus else 0
             surge = min(surge, current + idle)
@@ -285,6 +293,7 @@ class PredictivePolicy:
             burst_rps=burst_rps,
             stable=math.ceil((max(fc.level, fc.predicted) + backlog) * grow / unit),
             burst=math.ceil(burst_rps * grow / prefill),
+            surges=surges,
             surge=surge,
             panic=panic,
             placeholders=math.ceil(fc.sustained * grow / unit),
@@ -316,13 +325,13 @@ class PredictivePolicy:
         self._window.append((now, d.stable))
         while self._window and self._window[0][0] < now - s.scale_down_window_seconds:
             self._window.popleft()
-        current = obs.current_replicas
-        if d.surge:
+        if d.surges:
             if now >= self._surge_until:
                 self._surge_held = 0
-            # A panic holds every replica (KPA); a surge on idle GPUs holds its own.
-            self._surge_held = max(self._surge_held, d.surge, current if d.panic else 0)
+            self._surge_held = max(self._surge_held, d.surge)
             self._surge_until = now + s.panic_hold_seconds
+        if d.panic:
+            self._panic_until = now + s.panic_hold_seconds
 
     def _target(self, obs: Observation, d: Demand) -> tuple[int, Reason]:
         """Scale up at once; scale down slowly; never below a surge's hold while it lasts."""
@@ -334,7 +343,7 @@ class PredictivePolicy:
                 return min(d.raw, max(current, self._unlearned_limit(obs))), _up_reason(d)
             return d.raw, _up_reason(d)
         held = self._surge_held if now < self._surge_until else 0
-        if held >= current:
+        if now < self._panic_until or held >= current:
             return current, Reason.BURST
         floor = max(max(r for _, r in self._window), d.burst, held)
         if floor >= current:

@@ -127,11 +127,13 @@ def test_burst_scales_up_on_the_first_tick_it_is_visible() -> None:
     assert d.message.startswith("arrivals 60.0/s")
 
 
-def test_a_burst_the_replicas_absorb_does_not_scale_up() -> None:
+def test_without_idle_paid_gpus_a_burst_under_the_panic_ratio_waits() -> None:
     # One 5-s sample at 30/s over a steady 10/s: ceil(30 * 5/7 * 1.25 / 10) = 3 replicas,
-    # under twice the 2 serving, and the 30-s level (13.3/s) still needs 2: no surge.
+    # under twice the 2 serving, and the 30-s level (13.3/s) still needs 2. With the node
+    # size unknown no GPU is known to be idle, so nothing asks for the third (the surge
+    # tests below take idle GPUs).
     rate = lambda t: 30.0 if 1000.0 <= t < 1005.0 else 10.0  # noqa: E731
-    p = policy()
+    p = policy(gpus_per_node=0)
     p.decide(observe(990.0, rate, ready=2))
     d = p.decide(observe(1006.5, rate, ready=2))
     assert d.desired == 2
@@ -183,6 +185,18 @@ def test_placeholder_gpus_are_not_idle_for_a_surge() -> None:
     assert (d.desired, d.reason) == (14, Reason.BURST)
 
 
+def test_terminating_replicas_still_hold_their_gpus() -> None:
+    # As in the surge test above on 4-GPU nodes: 3 ready leave one GPU idle, but not while a
+    # fourth replica drains on it.
+    rate = lambda t: 50.0 if 1000.0 <= t < 1005.0 else 10.0  # noqa: E731
+    draining = Replica(name="t0", state=ReplicaState.TERMINATING, since=990.0, created=0.0)
+    p = policy(gpus_per_node=4)
+    p.decide(observe(990.0, rate, ready=3))
+    obs = observe(1006.5, rate, ready=3)
+    d = p.decide(replace(obs, replicas=(*obs.replicas, draining)))
+    assert d.desired == 3
+
+
 def test_a_surge_keeps_its_replicas_for_the_hold_then_scales_down() -> None:
     rate = lambda t: 50.0 if 1000.0 <= t < 1005.0 else 10.0  # noqa: E731
     s = replace(SETTINGS, scale_down_window_seconds=0.0)
@@ -194,6 +208,23 @@ def test_a_surge_keeps_its_replicas_for_the_hold_then_scales_down() -> None:
     assert {(d.desired, d.reason) for d in held} == {(5, Reason.BURST)}
     after = p.decide(observe(hold_end + 2.0, rate, ready=5))
     assert (after.desired, after.reason) == (2, Reason.SCALE_DOWN)
+
+
+def test_a_new_surge_after_the_hold_forgets_the_old_one() -> None:
+    # A 5-replica surge at 1006.5, its hold over by 1066.5; a 4-replica one at 1206.5 holds 4,
+    # not the old 5: past the step delay, 5 running scale down to 4 within the new hold.
+    def rate(t: float) -> float:
+        if 1000.0 <= t < 1005.0:
+            return 50.0
+        return 40.0 if 1200.0 <= t < 1205.0 else 10.0
+
+    p = policy(replace(SETTINGS, scale_down_window_seconds=0.0), gpus_per_node=8)
+    p.decide(observe(990.0, rate, ready=3))
+    assert p.decide(observe(1006.5, rate, ready=3)).desired == 5
+    assert p.decide(observe(1100.0, rate, ready=5)).desired == 2
+    assert p.decide(observe(1206.5, rate, ready=3)).desired == 4
+    d = p.decide(observe(1240.0, rate, ready=5))
+    assert (d.desired, d.reason) == (4, Reason.SCALE_DOWN)
 
 
 def test_scale_down_waits_for_the_window_then_steps() -> None:

@@ -68,7 +68,8 @@ def test_settings_build_the_simulator_config(monkeypatch):
     )
     config, workload = s.sim_config(), s.workload()
     assert config.cluster.cold_start_seconds == workload.cold_start_seconds == 30
-    assert config.cluster.gpus_per_node == 4
+    # The policy sizes idle paid GPUs and fills nodes by the node size the cluster has.
+    assert config.cluster.gpus_per_node == workload.gpus_per_node == 4
     assert config.service.batch_slots == 32
     assert s.seed == 7  # the --scale copies' jitter; load_trace takes it
     assert config.initial_replicas == workload.min_replicas == 3

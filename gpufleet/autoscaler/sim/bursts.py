@@ -110,7 +110,12 @@ def overload_visible(
     A sample is overloaded when the prompts that arrived over its scrape interval hold
     more tokens than the replicas ready at the scrape (`ready` at `ready_times`, a run's
     timeline) prefill in that interval plus the TTFT SLO: some of them will miss it
-    unless more replicas serve, whatever the policy's model of them says.
+    unless more replicas serve, whatever the policy's model of them says. Approximate both
+    ways: it ignores the backlog earlier samples left (undercounting need), and a run's
+    timeline samples `ready` every 10 s, so a replica ready just before the scrape may be
+    missed (overcounting it).
+    It is measured against the run's own replicas, so a policy that keeps more standing
+    has fewer overloads: compare the counts within a policy's row, not across.
     """
     scrape = pipeline.scrape_interval_seconds
     late = pipeline.evaluation_seconds + pipeline.query_seconds
@@ -118,7 +123,7 @@ def overload_visible(
     out = np.full(len(starts), np.nan)
     ends = np.minimum(starts + horizon_seconds, np.append(starts[1:], np.inf))
     for k, (start, end) in enumerate(zip(starts, ends, strict=True)):
-        first = start + visible_delay(start, pipeline) - late  # the first scrape covering it
+        first = np.floor(start / scrape) * scrape + scrape  # the first scrape covering it
         for at in np.arange(first, end - late, scrape):
             lo, hi = np.searchsorted(arrival_seconds, (at - scrape, at), side="left")
             i = int(np.searchsorted(ready_times, at, side="right")) - 1

@@ -161,7 +161,8 @@ class SimulateSettings(BaseSettings):
         "GPUFLEET_SIM_GPUS_PER_NODE",
         "--gpus-per-node",
         group=CLUSTER,
-        help="GPUs per node; a node bills all of them from launch to removal.",
+        help="GPUs per node; a node bills all of them from launch to removal. gpufleet "
+        "knows it as its pool's node size: which GPUs are idle on nodes paid for.",
         ge=1,
     )
     node_idle_seconds: float = setting(
