@@ -85,11 +85,13 @@ def reaction_delays(
 
 def visible_delay(start: float, pipeline: PipelineModel) -> float:
     """Seconds from a start until the first sample covering it can be queried."""
-    scrape = pipeline.scrape_interval_seconds
-    first_scrape = np.ceil(start / scrape) * scrape
-    if first_scrape == start:  # a scrape at the very instant has not seen it yet
-        first_scrape += scrape
-    return float(first_scrape + pipeline.evaluation_seconds + pipeline.query_seconds - start)
+    first = _first_scrape(start, pipeline.scrape_interval_seconds)
+    return float(first + pipeline.evaluation_seconds + pipeline.query_seconds - start)
+
+
+def _first_scrape(start: float, scrape: float) -> float:
+    """The first scrape after `start`: one at the very instant has not seen it yet."""
+    return float(np.floor(start / scrape) * scrape + scrape)
 
 
 def overload_visible(
@@ -113,9 +115,9 @@ def overload_visible(
     unless more replicas serve, whatever the policy's model of them says. Approximate both
     ways: it ignores the backlog earlier samples left (undercounting need), and a run's
     timeline samples `ready` every 10 s, so a replica ready just before the scrape may be
-    missed (overcounting it).
-    It is measured against the run's own replicas, so a policy that keeps more standing
-    has fewer overloads: compare the counts within a policy's row, not across.
+    missed (overcounting it). It is measured against the run's own replicas, so a policy
+    that keeps more standing has fewer overloads: compare the counts within a policy's
+    row, not across.
     """
     scrape = pipeline.scrape_interval_seconds
     late = pipeline.evaluation_seconds + pipeline.query_seconds
@@ -123,8 +125,7 @@ def overload_visible(
     out = np.full(len(starts), np.nan)
     ends = np.minimum(starts + horizon_seconds, np.append(starts[1:], np.inf))
     for k, (start, end) in enumerate(zip(starts, ends, strict=True)):
-        first = np.floor(start / scrape) * scrape + scrape  # the first scrape covering it
-        for at in np.arange(first, end - late, scrape):
+        for at in np.arange(_first_scrape(start, scrape), end - late, scrape):
             lo, hi = np.searchsorted(arrival_seconds, (at - scrape, at), side="left")
             i = int(np.searchsorted(ready_times, at, side="right")) - 1
             serving = ready[max(i, 0)]
