@@ -6,6 +6,7 @@ import pytest
 from gpufleet.autoscaler.sim.bursts import (
     BurstRule,
     burst_starts,
+    earliest_decision,
     overload_visible,
     reaction_delays,
     visible_delay,
@@ -70,6 +71,21 @@ def test_reaction_delay(history, expected):
 )
 def test_visible_delay_is_next_scrape_plus_evaluation_and_query(start, expected):
     assert visible_delay(start, PipelineModel()) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("start", "interval", "expected"),
+    [
+        (101.0, 2.0, 7.0),  # the 105 s scrape is seen at 106.5; ticks at 106 and 108
+        (100.0, 2.0, 8.0),  # the 100 s scrape missed it: a burst on a scrape waits longest
+        (104.9, 2.0, 3.1),
+        (103.5, 15.0, 16.5),  # HPA's next sync after 106.5 is at 120
+        (101.5, 1.5, 5.0),  # seen at 106.5 exactly: that tick sees it
+    ],
+    ids=["mid interval", "on a scrape", "just before a scrape", "hpa sync", "on a tick"],
+)
+def test_earliest_decision_is_the_first_tick_that_sees_the_first_sample(start, interval, expected):
+    assert earliest_decision(start, PipelineModel(), interval) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(

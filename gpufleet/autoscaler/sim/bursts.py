@@ -11,10 +11,11 @@ The reaction delay is the time from the start to the first decision, within a ho
 whose desired count exceeds the last desired count before the start. It includes the
 metric pipeline's delay (the burst is invisible until a scrape has covered it and the
 sample has been evaluated and queried), so `visible_delay` reports the part the policy
-itself controls. A burst's first samples are often ones the ready replicas absorb (the
-Azure code trace's bursts ramp in over about 10 s), so `overload_visible` also says when
-the first sample that needed more than the ready replicas to meet the SLO could be seen:
-a policy can only be asked to act on evidence of need.
+itself controls, and `earliest_decision` the floor no policy on that pipeline can beat.
+A burst's first samples are often ones the ready replicas absorb (the Azure code trace's
+bursts ramp in over about 10 s), so `overload_visible` also says when the first sample
+that needed more than the ready replicas to meet the SLO could be seen: a policy can only
+be asked to act on evidence of need.
 
 Pure: plain arrays in, arrays out.
 """
@@ -87,6 +88,14 @@ def visible_delay(start: float, pipeline: PipelineModel) -> float:
     """Seconds from a start until the first sample covering it can be queried."""
     first = _first_scrape(start, pipeline.scrape_interval_seconds)
     return float(first + pipeline.evaluation_seconds + pipeline.query_seconds - start)
+
+
+def earliest_decision(start: float, pipeline: PipelineModel, interval_seconds: float) -> float:
+    """Seconds from a start until the first tick that can see it: the floor for any policy
+    deciding on the pipeline's samples, even one that raised on every sample covering a
+    burst's first arrival. Ticks fall on multiples of the interval, as in the simulator."""
+    seen = start + visible_delay(start, pipeline)
+    return float(np.ceil(seen / interval_seconds - 1e-9) * interval_seconds - start)
 
 
 def _first_scrape(start: float, scrape: float) -> float:
