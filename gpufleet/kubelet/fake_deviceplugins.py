@@ -29,7 +29,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -38,8 +37,7 @@ import grpc
 
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from gpufleet.kubelet.fake_podresources import MAX_SOCKET_PATH_BYTES
-from gpufleet.kubelet.sockets import wait_until_connectable
+from gpufleet.kubelet.sockets import UnixSocketServer
 
 log = logging.getLogger(__name__)
 
@@ -175,11 +173,6 @@ class FakeDevicePlugins:
     ) -> None:
         self.directory = Path(directory)
         self.socket_path = self.directory / KUBELET_SOCKET_NAME
-        if len(str(self.socket_path).encode()) > MAX_SOCKET_PATH_BYTES:
-            raise ValueError(
-                f"socket path {self.socket_path} is longer than {MAX_SOCKET_PATH_BYTES} "
-                "bytes, the unix socket limit; use a shorter root directory"
-            )
         self._on_devices = on_devices
         self._clock = clock
         self._lock = threading.Lock()
@@ -189,8 +182,12 @@ class FakeDevicePlugins:
         self._registrations: Counter[str] = Counter()
         self._registration_times: dict[str, list[float]] = {}
         self._generation = 0  # bumped by stop(): registrations in flight then are dropped
-        self._server: grpc.Server | None = None
-        self._executor: futures.ThreadPoolExecutor | None = None
+        self._grpc = UnixSocketServer(
+            self.socket_path,
+            lambda server: pb_grpc.add_RegistrationServicer_to_server(_Registration(self), server),
+            max_workers=4,
+            thread_name_prefix="fake-reg",
+        )
         self.serving_since: float | None = None
 
     # -- what the kubelet knows ----------------------------------------------------------
@@ -240,23 +237,12 @@ class FakeDevicePlugins:
 
     @property
     def serving(self) -> bool:
-        return self._server is not None
+        return self._grpc.serving
 
     def start(self) -> None:
         """Serve `Registration` on `kubelet.sock`; returns once it accepts connections."""
-        if self._server is not None:
-            raise RuntimeError(f"registration server on {self.socket_path} already started")
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.socket_path.unlink(missing_ok=True)
-        executor = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="fake-reg")
-        server = grpc.server(executor)
-        pb_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
-        server.add_insecure_port(f"unix://{self.socket_path}")
-        server.start()
-        self._server, self._executor = server, executor
-        wait_until_connectable(self.socket_path)
+        self._grpc.start()
         self.serving_since = self._clock()
-        log.debug("fake kubelet registration serving on %s", self.socket_path)
 
     def stop(self) -> None:
         """Stop as a dying kubelet does: `kubelet.sock` goes, every plugin connection is
@@ -269,16 +255,10 @@ class FakeDevicePlugins:
             self._endpoints.clear()
             for resource in list(self._devices):
                 self._set_devices(resource, _unhealthy(self._devices[resource]))
-            server, executor = self._server, self._executor
-            self._server = self._executor = None
             self.serving_since = None
-        if server is not None:
-            server.stop(grace=None).wait()
-        if executor is not None:
-            executor.shutdown(wait=True)
+        self._grpc.stop()
         for endpoint in endpoints:
             _cancel(endpoint)
-        self.socket_path.unlink(missing_ok=True)
 
     # -- admission -----------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent import futures
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -30,7 +29,7 @@ import grpc
 from gpufleet import ratelimit
 from gpufleet.kubelet.api import podresources_v1_pb2 as pb
 from gpufleet.kubelet.api import podresources_v1_pb2_grpc as pb_grpc
-from gpufleet.kubelet.sockets import wait_until_connectable
+from gpufleet.kubelet.sockets import UnixSocketServer
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,6 @@ DEFAULT_BURST = 10
 GET_DISABLED_MESSAGE = "PodResources API Get method disabled"
 RATE_LIMITED_MESSAGE = "rejected by rate limit"
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
-MAX_SOCKET_PATH_BYTES = 107
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,11 +218,6 @@ class FakePodResources:
         rate_limit: RateLimit | None = KUBELET_RATE_LIMIT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if len(str(socket_path).encode()) > MAX_SOCKET_PATH_BYTES:
-            raise ValueError(
-                f"socket path {socket_path} is longer than {MAX_SOCKET_PATH_BYTES} bytes, "
-                "the unix socket limit; use a shorter root directory"
-            )
         self.socket_path = socket_path
         self.get_disabled = get_disabled
         self.terminated_pods = terminated_pods
@@ -235,8 +228,14 @@ class FakePodResources:
         self._failures_left = 0
         self._failure = (grpc.StatusCode.UNKNOWN, "")
         self._bucket = TokenBucket(rate_limit, clock) if rate_limit else None
-        self._server: grpc.Server | None = None
-        self._executor: futures.ThreadPoolExecutor | None = None
+        self._grpc = UnixSocketServer(
+            socket_path,
+            lambda server: pb_grpc.add_PodResourcesListerServicer_to_server(
+                _Servicer(self), server
+            ),
+            max_workers=8,
+            thread_name_prefix="fake-podres",
+        )
 
     @property
     def calls(self) -> dict[str, int]:
@@ -266,33 +265,15 @@ class FakePodResources:
 
     @property
     def serving(self) -> bool:
-        return self._server is not None
+        return self._grpc.serving
 
     def start(self) -> None:
         """Listen on `socket_path`; returns once the socket accepts connections."""
-        if self._server is not None:
-            raise RuntimeError(f"pod-resources server on {self.socket_path} already started")
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        # A stale socket file from a previous run would make bind fail.
-        self.socket_path.unlink(missing_ok=True)
-        executor = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="fake-podres")
-        server = grpc.server(executor)
-        pb_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), server)
-        server.add_insecure_port(f"unix://{self.socket_path}")
-        server.start()
-        self._server, self._executor = server, executor
-        wait_until_connectable(self.socket_path)
-        log.debug("fake pod-resources serving on %s", self.socket_path)
+        self._grpc.start()
 
     def stop(self) -> None:
         """Stop serving (in-flight calls are cancelled) and remove the socket file."""
-        server, executor = self._server, self._executor
-        self._server = self._executor = None
-        if server is not None:
-            server.stop(grace=None).wait()
-        if executor is not None:
-            executor.shutdown(wait=True)
-        self.socket_path.unlink(missing_ok=True)
+        self._grpc.stop()
 
     def _admit(self, method: str, context: grpc.ServicerContext) -> None:
         """Count the call and apply the injected failures and the rate limit (may abort)."""

@@ -331,7 +331,7 @@ def start_plugin(
                     service.set_health(dict.fromkeys(service.health, Health.UNHEALTHY))
     try:
         runner.start()
-    except (RuntimeError, OSError) as exc:
+    except (ValueError, RuntimeError, OSError) as exc:
         watcher.stop()
         raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
     log.info(

@@ -22,7 +22,7 @@ import grpc
 
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from gpufleet.kubelet.sockets import wait_until_connectable
+from gpufleet.kubelet.sockets import check_socket_path, wait_until_connectable
 from gpufleet.plugin.server import DevicePluginService
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,9 @@ class _Endpoint:
         self.identity: tuple[int, int] | None = None
 
     def start(self) -> None:
-        """Serve on the socket; raises (with nothing left running) if it cannot."""
+        """Serve on the socket; raises (with nothing left running) if it cannot: ValueError
+        for a path too long to bind, RuntimeError or OSError otherwise."""
+        check_socket_path(self.path)  # gRPC's own bind error does not say why
         self.stop()
         self.path.unlink(missing_ok=True)  # a stale socket from an earlier run
         server = new_server()
@@ -118,11 +120,11 @@ class PluginRunner:
 
     def start(self) -> None:
         """Serve every resource, then keep them registered from a thread. Raises
-        RuntimeError or OSError, serving nothing, if a socket cannot be served."""
+        ValueError, RuntimeError or OSError, serving nothing, if a socket cannot be served."""
         try:
             for endpoint in self._endpoints:
                 endpoint.start()
-        except (RuntimeError, OSError):
+        except (ValueError, RuntimeError, OSError):
             for endpoint in self._endpoints:
                 endpoint.stop()
             raise

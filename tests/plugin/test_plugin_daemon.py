@@ -467,3 +467,16 @@ def test_a_plugin_directory_it_cannot_serve_in_is_a_startup_error(tmp_path):
             start_plugin(settings, config, sim, plugin_dir=missing)
     finally:
         sim.close()
+
+
+def test_a_plugin_directory_too_long_for_a_socket_is_a_startup_error_that_says_so(tmp_path):
+    sim = SimulatedNvml(FLEET)
+    sim.nvmlInit()
+    settings = PluginSettings(kubelet_socket="")
+    config, _ = resolve_config(settings)
+    deep = tmp_path / ("d" * 100)
+    try:
+        with pytest.raises(StartupError, match="longer than 107 bytes, the unix socket limit"):
+            start_plugin(settings, config, sim, plugin_dir=deep)
+    finally:
+        sim.close()
