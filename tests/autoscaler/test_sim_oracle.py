@@ -13,6 +13,7 @@ from gpufleet.autoscaler.sim.oracle import (
     _hold_level,
     _window_max,
     oracle_schedule,
+    run_oracle,
     solve_oracle,
     warm_start_replicas,
 )
@@ -156,6 +157,17 @@ def test_oracle_uses_no_more_gpu_hours_than_schedules_that_meet_the_slo(
     for result in meeting:
         assert oracle.result.replica_gpu_hours <= result.replica_gpu_hours, result.policy
         assert oracle.result.node_gpu_hours <= result.node_gpu_hours + slack, result.policy
+
+
+def test_the_oracle_run_carries_its_bound_for_the_report() -> None:
+    trace = bursty_trace(3)
+    solution = solve_oracle(trace, workload=WORKLOAD, config=CONFIG)
+    run = run_oracle(trace, workload=WORKLOAD, config=CONFIG)
+    assert run.oracle is not None
+    assert run.oracle.replica_gpu_hours == solution.bound.replica_gpu_hours
+    assert run.oracle.node_gpu_hours == solution.bound.node_gpu_hours
+    assert run.oracle.judged_attainment == solution.judged_attainment >= 0.99
+    assert run.oracle.replica_gpu_hours <= run.replica_gpu_hours
 
 
 def test_oracle_replay_is_deterministic_and_serves_everything() -> None:

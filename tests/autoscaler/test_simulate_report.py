@@ -7,7 +7,7 @@ import numpy as np
 from gpufleet.autoscaler.policies import Tuning
 from gpufleet.autoscaler.sim import report
 from gpufleet.autoscaler.sim.config import ClusterModel, SimConfig
-from gpufleet.autoscaler.sim.result import RunResult, Timeline
+from gpufleet.autoscaler.sim.result import OracleBound, RunResult, Timeline
 from gpufleet.autoscaler.workload import WorkloadConfig
 
 EMPTY = np.zeros(0)
@@ -40,7 +40,12 @@ def result(policy: str, attainment: float, node_gpu_hours: float, *, knob: str =
     )
 
 
-RUN = [result("hpa", 0.91234, 30.0), result("gpufleet", 0.995, 22.0), result("oracle", 1.0, 20.0)]
+BOUND = OracleBound(replica_gpu_hours=8.5, node_gpu_hours=16.0, judged_attainment=0.99126)
+RUN = [
+    result("hpa", 0.91234, 30.0),
+    result("gpufleet", 0.995, 22.0),
+    dataclasses.replace(result("oracle", 1.0, 20.0), oracle=BOUND),
+]
 
 TABLE = """\
 | policy | SLO attainment | TTFT p50 / p99 (s) | e2e p50 / p99 (s) | replica GPU-h \
@@ -49,6 +54,11 @@ TABLE = """\
 | hpa | 91.23% | 0.41 / 12.50 | 3.00 / 45.68 | 15.00 | 30.00 | 1.50x | 7 | 3 |
 | gpufleet | 99.50% | 0.41 / 12.50 | 3.00 / 45.68 | 11.00 | 22.00 | 1.10x | 7 | 3 |
 | oracle | 100.00% | 0.41 / 12.50 | 3.00 / 45.68 | 10.00 | 20.00 | 1.00x | 7 | 3 |
+
+x oracle divides by the oracle's replay: the cheapest clairvoyant schedule found that \
+meets the SLO for 99% of the requests it is judged on (after the warm-up, prompts that fit \
+the SLO); it met 99.13% of them. The lower bound it was built from (necessary conditions \
+only, before repairs): 8.50 replica GPU-h, 16.00 billed node GPU-h.
 """
 
 

@@ -53,7 +53,7 @@ longer a bound. Report the bound, the replay's hours and its attainment together
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,7 +61,7 @@ from gpufleet.autoscaler.observation import Observation
 from gpufleet.autoscaler.policy import Decision, Reason
 from gpufleet.autoscaler.sim.config import SimConfig
 from gpufleet.autoscaler.sim.engine import simulate
-from gpufleet.autoscaler.sim.result import RunResult
+from gpufleet.autoscaler.sim.result import OracleBound, RunResult
 from gpufleet.autoscaler.sim.trace import Trace
 from gpufleet.autoscaler.workload import WorkloadConfig
 
@@ -164,8 +164,15 @@ def run_oracle(
     config: SimConfig = SimConfig(),  # noqa: B008 - frozen, so a shared default is safe
     progress: Callable[[float], None] | None = None,
 ) -> RunResult:
-    """The oracle's replayed run (see `solve_oracle`); its policy is named "oracle"."""
-    return solve_oracle(trace, workload=workload, config=config, progress=progress).result
+    """The oracle's replayed run (see `solve_oracle`), its policy named "oracle", carrying
+    the bound and the judged attainment for the report."""
+    solution = solve_oracle(trace, workload=workload, config=config, progress=progress)
+    bound = OracleBound(
+        replica_gpu_hours=solution.bound.replica_gpu_hours,
+        node_gpu_hours=solution.bound.node_gpu_hours,
+        judged_attainment=solution.judged_attainment,
+    )
+    return replace(solution.result, oracle=bound)
 
 
 def warm_start_replicas(

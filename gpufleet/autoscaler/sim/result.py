@@ -27,6 +27,16 @@ class DecisionRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OracleBound:
+    """What the oracle's row alone carries: the bound it started from, and how its replay
+    did on the requests it is judged on (`gpufleet.autoscaler.sim.oracle` says why)."""
+
+    replica_gpu_hours: float
+    node_gpu_hours: float
+    judged_attainment: float  # requests after the warm-up whose prompt fits the SLO
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunResult:
     policy: str
     trace: str
@@ -46,3 +56,4 @@ class RunResult:
     timeline: Timeline
     decisions: tuple[DecisionRecord, ...]
     knob: str = ""  # sweep: which setting was varied and its value, e.g. "target=70"
+    oracle: OracleBound | None = None  # the oracle's run only

@@ -54,8 +54,9 @@ class SimulateSettings(BaseSettings):
         "GPUFLEET_SIM_POLICY",
         "--policy",
         group=RUN,
-        help="Policies to compare, comma separated: hpa, keda, gpufleet, oracle (the "
-        "clairvoyant lower bound the others are compared with).",
+        help="Policies to compare, comma separated: hpa, keda, gpufleet, oracle (a "
+        "clairvoyant schedule the others are compared with; its lower bound is reported "
+        "beside it).",
     )
     report: str = setting(
         "",
