@@ -23,7 +23,11 @@ Every tick it turns late signals into a replica count:
 4. **Scale-down.** Only to the highest steady recommendation of the last
    `scale_down_window_seconds`, never below the burst path or a surge's hold, at most one step per
    `scale_down_step_seconds`: a replica given back costs a cold start to get back.
-5. **Zero.** With min_replicas 0 it activates on any arrival or queue and deactivates after
+5. **The workload's limits.** Every step stays within the rate policies of the workload's
+   `behavior` (Pods/Percent per period, selectPolicy, Disabled: HPA's semantics, reused from
+   `hpa_behavior`), as an operator who set them expects of any policy. Its stabilization
+   windows are the HPA's smoothing, not limits; this policy smooths with 2-4 instead.
+6. **Zero.** With min_replicas 0 it activates on any arrival or queue and deactivates after
    `idle_seconds_to_zero` with no arrivals, queue or requests in flight.
 
 Missing or stale signals never scale down: the policy holds (or only scales up on the
@@ -47,6 +51,7 @@ from gpufleet.autoscaler.capacity import (
     tokens_per_request,
 )
 from gpufleet.autoscaler.forecast import ForecastSettings, RateForecast, forecast_rate
+from gpufleet.autoscaler.hpa_behavior import Bounds, History, limit_with_behavior, record_scale
 from gpufleet.autoscaler.observation import Observation, ReplicaState, Series
 from gpufleet.autoscaler.policy import Decision, Reason
 from gpufleet.autoscaler.workload import ShapeKind, WorkloadConfig
@@ -184,6 +189,7 @@ class PredictivePolicy:
         self._last_change = -math.inf  # when desired last moved (for the step delay)
         self._last_active: float | None = None  # last arrival, queue or work
         self._desired: int | None = None
+        self._scale_history = History()  # scale events, for the workload's rate policies
         self._probe = 1.0  # credited / learned per-replica rate (the latency probe)
         self._probe_seen = -math.inf  # newest TTFT sample the probe has read
 
@@ -214,13 +220,46 @@ class PredictivePolicy:
         if bounded != desired or (0 < demand.raw < bounded == self.workload.min_replicas):
             desired, reason = bounded, Reason.BOUNDED
         needed, desired = desired, self._fill_paid_nodes(desired)
+        previous = current if self._desired is None else self._desired
+        limited, note = self._rate_limit(now, previous, desired)
+        # The message explains the policy's own reason; the behavior's limit is added after.
+        message_reason, desired = reason, limited
+        if note:
+            reason = Reason.RATE_LIMITED
         headroom = max(0, min(demand.placeholders, self.workload.max_replicas) - desired)
         if not s.placeholders or desired == 0:
             headroom = 0
-        message = _message(demand, current, desired, reason, s)
+        message = _message(demand, current, desired, message_reason, s)
         if desired > needed:
             message += f" (needs {needed}; filled to {desired}: idle GPUs on nodes paid for)"
+        if note:
+            message += f" (the workload's behavior allows {desired}: {note})"
+        self._scale_history = record_scale(
+            self._scale_history,
+            now=now,
+            previous=previous,
+            new=desired,
+            behavior=self.workload.behavior,
+        )
         return self._finish(obs, desired, reason, message, headroom=headroom)
+
+    def _rate_limit(self, now: float, previous: int, desired: int) -> tuple[int, str]:
+        """`desired` within the workload's behavior rate policies (Pods/Percent per period,
+        selectPolicy, Disabled), counted from `previous`, the last decision, as the HPA
+        counts from the scale it last set; the policy that bound, or "". Activation from
+        and deactivation to zero are the zero path's, which no rate policy holds."""
+        if previous == 0 or desired == 0:
+            return desired, ""
+        w = self.workload
+        n = limit_with_behavior(
+            self._scale_history,
+            now=now,
+            current=previous,
+            stabilized=desired,
+            behavior=w.behavior,
+            bounds=Bounds(w.min_replicas, w.max_replicas),
+        )
+        return n.replicas, (n.limit_note if n.limited_by == "rate" else "")
 
     def _fill_paid_nodes(self, desired: int) -> int:
         """`desired` rounded up to whole nodes' worth of replicas (whole-GPU shapes only)."""

@@ -11,7 +11,14 @@ from gpufleet.autoscaler.capacity import CapacitySettings
 from gpufleet.autoscaler.observation import Observation, Replica, ReplicaState, Series
 from gpufleet.autoscaler.policy import Reason
 from gpufleet.autoscaler.predictive import PredictivePolicy, PredictiveSettings
-from gpufleet.autoscaler.workload import WorkloadConfig
+from gpufleet.autoscaler.workload import (
+    Behavior,
+    RateKind,
+    RatePolicy,
+    ScalingRules,
+    SelectPolicy,
+    WorkloadConfig,
+)
 
 STEP = 5.0  # scrape interval
 LATE = 1.5  # evaluation + query: the newest sample is this old
@@ -24,7 +31,14 @@ KNOWN = CapacitySettings(
 )
 # Headroom 0.25 (x1.25) keeps the expected counts below easy to derive by hand.
 SETTINGS = PredictiveSettings(capacity=KNOWN, headroom=0.25)
-WORKLOAD = WorkloadConfig(name="llm", min_replicas=1, max_replicas=50)
+# Sizing tests ask for any jump in one tick; the workload's rate policies (HPA's defaults
+# allow +4 pods or +100% per 15 s) are tested on their own below.
+UNLIMITED = Behavior(
+    scale_up=ScalingRules(
+        stabilization_window_seconds=0, policies=(RatePolicy(RateKind.PERCENT, 10_000, 15),)
+    )
+)
+WORKLOAD = WorkloadConfig(name="llm", min_replicas=1, max_replicas=50, behavior=UNLIMITED)
 
 Rate = Callable[[float], float]
 
@@ -434,3 +448,31 @@ def test_fill_paid_nodes_rounds_up_to_whole_nodes(
     d = p.decide(observe(1000.0, const(rate), ready=ready))
     assert d.desired == want
     assert ("filled to" in d.message) is fill
+
+
+def test_the_workloads_rate_policies_limit_each_step_and_say_so() -> None:
+    # HPA's default behavior: +4 pods or +100% per 15 s, whichever is more. 80/s needs 10.
+    p = policy(behavior=Behavior())
+    first = p.decide(observe(100.0, const(80.0), ready=2))
+    assert (first.desired, first.reason) == (6, Reason.RATE_LIMITED)
+    assert "the workload's behavior allows 6: Pods 4/15s" in first.message
+    # Within the period the 4 pods added count against the next step: no more yet.
+    assert p.decide(observe(110.0, const(80.0), ready=2, starting=4)).desired == 6
+    # A period after the step, 100% of 6 is allowed: the 10 needed.
+    assert p.decide(observe(116.0, const(80.0), ready=2, starting=4)).desired == 10
+
+
+def test_a_disabled_scale_down_holds_and_activation_is_never_rate_limited() -> None:
+    frozen = Behavior(
+        scale_down=ScalingRules(
+            stabilization_window_seconds=0,
+            policies=(RatePolicy(RateKind.PERCENT, 100, 15),),
+            select_policy=SelectPolicy.DISABLED,
+        )
+    )
+    p = policy(behavior=frozen)
+    for t in np.arange(0.0, 900.0, 2.0):
+        decision = p.decide(observe(t, const(5.0), ready=8))
+    assert decision.desired == 8
+    zero = policy(min_replicas=0, behavior=replace(frozen, scale_up=frozen.scale_down))
+    assert zero.decide(observe(100.0, const(30.0), ready=0)).desired == 4  # 30/s x 1.25 / 10
