@@ -160,3 +160,18 @@ def test_parameters_list_the_config_fields():
     assert rows["pipeline.scrape_interval_seconds"] == "5.0"
     assert rows["tuning.hpa_target_util"] == "70.0"
     assert "tuning.gpufleet_headroom" not in rows
+
+
+def test_parameters_name_the_replicas_a_warm_start_chose_per_trace():
+    rows = dict(
+        report.parameters(
+            workload=WorkloadConfig(name="w"),
+            config=SimConfig(),
+            tuning=Tuning(),
+            scale=1,
+            warm_start={"conv": 1, "code": 3},
+        )
+    )
+    assert rows["initial_replicas"] == (
+        "conv 1, code 3 (--warm-start: what each trace's first minutes need)"
+    )

@@ -117,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out_dir is None:
         print(report.sweep_tables(results) if settings.sweep else report.tables(results), end="")
         return 0
-    _write_report(settings, results, out_dir)
+    warm = {s.trace.name: s.config.initial_replicas for s in specs} if settings.warm_start else {}
+    _write_report(settings, results, out_dir, warm_start=warm)
     return 0
 
 
@@ -161,7 +162,13 @@ def run_parallel(
     return [r for r in results if r is not None]
 
 
-def _write_report(settings: SimulateSettings, results: list[RunResult], out_dir: Path) -> None:
+def _write_report(
+    settings: SimulateSettings,
+    results: list[RunResult],
+    out_dir: Path,
+    *,
+    warm_start: dict[str, int],
+) -> None:
     images = plots.write_plots(
         results, out_dir, gpus_per_node=settings.gpus_per_node, sweep_mode=settings.sweep
     )
@@ -175,6 +182,7 @@ def _write_report(settings: SimulateSettings, results: list[RunResult], out_dir:
             config=settings.sim_config(),
             tuning=settings.tuning(),
             scale=settings.scale,
+            warm_start=warm_start,
         ),
         command=command_line(settings),
         images=images,

@@ -154,15 +154,30 @@ def dominance(results: Sequence[RunResult]) -> str:
 
 
 def parameters(
-    *, workload: WorkloadConfig, config: SimConfig, tuning: Tuning, scale: int
+    *,
+    workload: WorkloadConfig,
+    config: SimConfig,
+    tuning: Tuning,
+    scale: int,
+    warm_start: Mapping[str, int] | None = None,
 ) -> list[tuple[str, str]]:
-    """The numbers a run depends on, as (name, value) rows, in the dataclasses' order."""
+    """The numbers a run depends on, as (name, value) rows, in the dataclasses' order.
+
+    `warm_start` maps each trace to the replicas its runs started with when --warm-start
+    chose them, which then replace `initial_replicas`."""
     rows = [
         ("trace copies (--scale)", str(scale)),
         ("min_replicas", str(workload.min_replicas)),
         ("max_replicas", str(workload.max_replicas)),
     ]
-    rows += _flatten("", config)
+    started = None
+    if warm_start:
+        started = ", ".join(f"{trace} {n}" for trace, n in warm_start.items())
+        started += " (--warm-start: what each trace's first minutes need)"
+    rows += [
+        (name, started) if name == "initial_replicas" and started else (name, value)
+        for name, value in _flatten("", config)
+    ]
     rows += [(f"tuning.{k}", str(v)) for k, v in _flatten("", tuning) if v != "None"]
     return rows
 
