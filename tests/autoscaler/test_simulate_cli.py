@@ -145,3 +145,15 @@ def test_sweep_runs_in_processes_and_keeps_the_planned_order(trace, capsys):
     knobs = [line.split(" | ")[1] for line in out.splitlines() if line.startswith("| keda |")]
     assert knobs == [f"queue_target={v:g}" for v in policies.knob("keda").sweep]
     assert err.count("\n") == len(knobs) and f"[{len(knobs)}/{len(knobs)}]" in err
+
+
+def test_a_sweep_report_has_the_fronts_the_dominance_lines_and_the_pareto_plot(trace, tmp_path):
+    pytest.importorskip("matplotlib")
+    argv = ["simulate", "--trace", str(trace), "--sweep", "--policy", "hpa,gpufleet,oracle"]
+    assert main([*argv, "--jobs", "2", "--report", str(tmp_path), "--no-progress"]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert text.startswith("# gpufleet simulate --sweep\n\n## burst (")
+    assert "- gpufleet's front dominates hpa's: " in text
+    assert "The lower bound it was built from" in text
+    assert (tmp_path / "burst-pareto.png").read_bytes().startswith(b"\x89PNG")
+    assert "](burst-pareto.png)" in text
