@@ -15,7 +15,6 @@ them (`TerminatedPods`). The kubelet's v1alpha1 service on the same socket is no
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import Counter
@@ -31,14 +30,11 @@ from gpufleet.kubelet.api import podresources_v1_pb2 as pb
 from gpufleet.kubelet.api import podresources_v1_pb2_grpc as pb_grpc
 from gpufleet.kubelet.sockets import UnixSocketServer
 
-log = logging.getLogger(__name__)
-
 # pkg/kubelet/apis/podresources: DefaultQPS and DefaultBurstTokens.
 DEFAULT_QPS = 100.0
 DEFAULT_BURST = 10
 GET_DISABLED_MESSAGE = "PodResources API Get method disabled"
 RATE_LIMITED_MESSAGE = "rejected by rate limit"
-# sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
