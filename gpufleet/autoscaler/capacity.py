@@ -48,6 +48,7 @@ interval plus those draining now (they served it). Over-counting only under-stat
 rate, the safe side.
 """
 
+import bisect
 import math
 from dataclasses import dataclass, replace
 
@@ -143,7 +144,7 @@ def learn(
     newest scrape, so it only ever reads the newest sample.
     """
     done = obs.completion_rate
-    new = [i for i, t in enumerate(done.times) if t > state.last_sample_time]
+    new = range(bisect.bisect_right(done.times, state.last_sample_time), len(done.times))
     if not new:
         return state
     queue = dict(zip(obs.queue_depth.times, obs.queue_depth.values, strict=True))
@@ -353,12 +354,13 @@ def _fold_ttft(
     tpr = tokens_per_request(obs)
     if tpr is None:
         return state
-    decay = 0.5 ** (1.0 / settings.hint_half_life_samples)
-    return replace(
-        state,
-        ttft_weight=state.ttft_weight * decay + 1.0,
-        ttft_tokens=state.ttft_tokens * decay + tpr / ttft.values[-1],
+    weight, total = _decayed(
+        state.ttft_weight,
+        state.ttft_tokens,
+        [tpr / ttft.values[-1]],
+        settings.hint_half_life_samples,
     )
+    return replace(state, ttft_weight=weight, ttft_tokens=total)
 
 
 def _duty_ratio(engine_active: float | None, util_percent: float | None) -> float | None:

@@ -114,12 +114,12 @@ class KedaPolicy:
                 return keda
         if obs.current_replicas == 0:
             return Decision(desired=0, reason=Reason.STEADY, message=self._idle_message(value))
-        if self._cooling_down(obs, value):
+        if self._cooling_down(value):
             resume = self._last_active_at + self._cooldown_seconds  # type: ignore[operator]
             return replace(hpa, message=f"{hpa.message}; KEDA inactive, 1 -> 0 from {resume:g}s")
         return hpa
 
-    def _cooling_down(self, obs: Observation, value: float | None) -> bool:
+    def _cooling_down(self, value: float | None) -> bool:
         return (
             value is not None
             and value <= self._activation_threshold

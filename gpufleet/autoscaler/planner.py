@@ -186,11 +186,11 @@ def _plan_group(
     total = _units(group, demands, placeholders=True)
     gpus_real = sum(real)
     gpus_total = sum(total)
-    nodes = len(pack_nodes(total, gpus_per_node=group.gpus_per_node))
+    used = pack_nodes(total, gpus_per_node=group.gpus_per_node)  # GPUs used per node
+    nodes = len(used)
     unplaced = 0
     if nodes > group.max_nodes:
-        fits = _fitting_gpus(total, group)
-        unplaced = gpus_total - fits
+        unplaced = gpus_total - sum(used[: group.max_nodes])
         reasons.append(
             f"{group.name}: needs {nodes} nodes, capped at max_nodes {group.max_nodes}; "
             f"{unplaced} GPUs unplaced"
@@ -217,12 +217,6 @@ def _units(group: NodeGroup, demands: list[WorkloadDemand], *, placeholders: boo
         n = d.replicas + (d.headroom_replicas if placeholders else 0)
         counts[d.shape] = counts.get(d.shape, 0) + n
     return gpu_units(counts, group)
-
-
-def _fitting_gpus(units: list[int], group: NodeGroup) -> int:
-    """GPUs placed on the first `max_nodes` nodes of the packing."""
-    used = pack_nodes(units, gpus_per_node=group.gpus_per_node)
-    return sum(used[: group.max_nodes])
 
 
 def _shape_label(shape: GpuShape) -> str:

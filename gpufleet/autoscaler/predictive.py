@@ -147,7 +147,6 @@ class Demand:
 
     capacity: CapacityEstimate
     per_replica_rps: float  # sustained, learned, at 100% utilization
-    prefill_rps: float  # what one replica prefills per second: the burst limit
     forecast: RateForecast  # over the replica lead time
     queue: float
     backlog_rps: float  # queue / backlog_drain_seconds
@@ -181,7 +180,9 @@ class PredictivePolicy:
             raise ValueError("headroom must be >= 0")
         self.interval_seconds = self.settings.interval_seconds
         self._capacity = CapacityState()
-        self._window: deque[tuple[float, int]] = deque()  # (time, steady recommendation)
+        # (time, steady recommendation), each larger than every later one: the first is the
+        # window's highest, and a newer, larger one retires those it outlasts.
+        self._window: deque[tuple[float, int]] = deque()
         self._surge_until = -math.inf  # a surge's replicas are kept until then
         self._surge_held = 0  # the most replicas a surge asked for while it lasts
         self._panic_until = -math.inf  # no scale-down at all until then
@@ -324,7 +325,6 @@ class PredictivePolicy:
         return Demand(
             capacity=est,
             per_replica_rps=unit,
-            prefill_rps=prefill,
             forecast=fc,
             queue=queue,
             backlog_rps=backlog,
@@ -361,6 +361,8 @@ class PredictivePolicy:
             # signals so far): the current count is the first one, so it does not scale
             # down on its first sample, before it has a window of evidence.
             self._window.append((now, obs.current_replicas))
+        while self._window and self._window[-1][1] <= d.stable:
+            self._window.pop()
         self._window.append((now, d.stable))
         while self._window and self._window[0][0] < now - s.scale_down_window_seconds:
             self._window.popleft()
@@ -384,7 +386,7 @@ class PredictivePolicy:
         held = self._surge_held if now < self._surge_until else 0
         if now < self._panic_until or held >= current:
             return current, Reason.BURST
-        floor = max(max(r for _, r in self._window), d.burst, held)
+        floor = max(self._window[0][1], d.burst, held)
         if floor >= current:
             return current, (Reason.STEADY if d.raw >= current else Reason.STABILIZED)
         if now - self._last_change < s.scale_down_step_seconds:
