@@ -315,9 +315,12 @@ def start_plugin(
         recovery_seconds=settings.health_recovery_seconds or None,
     )
     kubelet = config.flags.plugin.kubelet_socket
-    runner = PluginRunner(
-        services, plugin_dir=plugin_dir, kubelet_socket=Path(kubelet) if kubelet else None
-    )
+    try:
+        runner = PluginRunner(
+            services, plugin_dir=plugin_dir, kubelet_socket=Path(kubelet) if kubelet else None
+        )
+    except ValueError as exc:  # a socket path too long to bind
+        raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
     watcher.start()
     if not reported.wait(first_health_timeout_seconds):
         with publishing:
@@ -331,7 +334,7 @@ def start_plugin(
                     service.set_health(dict.fromkeys(service.health, Health.UNHEALTHY))
     try:
         runner.start()
-    except (ValueError, RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError) as exc:
         watcher.stop()
         raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
     log.info(

@@ -70,15 +70,14 @@ class _Endpoint:
     """One resource's gRPC server on its unix socket."""
 
     def __init__(self, service: DevicePluginService, path: Path) -> None:
+        check_socket_path(path)  # ValueError now: gRPC's own bind error does not say why
         self.service = service
         self.path = path
         self._server: grpc.Server | None = None
         self.identity: tuple[int, int] | None = None
 
     def start(self) -> None:
-        """Serve on the socket; raises (with nothing left running) if it cannot: ValueError
-        for a path too long to bind, RuntimeError or OSError otherwise."""
-        check_socket_path(self.path)  # gRPC's own bind error does not say why
+        """Serve on the socket; raises (with nothing left running) if it cannot."""
         self.stop()
         self.path.unlink(missing_ok=True)  # a stale socket from an earlier run
         server = new_server()
@@ -120,11 +119,11 @@ class PluginRunner:
 
     def start(self) -> None:
         """Serve every resource, then keep them registered from a thread. Raises
-        ValueError, RuntimeError or OSError, serving nothing, if a socket cannot be served."""
+        RuntimeError or OSError, serving nothing, if a socket cannot be served."""
         try:
             for endpoint in self._endpoints:
                 endpoint.start()
-        except (ValueError, RuntimeError, OSError):
+        except (RuntimeError, OSError):
             for endpoint in self._endpoints:
                 endpoint.stop()
             raise

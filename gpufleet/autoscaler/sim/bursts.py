@@ -87,7 +87,7 @@ def reaction_delays(
 def visible_delay(start: float, pipeline: PipelineModel) -> float:
     """Seconds from a start until the first sample covering it can be queried."""
     first = _first_scrape(start, pipeline.scrape_interval_seconds)
-    return float(first + pipeline.evaluation_seconds + pipeline.query_seconds - start)
+    return float(first + pipeline.delay_seconds - start)
 
 
 def earliest_decision(start: float, pipeline: PipelineModel, interval_seconds: float) -> float:
@@ -129,7 +129,7 @@ def overload_visible(
     row, not across.
     """
     scrape = pipeline.scrape_interval_seconds
-    late = pipeline.evaluation_seconds + pipeline.query_seconds
+    late = pipeline.delay_seconds
     tokens = np.concatenate(([0], np.cumsum(prompt_tokens)))
     out = np.full(len(starts), np.nan)
     ends = np.minimum(starts + horizon_seconds, np.append(starts[1:], np.inf))

@@ -125,10 +125,6 @@ class Cluster:
 
     # --- counts the engine and the timeline read ---
 
-    def active(self) -> int:
-        """Replicas asked for and not given up: starting + ready."""
-        return sum(1 for r in self.replicas if r.state is not ReplicaState.TERMINATING)
-
     def holding_gpu(self) -> int:
         return sum(1 for r in self.replicas if r.node is not None)
 
@@ -139,14 +135,12 @@ class Cluster:
 
     def bootstrap(self, replicas: int) -> None:
         """`replicas` READY replicas on nodes up at time 0 (no launch event, no cold start)."""
-        g, per_node = self.model.gpus_per_replica, self.model.gpus_per_node
         for _ in range(replicas):
             node = self._best_fit(0.0) or self._launch(0.0, ready_at=0.0, count=False)
             r = self._new_replica(0.0)
             self._bind(r, node, 0.0)
             r.move(ReplicaState.READY, 0.0)
             self.ready.append(r)
-        assert g <= per_node
         self.place(0.0)
 
     def set_desired(self, desired: int, now: float) -> None:

@@ -45,6 +45,11 @@ class PipelineModel:
     # (gpufleet's 30-minute peak memory), as a live controller's query would fetch.
     history_seconds: float = 1800.0
 
+    @property
+    def delay_seconds(self) -> float:
+        """How old the newest sample is when the policy reads it, past its scrape."""
+        return self.evaluation_seconds + self.query_seconds
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:

@@ -90,7 +90,6 @@ class OracleSolution:
     result: RunResult  # the replay of `schedule`, policy "oracle"
     schedule: OracleSchedule  # `bound` plus the replicas added by repairs
     bound: OracleSchedule  # from the necessary conditions alone
-    repairs: int  # replays that fell short of the target and added replicas
     judged_attainment: float  # of `result`, over requests after the warm-up, feasible ones
 
 
@@ -152,7 +151,6 @@ def solve_oracle(
         result=result,
         schedule=schedule,
         bound=bound,
-        repairs=repair,
         judged_attainment=float(attained),
     )
 

@@ -28,7 +28,7 @@ class Pipeline:
         if model.scrape_interval_seconds <= 0:
             raise ValueError("scrape_interval_seconds must be > 0")
         self.model = model
-        self.delay_seconds = model.evaluation_seconds + model.query_seconds
+        self.delay_seconds = model.delay_seconds
         # Counters since the last scrape.
         self.arrivals = 0
         self.completions = 0
