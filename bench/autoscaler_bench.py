@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 
 from bench import procstat
-from gpufleet.autoscaler import policies
-from gpufleet.autoscaler.policies import Tuning
-from gpufleet.autoscaler.sim import sweep
-from gpufleet.autoscaler.sim.config import SimConfig
-from gpufleet.autoscaler.sim.trace import load_trace
-from gpufleet.autoscaler.workload import WorkloadConfig
+from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core.factory import Tuning
+from gpufleet.autoscaler.core.workload import WorkloadConfig
+from gpufleet.autoscaler.replay.core import sweep
+from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.trace_file import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "azure-llm-2023-conv.csv"

@@ -13,12 +13,12 @@ import platform
 import time
 from collections.abc import Callable
 
-from gpufleet.exporter import attribution
+from gpufleet.exporter.core import attribution
+from gpufleet.exporter.core.render import render
+from gpufleet.exporter.core.samples import NodeSample
+from gpufleet.exporter.core.series import build_families
 from gpufleet.exporter.daemon import build, prepare
-from gpufleet.exporter.render import render
-from gpufleet.exporter.series import build_families
-from gpufleet.exporter.snapshot import NodeSample
-from gpufleet.simnode import NodeLayout, SimNode
+from gpufleet.lab.node import NodeLayout, SimNode
 
 
 def best_ms(fn: Callable[[], object], *, rounds: int, per_round: int) -> float:

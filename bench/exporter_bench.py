@@ -1,6 +1,6 @@
 """Benchmark of the exporter against a naive dcgm-exporter-shaped baseline (issue 2, section 6).
 
-Workload: the simulated node `gpufleet.simnode.NodeLayout()` (8 x H100, two of them split
+Workload: the simulated node `gpufleet.lab.node.NodeLayout()` (8 x H100, two of them split
 into 7 x 1g.10gb MIG slices, 104 pods, 88 of them on time-sliced GPUs) at a 1 s collection
 interval. This process runs the node's kubelet side (a FakeKubelet serving pod-resources
 with no rate limit, so the baseline's per-scrape `List` is never throttled) and the scrape
@@ -33,7 +33,7 @@ import aiohttp
 
 from bench import loadgen, procstat, report
 from bench.report import CollectionStats, ExporterRun, OutputStats, Phase
-from gpufleet.simnode import DEFAULT_FLEET, NodeLayout, SimNode
+from gpufleet.lab.node import DEFAULT_FLEET, NodeLayout, SimNode
 
 REPO = Path(__file__).resolve().parent.parent
 # gpufleet's collection threads: the scheduler "gpufleet-collector" and the thread(s) each

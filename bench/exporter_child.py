@@ -19,8 +19,8 @@ from pathlib import Path
 
 from gpufleet.exporter.daemon import install_signal_handlers, prepare, serve
 from gpufleet.exporter.settings import ExporterSettings
+from gpufleet.lab.node import NodeLayout, SimNode
 from gpufleet.logs import setup_logging
-from gpufleet.simnode import NodeLayout, SimNode
 
 # The daemon's long-lived threads, whose CPU the parent reports by name; the XID watcher
 # starts within the first collection.

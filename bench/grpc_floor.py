@@ -20,7 +20,7 @@ from pathlib import Path
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from gpufleet.kubelet.sockets import wait_until_connectable
-from gpufleet.plugin.registration import new_server
+from gpufleet.plugin.kubelet.registration import new_server
 
 
 class _Canned(pb_grpc.DevicePluginServicer):

@@ -33,15 +33,15 @@ from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
+from gpufleet.exporter.core.samples import EntitySample
+from gpufleet.exporter.core.selection import FLEX, select_entities
 from gpufleet.exporter.daemon import install_signal_handlers, load_selection
-from gpufleet.exporter.devices import FLEX, select_entities
-from gpufleet.exporter.nvml import NvmlReader
+from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.exporter.settings import EMBEDDED_COLLECTORS
-from gpufleet.exporter.snapshot import EntitySample
 from gpufleet.kubelet.api import podresources_v1_pb2 as pb
 from gpufleet.kubelet.api import podresources_v1_pb2_grpc as pb_grpc
+from gpufleet.lab.node import NodeLayout, SimNode
 from gpufleet.logs import setup_logging
-from gpufleet.simnode import NodeLayout, SimNode
 
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 ENTITY_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID")

@@ -62,11 +62,11 @@ from bench.plugin_rpc import (
 )
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from gpufleet.kubelet.fake import FakeKubelet
-from gpufleet.kubelet.fake_deviceplugins import HEALTHY, UNHEALTHY
-from gpufleet.nvml.sim.api import SimulatedNvml
+from gpufleet.lab.kubelet.deviceplugins import HEALTHY, UNHEALTHY
+from gpufleet.lab.kubelet.kubelet import FakeKubelet
+from gpufleet.lab.nvml.api import SimulatedNvml
 from gpufleet.plugin.daemon import Plugin, start_plugin
-from gpufleet.plugin.registration import socket_name
+from gpufleet.plugin.kubelet.registration import socket_name
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 
 GPU = "nvidia.com/gpu"

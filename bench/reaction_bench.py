@@ -1,7 +1,7 @@
 """How fast each policy answers a burst: issue 4's "first scale-up decision within one
 control interval (<= 5 s) of a burst's start".
 
-Bursts come from the trace itself (`gpufleet.autoscaler.sim.bursts`: the next 10 s arrive
+Bursts come from the trace itself (`gpufleet.autoscaler.replay.core.bursts`: the next 10 s arrive
 at >= 2x the previous minute's rate and >= 1 request/s). Each policy runs through
 `sweep.run`, the path `gpufleet simulate` takes, with the default simulator settings and a
 warm start. For every burst the table counts the policy's first decision raising its
@@ -31,17 +31,17 @@ from pathlib import Path
 
 import numpy as np
 
-from gpufleet.autoscaler import policies
-from gpufleet.autoscaler.sim import sweep
-from gpufleet.autoscaler.sim.bursts import (
+from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.replay.core import sweep
+from gpufleet.autoscaler.replay.core.bursts import (
     burst_starts,
     earliest_decision,
     overload_visible,
     reaction_delays,
     visible_delay,
 )
-from gpufleet.autoscaler.sim.settings import SimulateSettings
-from gpufleet.autoscaler.sim.trace import load_trace
+from gpufleet.autoscaler.replay.settings import SimulateSettings
+from gpufleet.autoscaler.replay.trace_file import load_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 TARGET_SECONDS = 5.0  # the issue's "within one control interval (<= 5 s)"

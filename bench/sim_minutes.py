@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from gpufleet.autoscaler import policies
-from gpufleet.autoscaler.predictive import PredictivePolicy
-from gpufleet.autoscaler.sim import sweep
-from gpufleet.autoscaler.sim.engine import simulate
-from gpufleet.autoscaler.sim.result import RunResult
-from gpufleet.autoscaler.sim.settings import SimulateSettings
-from gpufleet.autoscaler.sim.trace import load_trace
+from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core.gpufleet_policy import PredictivePolicy
+from gpufleet.autoscaler.replay.core import sweep
+from gpufleet.autoscaler.replay.core.engine import simulate
+from gpufleet.autoscaler.replay.core.result import RunResult
+from gpufleet.autoscaler.replay.settings import SimulateSettings
+from gpufleet.autoscaler.replay.trace_file import load_trace
 
 
 def override(settings: Any, key: str, value: object) -> Any:

@@ -26,9 +26,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif command == "plugin":
         from gpufleet.plugin.daemon import main as run
     elif command == "lab":
-        from gpufleet.lab import main as run
+        from gpufleet.lab.main import main as run
     elif command == "simulate":
-        from gpufleet.autoscaler.sim.main import main as run
+        from gpufleet.autoscaler.replay.main import main as run
     elif command in ("--version", "version"):
         from gpufleet import __version__
 

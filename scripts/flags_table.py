@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpufleet.autoscaler.sim.settings import SimulateSettings
+from gpufleet.autoscaler.replay.settings import SimulateSettings
 from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.plugin.settings import PluginSettings
 from gpufleet.settings import markdown_table

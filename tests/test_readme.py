@@ -1,16 +1,16 @@
 """The README stays true to the code: its flag table and Quick start."""
 
 import re
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-from gpufleet.autoscaler.sim.settings import SimulateSettings
+from gpufleet.autoscaler.replay.settings import SimulateSettings
 from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.plugin.settings import PluginSettings
 from gpufleet.settings import markdown_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 README = (ROOT / "README.md").read_text()
 
 

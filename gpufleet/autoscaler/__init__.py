@@ -1,8 +1,7 @@
 """The autoscaler: telemetry and queue signals in, replica counts and node capacity out.
 
-Pure core (no I/O, no clock, no logging; time arrives as `Observation.now`):
-`observation`, `workload`, `policy`, `hpa` (+ `hpa_calc`, `hpa_metrics`,
-`hpa_behavior`), `keda`, `predictive`, `capacity`, `forecast`,
-`planner`. The trace-driven simulator in `sim/` calls exactly these policies, at their real
-intervals, with the metric delays of a real pipeline; the live controller will too.
+`core` holds the policies and what they decide with; `replay` is the trace replayer behind
+`gpufleet simulate`, which calls exactly those policies at their real intervals on
+observations delayed the way a real metrics pipeline delays them. The live controller
+(issue 14) will call them too. Rule: replay > core, enforced by import-linter.
 """

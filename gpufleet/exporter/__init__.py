@@ -1,8 +1,8 @@
 """The exporter: a drop-in for NVIDIA's dcgm-exporter, built on NVML.
 
-Pipeline: gather (`nvml`, `podresources`, `procfs`, `xid` adapters) -> decide (pure:
-`attribution`, `series`, `render`) -> serve (`server`). Pure modules (`fields`, `counters`,
-`snapshot`, `attribution`, `series`, `render`) do no I/O, read no clock and never log;
-an import-linter contract in pyproject.toml enforces it. The scrape path only serves the
-bytes the last collection rendered.
+Pipeline: gather (`nvml`: readers, GPM, processes, XIDs; `pods`: pod-resources, procfs) ->
+decide (`core`: attribution, series, render) -> serve (`http`: server, store, web config).
+`collector` runs that loop; `daemon` and `settings` wire it. Rule: wiring > adapters >
+core, enforced by import-linter; the scrape path only serves the bytes the last collection
+rendered.
 """

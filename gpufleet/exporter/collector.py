@@ -1,7 +1,7 @@
 """The collection loop: gather (NVML, XID, kubelet, /proc) -> decide (attribution, series)
 -> render -> publish, on its own interval, in its own thread.
 
-Scrapes never wait for this: they serve whatever `SnapshotStore` holds. A collection that
+Scrapes never wait for this: they serve whatever `ExpositionStore` holds. A collection that
 hangs inside NVML is counted as a timeout and the last snapshot keeps being served (and
 turns stale for /health); no second collection is started on top of a hung one. Stopping
 never frees NVML resources under a collection still in flight: `CollectorLoop.stop` says
@@ -19,21 +19,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gpufleet import __version__
-from gpufleet.exporter import attribution
-from gpufleet.exporter.counters import Selection
-from gpufleet.exporter.devices import FLEX, DeviceSelector, select_entities
-from gpufleet.exporter.fields import CLOCK_EVENT_REASONS_FIELD, CLOCK_EVENTS_COUNT_FIELD
-from gpufleet.exporter.nvml import NvmlReader
-from gpufleet.exporter.podresources import EMPTY_VIEW, PodResourcesWatcher
-from gpufleet.exporter.procfs import PidPodMap
-from gpufleet.exporter.render import render
-from gpufleet.exporter.selfmetrics import SelfStats, self_families
-from gpufleet.exporter.series import SeriesOptions, build_families
-from gpufleet.exporter.server import ServerStats
-from gpufleet.exporter.snapshot import Entity, EntitySample, NodeSample
-from gpufleet.exporter.store import Exposition, SnapshotStore
-from gpufleet.exporter.windows import HISTORY_MAX_ENTRIES
-from gpufleet.exporter.xid import XidWatcher
+from gpufleet.exporter.core import attribution
+from gpufleet.exporter.core.counters import Selection
+from gpufleet.exporter.core.fields import CLOCK_EVENT_REASONS_FIELD, CLOCK_EVENTS_COUNT_FIELD
+from gpufleet.exporter.core.render import Exposition, render
+from gpufleet.exporter.core.samples import Entity, EntitySample, NodeSample
+from gpufleet.exporter.core.selection import FLEX, DeviceSelector, select_entities
+from gpufleet.exporter.core.selfmetrics import SelfStats, ServerStats, self_families
+from gpufleet.exporter.core.series import SeriesOptions, build_families
+from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
+from gpufleet.exporter.http.store import ExpositionStore
+from gpufleet.exporter.nvml.reader import NvmlReader
+from gpufleet.exporter.nvml.xid import XidWatcher
+from gpufleet.exporter.pods.podresources import EMPTY_VIEW, PodResourcesWatcher
+from gpufleet.exporter.pods.procfs import PidPodMap
 
 log = logging.getLogger(__name__)
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -71,7 +70,7 @@ class Collector:
         lib: object,
         reader: NvmlReader,
         config: CollectorConfig,
-        store: SnapshotStore,
+        store: ExpositionStore,
         kubelet: PodResourcesWatcher | None = None,
         pid_pods: PidPodMap | None = None,
         server_stats: ServerStats | None = None,

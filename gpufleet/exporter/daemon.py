@@ -19,25 +19,26 @@ from typing import Any
 import pynvml
 from aiohttp import web
 
+from gpufleet.core.listen import parse_listen_address
 from gpufleet.exporter.collector import Collector, CollectorConfig, CollectorLoop
-from gpufleet.exporter.counters import CountersError, Selection, parse_counters, select_fields
-from gpufleet.exporter.devices import DeviceSelector, parse_devices
-from gpufleet.exporter.fields import CATALOG
-from gpufleet.exporter.nvml import NvmlReader
-from gpufleet.exporter.podresources import PodResourcesWatcher
-from gpufleet.exporter.procfs import PidPodMap
-from gpufleet.exporter.profiles import HostnameLabel, Profile
-from gpufleet.exporter.series import SeriesOptions
-from gpufleet.exporter.server import ServerStats, build_app, start_server
+from gpufleet.exporter.core.counters import CountersError, Selection, parse_counters, select_fields
+from gpufleet.exporter.core.fields import CATALOG
+from gpufleet.exporter.core.profiles import HostnameLabel, Profile
+from gpufleet.exporter.core.selection import DeviceSelector, parse_devices
+from gpufleet.exporter.core.selfmetrics import ServerStats
+from gpufleet.exporter.core.series import SeriesOptions
+from gpufleet.exporter.http.server import build_app, start_server
+from gpufleet.exporter.http.store import ExpositionStore
+from gpufleet.exporter.http.webconfig import WebConfig, WebConfigError, load_web_config
+from gpufleet.exporter.nvml.reader import NvmlReader
+from gpufleet.exporter.pods.podresources import PodResourcesWatcher
+from gpufleet.exporter.pods.procfs import PidPodMap
 from gpufleet.exporter.settings import (
     DCGM_DEFAULT_COLLECTORS,
     EMBEDDED_COLLECTORS,
     IGNORED,
     ExporterSettings,
 )
-from gpufleet.exporter.store import SnapshotStore
-from gpufleet.exporter.webconfig import WebConfig, WebConfigError, load_web_config
-from gpufleet.listen import parse_listen_address
 from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.settings import settings_from_argv
@@ -166,7 +167,7 @@ class Components:
 def build(prepared: Prepared, lib: Any) -> Components:
     """Wire the exporter's parts on an initialised NVML `lib`; starts nothing."""
     settings = prepared.settings
-    store = SnapshotStore()
+    store = ExpositionStore()
     stats = ServerStats()
     kubelet = pid_pods = None
     if settings.kubernetes:

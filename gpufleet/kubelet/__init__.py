@@ -1,11 +1,12 @@
-"""The kubelet's gRPC APIs: .proto files, generated stubs and a fake kubelet.
+"""The kubelet's gRPC APIs as both daemons use them: protos, stubs, the checkpoint format,
+unix-socket helpers.
 
 `proto/` holds pod-resources v1 and device plugin v1beta1 exactly as the kubelet defines
-them on the wire; `api/` holds the stubs generated from them (scripts/gen_protos.py);
-`checkpoint` reads and writes the device manager's `kubelet_internal_checkpoint`; `fake`
-is a stand-in kubelet for tests and the lab (`fake_table`: its allocation bookkeeping).
+them on the wire; `api/` the stubs generated from them (scripts/gen_protos.py);
+`checkpoint` reads and writes the device manager's `kubelet_internal_checkpoint`;
+`sockets` checks and waits for unix sockets. The clients that speak for one daemon live in
+that daemon (`exporter.pods`, `plugin.kubelet`); the fake kubelet lives in `gpufleet.lab`.
 
-Rule: the fake speaks the real protocol over real unix sockets, with the real error codes
-and texts, so clients are tested exactly as they will run against a kubelet. Nothing here
-may bend the protocol to make a test easier.
+Rule: protocol facts (field numbers, names, paths) are used exactly; nothing here may bend
+the protocol.
 """

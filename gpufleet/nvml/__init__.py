@@ -1,9 +1,11 @@
-"""NVML access: the one place the NVML backend is chosen, the simulated NVML, and what both
-daemons' NVML adapters share (`values`: text, handle addresses, error kinds;
-`mig_profiles`: NVIDIA's MIG profile names).
+"""The real NVML adapter both daemons share, and the one place an NVML backend is chosen.
 
-`backend.open_nvml` returns either the real `pynvml` module or a `sim.SimulatedNvml` that
-looks like it (same function names, signatures, ctypes structs and `NVMLError` classes), so
-the exporter's NVML adapter runs unchanged on both. Nothing outside `backend` may pick a
-backend; nothing here may call the real NVML library on behalf of the simulator.
+`backend` returns either the real `pynvml` module or the lab's simulated NVML that looks
+like it (same functions, ctypes structs and `NVMLError` classes), so every adapter runs
+unchanged on both; it is the only product module that may import `gpufleet.lab`. `values`
+decodes what pynvml hands back and names failures; `mig_profiles` gives NVIDIA's MIG
+profile names.
+
+Rule: adapters call NVML only through an injected `lib`, never branch on which backend
+they got, and never call `nvmlInit`/`nvmlShutdown` (the daemon owns NVML's lifetime).
 """

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pynvml
 
 if TYPE_CHECKING:
-    from gpufleet.nvml.sim.api import SimulatedNvml
+    from gpufleet.lab.nvml.api import SimulatedNvml
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,7 +41,7 @@ def open_nvml(
     if fleet is None:
         return pynvml
     # Imported here: a production exporter never loads the simulator (it costs ~6 MiB).
-    from gpufleet.nvml.sim.api import SimulatedNvml
+    from gpufleet.lab.nvml.api import SimulatedNvml
 
     return SimulatedNvml(fleet, seed=seed, proc_root=proc_root)
 

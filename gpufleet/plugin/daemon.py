@@ -25,27 +25,16 @@ from typing import Any
 from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
-from gpufleet.listen import parse_listen_address
+from gpufleet.core.listen import parse_listen_address
 from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
-from gpufleet.plugin import nvml as plugin_nvml
-from gpufleet.plugin.allocate import CDI_KIND, AllocateOptions, allocate
-from gpufleet.plugin.cdi import gpu_spec, imex_spec
-from gpufleet.plugin.cdi_dirs import CdiError, install
-from gpufleet.plugin.config import ConfigError, PluginConfig
-from gpufleet.plugin.devices import AdvertiseError, advertise, health_groups
-from gpufleet.plugin.driver_files import read_driver_edits, visible_root
-from gpufleet.plugin.health import parse_health_policy
-from gpufleet.plugin.health_watch import HealthWatcher
-from gpufleet.plugin.host_devices import (
-    MIG_MINORS_PATH,
-    ImexError,
-    imex_channels,
-    read_mig_minors,
-    with_cap_minors,
-)
-from gpufleet.plugin.model import AdvertisedDevice, Health, NodeGpus
-from gpufleet.plugin.options import (
+from gpufleet.plugin.core.allocate import CDI_KIND, AllocateOptions, allocate
+from gpufleet.plugin.core.cdi import gpu_spec, imex_spec
+from gpufleet.plugin.core.config import ConfigError, PluginConfig
+from gpufleet.plugin.core.devices import AdvertiseError, advertise, health_groups
+from gpufleet.plugin.core.health import parse_health_policy
+from gpufleet.plugin.core.model import AdvertisedDevice, Health, NodeGpus
+from gpufleet.plugin.core.options import (
     allocate_options,
     allocation_policy,
     cdi_options,
@@ -53,9 +42,20 @@ from gpufleet.plugin.options import (
     resource_options,
     uses_cdi,
 )
-from gpufleet.plugin.preferred import preferred_allocation
-from gpufleet.plugin.registration import PluginRunner
-from gpufleet.plugin.server import DevicePluginService, RpcStats, to_response
+from gpufleet.plugin.core.preferred import preferred_allocation
+from gpufleet.plugin.host.cdi_dirs import CdiError, install
+from gpufleet.plugin.host.driver_files import read_driver_edits, visible_root
+from gpufleet.plugin.host.host_devices import (
+    MIG_MINORS_PATH,
+    ImexError,
+    imex_channels,
+    read_mig_minors,
+    with_cap_minors,
+)
+from gpufleet.plugin.kubelet.registration import PluginRunner
+from gpufleet.plugin.kubelet.server import DevicePluginService, RpcStats, to_response
+from gpufleet.plugin.nvml.discovery import discover
+from gpufleet.plugin.nvml.health_watch import HealthWatcher
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 from gpufleet.settings import settings_from_argv
 
@@ -277,7 +277,7 @@ def start_plugin(
     Registers only once the health watcher has reported (or `first_health_timeout_seconds`
     passed, and then every device is advertised Unhealthy until it does)."""
     errors: Counter[str] = Counter()
-    node = plugin_nvml.discover(lib, errors=errors)
+    node = discover(lib, errors=errors)
     node = with_cap_minors(node, read_mig_minors(mig_minors_path))
     stats = RpcStats()
     try:

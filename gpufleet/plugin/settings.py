@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import AliasChoices, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpufleet.plugin.config import (
+from gpufleet.plugin.core.config import (
     DEFAULT_KUBELET_SOCKET,
     OVERRIDABLE,
     ConfigError,
@@ -23,7 +23,7 @@ from gpufleet.plugin.config import (
     parse_device_list_strategy,
     parse_imex_channel_ids,
 )
-from gpufleet.plugin.config_file import parse_config
+from gpufleet.plugin.core.config_parse import parse_config
 from gpufleet.settings import setting
 
 NVIDIA = "k8s-device-plugin compatible"

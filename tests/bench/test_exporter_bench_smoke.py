@@ -4,11 +4,10 @@ Benchmarks are measured, not asserted: no timing or resource numbers are checked
 only that the benchmark runs end to end (both exporters, all phases) and says what it found.
 """
 
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from helpers.bench import run_bench
+
 HEADINGS = (
     "# gpufleet exporter benchmark",
     "## Output",
@@ -20,17 +19,11 @@ HEADINGS = (
 
 def test_quick_run_prints_report(tmp_path: Path) -> None:
     results = tmp_path / "results.json"
-    run = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench.exporter_bench", "--quick"),
-            *("--scrapes", "50", "--baseline-scrapes", "3", "--concurrency", "1,8"),
-            *("--json", str(results)),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    run = run_bench(
+        "exporter_bench",
+        *("--quick", "--scrapes", "50", "--baseline-scrapes", "3", "--concurrency", "1,8"),
+        *("--json", str(results)),
         timeout=60,
-        check=False,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     for heading in HEADINGS:

@@ -7,13 +7,11 @@ the benchmark's own, and that the report and JSON come out.
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.bench import run_bench
 
-REPO = Path(__file__).resolve().parents[2]
 HEADINGS = (
     "# gpufleet device plugin benchmark",
     "## Latency",
@@ -32,17 +30,12 @@ ROWS = (
 @pytest.mark.parametrize("client", ["process", "in-process"])
 def test_quick_run_prints_report(tmp_path: Path, client: str) -> None:
     results = tmp_path / "results.json"
-    run = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench.plugin_bench", "--quick", "--client", client),
-            *("--allocate-calls", "60", "--preferred-calls", "60", "--restarts", "2"),
-            *("--json", str(results)),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    run = run_bench(
+        "plugin_bench",
+        *("--quick", "--client", client),
+        *("--allocate-calls", "60", "--preferred-calls", "60", "--restarts", "2"),
+        *("--json", str(results)),
         timeout=90,
-        check=False,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     for text in (*HEADINGS, *ROWS):

@@ -4,95 +4,15 @@ The exporter runs the production `serve()` in a thread with its own event loop, 
 real loopback port, against the simulated NVML and the fake kubelet's real unix socket.
 """
 
-import asyncio
-import json
 import shutil
-import subprocess
-import threading
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import free_port, wait_for
+from helpers import wait_for
+from helpers.e2e import Prometheus, RunningExporter, node_settings
 
-from gpufleet.exporter.daemon import prepare, serve
-from gpufleet.exporter.settings import ExporterSettings
-from gpufleet.simnode import NodeLayout, SimNode
-
-
-class RunningExporter:
-    """The real exporter (`serve`) in a background thread."""
-
-    def __init__(self, settings: ExporterSettings, lib: object) -> None:
-        self.prepared = prepare(settings)
-        self.lib = lib
-        self.port: int | None = None
-        self._listening = threading.Event()
-        self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            await serve(self.prepared, self.lib, stop=self._stop, on_listening=self._on_port)
-
-        try:
-            self._loop.run_until_complete(main())
-        except BaseException as exc:  # surfaced by start()/stop()
-            self._error = exc
-            self._listening.set()
-
-    def _on_port(self, port: int) -> None:
-        self.port = port
-        self._listening.set()
-
-    def start(self) -> "RunningExporter":
-        self._thread.start()
-        self._listening.wait(10)
-        if self._error or self.port is None:
-            raise RuntimeError(f"exporter did not start: {self._error!r}")
-        return self
-
-    def stop(self) -> None:
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(15)
-        assert not self._thread.is_alive(), "exporter did not shut down"
-        self._loop.close()
-        if self._error:
-            raise self._error
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def get(self, path: str = "/metrics", headers: dict | None = None) -> tuple[int, bytes]:
-        request = urllib.request.Request(self.url + path, headers=headers or {})
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read()
-
-    def metrics(self) -> str:
-        status, body = self.get()
-        return body.decode() if status == 200 else ""
-
-
-def node_settings(node: SimNode, **overrides) -> ExporterSettings:
-    """Fast settings for tests: 100 ms collections, 0.2 s kubelet refresh."""
-    fast = dict(
-        address="127.0.0.1:0",
-        collect_interval_ms=100,
-        kubernetes_virtual_gpus=True,
-        kubelet_refresh_seconds=0.2,
-        node_name="node-a",
-    )
-    return node.exporter_settings(**{**fast, **overrides})
+from gpufleet.lab.node import NodeLayout, SimNode
 
 
 @pytest.fixture
@@ -118,46 +38,6 @@ def exporter_for() -> Iterator[Callable[..., RunningExporter]]:
     yield start
     for exp in started:
         exp.stop()
-
-
-class Prometheus:
-    """A real Prometheus server on loopback, scraping one target every second."""
-
-    def __init__(self, workdir: Path, target: str) -> None:
-        self.port = free_port()
-        config = workdir / "prometheus.yml"
-        config.write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "- job_name: gpu\n"
-            f"  static_configs: [{{targets: ['{target}']}}]\n"
-        )
-        self._proc = subprocess.Popen(
-            [
-                "prometheus",
-                f"--config.file={config}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def query(self, expr: str) -> list[dict]:
-        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
-            {"query": expr}
-        )
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                body = json.load(response)
-        except OSError:
-            return []
-        assert body["status"] == "success", body
-        return body["data"]["result"]
-
-    def stop(self) -> None:
-        self._proc.terminate()
-        self._proc.wait(10)
 
 
 @pytest.fixture

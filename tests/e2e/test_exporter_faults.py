@@ -12,12 +12,12 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from helpers import wait_for
+from helpers import TEST_DATA, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.exporter.daemon import prepare, with_backend_proc_root
 from gpufleet.exporter.settings import ExporterSettings
-from gpufleet.kubelet.fake import RateLimit
+from gpufleet.lab.kubelet.kubelet import RateLimit
 from gpufleet.nvml.backend import open_backend
 
 
@@ -206,7 +206,7 @@ def test_hung_nvml_call_is_a_counted_timeout_and_health_goes_stale(node, exporte
 
 
 def test_dcgm_counters_file_with_every_default_field(node, exporter_for):
-    csv = Path(__file__).parents[1] / "data" / "dcgm-default-counters.csv"
+    csv = TEST_DATA / "dcgm-default-counters.csv"
     exporter = exporter_for(node, collectors=csv)
     # PROF (GPM) and NVLink rates need two collections.
     wait_for(lambda: "DCGM_FI_PROF_PCIE_RX_BYTES" in exporter.metrics(), what="GPM fields")

@@ -6,12 +6,12 @@ Prometheus sees it."""
 from pathlib import Path
 
 import pytest
-from conftest import RunningExporter
 from helpers import wait_for
+from helpers.e2e import RunningExporter
 
 from gpufleet.exporter.settings import ExporterSettings
-from gpufleet.kubelet.fake import FakeKubelet
-from gpufleet.nvml.sim.api import SimulatedNvml
+from gpufleet.lab.kubelet.kubelet import FakeKubelet
+from gpufleet.lab.nvml.api import SimulatedNvml
 from gpufleet.plugin.daemon import start_plugin
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 

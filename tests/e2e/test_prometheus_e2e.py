@@ -11,7 +11,7 @@ import pynvml
 import pytest
 from helpers import wait_for
 
-from gpufleet.exporter.fields import BYTES_PER_MIB
+from gpufleet.exporter.core.fields import BYTES_PER_MIB
 
 
 def _labels(result: list[dict]) -> list[dict]:

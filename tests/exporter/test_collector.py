@@ -8,32 +8,24 @@ from pathlib import Path
 
 import pytest
 from helpers import wait_for
+from helpers.clock import ManualClock
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.exporter.collector import Collector, CollectorConfig, CollectorLoop
+from gpufleet.exporter.core.render import Exposition
+from gpufleet.exporter.core.selection import parse_devices
 from gpufleet.exporter.daemon import load_selection, series_options
-from gpufleet.exporter.devices import parse_devices
-from gpufleet.exporter.nvml import NvmlReader
-from gpufleet.exporter.podresources import PodResourcesWatcher
-from gpufleet.exporter.procfs import PidPodMap
+from gpufleet.exporter.http.store import TEXT_GZIP_DEMAND_SECONDS, ExpositionStore
+from gpufleet.exporter.nvml.reader import NvmlReader
+from gpufleet.exporter.pods.podresources import PodResourcesWatcher
+from gpufleet.exporter.pods.procfs import PidPodMap
 from gpufleet.exporter.settings import EMBEDDED_COLLECTORS, ExporterSettings
-from gpufleet.exporter.store import TEXT_GZIP_DEMAND_SECONDS, Exposition, SnapshotStore
-from gpufleet.simnode import NodeLayout, SimNode
+from gpufleet.lab.node import NodeLayout, SimNode
 
 DEADLINE_S = 5.0
 REDISCOVER_S = 60.0
 # GPUs 0-1 whole (0 to one pod, 1 time-sliced 2 ways), GPU 2 split into 2 MIG slices.
 LAYOUT = NodeLayout(fleet="2xH100+1xH100:mig=2x1g.10gb", whole_gpus=1, replicas=2)
-
-
-class Clock:
-    """A monotonic clock the test advances by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -44,17 +36,19 @@ def node(tmp_path: Path) -> Iterator[SimNode]:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def make(node: SimNode, clock: Clock) -> Iterator[Callable[..., tuple[Collector, SnapshotStore]]]:
+def make(
+    node: SimNode, clock: ManualClock
+) -> Iterator[Callable[..., tuple[Collector, ExpositionStore]]]:
     """Build a collector on `node`; `kubelet=True` attributes pods through the fake kubelet."""
     built: list[tuple[Collector, PodResourcesWatcher | None]] = []
     selection = load_selection(EMBEDDED_COLLECTORS)
 
-    def build(*, devices: str = "f", kubelet: bool = False) -> tuple[Collector, SnapshotStore]:
+    def build(*, devices: str = "f", kubelet: bool = False) -> tuple[Collector, ExpositionStore]:
         watcher = None
         if kubelet:
             watcher = PodResourcesWatcher(
@@ -62,7 +56,7 @@ def make(node: SimNode, clock: Clock) -> Iterator[Callable[..., tuple[Collector,
                 checkpoint_path=node.kubelet.checkpoint_path,
             )
             watcher.refresh_now()
-        store = SnapshotStore()
+        store = ExpositionStore()
         collector = Collector(
             lib=node.sim,
             reader=NvmlReader(
@@ -126,7 +120,7 @@ def errors(exposition: Exposition) -> dict[str, float]:
     return {kind: count for kind, count in found.items() if count}
 
 
-def test_each_collection_is_published_and_counted(make, clock: Clock) -> None:
+def test_each_collection_is_published_and_counted(make, clock: ManualClock) -> None:
     collector, store = make()
     assert store.latest() is None
     first = collector.collect_once()
@@ -142,7 +136,7 @@ def test_each_collection_is_published_and_counted(make, clock: Clock) -> None:
     assert second.collected_monotonic == clock.now
 
 
-def test_text_gzip_is_built_while_scrapes_ask_for_it(make, clock: Clock) -> None:
+def test_text_gzip_is_built_while_scrapes_ask_for_it(make, clock: ManualClock) -> None:
     collector, store = make()
     first = collector.collect_once()
     assert first.openmetrics_gzip is not None and first.text_gzip is None
@@ -159,7 +153,7 @@ def test_text_gzip_is_built_while_scrapes_ask_for_it(make, clock: Clock) -> None
     ids=["lost-at-discovery", "lost-mid-run"],
 )
 def test_lost_gpu_is_left_out_then_found_again_soon_after_restore(
-    make, node: SimNode, clock: Clock, lost_before_first_collection: bool
+    make, node: SimNode, clock: ManualClock, lost_before_first_collection: bool
 ) -> None:
     collector, _ = make()
     if not lost_before_first_collection:

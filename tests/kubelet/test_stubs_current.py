@@ -6,7 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from helpers import REPO
+
+REPO_ROOT = REPO
 API_DIR = REPO_ROOT / "gpufleet" / "kubelet" / "api"
 HINT = "stubs are stale: run python scripts/gen_protos.py"
 

@@ -1,0 +1,227 @@
+"""Capacity planner: replicas across workloads -> GPUs per shape -> nodes per node group.
+
+Pure: the policies say how many replicas each workload needs (and how many warm
+placeholders for demand due within node provisioning); this module turns that into what
+the cluster must hold, as a frozen `CapacityPlan` that a later controller applies as
+placeholder pods and NodePool / node-group sizes. It never reads the cluster: a node count
+here is what the demand needs, not what exists.
+
+The three steps:
+
+1. **Replicas -> GPU units.** A unit is what must sit on one GPU (or one node): a
+   whole-GPU replica with `gpus` GPUs is one unit of `gpus` GPUs (tensor parallelism keeps
+   it on one node); MIG replicas of one profile pack `INSTANCES_PER_GPU_80GB[profile]` per GPU
+   (or the node group's layout); time-sliced replicas pack `shares_per_gpu` per GPU.
+   Workloads sharing a shape and a node group share GPUs.
+2. **Units -> nodes.** First-fit decreasing on GPUs per node, per node group, up to the
+   group's `max_nodes`; what does not fit is reported, not dropped silently.
+3. **Headroom.** Placeholder replicas go through the same packing after the real ones, so
+   the node count includes the nodes they keep warm.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+from gpufleet.autoscaler.core.workload import GpuShape, ShapeKind
+from gpufleet.core.mig_geometry import INSTANCES_PER_GPU_80GB
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeGroup:
+    """A node group or Karpenter NodePool of identical GPU nodes."""
+
+    name: str
+    gpus_per_node: int = 8
+    max_nodes: int = 64
+    # A fixed MIG layout every GPU of the group carries, as (profile, slices per GPU), e.g.
+    # (("3g.40gb", 1), ("2g.20gb", 1), ("1g.10gb", 1)). Empty: see `mig_per_profile`.
+    mig_layout: tuple[tuple[str, int], ...] = ()
+    # True: each GPU is partitioned into one profile as demand needs (the GPU operator's
+    # mixed strategy, re-partitioned per GPU), at INSTANCES_PER_GPU_80GB. False with no layout:
+    # whole GPUs, which also serve time-sliced shares.
+    mig_per_profile: bool = False
+
+    @property
+    def is_mig(self) -> bool:
+        return bool(self.mig_layout) or self.mig_per_profile
+
+    def mig_slices(self, profile: str) -> int:
+        """Slices of `profile` per GPU in this group; 0 when it offers none."""
+        if self.mig_layout:
+            return dict(self.mig_layout).get(profile, 0)
+        return INSTANCES_PER_GPU_80GB.get(profile, 0) if self.mig_per_profile else 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadDemand:
+    """One workload's ask: replicas it needs now plus warm placeholders (`Decision.headroom`)."""
+
+    name: str
+    shape: GpuShape = field(default_factory=GpuShape)
+    replicas: int = 0
+    headroom_replicas: int = 0
+    node_group: str = ""  # empty: the first group in order that offers the shape
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlaceholderPods:
+    """Low-priority pause pods holding GPUs for one workload's predicted demand."""
+
+    workload: str
+    node_group: str
+    shape: GpuShape
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeGroupPlan:
+    name: str
+    nodes: int  # nodes the demand and placeholders need (capped at max_nodes)
+    gpus_needed: int  # GPUs the units need, placeholders included
+    gpus_for_replicas: int  # of which for real replicas
+    unplaced_gpus: int  # GPUs that did not fit under max_nodes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityPlan:
+    node_groups: tuple[NodeGroupPlan, ...]
+    placeholders: tuple[PlaceholderPods, ...]
+    reasons: tuple[str, ...]  # one line per group and per problem, for events and logs
+
+    def nodes(self, group: str) -> int:
+        return next((g.nodes for g in self.node_groups if g.name == group), 0)
+
+
+def plan_capacity(
+    demands: tuple[WorkloadDemand, ...], groups: tuple[NodeGroup, ...]
+) -> CapacityPlan:
+    """The nodes per group that `demands` need, and the placeholder pods to create.
+
+    A workload whose shape no group offers, or naming an unknown group, is skipped and
+    named in `reasons` (per-item failure: the other workloads are still planned).
+    """
+    reasons: list[str] = []
+    chosen: dict[str, list[WorkloadDemand]] = {g.name: [] for g in groups}
+    by_name = {g.name: g for g in groups}
+    for d in demands:
+        group = _group_for(d, groups, by_name)
+        if group is None:
+            reasons.append(f"{d.name}: no node group offers {_shape_label(d.shape)}; skipped")
+        else:
+            chosen[group.name].append(d)
+    plans = [_plan_group(g, chosen[g.name], reasons) for g in groups]
+    placeholders = tuple(
+        PlaceholderPods(
+            workload=d.name, node_group=g.name, shape=d.shape, replicas=d.headroom_replicas
+        )
+        for g in groups
+        for d in chosen[g.name]
+        if d.headroom_replicas > 0
+    )
+    return CapacityPlan(node_groups=tuple(plans), placeholders=placeholders, reasons=tuple(reasons))
+
+
+def gpu_units(counts: dict[GpuShape, int], group: NodeGroup) -> list[int]:
+    """Sizes in GPUs of the units that `counts` (replicas per shape) occupy on `group`.
+
+    Replicas of one MIG profile or one share count pack together whoever they belong to.
+    On a fixed MIG layout every GPU carries every profile of the layout, so the GPUs
+    needed are the most any one profile needs; per-profile partitioning (one profile per
+    GPU) needs the sum.
+    """
+    units: list[int] = []
+    mig_gpus: list[int] = []
+    for shape, n in sorted(counts.items(), key=lambda kv: _shape_label(kv[0])):
+        if n <= 0:
+            continue
+        if shape.kind is ShapeKind.GPU:
+            units.extend([shape.gpus] * n)
+        elif shape.kind is ShapeKind.MIG:
+            mig_gpus.append(math.ceil(n / group.mig_slices(shape.mig_profile)))
+        else:
+            units.extend([1] * math.ceil(n / max(1, shape.shares_per_gpu)))
+    if mig_gpus:
+        units.extend([1] * (max(mig_gpus) if group.mig_layout else sum(mig_gpus)))
+    return units
+
+
+def pack_nodes(units: list[int], *, gpus_per_node: int) -> list[int]:
+    """First-fit decreasing: the GPUs used on each node, in node order.
+
+    Units larger than a node cannot be placed; the caller checks sizes first.
+    """
+    nodes: list[int] = []
+    for size in sorted(units, reverse=True):
+        for i, used in enumerate(nodes):
+            if used + size <= gpus_per_node:
+                nodes[i] = used + size
+                break
+        else:
+            nodes.append(size)
+    return nodes
+
+
+def _group_for(
+    d: WorkloadDemand, groups: tuple[NodeGroup, ...], by_name: dict[str, NodeGroup]
+) -> NodeGroup | None:
+    if d.node_group:
+        group = by_name.get(d.node_group)
+        return group if group is not None and _offers(group, d.shape) else None
+    return next((g for g in groups if _offers(g, d.shape)), None)
+
+
+def _offers(group: NodeGroup, shape: GpuShape) -> bool:
+    if shape.kind is ShapeKind.MIG:
+        return group.mig_slices(shape.mig_profile) > 0
+    if group.is_mig:
+        return False  # partitioned GPUs serve only MIG slices
+    return shape.kind is ShapeKind.SHARED or 1 <= shape.gpus <= group.gpus_per_node
+
+
+def _plan_group(
+    group: NodeGroup, demands: list[WorkloadDemand], reasons: list[str]
+) -> NodeGroupPlan:
+    """Pack real replicas first, then placeholders; cap at max_nodes."""
+    real = _units(group, demands, placeholders=False)
+    total = _units(group, demands, placeholders=True)
+    gpus_real = sum(real)
+    gpus_total = sum(total)
+    used = pack_nodes(total, gpus_per_node=group.gpus_per_node)  # GPUs used per node
+    nodes = len(used)
+    unplaced = 0
+    if nodes > group.max_nodes:
+        unplaced = gpus_total - sum(used[: group.max_nodes])
+        reasons.append(
+            f"{group.name}: needs {nodes} nodes, capped at max_nodes {group.max_nodes}; "
+            f"{unplaced} GPUs unplaced"
+        )
+        nodes = group.max_nodes
+    if demands:
+        reasons.append(
+            f"{group.name}: {gpus_real} GPUs for replicas + {gpus_total - gpus_real} for "
+            f"placeholders -> {nodes} nodes of {group.gpus_per_node}"
+        )
+    return NodeGroupPlan(
+        name=group.name,
+        nodes=nodes,
+        gpus_needed=gpus_total,
+        gpus_for_replicas=gpus_real,
+        unplaced_gpus=unplaced,
+    )
+
+
+def _units(group: NodeGroup, demands: list[WorkloadDemand], *, placeholders: bool) -> list[int]:
+    """GPU units for the group; workloads of one shape share GPUs (MIG slices, shares)."""
+    counts: dict[GpuShape, int] = {}
+    for d in demands:
+        n = d.replicas + (d.headroom_replicas if placeholders else 0)
+        counts[d.shape] = counts.get(d.shape, 0) + n
+    return gpu_units(counts, group)
+
+
+def _shape_label(shape: GpuShape) -> str:
+    if shape.kind is ShapeKind.MIG:
+        return f"MIG {shape.mig_profile}"
+    if shape.kind is ShapeKind.SHARED:
+        return f"1/{shape.shares_per_gpu} shared GPU"
+    return f"{shape.gpus} GPU(s)"

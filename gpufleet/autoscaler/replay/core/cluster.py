@@ -1,0 +1,348 @@
+"""Simulated nodes, replicas and placeholder pods: who holds which GPU, and when.
+
+Pure and clockless: every method takes `now`, and timers go out through the `post`
+callback the engine hands in (time, kind, payload), so the engine's event heap is the only
+clock. Replica states follow `_TRANSITIONS`; an illegal move raises at once. GPUs are
+counted per node (a replica needs `gpus_per_replica` on one node); `check` verifies that no
+node ever holds more than it has.
+
+Placement bin-packs (the fitting up node with the fewest free GPUs, ties by launch order) the
+way a cluster tuned for consolidation (Karpenter, MostAllocated scoring) does, so emptied
+nodes can go. Pending pods (replicas, then placeholders) make the cluster launch enough new
+nodes for all of them at once, as Karpenter does, up to `max_nodes`.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+
+from gpufleet.autoscaler.core.observation import ReplicaState
+from gpufleet.autoscaler.replay.core.model import ClusterModel
+
+
+class Timer(IntEnum):
+    """Cluster timers the engine schedules for us; the value orders same-time events."""
+
+    NODE_READY = 2
+    REPLICA_READY = 3
+    NODE_IDLE = 4
+
+
+_GONE = "gone"  # removed from the workload (internal; not a ReplicaState)
+
+# Allowed replica moves, each with its cause.
+_TRANSITIONS: dict[object, frozenset[object]] = {
+    # cold start ends (READY); scaled down before serving (gone, newest starting first)
+    ReplicaState.STARTING: frozenset({ReplicaState.READY, _GONE}),
+    # scaled down: drains its in-flight requests
+    ReplicaState.READY: frozenset({ReplicaState.TERMINATING}),
+    # its last request finished: the GPU is released
+    ReplicaState.TERMINATING: frozenset({_GONE}),
+    _GONE: frozenset(),
+}
+
+
+class SimReplica:
+    """One replica's mutable serving and placement state (engine-internal)."""
+
+    __slots__ = (
+        "busy_seconds",
+        "busy_since",
+        "created",
+        "decoding",
+        "gpu_since",
+        "in_flight",
+        "index",
+        "name",
+        "node",
+        "prefill_free_at",
+        "prefilling",
+        "since",
+        "state",
+    )
+
+    def __init__(self, *, index: int, name: str, now: float) -> None:
+        self.index = index
+        self.name = name
+        self.state: object = ReplicaState.STARTING
+        self.created = now
+        self.since = now
+        self.node: SimNode | None = None
+        self.gpu_since = 0.0
+        self.in_flight = 0  # requests holding a batch slot (prefill queue, prefill or decode)
+        self.prefilling = 0  # of which waiting for or in the prefill stage
+        self.decoding = 0  # of which decoding
+        self.prefill_free_at = 0.0  # when the prefill stage finishes the prompts it has
+        self.busy_seconds = 0.0  # time with in_flight >= 1, up to busy_since when busy
+        self.busy_since = 0.0
+
+    def move(self, state: object, now: float) -> None:
+        if state not in _TRANSITIONS[self.state]:
+            raise RuntimeError(f"replica {self.name}: illegal move {self.state} -> {state}")
+        self.state = state
+        self.since = now
+
+    def busy_total(self, now: float) -> float:
+        """Seconds this replica has had at least one request, up to `now`."""
+        return self.busy_seconds + (now - self.busy_since if self.in_flight else 0.0)
+
+
+@dataclass(slots=True, kw_only=True)
+class SimNode:
+    index: int
+    launched: float
+    ready_at: float
+    removed: float | None = None
+    used_gpus: int = 0  # by replicas and placeholders
+    placeholders: int = 0
+    idle_generation: int = 0  # bumps whenever emptiness changes; stale idle timers no-op
+    empty_since: float | None = None
+
+    def up(self, now: float) -> bool:
+        return self.removed is None and self.ready_at <= now
+
+
+Post = Callable[[float, Timer, object], None]
+
+
+class Cluster:
+    """Nodes and one workload's replicas; the engine drives it and reads its counts."""
+
+    def __init__(self, model: ClusterModel, *, prefix: str, post: Post) -> None:
+        if not 1 <= model.gpus_per_replica <= model.gpus_per_node:
+            raise ValueError("gpus_per_replica must be between 1 and gpus_per_node")
+        self.model = model
+        self.prefix = prefix
+        self.post = post
+        self.nodes: list[SimNode] = []
+        self.replicas: list[SimReplica] = []  # not gone, in creation order
+        self.ready: list[SimReplica] = []  # READY, in creation order
+        self.headroom = 0  # placeholder pods wanted
+        self.next_index = 0
+        self.replica_gpu_seconds = 0.0
+        self.node_gpu_seconds = 0.0
+        self.node_events = 0
+
+    # --- counts the engine and the timeline read ---
+
+    def holding_gpu(self) -> int:
+        return sum(1 for r in self.replicas if r.node is not None)
+
+    def billed_nodes(self) -> int:
+        return sum(1 for n in self.nodes if n.removed is None)
+
+    # --- driving ---
+
+    def bootstrap(self, replicas: int) -> None:
+        """`replicas` READY replicas on nodes up at time 0 (no launch event, no cold start)."""
+        for _ in range(replicas):
+            node = self._best_fit(0.0) or self._launch(0.0, ready_at=0.0, count=False)
+            r = self._new_replica(0.0)
+            self._bind(r, node, 0.0)
+            r.move(ReplicaState.READY, 0.0)
+            self.ready.append(r)
+        self.place(0.0)
+
+    def set_desired(self, desired: int, now: float) -> None:
+        """Create or remove replicas so that starting + ready == `desired`."""
+        active = [r for r in self.replicas if r.state is not ReplicaState.TERMINATING]
+        for _ in range(desired - len(active)):
+            self._new_replica(now)
+        excess = len(active) - desired
+        if excess <= 0:
+            return
+        # Starting replicas go first: they serve nothing yet. Unbound ones, then those on
+        # the emptiest node, newest first on ties.
+        starting = [r for r in active if r.state is ReplicaState.STARTING]
+        while excess > 0 and starting:
+            r = min(starting, key=lambda r: (self._node_load(r), -r.index))
+            starting.remove(r)
+            self._drop(r, now)
+            excess -= 1
+        # Then ready ones on the emptiest node (so whole nodes can go), fewest in flight
+        # (least to drain), newest first. One at a time, counting the ones this call has
+        # already sent draining:
+        # nodes that tie at the start (all full) must not each give up one, which empties
+        # none. The live actuator gets the same order from
+        # `controller.kubernetes.io/pod-deletion-cost`; every policy is simulated with it.
+        leaving: dict[int, int] = {}
+        while excess > 0 and self.ready:
+            r = min(
+                self.ready,
+                key=lambda r: (
+                    self._node_load(r) - leaving.get(id(r.node), 0),
+                    r.in_flight,
+                    -r.index,
+                ),
+            )
+            r.move(ReplicaState.TERMINATING, now)
+            self.ready.remove(r)
+            excess -= 1
+            if r.in_flight == 0:
+                self._drop(r, now)  # its GPU is free now: the node's load shows it
+            else:  # it drains first, holding its GPU
+                leaving[id(r.node)] = leaving.get(id(r.node), 0) + self.model.gpus_per_replica
+
+    def drained(self, replica: SimReplica, now: float) -> None:
+        """A terminating replica finished its last request: release its GPU."""
+        self._drop(replica, now)
+
+    def place(self, now: float) -> None:
+        """Bind pending replicas and placeholders to free GPUs; launch nodes for the rest."""
+        g = self.model.gpus_per_replica
+        pending = 0
+        for r in self.replicas:
+            if r.node is not None:
+                continue
+            node = self._best_fit(now) or self._preempt_placeholder(now)
+            if node is None:
+                pending += 1
+            else:
+                self._bind(r, node, now)
+        bound = sum(n.placeholders for n in self.nodes if n.removed is None)
+        self._evict_placeholders(bound - self.headroom, now)
+        for _ in range(self.headroom - bound):
+            node = self._best_fit(now)
+            if node is None:
+                pending += self.headroom - bound
+                break
+            node.placeholders += 1
+            node.used_gpus += g
+            bound += 1
+        self._launch_for(pending * g, now)
+        for node in self.nodes:
+            self._refresh_empty(node, now)
+
+    def on_timer(self, kind: Timer, payload: object, now: float) -> None:
+        if kind is Timer.NODE_READY:
+            self.place(now)
+        elif kind is Timer.REPLICA_READY:
+            r = payload
+            assert isinstance(r, SimReplica)
+            if r.state is ReplicaState.STARTING and r.node is not None:
+                r.move(ReplicaState.READY, now)
+                self.ready.append(r)
+                self.ready.sort(key=lambda x: x.index)
+        elif kind is Timer.NODE_IDLE:
+            node, generation = payload  # type: ignore[misc]
+            if node.idle_generation == generation and node.removed is None:
+                node.removed = now
+                self.node_events += 1
+                self.node_gpu_seconds += (now - node.launched) * self.model.gpus_per_node
+                self.place(now)
+
+    def finish(self, now: float) -> None:
+        """Bill everything still held up to `now` (the end of the run)."""
+        for r in self.replicas:
+            if r.node is not None:
+                self.replica_gpu_seconds += (now - r.gpu_since) * self.model.gpus_per_replica
+        for n in self.nodes:
+            if n.removed is None:
+                self.node_gpu_seconds += (now - n.launched) * self.model.gpus_per_node
+
+    def check(self, now: float) -> None:
+        """Raise AssertionError if any GPU is double-booked or state is inconsistent."""
+        g = self.model.gpus_per_replica
+        held = {id(n): 0 for n in self.nodes}
+        for r in self.replicas:
+            assert r.in_flight == r.prefilling + r.decoding >= 0, r.name
+            if r.node is not None:
+                assert r.node.up(now), f"{r.name} on a node that is not up"
+                held[id(r.node)] += g
+            else:
+                assert r.state is ReplicaState.STARTING, f"{r.name} serving without a GPU"
+        for n in self.nodes:
+            used = held[id(n)] + n.placeholders * g
+            assert used == n.used_gpus, f"node {n.index}: used {n.used_gpus} != {used}"
+            assert used <= self.model.gpus_per_node, f"node {n.index} double-booked: {used}"
+            assert n.removed is None or used == 0, f"removed node {n.index} holds GPUs"
+        assert self.billed_nodes() <= self.model.max_nodes
+
+    # --- internals ---
+
+    @staticmethod
+    def _node_load(r: SimReplica) -> int:
+        """GPUs in use on `r`'s node; -1 for a replica not bound to one yet."""
+        return -1 if r.node is None else r.node.used_gpus
+
+    def _new_replica(self, now: float) -> SimReplica:
+        r = SimReplica(index=self.next_index, name=f"{self.prefix}-{self.next_index}", now=now)
+        self.next_index += 1
+        self.replicas.append(r)
+        return r
+
+    def _bind(self, r: SimReplica, node: SimNode, now: float) -> None:
+        r.node = node
+        r.gpu_since = now
+        node.used_gpus += self.model.gpus_per_replica
+        self._refresh_empty(node, now)
+        self.post(now + self.model.cold_start_seconds, Timer.REPLICA_READY, r)
+
+    def _drop(self, r: SimReplica, now: float) -> None:
+        r.move(_GONE, now)
+        self.replicas.remove(r)
+        node = r.node
+        if node is not None:
+            self.replica_gpu_seconds += (now - r.gpu_since) * self.model.gpus_per_replica
+            node.used_gpus -= self.model.gpus_per_replica
+            r.node = None
+            self._refresh_empty(node, now)
+
+    def _best_fit(self, now: float) -> SimNode | None:
+        g = self.model.gpus_per_replica
+        fits = [n for n in self.nodes if n.up(now) and self.model.gpus_per_node - n.used_gpus >= g]
+        return min(
+            fits, key=lambda n: (self.model.gpus_per_node - n.used_gpus, n.index), default=None
+        )
+
+    def _preempt_placeholder(self, now: float) -> SimNode | None:
+        """Free a placeholder's GPU for a replica (pause pods have the lowest priority)."""
+        for node in self.nodes:
+            if node.up(now) and node.placeholders:
+                node.placeholders -= 1
+                node.used_gpus -= self.model.gpus_per_replica
+                return node
+        return None
+
+    def _evict_placeholders(self, count: int, now: float) -> None:
+        # Emptiest nodes first, newest first: frees whole nodes for idle removal soonest.
+        order = sorted(
+            (n for n in self.nodes if n.removed is None and n.placeholders),
+            key=lambda n: (n.used_gpus, -n.index),
+        )
+        for node in order:
+            while count > 0 and node.placeholders:
+                node.placeholders -= 1
+                node.used_gpus -= self.model.gpus_per_replica
+                count -= 1
+            self._refresh_empty(node, now)
+
+    def _launch_for(self, gpus: int, now: float) -> None:
+        per_node = self.model.gpus_per_node
+        coming = per_node * sum(1 for n in self.nodes if n.removed is None and n.ready_at > now)
+        missing = gpus - coming
+        while missing > 0 and self.billed_nodes() < self.model.max_nodes:
+            self._launch(now, ready_at=now + self.model.node_provision_seconds, count=True)
+            missing -= per_node
+
+    def _launch(self, now: float, *, ready_at: float, count: bool) -> SimNode:
+        node = SimNode(index=len(self.nodes), launched=now, ready_at=ready_at)
+        self.nodes.append(node)
+        if count:
+            self.node_events += 1
+            self.post(ready_at, Timer.NODE_READY, node)
+        return node
+
+    def _refresh_empty(self, node: SimNode, now: float) -> None:
+        if node.removed is not None or not node.up(now):
+            return
+        empty = node.used_gpus == 0
+        if empty and node.empty_since is None:
+            node.empty_since = now
+            node.idle_generation += 1
+            self.post(
+                now + self.model.node_idle_seconds, Timer.NODE_IDLE, (node, node.idle_generation)
+            )
+        elif not empty and node.empty_since is not None:
+            node.empty_since = None
+            node.idle_generation += 1

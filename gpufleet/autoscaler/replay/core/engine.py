@@ -1,0 +1,319 @@
+"""The discrete-event engine: replays a trace through replicas driven by a real policy.
+
+Pure and deterministic: no clock, no I/O, no randomness (the model has none; the only
+seeded randomness is the jitter of `trace.scale_trace`'s copies). One heap of
+(time, kind, seq) events; arrivals are read straight from the trace arrays instead. Ties at
+one instant resolve in `_Kind` order, so completions free slots before arrivals take them
+and a policy tick sees the state after everything else at that instant.
+
+Service model (per replica; `ServiceModel`): requests wait in one central FIFO queue at the
+router and go to the READY replica with the fewest in flight (ties: lowest index) that has a
+free batch slot. The replica's single prefill stage serves prompts FIFO at
+`prefill_tokens_per_second`; the first token comes when a request's prefill ends (TTFT =
+prefill end - arrival). Decoding then takes output_tokens x (decode_seconds_per_token +
+decode_seconds_per_token_per_sequence x (occupancy - 1)), where occupancy is the number of
+sequences decoding on the replica when this one starts decoding, itself included. Fixing the
+per-token time at decode start is the one approximation: a sequence that starts in a quiet
+batch keeps its fast pace when the batch later fills (and the reverse). It keeps one event
+per phase instead of re-timing every sequence on every batch change, and is exact in steady
+state. The slot frees when decoding ends (e2e = decode end - arrival).
+
+Requests are never dropped: with no replica they wait, and the run continues past the end
+of the trace (the policy still ticking) until every request has completed.
+"""
+
+import heapq
+import math
+from collections.abc import Callable
+from enum import IntEnum
+
+import numpy as np
+
+from gpufleet.autoscaler.core.observation import Replica, ReplicaState
+from gpufleet.autoscaler.core.policy import Policy
+from gpufleet.autoscaler.core.workload import WorkloadConfig
+from gpufleet.autoscaler.replay.core.cluster import Cluster, SimReplica, Timer
+from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.core.pipeline import Pipeline
+from gpufleet.autoscaler.replay.core.result import DecisionRecord, RunResult
+from gpufleet.autoscaler.replay.core.stats import TimelineBuilder, build_result
+from gpufleet.autoscaler.replay.core.trace import Trace
+
+TIMELINE_STEP_SECONDS = 10.0
+# A policy that leaves requests queued with no replica for this long after the trace ends
+# would hang the run; it is a policy bug, reported as SimulationError.
+MAX_OVERRUN_SECONDS = 86_400.0
+
+
+class SimulationError(RuntimeError):
+    """The run cannot finish (a policy that never serves the queue)."""
+
+
+class _Kind(IntEnum):
+    """Event kinds; the value is the tie-break order at one instant."""
+
+    DECODE_DONE = 0
+    PREFILL_DONE = 1
+    NODE_READY = Timer.NODE_READY
+    REPLICA_READY = Timer.REPLICA_READY
+    NODE_IDLE = Timer.NODE_IDLE
+    ARRIVAL = 5  # not on the heap: read from the trace arrays
+    SCRAPE = 6
+    TICK = 7
+    TIMELINE = 8
+
+
+def simulate(
+    trace: Trace,
+    policy: Policy,
+    *,
+    workload: WorkloadConfig,
+    config: SimConfig = SimConfig(),  # noqa: B008 - frozen, so a shared default is safe
+    progress: Callable[[float], None] | None = None,
+    check_invariants: bool = False,
+) -> RunResult:
+    """Replay `trace` against `policy`; every request is served exactly once.
+
+    `progress` gets the fraction of the trace's simulated time done, at most ~101 times.
+    `check_invariants` verifies GPU accounting and slot counts after every event (slow; tests).
+    Raises ValueError for an empty trace, SimulationError if the queue is never served.
+    """
+    if len(trace) == 0:
+        raise ValueError(f"trace {trace.name} has no requests")
+    if policy.interval_seconds <= 0:
+        raise ValueError(f"policy {policy.name}: interval_seconds must be > 0")
+    run = _Run(trace, policy, workload=workload, config=config, check=check_invariants)
+    run.loop(progress)
+    return run.result()
+
+
+class _Run:
+    """One run's mutable state; `loop` drives it, `result` summarises it."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        policy: Policy,
+        *,
+        workload: WorkloadConfig,
+        config: SimConfig,
+        check: bool,
+    ) -> None:
+        self.trace = trace
+        self.policy = policy
+        self.workload = workload
+        self.config = config
+        self.check = check
+        self.n = len(trace)
+        self.arrivals = trace.arrival_seconds.tolist()
+        self.prompts = trace.prompt_tokens.tolist()
+        self.outputs = trace.output_tokens.tolist()
+        self.ttft = [math.nan] * self.n
+        self.e2e = [math.nan] * self.n
+        self.arrived = 0  # requests that have arrived: the queue is [head, arrived)
+        self.head = 0
+        self.completed = 0
+        self.heap: list[tuple[float, int, int, object]] = []
+        self.seq = 0
+        self.cluster = Cluster(config.cluster, prefix=workload.name, post=self._post_timer)
+        self.pipeline = Pipeline(config.pipeline)
+        self.timeline = TimelineBuilder()
+        self.decisions: list[DecisionRecord] = []
+        self.desired = config.initial_replicas
+        self.scale_events = 0
+        self.now = 0.0
+        svc = config.service
+        self.slots = svc.batch_slots
+        self.prefill_rate = svc.prefill_tokens_per_second
+        self.decode_base = svc.decode_seconds_per_token
+        self.decode_per_seq = svc.decode_seconds_per_token_per_sequence
+        if self.slots < 1 or self.prefill_rate <= 0:
+            raise ValueError("batch_slots must be >= 1 and prefill_tokens_per_second > 0")
+
+    # --- event plumbing ---
+
+    def _post(self, t: float, kind: int, payload: object = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, payload))
+
+    def _post_timer(self, t: float, kind: Timer, payload: object) -> None:
+        self._post(t, int(kind), payload)
+
+    def loop(self, progress: Callable[[float], None] | None) -> None:
+        self.cluster.bootstrap(self.config.initial_replicas)
+        self._post(self.config.pipeline.scrape_interval_seconds, _Kind.SCRAPE)
+        self._post(0.0, _Kind.TICK)
+        self._post(0.0, _Kind.TIMELINE)
+        duration = self.trace.duration_seconds
+        next_progress = 0
+        heap, arrivals, n = self.heap, self.arrivals, self.n
+        handlers = {
+            _Kind.DECODE_DONE: self._decode_done,
+            _Kind.PREFILL_DONE: self._prefill_done,
+            _Kind.SCRAPE: self._scrape,
+            _Kind.TICK: self._tick,
+            _Kind.TIMELINE: self._timeline,
+        }
+        while self.completed < n:
+            if self.arrived < n and (
+                not heap
+                or heap[0][0] > arrivals[self.arrived]
+                or (heap[0][0] == arrivals[self.arrived] and heap[0][1] > _Kind.ARRIVAL)
+            ):
+                self.now = arrivals[self.arrived]
+                self.arrived += 1
+                self.pipeline.arrivals += 1
+                self._dispatch()
+            else:
+                t, kind, _, payload = heapq.heappop(heap)
+                self.now = t
+                handler = handlers.get(kind)
+                if handler is None:
+                    self.cluster.on_timer(Timer(kind), payload, t)
+                    self._dispatch()
+                else:
+                    handler(payload)
+            if self.check:
+                self._check()
+            if progress is not None and self.now >= next_progress * duration / 100:
+                progress(min(1.0, self.now / duration) if duration > 0 else 1.0)
+                next_progress = math.floor(100 * self.now / duration) + 1 if duration > 0 else 101
+            if self.now > duration + MAX_OVERRUN_SECONDS:
+                raise SimulationError(
+                    f"policy {self.policy.name}: {self.n - self.completed} requests still "
+                    f"unserved {MAX_OVERRUN_SECONDS:.0f} s after the trace ended"
+                )
+        if progress is not None:
+            progress(1.0)
+        self.cluster.finish(self.now)
+        self.timeline.sample(self._timeline_point())
+
+    # --- requests ---
+
+    def _dispatch(self) -> None:
+        """Send queued requests, oldest first, to the least-loaded ready replica with a slot."""
+        ready = self.cluster.ready
+        while self.head < self.arrived and ready:
+            best = None
+            for r in ready:
+                if r.in_flight < self.slots and (best is None or r.in_flight < best.in_flight):
+                    best = r
+            if best is None:
+                return
+            self._start(self.head, best)
+            self.head += 1
+
+    def _start(self, i: int, r: SimReplica) -> None:
+        now = self.now
+        if r.in_flight == 0:
+            r.busy_since = now
+        r.in_flight += 1
+        r.prefilling += 1
+        start = r.prefill_free_at if r.prefill_free_at > now else now
+        end = start + self.prompts[i] / self.prefill_rate
+        r.prefill_free_at = end
+        self._post(end, _Kind.PREFILL_DONE, (i, r))
+
+    def _prefill_done(self, payload: object) -> None:
+        i, r = payload  # type: ignore[misc]
+        now = self.now
+        assert math.isnan(self.ttft[i]), f"request {i} prefilled twice"
+        ttft = now - self.arrivals[i]
+        self.ttft[i] = ttft
+        self.pipeline.ttfts.append(ttft)
+        self.pipeline.prompt_tokens += self.prompts[i]
+        self.pipeline.prefill_seconds += self.prompts[i] / self.prefill_rate
+        r.prefilling -= 1
+        r.decoding += 1
+        per_token = self.decode_base + self.decode_per_seq * (r.decoding - 1)
+        self._post(now + self.outputs[i] * per_token, _Kind.DECODE_DONE, (i, r))
+
+    def _decode_done(self, payload: object) -> None:
+        i, r = payload  # type: ignore[misc]
+        now = self.now
+        self.e2e[i] = now - self.arrivals[i]
+        self.completed += 1
+        self.pipeline.completions += 1
+        r.decoding -= 1
+        r.in_flight -= 1
+        if r.in_flight == 0:
+            r.busy_seconds += now - r.busy_since
+            if r.state is ReplicaState.TERMINATING:
+                self.cluster.drained(r, now)
+                self.cluster.place(now)
+        self._dispatch()
+
+    # --- periodic ---
+
+    def _queue_depth(self) -> int:
+        waiting_prefill = sum(r.prefilling - 1 for r in self.cluster.replicas if r.prefilling > 1)
+        return self.arrived - self.head + waiting_prefill
+
+    def _scrape(self, _: object) -> None:
+        now = self.now
+        started = [(r.name, r.busy_total(now)) for r in self.cluster.replicas if r.node is not None]
+        self.pipeline.scrape(
+            now,
+            queue_depth=self._queue_depth(),
+            in_flight=sum(r.in_flight for r in self.cluster.replicas),
+            busy_seconds=started,
+        )
+        self._post(now + self.config.pipeline.scrape_interval_seconds, _Kind.SCRAPE)
+
+    def _tick(self, _: object) -> None:
+        now = self.now
+        replicas = tuple(
+            Replica(name=r.name, state=r.state, since=r.since, created=r.created)  # type: ignore[arg-type]
+            for r in self.cluster.replicas
+        )
+        decision = self.policy.decide(self.pipeline.observe(now, replicas))
+        desired = self.workload.clamp(decision.desired)
+        if desired != self.desired:
+            self.scale_events += 1
+        self.desired = desired
+        self.decisions.append(
+            DecisionRecord(
+                t=now, desired=desired, reason=str(decision.reason), message=decision.message
+            )
+        )
+        self.cluster.set_desired(desired, now)
+        self.cluster.headroom = max(0, decision.headroom)
+        self.cluster.place(now)
+        self._dispatch()
+        self._post(now + self.policy.interval_seconds, _Kind.TICK)
+
+    def _timeline(self, _: object) -> None:
+        self.timeline.sample(self._timeline_point())
+        self._post(self.now + TIMELINE_STEP_SECONDS, _Kind.TIMELINE)
+
+    def _timeline_point(self) -> tuple[float, int, int, int, int, int]:
+        c = self.cluster
+        return (
+            self.now,
+            self.desired,
+            len(c.ready),
+            c.holding_gpu(),
+            c.billed_nodes(),
+            self._queue_depth(),
+        )
+
+    def _check(self) -> None:
+        self.cluster.check(self.now)
+        assert 0 <= self.head <= self.arrived <= self.n
+        for r in self.cluster.replicas:
+            assert 0 <= r.in_flight <= self.slots, f"{r.name}: {r.in_flight} in flight"
+
+    def result(self) -> RunResult:
+        return build_result(
+            policy=self.policy.name,
+            trace=self.trace,
+            workload=self.workload,
+            ttft=np.array(self.ttft),
+            e2e=np.array(self.e2e),
+            replica_gpu_seconds=self.cluster.replica_gpu_seconds,
+            node_gpu_seconds=self.cluster.node_gpu_seconds,
+            scale_events=self.scale_events,
+            node_events=self.cluster.node_events,
+            timeline=self.timeline.build(self.trace.arrival_seconds, TIMELINE_STEP_SECONDS),
+            decisions=tuple(self.decisions),
+        )

@@ -1,0 +1,219 @@
+"""The simulator's Markdown: the results table, the sweep table, parameters, reproduce line.
+
+Pure string building over results, so tests assert the exact text; `plots` draws the
+PNGs and `main` writes the files. Every number is printed with fixed precision so two runs
+with the same seed give the same bytes.
+"""
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+
+from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core.factory import Tuning
+from gpufleet.autoscaler.core.workload import WorkloadConfig
+from gpufleet.autoscaler.replay.core import sweep
+from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.core.result import RunResult
+
+_HEADER = (
+    "| policy | SLO attainment | TTFT p50 / p99 (s) | e2e p50 / p99 (s) | replica GPU-h "
+    "| billed node GPU-h | x oracle (billed) | scale events | node events |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+)
+_SWEEP_HEADER = (
+    "| policy | knob | SLO attainment | billed node GPU-h | x oracle (billed) | on front |\n"
+    "|---|---|---:|---:|---:|---|\n"
+)
+
+
+def by_trace(results: Iterable[RunResult]) -> dict[str, list[RunResult]]:
+    """Results grouped by trace name, traces and runs in the order given."""
+    groups: dict[str, list[RunResult]] = {}
+    for result in results:
+        groups.setdefault(result.trace, []).append(result)
+    return groups
+
+
+def oracle_gpu_hours(results: Iterable[RunResult]) -> float | None:
+    """The oracle's billed GPU-hours among `results` (one trace's), or None if it did not run."""
+    return next((r.node_gpu_hours for r in results if r.policy == policies.ORACLE), None)
+
+
+def results_table(results: Sequence[RunResult]) -> str:
+    """One trace's table, one row per run, with each run's billed GPU-hours over the oracle's."""
+    oracle = oracle_gpu_hours(results)
+    rows = [
+        f"| {r.policy} | {_percent(r.slo_attainment)} "
+        f"| {r.ttft_p50_seconds:.2f} / {r.ttft_p99_seconds:.2f} "
+        f"| {r.e2e_p50_seconds:.2f} / {r.e2e_p99_seconds:.2f} "
+        f"| {r.replica_gpu_hours:.2f} | {r.node_gpu_hours:.2f} "
+        f"| {_ratio(r.node_gpu_hours, oracle)} "
+        f"| {r.scale_events} | {r.node_events} |\n"
+        for r in results
+    ]
+    return _HEADER + "".join(rows) + _oracle_note(results)
+
+
+def _oracle_note(results: Iterable[RunResult]) -> str:
+    """Below a table with the oracle: the bound its replay started from, which the replay
+    (what `x oracle` divides by) is not."""
+    bound = next((r.oracle for r in results if r.oracle is not None), None)
+    if bound is None:
+        return ""
+    return (
+        f"\nx oracle divides by the oracle's replay: the cheapest clairvoyant schedule found "
+        f"that meets the SLO for 99% of the requests it is judged on (after the warm-up, "
+        f"prompts that fit the SLO); it met {_percent(bound.judged_attainment)} of them. "
+        f"The lower bound it was built from (necessary conditions only, before repairs): "
+        f"{bound.replica_gpu_hours:.2f} replica GPU-h, {bound.node_gpu_hours:.2f} billed "
+        f"node GPU-h.\n"
+    )
+
+
+def tables(results: Sequence[RunResult]) -> str:
+    """Every trace's heading and table: what `gpufleet simulate` prints without --report."""
+    return "\n".join(
+        f"## {trace} ({runs[0].requests:,} requests)\n\n{results_table(runs)}"
+        for trace, runs in by_trace(results).items()
+    )
+
+
+def sweep_tables(results: Sequence[RunResult]) -> str:
+    """Every trace's sweep table and dominance lines: `--sweep` without --report."""
+    return "\n".join(
+        f"## {trace} ({runs[0].requests:,} requests)\n\n{sweep_table(runs)}\n{dominance(runs)}"
+        for trace, runs in by_trace(results).items()
+    )
+
+
+def markdown_report(
+    results: Sequence[RunResult],
+    *,
+    parameters: Sequence[tuple[str, str]],
+    command: str,
+    images: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+) -> str:
+    """The whole report.md: per trace its table and plots, then parameters and command.
+
+    `images` maps a trace name to (alt text, file name) pairs, relative to the report.
+    """
+    sections = ["# gpufleet simulate\n"]
+    for trace, runs in by_trace(results).items():
+        section = f"## {trace} ({runs[0].requests:,} requests)\n\n{results_table(runs)}"
+        section += _images((images or {}).get(trace, ()))
+        sections.append(section)
+    sections += [_parameters_section(parameters), _reproduce_section(command)]
+    return "\n".join(sections)
+
+
+def sweep_report(
+    results: Sequence[RunResult],
+    *,
+    parameters: Sequence[tuple[str, str]],
+    command: str,
+    images: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+) -> str:
+    """A sweep's report.md: per trace every point, the fronts, and which front dominates."""
+    sections = ["# gpufleet simulate --sweep\n"]
+    for trace, runs in by_trace(results).items():
+        sections.append(
+            f"## {trace} ({runs[0].requests:,} requests)\n\n{sweep_table(runs)}\n"
+            f"{dominance(runs)}{_images((images or {}).get(trace, ()))}"
+        )
+    sections += [_parameters_section(parameters), _reproduce_section(command)]
+    return "\n".join(sections)
+
+
+def sweep_table(results: Sequence[RunResult]) -> str:
+    """One trace's sweep points, one row each, marking those on their policy's front."""
+    oracle = oracle_gpu_hours(results)
+    on_front = {(key[1], p) for key, front in sweep.fronts(results).items() for p in front}
+    rows = [
+        f"| {r.policy} | {r.knob or '-'} | {_percent(r.slo_attainment)} "
+        f"| {r.node_gpu_hours:.2f} | {_ratio(r.node_gpu_hours, oracle)} "
+        f"| {'yes' if (r.policy, sweep.point(r)) in on_front else ''} |\n"
+        for r in results
+    ]
+    return _SWEEP_HEADER + "".join(rows) + _oracle_note(results)
+
+
+def dominance(results: Sequence[RunResult]) -> str:
+    """One line per (gpufleet, baseline) pair of one trace: does our front dominate theirs?"""
+    fronts = {policy: front for (_, policy), front in sweep.fronts(results).items()}
+    ours = fronts.get(policies.GPUFLEET)
+    if ours is None:
+        return ""
+    lines = []
+    for name in (policies.HPA, policies.KEDA):
+        if name not in fronts:
+            continue
+        missed = sweep.uncovered(ours, fronts[name])
+        verdict = "yes" if not missed else "no; not matched: " + ", ".join(map(_point, missed))
+        lines.append(f"- gpufleet's front dominates {name}'s: {verdict}\n")
+    return "".join(lines)
+
+
+def parameters(
+    *,
+    workload: WorkloadConfig,
+    config: SimConfig,
+    tuning: Tuning,
+    scale: int,
+    warm_start: Mapping[str, int] | None = None,
+) -> list[tuple[str, str]]:
+    """The numbers a run depends on, as (name, value) rows, in the dataclasses' order.
+
+    `warm_start` maps each trace to the replicas its runs started with when --warm-start
+    chose them, which then replace `initial_replicas`."""
+    rows = [
+        ("trace copies (--scale)", str(scale)),
+        ("min_replicas", str(workload.min_replicas)),
+        ("max_replicas", str(workload.max_replicas)),
+    ]
+    started = None
+    if warm_start:
+        started = ", ".join(f"{trace} {n}" for trace, n in warm_start.items())
+        started += " (--warm-start: what each trace's first minutes need)"
+    rows += [
+        (name, started) if name == "initial_replicas" and started else (name, value)
+        for name, value in _flatten("", config)
+    ]
+    rows += [(f"tuning.{k}", str(v)) for k, v in _flatten("", tuning) if v != "None"]
+    return rows
+
+
+def _flatten(prefix: str, value: object) -> list[tuple[str, str]]:
+    if not dataclasses.is_dataclass(value):
+        return [(prefix, str(value))]
+    rows = []
+    for f in dataclasses.fields(value):
+        rows += _flatten(f"{prefix}.{f.name}" if prefix else f.name, getattr(value, f.name))
+    return rows
+
+
+def _parameters_section(rows: Sequence[tuple[str, str]]) -> str:
+    body = "".join(f"| {name} | {value} |\n" for name, value in rows)
+    return f"## Parameters\n\n| parameter | value |\n|---|---|\n{body}"
+
+
+def _reproduce_section(command: str) -> str:
+    return f"## Reproduce\n\n```sh\n{command}\n```\n"
+
+
+def _images(images: Iterable[tuple[str, str]]) -> str:
+    lines = "".join(f"![{alt}]({name})\n" for alt, name in images)
+    return f"\n{lines}" if lines else ""
+
+
+def _point(p: sweep.Point) -> str:
+    return f"{p.label or '-'} ({_percent(p.attainment)}, {p.gpu_hours:.2f} GPU-h)"
+
+
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.2f}%"
+
+
+def _ratio(value: float, oracle: float | None) -> str:
+    if oracle is None or oracle <= 0:
+        return "n/a"
+    return f"{value / oracle:.2f}x"

@@ -1,0 +1,160 @@
+"""Sweeps: each policy's main knob over its range, and the Pareto fronts that result.
+
+A single run compares policies at one setting each, which flatters whichever baseline
+setting happens to suit the trace. A sweep traces each policy's whole cost/quality curve:
+the Pareto front of (SLO attainment up, billed GPU-hours down) over its knob's values. One
+front dominates another when every point of the other is matched or beaten on both axes.
+
+Pure: `plan` lists the runs, `run` runs one (in whichever process calls it; `main` fans
+them out), `pareto_front` and `dominates` are arithmetic on points.
+"""
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core.factory import Tuning
+from gpufleet.autoscaler.core.workload import WorkloadConfig
+from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.core.result import RunResult
+
+if TYPE_CHECKING:  # trace.py reads files; the sweep only passes Trace values along
+    from gpufleet.autoscaler.replay.core.trace import Trace
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RunSpec:
+    """One simulator run: a trace, a policy and, for a sweep point, its knob's value."""
+
+    trace: "Trace"
+    policy: str
+    workload: WorkloadConfig
+    config: SimConfig
+    tuning: Tuning = dataclasses.field(default_factory=Tuning)
+    knob_value: float | None = None  # None: the policy's value from `tuning`
+
+    @property
+    def label(self) -> str:
+        """`trace policy [knob=value]`, for progress lines."""
+        knob = "" if self.knob_value is None else " " + self.knob
+        return f"{self.trace.name} {self.policy}{knob}"
+
+    @property
+    def knob(self) -> str:
+        if self.knob_value is None:
+            return ""
+        return policies.knob_label(self.policy, self.knob_value)
+
+
+def plan(
+    traces: Sequence["Trace"],
+    names: Sequence[str],
+    *,
+    workload: WorkloadConfig,
+    config: SimConfig,
+    tuning: Tuning,
+    sweep: bool,
+    warm_start: bool = False,
+) -> list[RunSpec]:
+    """The runs, trace by trace in the order given, then policy by policy, knob ascending.
+
+    Without `sweep`, one run per (trace, policy). With it, one per knob value; the oracle
+    has no knob and stays a single point, the bound every front is measured against.
+    `warm_start` starts each trace's runs with the replicas its first minutes need
+    (`oracle.warm_start_replicas`), the same for every policy.
+    """
+    from gpufleet.autoscaler.replay.core.oracle import warm_start_replicas
+
+    specs = []
+    for trace in traces:
+        trace_config = config
+        if warm_start:
+            initial = warm_start_replicas(trace, workload=workload, config=config)
+            trace_config = dataclasses.replace(
+                config, initial_replicas=max(initial, config.initial_replicas)
+            )
+        for name in names:
+            values: Sequence[float | None] = [None]
+            if sweep and name != policies.ORACLE:
+                values = policies.knob(name).sweep
+            specs += [
+                RunSpec(
+                    trace=trace,
+                    policy=name,
+                    workload=workload,
+                    config=trace_config,
+                    tuning=tuning,
+                    knob_value=value,
+                )
+                for value in values
+            ]
+    return specs
+
+
+def run(spec: RunSpec, progress: Callable[[float], None] | None = None) -> RunResult:
+    """Run one spec to its result; the result's `knob` names the sweep point, if any."""
+    # Imported here so that the sweep's arithmetic loads without the engine.
+    from gpufleet.autoscaler.replay.core.engine import simulate
+
+    if spec.policy == policies.ORACLE:
+        from gpufleet.autoscaler.replay.core.oracle import run_oracle
+
+        return run_oracle(spec.trace, workload=spec.workload, config=spec.config, progress=progress)
+    policy = policies.make_policy(
+        spec.policy, spec.workload, spec.tuning, knob_value=spec.knob_value
+    )
+    result = simulate(
+        spec.trace, policy, workload=spec.workload, config=spec.config, progress=progress
+    )
+    # The policy object's own name may differ from the name it was asked for by.
+    return dataclasses.replace(result, policy=spec.policy, knob=spec.knob)
+
+
+class Point(NamedTuple):
+    attainment: float  # fraction of requests within the TTFT SLO
+    gpu_hours: float  # billed node GPU-hours
+    label: str = ""
+
+
+def point(result: RunResult) -> Point:
+    return Point(result.slo_attainment, result.node_gpu_hours, result.knob)
+
+
+def pareto_front(points: Iterable[Point]) -> tuple[Point, ...]:
+    """The points no other point beats: none has >= attainment at <= GPU-hours, better in one.
+
+    Ordered by GPU-hours, so attainment rises along the front. Of equal points the first
+    given is kept.
+    """
+    front: list[Point] = []
+    ordered = sorted(enumerate(points), key=lambda ip: (ip[1].gpu_hours, -ip[1].attainment, ip[0]))
+    for _, p in ordered:
+        if not front or p.attainment > front[-1].attainment:
+            front.append(p)
+    return tuple(front)
+
+
+def uncovered(front_a: Sequence[Point], front_b: Sequence[Point]) -> tuple[Point, ...]:
+    """The points of `front_b` that no point of `front_a` matches or beats on both axes."""
+    return tuple(
+        b
+        for b in front_b
+        if not any(a.attainment >= b.attainment and a.gpu_hours <= b.gpu_hours for a in front_a)
+    )
+
+
+def dominates(front_a: Sequence[Point], front_b: Sequence[Point]) -> bool:
+    """For every point of b, some point of a with >= attainment and <= GPU-hours.
+
+    Vacuously true for an empty b; an empty a dominates nothing else.
+    """
+    return not uncovered(front_a, front_b)
+
+
+def fronts(results: Iterable[RunResult]) -> dict[tuple[str, str], tuple[Point, ...]]:
+    """Each (trace, policy)'s Pareto front, in the order the pairs first appear."""
+    points: dict[tuple[str, str], list[Point]] = {}
+    for result in results:
+        points.setdefault((result.trace, result.policy), []).append(point(result))
+    return {key: pareto_front(ps) for key, ps in points.items()}

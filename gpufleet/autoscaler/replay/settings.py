@@ -1,0 +1,372 @@
+"""`gpufleet simulate`'s settings: flags, GPUFLEET_SIM_* env vars, defaults, and the command line.
+
+Defaults are read from the simulator's own dataclasses (ServiceModel, ClusterModel, ...)
+so the flags can never disagree with what a test or a sweep gets by constructing them
+directly. The settings object stays here: the engine and policies receive the plain
+dataclasses `workload()`, `sim_config()` and `tuning()` build. Not pure (pydantic).
+"""
+
+import shlex
+
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core.factory import Tuning
+from gpufleet.autoscaler.core.workload import WorkloadConfig
+from gpufleet.autoscaler.replay.core.model import (
+    ClusterModel,
+    PipelineModel,
+    ServiceModel,
+    SimConfig,
+)
+from gpufleet.settings import setting
+
+RUN = "what to run"
+WORKLOAD = "workload"
+SERVICE = "service model (one replica)"
+CLUSTER = "cluster"
+PIPELINE = "metrics pipeline"
+POLICIES = "policies"
+
+_SERVICE = ServiceModel()
+_CLUSTER = ClusterModel()
+_PIPELINE = PipelineModel()
+_TUNING = Tuning()
+
+
+class SimulateSettings(BaseSettings):
+    """All `gpufleet simulate` settings. Field descriptions are the --help text."""
+
+    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid")
+
+    trace: str = setting(
+        "",
+        "GPUFLEET_SIM_TRACE",
+        "--trace",
+        group=RUN,
+        help="Required. Request trace CSV(s) (TIMESTAMP,ContextTokens,GeneratedTokens, as the "
+        "Azure LLM inference traces): repeat the flag or give a comma list. The 2023 Azure "
+        "code and conversation traces are in the shared traces folder.",
+    )
+    policy: str = setting(
+        ",".join(policies.NAMES),
+        "GPUFLEET_SIM_POLICY",
+        "--policy",
+        group=RUN,
+        help="Policies to compare, comma separated: hpa, keda, gpufleet, oracle (a "
+        "clairvoyant schedule the others are compared with; its lower bound is reported "
+        "beside it).",
+    )
+    report: str = setting(
+        "",
+        "GPUFLEET_SIM_REPORT",
+        "--report",
+        group=RUN,
+        help="Write report.md and PNG plots into this directory; empty prints the table.",
+    )
+    scale: int = setting(
+        1,
+        "GPUFLEET_SIM_SCALE",
+        "--scale",
+        group=RUN,
+        help="Replay K shifted copies of each trace at once (K times the load).",
+        ge=1,
+    )
+    seed: int = setting(
+        0,
+        "GPUFLEET_SIM_SEED",
+        "--seed",
+        group=RUN,
+        help="Seed of the --scale copies' jitter; the same seed gives the same numbers, byte "
+        "for byte.",
+    )
+    sweep: bool = setting(
+        False,
+        "GPUFLEET_SIM_SWEEP",
+        "--sweep",
+        group=RUN,
+        help="Vary each policy's main knob (HPA target, KEDA queue target, our headroom) and "
+        "report SLO attainment against billed GPU-hours as Pareto fronts.",
+    )
+    jobs: int = setting(
+        0,
+        "GPUFLEET_SIM_JOBS",
+        "--jobs",
+        group=RUN,
+        help="Sweep runs in parallel, one process each; 0 means one per CPU.",
+        ge=0,
+    )
+    progress: bool = setting(
+        True,
+        "GPUFLEET_SIM_PROGRESS",
+        "--progress",
+        group=RUN,
+        help="Progress bar on stderr while a run goes (only on a terminal).",
+    )
+    warm_start: bool = setting(
+        True,
+        "GPUFLEET_SIM_WARM_START",
+        "--warm-start",
+        group=WORKLOAD,
+        help="Start every run with the replicas the trace's first minutes need (the oracle's "
+        "warm-up requirement) instead of --min-replicas. No policy can add capacity before "
+        "a cold start plus node provisioning, so a cold start only loses the same early "
+        "requests under every policy.",
+    )
+    slo_ttft_seconds: float = setting(
+        2.0,
+        "GPUFLEET_SIM_SLO_TTFT_SECONDS",
+        "--slo-ttft-seconds",
+        group=WORKLOAD,
+        help="Time-to-first-token SLO; attainment is the fraction of requests within it.",
+        gt=0,
+    )
+    min_replicas: int = setting(
+        1,
+        "GPUFLEET_SIM_MIN_REPLICAS",
+        "--min-replicas",
+        group=WORKLOAD,
+        help="Fewest replicas any policy may keep; 0 allows scale to zero.",
+        ge=0,
+    )
+    max_replicas: int = setting(
+        200,
+        "GPUFLEET_SIM_MAX_REPLICAS",
+        "--max-replicas",
+        group=WORKLOAD,
+        help="Most replicas any policy may ask for; far above what the Azure traces need, so "
+        "it never caps a policy.",
+        ge=1,
+    )
+    cold_start_seconds: float = setting(
+        _CLUSTER.cold_start_seconds,
+        "GPUFLEET_SIM_COLD_START_SECONDS",
+        "--cold-start-seconds",
+        group=CLUSTER,
+        help="Replica scheduled to serving: image pull, weights, warm-up. 60 s assumes a cached "
+        "image and fast weight loading; real pods take 1-7 min.",
+        ge=0,
+    )
+    node_provision_seconds: float = setting(
+        _CLUSTER.node_provision_seconds,
+        "GPUFLEET_SIM_NODE_PROVISION_SECONDS",
+        "--node-provision-seconds",
+        group=CLUSTER,
+        help="Node requested to schedulable (Karpenter or Cluster Autoscaler): 80-120 s of boot "
+        "plus GPU driver and device plugin start.",
+        ge=0,
+    )
+    gpus_per_node: int = setting(
+        _CLUSTER.gpus_per_node,
+        "GPUFLEET_SIM_GPUS_PER_NODE",
+        "--gpus-per-node",
+        group=CLUSTER,
+        help="GPUs per node; a node bills all of them from launch to removal. gpufleet "
+        "knows it as its pool's node size: which GPUs are idle on nodes paid for.",
+        ge=1,
+    )
+    node_idle_seconds: float = setting(
+        _CLUSTER.node_idle_seconds,
+        "GPUFLEET_SIM_NODE_IDLE_SECONDS",
+        "--node-idle-seconds",
+        group=CLUSTER,
+        help="An empty node is removed after this long, as Karpenter's consolidateAfter or Cluster "
+        "Autoscaler's scale-down-unneeded-time do.",
+        ge=0,
+    )
+    batch_slots: int = setting(
+        _SERVICE.batch_slots,
+        "GPUFLEET_SIM_BATCH_SLOTS",
+        "--batch-slots",
+        group=SERVICE,
+        help="Concurrent sequences per replica (vLLM max_num_seqs); gpufleet is told it as "
+        "the workload's batch size, as an operator would configure it.",
+        ge=1,
+    )
+    prefill_tokens_per_second: float = setting(
+        _SERVICE.prefill_tokens_per_second,
+        "GPUFLEET_SIM_PREFILL_TOKENS_PER_SECOND",
+        "--prefill-tokens-per-second",
+        group=SERVICE,
+        help="Prompt tokens one replica prefills per second (compute-bound; an 8B model on an "
+        "H100).",
+        gt=0,
+    )
+    decode_seconds_per_token: float = setting(
+        _SERVICE.decode_seconds_per_token,
+        "GPUFLEET_SIM_DECODE_SECONDS_PER_TOKEN",
+        "--decode-seconds-per-token",
+        group=SERVICE,
+        help="Seconds per output token with one sequence in the batch; it grows with the "
+        "batch, as memory-bound decode does.",
+        gt=0,
+    )
+    scrape_interval_seconds: float = setting(
+        _PIPELINE.scrape_interval_seconds,
+        "GPUFLEET_SIM_SCRAPE_INTERVAL_SECONDS",
+        "--scrape-interval-seconds",
+        group=PIPELINE,
+        help="Serving metrics and GPU exporter scrape interval (the gpufleet exporter collects "
+        "every 5 s).",
+        gt=0,
+    )
+    hpa_target_util: float = setting(
+        _TUNING.hpa_target_util,
+        "GPUFLEET_SIM_HPA_TARGET_UTIL",
+        "--hpa-target-util",
+        group=POLICIES,
+        help="HPA target average GPU utilization, percent.",
+        gt=0,
+        le=100,
+    )
+    keda_queue_target: float = setting(
+        _TUNING.keda_queue_target,
+        "GPUFLEET_SIM_KEDA_QUEUE_TARGET",
+        "--keda-queue-target",
+        group=POLICIES,
+        help="KEDA target queued requests per replica (AverageValue).",
+        gt=0,
+    )
+    keda_polling_interval_seconds: float = setting(
+        _TUNING.keda_polling_interval_seconds,
+        "GPUFLEET_SIM_KEDA_POLLING_INTERVAL_SECONDS",
+        "--keda-polling-interval-seconds",
+        group=POLICIES,
+        help="KEDA pollingInterval.",
+        gt=0,
+    )
+
+    gpufleet_fill_nodes: bool = setting(
+        True,
+        "GPUFLEET_SIM_GPUFLEET_FILL_NODES",
+        "--gpufleet-fill-nodes",
+        group=POLICIES,
+        help="Let gpufleet fill the idle GPUs of the nodes its replicas need anyway with warm "
+        "replicas (the simulated workload owns its nodes, and a node bills all its GPUs).",
+    )
+    gpufleet_headroom: float | None = setting(
+        None,
+        "GPUFLEET_SIM_GPUFLEET_HEADROOM",
+        "--gpufleet-headroom",
+        group=POLICIES,
+        help="gpufleet's spare capacity over predicted demand (0.25: replicas run at 80% of "
+        "their learned rate); unset keeps the policy's default (0.4).",
+        ge=0,
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policies(cls, value: str) -> str:
+        names = _split(value)
+        if not names:
+            raise ValueError("no policy given")
+        policies.check_names(names)
+        return ",".join(names)
+
+    @property
+    def trace_paths(self) -> tuple[str, ...]:
+        return _split(self.trace)
+
+    @property
+    def policy_names(self) -> tuple[str, ...]:
+        return _split(self.policy)
+
+    def workload(self) -> WorkloadConfig:
+        return WorkloadConfig(
+            name="llm",
+            min_replicas=self.min_replicas,
+            max_replicas=self.max_replicas,
+            slo_ttft_seconds=self.slo_ttft_seconds,
+            cold_start_seconds=self.cold_start_seconds,
+            node_provision_seconds=self.node_provision_seconds,
+            gpus_per_node=self.gpus_per_node,
+            batch_slots=self.batch_slots,
+        )
+
+    def sim_config(self) -> SimConfig:
+        return SimConfig(
+            service=ServiceModel(
+                batch_slots=self.batch_slots,
+                prefill_tokens_per_second=self.prefill_tokens_per_second,
+                decode_seconds_per_token=self.decode_seconds_per_token,
+            ),
+            cluster=ClusterModel(
+                cold_start_seconds=self.cold_start_seconds,
+                node_provision_seconds=self.node_provision_seconds,
+                gpus_per_node=self.gpus_per_node,
+                node_idle_seconds=self.node_idle_seconds,
+            ),
+            pipeline=PipelineModel(scrape_interval_seconds=self.scrape_interval_seconds),
+            # The workload's floor is up and serving when the trace starts.
+            initial_replicas=max(SimConfig().initial_replicas, self.min_replicas),
+        )
+
+    def tuning(self) -> Tuning:
+        return Tuning(
+            hpa_target_util=self.hpa_target_util,
+            keda_queue_target=self.keda_queue_target,
+            keda_polling_interval_seconds=self.keda_polling_interval_seconds,
+            gpufleet_headroom=self.gpufleet_headroom,
+            gpufleet_fill_nodes=self.gpufleet_fill_nodes,
+        )
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+# Output-only settings: they do not change the numbers, so the reproduce line leaves them out.
+_NOT_REPRODUCED = frozenset({"report", "progress", "jobs"})
+
+
+def command_line(settings: SimulateSettings) -> str:
+    """The `gpufleet simulate` command that reproduces these numbers, wherever they came from.
+
+    Every setting that differs from its default is spelled as its flag, so values taken from
+    env vars are reproduced too; output-only settings (report directory, progress, jobs) are
+    left out.
+    """
+    words = ["gpufleet", "simulate"]
+    for name, info in SimulateSettings.model_fields.items():
+        value = getattr(settings, name)
+        if name in _NOT_REPRODUCED or (value == info.default and name != "trace"):
+            continue
+        flag = info.json_schema_extra["flags"][0]  # type: ignore[index]
+        if isinstance(value, bool):
+            words.append(flag if value else f"--no-{flag[2:]}")
+        else:
+            words += [flag, str(value)]
+    return shlex.join(words)
+
+
+def merge_repeated(argv: list[str], flag: str) -> list[str]:
+    """`argv` with every `FLAG X` / `FLAG=X` joined into one `FLAG X,Y` where the first was.
+
+    argparse keeps only the last value of a repeated option; a repeatable flag is easier to
+    script (`--trace a.csv --trace b.csv`) than a comma list.
+    """
+    values: list[str] = []
+    out: list[str] = []
+    first = -1
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            out += argv[i:]
+            break
+        if word == flag and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            values.append(argv[i + 1])
+            i += 2
+        elif word.startswith(flag + "="):
+            values.append(word[len(flag) + 1 :])
+            i += 1
+        else:
+            out.append(word)
+            i += 1
+            continue
+        if first < 0:
+            first = len(out)
+    if first >= 0:
+        out[first:first] = [flag, ",".join(values)]
+    return out

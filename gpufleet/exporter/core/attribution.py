@@ -1,0 +1,449 @@
+"""Pod attribution: which pod holds each GPU, MIG slice or time-sliced share, and what each
+pod sharing an entity uses of it.
+
+Pure: no I/O, no clock, no logging. The adapters gather the kubelet's view
+(`podresources`) and the pid -> pod UID map (`procfs`); this module joins them with one
+collection. It never guesses: a device ID it cannot place, or a sharing pod whose UID it
+cannot resolve, is left out and counted, never attributed by heuristics; a shared entity
+whose per-process data NVML could not give keeps the device value for every pod (counted
+unsplit) rather than a made-up 0.
+
+Terminated pods: kubelets before 1.34 list them too (dcgm-exporter #140). Since 1.16 `List`
+first frees the devices of pods in a terminal phase, so such a pod is listed without
+devices and gets no series; older kubelets, and any kubelet whose pod sources are not yet
+ready after a restart, still report its devices until the next allocation frees them.
+Those pods stay attributed until then (telling them apart needs the pod phase, from the
+API server). Should a whole device (no `::n` replica) ever be listed for two pods, only
+the pods the device manager's checkpoint confirms keep it; without such evidence all keep
+it and are counted `ambiguous_holders`.
+
+Two steps keep the per-collection cost O(entities + processes): `build_index` runs when the
+kubelet view or the node's entities change (every few seconds at most); `attribute` runs
+every collection.
+"""
+
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import NamedTuple, Protocol
+
+from gpufleet.exporter.core.fields import BYTES_PER_MIB
+from gpufleet.exporter.core.samples import (
+    FB_USED,
+    GPU_UTIL,
+    Entity,
+    EntitySample,
+    PodRef,
+    PodShare,
+    PodView,
+    ProcessSample,
+)
+
+# Resource names the NVIDIA device plugin advertises. `.shared` is its time-slicing/MPS
+# rename (renameByDefault); dcgm-exporter drops it unless listed (its #151), we keep it.
+GPU_RESOURCE_NAMES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+# GKE's device plugin: nvidiaN (whole GPU), nvidiaN/giK (MIG), optional /vgpuM (sharing).
+_GKE_ID = re.compile(r"nvidia([0-9]+)(?:/gi([0-9]+))?(?:/vgpu([0-9]+))?")
+_UUID_ID = re.compile(r"(GPU|MIG)-[0-9a-fA-F][0-9a-fA-F-]*")
+_OLD_MIG_ID = re.compile(r"MIG-(GPU-[0-9a-fA-F][0-9a-fA-F-]*)/([0-9]+)/([0-9]+)")
+
+Key = tuple[int, int | None]  # Entity.key
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerDevices:
+    """Devices of one resource held by one container, as pod-resources `List` reports them
+    (one record per NUMA node is fine: `build_index` merges them)."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource_name: str
+    device_ids: tuple[str, ...]
+
+
+class CheckpointRecord(Protocol):
+    """One kubelet checkpoint entry (gpufleet.kubelet.checkpoint.CheckpointEntry fits)."""
+
+    @property
+    def pod_uid(self) -> str: ...
+    @property
+    def container_name(self) -> str: ...
+    @property
+    def resource_name(self) -> str: ...
+    @property
+    def device_ids(self) -> Collection[str]: ...
+
+
+class DeviceId(NamedTuple):
+    """A device-plugin ID, parsed: what it points at and which sharing replica it is.
+
+    Exactly one of `gpu_uuid`, `gpu_index` or `mig_uuid` is set; `gi_id` narrows a GPU to
+    one of its MIG instances.
+    """
+
+    gpu_uuid: str | None = None  # "GPU-<uuid>"
+    gpu_index: int | None = None  # GKE's nvidiaN
+    mig_uuid: str | None = None  # "MIG-<uuid>"
+    gi_id: int | None = None
+    replica: int | None = None  # time-slicing/MPS replica: "::n" or GKE "/vgpuM"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttributionStats:
+    """What could not be attributed. Gauges: counts for the current kubelet view and the
+    current collection, not increments."""
+
+    unknown_device_ids: int = 0  # kept-resource IDs that match no entity on this node
+    unresolved_uids: int = 0  # holding pods with no (or an ambiguous) checkpoint UID
+    # shared entities left without per-pod values: a UID missing, or NVML could not tell
+    # the entity's processes
+    unsplit_entities: int = 0
+    unattributed_processes: int = 0  # processes on a split entity not in any holding pod
+    stale_holders: int = 0  # pods dropped from a whole device the checkpoint gives another
+    ambiguous_holders: int = 0  # pods sharing a whole device, none confirmed by checkpoint
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttributionIndex:
+    """The kubelet view placed on the node's entities. Build once per kubelet refresh."""
+
+    holders: Mapping[Key, tuple[PodShare, ...]]  # sorted; `values` empty
+    splits: Mapping[Key, frozenset[str]]  # shared entities with every pod's UID known
+    stats: AttributionStats
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attribution:
+    """One collection's pod view and what it could not attribute."""
+
+    pods: PodView
+    stats: AttributionStats
+
+
+EMPTY_INDEX = AttributionIndex(holders={}, splits={}, stats=AttributionStats())
+
+
+def keeps_resource(name: str, extra_names: Collection[str] = ()) -> bool:
+    """Whether devices of resource `name` are GPUs this exporter attributes."""
+    return name in GPU_RESOURCE_NAMES or name.startswith(MIG_RESOURCE_PREFIX) or name in extra_names
+
+
+def parse_device_id(raw: str) -> DeviceId | None:
+    """Parse every device-ID form a GPU device plugin advertises; None if unrecognised.
+
+    `GPU-<uuid>`, `MIG-<uuid>` (either with a `::n` replica suffix), the old driver's
+    `MIG-GPU-<uuid>/<gi>/<ci>`, and GKE's `nvidiaN`, `nvidiaN/giK[/vgpuM]`, `nvidiaN/vgpuM`.
+    """
+    base, sep, suffix = raw.rpartition("::")
+    if not sep:
+        base, replica = raw, None
+    elif suffix.isascii() and suffix.isdigit():
+        replica = int(suffix)
+    else:
+        return None
+    if match := _OLD_MIG_ID.fullmatch(base):
+        return DeviceId(gpu_uuid=match[1], gi_id=int(match[2]), replica=replica)
+    if match := _UUID_ID.fullmatch(base):
+        if match[1] == "MIG":
+            return DeviceId(mig_uuid=base, replica=replica)
+        return DeviceId(gpu_uuid=base, replica=replica)
+    if not sep and (match := _GKE_ID.fullmatch(base)):
+        gi, vgpu = match[2], match[3]
+        return DeviceId(
+            gpu_index=int(match[1]),
+            gi_id=None if gi is None else int(gi),
+            replica=None if vgpu is None else int(vgpu),
+        )
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Topology:
+    gpu_by_uuid: Mapping[str, int]
+    key_by_mig_uuid: Mapping[str, Key]
+    # gpu index -> its whole-GPU entity (when reported) and all its MIG instances
+    keys_by_gpu: Mapping[int, tuple[Key, ...]]
+
+
+def _topology(entities: Iterable[Entity]) -> _Topology:
+    gpu_by_uuid: dict[str, int] = {}
+    key_by_mig_uuid: dict[str, Key] = {}
+    keys_by_gpu: dict[int, list[Key]] = {}
+    for entity in entities:
+        gpu_by_uuid[entity.uuid] = entity.gpu
+        keys_by_gpu.setdefault(entity.gpu, []).append(entity.key)
+        if entity.mig is not None:
+            key_by_mig_uuid[entity.mig.uuid] = entity.key
+    return _Topology(
+        gpu_by_uuid=gpu_by_uuid,
+        key_by_mig_uuid=key_by_mig_uuid,
+        keys_by_gpu={gpu: tuple(keys) for gpu, keys in keys_by_gpu.items()},
+    )
+
+
+def _locate(device: DeviceId, topology: _Topology) -> tuple[Key, ...]:
+    """The entity keys a parsed ID holds on this node; empty when it matches none.
+
+    A MIG ID holds its instance. A whole-GPU ID holds the GPU's entity and, on a
+    MIG-enabled GPU, every MIG instance too: the pod owns the whole card (MIG strategy
+    `none`), so every slice's series carry its labels. GKE's N is taken as the NVML index,
+    as dcgm-exporter does.
+    """
+    if device.mig_uuid is not None:
+        key = topology.key_by_mig_uuid.get(device.mig_uuid)
+        return () if key is None else (key,)
+    gpu = device.gpu_index
+    if device.gpu_uuid is not None:
+        gpu = topology.gpu_by_uuid.get(device.gpu_uuid)
+    keys = topology.keys_by_gpu.get(gpu, ()) if gpu is not None else ()
+    if device.gi_id is None:
+        return keys
+    return ((gpu, device.gi_id),) if (gpu, device.gi_id) in keys else ()
+
+
+def build_index(
+    containers: Iterable[ContainerDevices],
+    checkpoint: Iterable[CheckpointRecord],
+    entities: Iterable[Entity],
+    *,
+    extra_resource_names: Collection[str] = (),
+) -> AttributionIndex:
+    """Place every kept container's devices on the node's entities.
+
+    Rebuild when the kubelet view or the set of entities changes. IDs that parse to no
+    entity are dropped and counted; a pod's UID comes from the checkpoint entry with the
+    same (container, resource, set of device IDs), and stays None when no entry or
+    conflicting entries match. A whole device listed for several pods stays only with
+    those whose holding matches a checkpoint entry (all of them when none does).
+    """
+    kept = _merged(c for c in containers if keeps_resource(c.resource_name, extra_resource_names))
+    topology = _topology(entities)
+    table = _uid_table(checkpoint, kept)
+    uids = _pod_uids(kept, table)
+    stale, stale_pods, ambiguous_pods = _stale_holdings(kept, table)
+    replicas: dict[Key, dict[PodRef, set[int]]] = {}
+    unknown = 0
+    for position, held in enumerate(kept):
+        pod = PodRef(
+            namespace=held.namespace,
+            name=held.pod,
+            container=held.container,
+            uid=uids[(held.namespace, held.pod)],
+        )
+        for raw in held.device_ids:
+            if (position, raw) in stale:
+                continue
+            device = parse_device_id(raw)
+            keys = () if device is None else _locate(device, topology)
+            unknown += not keys
+            for key in keys:
+                got = replicas.setdefault(key, {}).setdefault(pod, set())
+                if device is not None and device.replica is not None:
+                    got.add(device.replica)
+    holders = {key: _shares(pods) for key, pods in replicas.items()}
+    splits, unsplit = _splits(holders)
+    stats = AttributionStats(
+        unknown_device_ids=unknown,
+        # pods left holding something: a pod dropped as stale is not a UID to find
+        unresolved_uids=sum(
+            uids[pod] is None
+            for pod in {(p.namespace, p.name) for held in replicas.values() for p in held}
+        ),
+        unsplit_entities=unsplit,
+        stale_holders=stale_pods,
+        ambiguous_holders=ambiguous_pods,
+    )
+    return AttributionIndex(holders=holders, splits=splits, stats=stats)
+
+
+def _merged(containers: Iterable[ContainerDevices]) -> list[ContainerDevices]:
+    """One record per (pod, container, resource) with its unique IDs, in order.
+
+    `List` reports a container's devices once per NUMA node (a device spanning nodes under
+    each), while the checkpoint has one entry per resource: merge before joining.
+    """
+    ids: dict[tuple[str, str, str, str], dict[str, None]] = {}
+    for held in containers:
+        key = (held.namespace, held.pod, held.container, held.resource_name)
+        ids.setdefault(key, {}).update(dict.fromkeys(held.device_ids))
+    return [
+        ContainerDevices(
+            namespace=ns, pod=pod, container=ctr, resource_name=res, device_ids=tuple(got)
+        )
+        for (ns, pod, ctr, res), got in ids.items()
+    ]
+
+
+def _uid_table(
+    checkpoint: Iterable[CheckpointRecord], kept: Iterable[ContainerDevices]
+) -> dict[tuple[str, str, frozenset[str]], str | None]:
+    """(container, resource, device IDs) -> pod UID; None where entries disagree.
+
+    Only keys exactly one listed pod holds: when two pods' holdings look the same (a stale
+    and a live pod with the same container name), an entry cannot tell which one it is.
+    """
+    claims: dict[tuple[str, str, frozenset[str]], set[tuple[str, str]]] = {}
+    for held in kept:
+        claims.setdefault(_join_key(held), set()).add((held.namespace, held.pod))
+    table: dict[tuple[str, str, frozenset[str]], str | None] = {}
+    for entry in checkpoint:
+        key = (entry.container_name, entry.resource_name, frozenset(entry.device_ids))
+        if len(claims.get(key, ())) == 1:
+            agree = table.get(key, entry.pod_uid) == entry.pod_uid
+            table[key] = entry.pod_uid if agree else None
+    return table
+
+
+def _stale_holdings(
+    kept: Sequence[ContainerDevices],
+    table: Mapping[tuple[str, str, frozenset[str]], str | None],
+) -> tuple[frozenset[tuple[int, str]], int, int]:
+    """Holdings of whole devices (no replica suffix) that `List` gives to 2+ pods.
+
+    A pod with a holding of the device that matches a checkpoint entry (in `table`, so no
+    other pod's holding looks the same) is live; the others' holdings of it are stale.
+    Returns the stale (position in `kept`, device ID) pairs, the number of pods losing a
+    device that way, and the number of pods kept on a contested device for want of any
+    checkpoint match.
+    """
+    positions: dict[str, list[int]] = {}
+    for position, held in enumerate(kept):
+        for raw in held.device_ids:
+            device = parse_device_id(raw)
+            if device is not None and device.replica is None:
+                positions.setdefault(raw, []).append(position)
+    stale: set[tuple[int, str]] = set()
+    stale_pods: set[tuple[str, str]] = set()
+    ambiguous_pods: set[tuple[str, str]] = set()
+    for raw, held_at in positions.items():
+        pods = {(kept[p].namespace, kept[p].pod) for p in held_at}
+        if len(pods) < 2:
+            continue
+        live = {(kept[p].namespace, kept[p].pod) for p in held_at if _join_key(kept[p]) in table}
+        if not live:
+            ambiguous_pods |= pods
+            continue
+        for p in held_at:
+            if (kept[p].namespace, kept[p].pod) not in live:
+                stale.add((p, raw))
+                stale_pods.add((kept[p].namespace, kept[p].pod))
+    return frozenset(stale), len(stale_pods), len(ambiguous_pods)
+
+
+def _join_key(held: ContainerDevices) -> tuple[str, str, frozenset[str]]:
+    """What a `List` holding shares with its checkpoint entry."""
+    return (held.container, held.resource_name, frozenset(held.device_ids))
+
+
+def _pod_uids(
+    kept: Sequence[ContainerDevices],
+    table: Mapping[tuple[str, str, frozenset[str]], str | None],
+) -> dict[tuple[str, str], str | None]:
+    """(namespace, pod) -> UID. Any matching container resolves its pod; conflicts -> None."""
+    found: dict[tuple[str, str], set[str | None]] = {}
+    for held in kept:
+        uid = table.get(_join_key(held))
+        found.setdefault((held.namespace, held.pod), set()).add(uid)
+    resolved: dict[tuple[str, str], str | None] = {}
+    for pod, candidates in found.items():
+        known = candidates - {None}
+        resolved[pod] = next(iter(known)) if len(known) == 1 else None
+    return resolved
+
+
+def _shares(pods: Mapping[PodRef, set[int]]) -> tuple[PodShare, ...]:
+    ordered = sorted(pods, key=lambda p: (p.namespace, p.name, p.container, p.uid or ""))
+    return tuple(
+        PodShare(pod=pod, vgpu=",".join(str(n) for n in sorted(pods[pod])) or None)
+        for pod in ordered
+    )
+
+
+def _splits(holders: Mapping[Key, tuple[PodShare, ...]]) -> tuple[dict[Key, frozenset[str]], int]:
+    """Shared entities (2+ pods) whose pods all have a UID, and how many lack one."""
+    splits: dict[Key, frozenset[str]] = {}
+    unsplit = 0
+    for key, shares in holders.items():
+        if len({(s.pod.namespace, s.pod.name) for s in shares}) < 2:
+            continue
+        uids = [s.pod.uid for s in shares]
+        if None in uids:
+            unsplit += 1
+        else:
+            splits[key] = frozenset(uid for uid in uids if uid is not None)
+    return splits, unsplit
+
+
+def attribute(
+    index: AttributionIndex, samples: Iterable[EntitySample], pid_pods: Mapping[int, str]
+) -> Attribution:
+    """Join one collection with the kubelet index.
+
+    Entities held by no pod are absent from the view. An entity held by one pod gets no
+    per-pod values (the device value is the pod's value). On a shared entity each pod gets
+    its own GPU_UTIL and FB_USED from its processes (`pid_pods` maps pid -> pod UID);
+    where NVML could not tell the processes (`processes` None) every pod keeps the device
+    value and the entity counts as unsplit. Values are per pod: two containers of one pod
+    on the same entity each show the pod's total, since a process maps to a pod, not a
+    container.
+    """
+    pods: dict[Key, tuple[PodShare, ...]] = {}
+    stray = 0
+    unknown = 0
+    for sample in samples:
+        key = sample.entity.key
+        shares = index.holders.get(key)
+        if not shares:
+            continue
+        uids = index.splits.get(key)
+        if uids is None or sample.processes is None:
+            pods[key] = shares
+            unknown += uids is not None
+            continue
+        pods[key], unmatched = _split(shares, sample.processes, uids, pid_pods)
+        stray += unmatched
+    stats = replace(
+        index.stats,
+        unattributed_processes=stray,
+        unsplit_entities=index.stats.unsplit_entities + unknown,
+    )
+    return Attribution(pods=pods, stats=stats)
+
+
+def _split(
+    shares: tuple[PodShare, ...],
+    processes: Sequence[ProcessSample],
+    uids: frozenset[str],
+    pid_pods: Mapping[int, str],
+) -> tuple[tuple[PodShare, ...], int]:
+    """Per-pod GPU_UTIL (summed %, capped at 100) and FB_USED (MiB) on one shared entity.
+
+    `processes` is what NVML listed (possibly none). A field is split only when some
+    process reports it (or there are no processes): when NVML gave no per-process value,
+    the pods keep the device value rather than a made-up 0. Pods with no processes get 0.
+    Returns the shares and the count of stray processes.
+    """
+    util = dict.fromkeys(uids, 0.0)
+    used_bytes = dict.fromkeys(uids, 0)
+    stray = 0
+    for process in processes:
+        uid = pid_pods.get(process.pid)
+        if uid not in util:
+            stray += 1
+            continue
+        util[uid] += process.sm_util_percent or 0.0
+        used_bytes[uid] += process.used_memory_bytes or 0
+    split_util = not processes or any(p.sm_util_percent is not None for p in processes)
+    split_fb = not processes or any(p.used_memory_bytes is not None for p in processes)
+    values: dict[str, dict[str, float]] = {}
+    for uid in uids:
+        pod_values: dict[str, float] = {}
+        if split_util:
+            pod_values[GPU_UTIL] = min(100.0, util[uid])
+        if split_fb:
+            pod_values[FB_USED] = float(used_bytes[uid] // BYTES_PER_MIB)
+        values[uid] = pod_values
+    return tuple(replace(s, values=values.get(s.pod.uid or "", {})) for s in shares), stray

@@ -1,0 +1,60 @@
+"""Compatibility profiles: which dcgm-exporter release's names, units and label keys to serve.
+
+dcgm-exporter changed its output twice in ways that break dashboards: 4.9.0 renamed fields
+and changed units, and 4.6.0-4.8.3 lowercased `Hostname`. Users pick the release their
+dashboards were built for; the snapshot stays in legacy units and is converted here.
+
+Pure data and lookups: no I/O, no clock, no logging.
+"""
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpufleet.exporter.core.fields import FieldSpec
+
+
+class Profile(StrEnum):
+    """Field names and units."""
+
+    LEGACY = "legacy"  # dcgm-exporter <= 4.8: legacy names, MHz / mJ / % / MiB / MB/s
+    V49 = "4.9"  # dcgm-exporter 4.9: DCGM 4.7 names, Hz / J / ratio / bytes / B/s
+
+
+class HostnameLabel(StrEnum):
+    """Key of the hostname label."""
+
+    LEGACY = "Hostname"  # every release up to 4.5.3-4.8.2
+    LOWER = "hostname"  # 4.6.0-4.8.3 and later (#655)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LabelNames:
+    """Keys of the identity and workload labels."""
+
+    uuid: str
+    pod: str
+    namespace: str
+    container: str
+
+
+LABEL_NAMES = LabelNames(uuid="UUID", pod="pod", namespace="namespace", container="container")
+# `-o` / DCGM_EXPORTER_USE_OLD_NAMESPACE: dcgm-exporter 1.x keys.
+OLD_LABEL_NAMES = LabelNames(
+    uuid="uuid", pod="pod_name", namespace="pod_namespace", container="container_name"
+)
+
+
+def served_name(spec: FieldSpec, profile: Profile) -> str:
+    """The metric (or label) name a field is served under."""
+    if profile is Profile.V49 and spec.name_v49:
+        return spec.name_v49
+    return spec.name
+
+
+def unit_scale(spec: FieldSpec, profile: Profile) -> float:
+    """Factor from the snapshot's legacy unit to the profile's unit.
+
+    A field changes unit only together with a confirmed 4.9 name: serving a new unit under
+    the old name would silently corrupt every existing panel and alert built on it.
+    """
+    return spec.scale_v49 if profile is Profile.V49 and spec.name_v49 else 1.0

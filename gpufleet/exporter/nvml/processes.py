@@ -1,0 +1,109 @@
+"""Per-process sampling for the NVML reader: running compute processes and their SM use.
+
+Exists because process utilization is read incrementally (NVML returns samples newer than a
+timestamp, so the last one seen is kept per GPU and MIG instance) and because a MIG
+instance's processes may have to be taken from its parent GPU's lists. Keeping that here lets
+`nvml` treat processes as one more read.
+
+It must never attribute a parent GPU's process to a MIG instance it does not run on (the
+fallback matches GPU and compute instance ids), must keep "NVML could not tell" apart from
+"no processes" all the way into the snapshot (MISSING here, None in `EntitySample`), so
+that attribution never turns an unknown into a pod using 0, and never logs: failures go
+through the given `NvmlCalls`.
+"""
+
+from collections import Counter
+from typing import Any
+
+import pynvml
+
+from gpufleet.exporter.core.samples import ProcessSample
+from gpufleet.exporter.nvml.calls import MISSING, NvmlCalls
+from gpufleet.exporter.nvml.discovery import Target
+
+
+class ProcessReader:
+    """Reads the processes of GPUs and MIG instances; remembers each one's last sample time."""
+
+    def __init__(self, lib: Any, calls: NvmlCalls, *, enabled: bool) -> None:
+        """With `enabled` False, every read answers "could not tell" without calling NVML."""
+        self._lib = lib
+        self._calls = calls
+        self._enabled = enabled
+        self._seen_us: dict[str, int] = {}  # last process-utilization timestamp
+
+    def read(self, target: Target, errors: Counter[str]) -> tuple[Any, Any]:
+        """(running compute processes, pid -> SM util %) of a handle; MISSING where NVML
+        could not tell."""
+        if not self._enabled:
+            return MISSING, MISSING
+        running = self._calls.read(
+            errors,
+            "nvmlDeviceGetComputeRunningProcesses",
+            target.model,
+            self._lib.nvmlDeviceGetComputeRunningProcesses,
+            target.handle,
+        )
+        since = self._seen_us.get(target.key, 0)
+        samples = self._calls.read(
+            errors,
+            "nvmlDeviceGetProcessUtilization",
+            target.model,
+            _process_utilization,
+            self._lib,
+            target.handle,
+            since,
+        )
+        if samples is MISSING:
+            return running, MISSING
+        utilization: dict[int, float] = {}
+        for sample in sorted(samples, key=lambda s: s.timeStamp):  # the latest wins
+            utilization[sample.pid] = float(sample.smUtil)
+            since = max(since, sample.timeStamp)
+        self._seen_us[target.key] = since
+        return running, utilization
+
+    def read_mig(
+        self, mig: Target, parent_running: Any, parent_utilization: Any, errors: Counter[str]
+    ) -> tuple[Any, Any]:
+        """A MIG instance's processes; where its own handle cannot tell, the parent's lists,
+        matched by GPU and compute instance id."""
+        running, utilization = self.read(mig, errors)
+        instance = mig.entity.mig
+        if running is MISSING and parent_running is not MISSING:
+            running = [
+                p
+                for p in parent_running
+                if (p.gpuInstanceId, p.computeInstanceId) == (instance.gi_id, instance.ci_id)
+            ]
+        if utilization is MISSING:
+            utilization = parent_utilization
+        return running, utilization
+
+    def forget(self, keys: set[str]) -> None:
+        """Drop the sample times of entities whose UUID is not in `keys`."""
+        self._seen_us = {k: v for k, v in self._seen_us.items() if k in keys}
+
+
+def process_samples(running: Any, utilization: Any) -> tuple[ProcessSample, ...] | None:
+    """The `read` results as ProcessSamples by pid; None when the running processes are
+    MISSING. MISSING utilization leaves each process's `sm_util_percent` None."""
+    if running is MISSING:
+        return None
+    util = {} if utilization is MISSING else utilization
+    return tuple(
+        ProcessSample(
+            pid=p.pid,
+            used_memory_bytes=None if p.usedGpuMemory is None else int(p.usedGpuMemory),
+            sm_util_percent=util.get(p.pid),
+        )
+        for p in sorted(running, key=lambda p: p.pid)
+    )
+
+
+def _process_utilization(lib: Any, handle: Any, since_us: int) -> list[Any]:
+    """Per-process utilization samples newer than `since_us`; NVML says NotFound for none."""
+    try:
+        return list(lib.nvmlDeviceGetProcessUtilization(handle, since_us))
+    except pynvml.NVMLError_NotFound:
+        return []

@@ -1,0 +1,215 @@
+"""Device discovery for the plugin: reads the node's GPUs, MIG devices and topology via NVML.
+
+Exists so everything downstream (`devices`, `allocate`, `preferred`) works on the plain
+`NodeGpus` record and never touches NVML. It calls only pynvml-API functions on the
+injected `lib` (the `pynvml` module or a `SimulatedNvml`) and must never branch on which
+one it has, nor call `nvmlInit`/`nvmlShutdown`: the caller owns NVML's lifetime.
+
+Partial results: a GPU that fails while being read (lost, or an NVML error on its identity)
+is left out, logged and counted; one MIG device that fails is left out alone; a pair whose
+topology cannot be read scores 0. Only a failing `nvmlDeviceGetCount` fails discovery.
+"""
+
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from itertools import combinations
+from typing import Any
+
+import pynvml
+
+from gpufleet.nvml.mig_profiles import mig_profile_name, profile_id, profile_names
+from gpufleet.nvml.values import error_kind, text
+from gpufleet.plugin.core.model import GpuInfo, MigInfo, NodeGpus
+
+log = logging.getLogger(__name__)
+
+_MIB = 1 << 20
+_NVLINK_SCORE_PER_LINK = 10  # any NVLink pair beats the best PCIe path (3)
+# PCIe distance -> score, as NodeGpus documents: fewer hops through the host, higher.
+_PCIE_SCORES = {
+    pynvml.NVML_TOPOLOGY_INTERNAL: 3,  # two GPUs on one board
+    pynvml.NVML_TOPOLOGY_SINGLE: 3,  # one PCIe switch
+    pynvml.NVML_TOPOLOGY_MULTIPLE: 3,  # several switches, no host bridge
+    pynvml.NVML_TOPOLOGY_HOSTBRIDGE: 2,
+    pynvml.NVML_TOPOLOGY_NODE: 1,  # same NUMA node, across host bridges
+    pynvml.NVML_TOPOLOGY_SYSTEM: 0,  # across sockets
+}
+# Optional facts: NVML may not know them on some boards or drivers.
+_ABSENT = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
+
+
+def discover(lib: Any, *, errors: Counter[str] | None = None) -> NodeGpus:
+    """Every GPU NVML can read, with MIG devices and pairwise link scores.
+
+    `lib` must be initialised. Failures per GPU, MIG device or pair are counted by kind
+    (`gpu_lost`, `nvml_error`, `unexpected`) in `errors`. Raises NVMLError only if NVML
+    cannot count the GPUs.
+    """
+    errors = Counter() if errors is None else errors
+    gpus: list[GpuInfo] = []
+    handles: dict[int, Any] = {}
+    for index in range(lib.nvmlDeviceGetCount()):
+        try:
+            handle = lib.nvmlDeviceGetHandleByIndex(index)
+            gpus.append(_gpu(lib, handle, index=index, errors=errors))
+        except Exception as err:  # this GPU only; the others are still advertised
+            kind = error_kind(err)
+            errors[kind] += 1
+            log.warning(
+                "GPU %d left out of discovery: %s (%s)",
+                index,
+                type(err).__name__,
+                err,
+                exc_info=kind == "unexpected",
+            )
+            continue
+        handles[index] = handle
+    return NodeGpus(
+        gpus=tuple(gpus),
+        driver_version=_system(lib.nvmlSystemGetDriverVersion, "", errors),
+        cuda_driver_version=_system(lib.nvmlSystemGetCudaDriverVersion, 0, errors),
+        links=_links(lib, handles, errors),
+    )
+
+
+def _gpu(lib: Any, handle: Any, *, index: int, errors: Counter[str]) -> GpuInfo:
+    uuid = text(lib.nvmlDeviceGetUUID(handle))
+    mig_enabled = _mig_enabled(lib, handle)
+    return GpuInfo(
+        index=index,
+        uuid=uuid,
+        minor=lib.nvmlDeviceGetMinorNumber(handle),
+        name=text(lib.nvmlDeviceGetName(handle)),
+        memory_mib=lib.nvmlDeviceGetMemoryInfo(handle).total // _MIB,
+        numa_node=_numa_node(lib, handle),
+        mig_enabled=mig_enabled,
+        migs=_migs(lib, handle, uuid, errors) if mig_enabled else (),
+        compute_capability=_compute_capability(lib, handle),
+    )
+
+
+def _mig_enabled(lib: Any, handle: Any) -> bool:
+    try:
+        return lib.nvmlDeviceGetMigMode(handle)[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+    except _ABSENT:
+        return False  # not MIG-capable
+
+
+def _numa_node(lib: Any, handle: Any) -> int | None:
+    try:
+        node = lib.nvmlDeviceGetNumaNodeId(handle)
+    except _ABSENT:
+        return None
+    return node if node >= 0 else None  # -1: no affinity (single-socket or unknown)
+
+
+def _compute_capability(lib: Any, handle: Any) -> tuple[int, int]:
+    try:
+        major, minor = lib.nvmlDeviceGetCudaComputeCapability(handle)
+    except _ABSENT:
+        return (0, 0)
+    return (major, minor)
+
+
+def _migs(lib: Any, handle: Any, gpu_uuid: str, errors: Counter[str]) -> tuple[MigInfo, ...]:
+    """The GPU's MIG devices by index; one that fails is left out alone, a lost GPU raises."""
+    # NVML's profile table is the only right source of names (the exporter's lesson from
+    # dcgm-exporter #544: names derived from memory size are wrong on some boards).
+    profiles = profile_names(lib, handle)
+    migs = []
+    for index in range(lib.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig = _mig(lib, handle, index, profiles)
+        except pynvml.NVMLError_GpuIsLost:
+            raise
+        except Exception as err:  # this slice only; its siblings and GPU stay
+            kind = error_kind(err)
+            errors[kind] += 1
+            log.warning("MIG device %d of GPU %s left out: %s", index, gpu_uuid, err)
+            continue
+        if mig is None:
+            continue
+        if not mig.profile:
+            errors["nvml_error"] += 1
+            log.warning("MIG device %d of GPU %s left out: no profile name", index, gpu_uuid)
+            continue
+        migs.append(mig)
+    return tuple(migs)
+
+
+def _mig(lib: Any, handle: Any, index: int, profiles: Mapping[int, str]) -> MigInfo | None:
+    """MIG device `index` (profile "" if NVML names none); None if the slot is empty."""
+    try:
+        mig_handle = lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+    except pynvml.NVMLError_NotFound:
+        return None
+    gi_id = lib.nvmlDeviceGetGpuInstanceId(mig_handle)
+    profile = profiles.get(profile_id(lib, handle, gi_id)) or mig_profile_name(
+        text(lib.nvmlDeviceGetName(mig_handle))
+    )
+    return MigInfo(
+        uuid=text(lib.nvmlDeviceGetUUID(mig_handle)),
+        profile=profile or "",
+        gi_id=gi_id,
+        ci_id=lib.nvmlDeviceGetComputeInstanceId(mig_handle),
+        index=index,
+        memory_mib=lib.nvmlDeviceGetMemoryInfo(mig_handle).total // _MIB,
+    )
+
+
+def _links(
+    lib: Any, handles: Mapping[int, Any], errors: Counter[str]
+) -> dict[tuple[int, int], int]:
+    """Score per GPU pair (i < j): NVLink count * 10 over NVLink, else the PCIe distance.
+
+    A pair whose topology cannot be read is left at 0 (counted; one log line in all).
+    """
+    nvlinks = {index: _nvlink_count(lib, handle) for index, handle in handles.items()}
+    links: dict[tuple[int, int], int] = {}
+    failed = []
+    for i, j in combinations(sorted(handles), 2):
+        try:
+            score = _pair_score(lib, handles[i], handles[j], min(nvlinks[i], nvlinks[j]))
+        except Exception as err:  # this pair only: it scores 0
+            errors[error_kind(err)] += 1
+            failed.append(f"{i}-{j} ({type(err).__name__})")
+            continue
+        if score:
+            links[(i, j)] = score
+    if failed:
+        log.warning("GPU topology unreadable for pairs %s; they score 0", ", ".join(failed))
+    return links
+
+
+def _pair_score(lib: Any, a: Any, b: Any, nvlinks: int) -> int:
+    try:
+        status = lib.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
+    except _ABSENT:
+        status = pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+    if status == pynvml.NVML_P2P_STATUS_OK:
+        # NVSwitch boards route every link through the switches: a pair shares the links
+        # both GPUs have up. At least one, since NVML says the pair talks over NVLink.
+        return max(nvlinks, 1) * _NVLINK_SCORE_PER_LINK
+    return _PCIE_SCORES.get(lib.nvmlDeviceGetTopologyCommonAncestor(a, b), 0)
+
+
+def _nvlink_count(lib: Any, handle: Any) -> int:
+    """NVLinks up on a GPU; 0 when it has none or NVML cannot tell."""
+    count = 0
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            if lib.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED:
+                count += 1
+        except pynvml.NVMLError:
+            continue  # past the GPU's last link, or no NVLink at all
+    return count
+
+
+def _system(call: Any, default: Any, errors: Counter[str]) -> Any:
+    try:
+        return call()
+    except pynvml.NVMLError as err:
+        errors[error_kind(err)] += 1
+        log.warning("%s failed: %s", getattr(call, "__name__", "NVML call"), err)
+        return default

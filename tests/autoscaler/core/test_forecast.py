@@ -1,0 +1,128 @@
+"""Arrival-rate forecast: level, trend, cap on growth, sustained rate, usual peaks
+(synthetic series)."""
+
+import numpy as np
+import pytest
+
+from gpufleet.autoscaler.core.forecast import ForecastSettings, forecast_rate
+
+S = ForecastSettings()
+NOW = 1000.0
+AGE = 1.5  # the newest sample is this late (evaluation + query)
+
+
+def series(rate_at, *, seconds: float = 600.0, step: float = 5.0):
+    """Samples every `step` s ending `AGE` before NOW, of `rate_at(t)`."""
+    t = np.arange(NOW - AGE - seconds, NOW - AGE + 1e-9, step)
+    return t, np.array([rate_at(x) for x in t], dtype=float)
+
+
+def test_empty_series_forecasts_zero() -> None:
+    fc = forecast_rate((), (), now=NOW, horizon_seconds=60, settings=S)
+    assert (fc.latest, fc.level, fc.predicted, fc.sustained, fc.points) == (0, 0, 0, 0, 0)
+    assert all(p == 0 for _, p in fc.peaks)
+
+
+@pytest.mark.parametrize("rate", [0.0, 3.0, 250.0], ids=["idle", "few-per-second", "fleet"])
+def test_steady_rate_forecasts_itself(rate: float) -> None:
+    t, v = series(lambda _: rate)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=240, settings=S)
+    assert fc.level == pytest.approx(rate)
+    assert fc.slope_per_second == pytest.approx(0.0, abs=1e-9)
+    assert fc.predicted == pytest.approx(rate)
+    assert fc.sustained == pytest.approx(rate)
+    assert all(p == pytest.approx(rate) for _, p in fc.peaks)
+
+
+@pytest.mark.parametrize(
+    ("slope", "horizon"),
+    [
+        pytest.param(0.01, 60.0, id="gentle-ramp-cold-start-lead"),
+        pytest.param(0.01, 240.0, id="gentle-ramp-node-lead"),
+        pytest.param(0.05, 60.0, id="steeper-ramp"),
+    ],
+)
+def test_ramp_extrapolates_to_the_horizon(slope: float, horizon: float) -> None:
+    t, v = series(lambda x: 5.0 + slope * x)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=horizon, settings=S)
+    assert fc.slope_per_second == pytest.approx(slope, rel=1e-6)
+    truth = 5.0 + slope * (NOW + horizon)
+    # The level is a 30-s mean, so it trails the ramp by about half its window.
+    assert fc.predicted == pytest.approx(truth, abs=slope * S.level_window_seconds)
+    assert fc.predicted > fc.level
+    # The median line reaches the same horizon (a ramp's median is its middle).
+    assert fc.sustained == pytest.approx(truth, rel=1e-6)
+    node_lead = forecast_rate(
+        t, v, now=NOW, horizon_seconds=horizon, settings=S, sustained_horizon_seconds=horizon + 180
+    )
+    assert node_lead.predicted == fc.predicted
+    assert node_lead.sustained == pytest.approx(truth + slope * 180, rel=1e-6)
+
+
+def test_trend_growth_is_capped_at_the_ratio_of_the_level() -> None:
+    t, v = series(lambda x: max(0.0, 3.0 * (x - 800.0)))  # from 0 to ~600/s in 3 min
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=600, settings=S)
+    assert fc.slope_per_second * 600 > fc.level * S.max_trend_growth_ratio
+    assert fc.predicted == pytest.approx(fc.level * (1 + S.max_trend_growth_ratio))
+
+
+def test_falling_trend_forecasts_lower_but_never_negative() -> None:
+    t, v = series(lambda x: max(0.0, 100.0 - 0.2 * (x - 400.0)))
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=600, settings=S)
+    assert fc.slope_per_second < 0
+    assert fc.predicted == 0.0
+
+
+def test_spike_shows_in_latest_and_level_not_in_the_trend_or_the_usual_peak() -> None:
+    t, v = series(lambda _: 4.0, seconds=1200.0)
+    v[-1] = 64.0  # one 5-s sample of a burst, just visible
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    assert fc.latest == 64.0
+    assert fc.level == pytest.approx(4.0 + 60.0 / 6)  # six samples in the 30-s level window
+    assert fc.predicted <= fc.level * (1 + S.max_trend_growth_ratio)
+    assert fc.slope_per_second == 0.0  # a median of slopes ignores it
+    assert fc.sustained == pytest.approx(4.0)  # and so does the median
+    # One minute in twenty holds it, fewer than the 0.9 quantile of the minutes' highs sees.
+    assert dict(fc.peaks) == pytest.approx({w: 4.0 for w in S.peak_averaging_seconds})
+
+
+def test_usual_peak_is_the_quantile_of_the_minutes_highest_means() -> None:
+    # A 5-s burst in every minute, its height growing minute by minute (10/s, 20/s, ...).
+    def rate(x: float) -> float:
+        minute = int(x // 60)
+        return 10.0 * (minute - 5) if x % 60 < 5 else 1.0
+
+    t, v = series(rate, seconds=600.0)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    highs = [max(1.0, 10.0 * (m - 5)) for m in sorted({int(x // 60) for x in t})]
+    assert dict(fc.peaks)[5.0] == pytest.approx(np.quantile(highs, S.peak_quantile))
+    assert dict(fc.peaks)[5.0] < max(highs)  # the busiest minute alone does not size it
+
+
+def test_bursts_in_most_minutes_set_the_usual_peak() -> None:
+    t, v = series(lambda x: 80.0 if x % 60 < 5 else 2.0, seconds=1200.0)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    assert dict(fc.peaks)[5.0] == pytest.approx(80.0)
+
+
+def test_peaks_forget_bursts_older_than_the_memory() -> None:
+    memory = S.peak_memory_seconds
+    t, v = series(lambda x: 50.0 if x < NOW - memory - 10 else 2.0, seconds=memory + 300)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    assert {w: p for w, p in fc.peaks} == pytest.approx({w: 2.0 for w in S.peak_averaging_seconds})
+
+
+def test_too_few_points_make_no_trend() -> None:
+    t, v = series(lambda x: x, seconds=20.0)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    assert fc.points < S.trend_min_points
+    assert fc.slope_per_second == 0.0
+    assert fc.predicted == pytest.approx(fc.level)
+
+
+def test_a_nan_sample_is_ignored_not_spread() -> None:
+    t, v = series(lambda _: 6.0)
+    v[len(v) // 2] = np.nan  # a failed query's sample
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
+    assert (fc.level, fc.predicted, fc.sustained) == pytest.approx((6.0, 6.0, 6.0))
+    assert all(p == pytest.approx(6.0) for _, p in fc.peaks)

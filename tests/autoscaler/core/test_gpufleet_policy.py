@@ -1,0 +1,478 @@
+"""The `gpufleet` policy on synthetic observations: steady, ramp, burst, missing, bounds, zero."""
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gpufleet.autoscaler.core.capacity import CapacitySettings
+from gpufleet.autoscaler.core.gpufleet_policy import PredictivePolicy, PredictiveSettings
+from gpufleet.autoscaler.core.observation import Observation, Replica, ReplicaState, Series
+from gpufleet.autoscaler.core.policy import Reason
+from gpufleet.autoscaler.core.workload import (
+    Behavior,
+    RateKind,
+    RatePolicy,
+    ScalingRules,
+    SelectPolicy,
+    WorkloadConfig,
+)
+
+STEP = 5.0  # scrape interval
+LATE = 1.5  # evaluation + query: the newest sample is this old
+RPS = 10.0  # every test replica serves 10 requests/s (a known prior, no learning needed)
+TOKENS = 1000.0  # prompt tokens per request in every observation
+KNOWN = CapacitySettings(
+    prior_requests_per_second=RPS,
+    prior_prompt_tokens_per_second=RPS * TOKENS,
+    learned_after_samples=0,  # trust the prior: sizing tests need no learning phase
+)
+# Headroom 0.25 (x1.25) keeps the expected counts below easy to derive by hand.
+SETTINGS = PredictiveSettings(capacity=KNOWN, headroom=0.25)
+# Sizing tests ask for any jump in one tick; the workload's rate policies (HPA's defaults
+# allow +4 pods or +100% per 15 s) are tested on their own below.
+UNLIMITED = Behavior(
+    scale_up=ScalingRules(
+        stabilization_window_seconds=0, policies=(RatePolicy(RateKind.PERCENT, 10_000, 15),)
+    )
+)
+WORKLOAD = WorkloadConfig(name="llm", min_replicas=1, max_replicas=50, behavior=UNLIMITED)
+
+Rate = Callable[[float], float]
+
+
+def const(rate: float) -> Rate:
+    return lambda _: rate
+
+
+NO_QUEUE = const(0.0)
+
+
+def replicas(ready: int, starting: int = 0, *, since: float = -1e6) -> tuple[Replica, ...]:
+    out = [
+        Replica(name=f"r{i}", state=ReplicaState.READY, since=since, created=since)
+        for i in range(ready)
+    ]
+    out += [
+        Replica(name=f"s{i}", state=ReplicaState.STARTING, since=since, created=since)
+        for i in range(starting)
+    ]
+    return tuple(out)
+
+
+def observe(
+    now: float,
+    rate: Rate,
+    *,
+    ready: int,
+    starting: int = 0,
+    queue: Rate = NO_QUEUE,
+    history_seconds: float = 900.0,
+    missing: tuple[str, ...] = (),
+    late_seconds: float = LATE,
+) -> Observation:
+    """Samples on the 5-s scrape grid up to `now - late_seconds`, oldest first.
+
+    A sample scraped at t reports its interval [t - 5, t]: `rate` is read at the middle.
+    """
+    newest = np.floor((now - late_seconds) / STEP) * STEP
+    times = np.arange(max(0.0, newest - history_seconds), newest + 1e-9, STEP)
+    t = tuple(float(x) for x in times)
+
+    def series(name: str, fn: Rate) -> Series:
+        values = tuple(float(fn(x - STEP / 2)) for x in t)
+        return Series() if name in missing else Series(t, values)
+
+    return Observation(
+        now=now,
+        arrival_rate=series("arrival_rate", rate),
+        queue_depth=series("queue_depth", queue),
+        in_flight=series("in_flight", rate),
+        completion_rate=series("completion_rate", rate),
+        prompt_tokens_rate=series("prompt_tokens_rate", lambda x: TOKENS * rate(x)),
+        replicas=replicas(ready, starting),
+    )
+
+
+def policy(settings: PredictiveSettings = SETTINGS, **workload) -> PredictivePolicy:
+    return PredictivePolicy(replace(WORKLOAD, **workload), settings=settings)
+
+
+def test_name_and_a_tick_fast_enough_for_bursts() -> None:
+    p = policy()
+    assert p.name == "gpufleet"
+    assert p.interval_seconds <= STEP  # a burst moves the count within one control interval
+
+
+@pytest.mark.parametrize(
+    ("rate", "ready", "want", "reason"),
+    [
+        # 20/s at 80% of 10/s per replica: ceil(20 * 1.25 / 10) = 3
+        pytest.param(20.0, 3, 3, Reason.STEADY, id="steady-at-the-right-size"),
+        pytest.param(20.0, 1, 3, Reason.SCALE_UP, id="steady-undersized-scales-up"),
+        pytest.param(80.0, 2, 10, Reason.SCALE_UP, id="steady-far-undersized"),
+    ],
+)
+def test_steady_traffic(rate: float, ready: int, want: int, reason: Reason) -> None:
+    d = policy().decide(observe(1000.0, const(rate), ready=ready))
+    assert (d.desired, d.reason) == (want, reason)
+
+
+def test_ramp_scales_ahead_for_the_forecast() -> None:
+    ramp = lambda t: 10.0 + 0.1 * t  # noqa: E731 - +6/s per minute
+    d = policy().decide(observe(600.0, ramp, ready=1))
+    level_only = int(np.ceil(ramp(600.0) * 1.25 / RPS))
+    assert d.reason is Reason.FORECAST
+    assert d.desired > level_only
+    assert "forecast" in d.message
+
+
+def test_burst_scales_up_on_the_first_tick_it_is_visible() -> None:
+    start = 1000.0  # the burst begins; its first sample is scraped at 1005, visible at 1006.5
+    rate = lambda t: 10.0 if t < start else 60.0  # noqa: E731
+    p = policy()
+    before = [p.decide(observe(t, rate, ready=2)) for t in np.arange(900.0, 1006.0, 2.0)]
+    assert {d.desired for d in before} == {2}
+    d = p.decide(observe(1006.5, rate, ready=2))
+    # The 5-s sample must be prefilled within 5 s + the 2-s SLO: ceil(60 * 5/7 * 1.25 / 10)
+    assert (d.desired, d.reason) == (6, Reason.BURST)
+    assert d.message.startswith("arrivals 60.0/s")
+
+
+def test_without_idle_paid_gpus_a_burst_under_the_panic_ratio_waits() -> None:
+    # One 5-s sample at 30/s over a steady 10/s: ceil(30 * 5/7 * 1.25 / 10) = 3 replicas,
+    # under twice the 2 serving, and the 30-s level (13.3/s) still needs 2. With the node
+    # size unknown no GPU is known to be idle, so nothing asks for the third (the surge
+    # tests below take idle GPUs).
+    rate = lambda t: 30.0 if 1000.0 <= t < 1005.0 else 10.0  # noqa: E731
+    p = policy(gpus_per_node=0)
+    p.decide(observe(990.0, rate, ready=2))
+    d = p.decide(observe(1006.5, rate, ready=2))
+    assert d.desired == 2
+    assert "for a surge" not in d.message
+
+
+def test_panic_never_scales_down_while_it_lasts() -> None:
+    rate = lambda t: 60.0 if 1000.0 <= t < 1010.0 else 10.0  # noqa: E731 - a 10-s burst
+    p = policy(replace(SETTINGS, scale_down_window_seconds=0.0))
+    p.decide(observe(990.0, rate, ready=2))
+    up = p.decide(observe(1012.0, rate, ready=2))
+    assert up.reason is Reason.BURST
+    held = [p.decide(observe(t, rate, ready=up.desired)) for t in np.arange(1020.0, 1060.0, 2.0)]
+    assert {(d.desired, d.reason) for d in held} == {(up.desired, Reason.BURST)}
+
+
+@pytest.mark.parametrize(
+    ("gpus_per_node", "want"),
+    [
+        pytest.param(0, 3, id="node size unknown: waits for the panic ratio"),
+        pytest.param(4, 4, id="one idle GPU on the paid node: +1"),
+        pytest.param(8, 5, id="five idle: the whole need"),
+    ],
+)
+def test_a_surge_under_the_panic_ratio_takes_only_idle_paid_gpus(
+    gpus_per_node: int, want: int
+) -> None:
+    # One 5-s sample at 50/s over 10/s needs ceil(50 * 5/7 * 1.25 / 10) = 5: under twice the
+    # 3 serving, so no panic and no new node; the steady and burst paths still need 3.
+    rate = lambda t: 50.0 if 1000.0 <= t < 1005.0 else 10.0  # noqa: E731
+    p = policy(gpus_per_node=gpus_per_node)
+    p.decide(observe(990.0, rate, ready=3))
+    d = p.decide(observe(1006.5, rate, ready=3))
+    assert d.desired == want
+    if want > 3:
+        assert d.reason is Reason.BURST
+        assert f"{want} for a surge on idle paid GPUs" in d.message
+
+
+def test_placeholder_gpus_are_not_idle_for_a_surge() -> None:
+    # On a ramp the first decision asks for 10 replicas plus 2 placeholders: 12 of the two
+    # 8-GPU nodes' 16 GPUs. A 200/s sample then needs 18, under the panic ratio: the surge
+    # may take the 4 GPUs nobody holds, not the placeholders' 2 (16 - 10 would give 16).
+    rate = lambda t: 200.0 if 605.0 <= t < 610.0 else 10.0 + 0.1 * t  # noqa: E731
+    p = policy(gpus_per_node=8)
+    first = p.decide(observe(600.0, rate, ready=7))
+    assert (first.desired, first.headroom) == (10, 2)
+    d = p.decide(observe(611.5, rate, ready=10))
+    assert (d.desired, d.reason) == (14, Reason.BURST)
+
+
+def test_terminating_replicas_still_hold_their_gpus() -> None:
+    # As in the surge test above on 4-GPU nodes: 3 ready leave one GPU idle, but not while a
+    # fourth replica drains on it.
+    rate = lambda t: 50.0 if 1000.0 <= t < 1005.0 else 10.0  # noqa: E731
+    draining = Replica(name="t0", state=ReplicaState.TERMINATING, since=990.0, created=0.0)
+    p = policy(gpus_per_node=4)
+    p.decide(observe(990.0, rate, ready=3))
+    obs = observe(1006.5, rate, ready=3)
+    d = p.decide(replace(obs, replicas=(*obs.replicas, draining)))
+    assert d.desired == 3
+
+
+def test_a_surge_keeps_its_replicas_for_the_hold_then_scales_down() -> None:
+    rate = lambda t: 50.0 if 1000.0 <= t < 1005.0 else 10.0  # noqa: E731
+    s = replace(SETTINGS, scale_down_window_seconds=0.0)
+    p = policy(s, gpus_per_node=8)
+    p.decide(observe(990.0, rate, ready=3))
+    assert p.decide(observe(1006.5, rate, ready=3)).desired == 5
+    hold_end = 1006.5 + s.panic_hold_seconds
+    held = [p.decide(observe(t, rate, ready=5)) for t in np.arange(1008.0, hold_end, 2.0)]
+    assert {(d.desired, d.reason) for d in held} == {(5, Reason.BURST)}
+    after = p.decide(observe(hold_end + 2.0, rate, ready=5))
+    assert (after.desired, after.reason) == (2, Reason.SCALE_DOWN)
+
+
+def test_a_new_surge_after_the_hold_forgets_the_old_one() -> None:
+    # A 5-replica surge at 1006.5, its hold over by 1066.5; a 4-replica one at 1206.5 holds 4,
+    # not the old 5: past the step delay, 5 running scale down to 4 within the new hold.
+    def rate(t: float) -> float:
+        if 1000.0 <= t < 1005.0:
+            return 50.0
+        return 40.0 if 1200.0 <= t < 1205.0 else 10.0
+
+    p = policy(replace(SETTINGS, scale_down_window_seconds=0.0), gpus_per_node=8)
+    p.decide(observe(990.0, rate, ready=3))
+    assert p.decide(observe(1006.5, rate, ready=3)).desired == 5
+    assert p.decide(observe(1100.0, rate, ready=5)).desired == 2
+    assert p.decide(observe(1206.5, rate, ready=3)).desired == 4
+    d = p.decide(observe(1240.0, rate, ready=5))
+    assert (d.desired, d.reason) == (4, Reason.SCALE_DOWN)
+
+
+def test_scale_down_waits_for_the_window_then_steps() -> None:
+    s = replace(SETTINGS, forecast=replace(SETTINGS.forecast, peak_memory_seconds=60.0))
+    p = policy(s)
+    rate = const(20.0)  # needs 3
+    held = [p.decide(observe(t, rate, ready=10)) for t in np.arange(1000.0, 1300.0, 2.0)]
+    assert {d.desired for d in held} == {10}
+    assert held[-1].reason is Reason.STABILIZED
+    d = p.decide(observe(1302.0, rate, ready=10))
+    assert (d.desired, d.reason) == (3, Reason.SCALE_DOWN)
+
+
+def test_scale_down_steps_at_most_once_per_step_delay() -> None:
+    s = replace(SETTINGS, scale_down_window_seconds=0.0)
+    p = policy(s)
+    assert p.decide(observe(1000.0, const(40.0), ready=10)).desired == 10  # seeded window
+    first = p.decide(observe(1002.0, const(40.0), ready=10))
+    assert (first.desired, first.reason) == (5, Reason.SCALE_DOWN)
+    again = p.decide(observe(1004.0, const(10.0), ready=5))
+    assert (again.desired, again.reason) == (5, Reason.RATE_LIMITED)
+    later = p.decide(observe(1002.0 + s.scale_down_step_seconds, const(10.0), ready=5))
+    assert (later.desired, later.reason) == (2, Reason.SCALE_DOWN)
+
+
+def test_never_below_the_usual_peak() -> None:
+    s = replace(SETTINGS, scale_down_window_seconds=0.0)
+    memory = s.forecast.peak_memory_seconds
+    # A 30-s burst at the start of every minute until t=1200 s, then quiet.
+    rate = lambda t: 60.0 if t < 1200.0 and t % 60 < 30 else 5.0  # noqa: E731
+    p = policy(s)
+    p.decide(observe(1400.0, rate, ready=12, history_seconds=memory))
+    d = p.decide(observe(1402.0, rate, ready=12, history_seconds=memory))
+    # Minutes after the last burst, bursty traffic keeps capacity for its usual one:
+    # ceil(60 * 30/32 * 1.25 / 10) = 8
+    assert (d.desired, d.reason) == (8, Reason.SCALE_DOWN)
+    forgotten = policy(s)
+    later = 1200.0 + memory + 100.0
+    forgotten.decide(observe(later, rate, ready=12, history_seconds=memory))
+    assert forgotten.decide(observe(later + 2.0, rate, ready=12)).desired == 1
+
+
+def test_one_burst_in_the_memory_does_not_hold_capacity() -> None:
+    s = replace(SETTINGS, scale_down_window_seconds=0.0)
+    rate = lambda t: 100.0 if 1000.0 <= t < 1010.0 else 5.0  # noqa: E731 - one 10-s burst
+    memory = s.forecast.peak_memory_seconds
+    now = 1000.0 + memory - 120.0  # the burst is still in the memory
+    p = policy(s)
+    p.decide(observe(now, rate, ready=12, history_seconds=memory))
+    # It was over before replicas asked for at its sight could serve; sizing for it would
+    # hold capacity for the last burst rather than the next (the usual peak is 5/s).
+    assert p.decide(observe(now + 2.0, rate, ready=12, history_seconds=memory)).desired == 1
+
+
+@pytest.mark.parametrize(
+    ("missing", "late", "rate", "want", "reason"),
+    [
+        pytest.param(
+            ("arrival_rate", "queue_depth"),
+            LATE,
+            0.0,
+            10,
+            Reason.MISSING_METRICS,
+            id="all-missing-holds",
+        ),
+        pytest.param((), 60.0, 0.0, 10, Reason.MISSING_METRICS, id="stale-samples-hold"),
+        pytest.param(
+            ("queue_depth",),
+            LATE,
+            5.0,
+            10,
+            Reason.MISSING_METRICS,
+            id="queue-missing-no-scale-down",
+        ),
+        pytest.param(
+            ("queue_depth",), LATE, 200.0, 25, Reason.SCALE_UP, id="queue-missing-still-scales-up"
+        ),
+        pytest.param(
+            ("arrival_rate",),
+            LATE,
+            5.0,
+            10,
+            Reason.MISSING_METRICS,
+            id="arrivals-missing-no-scale-down",
+        ),
+    ],
+)
+def test_missing_metrics_never_scale_down(
+    missing: tuple[str, ...], late: float, rate: float, want: int, reason: Reason
+) -> None:
+    p = policy(replace(SETTINGS, scale_down_window_seconds=0.0))
+    p.decide(observe(1000.0, const(rate), ready=10, missing=missing, late_seconds=late))
+    d = p.decide(observe(1002.0, const(rate), ready=10, missing=missing, late_seconds=late))
+    assert (d.desired, d.reason) == (want, reason)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "rate", "ready", "want"),
+    [
+        pytest.param({"max_replicas": 6}, 500.0, 2, 6, id="capped-at-max"),
+        pytest.param({"min_replicas": 4}, 0.5, 4, 4, id="floored-at-min"),
+        pytest.param({"min_replicas": 3}, 0.5, 1, 3, id="below-min-brought-up"),
+        pytest.param({"max_replicas": 3}, 0.5, 8, 3, id="above-max-brought-down"),
+    ],
+)
+def test_bounds(bounds: dict[str, int], rate: float, ready: int, want: int) -> None:
+    p = policy(**bounds)
+    d = p.decide(observe(1000.0, const(rate), ready=ready))
+    assert d.desired == want
+    assert d.reason is Reason.BOUNDED
+
+
+@pytest.mark.parametrize("seed", range(6), ids=lambda s: f"seed-{s}")
+def test_random_traffic_never_leaves_min_max(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    levels = rng.gamma(0.5, 40.0, size=200)
+    rate = lambda t: float(levels[int(t // 30) % 200])  # noqa: E731 - bursty steps
+    lo, hi = int(rng.integers(0, 3)), int(rng.integers(3, 12))
+    p = policy(min_replicas=lo, max_replicas=hi)
+    current = lo
+    for t in np.arange(0.0, 3000.0, 2.0):
+        missing = ("arrival_rate",) if rng.random() < 0.05 else ()
+        d = p.decide(observe(t, rate, ready=current, missing=missing, history_seconds=300.0))
+        assert lo <= d.desired <= hi
+        assert 0 <= d.headroom <= hi - d.desired
+        current = d.desired
+
+
+def idle_policy() -> PredictivePolicy:
+    return policy(replace(SETTINGS, idle_seconds_to_zero=300.0), min_replicas=0)
+
+
+def test_scale_to_zero_after_the_idle_period() -> None:
+    p = idle_policy()
+    quiet = const(0.0)
+    before = [p.decide(observe(t, quiet, ready=1)) for t in np.arange(1000.0, 1300.0, 2.0)]
+    assert {d.desired for d in before} == {1}
+    d = p.decide(observe(1300.0, quiet, ready=1))
+    assert (d.desired, d.reason) == (0, Reason.DEACTIVATE)
+    assert d.headroom == 0
+
+
+def test_scale_to_zero_stays_at_zero_while_idle() -> None:
+    d = idle_policy().decide(observe(1000.0, const(0.0), ready=0))
+    assert (d.desired, d.reason) == (0, Reason.STEADY)
+
+
+@pytest.mark.parametrize(
+    ("rate", "queue", "want"),
+    [
+        pytest.param(0.2, 0.0, 1, id="one-arrival-activates"),
+        pytest.param(0.0, 3.0, 1, id="a-queue-activates"),
+        pytest.param(40.0, 0.0, 4, id="a-burst-activates-at-size"),
+    ],
+)
+def test_activation_from_zero(rate: float, queue: float, want: int) -> None:
+    obs = observe(1000.0, lambda t: rate if t > 990.0 else 0.0, ready=0, queue=const(queue))
+    d = idle_policy().decide(obs)
+    assert (d.desired, d.reason) == (want, Reason.ACTIVATE)
+
+
+def test_zero_holds_when_metrics_are_missing() -> None:
+    obs = observe(1000.0, const(0.0), ready=0, missing=("arrival_rate", "queue_depth"))
+    assert idle_policy().decide(obs).desired == 0
+
+
+def test_headroom_covers_the_forecast_within_node_provisioning() -> None:
+    ramp = lambda t: 10.0 + 0.05 * t  # noqa: E731
+    d = policy().decide(observe(600.0, ramp, ready=5))
+    assert d.headroom > 0
+    off = policy(replace(SETTINGS, placeholders=False)).decide(observe(600.0, ramp, ready=5))
+    assert (off.desired, off.headroom) == (d.desired, 0)
+
+
+def test_learns_capacity_from_saturated_samples() -> None:
+    # Prior of 2/s; the replicas are saturated (queue 50) completing 7/s each.
+    p = policy(PredictiveSettings())
+    d = p.decide(observe(1000.0, const(14.0), ready=2, queue=const(50.0)))
+    m = re.search(r"capacity ([\d.]+)/s per replica \(learned, (\d+) samples\)", d.message)
+    assert m is not None, d.message
+    assert float(m.group(1)) == pytest.approx(7.0, rel=0.05)
+
+
+def test_headroom_knob_trades_replicas_for_slack() -> None:
+    tight = policy(replace(SETTINGS, headroom=0.0)).decide(observe(1000.0, const(50.0), ready=1))
+    loose = policy(replace(SETTINGS, headroom=0.5)).decide(observe(1000.0, const(50.0), ready=1))
+    assert (tight.desired, loose.desired) == (5, 8)
+
+
+@pytest.mark.parametrize(
+    ("fill", "gpus", "rate", "ready", "want"),
+    [
+        pytest.param(False, 1, 20.0, 3, 3, id="off"),
+        pytest.param(True, 1, 20.0, 3, 8, id="fills the one node the need occupies"),
+        pytest.param(True, 1, 80.0, 2, 16, id="need 10 -> two nodes, both filled"),
+        pytest.param(True, 2, 20.0, 3, 4, id="two-GPU replicas: four per node"),
+        pytest.param(True, 1, 390.0, 49, 50, id="never above max replicas"),
+    ],
+)
+def test_fill_paid_nodes_rounds_up_to_whole_nodes(
+    fill: bool, gpus: int, rate: float, ready: int, want: int
+) -> None:
+    from gpufleet.autoscaler.core.workload import GpuShape
+
+    s = replace(SETTINGS, fill_nodes=fill)
+    p = policy(s, shape=GpuShape(gpus=gpus), gpus_per_node=8)
+    d = p.decide(observe(1000.0, const(rate), ready=ready))
+    assert d.desired == want
+    assert ("filled to" in d.message) is fill
+
+
+def test_the_workloads_rate_policies_limit_each_step_and_say_so() -> None:
+    # HPA's default behavior: +4 pods or +100% per 15 s, whichever is more. 80/s needs 10.
+    p = policy(behavior=Behavior())
+    first = p.decide(observe(100.0, const(80.0), ready=2))
+    assert (first.desired, first.reason) == (6, Reason.RATE_LIMITED)
+    assert "the workload's behavior allows 6: Pods 4/15s" in first.message
+    # Within the period the 4 pods added count against the next step: no more yet.
+    assert p.decide(observe(110.0, const(80.0), ready=2, starting=4)).desired == 6
+    # A period after the step, 100% of 6 is allowed: the 10 needed.
+    assert p.decide(observe(116.0, const(80.0), ready=2, starting=4)).desired == 10
+
+
+def test_a_disabled_scale_down_holds_and_activation_is_never_rate_limited() -> None:
+    frozen = Behavior(
+        scale_down=ScalingRules(
+            stabilization_window_seconds=0,
+            policies=(RatePolicy(RateKind.PERCENT, 100, 15),),
+            select_policy=SelectPolicy.DISABLED,
+        )
+    )
+    p = policy(behavior=frozen)
+    for t in np.arange(0.0, 900.0, 2.0):
+        decision = p.decide(observe(t, const(5.0), ready=8))
+    assert decision.desired == 8
+    zero = policy(min_replicas=0, behavior=replace(frozen, scale_up=frozen.scale_down))
+    assert zero.decide(observe(100.0, const(30.0), ready=0)).desired == 4  # 30/s x 1.25 / 10

@@ -1,0 +1,162 @@
+"""Sweeps: Pareto fronts, front dominance and the run plan (pure, no simulation)."""
+
+import numpy as np
+import pytest
+
+from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core.factory import Tuning
+from gpufleet.autoscaler.core.workload import WorkloadConfig
+from gpufleet.autoscaler.replay.core import sweep
+from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.core.sweep import Point, dominates, pareto_front
+from gpufleet.autoscaler.replay.core.trace import trace_from_arrays
+
+
+def pts(*pairs: tuple[float, float]) -> list[Point]:
+    """Points from (attainment, GPU-hours) pairs, labelled p0, p1, ... in order."""
+    return [Point(a, h, f"p{i}") for i, (a, h) in enumerate(pairs)]
+
+
+@pytest.mark.parametrize(
+    ("points", "front_labels"),
+    [
+        ([], []),
+        (pts((0.9, 10)), ["p0"]),
+        (pts((0.9, 10), (0.95, 12), (0.99, 20)), ["p0", "p1", "p2"]),
+        (pts((0.99, 20), (0.9, 10), (0.95, 12)), ["p1", "p2", "p0"]),
+        (pts((0.9, 10), (0.8, 12)), ["p0"]),
+        (pts((0.9, 10), (0.95, 10)), ["p1"]),
+        (pts((0.9, 10), (0.9, 12)), ["p0"]),
+        (pts((0.9, 10), (0.9, 10)), ["p0"]),
+        (pts((0.5, 5), (0.99, 30), (0.7, 40), (0.98, 25)), ["p0", "p3", "p1"]),
+    ],
+    ids=[
+        "empty",
+        "one point",
+        "all on the front, cheapest first",
+        "input order does not matter",
+        "costlier and worse is dropped",
+        "same cost, better attainment wins",
+        "same attainment, costlier is dropped",
+        "equal points keep the first",
+        "a point beaten by a cheaper one is dropped",
+    ],
+)
+def test_pareto_front(points, front_labels):
+    assert [p.label for p in pareto_front(points)] == front_labels
+
+
+@pytest.mark.parametrize(
+    ("front_a", "front_b", "expected"),
+    [
+        (pts((0.99, 10)), pts((0.95, 12)), True),
+        (pts((0.95, 12)), pts((0.95, 12)), True),
+        (pts((0.94, 10)), pts((0.95, 12)), False),
+        (pts((0.99, 13)), pts((0.95, 12)), False),
+        (pts((0.9, 5), (0.99, 10)), pts((0.85, 6), (0.98, 10)), True),
+        (pts((0.9, 5), (0.99, 10)), pts((0.85, 4), (0.98, 10)), False),
+        (pts((0.999, 100)), pts((0.5, 1)), False),
+        (pts((0.9, 5)), [], True),
+        ([], pts((0.5, 1)), False),
+    ],
+    ids=[
+        "better on both axes",
+        "equal point counts as matched",
+        "cheaper but worse attainment",
+        "better attainment but costlier",
+        "every point matched by some point",
+        "b's cheapest point is cheaper than all of a",
+        "one great expensive point does not cover a cheap one",
+        "empty b is dominated vacuously",
+        "empty a dominates nothing",
+    ],
+)
+def test_dominates(front_a, front_b, expected):
+    assert dominates(front_a, front_b) is expected
+
+
+def test_uncovered_names_the_points_not_matched():
+    a = pts((0.9, 5), (0.99, 10))
+    b = [Point(0.85, 4, "cheap"), Point(0.98, 10, "covered"), Point(0.995, 11, "better")]
+    assert [p.label for p in sweep.uncovered(a, b)] == ["cheap", "better"]
+
+
+TRACE = trace_from_arrays([0.0, 1.0], [10, 10], [5, 5], name="t")
+WORKLOAD = WorkloadConfig(name="w")
+
+
+@pytest.mark.parametrize(
+    ("names", "sweep_mode", "expected"),
+    [
+        (("hpa", "oracle"), False, [("hpa", ""), ("oracle", "")]),
+        (
+            ("hpa", "oracle"),
+            True,
+            [("hpa", f"target_util={v:g}") for v in policies.knob("hpa").sweep] + [("oracle", "")],
+        ),
+        (("keda",), True, [("keda", f"queue_target={v:g}") for v in (1, 2, 5, 10, 20, 40)]),
+    ],
+    ids=["one run per policy", "sweep: each knob value, oracle once", "keda queue targets"],
+)
+def test_plan(names, sweep_mode, expected):
+    specs = sweep.plan(
+        [TRACE], names, workload=WORKLOAD, config=SimConfig(), tuning=Tuning(), sweep=sweep_mode
+    )
+    assert [(s.policy, s.knob) for s in specs] == expected
+
+
+def test_plan_orders_trace_then_policy():
+    other = trace_from_arrays(np.array([0.0]), [1], [1], name="u")
+    specs = sweep.plan(
+        [TRACE, other],
+        ("keda", "hpa"),
+        workload=WORKLOAD,
+        config=SimConfig(),
+        tuning=Tuning(),
+        sweep=False,
+    )
+    assert [s.label for s in specs] == ["t keda", "t hpa", "u keda", "u hpa"]
+
+
+@pytest.mark.parametrize("name", policies.POLICIES)
+def test_factory_builds_the_named_policy_with_a_fresh_object(name):
+    first = policies.make_policy(name, WORKLOAD, Tuning())
+    second = policies.make_policy(name, WORKLOAD, Tuning())
+    assert first.name == name
+    assert first.interval_seconds > 0
+    assert first is not second
+
+
+def test_gpufleet_sweep_point_sets_its_headroom():
+    policy = policies.make_policy("gpufleet", WORKLOAD, Tuning(gpufleet_headroom=0.1))
+    assert policy.settings.headroom == 0.1
+    policy = policies.make_policy("gpufleet", WORKLOAD, Tuning(), knob_value=0.6)
+    assert policy.settings.headroom == 0.6
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("oracle", "policy 'oracle' has no knob"), ("vpa", "policy 'vpa' has no knob")],
+    ids=["oracle has no knob", "unknown"],
+)
+def test_knob_errors(name, message):
+    with pytest.raises(ValueError, match=message):
+        policies.knob(name)
+
+
+def test_warm_start_gives_each_trace_its_own_initial_replicas_for_every_policy():
+    # 400 requests of 15k prompt tokens in the first second need many replicas at once;
+    # the quiet trace needs only the floor. The busy trace's count must not leak into it.
+    busy = trace_from_arrays(np.linspace(0, 1, 400), [15_000] * 400, [1] * 400, name="busy")
+    specs = sweep.plan(
+        [busy, TRACE],
+        ("hpa", "oracle"),
+        workload=WORKLOAD,
+        config=SimConfig(),
+        tuning=Tuning(),
+        sweep=False,
+        warm_start=True,
+    )
+    initial = [(s.trace.name, s.config.initial_replicas) for s in specs]
+    assert initial[0] == initial[1] and initial[0][1] > 1
+    assert initial[2:] == [("t", 1), ("t", 1)]

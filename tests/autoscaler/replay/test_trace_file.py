@@ -1,0 +1,158 @@
+"""Trace parsing: the Azure CSV format, errors that name the line, sorting and scaling."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import TRACES
+
+from gpufleet.autoscaler.replay.core.trace import trace_from_arrays
+from gpufleet.autoscaler.replay.trace_file import TraceError, load_trace
+
+HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def write(tmp_path: Path, text: str, name: str = "t.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_reads_azure_format_with_seven_fractional_digits(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HEADER
+        + "2023-11-16 18:17:03.9799600,4808,10\n"
+        + "2023-11-16 18:17:04.0319600,3180,8\n"
+        + "2023-11-16 18:17:05,110,27\n",
+    )
+    trace = load_trace(path)
+    assert trace.name == "t"
+    np.testing.assert_allclose(trace.arrival_seconds, [0.0, 0.052, 1.02004])
+    assert trace.prompt_tokens.tolist() == [4808, 3180, 110]
+    assert trace.output_tokens.tolist() == [10, 8, 27]
+    assert trace.arrival_seconds.dtype == np.float64
+    assert trace.prompt_tokens.dtype == np.int64
+    assert trace.duration_seconds == pytest.approx(1.02004)
+
+
+def test_columns_found_by_name_in_any_order(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "GeneratedTokens,extra,timestamp,contexttokens\n5,x,2023-11-16 00:00:00,7\n"
+    )
+    trace = load_trace(path)
+    assert (trace.prompt_tokens.tolist(), trace.output_tokens.tolist()) == ([7], [5])
+
+
+def test_unsorted_rows_are_sorted_stably(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HEADER
+        + "2023-11-16 00:00:02,1,1\n"
+        + "2023-11-16 00:00:01,2,2\n"
+        + "2023-11-16 00:00:02,3,3\n",
+    )
+    trace = load_trace(path)
+    assert trace.arrival_seconds.tolist() == [0.0, 1.0, 1.0]
+    assert trace.prompt_tokens.tolist() == [2, 1, 3]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("", "t.csv:1: empty file", id="empty-file"),
+        pytest.param(HEADER, "t.csv:2: no requests", id="header-only"),
+        pytest.param(
+            "TIMESTAMP,ContextTokens\n",
+            "t.csv:1: missing column(s) generatedtokens",
+            id="missing-column",
+        ),
+        pytest.param(
+            HEADER + "2023-11-16 00:00:00,1,1\n2023-11-16 00:00:01,1\n",
+            "t.csv:3: expected 3 columns, got 2",
+            id="short-row",
+        ),
+        pytest.param(
+            HEADER + "2023-11-16 00:00:00,1,1\nyesterday,1,1\n",
+            "t.csv:3: bad timestamp 'yesterday'",
+            id="bad-timestamp",
+        ),
+        pytest.param(
+            HEADER + "2023-11-16 00:00:00,1,1\n2023-13-40 00:00:00,1,1\n",
+            "t.csv:3: bad timestamp",
+            id="impossible-date",
+        ),
+        pytest.param(
+            HEADER + "2023-11-16 00:00:00,-4,1\n",
+            "t.csv:2: ContextTokens -4 is negative",
+            id="negative-prompt",
+        ),
+        pytest.param(
+            HEADER + "2023-11-16 00:00:00,4,1.5\n",
+            "t.csv:2: GeneratedTokens '1.5' is not an integer",
+            id="fractional-output",
+        ),
+        pytest.param(
+            HEADER + "2023-11-16 00:00:00,4,\n",
+            "t.csv:2: GeneratedTokens '' is not an integer",
+            id="blank-output",
+        ),
+    ],
+)
+def test_bad_input_names_file_and_line(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(TraceError) as err:
+        load_trace(path)
+    assert message in str(err.value)
+
+
+def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"nope\.csv"):
+        load_trace(tmp_path / "nope.csv")
+
+
+def test_blank_lines_are_skipped_and_line_numbers_stay_true(tmp_path: Path) -> None:
+    path = write(tmp_path, HEADER + "2023-11-16 00:00:00,1,1\n\n2023-11-16 00:00:01,x,1\n")
+    with pytest.raises(TraceError, match=r"t\.csv:4: ContextTokens 'x'"):
+        load_trace(path)
+
+
+def test_scale_superimposes_jittered_copies(tmp_path: Path) -> None:
+    rows = "".join(f"2023-11-16 00:{m:02d}:00,{m + 1},{m + 2}\n" for m in range(10))
+    path = write(tmp_path, HEADER + rows, name="base.csv")
+    base = load_trace(path)
+    scaled = load_trace(path, scale=3, seed=7)
+    assert scaled.name == "base-x3"
+    assert len(scaled) == 3 * len(base)
+    assert sorted(scaled.prompt_tokens.tolist()) == sorted(base.prompt_tokens.tolist() * 3)
+    assert np.all(np.diff(scaled.arrival_seconds) >= 0)
+    # Each copy stays within the jitter of the original arrival: bursts keep their timing.
+    offsets = scaled.arrival_seconds - 60.0 * (scaled.prompt_tokens - 1)
+    assert offsets.min() == 0.0 and offsets.max() < 2.0
+    same = load_trace(path, scale=3, seed=7)
+    other = load_trace(path, scale=3, seed=8)
+    assert np.array_equal(same.arrival_seconds, scaled.arrival_seconds)
+    assert not np.array_equal(other.arrival_seconds, scaled.arrival_seconds)
+
+
+def test_scale_below_one_is_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, HEADER + "2023-11-16 00:00:00,1,1\n")
+    with pytest.raises(ValueError, match="scale"):
+        load_trace(path, scale=0)
+
+
+def test_trace_from_arrays_sorts_and_starts_at_zero() -> None:
+    trace = trace_from_arrays([5.0, 3.0], [10, 20], [1, 2], name="x")
+    assert trace.arrival_seconds.tolist() == [0.0, 2.0]
+    assert trace.prompt_tokens.tolist() == [20, 10]
+    with pytest.raises(ValueError, match=">= 0"):
+        trace_from_arrays([0.0], [-1], [1])
+
+
+def test_real_conv_trace_loads() -> None:
+    path = TRACES / "azure-llm-2023-conv.csv"
+    if not path.exists():
+        pytest.skip("shared traces not present")
+    trace = load_trace(path)
+    assert len(trace) == 19_366
+    assert 3000 < trace.duration_seconds < 3600

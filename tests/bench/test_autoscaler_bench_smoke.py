@@ -1,0 +1,62 @@
+"""Smoke test of the simulator benchmark: a tiny trace runs through and the report comes out.
+
+Measured, not asserted: no time is checked, only that every policy's row and the JSON are
+written.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers.bench import run_bench
+from helpers.traces import write_trace
+
+
+def test_bench_prints_a_row_per_policy(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "tiny.csv", minutes=3)
+    results = tmp_path / "bench.json"
+    run = run_bench(
+        "autoscaler_bench", "--trace", str(trace), *("--repeat", "1", "--json", str(results))
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("# gpufleet simulator benchmark\n")
+    for policy in ("hpa", "keda", "gpufleet", "oracle"):
+        assert f"\n| {policy} | " in run.stdout
+    timings = json.loads(results.read_text())["timings"]
+    assert [t["policy"] for t in timings] == ["hpa", "keda", "gpufleet", "oracle"]
+
+
+def test_reaction_bench_prints_a_row_per_policy(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "tiny.csv", minutes=3)
+    run = run_bench("reaction_bench", "--trace", str(trace))
+    assert run.returncode == 0, run.stderr
+    for policy in ("hpa", "keda", "gpufleet"):
+        assert f"| tiny | {policy} | " in run.stdout
+
+
+def test_sim_minutes_prints_a_row_per_minute_with_overrides(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "tiny.csv", minutes=3)
+    run = run_bench(
+        "sim_minutes",
+        *("--trace", str(trace)),
+        *("--set", "forecast.peak_quantile=0.5", "--set", "placeholders=false"),
+    )
+    assert run.returncode == 0, run.stderr
+    first = run.stdout.splitlines()[0]
+    assert first.startswith("tiny gpufleet forecast.peak_quantile=0.5 placeholders=False: ")
+    assert "| 0 | " in run.stdout and "| 2 | " in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("key", "error"),
+    [
+        pytest.param("nope=1", "PredictiveSettings has no field 'nope'", id="top-level"),
+        pytest.param("forecast.nope=1", "forecast has no field 'nope'", id="nested"),
+        pytest.param("headroom", "expected KEY=VALUE", id="no-value"),
+    ],
+)
+def test_sim_minutes_names_a_bad_setting(tmp_path: Path, key: str, error: str) -> None:
+    trace = write_trace(tmp_path / "tiny.csv", minutes=1)
+    run = run_bench("sim_minutes", "--trace", str(trace), "--set", key, timeout=60)
+    assert run.returncode == 2
+    assert error in run.stderr

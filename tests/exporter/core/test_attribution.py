@@ -1,0 +1,696 @@
+"""Pod attribution: the pure join of pod-resources, the checkpoint and NVML processes; at
+the end, the same join fed by the fake kubelet (terminated pods, a bad checkpoint entry)."""
+
+import json
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gpufleet.exporter.core.attribution import (
+    FB_USED,
+    GPU_UTIL,
+    AttributionStats,
+    ContainerDevices,
+    DeviceId,
+    attribute,
+    build_index,
+    keeps_resource,
+    parse_device_id,
+)
+from gpufleet.exporter.core.samples import Entity, EntitySample, MigInstance, ProcessSample
+from gpufleet.exporter.pods.podresources import PodResourcesWatcher
+from gpufleet.kubelet.checkpoint import CheckpointEntry
+from gpufleet.lab.kubelet.kubelet import (
+    ContainerAllocation,
+    DeviceAllocation,
+    FakeKubelet,
+    PodAllocation,
+    TerminatedPods,
+)
+
+MIB = 1 << 20
+
+
+def _gpu_uuid(gpu: int) -> str:
+    return f"GPU-{gpu:08x}-1111-2222-3333-444444444444"
+
+
+def _mig_uuid(gpu: int, gi: int) -> str:
+    return f"MIG-{gpu:04x}{gi:04x}-5555-6666-7777-888888888888"
+
+
+def _entity(gpu: int, gi: int | None = None) -> Entity:
+    mig = None
+    if gi is not None:
+        mig = MigInstance(profile="1g.10gb", gi_id=gi, ci_id=0, uuid=_mig_uuid(gpu, gi))
+    return Entity(
+        gpu=gpu,
+        uuid=_gpu_uuid(gpu),
+        pci_bus_id=f"00000000:{gpu + 0x10:02X}:00.0",
+        model_name="NVIDIA H100 80GB HBM3",
+        mig=mig,
+    )
+
+
+# The node: GPUs 0 and 1 whole; GPU 2 MIG-enabled with instances 1 and 2 (dcgm's flex mode
+# reports the instances, not the parent).
+NODE = (_entity(0), _entity(1), _entity(2, 1), _entity(2, 2))
+GPU0, GPU1, MIG21, MIG22 = (0, None), (1, None), (2, 1), (2, 2)
+
+
+def held(pod: str, *ids: str, res: str = "nvidia.com/gpu", ctr: str = "main") -> ContainerDevices:
+    namespace, _, name = pod.rpartition("/")
+    return ContainerDevices(
+        namespace=namespace or "default",
+        pod=name,
+        container=ctr,
+        resource_name=res,
+        device_ids=ids,
+    )
+
+
+def entry(uid: str, *ids: str, res: str = "nvidia.com/gpu", ctr: str = "main") -> CheckpointEntry:
+    return CheckpointEntry(pod_uid=uid, container_name=ctr, resource_name=res, device_ids=ids)
+
+
+def proc(pid: int, util: float | None = None, mib: int | None = None) -> ProcessSample:
+    return ProcessSample(
+        pid=pid, sm_util_percent=util, used_memory_bytes=None if mib is None else mib * MIB
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    containers: tuple[ContainerDevices, ...]
+    checkpoint: tuple[CheckpointEntry, ...] = ()
+    processes: dict = field(default_factory=dict)  # entity key -> processes (None: unknown)
+    pid_pods: dict = field(default_factory=dict)
+    extra: tuple[str, ...] = ()
+    sampled: tuple[Entity, ...] = NODE
+    # entity key -> [(namespace/pod/container, uid, vgpu, values)]
+    want: dict = field(default_factory=dict)
+    stats: AttributionStats = field(default_factory=AttributionStats)
+
+
+def _run(case: Case):
+    index = build_index(case.containers, case.checkpoint, NODE, extra_resource_names=case.extra)
+    samples = [
+        EntitySample(entity=e, values={}, processes=case.processes.get(e.key, ()))
+        for e in case.sampled
+    ]
+    return attribute(index, samples, case.pid_pods)
+
+
+def _flat(pods):
+    return {
+        key: [
+            (f"{s.pod.namespace}/{s.pod.name}/{s.pod.container}", s.pod.uid, s.vgpu, dict(s.values))
+            for s in shares
+        ]
+        for key, shares in pods.items()
+    }
+
+
+G0, G1 = _gpu_uuid(0), _gpu_uuid(1)
+M21, M22 = _mig_uuid(2, 1), _mig_uuid(2, 2)
+
+CASES = [
+    pytest.param(
+        Case(
+            containers=(held("a", G0),),
+            checkpoint=(entry("uid-a", G0),),
+            want={GPU0: [("default/a/main", "uid-a", None, {})]},
+        ),
+        id="whole GPU to one pod: labels only, device values",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::0"), held("b", f"{G0}::1")),
+            checkpoint=(entry("uid-a", f"{G0}::0"), entry("uid-b", f"{G0}::1")),
+            processes={GPU0: (proc(10, 30, 1024), proc(11, 20, 512), proc(20, 90), proc(21, 40))},
+            pid_pods={10: "uid-a", 11: "uid-a", 20: "uid-b", 21: "uid-b"},
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {GPU_UTIL: 50.0, FB_USED: 1536.0}),
+                    ("default/b/main", "uid-b", "1", {GPU_UTIL: 100.0, FB_USED: 0.0}),
+                ]
+            },
+        ),
+        id="time-sliced GPU split per pod, util capped at 100",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::0"), held("b", f"{G0}::1")),
+            checkpoint=(entry("uid-a", f"{G0}::0"), entry("uid-b", f"{G0}::1")),
+            processes={GPU0: (proc(10, 70, 300),)},
+            pid_pods={10: "uid-a"},
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {GPU_UTIL: 70.0, FB_USED: 300.0}),
+                    ("default/b/main", "uid-b", "1", {GPU_UTIL: 0.0, FB_USED: 0.0}),
+                ]
+            },
+        ),
+        id="sharing pod with no processes gets 0",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::0"), held("b", f"{G0}::1")),
+            checkpoint=(entry("uid-a", f"{G0}::0"), entry("uid-b", f"{G0}::1")),
+            processes={GPU0: (proc(10, None, 100), proc(20, None, 200))},
+            pid_pods={10: "uid-a", 20: "uid-b"},
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {FB_USED: 100.0}),
+                    ("default/b/main", "uid-b", "1", {FB_USED: 200.0}),
+                ]
+            },
+        ),
+        id="no per-process utilisation from NVML: util not split, memory is",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::0"), held("b", f"{G0}::1")),
+            checkpoint=(entry("uid-a", f"{G0}::0"), entry("uid-b", f"{G0}::1")),
+            processes={GPU0: None},
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {}),
+                    ("default/b/main", "uid-b", "1", {}),
+                ]
+            },
+            stats=AttributionStats(unsplit_entities=1),
+        ),
+        id="NVML could not tell the processes: device value kept, never 0, counted unsplit",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::0"), held("b", f"{G0}::1")),
+            checkpoint=(entry("uid-a", f"{G0}::0"), entry("uid-b", f"{G0}::1")),
+            processes={GPU0: ()},
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {GPU_UTIL: 0.0, FB_USED: 0.0}),
+                    ("default/b/main", "uid-b", "1", {GPU_UTIL: 0.0, FB_USED: 0.0}),
+                ]
+            },
+        ),
+        id="NVML says no processes: every sharing pod uses 0",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", G0),),
+            checkpoint=(entry("uid-a", G0),),
+            processes={GPU0: None},
+            want={GPU0: [("default/a/main", "uid-a", None, {})]},
+        ),
+        id="unknown processes on a GPU held by one pod: nothing to split, not counted",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::3", f"{G0}::0", f"{G1}::2"),),
+            checkpoint=(entry("uid-a", f"{G0}::3", f"{G0}::0", f"{G1}::2"),),
+            want={
+                GPU0: [("default/a/main", "uid-a", "0,3", {})],
+                GPU1: [("default/a/main", "uid-a", "2", {})],
+            },
+        ),
+        id="replica ids with ::n: one container, several replicas of one GPU",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", M21, res="nvidia.com/mig-1g.10gb"),),
+            checkpoint=(entry("uid-a", M21, res="nvidia.com/mig-1g.10gb"),),
+            want={MIG21: [("default/a/main", "uid-a", None, {})]},
+        ),
+        id="MIG slice to GI",
+    ),
+    pytest.param(
+        Case(
+            containers=(
+                held("a", f"{M22}::0", res="nvidia.com/mig-1g.10gb"),
+                held("b", f"{M22}::1", res="nvidia.com/mig-1g.10gb"),
+            ),
+            checkpoint=(
+                entry("uid-a", f"{M22}::0", res="nvidia.com/mig-1g.10gb"),
+                entry("uid-b", f"{M22}::1", res="nvidia.com/mig-1g.10gb"),
+            ),
+            processes={MIG22: (proc(10, 10, 10), proc(20, 20, 20))},
+            pid_pods={10: "uid-a", 20: "uid-b"},
+            want={
+                MIG22: [
+                    ("default/a/main", "uid-a", "0", {GPU_UTIL: 10.0, FB_USED: 10.0}),
+                    ("default/b/main", "uid-b", "1", {GPU_UTIL: 20.0, FB_USED: 20.0}),
+                ]
+            },
+        ),
+        id="time-sliced MIG slice split per pod",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"MIG-{_gpu_uuid(2)}/2/0"),),
+            want={MIG22: [("default/a/main", None, None, {})]},
+            stats=AttributionStats(unresolved_uids=1),
+        ),
+        id="old-driver MIG-GPU-uuid/gi/ci",
+    ),
+    pytest.param(
+        Case(
+            containers=(
+                held("a", "nvidia2/gi1/vgpu3"),
+                held("b", "nvidia1/vgpu4"),
+                held("c", "nvidia0"),
+                held("d", "nvidia2/gi2"),
+            ),
+            checkpoint=(
+                entry("uid-a", "nvidia2/gi1/vgpu3"),
+                entry("uid-b", "nvidia1/vgpu4"),
+                entry("uid-c", "nvidia0"),
+                entry("uid-d", "nvidia2/gi2"),
+            ),
+            want={
+                GPU0: [("default/c/main", "uid-c", None, {})],
+                GPU1: [("default/b/main", "uid-b", "4", {})],
+                MIG21: [("default/a/main", "uid-a", "3", {})],
+                MIG22: [("default/d/main", "uid-d", None, {})],
+            },
+        ),
+        id="GKE nvidiaN, nvidiaN/vgpuM, nvidiaN/giK[/vgpuM]",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", _gpu_uuid(2)),),
+            checkpoint=(entry("uid-a", _gpu_uuid(2)),),
+            want={
+                MIG21: [("default/a/main", "uid-a", None, {})],
+                MIG22: [("default/a/main", "uid-a", None, {})],
+            },
+        ),
+        id="whole-GPU id on a MIG-enabled GPU holds all its instances",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::0", res="nvidia.com/gpu.shared"),),
+            checkpoint=(entry("uid-a", f"{G0}::0", res="nvidia.com/gpu.shared"),),
+            want={GPU0: [("default/a/main", "uid-a", "0", {})]},
+        ),
+        id="shared resource name kept by default (dcgm-exporter #151)",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", G0, res="example.com/gpu"), held("b", G1, res="amd.com/gpu")),
+            checkpoint=(entry("uid-a", G0, res="example.com/gpu"),),
+            extra=("example.com/gpu",),
+            want={GPU0: [("default/a/main", "uid-a", None, {})]},
+        ),
+        id="configured extra resource name kept, others ignored uncounted",
+    ),
+    pytest.param(
+        Case(
+            containers=(
+                held("a", G0, "GPU-ffffffff-0000-0000-0000-000000000000", "GPU-x::y", "nvidia9"),
+            ),
+            checkpoint=(
+                entry(
+                    "uid-a", G0, "GPU-ffffffff-0000-0000-0000-000000000000", "GPU-x::y", "nvidia9"
+                ),
+            ),
+            want={GPU0: [("default/a/main", "uid-a", None, {})]},
+            stats=AttributionStats(unknown_device_ids=3),
+        ),
+        id="unknown id counted, known ids of the same container kept",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::0"), held("b", f"{G0}::1")),
+            checkpoint=(entry("uid-a", f"{G0}::0"),),
+            processes={GPU0: (proc(10, 30, 30),)},
+            pid_pods={10: "uid-a"},
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {}),
+                    ("default/b/main", None, "1", {}),
+                ]
+            },
+            stats=AttributionStats(unresolved_uids=1, unsplit_entities=1),
+        ),
+        id="uid unresolved -> no split",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::0"), held("b", f"{G0}::1")),
+            checkpoint=(
+                entry("uid-a", f"{G0}::0"),
+                entry("uid-b", f"{G0}::1"),
+                entry("uid-old", f"{G0}::1"),
+            ),
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {}),
+                    ("default/b/main", None, "1", {}),
+                ]
+            },
+            stats=AttributionStats(unresolved_uids=1, unsplit_entities=1),
+        ),
+        id="conflicting checkpoint entries -> uid unresolved, never guessed",
+    ),
+    pytest.param(
+        Case(
+            containers=(
+                held("a", G1, ctr="main"),
+                held("a", f"{G0}::0", ctr="sidecar"),
+                held("b", f"{G0}::1"),
+            ),
+            checkpoint=(entry("uid-a", G1, ctr="main"), entry("uid-b", f"{G0}::1")),
+            processes={GPU0: (proc(10, 5, 5),)},
+            pid_pods={10: "uid-a"},
+            want={
+                GPU0: [
+                    ("default/a/sidecar", "uid-a", "0", {GPU_UTIL: 5.0, FB_USED: 5.0}),
+                    ("default/b/main", "uid-b", "1", {GPU_UTIL: 0.0, FB_USED: 0.0}),
+                ],
+                GPU1: [("default/a/main", "uid-a", None, {})],
+            },
+        ),
+        id="pod uid resolved through another container's checkpoint entry",
+    ),
+    pytest.param(
+        Case(
+            containers=(
+                held("a", f"{G0}::0", f"{G1}::0"),
+                held("a", f"{G1}::0", f"{G1}::5"),
+                held("b", f"{G0}::1"),
+            ),
+            checkpoint=(
+                entry("uid-a", f"{G0}::0", f"{G1}::0", f"{G1}::5"),
+                entry("uid-b", f"{G0}::1"),
+            ),
+            processes={GPU0: (proc(10, 1, 1),)},
+            pid_pods={10: "uid-a"},
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {GPU_UTIL: 1.0, FB_USED: 1.0}),
+                    ("default/b/main", "uid-b", "1", {GPU_UTIL: 0.0, FB_USED: 0.0}),
+                ],
+                GPU1: [("default/a/main", "uid-a", "0,5", {})],
+            },
+        ),
+        id="List splits a container per NUMA node: merged before the checkpoint join",
+    ),
+    pytest.param(
+        Case(containers=(), checkpoint=(entry("uid-a", G0),), want={}),
+        id="pod gone -> no series",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("ml/job", G0, ctr="train"), held("ml/next", G0)),
+            checkpoint=(entry("uid-next", G0),),
+            want={GPU0: [("ml/next/main", "uid-next", None, {})]},
+            stats=AttributionStats(stale_holders=1),
+        ),
+        id="whole GPU listed for two pods: the checkpoint's holder keeps it (dcgm-exporter #140)",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("ml/job", G0), held("ml/next", G0)),
+            checkpoint=(entry("uid-next", G0),),
+            want={
+                GPU0: [
+                    ("ml/job/main", None, None, {}),
+                    ("ml/next/main", None, None, {}),
+                ]
+            },
+            stats=AttributionStats(ambiguous_holders=2, unresolved_uids=2, unsplit_entities=1),
+        ),
+        id="two pods' holdings look the same: the entry tells neither apart, no UID given",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("ml/job", G0, G1, ctr="train"), held("ml/next", G0)),
+            checkpoint=(entry("uid-next", G0),),
+            want={
+                GPU0: [("ml/next/main", "uid-next", None, {})],
+                GPU1: [("ml/job/train", None, None, {})],
+            },
+            stats=AttributionStats(stale_holders=1, unresolved_uids=1),
+        ),
+        id="stale holder loses only the contested GPU: no evidence about the other",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("ml/job", G0), held("ml/next", G0)),
+            want={
+                GPU0: [
+                    ("ml/job/main", None, None, {}),
+                    ("ml/next/main", None, None, {}),
+                ]
+            },
+            stats=AttributionStats(ambiguous_holders=2, unresolved_uids=2, unsplit_entities=1),
+        ),
+        id="whole GPU listed for two pods, no checkpoint match: both kept, counted ambiguous",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", G0, ctr="init"), held("a", G0, ctr="main")),
+            checkpoint=(entry("uid-a", G0, ctr="main"),),
+            want={
+                GPU0: [("default/a/init", "uid-a", None, {}), ("default/a/main", "uid-a", None, {})]
+            },
+        ),
+        id="one pod's containers reusing a GPU are not contested",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", G0), held("b", G1)),
+            checkpoint=(entry("uid-a", G0), entry("uid-b", G1)),
+            sampled=(_entity(0),),
+            want={GPU0: [("default/a/main", "uid-a", None, {})]},
+        ),
+        id="held GPU missing from the collection -> no series",
+    ),
+    pytest.param(
+        Case(
+            containers=(held("a", f"{G0}::0"), held("b", f"{G0}::1"), held("c", f"{G1}::0")),
+            checkpoint=(
+                entry("uid-a", f"{G0}::0"),
+                entry("uid-b", f"{G0}::1"),
+                entry("uid-c", f"{G1}::0"),
+            ),
+            processes={GPU0: (proc(10, 10, 10), proc(30, 50, 50), proc(99, 50, 50))},
+            pid_pods={10: "uid-a", 30: "uid-c"},
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {GPU_UTIL: 10.0, FB_USED: 10.0}),
+                    ("default/b/main", "uid-b", "1", {GPU_UTIL: 0.0, FB_USED: 0.0}),
+                ],
+                GPU1: [("default/c/main", "uid-c", "0", {})],
+            },
+            stats=AttributionStats(unattributed_processes=2),
+        ),
+        id="processes of other pods or no pod ignored and counted",
+    ),
+    pytest.param(
+        Case(
+            containers=(
+                held("a", f"{G0}::0", ctr="main"),
+                held("a", f"{G0}::1", ctr="worker"),
+            ),
+            checkpoint=(entry("uid-a", f"{G0}::0"),),
+            processes={GPU0: (proc(10, 10, 10),)},
+            pid_pods={10: "uid-a"},
+            want={
+                GPU0: [
+                    ("default/a/main", "uid-a", "0", {}),
+                    ("default/a/worker", "uid-a", "1", {}),
+                ]
+            },
+        ),
+        id="two containers of one pod on a GPU: not shared, no split",
+    ),
+    pytest.param(
+        Case(
+            containers=(
+                held("team-b/x", f"{G0}::2"),
+                held("team-a/y", f"{G0}::1", ctr="z"),
+                held("team-a/y", f"{G0}::0", ctr="b"),
+            ),
+            checkpoint=(
+                entry("uid-x", f"{G0}::2"),
+                entry("uid-y", f"{G0}::1", ctr="z"),
+            ),
+            processes={GPU0: (proc(10, 10, 10),)},
+            pid_pods={10: "uid-y"},
+            want={
+                GPU0: [
+                    ("team-a/y/b", "uid-y", "0", {GPU_UTIL: 10.0, FB_USED: 10.0}),
+                    ("team-a/y/z", "uid-y", "1", {GPU_UTIL: 10.0, FB_USED: 10.0}),
+                    ("team-b/x/main", "uid-x", "2", {GPU_UTIL: 0.0, FB_USED: 0.0}),
+                ]
+            },
+        ),
+        id="sorted by namespace, pod, container; values are per pod",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_attribution(case: Case) -> None:
+    result = _run(case)
+    assert _flat(result.pods) == case.want
+    assert result.stats == case.stats
+
+
+PARSE_ROWS = [
+    ("GPU-abc", DeviceId(gpu_uuid="GPU-abc")),
+    ("GPU-abc::7", DeviceId(gpu_uuid="GPU-abc", replica=7)),
+    ("MIG-def", DeviceId(mig_uuid="MIG-def")),
+    ("MIG-def::12", DeviceId(mig_uuid="MIG-def", replica=12)),
+    ("MIG-GPU-abc/3/0", DeviceId(gpu_uuid="GPU-abc", gi_id=3)),
+    ("MIG-GPU-abc/3/0::1", DeviceId(gpu_uuid="GPU-abc", gi_id=3, replica=1)),
+    ("nvidia3", DeviceId(gpu_index=3)),
+    ("nvidia3/vgpu5", DeviceId(gpu_index=3, replica=5)),
+    ("nvidia3/gi9", DeviceId(gpu_index=3, gi_id=9)),
+    ("nvidia3/gi9/vgpu1", DeviceId(gpu_index=3, gi_id=9, replica=1)),
+    ("GPU-", None),
+    ("GPU-abc::", None),
+    ("GPU-abc::x", None),
+    ("GPU-abc::\u0661", None),  # a non-ASCII digit is not a replica index
+    ("MIG-GPU-abc/3", None),
+    ("nvidia", None),
+    ("nvidia3/vgpu", None),
+    ("nvidia3::1", None),
+    ("0", None),
+    ("", None),
+]
+
+
+@pytest.mark.parametrize(("raw", "want"), PARSE_ROWS, ids=[repr(raw) for raw, _ in PARSE_ROWS])
+def test_parse_device_id(raw: str, want: DeviceId | None) -> None:
+    assert parse_device_id(raw) == want
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "kept"),
+    [
+        ("nvidia.com/gpu", (), True),
+        ("nvidia.com/gpu.shared", (), True),
+        ("nvidia.com/mig-1g.10gb", (), True),
+        ("nvidia.com/mig-3g.40gb.me", (), True),
+        ("nvidia.com/gpu-other", (), False),
+        ("example.com/gpu", (), False),
+        ("example.com/gpu", ("example.com/gpu",), True),
+        ("cpu", (), False),
+    ],
+    ids=lambda v: repr(v) if isinstance(v, str) else None,
+)
+def test_keeps_resource(name: str, extra: tuple[str, ...], kept: bool) -> None:
+    assert keeps_resource(name, extra) is kept
+
+
+def test_index_is_reused_across_collections() -> None:
+    """The index is built once per kubelet refresh; each collection only joins."""
+    index = build_index(
+        (held("a", f"{G0}::0"), held("b", f"{G0}::1")),
+        (entry("uid-a", f"{G0}::0"), entry("uid-b", f"{G0}::1")),
+        NODE,
+    )
+    first = attribute(index, [EntitySample(entity=NODE[0], values={})], {})
+    busy = EntitySample(entity=NODE[0], values={}, processes=(proc(10, 40, 40),))
+    second = attribute(index, [busy], {10: "uid-b"})
+    assert [dict(s.values) for s in first.pods[GPU0]] == [
+        {GPU_UTIL: 0.0, FB_USED: 0.0},
+        {GPU_UTIL: 0.0, FB_USED: 0.0},
+    ]
+    assert [dict(s.values) for s in second.pods[GPU0]] == [
+        {GPU_UTIL: 0.0, FB_USED: 0.0},
+        {GPU_UTIL: 40.0, FB_USED: 40.0},
+    ]
+
+
+# --- against the fake kubelet: terminated pods and the checkpoint, as a node shows them ------
+
+KUBELET_GPU = _gpu_uuid(0)
+
+
+def _gpu_pod(name: str, uid: str, container: str = "main") -> PodAllocation:
+    devices = DeviceAllocation(resource_name="nvidia.com/gpu", device_ids=(KUBELET_GPU,))
+    return PodAllocation(
+        namespace="ml",
+        name=name,
+        uid=uid,
+        containers=(ContainerAllocation(name=container, devices=(devices,)),),
+    )
+
+
+@pytest.fixture
+def kubelet() -> Iterator[FakeKubelet]:
+    # A short root: unix socket paths are limited to 107 bytes, pytest's tmp_path can be long.
+    with (
+        tempfile.TemporaryDirectory(prefix="gf-", dir="/tmp") as root,
+        FakeKubelet(Path(root)) as fake,
+    ):
+        yield fake
+
+
+def _attributed(kubelet: FakeKubelet) -> tuple[dict, AttributionStats, dict[str, int]]:
+    watcher = PodResourcesWatcher(
+        socket_path=kubelet.pod_resources_socket, checkpoint_path=kubelet.checkpoint_path
+    )
+    try:
+        view = watcher.refresh_now()
+    finally:
+        watcher.stop()
+    index = build_index(view.containers, view.checkpoint, NODE)
+    result = attribute(index, [EntitySample(entity=NODE[0], values={})], {})
+    errors = {kind: n for kind, n in watcher.errors().items() if n}
+    return _flat(result.pods), result.stats, errors
+
+
+_NEXT_ONLY = {GPU0: [("ml/next/main", "uid-next", None, {})]}
+
+
+@pytest.mark.parametrize(
+    ("mode", "reallocated", "want"),
+    [
+        *(
+            pytest.param(mode, True, _NEXT_ONLY, id=f"{mode}: GPU reallocated -> new pod only")
+            for mode in TerminatedPods
+        ),
+        pytest.param(TerminatedPods.HIDDEN, False, {}, id="hidden (1.34+): gone at once"),
+        pytest.param(
+            TerminatedPods.WITHOUT_DEVICES, False, {}, id="without-devices (1.16-1.33): gone"
+        ),
+        # The remaining gap: a kubelet older than 1.16 lists the finished pod with its GPU
+        # until the next allocation; only its phase (API server) could tell.
+        pytest.param(
+            TerminatedPods.WITH_DEVICES,
+            False,
+            {GPU0: [("ml/job/main", "uid-job", None, {})]},
+            id="with-devices (pre-1.16): kept until the next allocation",
+        ),
+    ],
+)
+def test_finished_job_pod_through_the_kubelet(
+    kubelet: FakeKubelet, mode: TerminatedPods, reallocated: bool, want: dict
+) -> None:
+    kubelet.terminated_pods = mode
+    kubelet.add_pod(_gpu_pod("job", "uid-job"))
+    kubelet.terminate_pod("ml", "job")
+    if reallocated:
+        kubelet.add_pod(_gpu_pod("next", "uid-next"))
+    pods, stats, _ = _attributed(kubelet)
+    assert pods == want
+    assert (stats.stale_holders, stats.ambiguous_holders) == (0, 0)
+
+
+def test_malformed_checkpoint_entry_costs_only_its_own_pod_uid(kubelet: FakeKubelet) -> None:
+    kubelet.add_pod(_gpu_pod("a", "uid-a"))
+    document = json.loads(kubelet.checkpoint_path.read_text())
+    document["Data"]["PodDeviceEntries"].append({"PodUID": 7})
+    kubelet.checkpoint_path.write_text(json.dumps(document))
+    pods, stats, errors = _attributed(kubelet)
+    assert pods == {GPU0: [("ml/a/main", "uid-a", None, {})]}
+    assert (stats.unresolved_uids, errors) == (0, {"checkpoint": 1})

@@ -1,0 +1,47 @@
+"""Helpers shared by the test suites: polling with a deadline, a free loopback port, and
+where the repository, its test data and the shared traces are.
+
+A plain module (on the path through pyproject's `pythonpath = ["tests"]`), not a conftest:
+pytest imports every conftest.py outside a package as the module `conftest`, so
+`from conftest import ...` would depend on which one was loaded last.
+"""
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_DATA = REPO / "tests" / "data"
+# The shared traces sit beside the checkout (../shared), as in every developer's and CI's tree.
+TRACES = REPO.parent / "shared" / "traces"
+
+
+def wait_for(
+    predicate: Callable[[], T], *, timeout: float = 15.0, what: str = "", poll_seconds: float = 0.02
+) -> T:
+    """Poll `predicate` every `poll_seconds` until it returns something truthy; return that.
+
+    Fails the test naming `what` once `timeout` seconds have passed. A predicate that does
+    real work (an HTTP scrape) may want a longer `poll_seconds`.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(poll_seconds)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for servers started by others)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

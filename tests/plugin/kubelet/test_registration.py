@@ -1,0 +1,39 @@
+"""The registration runner survives what kills naive plugins: its directory vanishing
+under it, and kubelets coming and going while it backs off."""
+
+import shutil
+from pathlib import Path
+
+from helpers import wait_for
+
+from gpufleet.lab.kubelet.kubelet import FakeKubelet
+from gpufleet.lab.nvml.api import SimulatedNvml
+from gpufleet.plugin.daemon import start_plugin
+from gpufleet.plugin.kubelet.registration import socket_name
+from gpufleet.plugin.settings import PluginSettings, resolve_config
+
+
+def test_runner_survives_a_failed_re_serve_and_registers_when_it_can(tmp_path: Path):
+    kubelet = FakeKubelet(tmp_path / "k", rate_limit=None)
+    kubelet.start()
+    sim = SimulatedNvml("2xH100")
+    sim.nvmlInit()
+    settings = PluginSettings(kubelet_socket=str(kubelet.device_plugins_dir / "kubelet.sock"))
+    config, _ = resolve_config(settings)
+    plugin = start_plugin(settings, config, sim, plugin_dir=kubelet.device_plugins_dir)
+    try:
+        resource = "nvidia.com/gpu"
+        assert kubelet.device_plugins.wait_for_registrations(resource, 1, timeout_seconds=10)
+        before = plugin.runner.state.failures
+        # The directory vanishes: the plugin cannot serve its socket until it is back.
+        kubelet.stop()
+        shutil.rmtree(kubelet.device_plugins_dir)
+        wait_for(lambda: plugin.runner.state.failures > before, what="a failed re-serve")
+        assert plugin.runner._thread.is_alive(), "the registration thread must survive"
+        kubelet.start()  # re-creates the directory and kubelet.sock
+        assert kubelet.device_plugins.wait_for_registrations(resource, 2, timeout_seconds=15)
+        assert (kubelet.device_plugins_dir / socket_name(resource)).exists()
+    finally:
+        plugin.stop()
+        kubelet.stop()
+        sim.close()
