@@ -13,6 +13,7 @@ import itertools
 import logging
 from collections.abc import Sequence
 
+from gpufleet.core.device_ids import is_replica
 from gpufleet.exporter.daemon import install_signal_handlers, prepare, serve
 from gpufleet.lab.node import DEFAULT_FLEET, NodeLayout, SimNode
 from gpufleet.logs import setup_logging
@@ -43,7 +44,7 @@ async def _churn(node: SimNode, every_seconds: float) -> None:
     """Delete one time-sliced pod and schedule a new one on its share, forever."""
     for generation in itertools.count(1):
         await asyncio.sleep(every_seconds)
-        shared = sorted(k for k, p in node.pods.items() if "::" in p.device_ids[0])
+        shared = sorted(k for k, p in node.pods.items() if is_replica(p.device_ids[0]))
         if not shared:
             return
         old = node.pods[shared[generation % len(shared)]]

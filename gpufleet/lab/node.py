@@ -12,6 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.core.device_ids import base_id, is_replica, replica_id
 from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.lab.kubelet.kubelet import (
     ContainerAllocation,
@@ -85,7 +86,7 @@ def _plan(sim: SimulatedNvml, layout: NodeLayout) -> list[tuple[str, str, tuple[
         else:
             for n in range(layout.replicas):
                 name = f"serve-{gpu.index}-{n}"
-                plan.append((name, layout.shared_resource, (f"{gpu.uuid}::{n}",)))
+                plan.append((name, layout.shared_resource, (replica_id(gpu.uuid, n),)))
     return plan
 
 
@@ -151,11 +152,11 @@ class SimNode:
     ) -> SimPod:
         """Allocate devices to a new pod and start its GPU process."""
         uid = _uid(self.layout.seed, f"{namespace}/{name}")
-        shared = "::" in device_ids[0]
+        shared = is_replica(device_ids[0])
         share = 1.0 / self.layout.replicas if shared else 0.9
         memory = _memory_bytes(uid, shared=shared, mig=device_ids[0].startswith("MIG-"))
         pid = self.sim.spawn_process(
-            device_ids[0].split("::")[0], pod_uid=uid, used_memory_bytes=memory, sm_share=share
+            base_id(device_ids[0]), pod_uid=uid, used_memory_bytes=memory, sm_share=share
         )
         pod = SimPod(
             namespace=namespace,

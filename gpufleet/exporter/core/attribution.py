@@ -27,6 +27,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple, Protocol
 
+from gpufleet.core.device_ids import split_replica
 from gpufleet.exporter.core.fields import BYTES_PER_MIB
 from gpufleet.exporter.core.samples import (
     FB_USED,
@@ -137,20 +138,17 @@ def parse_device_id(raw: str) -> DeviceId | None:
     `GPU-<uuid>`, `MIG-<uuid>` (either with a `::n` replica suffix), the old driver's
     `MIG-GPU-<uuid>/<gi>/<ci>`, and GKE's `nvidiaN`, `nvidiaN/giK[/vgpuM]`, `nvidiaN/vgpuM`.
     """
-    base, sep, suffix = raw.rpartition("::")
-    if not sep:
-        base, replica = raw, None
-    elif suffix.isascii() and suffix.isdigit():
-        replica = int(suffix)
-    else:
+    parts = split_replica(raw)
+    if parts is None:
         return None
+    base, replica = parts
     if match := _OLD_MIG_ID.fullmatch(base):
         return DeviceId(gpu_uuid=match[1], gi_id=int(match[2]), replica=replica)
     if match := _UUID_ID.fullmatch(base):
         if match[1] == "MIG":
             return DeviceId(mig_uuid=base, replica=replica)
         return DeviceId(gpu_uuid=base, replica=replica)
-    if not sep and (match := _GKE_ID.fullmatch(base)):
+    if replica is None and (match := _GKE_ID.fullmatch(base)):
         gi, vgpu = match[2], match[3]
         return DeviceId(
             gpu_index=int(match[1]),

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
-from gpufleet.plugin.core.devices import REPLICA_SEPARATOR, device_order
+from gpufleet.core.device_ids import is_replica
+from gpufleet.plugin.core.devices import device_order
 from gpufleet.plugin.core.model import AdvertisedDevice
 
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
@@ -152,7 +153,7 @@ def allocate(
     if (
         options.fail_requests_greater_than_one
         and len(request_ids) > 1
-        and any(REPLICA_SEPARATOR in i for i in request_ids)
+        and any(is_replica(i) for i in request_ids)
     ):
         raise AllocationError(
             f"request for '{options.resource}: {len(request_ids)}' too large: "

@@ -24,12 +24,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpufleet.core.device_ids import replica_id
 from gpufleet.plugin.core.config import RESOURCE_PREFIX, SHARED_SUFFIX, SharingKind
 from gpufleet.plugin.core.model import AdvertisedDevice, GpuInfo, MigInfo, NodeGpus
 
 GPU_RESOURCE = f"{RESOURCE_PREFIX}/gpu"
 MAX_RESOURCE_NAME_LENGTH = 63  # NVIDIA's limit on the fully-qualified name
-REPLICA_SEPARATOR = "::"
 # MPS clients per GPU the MPS server accepts (reference §3): 48 from compute capability 7.5.
 _MPS_MAX_CLIENTS = 48
 _MPS_MAX_CLIENTS_BEFORE_7_5 = 16
@@ -73,16 +73,6 @@ class ResourceOptions:
 
 class AdvertiseError(ValueError):
     """The node's GPUs cannot be advertised under the configured strategy (a startup error)."""
-
-
-def replica_id(base_id: str, replica: int) -> str:
-    """NVIDIA's annotated ID: `<id>::<replica>`."""
-    return f"{base_id}{REPLICA_SEPARATOR}{replica}"
-
-
-def strip_replica(device_id: str) -> str:
-    """The GPU or MIG ID without a `::<n>` replica suffix."""
-    return device_id.split(REPLICA_SEPARATOR, 1)[0]
 
 
 def device_order(device: AdvertisedDevice) -> tuple[int, int, int]:
