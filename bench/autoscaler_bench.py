@@ -33,7 +33,7 @@ from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core.factory import Tuning
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core import sweep
-from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.trace_file import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         [trace],
         names,
         workload=WorkloadConfig(name="llm", max_replicas=200),
-        config=SimConfig(),
+        config=ReplayConfig(),
         tuning=Tuning(),
         sweep=False,
     )

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gpufleet.autoscaler.core import factory as policies
-from gpufleet.autoscaler.core.gpufleet_policy import PredictivePolicy
+from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
 from gpufleet.autoscaler.replay.core import sweep
 from gpufleet.autoscaler.replay.core.engine import simulate
 from gpufleet.autoscaler.replay.core.result import RunResult
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a gpufleet setting (PredictiveSettings, dotted into forecast. and capacity.)",
+        help="a gpufleet setting (GpufleetSettings, dotted into forecast. and capacity.)",
     )
     args = parser.parse_args(argv)
     settings = SimulateSettings()
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tuned = override(tuned, key, value)
         except ValueError as exc:
             parser.error(str(exc))
-        policy = PredictivePolicy(spec.workload, settings=tuned)
+        policy = GpufleetPolicy(spec.workload, settings=tuned)
         result = simulate(spec.trace, policy, workload=spec.workload, config=spec.config)
     else:
         result = sweep.run(spec)

@@ -50,7 +50,7 @@ def test_sim_minutes_prints_a_row_per_minute_with_overrides(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("key", "error"),
     [
-        pytest.param("nope=1", "PredictiveSettings has no field 'nope'", id="top-level"),
+        pytest.param("nope=1", "GpufleetSettings has no field 'nope'", id="top-level"),
         pytest.param("forecast.nope=1", "forecast has no field 'nope'", id="nested"),
         pytest.param("headroom", "expected KEY=VALUE", id="no-value"),
     ],

@@ -27,14 +27,14 @@ class Tuning:
 
     HPA on average GPU utilization at 70% and KEDA on queue length 10 with 30 s polling are
     the configurations issue 4 measures against. `gpufleet_headroom` None keeps our
-    policy's own default (PredictiveSettings.headroom).
+    policy's own default (GpufleetSettings.headroom).
     """
 
     hpa_target_util: float = 70.0
     keda_queue_target: float = 10.0
     keda_polling_interval_seconds: float = 30.0
     gpufleet_headroom: float | None = None
-    gpufleet_fill_nodes: bool = False  # PredictiveSettings.fill_nodes
+    gpufleet_fill_nodes: bool = False  # GpufleetSettings.fill_nodes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,7 +48,7 @@ class Knob:
 # The baselines' ranges run past what anyone deploys, so their fronts are as strong as
 # they can be: HPA targets from 20% (GPUs mostly idle) to 90% (no room for a burst), KEDA
 # queue targets from 1 (any queue scales up) to 40 (most of a 64-slot batch waiting).
-# Ours varies PredictiveSettings.headroom, spare capacity over predicted demand: 0 runs
+# Ours varies GpufleetSettings.headroom, spare capacity over predicted demand: 0 runs
 # replicas at their full learned rate, 1.0 at half of it, 1.25 at 44%; its default (0.4)
 # is a point. Eight points, as HPA has: once the learned rate is the true one (prefill
 # seconds, full-slot samples), bursty traffic needs more than 1.0 to reach 99%.
@@ -107,9 +107,9 @@ def make_policy(
 
 
 def _make_gpufleet(workload: WorkloadConfig, value: float | None, *, fill_nodes: bool) -> Policy:
-    from gpufleet.autoscaler.core.gpufleet_policy import PredictivePolicy, PredictiveSettings
+    from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy, GpufleetSettings
 
-    settings = PredictiveSettings(fill_nodes=fill_nodes)
+    settings = GpufleetSettings(fill_nodes=fill_nodes)
     if value is not None:
         settings = dataclasses.replace(settings, headroom=value)
-    return PredictivePolicy(workload, settings=settings)
+    return GpufleetPolicy(workload, settings=settings)

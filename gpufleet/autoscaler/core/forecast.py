@@ -48,9 +48,8 @@ class ForecastSettings:
     # highest mean in each `peak_block_seconds` block of the last `peak_memory_seconds`.
     # A maximum over a short memory swung with every record burst (up after it, when it is
     # over; down when it aged out, whenever the next came), which made capacity follow
-    # the last burst instead of the next: at the same headroom on code x10 it cost 42.9
-    # GPU-h for 95.3% where this costs 34.5 for 94.7% (BENCHMARKS.md, "What each part is
-    # worth"; placeholders off in both). 30 minutes of one-minute blocks with the 0.9
+    # the last burst instead of the next, at a far higher cost for the same attainment
+    # (BENCHMARKS.md, "What each part is worth"). 30 minutes of one-minute blocks with the 0.9
     # quantile ignore the three busiest minutes of the half hour (for the 30- and 60-s
     # windows fewer: a mean is filed under its newest sample's block, so one burst raises
     # the next block too); `headroom` buys those back when they matter. The policy needs
@@ -142,10 +141,11 @@ def _window_mean(t: np.ndarray, v: np.ndarray, *, since: float) -> float:
 
 
 def _trend(tw: np.ndarray, vw: np.ndarray, *, settings: ForecastSettings) -> tuple[float, int]:
-    """Theil-Sen slope of the trend window's samples (0 with too few points). A least-squares line
-    swung with a burst at either end of the window; the median of pairwise slopes does not
-    (and code x10's front moved to less GPU-h at the high-headroom end, BENCHMARKS.md).
-    Quadratic in the samples: 60 at a 5-s scrape."""
+    """Theil-Sen slope of the trend window's samples (0 with too few points).
+
+    A least-squares line swung with a burst at either end of the window; the median of
+    pairwise slopes does not (BENCHMARKS.md). Quadratic in the samples: 60 at a 5-s scrape.
+    """
     points = int(tw.size)
     if points < settings.trend_min_points:
         return 0.0, points

@@ -21,11 +21,11 @@ Every tick it turns late signals into a replica count:
    way the surge's replicas stay until `panic_hold_seconds` after the last sample that
    asked for more, and a panic holds every replica as long.
 4. **Scale-down.** Only to the highest steady recommendation of the last
-   `scale_down_window_seconds`, never below the burst path or a surge's hold, at most one step per
-   `scale_down_step_seconds`: a replica given back costs a cold start to get back.
+   `scale_down_window_seconds`, never below the burst path or a surge's hold, at most one
+   step per `scale_down_step_seconds`: a replica given back costs a cold start to get back.
 5. **The workload's limits.** Every step stays within the rate policies of the workload's
-   `behavior` (Pods/Percent per period, selectPolicy, Disabled: HPA's semantics, reused from
-   `hpa_behavior`), as an operator who set them expects of any policy. Its stabilization
+   `behavior` (Pods/Percent per period, selectPolicy, Disabled: HPA's semantics, from
+   `behavior`), as an operator who set them expects of any policy. Its stabilization
    windows are the HPA's smoothing, not limits; this policy smooths with 2-4 instead.
 6. **Zero.** With min_replicas 0 it activates on any arrival or queue and deactivates after
    `idle_seconds_to_zero` with no arrivals, queue or requests in flight.
@@ -58,18 +58,18 @@ from gpufleet.autoscaler.core.workload import ShapeKind, WorkloadConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PredictiveSettings:
+class GpufleetSettings:
     """Every constant of the policy; `headroom` is the knob a sweep varies.
 
     Defaults were tuned once for both Azure 2023 traces (bursty code, smooth conversation)
-    at 1x and 10x in the simulator; the comments say why each is where it is.
+    at 1x and 10x in the simulator. The comments say why each is where it is; the
+    measurements behind them are in BENCHMARKS.md ("Autoscaler core and simulator").
     """
 
-    # The main knob (the sweep varies it): spare capacity over the predicted demand. 0.4
-    # runs replicas at ~70% of their learned rate: the knee of code x10's front (96.66% at
-    # 33.13 GPU-h; 0.25 gives 91.54% at 31.93), and conv x10's last points of attainment
-    # (99.96% at 13.87 against 98.23% at 12.63). 5-s Poisson noise at a few requests/s per
-    # replica is about 20%, and the usual peak leaves the busiest minutes to this margin.
+    # The main knob (the sweep varies it): spare capacity over the predicted demand; 0.4
+    # runs replicas at ~70% of their learned rate, the knee of the bursty trace's front.
+    # 5-s Poisson noise at a few requests/s per replica is about 20%, and the usual peak
+    # leaves the busiest minutes to this margin.
     headroom: float = 0.4
     # 2 s (Knative's tick): samples arrive every 5 s, 1.5 s late; a 2-s tick acts on a new
     # sample within 2 s of it becoming visible (issue 4 asks for <= 5 s from a burst).
@@ -79,17 +79,15 @@ class PredictiveSettings:
     backlog_drain_seconds: float = 60.0
     # The share of the TTFT SLO a burst's requests may spend queueing: a burst of L seconds
     # must be prefilled within L + share x SLO. 1.0 spends it all on queueing; `headroom`
-    # (applied to bursts too) covers the last prefill and uneven routing. Tuned on both
-    # Azure traces: 0.5 bought ~1 point of attainment on the bursty one for ~15% more
-    # node-hours.
+    # (applied to bursts too) covers the last prefill and uneven routing. Half the SLO
+    # bought little attainment for many more node-hours.
     burst_slo_share: float = 1.0
     # A signal whose newest sample is older than this is missing: three scrapes lost.
     stale_after_seconds: float = 20.0
     # Panic when the newest sample needs this many times the ready replicas (KPA's 2.0): size
     # for it at once, new nodes included. It catches a surge that lasts, a cold start sooner
-    # than the steady path would. On the Azure traces no surge outlasts a cold start: 1.5
-    # cost 3-6 GPU-h on code x10 at every headroom for no attainment, 2.0 costs 3 at
-    # headroom 0.25 only, 3.0 nothing.
+    # than the steady path would. A lower ratio panics on bursts that are over before a
+    # cold start, paying for nodes that serve nothing.
     panic_ratio: float = 2.0
     # Below the panic ratio, a newest sample that needs more than the replicas asked for is
     # still met at once, but only on GPUs that are idle on nodes already paid for
@@ -115,7 +113,7 @@ class PredictiveSettings:
     # Placeholders (`Decision.headroom`) cover the sustained rate forecast within node
     # provisioning plus cold start; False asks for none (a cluster without placeholder
     # pods). Not the 30-s level: after a burst it launched nodes that arrived when the
-    # burst was over (+3.3 GPU-h on code x10, no attainment gained).
+    # burst was over.
     placeholders: bool = True
     # Fill the idle GPUs on the nodes the need already occupies (`WorkloadConfig.
     # gpus_per_node`) with warm replicas that absorb the next burst: desired is rounded up to
@@ -168,14 +166,14 @@ class Demand:
         return max(self.stable, self.burst, self.surge)
 
 
-class PredictivePolicy:
+class GpufleetPolicy:
     """The `gpufleet` policy for one workload; keeps its own history, so one per run."""
 
     name = "gpufleet"
 
-    def __init__(self, workload: WorkloadConfig, *, settings: PredictiveSettings | None = None):
+    def __init__(self, workload: WorkloadConfig, *, settings: GpufleetSettings | None = None):
         self.workload = workload
-        self.settings = settings or PredictiveSettings()
+        self.settings = settings or GpufleetSettings()
         if self.settings.headroom < 0:
             raise ValueError("headroom must be >= 0")
         self.interval_seconds = self.settings.interval_seconds
@@ -451,7 +449,7 @@ def _fresh(series: Series, now: float, stale_after_seconds: float) -> bool:
     return bool(series.times) and now - series.times[-1] <= stale_after_seconds
 
 
-def _message(d: Demand, current: int, desired: int, reason: Reason, s: PredictiveSettings) -> str:
+def _message(d: Demand, current: int, desired: int, reason: Reason, s: GpufleetSettings) -> str:
     """One sentence with the numbers behind the decision, for events and logs."""
     fc = d.forecast
     est = d.capacity

@@ -17,8 +17,8 @@ from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core.model import (
     ClusterModel,
     PipelineModel,
+    ReplayConfig,
     ServiceModel,
-    SimConfig,
 )
 from gpufleet.settings import setting
 
@@ -284,8 +284,8 @@ class SimulateSettings(BaseSettings):
             batch_slots=self.batch_slots,
         )
 
-    def sim_config(self) -> SimConfig:
-        return SimConfig(
+    def sim_config(self) -> ReplayConfig:
+        return ReplayConfig(
             service=ServiceModel(
                 batch_slots=self.batch_slots,
                 prefill_tokens_per_second=self.prefill_tokens_per_second,
@@ -299,7 +299,7 @@ class SimulateSettings(BaseSettings):
             ),
             pipeline=PipelineModel(scrape_interval_seconds=self.scrape_interval_seconds),
             # The workload's floor is up and serving when the trace starts.
-            initial_replicas=max(SimConfig().initial_replicas, self.min_replicas),
+            initial_replicas=max(ReplayConfig().initial_replicas, self.min_replicas),
         )
 
     def tuning(self) -> Tuning:

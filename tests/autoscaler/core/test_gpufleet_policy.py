@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpufleet.autoscaler.core.capacity import CapacitySettings
-from gpufleet.autoscaler.core.gpufleet_policy import PredictivePolicy, PredictiveSettings
+from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy, GpufleetSettings
 from gpufleet.autoscaler.core.observation import Observation, Replica, ReplicaState, Series
 from gpufleet.autoscaler.core.policy import Reason
 from gpufleet.autoscaler.core.workload import (
@@ -30,7 +30,7 @@ KNOWN = CapacitySettings(
     learned_after_samples=0,  # trust the prior: sizing tests need no learning phase
 )
 # Headroom 0.25 (x1.25) keeps the expected counts below easy to derive by hand.
-SETTINGS = PredictiveSettings(capacity=KNOWN, headroom=0.25)
+SETTINGS = GpufleetSettings(capacity=KNOWN, headroom=0.25)
 # Sizing tests ask for any jump in one tick; the workload's rate policies (HPA's defaults
 # allow +4 pods or +100% per 15 s) are tested on their own below.
 UNLIMITED = Behavior(
@@ -96,8 +96,8 @@ def observe(
     )
 
 
-def policy(settings: PredictiveSettings = SETTINGS, **workload) -> PredictivePolicy:
-    return PredictivePolicy(replace(WORKLOAD, **workload), settings=settings)
+def policy(settings: GpufleetSettings = SETTINGS, **workload) -> GpufleetPolicy:
+    return GpufleetPolicy(replace(WORKLOAD, **workload), settings=settings)
 
 
 def test_name_and_a_tick_fast_enough_for_bursts() -> None:
@@ -367,7 +367,7 @@ def test_random_traffic_never_leaves_min_max(seed: int) -> None:
         current = d.desired
 
 
-def idle_policy() -> PredictivePolicy:
+def idle_policy() -> GpufleetPolicy:
     return policy(replace(SETTINGS, idle_seconds_to_zero=300.0), min_replicas=0)
 
 
@@ -415,7 +415,7 @@ def test_headroom_covers_the_forecast_within_node_provisioning() -> None:
 
 def test_learns_capacity_from_saturated_samples() -> None:
     # Prior of 2/s; the replicas are saturated (queue 50) completing 7/s each.
-    p = policy(PredictiveSettings())
+    p = policy(GpufleetSettings())
     d = p.decide(observe(1000.0, const(14.0), ready=2, queue=const(50.0)))
     m = re.search(r"capacity ([\d.]+)/s per replica \(learned, (\d+) samples\)", d.message)
     assert m is not None, d.message

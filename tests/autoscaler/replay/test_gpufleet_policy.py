@@ -5,11 +5,11 @@ import re
 import numpy as np
 import pytest
 
-from gpufleet.autoscaler.core.gpufleet_policy import PredictivePolicy
+from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
 from gpufleet.autoscaler.core.policy import Reason
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core.engine import simulate
-from gpufleet.autoscaler.replay.core.model import PipelineModel, SimConfig
+from gpufleet.autoscaler.replay.core.model import PipelineModel, ReplayConfig
 from gpufleet.autoscaler.replay.core.trace import trace_from_arrays
 
 PROMPT = 2000  # tokens: prefill-bound at the default 15k tokens/s, 7.5 requests/s per replica
@@ -35,8 +35,8 @@ def test_first_scale_up_on_the_first_tick_the_burst_is_visible(start: float) -> 
     # sample that the fleet can absorb is, correctly, acted on one sample later.
     trace = steady_then_burst(base_rps=2.0, burst_rps=80.0, start=start, seconds=30.0)
     workload = WorkloadConfig(name="burst", min_replicas=1, max_replicas=20)
-    policy = PredictivePolicy(workload)
-    config = SimConfig(initial_replicas=2)
+    policy = GpufleetPolicy(workload)
+    config = ReplayConfig(initial_replicas=2)
     result = simulate(trace, policy, workload=workload, config=config)
     pipe: PipelineModel = config.pipeline
     scrape = pipe.scrape_interval_seconds * (np.floor(start / pipe.scrape_interval_seconds) + 1)
@@ -55,7 +55,7 @@ def test_learns_the_simulated_service_rate_when_saturated() -> None:
     t = np.arange(0.0, 300.0, 1.0 / 12.0)  # 12/s on one replica that serves 7.5/s
     trace = trace_from_arrays(t, np.full(t.size, PROMPT), np.full(t.size, OUTPUT))
     workload = WorkloadConfig(name="hot", min_replicas=1, max_replicas=1)
-    result = simulate(trace, PredictivePolicy(workload), workload=workload, config=SimConfig())
+    result = simulate(trace, GpufleetPolicy(workload), workload=workload, config=ReplayConfig())
     last = result.decisions[-1].message
     m = re.search(r"capacity ([\d.]+)/s per replica \(learned, (\d+) samples\)", last)
     assert m is not None, last
@@ -67,8 +67,8 @@ def test_steady_traffic_meets_the_slo_within_bounds() -> None:
     t = np.arange(0.0, 900.0, 1.0 / 20.0)  # 20/s: about 3 replicas' worth
     trace = trace_from_arrays(t, np.full(t.size, PROMPT), np.full(t.size, OUTPUT))
     workload = WorkloadConfig(name="steady", min_replicas=2, max_replicas=6)
-    config = SimConfig(initial_replicas=4)
-    result = simulate(trace, PredictivePolicy(workload), workload=workload, config=config)
+    config = ReplayConfig(initial_replicas=4)
+    result = simulate(trace, GpufleetPolicy(workload), workload=workload, config=config)
     assert result.slo_attainment >= 0.99
     assert all(2 <= d.desired <= 6 for d in result.decisions)
     assert max(d.desired for d in result.decisions[-60:]) <= 5  # not pinned at max

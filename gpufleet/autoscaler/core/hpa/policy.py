@@ -2,8 +2,8 @@
 
 It is the baseline the simulator measures our own policy against, so it must be the real
 controller's arithmetic rather than a plausible imitation: the per-metric replica
-calculator lives in `hpa_calc`, metric specs and their reading of an `Observation` in
-`hpa_metrics`, stabilization and rate policies in `hpa_behavior`; this module runs one
+calculator lives in `hpa.calc`, metric specs and their reading of an `Observation` in
+`hpa.metrics`, stabilization and rate policies in `core.behavior`; this module runs one
 controller sync and explains the result. No I/O, no clock, no logging: time is
 `Observation.now`. `current_replicas` (starting + ready) stands for both
 `scale.spec.replicas` and `scale.status.replicas`.

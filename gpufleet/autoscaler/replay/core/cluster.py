@@ -42,7 +42,7 @@ _TRANSITIONS: dict[object, frozenset[object]] = {
 }
 
 
-class SimReplica:
+class ReplayReplica:
     """One replica's mutable serving and placement state (engine-internal)."""
 
     __slots__ = (
@@ -67,7 +67,7 @@ class SimReplica:
         self.state: object = ReplicaState.STARTING
         self.created = now
         self.since = now
-        self.node: SimNode | None = None
+        self.node: ReplayNode | None = None
         self.gpu_since = 0.0
         self.in_flight = 0  # requests holding a batch slot (prefill queue, prefill or decode)
         self.prefilling = 0  # of which waiting for or in the prefill stage
@@ -88,7 +88,7 @@ class SimReplica:
 
 
 @dataclass(slots=True, kw_only=True)
-class SimNode:
+class ReplayNode:
     index: int
     launched: float
     ready_at: float
@@ -114,9 +114,9 @@ class Cluster:
         self.model = model
         self.prefix = prefix
         self.post = post
-        self.nodes: list[SimNode] = []
-        self.replicas: list[SimReplica] = []  # not gone, in creation order
-        self.ready: list[SimReplica] = []  # READY, in creation order
+        self.nodes: list[ReplayNode] = []
+        self.replicas: list[ReplayReplica] = []  # not gone, in creation order
+        self.ready: list[ReplayReplica] = []  # READY, in creation order
         self.headroom = 0  # placeholder pods wanted
         self.next_index = 0
         self.replica_gpu_seconds = 0.0
@@ -183,7 +183,7 @@ class Cluster:
             else:  # it drains first, holding its GPU
                 leaving[id(r.node)] = leaving.get(id(r.node), 0) + self.model.gpus_per_replica
 
-    def drained(self, replica: SimReplica, now: float) -> None:
+    def drained(self, replica: ReplayReplica, now: float) -> None:
         """A terminating replica finished its last request: release its GPU."""
         self._drop(replica, now)
 
@@ -218,7 +218,7 @@ class Cluster:
             self.place(now)
         elif kind is Timer.REPLICA_READY:
             r = payload
-            assert isinstance(r, SimReplica)
+            assert isinstance(r, ReplayReplica)
             if r.state is ReplicaState.STARTING and r.node is not None:
                 r.move(ReplicaState.READY, now)
                 self.ready.append(r)
@@ -261,24 +261,24 @@ class Cluster:
     # --- internals ---
 
     @staticmethod
-    def _node_load(r: SimReplica) -> int:
+    def _node_load(r: ReplayReplica) -> int:
         """GPUs in use on `r`'s node; -1 for a replica not bound to one yet."""
         return -1 if r.node is None else r.node.used_gpus
 
-    def _new_replica(self, now: float) -> SimReplica:
-        r = SimReplica(index=self.next_index, name=f"{self.prefix}-{self.next_index}", now=now)
+    def _new_replica(self, now: float) -> ReplayReplica:
+        r = ReplayReplica(index=self.next_index, name=f"{self.prefix}-{self.next_index}", now=now)
         self.next_index += 1
         self.replicas.append(r)
         return r
 
-    def _bind(self, r: SimReplica, node: SimNode, now: float) -> None:
+    def _bind(self, r: ReplayReplica, node: ReplayNode, now: float) -> None:
         r.node = node
         r.gpu_since = now
         node.used_gpus += self.model.gpus_per_replica
         self._refresh_empty(node, now)
         self.post(now + self.model.cold_start_seconds, Timer.REPLICA_READY, r)
 
-    def _drop(self, r: SimReplica, now: float) -> None:
+    def _drop(self, r: ReplayReplica, now: float) -> None:
         r.move(_GONE, now)
         self.replicas.remove(r)
         node = r.node
@@ -288,14 +288,14 @@ class Cluster:
             r.node = None
             self._refresh_empty(node, now)
 
-    def _best_fit(self, now: float) -> SimNode | None:
+    def _best_fit(self, now: float) -> ReplayNode | None:
         g = self.model.gpus_per_replica
         fits = [n for n in self.nodes if n.up(now) and self.model.gpus_per_node - n.used_gpus >= g]
         return min(
             fits, key=lambda n: (self.model.gpus_per_node - n.used_gpus, n.index), default=None
         )
 
-    def _preempt_placeholder(self, now: float) -> SimNode | None:
+    def _preempt_placeholder(self, now: float) -> ReplayNode | None:
         """Free a placeholder's GPU for a replica (pause pods have the lowest priority)."""
         for node in self.nodes:
             if node.up(now) and node.placeholders:
@@ -325,15 +325,15 @@ class Cluster:
             self._launch(now, ready_at=now + self.model.node_provision_seconds, count=True)
             missing -= per_node
 
-    def _launch(self, now: float, *, ready_at: float, count: bool) -> SimNode:
-        node = SimNode(index=len(self.nodes), launched=now, ready_at=ready_at)
+    def _launch(self, now: float, *, ready_at: float, count: bool) -> ReplayNode:
+        node = ReplayNode(index=len(self.nodes), launched=now, ready_at=ready_at)
         self.nodes.append(node)
         if count:
             self.node_events += 1
             self.post(ready_at, Timer.NODE_READY, node)
         return node
 
-    def _refresh_empty(self, node: SimNode, now: float) -> None:
+    def _refresh_empty(self, node: ReplayNode, now: float) -> None:
         if node.removed is not None or not node.up(now):
             return
         empty = node.used_gpus == 0

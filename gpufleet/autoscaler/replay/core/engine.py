@@ -32,8 +32,8 @@ import numpy as np
 from gpufleet.autoscaler.core.observation import Replica, ReplicaState
 from gpufleet.autoscaler.core.policy import Policy
 from gpufleet.autoscaler.core.workload import WorkloadConfig
-from gpufleet.autoscaler.replay.core.cluster import Cluster, SimReplica, Timer
-from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.core.cluster import Cluster, ReplayReplica, Timer
+from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.core.pipeline import Pipeline
 from gpufleet.autoscaler.replay.core.result import DecisionRecord, RunResult
 from gpufleet.autoscaler.replay.core.stats import TimelineBuilder, build_result
@@ -68,7 +68,7 @@ def simulate(
     policy: Policy,
     *,
     workload: WorkloadConfig,
-    config: SimConfig = SimConfig(),  # noqa: B008 - frozen, so a shared default is safe
+    config: ReplayConfig = ReplayConfig(),  # noqa: B008 - frozen, so a shared default is safe
     progress: Callable[[float], None] | None = None,
     check_invariants: bool = False,
 ) -> RunResult:
@@ -96,7 +96,7 @@ class _Run:
         policy: Policy,
         *,
         workload: WorkloadConfig,
-        config: SimConfig,
+        config: ReplayConfig,
         check: bool,
     ) -> None:
         self.trace = trace
@@ -203,7 +203,7 @@ class _Run:
             self._start(self.head, best)
             self.head += 1
 
-    def _start(self, i: int, r: SimReplica) -> None:
+    def _start(self, i: int, r: ReplayReplica) -> None:
         now = self.now
         if r.in_flight == 0:
             r.busy_since = now

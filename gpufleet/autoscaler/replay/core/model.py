@@ -52,7 +52,7 @@ class PipelineModel:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SimConfig:
+class ReplayConfig:
     """The world; the SLO is the workload's (`WorkloadConfig.slo_ttft_seconds`)."""
 
     service: ServiceModel = field(default_factory=ServiceModel)

@@ -61,7 +61,7 @@ from gpufleet.autoscaler.core.observation import Observation
 from gpufleet.autoscaler.core.policy import Decision, Reason
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core.engine import simulate
-from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.core.result import OracleBound, RunResult
 from gpufleet.autoscaler.replay.core.trace import Trace
 
@@ -97,7 +97,7 @@ def oracle_schedule(
     trace: Trace,
     *,
     workload: WorkloadConfig,
-    config: SimConfig = SimConfig(),  # noqa: B008 - frozen, so a shared default is safe
+    config: ReplayConfig = ReplayConfig(),  # noqa: B008 - frozen, so a shared default is safe
 ) -> OracleSchedule:
     """The schedule from the necessary conditions alone, and its GPU-hours: the bound."""
     serving, infeasible = _serving(trace, workload=workload, config=config)
@@ -108,7 +108,7 @@ def solve_oracle(
     trace: Trace,
     *,
     workload: WorkloadConfig,
-    config: SimConfig = SimConfig(),  # noqa: B008 - frozen, so a shared default is safe
+    config: ReplayConfig = ReplayConfig(),  # noqa: B008 - frozen, so a shared default is safe
     target_attainment: float = 0.99,
     max_repairs: int = 12,
     progress: Callable[[float], None] | None = None,
@@ -159,7 +159,7 @@ def run_oracle(
     trace: Trace,
     *,
     workload: WorkloadConfig,
-    config: SimConfig = SimConfig(),  # noqa: B008 - frozen, so a shared default is safe
+    config: ReplayConfig = ReplayConfig(),  # noqa: B008 - frozen, so a shared default is safe
     progress: Callable[[float], None] | None = None,
 ) -> RunResult:
     """The oracle's replayed run (see `solve_oracle`), its policy named "oracle", carrying
@@ -177,9 +177,9 @@ def warm_start_replicas(
     trace: Trace,
     *,
     workload: WorkloadConfig,
-    config: SimConfig = SimConfig(),  # noqa: B008 - frozen, so a shared default is safe
+    config: ReplayConfig = ReplayConfig(),  # noqa: B008 - frozen, so a shared default is safe
 ) -> int:
-    """Replicas the trace's first minutes need: a fair `SimConfig.initial_replicas`.
+    """Replicas the trace's first minutes need: a fair `ReplayConfig.initial_replicas`.
 
     No policy can add capacity before cold start plus node provisioning, so a run started
     with too few replicas loses the same early requests under every policy. This is the
@@ -195,7 +195,7 @@ def _replay(
     trace: Trace,
     schedule: OracleSchedule,
     workload: WorkloadConfig,
-    config: SimConfig,
+    config: ReplayConfig,
     *,
     progress: Callable[[float], None] | None,
 ) -> RunResult:
@@ -211,7 +211,7 @@ def _stage(progress: Callable[[float], None] | None, repair: int) -> Callable[[f
     return lambda done: progress(low + width * min(done, 0.999))
 
 
-def _schedule(serving: np.ndarray, *, infeasible: int, config: SimConfig) -> OracleSchedule:
+def _schedule(serving: np.ndarray, *, infeasible: int, config: ReplayConfig) -> OracleSchedule:
     """Steps 2 and 3 of the module docstring: GPUs held and nodes billed for `serving`."""
     step = STEP_SECONDS
     cluster = config.cluster
@@ -276,7 +276,7 @@ class SchedulePolicy:
 
 
 def _serving(
-    trace: Trace, *, workload: WorkloadConfig, config: SimConfig
+    trace: Trace, *, workload: WorkloadConfig, config: ReplayConfig
 ) -> tuple[np.ndarray, int]:
     """Replicas that must be serving per step (conditions (a) and (b)); infeasible count."""
     step, svc = STEP_SECONDS, config.service

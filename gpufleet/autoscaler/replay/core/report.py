@@ -12,7 +12,7 @@ from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core.factory import Tuning
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core import sweep
-from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.core.result import RunResult
 
 _HEADER = (
@@ -156,7 +156,7 @@ def dominance(results: Sequence[RunResult]) -> str:
 def parameters(
     *,
     workload: WorkloadConfig,
-    config: SimConfig,
+    config: ReplayConfig,
     tuning: Tuning,
     scale: int,
     warm_start: Mapping[str, int] | None = None,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core.factory import Tuning
 from gpufleet.autoscaler.core.workload import WorkloadConfig
-from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.core.result import RunResult
 
 if TYPE_CHECKING:  # trace.py reads files; the sweep only passes Trace values along
@@ -30,7 +30,7 @@ class RunSpec:
     trace: "Trace"
     policy: str
     workload: WorkloadConfig
-    config: SimConfig
+    config: ReplayConfig
     tuning: Tuning = dataclasses.field(default_factory=Tuning)
     knob_value: float | None = None  # None: the policy's value from `tuning`
 
@@ -52,7 +52,7 @@ def plan(
     names: Sequence[str],
     *,
     workload: WorkloadConfig,
-    config: SimConfig,
+    config: ReplayConfig,
     tuning: Tuning,
     sweep: bool,
     warm_start: bool = False,

@@ -13,7 +13,7 @@ from gpufleet.autoscaler.core.policy import Decision, Reason
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core.cluster import Cluster, Timer
 from gpufleet.autoscaler.replay.core.engine import SimulationError, simulate
-from gpufleet.autoscaler.replay.core.model import ClusterModel, ServiceModel, SimConfig
+from gpufleet.autoscaler.replay.core.model import ClusterModel, ReplayConfig, ServiceModel
 from gpufleet.autoscaler.replay.core.oracle import run_oracle
 from gpufleet.autoscaler.replay.core.result import RunResult
 from gpufleet.autoscaler.replay.core.trace import Trace, trace_from_arrays
@@ -58,7 +58,7 @@ def poisson_trace(*, rate: float, seconds: float, seed: int = 1, name: str = "po
 def run(trace: Trace, policy: Script, **config: object) -> RunResult:
     workload = config.pop("workload", WORKLOAD)
     return simulate(
-        trace, policy, workload=workload, config=SimConfig(**config), check_invariants=True
+        trace, policy, workload=workload, config=ReplayConfig(**config), check_invariants=True
     )
 
 
@@ -210,7 +210,7 @@ def test_a_policy_that_never_serves_is_an_error() -> None:
             trace_from_arrays([0.0], [1], [1]),
             never,
             workload=WORKLOAD,
-            config=SimConfig(initial_replicas=0),
+            config=ReplayConfig(initial_replicas=0),
         )
 
 
@@ -280,7 +280,7 @@ def test_smoke_on_the_real_conversation_trace() -> None:
         pytest.skip("shared traces not present")
     trace = load_trace(path)
     workload = WorkloadConfig(name="conv")
-    result = simulate(trace, fixed(3), workload=workload, config=SimConfig(initial_replicas=3))
+    result = simulate(trace, fixed(3), workload=workload, config=ReplayConfig(initial_replicas=3))
     assert result.requests == 19_366 and np.isfinite(result.ttft_seconds).all()
     assert result.slo_attainment > 0.99
     oracle = run_oracle(trace, workload=workload)

@@ -9,7 +9,7 @@ from gpufleet.autoscaler.core.observation import Observation
 from gpufleet.autoscaler.core.policy import Decision, Reason
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core.engine import simulate
-from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.core.oracle import (
     _hold_level,
     _window_max,
@@ -22,7 +22,7 @@ from gpufleet.autoscaler.replay.core.result import RunResult
 from gpufleet.autoscaler.replay.core.trace import Trace, trace_from_arrays
 
 WORKLOAD = WorkloadConfig(name="w", min_replicas=1, max_replicas=64)
-CONFIG = SimConfig(initial_replicas=2)
+CONFIG = ReplayConfig(initial_replicas=2)
 
 
 @dataclass

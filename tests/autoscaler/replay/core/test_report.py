@@ -7,7 +7,7 @@ import numpy as np
 from gpufleet.autoscaler.core.factory import Tuning
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core import report
-from gpufleet.autoscaler.replay.core.model import ClusterModel, SimConfig
+from gpufleet.autoscaler.replay.core.model import ClusterModel, ReplayConfig
 from gpufleet.autoscaler.replay.core.result import OracleBound, RunResult, Timeline
 
 EMPTY = np.zeros(0)
@@ -148,7 +148,7 @@ def test_parameters_list_the_config_fields():
     rows = dict(
         report.parameters(
             workload=WorkloadConfig(name="w", min_replicas=2),
-            config=SimConfig(cluster=ClusterModel(gpus_per_node=4)),
+            config=ReplayConfig(cluster=ClusterModel(gpus_per_node=4)),
             tuning=Tuning(),
             scale=3,
         )
@@ -166,7 +166,7 @@ def test_parameters_name_the_replicas_a_warm_start_chose_per_trace():
     rows = dict(
         report.parameters(
             workload=WorkloadConfig(name="w"),
-            config=SimConfig(),
+            config=ReplayConfig(),
             tuning=Tuning(),
             scale=1,
             warm_start={"conv": 1, "code": 3},

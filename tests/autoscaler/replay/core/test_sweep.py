@@ -7,7 +7,7 @@ from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core.factory import Tuning
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core import sweep
-from gpufleet.autoscaler.replay.core.model import SimConfig
+from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.core.sweep import Point, dominates, pareto_front
 from gpufleet.autoscaler.replay.core.trace import trace_from_arrays
 
@@ -100,7 +100,7 @@ WORKLOAD = WorkloadConfig(name="w")
 )
 def test_plan(names, sweep_mode, expected):
     specs = sweep.plan(
-        [TRACE], names, workload=WORKLOAD, config=SimConfig(), tuning=Tuning(), sweep=sweep_mode
+        [TRACE], names, workload=WORKLOAD, config=ReplayConfig(), tuning=Tuning(), sweep=sweep_mode
     )
     assert [(s.policy, s.knob) for s in specs] == expected
 
@@ -111,7 +111,7 @@ def test_plan_orders_trace_then_policy():
         [TRACE, other],
         ("keda", "hpa"),
         workload=WORKLOAD,
-        config=SimConfig(),
+        config=ReplayConfig(),
         tuning=Tuning(),
         sweep=False,
     )
@@ -152,7 +152,7 @@ def test_warm_start_gives_each_trace_its_own_initial_replicas_for_every_policy()
         [busy, TRACE],
         ("hpa", "oracle"),
         workload=WORKLOAD,
-        config=SimConfig(),
+        config=ReplayConfig(),
         tuning=Tuning(),
         sweep=False,
         warm_start=True,
