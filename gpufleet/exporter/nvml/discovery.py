@@ -1,9 +1,10 @@
 """Discovery for the NVML reader: the GPUs, their MIG instances and their static labels.
 
-Exists so `nvml` can read as the collection loop while this module answers "what is there":
-each GPU's identity and labels, whether NVML GPM works on it, and its MIG instances with
-NVIDIA's profile names. It keeps no state between calls; the reader decides what to keep when
-a GPU fails here.
+Exists so `reader` can read as the collection loop while this module answers "what is
+there": on top of the shared `gpufleet.nvml.discovery` (each GPU's identity, its MIG
+instances with NVIDIA's profile names), the exporter's view of it: entities, labels and
+whether NVML GPM works. It keeps no state between calls; the reader decides what to keep
+when a GPU fails here.
 
 It must never invent an entity, nor let one MIG instance hide its GPU: a MIG instance
 without a profile name, or whose reads fail, is left out alone (logged; failures counted);
@@ -18,11 +19,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import pynvml
-
 from gpufleet.exporter.core.samples import Entity, MigInstance
 from gpufleet.exporter.nvml.calls import MISSING, UNSUPPORTED, NvmlCalls
-from gpufleet.nvml.mig_profiles import mig_profile_name, profile_id, profile_names
+from gpufleet.nvml.discovery import NvmlGpu, gpu_device, mig_devices, mig_enabled
 from gpufleet.nvml.values import error_kind, text
 
 
@@ -60,21 +59,19 @@ def discover_gpu(
     Raises NVMLError when the GPU cannot be identified; a label NVML cannot give is omitted;
     a MIG instance that cannot be read is left out and counted in `errors`.
     """
-    handle = lib.nvmlDeviceGetHandleByIndex(index)
-    model = text(lib.nvmlDeviceGetName(handle))
+    device = gpu_device(lib, index)
     entity = Entity(
         gpu=index,
-        uuid=text(lib.nvmlDeviceGetUUID(handle)),
-        pci_bus_id=text(lib.nvmlDeviceGetPciInfo(handle).busId),
-        model_name=model,
+        uuid=device.uuid,
+        pci_bus_id=text(lib.nvmlDeviceGetPciInfo(device.handle).busId),
+        model_name=device.name,
     )
-    labels = read_labels(calls, label_readers, (lib, handle), model)
-    target = Target(entity=entity, handle=handle, labels=labels, key=entity.uuid, model=model)
-    return Gpu(
-        target=target,
-        gpm=bool(gpm_fields) and _gpm_supported(lib, calls, handle, model, gpm_fields),
-        migs=_discover_migs(lib, calls, target, errors),
+    labels = read_labels(calls, label_readers, (lib, device.handle), device.name)
+    target = Target(
+        entity=entity, handle=device.handle, labels=labels, key=entity.uuid, model=device.name
     )
+    gpm = bool(gpm_fields) and _gpm_supported(lib, calls, device.handle, device.name, gpm_fields)
+    return Gpu(target=target, gpm=gpm, migs=_discover_migs(lib, calls, device, target, errors))
 
 
 def read_labels(
@@ -111,72 +108,44 @@ def _gpm_supported(
 
 
 def _discover_migs(
-    lib: Any, calls: NvmlCalls, parent: Target, errors: Counter[str]
+    lib: Any, calls: NvmlCalls, device: NvmlGpu, parent: Target, errors: Counter[str]
 ) -> tuple[Target, ...]:
-    handle = parent.handle
-    try:
-        mode = lib.nvmlDeviceGetMigMode(handle)[0]
-    except UNSUPPORTED:
+    """The GPU's MIG instances as targets, by GPU instance id; failures counted, logged once."""
+    if not mig_enabled(lib, device.handle):
         return ()
-    if mode != pynvml.NVML_DEVICE_MIG_ENABLE:
-        return ()
-    profiles = profile_names(lib, handle)
+    found, failed = mig_devices(lib, device)
+    for failure in failed:
+        err, kind = failure.error, error_kind(failure.error)
+        errors[kind] += 1
+        calls.once(
+            ("mig-discovery", parent.key, failure.index, kind),
+            logging.WARNING,
+            "MIG device %d of GPU %s left out: %s (%s)",
+            failure.index,
+            parent.key,
+            type(err).__name__,
+            err,
+            exc=kind == "unexpected",
+        )
     migs = []
-    for index in range(lib.nvmlDeviceGetMaxMigDeviceCount(handle)):
-        try:
-            mig = _discover_mig(lib, calls, parent, index, profiles)
-        except pynvml.NVMLError_GpuIsLost:
-            raise
-        except Exception as err:  # this slice only; its siblings and GPU stay
-            kind = error_kind(err)
-            errors[kind] += 1
+    for mig in found:
+        if not mig.profile:
             calls.once(
-                ("mig-discovery", parent.key, index, kind),
+                ("mig-no-profile", parent.key, mig.gi_id),
                 logging.WARNING,
-                "MIG device %d of GPU %s left out: %s (%s)",
-                index,
+                "MIG instance %d of GPU %s left out: no profile name",
+                mig.gi_id,
                 parent.key,
-                type(err).__name__,
-                err,
-                exc=kind == "unexpected",
             )
             continue
-        if mig is not None:
-            migs.append(mig)
-    return tuple(sorted(migs, key=lambda t: t.entity.key))
-
-
-def _discover_mig(
-    lib: Any, calls: NvmlCalls, parent: Target, index: int, profiles: Mapping[int, str]
-) -> Target | None:
-    """MIG device `index` of `parent`; None when there is none there or it has no name."""
-    try:
-        mig_handle = lib.nvmlDeviceGetMigDeviceHandleByIndex(parent.handle, index)
-    except pynvml.NVMLError_NotFound:
-        return None  # no MIG device at this index
-    gi_id = lib.nvmlDeviceGetGpuInstanceId(mig_handle)
-    profile = profiles.get(profile_id(lib, parent.handle, gi_id)) or mig_profile_name(
-        text(lib.nvmlDeviceGetName(mig_handle))
-    )
-    if profile is None:
-        calls.once(
-            ("mig-no-profile", parent.key, gi_id),
-            logging.WARNING,
-            "MIG instance %d of GPU %s left out: no profile name",
-            gi_id,
-            parent.key,
+        instance = MigInstance(profile=mig.profile, gi_id=mig.gi_id, ci_id=mig.ci_id, uuid=mig.uuid)
+        migs.append(
+            Target(
+                entity=dataclasses.replace(parent.entity, mig=instance),
+                handle=mig.handle,
+                labels=parent.labels,
+                key=mig.uuid,
+                model=f"{parent.model} MIG {mig.profile}",
+            )
         )
-        return None
-    mig = MigInstance(
-        profile=profile,
-        gi_id=gi_id,
-        ci_id=lib.nvmlDeviceGetComputeInstanceId(mig_handle),
-        uuid=text(lib.nvmlDeviceGetUUID(mig_handle)),
-    )
-    return Target(
-        entity=dataclasses.replace(parent.entity, mig=mig),
-        handle=mig_handle,
-        labels=parent.labels,
-        key=mig.uuid,
-        model=f"{parent.model} MIG {profile}",
-    )
+    return tuple(sorted(migs, key=lambda t: t.entity.key))

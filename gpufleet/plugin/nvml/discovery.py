@@ -1,7 +1,9 @@
 """Device discovery for the plugin: reads the node's GPUs, MIG devices and topology via NVML.
 
-Exists so everything downstream (`devices`, `allocate`, `preferred`) works on the plain
-`NodeGpus` record and never touches NVML. It calls only pynvml-API functions on the
+Exists so everything downstream (`core.devices`, `core.allocate`, `core.preferred`) works
+on the plain `NodeGpus` record and never touches NVML. On top of the shared
+`gpufleet.nvml.discovery` it reads what only the plugin needs: device minors, memory, NUMA
+nodes, compute capability and the links between GPUs. It calls only pynvml-API functions on the
 injected `lib` (the `pynvml` module or a `SimulatedNvml`) and must never branch on which
 one it has, nor call `nvmlInit`/`nvmlShutdown`: the caller owns NVML's lifetime.
 
@@ -18,8 +20,15 @@ from typing import Any
 
 import pynvml
 
-from gpufleet.nvml.mig_profiles import mig_profile_name, profile_id, profile_names
-from gpufleet.nvml.values import error_kind, text
+from gpufleet.nvml.discovery import (
+    ABSENT,
+    NvmlGpu,
+    NvmlMig,
+    gpu_device,
+    mig_devices,
+    mig_enabled,
+)
+from gpufleet.nvml.values import error_kind
 from gpufleet.plugin.core.model import GpuInfo, MigInfo, NodeGpus
 
 log = logging.getLogger(__name__)
@@ -35,8 +44,6 @@ _PCIE_SCORES = {
     pynvml.NVML_TOPOLOGY_NODE: 1,  # same NUMA node, across host bridges
     pynvml.NVML_TOPOLOGY_SYSTEM: 0,  # across sockets
 }
-# Optional facts: NVML may not know them on some boards or drivers.
-_ABSENT = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
 
 
 def discover(lib: Any, *, errors: Counter[str] | None = None) -> NodeGpus:
@@ -51,8 +58,8 @@ def discover(lib: Any, *, errors: Counter[str] | None = None) -> NodeGpus:
     handles: dict[int, Any] = {}
     for index in range(lib.nvmlDeviceGetCount()):
         try:
-            handle = lib.nvmlDeviceGetHandleByIndex(index)
-            gpus.append(_gpu(lib, handle, index=index, errors=errors))
+            device = gpu_device(lib, index)
+            gpus.append(_gpu(lib, device, errors=errors))
         except Exception as err:  # this GPU only; the others are still advertised
             kind = error_kind(err)
             errors[kind] += 1
@@ -64,7 +71,7 @@ def discover(lib: Any, *, errors: Counter[str] | None = None) -> NodeGpus:
                 exc_info=kind == "unexpected",
             )
             continue
-        handles[index] = handle
+        handles[index] = device.handle
     return NodeGpus(
         gpus=tuple(gpus),
         driver_version=_system(lib.nvmlSystemGetDriverVersion, "", errors),
@@ -73,33 +80,26 @@ def discover(lib: Any, *, errors: Counter[str] | None = None) -> NodeGpus:
     )
 
 
-def _gpu(lib: Any, handle: Any, *, index: int, errors: Counter[str]) -> GpuInfo:
-    uuid = text(lib.nvmlDeviceGetUUID(handle))
-    mig_enabled = _mig_enabled(lib, handle)
+def _gpu(lib: Any, device: NvmlGpu, *, errors: Counter[str]) -> GpuInfo:
+    handle = device.handle
+    enabled = mig_enabled(lib, handle)
     return GpuInfo(
-        index=index,
-        uuid=uuid,
+        index=device.index,
+        uuid=device.uuid,
         minor=lib.nvmlDeviceGetMinorNumber(handle),
-        name=text(lib.nvmlDeviceGetName(handle)),
+        name=device.name,
         memory_mib=lib.nvmlDeviceGetMemoryInfo(handle).total // _MIB,
         numa_node=_numa_node(lib, handle),
-        mig_enabled=mig_enabled,
-        migs=_migs(lib, handle, uuid, errors) if mig_enabled else (),
+        mig_enabled=enabled,
+        migs=_migs(lib, device, errors) if enabled else (),
         compute_capability=_compute_capability(lib, handle),
     )
-
-
-def _mig_enabled(lib: Any, handle: Any) -> bool:
-    try:
-        return lib.nvmlDeviceGetMigMode(handle)[0] == pynvml.NVML_DEVICE_MIG_ENABLE
-    except _ABSENT:
-        return False  # not MIG-capable
 
 
 def _numa_node(lib: Any, handle: Any) -> int | None:
     try:
         node = lib.nvmlDeviceGetNumaNodeId(handle)
-    except _ABSENT:
+    except ABSENT:
         return None
     return node if node >= 0 else None  # -1: no affinity (single-socket or unknown)
 
@@ -107,54 +107,46 @@ def _numa_node(lib: Any, handle: Any) -> int | None:
 def _compute_capability(lib: Any, handle: Any) -> tuple[int, int]:
     try:
         major, minor = lib.nvmlDeviceGetCudaComputeCapability(handle)
-    except _ABSENT:
+    except ABSENT:
         return (0, 0)
     return (major, minor)
 
 
-def _migs(lib: Any, handle: Any, gpu_uuid: str, errors: Counter[str]) -> tuple[MigInfo, ...]:
+def _migs(lib: Any, device: NvmlGpu, errors: Counter[str]) -> tuple[MigInfo, ...]:
     """The GPU's MIG devices by index; one that fails is left out alone, a lost GPU raises."""
-    # NVML's profile table is the only right source of names (the exporter's lesson from
-    # dcgm-exporter #544: names derived from memory size are wrong on some boards).
-    profiles = profile_names(lib, handle)
+    found, failed = mig_devices(lib, device)
+    for failure in failed:
+        errors[error_kind(failure.error)] += 1
+        log.warning(
+            "MIG device %d of GPU %s left out: %s", failure.index, device.uuid, failure.error
+        )
     migs = []
-    for index in range(lib.nvmlDeviceGetMaxMigDeviceCount(handle)):
+    for mig in found:
         try:
-            mig = _mig(lib, handle, index, profiles)
+            info = _mig(lib, mig)
         except pynvml.NVMLError_GpuIsLost:
             raise
         except Exception as err:  # this slice only; its siblings and GPU stay
-            kind = error_kind(err)
-            errors[kind] += 1
-            log.warning("MIG device %d of GPU %s left out: %s", index, gpu_uuid, err)
+            errors[error_kind(err)] += 1
+            log.warning("MIG device %d of GPU %s left out: %s", mig.index, device.uuid, err)
             continue
-        if mig is None:
-            continue
-        if not mig.profile:
+        if not info.profile:
             errors["nvml_error"] += 1
-            log.warning("MIG device %d of GPU %s left out: no profile name", index, gpu_uuid)
+            log.warning("MIG device %d of GPU %s left out: no profile name", mig.index, device.uuid)
             continue
-        migs.append(mig)
+        migs.append(info)
     return tuple(migs)
 
 
-def _mig(lib: Any, handle: Any, index: int, profiles: Mapping[int, str]) -> MigInfo | None:
-    """MIG device `index` (profile "" if NVML names none); None if the slot is empty."""
-    try:
-        mig_handle = lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
-    except pynvml.NVMLError_NotFound:
-        return None
-    gi_id = lib.nvmlDeviceGetGpuInstanceId(mig_handle)
-    profile = profiles.get(profile_id(lib, handle, gi_id)) or mig_profile_name(
-        text(lib.nvmlDeviceGetName(mig_handle))
-    )
+def _mig(lib: Any, mig: NvmlMig) -> MigInfo:
+    """The plugin's record of a MIG device: the shared facts and its memory."""
     return MigInfo(
-        uuid=text(lib.nvmlDeviceGetUUID(mig_handle)),
-        profile=profile or "",
-        gi_id=gi_id,
-        ci_id=lib.nvmlDeviceGetComputeInstanceId(mig_handle),
-        index=index,
-        memory_mib=lib.nvmlDeviceGetMemoryInfo(mig_handle).total // _MIB,
+        uuid=mig.uuid,
+        profile=mig.profile,
+        gi_id=mig.gi_id,
+        ci_id=mig.ci_id,
+        index=mig.index,
+        memory_mib=lib.nvmlDeviceGetMemoryInfo(mig.handle).total // _MIB,
     )
 
 
@@ -185,7 +177,7 @@ def _links(
 def _pair_score(lib: Any, a: Any, b: Any, nvlinks: int) -> int:
     try:
         status = lib.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
-    except _ABSENT:
+    except ABSENT:
         status = pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
     if status == pynvml.NVML_P2P_STATUS_OK:
         # NVSwitch boards route every link through the switches: a pair shares the links
