@@ -3,7 +3,9 @@ stabilization, rate policies, bounds.
 
 The behavior is the workload's, not the HPA baseline's: `hpa` applies all of it, the
 `gpufleet` policy its rate policies (it smooths with its own scale-down window), and any
-policy an operator configures is held to it. Pure. The controller's in-memory history (recent raw recommendations, recent scale events)
+policy an operator configures is held to it.
+
+Pure. The controller's in-memory history (recent raw recommendations, recent scale events)
 is an immutable `History` value that each step returns a new copy of; the caller keeps it.
 
 Window edges: a recommendation or scale event counts while its age is below the window or

@@ -9,7 +9,9 @@ node ever holds more than it has.
 Placement bin-packs (the fitting up node with the fewest free GPUs, ties by launch order) the
 way a cluster tuned for consolidation (Karpenter, MostAllocated scoring) does, so emptied
 nodes can go. Pending pods (replicas, then placeholders) make the cluster launch enough new
-nodes for all of them at once, as Karpenter does, up to `max_nodes`.
+nodes for all of them at once, as Karpenter does, up to `max_nodes`; how many is the capacity
+planner's own packing (`core.planner.pack_nodes`), so the live planner and the replay count
+nodes alike.
 """
 
 from collections.abc import Callable
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from gpufleet.autoscaler.core.observation import ReplicaState
+from gpufleet.autoscaler.core.planner import pack_nodes
 from gpufleet.autoscaler.replay.core.model import ClusterModel
 
 
@@ -209,7 +212,7 @@ class Cluster:
             node.placeholders += 1
             node.used_gpus += g
             bound += 1
-        self._launch_for(pending * g, now)
+        self._launch_for(pending, now)
         for node in self.nodes:
             self._refresh_empty(node, now)
 
@@ -317,13 +320,17 @@ class Cluster:
                 count -= 1
             self._refresh_empty(node, now)
 
-    def _launch_for(self, gpus: int, now: float) -> None:
-        per_node = self.model.gpus_per_node
-        coming = per_node * sum(1 for n in self.nodes if n.removed is None and n.ready_at > now)
-        missing = gpus - coming
-        while missing > 0 and self.billed_nodes() < self.model.max_nodes:
+    def _launch_for(self, pending: int, now: float) -> None:
+        """Launch the nodes `pending` pods need beyond the nodes already coming."""
+        if not pending:
+            return
+        units = [self.model.gpus_per_replica] * pending
+        needed = len(pack_nodes(units, gpus_per_node=self.model.gpus_per_node))
+        coming = sum(1 for n in self.nodes if n.removed is None and n.ready_at > now)
+        for _ in range(needed - coming):
+            if self.billed_nodes() >= self.model.max_nodes:
+                break
             self._launch(now, ready_at=now + self.model.node_provision_seconds, count=True)
-            missing -= per_node
 
     def _launch(self, now: float, *, ready_at: float, count: bool) -> ReplayNode:
         node = ReplayNode(index=len(self.nodes), launched=now, ready_at=ready_at)

@@ -328,3 +328,16 @@ def test_scale_down_from_full_nodes_empties_one_rather_than_thinning_all() -> No
             r.in_flight = r.prefilling = 0
             cluster.drained(r, 2.0)
     assert sorted(n.used_gpus for n in cluster.nodes) == [0, 8, 8, 8]
+
+
+def test_pending_replicas_that_do_not_divide_a_node_launch_every_node_at_once() -> None:
+    """3-GPU replicas on 8-GPU nodes fit two a node: five need three nodes, all launched
+    together (GPU arithmetic alone would launch two and find the fifth a node late)."""
+    posted: list[tuple[float, Timer, object]] = []
+    cluster = Cluster(
+        ClusterModel(gpus_per_replica=3), prefix="w", post=lambda *a: posted.append(a)
+    )
+    cluster.set_desired(5, 0.0)
+    cluster.place(0.0)
+    assert len(cluster.nodes) == 3
+    assert [kind for _, kind, _ in posted].count(Timer.NODE_READY) == 3
