@@ -146,6 +146,11 @@ class Cluster:
             self.ready.append(r)
         self.place(0.0)
 
+    def set_headroom(self, placeholders: int) -> None:
+        """Keep this many placeholder pods (the policy's `Decision.headroom`) from the next
+        `place`."""
+        self.headroom = placeholders
+
     def set_desired(self, desired: int, now: float) -> None:
         """Create or remove replicas so that starting + ready == `desired`."""
         active = [r for r in self.replicas if r.state is not ReplicaState.TERMINATING]

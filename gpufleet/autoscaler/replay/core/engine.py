@@ -162,7 +162,7 @@ class _Run:
             ):
                 self.now = arrivals[self.arrived]
                 self.arrived += 1
-                self.pipeline.arrivals += 1
+                self.pipeline.arrived()
                 self._dispatch()
             else:
                 t, kind, _, payload = heapq.heappop(heap)
@@ -220,9 +220,11 @@ class _Run:
         assert math.isnan(self.ttft[i]), f"request {i} prefilled twice"
         ttft = now - self.arrivals[i]
         self.ttft[i] = ttft
-        self.pipeline.ttfts.append(ttft)
-        self.pipeline.prompt_tokens += self.prompts[i]
-        self.pipeline.prefill_seconds += self.prompts[i] / self.prefill_rate
+        self.pipeline.first_token(
+            ttft,
+            prompt_tokens=self.prompts[i],
+            prefill_seconds=self.prompts[i] / self.prefill_rate,
+        )
         r.prefilling -= 1
         r.decoding += 1
         per_token = self.decode_base + self.decode_per_seq * (r.decoding - 1)
@@ -233,7 +235,7 @@ class _Run:
         now = self.now
         self.e2e[i] = now - self.arrivals[i]
         self.completed += 1
-        self.pipeline.completions += 1
+        self.pipeline.completed()
         r.decoding -= 1
         r.in_flight -= 1
         if r.in_flight == 0:
@@ -277,7 +279,7 @@ class _Run:
             )
         )
         self.cluster.set_desired(desired, now)
-        self.cluster.headroom = max(0, decision.headroom)
+        self.cluster.set_headroom(max(0, decision.headroom))
         self.cluster.place(now)
         self._dispatch()
         self._post(now + self.policy.interval_seconds, _Kind.TICK)

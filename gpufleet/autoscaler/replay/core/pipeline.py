@@ -22,7 +22,8 @@ FB_USED_MIB = 73728.0
 
 
 class Pipeline:
-    """Sample store plus the counters between scrapes; the engine increments the counters."""
+    """Sample store plus the counters between scrapes; the engine reports events, `scrape`
+    turns the counters into samples."""
 
     def __init__(self, model: PipelineModel) -> None:
         if model.scrape_interval_seconds <= 0:
@@ -30,11 +31,11 @@ class Pipeline:
         self.model = model
         self.delay_seconds = model.delay_seconds
         # Counters since the last scrape.
-        self.arrivals = 0
-        self.completions = 0
-        self.prompt_tokens = 0
-        self.ttfts: list[float] = []
-        self.prefill_seconds = 0.0
+        self._arrivals = 0
+        self._completions = 0
+        self._prompt_tokens = 0
+        self._ttfts: list[float] = []
+        self._prefill_seconds = 0.0
         # Samples, aligned with `times` (ttft has its own times: omitted when no first token).
         self.times: list[float] = []
         self.arrival_rate: list[float] = []
@@ -49,6 +50,22 @@ class Pipeline:
         self.pods: list[tuple[PodTelemetry, ...]] = []
         self._busy_at_scrape: dict[str, float] = {}
 
+    def arrived(self) -> None:
+        """A request arrived."""
+        self._arrivals += 1
+
+    def first_token(
+        self, ttft_seconds: float, *, prompt_tokens: int, prefill_seconds: float
+    ) -> None:
+        """A request got its first token after `ttft_seconds`, its prompt prefilled."""
+        self._ttfts.append(ttft_seconds)
+        self._prompt_tokens += prompt_tokens
+        self._prefill_seconds += prefill_seconds
+
+    def completed(self) -> None:
+        """A request finished its last output token."""
+        self._completions += 1
+
     def scrape(
         self,
         now: float,
@@ -60,19 +77,19 @@ class Pipeline:
         """Take one sample at `now`; `busy_seconds`: (pod, busy seconds so far) per started pod."""
         interval = self.model.scrape_interval_seconds
         self.times.append(now)
-        self.arrival_rate.append(self.arrivals / interval)
-        self.completion_rate.append(self.completions / interval)
-        self.prompt_tokens_rate.append(self.prompt_tokens / interval)
-        self.ttft_sum_rate.append(sum(self.ttfts) / interval)
-        self.prefill_sum_rate.append(self.prefill_seconds / interval)
-        self.prefill_seconds = 0.0
+        self.arrival_rate.append(self._arrivals / interval)
+        self.completion_rate.append(self._completions / interval)
+        self.prompt_tokens_rate.append(self._prompt_tokens / interval)
+        self.ttft_sum_rate.append(sum(self._ttfts) / interval)
+        self.prefill_sum_rate.append(self._prefill_seconds / interval)
+        self._prefill_seconds = 0.0
         self.queue_depth.append(float(queue_depth))
         self.in_flight.append(float(in_flight))
-        if self.ttfts:
+        if self._ttfts:
             self.ttft_times.append(now)
-            self.ttft_p90.append(float(np.percentile(self.ttfts, 90)))
-        self.arrivals = self.completions = self.prompt_tokens = 0
-        self.ttfts = []
+            self.ttft_p90.append(float(np.percentile(self._ttfts, 90)))
+        self._arrivals = self._completions = self._prompt_tokens = 0
+        self._ttfts = []
         pods = []
         busy_now = {}
         for name, busy in busy_seconds:
