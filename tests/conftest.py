@@ -1,7 +1,8 @@
 """Suite-wide fixtures: async tests fail when they leave asyncio tasks running (STYLE §16).
 
-Shared helper functions live in `helpers.py`, not here: pytest imports every conftest.py
-outside a package as the module `conftest`, so importing from one is order-dependent.
+Shared helper functions live in the `helpers` package, not here: pytest imports every
+conftest.py outside a package as the module `conftest`, so importing from one is
+order-dependent.
 """
 
 import asyncio

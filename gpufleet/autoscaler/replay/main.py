@@ -2,8 +2,8 @@
 
 The command-line edge of the simulator: it reads flags and files, shows progress on stderr,
 fans sweep runs out to processes and writes report.md and the PNGs. Everything it prints
-comes from the pure `sweep` and `report` modules. Bad flags and unreadable traces exit 2
-with a message naming the flag or the file and line, before any run starts.
+comes from the pure `core.sweep` and `core.report` modules. Bad flags and unreadable traces
+exit 2 with a message naming the flag or the file and line, before any run starts.
 """
 
 import concurrent.futures

@@ -2,11 +2,11 @@
 pod sharing an entity uses of it.
 
 Pure: no I/O, no clock, no logging. The adapters gather the kubelet's view
-(`podresources`) and the pid -> pod UID map (`procfs`); this module joins them with one
-collection. It never guesses: a device ID it cannot place, or a sharing pod whose UID it
-cannot resolve, is left out and counted, never attributed by heuristics; a shared entity
-whose per-process data NVML could not give keeps the device value for every pod (counted
-unsplit) rather than a made-up 0.
+(`pods.podresources`) and the pid -> pod UID map (`pods.procfs`); this module joins them
+with one collection. It never guesses: a device ID it cannot place, or a sharing pod whose
+UID it cannot resolve, is left out and counted, never attributed by heuristics; a shared
+entity whose per-process data NVML could not give keeps the device value for every pod
+(counted unsplit) rather than a made-up 0.
 
 Terminated pods: kubelets before 1.34 list them too (dcgm-exporter #140). Since 1.16 `List`
 first frees the devices of pods in a terminal phase, so such a pod is listed without

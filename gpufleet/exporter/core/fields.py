@@ -2,9 +2,9 @@
 
 Pure data: no I/O, no clock, no logging. The metric name is the DCGM field name
 (dcgm-exporter's legacy names, <= 4.8); `name_v49` and `scale_v49` give the 4.9 name and
-unit. `nvml_readers.py` maps every entry to the NVML call that serves it (XID errors:
-`xid.py`; the DCGM_EXP_* window counts: the collector's history, `windows.py`); a test
-keeps the two in step.
+unit. `nvml/readers.py` maps every entry to the NVML call that serves it (XID errors:
+`nvml/xid.py`; the DCGM_EXP_* window counts: the collector's history, `windows.py`); a
+test keeps the two in step.
 """
 
 from collections.abc import Mapping
@@ -427,7 +427,7 @@ _SPECS: tuple[FieldSpec, ...] = (
         nvml=_fv("NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"),
     ),
     # Per-link bandwidth: only link 0, the one row dcgm-exporter's CSV documents. Other links
-    # are one catalog row each (and one scopeId in nvml.py) when someone needs them.
+    # are one catalog row each (and one scopeId in nvml/readers.py) when someone needs them.
     FieldSpec(
         name="DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",
         type=MetricType.COUNTER,

@@ -1,6 +1,6 @@
 """How the NVML reader calls NVML: a failing call is counted and logged, and its values dropped.
 
-Exists so every part of the reader (`nvml`, `nvml_discovery`, `nvml_gpm`, `nvml_processes`)
+Exists so every part of the reader (`reader`, `discovery`, `gpm`, `processes`)
 accounts for NVML errors the same way: NotSupported is dropped without counting and logged
 once per call and GPU model; any other NVMLError is counted as `timeout` or `nvml_error` and
 logged once per call, model and error code. A conversion of NVML's answer that raises (a

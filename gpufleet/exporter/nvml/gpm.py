@@ -2,7 +2,7 @@
 
 Exists because GPM is stateful where the rest of NVML is not: a metric is the difference of
 two samples, so each GPU and MIG instance keeps its previous sample between rounds, and the
-buffers are NVML allocations that must be freed. Keeping that lifecycle here lets `nvml`
+buffers are NVML allocations that must be freed. Keeping that lifecycle here lets `reader`
 treat GPM as one more read.
 
 It must never report a value from a single sample (the first round gives none), never leak

@@ -3,7 +3,7 @@
 Exists because process utilization is read incrementally (NVML returns samples newer than a
 timestamp, so the last one seen is kept per GPU and MIG instance) and because a MIG
 instance's processes may have to be taken from its parent GPU's lists. Keeping that here lets
-`nvml` treat processes as one more read.
+`reader` treat processes as one more read.
 
 It must never attribute a parent GPU's process to a MIG instance it does not run on (the
 fallback matches GPU and compute instance ids), must keep "NVML could not tell" apart from

@@ -1,7 +1,7 @@
 """The NVML adapter: finds the GPUs and MIG instances and reads the selected fields from NVML.
 
 The gather stage of the collector. It turns NVML calls into plain `EntitySample`s in
-dcgm-exporter's legacy units (the tables in `nvml_readers` say which call serves which field).
+dcgm-exporter's legacy units (the tables in `readers` say which call serves which field).
 `lib` is the `pynvml` module or the simulated NVML; this module never branches on which.
 
 It must never let one GPU, MIG instance or field spoil the rest: a lost GPU drops that GPU's
@@ -16,8 +16,8 @@ the per-process calls fail (`EntitySample.processes` is None then).
 hang a call): the caller runs it under its own watchdog. Not thread-safe: one thread calls
 `discover`, `collect` and `close`. The caller owns `nvmlInit` and `nvmlShutdown`.
 
-Parts: `nvml_discovery` finds the entities, `nvml_gpm` and `nvml_processes` hold the stateful
-reads, `nvml_calls` counts and logs failing calls; this module runs the rounds.
+Parts: `discovery` finds the entities, `gpm` and `processes` hold the stateful reads,
+`calls` counts and logs failing calls; this module runs the rounds.
 """
 
 import logging

@@ -1,6 +1,6 @@
 """Which NVML call serves each catalog field, and the pure conversions to dcgm's legacy units.
 
-The tables here are the field -> NVML mapping the adapter in `nvml.py` executes; keeping them
+The tables here are the field -> NVML mapping the adapter in `reader.py` executes; keeping them
 apart keeps both readable. No I/O, no clock, no logging: only pynvml's constants and struct
 layouts are used, never its functions (those come through the injected `lib`).
 """

@@ -57,7 +57,7 @@ class CdiOptions:
     device_id_strategy: DeviceIdStrategy = DeviceIdStrategy.UUID
     dev_root: str = "/"  # the host's root for device nodes (flags.nvidiaDevRoot)
     control_devices: tuple[str, ...] = CONTROL_DEVICES
-    # Where the driver's files are read (`driver_files`): the host's root
+    # Where the driver's files are read (`host.driver_files`): the host's root
     # (flags.nvidiaDriverRoot) names mounts; this container's view of it is read.
     driver_root: str = "/"
     container_driver_root: str = "/driver-root"

@@ -24,7 +24,7 @@ hook subcommand would fail every container), and the ld.so.cache fallback nvcdi 
 standard directory holds libcuda. All paths in a listing are relative to the driver root
 ("/usr/lib64/libcuda.so.1"); mounts name the host's path under the host driver root.
 
-Pure: no I/O; the listing is read by `driver_files`. It must never mount a file the
+Pure: no I/O; the listing is read by `host.driver_files`. It must never mount a file the
 listing does not show, nor resolve a symlink outside the driver root.
 """
 

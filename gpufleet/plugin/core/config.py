@@ -1,7 +1,7 @@
 """The device plugin's configuration as frozen records, and `merge`, which lays flags over them.
 
 The records mirror NVIDIA k8s-device-plugin's config file (`version: v1`, v0.20.0), which
-`config_file.parse_config` reads into them. `merge` lays the explicitly given flags and env
+`config_parse.parse_config` reads into them. `merge` lays the explicitly given flags and env
 vars over the file. Flag beats env in the settings, so here there is one override per key, and
 the order is override > file > default. The small value parsers here are shared by the file
 parser and the settings, so a flag and its file key accept the same values.

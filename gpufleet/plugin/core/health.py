@@ -1,6 +1,6 @@
 """Health decisions: which XIDs matter, and when a physical GPU is (again) fit to advertise.
 
-Exists so the NVML watcher (`health_watch`) only gathers events and probe results while
+Exists so the NVML watcher (`nvml.health_watch`) only gathers events and probe results while
 every judgement lives here, table-tested. The XID policy is NVIDIA's, env vars and default
 ignore list included; what we add is recovery (NVIDIA never recovers without a restart,
 issues #189/#234) and group marking (NVIDIA #1929 marks one replica or MIG device of a

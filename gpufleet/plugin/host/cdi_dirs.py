@@ -1,7 +1,7 @@
 """CDI spec directories (`--cdi-spec-dirs`): the specs installed there, and ours.
 
 A spec the operator installed (e.g. `nvidia-ctk cdi generate`'s, which knows more of the
-driver than ours: see `cdi_driver`) always wins over the one the plugin generates: ours is
+driver than ours: see `core.cdi_driver`) always wins over the one the plugin generates: ours is
 written only where no other spec of its kind exists, and a stale one of ours is removed
 when one does, since two specs defining the same device names conflict in the runtime's
 CDI registry.

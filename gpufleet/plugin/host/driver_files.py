@@ -1,4 +1,4 @@
-"""Reads the driver root for `cdi_driver`: the entries of the directories it searches.
+"""Reads the driver root for `core.cdi_driver`: the entries of the directories it searches.
 
 The plugin sees the host's driver root where the DaemonSet mounts it (`--container-driver-root`,
 /driver-root); when that is absent (the plugin runs on the host, or in tests) it reads the
@@ -65,7 +65,7 @@ def read_driver_edits(
     hook_path: str,
     kernel_release: str | None = None,
 ) -> DriverEdits:
-    """`cdi_driver.driver_edits` for the driver under `root`, of NVML's version, else the
+    """`core.cdi_driver.driver_edits` for the driver under `root`, of NVML's version, else the
     version in libcuda's file name. `kernel_release` defaults to the running kernel's
     (a container shares the host's)."""
     release = os.uname().release if kernel_release is None else kernel_release

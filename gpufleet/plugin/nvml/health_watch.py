@@ -1,8 +1,8 @@
-"""Health watching: NVML XID events and usability probes fed to the pure `health` decisions.
+"""Health watching: NVML XID events and usability probes fed to the pure `core.health` decisions.
 
 Exists to turn NVML's event set into a stream of device-health maps for `ListAndWatch`. One
 daemon thread waits on the event set with a short timeout (so an XID reaches `on_change`
-well under 1 s and `stop` is prompt) and probes every GPU on an interval; `health` decides.
+well under 1 s and `stop` is prompt) and probes every GPU on an interval; `core.health` decides.
 
 It must never die of an NVML error: failures are counted and retried with backoff. It
 must never report a GPU healthy that it cannot watch: if NVML init or the event set fails,

@@ -1,7 +1,4 @@
-"""`devices.advertise` and `health_groups`: NVIDIA's resource names and device IDs.
-
-(Named test_advertise, not test_devices: tests/exporter/core/test_selection.py has that basename.)
-"""
+"""`devices.advertise` and `health_groups`: NVIDIA's resource names and device IDs."""
 
 import pytest
 from helpers.plugin_node import from_fleet, gpu, gpu_uuid, mig_uuid, node

@@ -1,8 +1,8 @@
-"""The simulator's Markdown: the results table, the sweep table, parameters, reproduce line.
+"""The simulator's Markdown text: the results table, the sweep table, parameters, reproduce line.
 
-Pure string building over results, so tests assert the exact text; `plots` draws the
-PNGs and `main` writes the files. Every number is printed with fixed precision so two runs
-with the same seed give the same bytes.
+Pure string building over results, so tests assert the exact text; it writes nothing:
+`replay.plots` draws the PNGs and `replay.main` writes the files. Every number is printed
+with fixed precision so two runs with the same seed give the same bytes.
 """
 
 import dataclasses

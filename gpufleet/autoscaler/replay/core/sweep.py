@@ -5,8 +5,8 @@ setting happens to suit the trace. A sweep traces each policy's whole cost/quali
 the Pareto front of (SLO attainment up, billed GPU-hours down) over its knob's values. One
 front dominates another when every point of the other is matched or beaten on both axes.
 
-Pure: `plan` lists the runs, `run` runs one (in whichever process calls it; `main` fans
-them out), `pareto_front` and `dominates` are arithmetic on points.
+Pure: `plan` lists the runs, `run` runs one (in whichever process calls it; `replay.main`
+fans them out), `pareto_front` and `dominates` are arithmetic on points.
 """
 
 import dataclasses
@@ -19,7 +19,7 @@ from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.core.result import RunResult
 
-if TYPE_CHECKING:  # trace.py reads files; the sweep only passes Trace values along
+if TYPE_CHECKING:  # the sweep only passes Trace values along
     from gpufleet.autoscaler.replay.core.trace import Trace
 
 

@@ -65,7 +65,10 @@ def trace_from_arrays(
 
 
 def scale_trace(trace: Trace, *, scale: int, seed: int = 0) -> Trace:
-    """Superimpose `scale` jittered copies of `trace` (see `load_trace`); keeps the name."""
+    """Superimpose `scale` jittered copies of `trace` (see `replay.trace_file.load_trace`).
+
+    The result keeps the trace's name.
+    """
     rng = np.random.default_rng(seed)
     n = len(trace)
     jitter = rng.uniform(0.0, SCALE_JITTER_SECONDS, size=(scale - 1) * n)
