@@ -1,0 +1,279 @@
+"""What the API server does to objects, as pure functions: patches, selectors, Scale, errors.
+
+Semantics follow the API conventions the official client relies on:
+- JSON merge patch (RFC 7386); JSON patch (RFC 6902: add, remove, replace, test, move,
+  copy); strategic merge patch approximated as a merge patch whose lists of named objects
+  (containers, env, ...) merge by `name`, which is what the controllers here send.
+- Label selectors (`a=b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`) and the field
+  selectors the kubelet and controllers use (`metadata.name`, `metadata.namespace`,
+  `spec.nodeName`, `status.phase`, `involvedObject.name` and friends).
+- Errors are `Status` objects with the API server's reasons and codes.
+"""
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiError(Exception):
+    """An API error, answered as a `Status` object."""
+
+    code: int
+    reason: str  # NotFound, AlreadyExists, Conflict, Invalid, BadRequest, ...
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details:
+            out["details"] = dict(self.details)
+        return out
+
+
+def not_found(kind_plural: str, name: str, group: str = "") -> ApiError:
+    what = f"{kind_plural}.{group}" if group else kind_plural
+    return ApiError(
+        code=404,
+        reason="NotFound",
+        message=f'{what} "{name}" not found',
+        details={"name": name, "group": group, "kind": kind_plural},
+    )
+
+
+def invalid(kind: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
+    """422 naming each bad field, as the API server's validation does."""
+    text = "; ".join(f"{f}: {m}" for f, m in causes)
+    return ApiError(
+        code=422,
+        reason="Invalid",
+        message=f'{kind} "{name}" is invalid: {text}',
+        details={
+            "name": name,
+            "kind": kind,
+            "causes": [
+                {"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes
+            ],
+        },
+    )
+
+
+def conflict(plural: str, group: str, name: str) -> ApiError:
+    what = f"{plural}.{group}" if group else plural
+    return ApiError(
+        code=409,
+        reason="Conflict",
+        message=(
+            f'Operation cannot be fulfilled on {what} "{name}": the object has been modified; '
+            "please apply your changes to the latest version and try again"
+        ),
+        details={"name": name, "group": group, "kind": plural},
+    )
+
+
+# --- patches ---
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge key by key, `null` deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def strategic_merge_patch(target: Any, patch: Any) -> Any:
+    """A merge patch whose lists of objects that all carry `name` merge item by item."""
+    if not isinstance(patch, dict):
+        if _named_list(patch) and _named_list(target):
+            by_name = {item["name"]: item for item in target}
+            merged = [strategic_merge_patch(by_name.get(i["name"]), i) for i in patch]
+            patched = {i["name"] for i in patch}
+            return [i for i in target if i["name"] not in patched] + merged
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = strategic_merge_patch(out.get(key), value)
+    return out
+
+
+def _named_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(i, dict) and "name" in i for i in value)
+
+
+def json_patch(target: Any, operations: Any) -> Any:
+    """RFC 6902. Raises ApiError 422 on a bad operation or a failed `test`."""
+    if not isinstance(operations, list):
+        raise ApiError(code=400, reason="BadRequest", message="json patch must be a list")
+    doc = copy.deepcopy(target)
+    for op in operations:
+        if not isinstance(op, dict) or "op" not in op or "path" not in op:
+            raise ApiError(code=400, reason="BadRequest", message=f"bad json patch operation {op}")
+        doc = _apply_op(doc, op)
+    return doc
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise ApiError(code=400, reason="BadRequest", message=f"bad json pointer {path!r}")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _apply_op(doc: Any, op: Mapping[str, Any]) -> Any:
+    kind, parts = op["op"], _pointer(op["path"])
+    if kind == "test":
+        if _get(doc, parts) != op.get("value"):
+            raise ApiError(code=422, reason="Invalid", message=f"test failed at {op['path']}")
+        return doc
+    if kind in ("move", "copy"):
+        value = copy.deepcopy(_get(doc, _pointer(op["from"])))
+        if kind == "move":
+            doc = _remove(doc, _pointer(op["from"]))
+        return _add(doc, parts, value)
+    if kind == "remove":
+        return _remove(doc, parts)
+    if kind == "add":
+        return _add(doc, parts, copy.deepcopy(op.get("value")))
+    if kind == "replace":
+        _get(doc, parts)  # must exist
+        return _add(_remove(doc, parts), parts, copy.deepcopy(op.get("value")))
+    raise ApiError(code=400, reason="BadRequest", message=f"unknown json patch op {kind!r}")
+
+
+def _get(doc: Any, parts: list[str]) -> Any:
+    for part in parts:
+        try:
+            doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise ApiError(
+                code=422, reason="Invalid", message=f"path /{'/'.join(parts)} does not exist"
+            ) from None
+    return doc
+
+
+def _add(doc: Any, parts: list[str], value: Any) -> Any:
+    if not parts:
+        return value
+    parent = _get(doc, parts[:-1])
+    last = parts[-1]
+    if isinstance(parent, list):
+        index = len(parent) if last == "-" else int(last)
+        parent.insert(index, value)
+    elif isinstance(parent, dict):
+        parent[last] = value
+    else:
+        raise ApiError(code=422, reason="Invalid", message=f"cannot add at /{'/'.join(parts)}")
+    return doc
+
+
+def _remove(doc: Any, parts: list[str]) -> Any:
+    parent = _get(doc, parts[:-1])
+    _get(doc, parts)  # must exist
+    if isinstance(parent, list):
+        del parent[int(parts[-1])]
+    else:
+        del parent[parts[-1]]
+    return doc
+
+
+# --- selectors ---
+
+_REQUIREMENT = re.compile(
+    r"\s*(?P<neg>!)?\s*(?P<key>[A-Za-z0-9_./-]+)\s*"
+    r"(?:(?P<op>==|!=|=|\s+notin\s+|\s+in\s+)\s*(?P<value>\([^)]*\)|[A-Za-z0-9_.-]*))?\s*"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    op: str  # "=", "!=", "in", "notin", "exists", "!exists"
+    values: frozenset[str]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.op == "exists":
+            return self.key in labels
+        if self.op == "!exists":
+            return self.key not in labels
+        if self.op in ("=", "in"):
+            return labels.get(self.key) in self.values
+        return labels.get(self.key) not in self.values  # "!=", "notin"
+
+
+def parse_selector(text: str) -> tuple[Requirement, ...]:
+    """A label selector string; raises ApiError 400 naming it when it does not parse."""
+    out = []
+    for part in _split_top(text):
+        m = _REQUIREMENT.fullmatch(part)
+        if not m or (m["neg"] and m["op"]):
+            raise ApiError(
+                code=400, reason="BadRequest", message=f"unable to parse requirement: {part!r}"
+            )
+        op = (m["op"] or "").strip()
+        if not op:
+            out.append(Requirement(m["key"], "!exists" if m["neg"] else "exists", frozenset()))
+            continue
+        value = m["value"] or ""
+        if op in ("in", "notin"):
+            if not value.startswith("("):
+                raise ApiError(code=400, reason="BadRequest", message=f"bad set: {part!r}")
+            values = frozenset(v.strip() for v in value[1:-1].split(",") if v.strip())
+        else:
+            values = frozenset((value,))
+        out.append(Requirement(m["key"], {"==": "="}.get(op, op), values))
+    return tuple(out)
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in parts if p.strip()]
+
+
+def selector_string(match_labels: Mapping[str, str]) -> str:
+    """`matchLabels` as the selector string `Scale.status.selector` carries."""
+    return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
+
+
+def field_value(obj: Mapping[str, Any], path: str) -> str:
+    """The string a field selector compares, for a dotted path; "" when absent."""
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def matches_fields(obj: Mapping[str, Any], requirements: tuple[Requirement, ...]) -> bool:
+    return all(r.matches({r.key: field_value(obj, r.key)}) for r in requirements)
+
+
+def matches_labels(obj: Mapping[str, Any], requirements: tuple[Requirement, ...]) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return all(r.matches(labels) for r in requirements)

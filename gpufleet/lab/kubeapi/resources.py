@@ -1,0 +1,175 @@
+"""The resources the fake API server serves: group, version, names, scope and subresources.
+
+Facts from the Kubernetes API (and the CRDs' own manifests for KEDA, Karpenter and
+gpufleet), so discovery, URL paths and kinds are what the official client and kubectl
+expect. Pure data.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resource:
+    """One REST resource: `/api/v1/...` when `group` is "", else `/apis/{group}/{version}/...`."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    status: bool = False  # has a /status subresource
+    scale: bool = False  # has an autoscaling/v1 /scale subresource
+    # Strategic merge patch is served for built-in types only; a real API server answers 415
+    # for it on a custom resource, which a client must not find out in production first.
+    builtin: bool = True
+
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+
+def _crd(group: str, version: str, plural: str, kind: str, **kw) -> Resource:
+    return Resource(group=group, version=version, plural=plural, kind=kind, builtin=False, **kw)
+
+
+RESOURCES: tuple[Resource, ...] = (
+    Resource(
+        group="",
+        version="v1",
+        plural="namespaces",
+        kind="Namespace",
+        namespaced=False,
+        singular="namespace",
+        short_names=("ns",),
+        status=True,
+    ),
+    Resource(
+        group="",
+        version="v1",
+        plural="pods",
+        kind="Pod",
+        singular="pod",
+        short_names=("po",),
+        status=True,
+    ),
+    Resource(
+        group="",
+        version="v1",
+        plural="nodes",
+        kind="Node",
+        namespaced=False,
+        singular="node",
+        short_names=("no",),
+        status=True,
+    ),
+    Resource(
+        group="", version="v1", plural="events", kind="Event", singular="event", short_names=("ev",)
+    ),
+    Resource(
+        group="",
+        version="v1",
+        plural="services",
+        kind="Service",
+        singular="service",
+        short_names=("svc",),
+        status=True,
+    ),
+    Resource(
+        group="",
+        version="v1",
+        plural="configmaps",
+        kind="ConfigMap",
+        singular="configmap",
+        short_names=("cm",),
+    ),
+    Resource(
+        group="apps",
+        version="v1",
+        plural="deployments",
+        kind="Deployment",
+        singular="deployment",
+        short_names=("deploy",),
+        status=True,
+        scale=True,
+    ),
+    Resource(
+        group="apps",
+        version="v1",
+        plural="statefulsets",
+        kind="StatefulSet",
+        singular="statefulset",
+        short_names=("sts",),
+        status=True,
+        scale=True,
+    ),
+    Resource(
+        group="events.k8s.io",
+        version="v1",
+        plural="events",
+        kind="Event",
+        singular="event",
+        short_names=("ev",),
+    ),
+    Resource(
+        group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", singular="lease"
+    ),
+    Resource(
+        group="scheduling.k8s.io",
+        version="v1",
+        plural="priorityclasses",
+        kind="PriorityClass",
+        namespaced=False,
+        singular="priorityclass",
+        short_names=("pc",),
+    ),
+    Resource(
+        group="autoscaling",
+        version="v2",
+        plural="horizontalpodautoscalers",
+        kind="HorizontalPodAutoscaler",
+        singular="horizontalpodautoscaler",
+        short_names=("hpa",),
+        status=True,
+    ),
+    Resource(
+        group="resource.k8s.io",
+        version="v1",
+        plural="resourceslices",
+        kind="ResourceSlice",
+        namespaced=False,
+        singular="resourceslice",
+    ),
+    _crd(
+        "keda.sh",
+        "v1alpha1",
+        "scaledobjects",
+        "ScaledObject",
+        singular="scaledobject",
+        short_names=("so",),
+        status=True,
+    ),
+    _crd(
+        "karpenter.sh",
+        "v1",
+        "nodepools",
+        "NodePool",
+        namespaced=False,
+        singular="nodepool",
+        status=True,
+    ),
+    _crd(
+        "autoscaling.gpufleet.dev",
+        "v1alpha1",
+        "gpuautoscalers",
+        "GPUAutoscaler",
+        singular="gpuautoscaler",
+        short_names=("gpa",),
+        status=True,
+    ),
+)

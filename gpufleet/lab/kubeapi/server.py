@@ -1,0 +1,386 @@
+"""A fake Kubernetes API server: real REST over real loopback HTTP for the official client.
+
+The official `kubernetes` client and kubectl talk to it as to a kube-apiserver: discovery
+(`/api`, `/apis`, `/apis/{group}/{version}`), CRUD on the resources in `resources`, the
+`/status` and `/scale` subresources, label and field selectors, `Status` errors. No real
+kube-apiserver can be installed here, so tests and the lab run the product's Kubernetes
+code against this one.
+
+Faults a test can turn on (`faults`): a delay on every answer, the next N requests failing
+with a 5xx, the next N writes answering 409, and the whole server going down and coming
+back on the same port. Every request is recorded (method, path, User-Agent), so a test
+can count who wrote what.
+"""
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from gpufleet.lab.kubeapi.objects import ApiError
+from gpufleet.lab.kubeapi.resources import RESOURCES, Resource
+from gpufleet.lab.kubeapi.store import ObjectStore
+
+SERVER_VERSION = {
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.0-gpufleet-lab",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.24.0",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+_WRITES = frozenset(("POST", "PUT", "PATCH", "DELETE"))
+
+
+@dataclass(slots=True)
+class Faults:
+    """What the server does wrong, set by a test; counts go down as faults are served."""
+
+    delay_seconds: float = 0.0
+    fail_next: int = 0  # requests answered with `fail_code`
+    fail_code: int = 503
+    conflict_next_writes: int = 0  # PUT/PATCH answered 409 Conflict
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRecord:
+    method: str
+    path: str
+    user_agent: str
+    status: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Target:
+    res: Resource
+    namespace: str | None  # None: across namespaces (or cluster-scoped)
+    name: str = ""
+    subresource: str = ""
+
+
+@dataclass(slots=True)
+class _State:
+    store: ObjectStore
+    faults: Faults = field(default_factory=Faults)
+    requests: list[RequestRecord] = field(default_factory=list)
+
+
+class FakeApiServer:
+    """The server on 127.0.0.1 in a thread of its own; `url` is what a client connects to.
+
+    Starts with the namespaces `default` and `kube-system`, as a cluster does.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] | None = None, port: int = 0) -> None:
+        self.store = ObjectStore(clock=clock) if clock else ObjectStore()
+        self._state = _State(store=self.store)
+        self._port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        for ns in ("default", "kube-system"):
+            self.store.create(_NAMESPACES, "", {"metadata": {"name": ns}})
+
+    @property
+    def faults(self) -> Faults:
+        return self._state.faults
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        return self._state.requests
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    def start(self) -> "FakeApiServer":
+        """Serve (again, on the same port after `stop`); returns once it accepts requests."""
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._run, args=(ready,), name="fake-kube-apiserver", daemon=True
+        )
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("fake API server did not start")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; objects are kept for the next `start`."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        self._loop = self._thread = None
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` on the server's loop (where the store lives) and return its result."""
+        if self._loop is None:
+            return fn()
+
+        async def run() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig for kubectl and `kubernetes.config.load_kube_config`."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "lab", "cluster": {"server": self.url}}],
+            "users": [{"name": "lab", "user": {}}],
+            "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lab"}}],
+            "current-context": "lab",
+        }
+        path.write_text(json.dumps(config))
+        return path
+
+    def __enter__(self) -> "FakeApiServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self, ready: threading.Event) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+        ready.set()
+        self._loop.run_forever()
+
+    async def _serve(self) -> None:
+        app = web.Application(client_max_size=16 << 20)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self._port, reuse_address=True)
+        await site.start()
+        if not self._port:
+            self._port = self._runner.addresses[0][1]
+
+    async def _shutdown(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        state = self._state
+        faults = state.faults
+        if faults.delay_seconds:
+            await asyncio.sleep(faults.delay_seconds)
+        try:
+            if faults.fail_next > 0:
+                faults.fail_next -= 1
+                raise ApiError(
+                    code=faults.fail_code, reason="ServiceUnavailable", message="injected failure"
+                )
+            body = await _answer(state, request)
+            status = 201 if request.method == "POST" else 200
+        except ApiError as err:
+            body, status = err.status(), err.code
+        state.requests.append(
+            RequestRecord(
+                method=request.method,
+                path=request.path,
+                user_agent=request.headers.get("User-Agent", ""),
+                status=status,
+            )
+        )
+        return web.json_response(body, status=status)
+
+
+_BY_PATH: dict[tuple[str, str], Resource] = {(r.group_version, r.plural): r for r in RESOURCES}
+_NAMESPACES = _BY_PATH[("v1", "namespaces")]
+
+
+async def _answer(state: _State, request: web.Request) -> dict[str, Any]:
+    segments = [s for s in request.path.split("/") if s]
+    if segments == ["version"]:
+        return SERVER_VERSION
+    if segments == ["api"]:
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}
+            ],
+        }
+    if segments == ["apis"]:
+        return _group_list()
+    if segments[:1] == ["api"] and len(segments) == 2:
+        return _resource_list(segments[1])
+    if segments[:1] == ["apis"] and len(segments) == 3:
+        return _resource_list(f"{segments[1]}/{segments[2]}")
+    target = _target(segments)
+    if target is None:
+        raise ApiError(
+            code=404, reason="NotFound", message="the server could not find the requested resource"
+        )
+    if request.method in _WRITES - {"POST", "DELETE"} and state.faults.conflict_next_writes > 0:
+        state.faults.conflict_next_writes -= 1
+        raise ApiError(code=409, reason="Conflict", message="injected conflict")
+    return await _serve_target(state, request, target)
+
+
+async def _serve_target(state: _State, request: web.Request, t: _Target) -> dict[str, Any]:
+    store, res, method = state.store, t.res, request.method
+    ns = t.namespace or ""
+    if not t.name:
+        if method == "GET":
+            items = store.list(
+                res,
+                t.namespace,
+                label_selector=request.query.get("labelSelector", ""),
+                field_selector=request.query.get("fieldSelector", ""),
+            )
+            return {
+                "kind": res.list_kind,
+                "apiVersion": res.group_version,
+                "metadata": {"resourceVersion": store.resource_version},
+                "items": items,
+            }
+        if method == "POST" and (t.namespace is not None or not res.namespaced):
+            return store.create(res, ns, await _json(request))
+        raise _not_allowed(method)
+    if t.subresource == "scale" and res.scale:
+        if method == "GET":
+            return store.get_scale(res, ns, t.name)
+        if method in ("PUT", "PATCH"):
+            patch_type = request.content_type if method == "PATCH" else ""
+            return store.update_scale(res, ns, t.name, await _json(request), patch_type=patch_type)
+        raise _not_allowed(method)
+    if t.subresource and not (t.subresource == "status" and res.status):
+        raise ApiError(code=404, reason="NotFound", message=f"no subresource {t.subresource!r}")
+    if method == "GET":
+        return store.get(res, ns, t.name)
+    if method == "PUT":
+        return store.replace(res, ns, t.name, await _json(request), subresource=t.subresource)
+    if method == "PATCH":
+        return store.patch(
+            res,
+            ns,
+            t.name,
+            await _json(request),
+            content_type=request.content_type,
+            subresource=t.subresource,
+        )
+    if method == "DELETE" and not t.subresource:
+        return store.delete(res, ns, t.name)
+    raise _not_allowed(method)
+
+
+def _target(segments: list[str]) -> _Target | None:
+    """Parse a resource path: `/api/v1/...` or `/apis/{group}/{version}/...`."""
+    if segments[:1] == ["api"] and len(segments) > 2:
+        gv, rest = segments[1], segments[2:]
+    elif segments[:1] == ["apis"] and len(segments) > 3:
+        gv, rest = f"{segments[1]}/{segments[2]}", segments[3:]
+    else:
+        return None
+    if rest[0] == "namespaces" and len(rest) >= 3 and (gv, rest[2]) in _BY_PATH:
+        res = _BY_PATH[(gv, rest[2])]
+        if not res.namespaced or len(rest) > 5:
+            return None
+        return _Target(res=res, namespace=rest[1], name=_at(rest, 3), subresource=_at(rest, 4))
+    res = _BY_PATH.get((gv, rest[0]))
+    if res is None or len(rest) > 3:
+        return None
+    if res.namespaced and len(rest) > 1:
+        return None  # a namespaced object needs its namespace in the path
+    return _Target(res=res, namespace=None, name=_at(rest, 1), subresource=_at(rest, 2))
+
+
+def _at(parts: list[str], index: int) -> str:
+    return parts[index] if len(parts) > index else ""
+
+
+async def _json(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.read() or b"null")
+    except ValueError as err:
+        raise ApiError(code=400, reason="BadRequest", message=f"invalid JSON: {err}") from None
+
+
+def _not_allowed(method: str) -> ApiError:
+    return ApiError(
+        code=405,
+        reason="MethodNotAllowed",
+        message=f"the server does not allow this method on the requested resource: {method}",
+    )
+
+
+def _group_list() -> dict[str, Any]:
+    groups: dict[str, list[str]] = {}
+    for r in RESOURCES:
+        if r.group and r.version not in groups.setdefault(r.group, []):
+            groups[r.group].append(r.version)
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [
+            {
+                "name": g,
+                "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in versions],
+                "preferredVersion": {"groupVersion": f"{g}/{versions[0]}", "version": versions[0]},
+            }
+            for g, versions in groups.items()
+        ],
+    }
+
+
+def _resource_list(group_version: str) -> dict[str, Any]:
+    resources = [r for r in RESOURCES if r.group_version == group_version]
+    if not resources:
+        raise ApiError(code=404, reason="NotFound", message=f"no group version {group_version}")
+    entries: list[dict[str, Any]] = []
+    for r in resources:
+        entries.append(
+            {
+                "name": r.plural,
+                "singularName": r.singular,
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": ["create", "delete", "get", "list", "patch", "update"],
+                **({"shortNames": list(r.short_names)} if r.short_names else {}),
+            }
+        )
+        if r.status:
+            entries.append(
+                {
+                    "name": f"{r.plural}/status",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+        if r.scale:
+            entries.append(
+                {
+                    "name": f"{r.plural}/scale",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": "Scale",
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": entries,
+    }

@@ -1,0 +1,305 @@
+"""The fake API server's object store: CRUD with the API server's bookkeeping and checks.
+
+Every write bumps one cluster-wide `resourceVersion` (a string, as clients must treat it);
+an update or patch that carries a stale `metadata.resourceVersion` is a 409; a spec change
+bumps `metadata.generation`; the main resource and its `/status` subresource write only
+their own half, as for a resource with a status subresource. `uid`s are derived from a
+counter, and timestamps come from the injected wall clock, so a run is reproducible.
+Single-threaded: the server's event loop owns it.
+"""
+
+import copy
+import re
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from gpufleet.lab.kubeapi.objects import (
+    ApiError,
+    conflict,
+    invalid,
+    json_patch,
+    matches_fields,
+    matches_labels,
+    merge_patch,
+    not_found,
+    parse_selector,
+    selector_string,
+    strategic_merge_patch,
+)
+from gpufleet.lab.kubeapi.resources import Resource
+
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_UID_NAMESPACE = uuid.UUID("6f1c1b8e-63a4-4c4e-9a57-5bb1c6f0a001")
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+Key = tuple[str, str, str, str]  # group, plural, namespace ("" if cluster-scoped), name
+
+
+def timestamp(seconds: float) -> str:
+    """RFC 3339 in UTC with second precision, as `metav1.Time` serialises."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ObjectStore:
+    """Objects by resource, namespace and name, as plain JSON dicts."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self._version = 0
+        self._listeners: list[Callable[[str, Resource, dict[str, Any]], None]] = []
+
+    @property
+    def resource_version(self) -> str:
+        return str(self._version)
+
+    def listen(self, callback: Callable[[str, Resource, dict[str, Any]], None]) -> None:
+        """Call `callback(event, resource, object)` after every write ("ADDED", "MODIFIED",
+        "DELETED"); the small controllers of the fake cluster react through it."""
+        self._listeners.append(callback)
+
+    # --- reads ---
+
+    def get(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
+        obj = self._objects.get(self._key(res, namespace, name))
+        if obj is None:
+            raise not_found(res.plural, name, res.group)
+        return copy.deepcopy(obj)
+
+    def list(
+        self,
+        res: Resource,
+        namespace: str | None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[dict[str, Any]]:
+        """Objects of `res` (in `namespace`, or everywhere when None), by namespace and name."""
+        labels = parse_selector(label_selector)
+        fields = parse_selector(field_selector)
+        out = []
+        for (group, plural, ns, _), obj in sorted(self._objects.items()):
+            if (group, plural) != (res.group, res.plural):
+                continue
+            if namespace is not None and ns != namespace:
+                continue
+            if matches_labels(obj, labels) and matches_fields(obj, fields):
+                out.append(copy.deepcopy(obj))
+        return out
+
+    # --- writes ---
+
+    def create(self, res: Resource, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store a new object. 409 AlreadyExists, 404 for a missing namespace, 422 for a bad
+        name or kind."""
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{self._version + 1:05x}"
+        name = meta.get("name") or ""
+        self._check_new(res, namespace, name, obj)
+        self._version += 1
+        meta.update(
+            name=name,
+            uid=str(uuid.uuid5(_UID_NAMESPACE, str(self._version))),
+            resourceVersion=str(self._version),
+            creationTimestamp=timestamp(self._clock()),
+            generation=1,
+        )
+        if res.namespaced:
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        obj["apiVersion"], obj["kind"] = res.group_version, res.kind
+        self._objects[self._key(res, namespace, name)] = obj
+        self._notify("ADDED", res, obj)
+        return copy.deepcopy(obj)
+
+    def replace(
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        obj: dict[str, Any],
+        *,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        """PUT: the whole object (or its status). 409 on a stale resourceVersion."""
+        current = self.get(res, namespace, name)
+        wanted = obj.get("metadata", {}).get("resourceVersion")
+        if wanted and wanted != current["metadata"]["resourceVersion"]:
+            raise conflict(res.plural, res.group, name)
+        return self._write(res, current, obj, subresource=subresource)
+
+    def patch(
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        patch: Any,
+        *,
+        content_type: str,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        """PATCH with one of the three patch types; 415 for strategic merge on a CRD."""
+        current = self.get(res, namespace, name)
+        if content_type == JSON_PATCH:
+            patched = json_patch(current, patch)
+        elif content_type == MERGE_PATCH:
+            patched = merge_patch(current, patch)
+        elif content_type == STRATEGIC_MERGE_PATCH and res.builtin:
+            patched = strategic_merge_patch(current, patch)
+        else:
+            raise ApiError(
+                code=415,
+                reason="UnsupportedMediaType",
+                message=(
+                    f"the body of the request was in an unknown format - accepted media types "
+                    f"include: {JSON_PATCH}, {MERGE_PATCH}"
+                    + (f", {STRATEGIC_MERGE_PATCH}" if res.builtin else "")
+                ),
+            )
+        wanted = (
+            (patch.get("metadata") or {}).get("resourceVersion")
+            if isinstance(patch, dict)
+            else None
+        )
+        if wanted and wanted != current["metadata"]["resourceVersion"]:
+            raise conflict(res.plural, res.group, name)
+        return self._write(res, current, patched, subresource=subresource)
+
+    def delete(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.get(res, namespace, name)
+        del self._objects[self._key(res, namespace, name)]
+        self._version += 1
+        obj["metadata"]["resourceVersion"] = str(self._version)
+        self._notify("DELETED", res, obj)
+        return obj
+
+    # --- the scale subresource ---
+
+    def get_scale(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
+        """The object's autoscaling/v1 `Scale`, as the API server builds it."""
+        return _scale_of(self.get(res, namespace, name))
+
+    def update_scale(
+        self, res: Resource, namespace: str, name: str, scale: Any, *, patch_type: str = ""
+    ) -> dict[str, Any]:
+        """PUT or PATCH a `Scale`: only `spec.replicas` is written through to the object."""
+        current = self.get(res, namespace, name)
+        before = _scale_of(current)
+        if patch_type:
+            apply = {
+                JSON_PATCH: json_patch,
+                MERGE_PATCH: merge_patch,
+                STRATEGIC_MERGE_PATCH: strategic_merge_patch,
+            }.get(patch_type)
+            if apply is None:
+                raise ApiError(code=415, reason="UnsupportedMediaType", message=patch_type)
+            scale = apply(before, scale)
+        wanted = (scale.get("metadata") or {}).get("resourceVersion")
+        if wanted and wanted != before["metadata"]["resourceVersion"]:
+            raise conflict(res.plural, res.group, name)
+        replicas = (scale.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise invalid(
+                "Scale",
+                name,
+                [
+                    (
+                        "spec.replicas",
+                        f"Invalid value: {replicas!r}: must be greater than or equal to 0",
+                    )
+                ],
+            )
+        updated = copy.deepcopy(current)
+        updated.setdefault("spec", {})["replicas"] = replicas
+        return _scale_of(self._write(res, current, updated))
+
+    # --- internals ---
+
+    def _write(
+        self, res: Resource, current: dict[str, Any], obj: dict[str, Any], *, subresource: str = ""
+    ) -> dict[str, Any]:
+        name = current["metadata"]["name"]
+        namespace = current["metadata"].get("namespace", "")
+        new = copy.deepcopy(obj)
+        if res.status and subresource == "status":
+            new = {**current, "status": new.get("status")}
+        elif res.status:
+            new["status"] = current.get("status")  # the main resource never writes status
+        meta = dict(current["metadata"])
+        for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+            if key in (new.get("metadata") or {}):
+                meta[key] = new["metadata"][key]
+            else:
+                meta.pop(key, None)
+        if new.get("spec") != current.get("spec"):
+            meta["generation"] = meta.get("generation", 1) + 1
+        self._version += 1
+        meta["resourceVersion"] = str(self._version)
+        new["metadata"] = meta
+        new["apiVersion"], new["kind"] = res.group_version, res.kind
+        if new.get("status") is None:
+            new.pop("status", None)
+        self._objects[self._key(res, namespace, name)] = new
+        self._notify("MODIFIED", res, new)
+        return copy.deepcopy(new)
+
+    def _check_new(self, res: Resource, namespace: str, name: str, obj: dict[str, Any]) -> None:
+        if not _NAME.fullmatch(name) or len(name) > 253:
+            raise invalid(
+                res.kind,
+                name,
+                [
+                    (
+                        "metadata.name",
+                        f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain is required",
+                    )
+                ],
+            )
+        kind = obj.get("kind")
+        if kind and kind != res.kind:
+            raise ApiError(
+                code=400,
+                reason="BadRequest",
+                message=f"the kind {kind!r} does not match {res.kind!r}",
+            )
+        if res.namespaced and not self._objects.get(("", "namespaces", "", namespace)):
+            raise not_found("namespaces", namespace)
+        if self._key(res, namespace, name) in self._objects:
+            raise ApiError(
+                code=409,
+                reason="AlreadyExists",
+                message=f'{res.plural} "{name}" already exists',
+                details={"name": name, "group": res.group, "kind": res.plural},
+            )
+
+    @staticmethod
+    def _key(res: Resource, namespace: str, name: str) -> Key:
+        return (res.group, res.plural, namespace if res.namespaced else "", name)
+
+    def _notify(self, event: str, res: Resource, obj: dict[str, Any]) -> None:
+        for callback in self._listeners:
+            callback(event, res, obj)
+
+
+def _scale_of(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj["metadata"]
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    match = ((spec.get("selector") or {}).get("matchLabels")) or {}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        },
+        "spec": {"replicas": spec.get("replicas", 1)},
+        "status": {"replicas": status.get("replicas", 0), "selector": selector_string(match)},
+    }
