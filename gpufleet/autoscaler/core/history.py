@@ -1,0 +1,89 @@
+"""A workload's signal samples as they became known, and the window a policy sees of them.
+
+The one place samples turn into an `Observation`, for both callers: the replay's simulated
+pipeline adds what its scrapes measured, the live controller what Prometheus answered, and
+both cut the same window (samples of the last `history_seconds` that are at least
+`delay_seconds` old). So a policy decides the same on the same samples, live or replayed.
+
+Pure. Per signal, samples must arrive oldest first; a sample not newer than the last one
+of its signal is dropped, so re-reading an overlapping Prometheus range adds nothing twice.
+"""
+
+from bisect import bisect_left, bisect_right
+
+from gpufleet.autoscaler.core.observation import Observation, PodTelemetry, Replica, Series
+
+# The Observation fields that are signal series; the names are the fields'.
+SIGNALS = (
+    "arrival_rate",
+    "queue_depth",
+    "in_flight",
+    "completion_rate",
+    "prompt_tokens_rate",
+    "ttft_p90_seconds",
+    "ttft_sum_rate",
+    "prefill_sum_rate",
+)
+
+
+class SignalHistory:
+    """Samples per signal plus per-pod GPU telemetry, each with its sample times."""
+
+    def __init__(self, *, history_seconds: float, delay_seconds: float = 0.0) -> None:
+        if history_seconds <= 0:
+            raise ValueError("history_seconds must be > 0")
+        self.history_seconds = history_seconds
+        self.delay_seconds = delay_seconds
+        self._times: dict[str, list[float]] = {s: [] for s in SIGNALS}
+        self._values: dict[str, list[float]] = {s: [] for s in SIGNALS}
+        self._pod_times: list[float] = []
+        self._pods: list[tuple[PodTelemetry, ...]] = []
+
+    def add(self, signal: str, t: float, value: float) -> None:
+        """One sample of `signal` (an `Observation` series field) taken at `t`."""
+        times = self._times[signal]
+        if times and t <= times[-1]:
+            return
+        times.append(t)
+        self._values[signal].append(value)
+
+    def add_pods(self, t: float, pods: tuple[PodTelemetry, ...]) -> None:
+        """The replicas' GPU telemetry as scraped at `t`."""
+        if self._pod_times and t <= self._pod_times[-1]:
+            return
+        self._pod_times.append(t)
+        self._pods.append(pods)
+
+    def latest_time(self, signal: str) -> float | None:
+        """When the newest sample of `signal` was taken; None before the first."""
+        times = self._times[signal]
+        return times[-1] if times else None
+
+    def forget_before(self, t: float) -> None:
+        """Drop samples older than `t`: what a caller that runs for days does to bound memory
+        (once per history window is enough)."""
+        for signal in SIGNALS:
+            cut = bisect_left(self._times[signal], t)
+            del self._times[signal][:cut], self._values[signal][:cut]
+        cut = bisect_left(self._pod_times, t)
+        del self._pod_times[:cut], self._pods[:cut]
+
+    def observe(self, now: float, replicas: tuple[Replica, ...]) -> Observation:
+        """What a policy sees at `now`: samples taken in [now - history, now - delay]."""
+        newest = now - self.delay_seconds
+        oldest = now - self.history_seconds
+        series = {s: self._window(s, oldest, newest) for s in SIGNALS}
+        lo = bisect_left(self._pod_times, oldest)
+        hi = bisect_right(self._pod_times, newest)
+        return Observation(
+            now=now,
+            pods=self._pods[hi - 1] if hi > lo else (),
+            replicas=replicas,
+            **series,
+        )
+
+    def _window(self, signal: str, oldest: float, newest: float) -> Series:
+        times = self._times[signal]
+        lo = bisect_left(times, oldest)
+        hi = bisect_right(times, newest)
+        return Series(tuple(times[lo:hi]), tuple(self._values[signal][lo:hi]))

@@ -1,0 +1,52 @@
+"""SignalHistory: the one window a policy sees, fed by the replay's scrapes or by Prometheus."""
+
+import pytest
+
+from gpufleet.autoscaler.core.history import SignalHistory
+from gpufleet.autoscaler.core.observation import PodTelemetry, Series
+
+
+def filled(*, delay: float = 0.0) -> SignalHistory:
+    h = SignalHistory(history_seconds=20.0, delay_seconds=delay)
+    for t in (0.0, 5.0, 10.0, 15.0, 20.0, 25.0):
+        h.add("queue_depth", t, t / 5)
+        h.add_pods(t, (PodTelemetry(pod=f"p{int(t)}"),))
+    return h
+
+
+@pytest.mark.parametrize(
+    ("now", "delay", "times"),
+    [
+        pytest.param(25.0, 0.0, (5.0, 10.0, 15.0, 20.0, 25.0), id="the-last-history-seconds"),
+        pytest.param(25.0, 3.0, (5.0, 10.0, 15.0, 20.0), id="not-yet-visible-is-left-out"),
+        pytest.param(60.0, 0.0, (), id="all-too-old-is-missing-not-zero"),
+    ],
+)
+def test_the_window(now: float, delay: float, times: tuple[float, ...]) -> None:
+    obs = filled(delay=delay).observe(now, ())
+    assert obs.queue_depth == Series(times, tuple(t / 5 for t in times))
+    assert obs.arrival_rate == Series()
+    assert obs.pods == ((PodTelemetry(pod=f"p{int(times[-1])}"),) if times else ())
+
+
+def test_a_sample_not_newer_than_the_last_is_dropped() -> None:
+    """Overlapping Prometheus ranges re-read samples; they must not count twice."""
+    h = filled()
+    h.add("queue_depth", 25.0, 99.0)
+    h.add("queue_depth", 20.0, 99.0)
+    assert h.observe(25.0, ()).queue_depth.values[-2:] == (4.0, 5.0)
+    assert h.latest_time("queue_depth") == 25.0 and h.latest_time("in_flight") is None
+
+
+def test_forgetting_old_samples_changes_no_window() -> None:
+    h = filled()
+    before = h.observe(25.0, ())
+    h.forget_before(5.0)
+    assert h.observe(25.0, ()) == before
+    h.forget_before(30.0)
+    assert h.observe(25.0, ()).queue_depth == Series()
+
+
+def test_an_unknown_signal_is_a_key_error() -> None:
+    with pytest.raises(KeyError):
+        SignalHistory(history_seconds=1.0).add("queue", 0.0, 1.0)
