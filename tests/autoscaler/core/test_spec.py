@@ -1,0 +1,156 @@
+"""The GPUAutoscaler spec: the Python model agrees with the CRD, and a bad spec names its field."""
+
+from typing import Any
+
+import pytest
+import yaml
+from helpers import REPO
+
+from gpufleet.autoscaler.core.spec import FIELDS, Rule, SpecError, parse_spec
+from gpufleet.autoscaler.core.workload import (
+    RateKind,
+    RatePolicy,
+    SelectPolicy,
+    ShapeKind,
+    default_scale_down,
+)
+
+CRD = REPO / "helm/gpufleet/crds/autoscaling.gpufleet.dev_gpuautoscalers.yaml"
+
+
+def schema_rules(node: dict[str, Any], prefix: str = "") -> dict[str, Rule]:
+    """The CRD's spec schema in FIELDS' terms, path by path."""
+    out: dict[str, Rule] = {}
+    required = set(node.get("required", ()))
+    for key, child in node.get("properties", {}).items():
+        path = f"{prefix}{key}"
+        out[path] = Rule(
+            child["type"],
+            default=child.get("default"),
+            enum=tuple(child.get("enum", ())),
+            minimum=child.get("minimum"),
+            maximum=child.get("maximum"),
+            required=key in required,
+        )
+        if child["type"] == "object":
+            out.update(schema_rules(child, f"{path}."))
+        if child["type"] == "array":
+            items = child["items"]
+            out[f"{path}[]"] = Rule(items["type"])
+            out.update(schema_rules(items, f"{path}[]."))
+    return out
+
+
+def test_the_python_model_and_the_crd_agree() -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    (version,) = crd["spec"]["versions"]
+    assert (crd["spec"]["group"], version["name"]) == ("autoscaling.gpufleet.dev", "v1alpha1")
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert schema_rules(spec) == FIELDS
+
+
+def gpa(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"namespace": "llm", "name": "chat"}, "spec": spec}
+
+
+MINIMAL = {"scaleTargetRef": {"kind": "Deployment", "name": "vllm"}, "maxReplicas": 8}
+
+
+def test_a_minimal_spec_takes_the_documented_defaults() -> None:
+    spec = parse_spec(gpa(MINIMAL))
+    assert (spec.namespace, spec.name, spec.policy) == ("llm", "chat", "gpufleet")
+    assert (spec.target.api_version, spec.target.kind, spec.target.name) == (
+        "apps/v1",
+        "Deployment",
+        "vllm",
+    )
+    w = spec.workload
+    assert (w.name, w.min_replicas, w.max_replicas, w.slo_ttft_seconds) == ("llm/chat", 1, 8, 2.0)
+    assert (w.cold_start_seconds, w.node_provision_seconds, w.batch_slots) == (60.0, 180.0, 0)
+    assert w.shape.kind is ShapeKind.GPU and w.shape.gpus == 1
+    assert spec.signals.preset == "vllm" and dict(spec.signals.queries) == {}
+    assert (spec.hpa_target_gpu_utilization, spec.keda_queue_target) == (70.0, 10.0)
+
+
+def test_a_full_spec() -> None:
+    spec = parse_spec(
+        gpa(
+            {
+                **MINIMAL,
+                "minReplicas": 0,
+                "policy": "keda",
+                "slo": {"ttftSeconds": 0.5},
+                "gpu": {"kind": "mig", "migProfile": "3g.40gb"},
+                "batchSlots": 128,
+                "nodePool": {"name": "h100", "gpusPerNode": 8, "provisionSeconds": 120},
+                "behavior": {
+                    "scaleUp": {
+                        "selectPolicy": "Min",
+                        "policies": [{"type": "Pods", "value": 2, "periodSeconds": 30}],
+                    }
+                },
+                "signals": {
+                    "preset": "tgi",
+                    "model": "llama",
+                    "queries": {"queueDepth": "sum by (namespace, pod) (my_queue{{{selector}}})"},
+                },
+                "keda": {"queueTarget": 4, "pollingIntervalSeconds": 10},
+            }
+        )
+    )
+    w = spec.workload
+    assert w.min_replicas == 0 and w.slo_ttft_seconds == 0.5 and w.batch_slots == 128
+    assert (w.shape.kind, w.shape.mig_profile) == (ShapeKind.MIG, "3g.40gb")
+    assert (spec.node_pool, w.gpus_per_node, w.node_provision_seconds) == ("h100", 8, 120.0)
+    up = w.behavior.scale_up
+    assert up.select_policy is SelectPolicy.MIN
+    assert up.policies == (RatePolicy(RateKind.PODS, 2, 30),)
+    assert up.stabilization_window_seconds == 0
+    assert w.behavior.scale_down == default_scale_down()
+    assert spec.signals.queries == {
+        "queue_depth": "sum by (namespace, pod) (my_queue{{{selector}}})"
+    }
+    assert (spec.keda_queue_target, spec.keda_polling_interval_seconds) == (4.0, 10.0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        pytest.param({"maxReplicas": 3}, "spec.scaleTargetRef", id="missing-target"),
+        pytest.param(
+            {**MINIMAL, "scaleTargetRef": {"kind": "Deployment"}},
+            "spec.scaleTargetRef.name",
+            id="target-without-name",
+        ),
+        pytest.param({**MINIMAL, "minReplicas": 9}, "spec.minReplicas", id="min-over-max"),
+        pytest.param(
+            {**MINIMAL, "signals": {"preset": "ollama"}}, "spec.signals.preset", id="unknown-preset"
+        ),
+        pytest.param({**MINIMAL, "gpus": 2}, "spec.gpus", id="unknown-field"),
+        pytest.param({**MINIMAL, "maxReplicas": "8"}, "spec.maxReplicas", id="wrong-type"),
+        pytest.param({**MINIMAL, "maxReplicas": True}, "spec.maxReplicas", id="bool-is-no-int"),
+        pytest.param(
+            {**MINIMAL, "gpu": {"kind": "mig"}}, "spec.gpu.migProfile", id="mig-without-profile"
+        ),
+        pytest.param(
+            {
+                **MINIMAL,
+                "behavior": {
+                    "scaleDown": {"policies": [{"type": "Pods", "value": 0, "periodSeconds": 15}]}
+                },
+            },
+            "spec.behavior.scaleDown.policies[0].value",
+            id="rate-policy-value",
+        ),
+        pytest.param(
+            {**MINIMAL, "signals": {"queries": {"queue": "x"}}},
+            "spec.signals.queries.queue",
+            id="unknown-signal",
+        ),
+    ],
+)
+def test_a_bad_spec_names_its_field(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec(gpa(spec))
+    assert err.value.field == field
+    assert str(err.value).startswith(f"{field}: ")
