@@ -1,0 +1,102 @@
+"""Query answers joined to workloads: one query per signal for every workload at once.
+
+The controller asks Prometheus one `... by (namespace, pod)` query per signal per tick and
+joins the answer to workloads here, through the pods each workload's scale selector
+selects, so the number of queries grows with the signals, not the workloads. Sums add the
+pods' samples at each timestamp; a quantile adds the pods' histogram buckets, then takes
+the quantile as PromQL's `histogram_quantile` does. Pure.
+"""
+
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+W = TypeVar("W", bound=Hashable)
+PodKey = tuple[str, str]  # (namespace, pod)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RangeSeries:
+    """One series of a range query: its labels and (unix seconds, value) samples."""
+
+    labels: Mapping[str, str]
+    samples: tuple[tuple[float, float], ...]
+
+
+def _owner(series: RangeSeries, owners: Mapping[PodKey, W]) -> W | None:
+    labels = series.labels
+    return owners.get((labels.get("namespace", ""), labels.get("pod", "")))
+
+
+def workload_sums(
+    series: Iterable[RangeSeries], owners: Mapping[PodKey, W]
+) -> dict[W, list[tuple[float, float]]]:
+    """Per workload, the sum over its pods at each timestamp, oldest first. Series of pods no
+    workload owns are ignored."""
+    sums: dict[W, dict[float, float]] = {}
+    for s in series:
+        owner = _owner(s, owners)
+        if owner is None:
+            continue
+        acc = sums.setdefault(owner, {})
+        for t, v in s.samples:
+            acc[t] = acc.get(t, 0.0) + v
+    return {w: sorted(acc.items()) for w, acc in sums.items()}
+
+
+def workload_quantiles(
+    series: Iterable[RangeSeries], owners: Mapping[PodKey, W], q: float
+) -> dict[W, list[tuple[float, float]]]:
+    """Per workload, the q-quantile of its pods' summed `le` buckets at each timestamp."""
+    buckets: dict[W, dict[float, dict[float, float]]] = {}
+    for s in series:
+        owner = _owner(s, owners)
+        le = _bound(s.labels.get("le"))
+        if owner is None or le is None:
+            continue
+        by_time = buckets.setdefault(owner, {})
+        for t, v in s.samples:
+            at = by_time.setdefault(t, {})
+            at[le] = at.get(le, 0.0) + v
+    out: dict[W, list[tuple[float, float]]] = {}
+    for w, by_time in buckets.items():
+        points = []
+        for t in sorted(by_time):
+            value = histogram_quantile(q, sorted(by_time[t].items()))
+            if value is not None:
+                points.append((t, value))
+        out[w] = points
+    return out
+
+
+def _bound(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)  # "+Inf" parses
+    except ValueError:
+        return None
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """PromQL's histogram_quantile over cumulative (upper bound, count) buckets sorted by
+    bound; None where PromQL gives NaN (no +Inf bucket, no observations)."""
+    if not buckets or not math.isinf(buckets[-1][0]):
+        return None
+    total = buckets[-1][1]
+    if total <= 0 or not 0 <= q <= 1:
+        return None
+    rank = q * total
+    for i, (upper, count) in enumerate(buckets):
+        if count >= rank:
+            if math.isinf(upper):
+                return buckets[i - 1][0] if i > 0 else None
+            lower, below = (buckets[i - 1][0], buckets[i - 1][1]) if i > 0 else (0.0, 0.0)
+            if i == 0 and upper <= 0:
+                return upper
+            in_bucket = count - below
+            if in_bucket <= 0:
+                return upper
+            return lower + (upper - lower) * (rank - below) / in_bucket
+    return None

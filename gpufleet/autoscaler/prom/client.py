@@ -1,0 +1,104 @@
+"""Prometheus' HTTP API (`/api/v1/query_range`), with plain aiohttp.
+
+The popular Python client is synchronous and pulls in pandas; the controller needs two
+endpoints, a timeout per query and its errors sorted by kind. Answers are parsed into
+`RangeSeries` (labels and (time, value) samples); NaN and infinite samples are dropped,
+since a policy must see a missing value as missing, never as a number.
+"""
+
+import asyncio
+import json
+import math
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+import aiohttp
+
+from gpufleet.autoscaler.core.gather import RangeSeries
+
+
+class PromErrorKind(StrEnum):
+    """The `kind` label of gpufleet_autoscaler_prometheus_errors_total."""
+
+    UNAVAILABLE = "unavailable"  # connection refused or reset, 5xx
+    TIMEOUT = "timeout"  # no answer within the query timeout
+    BAD_QUERY = "bad_query"  # 400/422: the PromQL does not parse or cannot run
+    BAD_RESPONSE = "bad_response"  # an answer that is not the API's JSON
+
+
+class PromError(Exception):
+    def __init__(self, kind: PromErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class PromClient:
+    """Queries one Prometheus; the caller owns the session's lifetime (`close`)."""
+
+    def __init__(self, url: str, *, timeout_seconds: float = 5.0) -> None:
+        self._url = url.rstrip("/")
+        self._timeout = timeout_seconds
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def query_range(
+        self, query: str, *, start: float, end: float, step: float
+    ) -> tuple[RangeSeries, ...]:
+        """A matrix query. Raises PromError."""
+        params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        data = await self._get("/api/v1/query_range", params)
+        return parse_matrix(data)
+
+    async def _get(self, path: str, params: Mapping[str, str]) -> Any:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        try:
+            async with asyncio.timeout(self._timeout):
+                async with self._session.get(f"{self._url}{path}", params=params) as resp:
+                    body = await resp.read()
+                    status = resp.status
+        except TimeoutError:
+            raise PromError(
+                PromErrorKind.TIMEOUT, f"no answer within {self._timeout:g} s"
+            ) from None
+        except aiohttp.ClientError as err:
+            raise PromError(PromErrorKind.UNAVAILABLE, f"{type(err).__name__}: {err}") from None
+        return _payload(status, body)
+
+
+def _payload(status: int, body: bytes) -> Any:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        kind = PromErrorKind.UNAVAILABLE if status >= 500 else PromErrorKind.BAD_RESPONSE
+        raise PromError(kind, f"HTTP {status}: not JSON") from None
+    if not isinstance(doc, dict):
+        raise PromError(PromErrorKind.BAD_RESPONSE, f"HTTP {status}: not an API answer")
+    if doc.get("status") != "success":
+        error = f"{doc.get('errorType', '?')}: {doc.get('error', '?')}"
+        kind = PromErrorKind.BAD_QUERY if status in (400, 422) else PromErrorKind.UNAVAILABLE
+        raise PromError(kind, error)
+    return doc.get("data")
+
+
+def parse_matrix(data: Any) -> tuple[RangeSeries, ...]:
+    """`data` of a range query -> series; raises PromError(BAD_RESPONSE) on any other shape."""
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        raise PromError(PromErrorKind.BAD_RESPONSE, "expected a matrix result")
+    out = []
+    try:
+        for item in data.get("result") or ():
+            samples = []
+            for t, v in item.get("values") or ():
+                value = float(v)
+                if math.isfinite(value):
+                    samples.append((float(t), value))
+            out.append(RangeSeries(labels=dict(item.get("metric") or {}), samples=tuple(samples)))
+    except (TypeError, ValueError, AttributeError) as err:
+        raise PromError(PromErrorKind.BAD_RESPONSE, f"malformed matrix: {err}") from None
+    return tuple(out)
