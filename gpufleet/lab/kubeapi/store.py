@@ -16,17 +16,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from gpufleet.core.selectors import (
+    SelectorError,
+    matches_fields,
+    matches_labels,
+    parse_selector,
+    selector_string,
+)
 from gpufleet.lab.kubeapi.objects import (
     ApiError,
     conflict,
     invalid,
     json_patch,
-    matches_fields,
-    matches_labels,
     merge_patch,
     not_found,
-    parse_selector,
-    selector_string,
     strategic_merge_patch,
 )
 from gpufleet.lab.kubeapi.resources import Resource
@@ -79,8 +82,11 @@ class ObjectStore:
         field_selector: str = "",
     ) -> list[dict[str, Any]]:
         """Objects of `res` (in `namespace`, or everywhere when None), by namespace and name."""
-        labels = parse_selector(label_selector)
-        fields = parse_selector(field_selector)
+        try:
+            labels = parse_selector(label_selector)
+            fields = parse_selector(field_selector)
+        except SelectorError as err:
+            raise ApiError(code=400, reason="BadRequest", message=str(err)) from None
         out = []
         for (group, plural, ns, _), obj in sorted(self._objects.items()):
             if (group, plural) != (res.group, res.plural):

@@ -1,0 +1,94 @@
+"""Kubernetes label and field selectors: parsing and matching, as the API server does.
+
+Shared by the autoscaler's Kubernetes adapter (which joins pods to a workload by its scale
+selector) and the lab's fake API server (which filters lists). Set-based and equality
+requirements: `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`. Pure.
+"""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class SelectorError(ValueError):
+    """A selector that does not parse; the message quotes the requirement."""
+
+
+_REQUIREMENT = re.compile(
+    r"\s*(?P<neg>!)?\s*(?P<key>[A-Za-z0-9_./-]+)\s*"
+    r"(?:(?P<op>==|!=|=|\s+notin\s+|\s+in\s+)\s*(?P<value>\([^)]*\)|[A-Za-z0-9_.-]*))?\s*"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    op: str  # "=", "!=", "in", "notin", "exists", "!exists"
+    values: frozenset[str]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.op == "exists":
+            return self.key in labels
+        if self.op == "!exists":
+            return self.key not in labels
+        if self.op in ("=", "in"):
+            return labels.get(self.key) in self.values
+        return labels.get(self.key) not in self.values  # "!=", "notin"
+
+
+def parse_selector(text: str) -> tuple[Requirement, ...]:
+    """A selector string -> its requirements; raises SelectorError quoting a bad one."""
+    out = []
+    for part in _split_top(text):
+        m = _REQUIREMENT.fullmatch(part)
+        if not m or (m["neg"] and m["op"]):
+            raise SelectorError(f"unable to parse requirement: {part!r}")
+        op = (m["op"] or "").strip()
+        if not op:
+            out.append(Requirement(m["key"], "!exists" if m["neg"] else "exists", frozenset()))
+            continue
+        value = m["value"] or ""
+        if op in ("in", "notin"):
+            if not value.startswith("("):
+                raise SelectorError(f"unable to parse requirement: {part!r}")
+            values = frozenset(v.strip() for v in value[1:-1].split(",") if v.strip())
+        else:
+            values = frozenset((value,))
+        out.append(Requirement(m["key"], {"==": "="}.get(op, op), values))
+    return tuple(out)
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in parts if p.strip()]
+
+
+def selector_string(match_labels: Mapping[str, str]) -> str:
+    """`matchLabels` as the selector string `Scale.status.selector` carries."""
+    return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
+
+
+def field_value(obj: Mapping[str, Any], path: str) -> str:
+    """The string a field selector compares, for a dotted path; "" when absent."""
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def matches_fields(obj: Mapping[str, Any], requirements: tuple[Requirement, ...]) -> bool:
+    return all(r.matches({r.key: field_value(obj, r.key)}) for r in requirements)
+
+
+def matches_labels(obj: Mapping[str, Any], requirements: tuple[Requirement, ...]) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return all(r.matches(labels) for r in requirements)
