@@ -6,10 +6,13 @@ order-dependent.
 """
 
 import asyncio
-from collections.abc import AsyncIterator
+import shutil
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from helpers.e2e import Prometheus
 
 # A task cancelled during teardown needs a loop iteration or two to finish; one still
 # pending after this long was never going to stop.
@@ -43,3 +46,19 @@ async def _asyncio_tasks_finished() -> AsyncIterator[None]:
     if pending:
         names = sorted(f"{t.get_name()} ({t.get_coro()!r})" for t in pending)
         pytest.fail(f"test left {len(pending)} asyncio task(s) running: {', '.join(names)}")
+
+
+@pytest.fixture
+def prometheus_for(tmp_path: Path) -> Iterator[Callable[..., Prometheus]]:
+    """Start real Prometheus servers scraping a target; stopped after the test."""
+    if not shutil.which("prometheus"):
+        pytest.skip("prometheus is not installed (./dev test installs it)")
+    servers: list[Prometheus] = []
+
+    def start(target: str, *, labels: dict[str, str] | None = None) -> Prometheus:
+        servers.append(Prometheus(tmp_path / f"prometheus-{len(servers)}", target, labels=labels))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()

@@ -1,6 +1,10 @@
-"""Kubernetes API adapters: the autoscaler's reads and writes through the official client.
+"""Kubernetes API adapters the daemons share, on the official `kubernetes` client.
 
-Empty until the live autoscaler lands (issue 14): the scale subresource, custom resource
-status, leader election. Rule: an adapter turns API objects into plain records for a pure
-core and applies its decisions; it makes no decision itself.
+`connect` builds a client (in-cluster, a kubeconfig, or a URL such as the lab's fake API
+server); `errors` sorts the client's failures into the few kinds a daemon counts;
+`events` records events.k8s.io/v1 Events deduplicated as the kubelet does. A daemon's own
+reads and writes live in that daemon (`autoscaler.kube`).
+
+Rule: an adapter turns API objects into plain records and applies decisions; it makes no
+decision itself, and a failure is a `KubeError` with a kind, never a crash.
 """

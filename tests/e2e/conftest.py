@@ -4,13 +4,12 @@ The exporter runs the production `serve()` in a thread with its own event loop, 
 real loopback port, against the simulated NVML and the fake kubelet's real unix socket.
 """
 
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from helpers import wait_for
-from helpers.e2e import Prometheus, RunningExporter, node_settings
+from helpers.e2e import RunningExporter, node_settings
 
 from gpufleet.lab.node import NodeLayout, SimNode
 
@@ -38,18 +37,3 @@ def exporter_for() -> Iterator[Callable[..., RunningExporter]]:
     yield start
     for exp in started:
         exp.stop()
-
-
-@pytest.fixture
-def prometheus_for(tmp_path: Path) -> Iterator[Callable[[str], Prometheus]]:
-    if not shutil.which("prometheus"):
-        pytest.skip("prometheus is not installed (./dev test installs it)")
-    servers: list[Prometheus] = []
-
-    def start(target: str) -> Prometheus:
-        servers.append(Prometheus(tmp_path, target))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.stop()

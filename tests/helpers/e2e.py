@@ -94,14 +94,17 @@ def node_settings(node: SimNode, **overrides) -> ExporterSettings:
 class Prometheus:
     """A real Prometheus server on loopback, scraping one target every second."""
 
-    def __init__(self, workdir: Path, target: str) -> None:
+    def __init__(self, workdir: Path, target: str, *, labels: dict[str, str] | None = None) -> None:
+        """Scrape `target` every second, its series labelled with `labels` (as Kubernetes
+        service discovery would add namespace and pod)."""
         self.port = free_port()
+        workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "prometheus.yml"
         config.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
             "scrape_configs:\n"
             "- job_name: gpu\n"
-            f"  static_configs: [{{targets: ['{target}']}}]\n"
+            f"  static_configs: [{{targets: ['{target}'], labels: {json.dumps(labels or {})}}}]\n"
         )
         self._proc = subprocess.Popen(
             [

@@ -1,0 +1,449 @@
+"""The live control loop: gather from Prometheus and the API, decide with the policy, act.
+
+Every tick it lists the GPUAutoscalers and the pods (one call each), reads each target's
+scale subresource, asks Prometheus one range query per distinct signal query (not per
+workload) for the samples since the last tick, and adds them to each workload's
+`SignalHistory`, the one the replay fills. A workload's policy (one instance per
+GPUAutoscaler, kept across ticks) decides at its own interval on that history; the
+controller writes the scale subresource only when the count changes, then status and an
+Event. Only the leader writes; a follower gathers and decides, so it takes over warm.
+
+Hold, never guess: a failed query holds the count for that tick (never lower), with a
+MissingMetrics condition; a bad spec is a condition and an event naming the field; an API
+error on one workload never stops another.
+"""
+
+import asyncio
+import dataclasses
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.autoscaler.core.factory import Tuning, make_policy
+from gpufleet.autoscaler.core.gather import workload_quantiles, workload_sums
+from gpufleet.autoscaler.core.history import SIGNALS, SignalHistory
+from gpufleet.autoscaler.core.observation import Observation, Replica, ReplicaState
+from gpufleet.autoscaler.core.policy import Decision, Policy, Reason
+from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
+from gpufleet.autoscaler.core.signals import SignalQuery, model_selector, queries_for
+from gpufleet.autoscaler.core.spec import AutoscalerSpec, SpecError, parse_spec
+from gpufleet.autoscaler.core.status import Condition, Health, condition_list, conditions
+from gpufleet.autoscaler.kube.cluster import Cluster, ScaleView
+from gpufleet.autoscaler.prom.client import PromClient, PromError
+from gpufleet.core.selectors import SelectorError, parse_selector
+from gpufleet.kube.errors import KubeError
+from gpufleet.kube.events import EventRecorder, micro_time
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]  # (namespace, name) of a GPUAutoscaler
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerConfig:
+    scrape_interval_seconds: float = 5.0  # the range queries' step
+    rate_window: str = "30s"  # `{{window}}` in the signal queries
+    history_seconds: float = 1800.0  # what a policy may look back on (gpufleet's peak memory)
+    gpufleet_headroom: float | None = None
+
+
+@dataclass(slots=True)
+class Workload:
+    """One GPUAutoscaler's state across ticks."""
+
+    spec: AutoscalerSpec
+    generation: int
+    policy: Policy
+    history: SignalHistory
+    next_decision_at: float = -math.inf
+    desired: int | None = None
+    last_scale_time: str = ""
+    decision: Decision | None = None
+    wanted: int | None = None
+
+
+@dataclass(slots=True)
+class Stats:
+    """What the self-metrics report; the controller writes, the metrics endpoint reads."""
+
+    ticks: int = 0
+    decisions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (workload, reason)
+    errors: Counter[str] = field(default_factory=Counter)  # kind
+    desired: dict[str, int] = field(default_factory=dict)
+    current: dict[str, int] = field(default_factory=dict)
+    queries: int = 0
+    query_seconds: float = 0.0
+    reconcile_seconds: float = 0.0
+    leader: bool = False
+
+
+@dataclass(slots=True)
+class _Tick:
+    """One workload's view in one tick."""
+
+    workload: Workload
+    scale: ScaleView | None = None
+    pods: list[PodState] = field(default_factory=list)
+    health: Health = field(default_factory=Health)
+    previous_status: dict[str, Any] = field(default_factory=dict)
+
+
+class Controller:
+    def __init__(
+        self,
+        cluster: Cluster,
+        prom: PromClient,
+        events: EventRecorder,
+        *,
+        config: ControllerConfig | None = None,
+        clock: Callable[[], float] = time.time,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._cluster = cluster
+        self._prom = prom
+        self._events = events
+        self._config = config or ControllerConfig()
+        self._clock = clock
+        self._is_leader = is_leader
+        self._workloads: dict[Key, Workload] = {}
+        self._bad_specs: dict[Key, tuple[int, str]] = {}  # reported once per generation
+        self._fetched_until: dict[str, float] = {}  # query text -> newest step fetched
+        self.stats = Stats()
+
+    async def tick(self) -> None:
+        """One pass over every GPUAutoscaler. Raises only if the API cannot list them."""
+        started = time.monotonic()
+        now = self._clock()
+        objects = await asyncio.to_thread(self._cluster.list_autoscalers)
+        pods = await asyncio.to_thread(self._cluster.list_pods)
+        ticks = await self._sync(objects, now)
+        for t in ticks:
+            await self._read_target(t, pods)
+        missing = await self._gather(ticks, now)
+        leader = self._is_leader()
+        self.stats.leader = leader
+        node_pods = Counter(p.node for p in pods if p.node and p.deleting_since is None)
+        for t in ticks:
+            if missing:
+                t.health = _replace(t.health, missing_metrics=missing)
+            await self._decide_and_act(t, now, leader, node_pods)
+        self.stats.ticks += 1
+        self.stats.reconcile_seconds += time.monotonic() - started
+
+    # --- gather ---
+
+    async def _sync(self, objects: list[dict[str, Any]], now: float) -> list[_Tick]:
+        """Workload state for each valid object; invalid ones get a condition and an event."""
+        seen: set[Key] = set()
+        ticks = []
+        for obj in objects:
+            meta = obj.get("metadata") or {}
+            key = (meta.get("namespace", ""), meta.get("name", ""))
+            seen.add(key)
+            generation = int(meta.get("generation") or 0)
+            previous = obj.get("status") or {}
+            try:
+                spec = parse_spec(obj)
+            except SpecError as err:
+                self._workloads.pop(key, None)
+                await self._report_bad_spec(key, generation, err, previous, now)
+                continue
+            w = self._workloads.get(key)
+            if w is None or w.generation != generation:
+                w = self._new_workload(spec, generation, w)
+                self._workloads[key] = w
+            ticks.append(_Tick(workload=w, previous_status=previous))
+        for key in set(self._workloads) - seen:
+            del self._workloads[key]
+        return ticks
+
+    def _new_workload(
+        self, spec: AutoscalerSpec, generation: int, old: Workload | None
+    ) -> Workload:
+        tuning = Tuning(
+            hpa_target_util=spec.hpa_target_gpu_utilization,
+            keda_queue_target=spec.keda_queue_target,
+            keda_polling_interval_seconds=spec.keda_polling_interval_seconds,
+            gpufleet_headroom=self._config.gpufleet_headroom,
+        )
+        history = (
+            old.history
+            if old is not None
+            else SignalHistory(history_seconds=self._config.history_seconds)
+        )
+        return Workload(
+            spec=spec,
+            generation=generation,
+            policy=make_policy(spec.policy, spec.workload, tuning),
+            history=history,
+        )
+
+    async def _read_target(self, t: _Tick, pods: list[PodState]) -> None:
+        spec = t.workload.spec
+        try:
+            t.scale = await asyncio.to_thread(self._cluster.read_scale, spec.namespace, spec.target)
+            competitor = await asyncio.to_thread(
+                self._cluster.competitor, spec.namespace, spec.target
+            )
+        except KubeError as err:
+            self.stats.errors[f"kube_{err.kind}"] += 1
+            t.health = _replace(t.health, scale_error=f"FailedGetScale: {err}")
+            return
+        t.health = _replace(t.health, competitor=competitor)
+        try:
+            selector = parse_selector(t.scale.selector)
+        except SelectorError as err:
+            t.health = _replace(t.health, scale_error=f"FailedGetScale: selector {err}")
+            return
+        if not selector:  # an empty selector would take every pod of the namespace
+            t.health = _replace(t.health, scale_error="FailedGetScale: the target has no selector")
+            return
+        t.pods = [
+            p
+            for p in pods
+            if p.namespace == spec.namespace and all(r.matches(p.labels) for r in selector)
+        ]
+
+    async def _gather(self, ticks: list[_Tick], now: float) -> str:
+        """Add the samples since the last tick to each workload's history; returns why a
+        query failed ("" when none did)."""
+        step = self._config.scrape_interval_seconds
+        end = math.floor(now / step) * step
+        owners: dict[str, dict[tuple[str, str], Key]] = {}
+        wanted: dict[str, tuple[SignalQuery, list[tuple[Key, str]]]] = {}
+        for t in ticks:
+            spec = t.workload.spec
+            key = (spec.namespace, spec.name)
+            selector = model_selector(spec.signals.preset, spec.signals.model)
+            for signal, query in queries_for(spec.signals.preset, spec.signals.queries).items():
+                text = query.render(selector=selector, window=self._config.rate_window)
+                wanted.setdefault(text, (query, []))[1].append((key, signal))
+                owners.setdefault(text, {}).update({(p.namespace, p.name): key for p in t.pods})
+        failures = []
+        answers = await asyncio.gather(
+            *(self._fetch(text, end, step) for text in wanted), return_exceptions=True
+        )
+        for text, answer in zip(wanted, answers, strict=True):
+            query, users = wanted[text]
+            if isinstance(answer, PromError):
+                self.stats.errors[f"prometheus_{answer.kind}"] += 1
+                failures.append(f"{answer.kind}: {answer}")
+                continue
+            if isinstance(answer, BaseException):
+                raise answer
+            if query.kind == "quantile":
+                joined = workload_quantiles(answer, owners[text], query.quantile)
+            else:
+                joined = workload_sums(answer, owners[text])
+            for key, signal in users:
+                w = self._workloads[key]
+                for ts, value in joined.get(key, ()):
+                    w.history.add(signal, ts, value * query.scale)
+        return failures[0] if failures else ""
+
+    async def _fetch(self, text: str, end: float, step: float) -> Any:
+        start = max(
+            self._fetched_until.get(text, -math.inf) + step, end - self._config.history_seconds
+        )
+        if start > end:
+            return ()
+        begun = time.monotonic()
+        try:
+            answer = await self._prom.query_range(text, start=start, end=end, step=step)
+        finally:
+            self.stats.queries += 1
+            self.stats.query_seconds += time.monotonic() - begun
+        self._fetched_until[text] = end
+        return answer
+
+    # --- decide and act ---
+
+    async def _decide_and_act(
+        self, t: _Tick, now: float, leader: bool, node_pods: Counter[str]
+    ) -> None:
+        w, spec = t.workload, t.workload.spec
+        name = f"{spec.namespace}/{spec.name}"
+        replicas = tuple(replica_of(p) for p in t.pods)
+        if t.scale is not None and now >= w.next_decision_at:
+            w.next_decision_at = now + w.policy.interval_seconds
+            w.decision = w.policy.decide(w.history.observe(now, replicas))
+            w.wanted = w.decision.desired
+            self.stats.decisions[(name, str(w.decision.reason))] += 1
+        current = t.scale.replicas if t.scale is not None else None
+        desired = spec.workload.clamp(w.wanted) if w.wanted is not None else current
+        if t.health.missing_metrics and current is not None and desired is not None:
+            desired = max(desired, current)  # never lower the count on missing data
+        act = (
+            leader
+            and current is not None
+            and desired is not None
+            and desired != current
+            and not t.health.competitor
+            and not t.health.scale_error
+        )
+        if act:
+            await self._scale(t, current, desired, node_pods, now)
+        w.desired = desired
+        if desired is not None:
+            self.stats.desired[name] = desired
+        self.stats.current[name] = sum(
+            1 for r in replicas if r.state is not ReplicaState.TERMINATING
+        )
+        if leader:
+            await self._write_status(t, replicas, desired, now)
+
+    async def _scale(
+        self, t: _Tick, current: int, desired: int, node_pods: Counter[str], now: float
+    ) -> None:
+        spec, w = t.workload.spec, t.workload
+        try:
+            if desired < current:
+                for pod, cost in deletion_costs(t.pods, node_pods).items():
+                    await asyncio.to_thread(
+                        self._cluster.set_deletion_cost, spec.namespace, pod, cost
+                    )
+            await asyncio.to_thread(self._cluster.write_scale, spec.namespace, spec.target, desired)
+        except KubeError as err:
+            self.stats.errors[f"kube_{err.kind}"] += 1
+            t.health = _replace(t.health, scale_error=f"FailedUpdateScale: {err}")
+            log.warning(
+                "%s/%s: cannot scale %s: %s", spec.namespace, spec.name, spec.target.name, err
+            )
+            return
+        w.last_scale_time = _timestamp(now)
+        decision = w.decision
+        reason = str(decision.reason) if decision else "Scaled"
+        message = decision.message if decision else ""
+        await self._event(
+            spec,
+            "Normal",
+            reason,
+            "Scale",
+            f"{current} -> {desired} replicas: {message}",
+        )
+
+    async def _write_status(
+        self, t: _Tick, replicas: tuple[Replica, ...], desired: int | None, now: float
+    ) -> None:
+        w, spec = t.workload, t.workload.spec
+        decision = w.decision
+        current = sum(1 for r in replicas if r.state is not ReplicaState.TERMINATING)
+        conds = conditions(
+            t.health,
+            wanted=w.wanted,
+            desired=desired,
+            minimum=spec.workload.min_replicas,
+            maximum=spec.workload.max_replicas,
+            rate_limited=decision is not None and decision.reason is Reason.RATE_LIMITED,
+        )
+        status: dict[str, Any] = {
+            "observedGeneration": w.generation,
+            "currentReplicas": current,
+            "desiredReplicas": desired,
+            "conditions": condition_list(
+                conds, t.previous_status.get("conditions") or [], _timestamp(now)
+            ),
+            "signals": _latest(w.history.observe(now, replicas)),
+        }
+        if decision is not None:
+            status["reason"] = str(decision.reason)
+            status["message"] = decision.message
+        if w.last_scale_time:
+            status["lastScaleTime"] = w.last_scale_time
+        await self._warn_on_new_problems(t, conds)
+        try:
+            await asyncio.to_thread(self._cluster.write_status, spec.namespace, spec.name, status)
+        except KubeError as err:
+            self.stats.errors[f"kube_{err.kind}"] += 1
+
+    async def _warn_on_new_problems(self, t: _Tick, conds: tuple[Condition, ...]) -> None:
+        """A Warning Event for each condition that turned bad this tick."""
+        before = {c.get("type"): c for c in t.previous_status.get("conditions") or []}
+        for c in conds:
+            bad = c.type != "ScalingLimited" and c.status == "False"
+            old = before.get(c.type) or {}
+            if bad and (old.get("status"), old.get("reason")) != (c.status, c.reason):
+                await self._event(t.workload.spec, "Warning", c.reason, "Scale", c.message)
+
+    async def _report_bad_spec(
+        self, key: Key, generation: int, err: SpecError, previous: dict[str, Any], now: float
+    ) -> None:
+        if self._bad_specs.get(key) == (generation, str(err)):
+            return
+        self._bad_specs[key] = (generation, str(err))
+        namespace, name = key
+        conds = conditions(
+            Health(invalid_spec=str(err)),
+            wanted=None,
+            desired=None,
+            minimum=0,
+            maximum=0,
+            rate_limited=False,
+        )
+        status = {
+            "observedGeneration": generation,
+            "conditions": condition_list(conds, previous.get("conditions") or [], _timestamp(now)),
+            "reason": "InvalidSpec",
+            "message": str(err),
+        }
+        regarding = {
+            "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
+            "kind": "GPUAutoscaler",
+            "name": name,
+            "namespace": namespace,
+        }
+        try:
+            if self._is_leader():
+                await asyncio.to_thread(self._cluster.write_status, namespace, name, status)
+                await asyncio.to_thread(
+                    self._events.record,
+                    regarding=regarding,
+                    type_="Warning",
+                    reason="InvalidSpec",
+                    action="Validate",
+                    note=str(err),
+                )
+        except KubeError as kube_err:
+            self.stats.errors[f"kube_{kube_err.kind}"] += 1
+
+    async def _event(
+        self, spec: AutoscalerSpec, type_: str, reason: str, action: str, note: str
+    ) -> None:
+        regarding = {
+            "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
+            "kind": "GPUAutoscaler",
+            "name": spec.name,
+            "namespace": spec.namespace,
+        }
+        try:
+            await asyncio.to_thread(
+                self._events.record,
+                regarding=regarding,
+                type_=type_,
+                reason=reason,
+                action=action,
+                note=note,
+            )
+        except KubeError as err:
+            self.stats.errors[f"kube_{err.kind}"] += 1
+
+
+def _replace(health: Health, **changes: str) -> Health:
+    return dataclasses.replace(health, **changes)
+
+
+def _timestamp(seconds: float) -> str:
+    return micro_time(seconds)[:19] + "Z"
+
+
+def _latest(obs: Observation) -> dict[str, float]:
+    """The newest value of each signal a policy saw: status.signals."""
+    out = {}
+    for signal in SIGNALS:
+        value = getattr(obs, signal).latest()
+        if value is not None:
+            out[signal] = round(value, 6)
+    return out

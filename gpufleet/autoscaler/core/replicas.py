@@ -1,0 +1,54 @@
+"""Replicas as the Kubernetes API shows them: pods to replica states, and which to remove.
+
+A pod being deleted is terminating (draining); one whose Ready condition is True is ready;
+any other is starting (scheduled or waiting for a node, pulling, loading weights). On a
+scale-down the ReplicaSet controller removes pods with the lowest
+`controller.kubernetes.io/pod-deletion-cost` first: the costs here make it take replicas
+from the emptiest nodes first, as the replay's cluster does, so a node can empty and go.
+Pure.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpufleet.autoscaler.core.observation import Replica, ReplicaState
+
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodState:
+    """What the controller reads of one pod; times are unix seconds."""
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node: str = ""
+    created: float = 0.0
+    ready_since: float | None = None  # the Ready condition's last transition to True
+    deleting_since: float | None = None  # metadata.deletionTimestamp
+    deletion_cost: int | None = None  # the annotation, when set
+
+
+def replica_of(pod: PodState) -> Replica:
+    if pod.deleting_since is not None:
+        state, since = ReplicaState.TERMINATING, pod.deleting_since
+    elif pod.ready_since is not None:
+        state, since = ReplicaState.READY, pod.ready_since
+    else:
+        state, since = ReplicaState.STARTING, pod.created
+    return Replica(name=pod.name, state=state, since=since, created=pod.created)
+
+
+def deletion_costs(pods: Sequence[PodState], node_pods: Mapping[str, int]) -> dict[str, int]:
+    """Pod name -> deletion cost for a workload's live pods: the number of pods on its node
+    (`node_pods`), so the emptiest nodes lose theirs first; unscheduled pods cost 0. Only
+    pods whose annotation differs are returned."""
+    out = {}
+    for pod in pods:
+        if pod.deleting_since is not None:
+            continue
+        cost = node_pods.get(pod.node, 0) if pod.node else 0
+        if pod.deletion_cost != cost:
+            out[pod.name] = cost
+    return out

@@ -1,0 +1,200 @@
+"""What the controller reads from and writes to the cluster, over the official client."""
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client
+
+from gpufleet.autoscaler.core.replicas import DELETION_COST, PodState
+from gpufleet.autoscaler.core.spec import GROUP, PLURAL, VERSION, TargetRef
+from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
+
+MERGE_PATCH = "application/merge-patch+json"
+KEDA = ("keda.sh", "v1alpha1", "scaledobjects")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScaleView:
+    replicas: int  # spec.replicas: what was asked for
+    selector: str  # status.selector: which pods are the target's
+    resource_version: str
+
+
+def _seconds(value: Any) -> float | None:
+    """A timestamp the client deserialised (datetime) or left as text -> unix seconds."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+class Cluster:
+    def __init__(self, api: client.ApiClient) -> None:
+        self._core = client.CoreV1Api(api)
+        self._apps = client.AppsV1Api(api)
+        self._custom = client.CustomObjectsApi(api)
+        self._autoscaling = client.AutoscalingV2Api(api)
+        self._resources = client.ApisApi(api)
+        self._api = api
+        self._plurals: dict[tuple[str, str], str] = {}
+
+    # --- reads ---
+
+    def list_autoscalers(self) -> list[dict[str, Any]]:
+        answer = kube_call(lambda: self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))
+        return list(answer.get("items") or [])
+
+    def list_pods(self) -> list[PodState]:
+        pods = kube_call(lambda: self._core.list_pod_for_all_namespaces()).items
+        return [_pod_state(p) for p in pods]
+
+    def read_scale(self, namespace: str, target: TargetRef) -> ScaleView:
+        scale = kube_call(lambda: self._scale_api(target, "read")(target.name, namespace))
+        return _scale_view(scale)
+
+    def competitor(self, namespace: str, target: TargetRef) -> str:
+        """The HPA or ScaledObject that already scales `target`, as "Kind/name"; "" if none."""
+        hpas = kube_call(
+            lambda: self._autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace)
+        ).items
+        for hpa in hpas:
+            ref = hpa.spec.scale_target_ref
+            if (ref.kind, ref.name) == (target.kind, target.name):
+                return f"HorizontalPodAutoscaler/{hpa.metadata.name}"
+        try:
+            objects = kube_call(
+                lambda: self._custom.list_namespaced_custom_object(*KEDA[:2], namespace, KEDA[2])
+            )
+        except KubeError as err:
+            if err.kind is KubeErrorKind.NOT_FOUND:  # KEDA is not installed
+                return ""
+            raise
+        for so in objects.get("items") or []:
+            ref = (so.get("spec") or {}).get("scaleTargetRef") or {}
+            if (ref.get("kind", "Deployment"), ref.get("name")) == (target.kind, target.name):
+                return f"ScaledObject/{so['metadata']['name']}"
+        return ""
+
+    # --- writes ---
+
+    def write_scale(
+        self, namespace: str, target: TargetRef, replicas: int, *, attempts: int = 3
+    ) -> ScaleView:
+        """Set spec.replicas through the scale subresource: a read, then a write that
+        carries its resourceVersion; a 409 (someone wrote in between) reads again."""
+        for attempt in range(attempts):
+            current = self.read_scale(namespace, target)
+            if current.replicas == replicas:
+                return current
+            body = {
+                "apiVersion": "autoscaling/v1",
+                "kind": "Scale",
+                "metadata": {
+                    "name": target.name,
+                    "namespace": namespace,
+                    "resourceVersion": current.resource_version,
+                },
+                "spec": {"replicas": replicas},
+            }
+            try:
+                written = kube_call(
+                    lambda b=body: self._scale_api(target, "replace")(target.name, namespace, b)
+                )
+            except KubeError as err:
+                if err.kind is KubeErrorKind.CONFLICT and attempt + 1 < attempts:
+                    continue
+                raise
+            return _scale_view(written)
+        raise AssertionError("unreachable")
+
+    def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        kube_call(
+            lambda: self._custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                {"status": status},
+                _content_type=MERGE_PATCH,
+            )
+        )
+
+    def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None:
+        patch = {"metadata": {"annotations": {DELETION_COST: str(cost)}}}
+        kube_call(
+            lambda: self._core.patch_namespaced_pod(
+                pod, namespace, patch, _content_type=MERGE_PATCH
+            )
+        )
+
+    # --- the scale subresource of any kind ---
+
+    def _scale_api(self, target: TargetRef, verb: str) -> Any:
+        """The client call for `verb` (read, replace) on `target`'s scale subresource."""
+        group, _, version = target.api_version.rpartition("/")
+        if group == "apps" and target.kind in ("Deployment", "StatefulSet"):
+            kind = "deployment" if target.kind == "Deployment" else "stateful_set"
+            return getattr(self._apps, f"{verb}_namespaced_{kind}_scale")
+        plural = self._plural(group, version, target.kind)
+        call = getattr(
+            self._custom, f"{'get' if verb == 'read' else verb}_namespaced_custom_object_scale"
+        )
+        if verb == "read":
+            return lambda name, ns: call(group, version, ns, plural, name)
+        return lambda name, ns, body: call(group, version, ns, plural, name, body)
+
+    def _plural(self, group: str, version: str, kind: str) -> str:
+        """`kind`'s resource name in group/version, from discovery (cached)."""
+        key = (f"{group}/{version}", kind)
+        if key not in self._plurals:
+            path = f"/apis/{group}/{version}"
+            answer = kube_call(
+                lambda: self._api.call_api(
+                    *self._api.param_serialize(method="GET", resource_path=path)
+                ).read()
+            )
+            for resource in json.loads(answer).get("resources", []):
+                if "/" not in resource["name"]:
+                    self._plurals[(key[0], resource["kind"])] = resource["name"]
+            if key not in self._plurals:
+                raise KubeError(KubeErrorKind.NOT_FOUND, f"no resource of kind {kind} in {key[0]}")
+        return self._plurals[key]
+
+
+def _scale_view(scale: Any) -> ScaleView:
+    if isinstance(scale, dict):
+        return ScaleView(
+            replicas=int((scale.get("spec") or {}).get("replicas") or 0),
+            selector=(scale.get("status") or {}).get("selector") or "",
+            resource_version=(scale.get("metadata") or {}).get("resourceVersion") or "",
+        )
+    return ScaleView(
+        replicas=scale.spec.replicas or 0,
+        selector=scale.status.selector or "",
+        resource_version=scale.metadata.resource_version or "",
+    )
+
+
+def _pod_state(pod: Any) -> PodState:
+    meta, spec, status = pod.metadata, pod.spec, pod.status
+    ready_since = None
+    for condition in (status.conditions if status else None) or ():
+        if condition.type == "Ready" and condition.status == "True":
+            ready_since = _seconds(condition.last_transition_time) or _seconds(
+                meta.creation_timestamp
+            )
+    cost = (meta.annotations or {}).get(DELETION_COST)
+    return PodState(
+        namespace=meta.namespace or "",
+        name=meta.name,
+        labels=dict(meta.labels or {}),
+        node=(spec.node_name if spec else None) or "",
+        created=_seconds(meta.creation_timestamp) or 0.0,
+        ready_since=ready_since,
+        deleting_since=_seconds(meta.deletion_timestamp),
+        deletion_cost=int(cost) if cost is not None and cost.lstrip("-").isdigit() else None,
+    )

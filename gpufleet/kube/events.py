@@ -1,0 +1,98 @@
+"""events.k8s.io/v1 Events, deduplicated as client-go's event recorder does.
+
+The same event (regarding object, type, reason, action, note) again within
+`window_seconds` does not create a new object: the first one's `series.count` and
+`series.lastObservedTime` are updated, so a decision repeated every tick is one Event with
+a count, not thousands. The cache of recent events is bounded.
+"""
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+
+from gpufleet.kube.errors import kube_call
+
+MERGE_PATCH = "application/merge-patch+json"
+_MAX_KEYS = 4096
+
+
+def micro_time(seconds: float) -> str:
+    """metav1.MicroTime: RFC 3339 with microseconds, UTC."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class EventRecorder:
+    """Records Events for one controller instance. Not thread-safe: one caller at a time."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        controller: str,
+        instance: str,
+        clock: Callable[[], float] = time.time,
+        window_seconds: float = 360.0,
+    ) -> None:
+        self._events = client.EventsV1Api(api)
+        self._controller = controller
+        self._instance = instance
+        self._clock = clock
+        self._window = window_seconds
+        # key -> (event name, count, when first recorded)
+        self._recent: OrderedDict[tuple[str, ...], tuple[str, int, float]] = OrderedDict()
+
+    def record(
+        self,
+        *,
+        regarding: Mapping[str, str],
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+    ) -> None:
+        """One Event about `regarding` (kind, name, namespace, apiVersion). Raises KubeError."""
+        now = self._clock()
+        namespace = regarding.get("namespace", "default")
+        key = (
+            namespace,
+            regarding.get("kind", ""),
+            regarding.get("name", ""),
+            type_,
+            reason,
+            action,
+            note,
+        )
+        seen = self._recent.get(key)
+        if seen is not None and now - seen[2] < self._window:
+            name, count, first = seen
+            patch = {"series": {"count": count + 1, "lastObservedTime": micro_time(now)}}
+            kube_call(
+                lambda: self._events.patch_namespaced_event(
+                    name, namespace, patch, _content_type=MERGE_PATCH
+                )
+            )
+            self._remember(key, (name, count + 1, first))
+            return
+        body: dict[str, Any] = {
+            "metadata": {"generateName": f"{regarding.get('name', 'event')}."},
+            "eventTime": micro_time(now),
+            "reportingController": self._controller,
+            "reportingInstance": self._instance,
+            "action": action,
+            "reason": reason,
+            "note": note[:1024],  # the API's limit on note
+            "type": type_,
+            "regarding": dict(regarding),
+        }
+        created = kube_call(lambda: self._events.create_namespaced_event(namespace, body))
+        self._remember(key, (created.metadata.name, 1, now))
+
+    def _remember(self, key: tuple[str, ...], value: tuple[str, int, float]) -> None:
+        self._recent[key] = value
+        self._recent.move_to_end(key)
+        while len(self._recent) > _MAX_KEYS:
+            self._recent.popitem(last=False)

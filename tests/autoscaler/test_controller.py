@@ -1,0 +1,243 @@
+"""The live controller on the fake API server (official client, real HTTP) and real Prometheus
+scraping a pod that serves vLLM's metric names: it scales, writes status and events, holds on
+missing metrics, refuses to fight an HPA, and turns a bad spec into a condition."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from aiohttp import web
+from helpers import wait_for
+from kubernetes import client
+
+from gpufleet.autoscaler.controller import Controller, ControllerConfig
+from gpufleet.autoscaler.kube.cluster import Cluster
+from gpufleet.autoscaler.prom.client import PromClient
+from gpufleet.kube.events import EventRecorder
+from gpufleet.lab.kubeapi.server import FakeApiServer
+
+pytestmark = pytest.mark.prometheus
+NS = "llm"
+GPA = ("autoscaling.gpufleet.dev", "v1alpha1", NS, "gpuautoscalers")
+
+
+def vllm_metrics(started: float) -> str:
+    """One vLLM pod under a long queue: 200 waiting, 64 running, ~20 finished/s."""
+    done = int((time.time() - started) * 20)
+    return (
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{model_name="m",engine="0"} 200\n'
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{model_name="m",engine="0"} 64\n'
+        "# TYPE vllm:request_success_total counter\n"
+        f'vllm:request_success_total{{model_name="m",engine="0",finished_reason="stop"}} {done}\n'
+    )
+
+
+@pytest.fixture
+async def serving_pod() -> AsyncIterator[str]:
+    started = time.time()
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=vllm_metrics(started))
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"127.0.0.1:{runner.addresses[0][1]}"
+    await runner.cleanup()
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+
+
+@pytest.fixture
+def api(apiserver: FakeApiServer) -> Iterator[client.ApiClient]:
+    config = client.Configuration()
+    config.host = apiserver.url
+    with client.ApiClient(config) as api_client:
+        yield api_client
+
+
+def deploy(api: client.ApiClient, *, replicas: int = 1) -> None:
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+    labels = {"app": "vllm"}
+    client.AppsV1Api(api).create_namespaced_deployment(
+        NS,
+        {
+            "metadata": {"name": "vllm"},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+                },
+            },
+        },
+    )
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod(
+        NS,
+        {
+            "metadata": {"name": "vllm-0", "labels": labels},
+            "spec": {"nodeName": "gpu-node-0", "containers": [{"name": "vllm", "image": "vllm"}]},
+        },
+    )
+    core.patch_namespaced_pod_status(
+        "vllm-0",
+        NS,
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "lastTransitionTime": "2026-11-24T00:00:00Z",
+                    }
+                ]
+            }
+        },
+    )
+
+
+def autoscaler(api: client.ApiClient, spec: dict) -> None:
+    body = {
+        "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
+        "kind": "GPUAutoscaler",
+        "metadata": {"name": "chat"},
+        "spec": spec,
+    }
+    client.CustomObjectsApi(api).create_namespaced_custom_object(*GPA, body)
+
+
+KEDA_SPEC = {
+    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+    "maxReplicas": 8,
+    "policy": "keda",
+    "keda": {"queueTarget": 10, "pollingIntervalSeconds": 1},
+}
+
+
+def controller(api: client.ApiClient, prometheus_url: str) -> tuple[Controller, PromClient]:
+    prom = PromClient(prometheus_url, timeout_seconds=5)
+    events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test-0")
+    config = ControllerConfig(scrape_interval_seconds=1.0, rate_window="5s")
+    return Controller(Cluster(api), prom, events, config=config), prom
+
+
+def status(api: client.ApiClient) -> dict:
+    return client.CustomObjectsApi(api).get_namespaced_custom_object(*GPA, "chat").get("status", {})
+
+
+def conditions(api: client.ApiClient) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status(api).get("conditions", [])}
+
+
+def scale(api: client.ApiClient) -> int:
+    return client.AppsV1Api(api).read_namespaced_deployment_scale("vllm", NS).spec.replicas
+
+
+async def ticks_until(ctl: Controller, predicate, *, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await ctl.tick()
+        await asyncio.sleep(0.2)
+
+
+async def test_it_scales_a_deployment_on_vllm_queue_depth(
+    api: client.ApiClient, serving_pod: str, prometheus_for, apiserver: FakeApiServer
+) -> None:
+    deploy(api)
+    prometheus = prometheus_for(serving_pod, labels={"namespace": NS, "pod": "vllm-0"})
+    await asyncio.to_thread(
+        wait_for,
+        lambda: prometheus.query("count_over_time(vllm:num_requests_waiting[1m]) >= 3"),
+        timeout=30,
+        what="three scrapes",
+    )
+    autoscaler(api, KEDA_SPEC)
+    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    try:
+        await ticks_until(ctl, lambda: scale(api) > 1)
+    finally:
+        await prom.close()
+    # KEDA on 200 queued at 10 per replica wants 20; its HPA, with no behavior set, takes
+    # at most max(2x, 4) replicas in one step.
+    assert scale(api) == 4, status(api).get("message")
+    s = status(api)
+    assert (s["currentReplicas"], s["desiredReplicas"]) == (1, 4)
+    assert s["reason"] == "RateLimited" and "limited to 4 by legacy cap" in s["message"]
+    assert s["signals"]["queue_depth"] == 200.0 and s["observedGeneration"] == 1
+    assert conditions(api)["AbleToScale"] == ("True", "ReadyForNewScale")
+    assert conditions(api)["ScalingActive"] == ("True", "ValidMetricFound")
+    (event,) = client.EventsV1Api(api).list_namespaced_event(NS).items
+    assert event.regarding.name == "chat" and "1 -> 4 replicas" in event.note
+    patches = [
+        r for r in apiserver.requests if r.method in ("PUT", "PATCH") and r.path.endswith("/scale")
+    ]
+    assert len(patches) == 1  # written once, only when the count changed
+
+
+async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:
+    deploy(api, replicas=3)
+    autoscaler(api, KEDA_SPEC)
+    ctl, prom = controller(api, "http://127.0.0.1:9")  # nothing listens there
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert scale(api) == 3
+    assert conditions(api)["ScalingActive"][1] == "MissingMetrics"
+    assert ctl.stats.errors["prometheus_unavailable"] >= 1
+
+
+async def test_it_refuses_to_fight_an_hpa(api: client.ApiClient, serving_pod: str) -> None:
+    deploy(api)
+    client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(
+        NS,
+        {
+            "metadata": {"name": "vllm"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+                "minReplicas": 1,
+                "maxReplicas": 3,
+            },
+        },
+    )
+    autoscaler(api, {**KEDA_SPEC, "minReplicas": 2})
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert scale(api) == 1  # minReplicas 2 would raise it, but an HPA owns the target
+    assert conditions(api)["AbleToScale"] == ("False", "Competing")
+    notes = [e.note for e in client.EventsV1Api(api).list_namespaced_event(NS).items]
+    assert any("HorizontalPodAutoscaler/vllm already scales the target" in n for n in notes)
+
+
+async def test_a_bad_spec_is_a_condition_and_an_event_naming_the_field(
+    api: client.ApiClient,
+) -> None:
+    deploy(api)
+    autoscaler(api, {**KEDA_SPEC, "minReplicas": 9})
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        await ctl.tick()
+        await ctl.tick()  # reported once per generation
+    finally:
+        await prom.close()
+    assert conditions(api)["ScalingActive"] == ("False", "InvalidSpec")
+    assert status(api)["message"] == "spec.minReplicas: 9 is more than maxReplicas 8"
+    (event,) = client.EventsV1Api(api).list_namespaced_event(NS).items
+    assert (event.reason, event.type) == ("InvalidSpec", "Warning")
+    assert scale(api) == 1
