@@ -8,6 +8,7 @@ USAGE = """usage: gpufleet <command> [options]
 commands:
   exporter   serve GPU metrics (a drop-in for NVIDIA's dcgm-exporter)
   plugin     advertise GPUs to the kubelet (a drop-in for NVIDIA's k8s-device-plugin)
+  autoscaler scale GPU workloads (GPUAutoscaler resources) from Prometheus signals
   lab        run the exporter on a simulated 8-GPU node with a fake kubelet and pods
   simulate   replay a request trace through the autoscaling policies in a simulated cluster
 
@@ -25,6 +26,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpufleet.exporter.daemon import main as run
     elif command == "plugin":
         from gpufleet.plugin.daemon import main as run
+    elif command == "autoscaler":
+        from gpufleet.autoscaler.daemon import main as run
     elif command == "lab":
         from gpufleet.lab.main import main as run
     elif command == "simulate":

@@ -6,6 +6,7 @@ import pytest
 from helpers import REPO
 
 from gpufleet.autoscaler.replay.settings import SimulateSettings
+from gpufleet.autoscaler.settings import AutoscalerSettings
 from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.plugin.settings import PluginSettings
 from gpufleet.settings import markdown_table
@@ -16,7 +17,12 @@ README = (ROOT / "README.md").read_text()
 
 @pytest.mark.parametrize(
     ("daemon", "settings"),
-    [("exporter", ExporterSettings), ("plugin", PluginSettings), ("simulate", SimulateSettings)],
+    [
+        ("exporter", ExporterSettings),
+        ("plugin", PluginSettings),
+        ("simulate", SimulateSettings),
+        ("autoscaler", AutoscalerSettings),
+    ],
 )
 def test_flag_table_matches_the_settings(daemon, settings):
     assert markdown_table(settings) in README, f"run: python scripts/flags_table.py {daemon}"

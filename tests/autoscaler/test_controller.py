@@ -4,11 +4,11 @@ missing metrics, refuses to fight an HPA, and turns a bad spec into a condition.
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
-from aiohttp import web
 from helpers import wait_for
+from helpers.serving import MetricsServer, vllm_queue
 from kubernetes import client
 
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
@@ -22,34 +22,11 @@ NS = "llm"
 GPA = ("autoscaling.gpufleet.dev", "v1alpha1", NS, "gpuautoscalers")
 
 
-def vllm_metrics(started: float) -> str:
-    """One vLLM pod under a long queue: 200 waiting, 64 running, ~20 finished/s."""
-    done = int((time.time() - started) * 20)
-    return (
-        "# TYPE vllm:num_requests_waiting gauge\n"
-        'vllm:num_requests_waiting{model_name="m",engine="0"} 200\n'
-        "# TYPE vllm:num_requests_running gauge\n"
-        'vllm:num_requests_running{model_name="m",engine="0"} 64\n'
-        "# TYPE vllm:request_success_total counter\n"
-        f'vllm:request_success_total{{model_name="m",engine="0",finished_reason="stop"}} {done}\n'
-    )
-
-
 @pytest.fixture
-async def serving_pod() -> AsyncIterator[str]:
-    started = time.time()
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(text=vllm_metrics(started))
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield f"127.0.0.1:{runner.addresses[0][1]}"
-    await runner.cleanup()
+def serving_pod() -> Iterator[str]:
+    server = MetricsServer(vllm_queue())
+    yield server.address
+    server.stop()
 
 
 @pytest.fixture

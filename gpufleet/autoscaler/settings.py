@@ -1,0 +1,145 @@
+"""`gpufleet autoscaler` flags and env vars (pydantic-settings; see gpufleet.settings)."""
+
+from typing import Literal
+
+from pydantic import AliasChoices
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpufleet.settings import setting
+
+SOURCES = "sources"
+LOOP = "control loop"
+HA = "high availability"
+OPS = "operations"
+
+
+class AutoscalerSettings(BaseSettings):
+    """All autoscaler settings. Field descriptions are the --help text."""
+
+    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid")
+
+    prometheus_url: str = setting(
+        "http://127.0.0.1:9090",
+        "GPUFLEET_PROMETHEUS_URL",
+        "--prometheus-url",
+        group=SOURCES,
+        help="Prometheus to read the signals from (its HTTP API).",
+    )
+    kube_url: str = setting(
+        "",
+        "GPUFLEET_KUBE_URL",
+        "--kube-url",
+        group=SOURCES,
+        help="Kubernetes API server URL with no authentication (the lab's fake API server). "
+        "Empty: --kubeconfig, else the in-cluster service account, else ~/.kube/config.",
+    )
+    kubeconfig: str = setting(
+        "",
+        "KUBECONFIG",
+        "--kubeconfig",
+        group=SOURCES,
+        help="kubeconfig file to use instead of the in-cluster service account.",
+    )
+    tick_seconds: float = setting(
+        1.0,
+        "GPUFLEET_AUTOSCALER_TICK_SECONDS",
+        "--tick-seconds",
+        group=LOOP,
+        help="How often the loop runs; each policy still decides at its own interval "
+        "(gpufleet 2 s, HPA's 15 s sync, KEDA's polling). 1 s acts on a new sample within a "
+        "second of it reaching Prometheus.",
+        gt=0,
+    )
+    scrape_interval_seconds: float = setting(
+        5.0,
+        "GPUFLEET_AUTOSCALER_SCRAPE_INTERVAL_SECONDS",
+        "--scrape-interval-seconds",
+        group=LOOP,
+        help="Step of the range queries: the serving pods' scrape interval, so each scrape "
+        "is one sample, as the policies were replayed with.",
+        gt=0,
+    )
+    rate_window: str = setting(
+        "30s",
+        "GPUFLEET_AUTOSCALER_RATE_WINDOW",
+        "--rate-window",
+        group=LOOP,
+        help="Range of the irate() in the signal queries; it must hold at least two scrapes.",
+        pattern=r"^[0-9]+(ms|s|m|h)$",
+    )
+    query_timeout_seconds: float = setting(
+        5.0,
+        "GPUFLEET_AUTOSCALER_QUERY_TIMEOUT_SECONDS",
+        "--query-timeout-seconds",
+        group=LOOP,
+        help="A query slower than this fails (MissingMetrics: the count is held).",
+        gt=0,
+    )
+    leader_elect: bool = setting(
+        True,
+        "GPUFLEET_AUTOSCALER_LEADER_ELECT",
+        "--leader-elect",
+        group=HA,
+        help="Elect one writer among replicas through a Lease; the others gather and decide, "
+        "so a failover takes over warm. Off: this replica writes.",
+    )
+    lease_namespace: str = setting(
+        "",
+        AliasChoices("GPUFLEET_AUTOSCALER_LEASE_NAMESPACE", "POD_NAMESPACE"),
+        "--lease-namespace",
+        group=HA,
+        help="Namespace of the Lease (GPUFLEET_AUTOSCALER_LEASE_NAMESPACE, else "
+        "$POD_NAMESPACE); empty: default.",
+    )
+    lease_name: str = setting(
+        "gpufleet-autoscaler",
+        "GPUFLEET_AUTOSCALER_LEASE_NAME",
+        "--lease-name",
+        group=HA,
+        help="Name of the Lease.",
+    )
+    identity: str = setting(
+        "",
+        AliasChoices("GPUFLEET_AUTOSCALER_IDENTITY", "POD_NAME"),
+        "--identity",
+        group=HA,
+        help="This replica's name in the Lease and in Events (GPUFLEET_AUTOSCALER_IDENTITY, "
+        "else $POD_NAME); empty: the host name.",
+    )
+    lease_duration_seconds: float = setting(
+        15.0,
+        "GPUFLEET_AUTOSCALER_LEASE_DURATION_SECONDS",
+        "--lease-duration-seconds",
+        group=HA,
+        help="client-go's default: how long a lease lasts without renewal.",
+        gt=0,
+    )
+    renew_deadline_seconds: float = setting(
+        10.0,
+        "GPUFLEET_AUTOSCALER_RENEW_DEADLINE_SECONDS",
+        "--renew-deadline-seconds",
+        group=HA,
+        help="client-go's default: the leader stops writing after this long without a "
+        "renewal, before anyone else may take the lease.",
+        gt=0,
+    )
+    retry_period_seconds: float = setting(
+        2.0,
+        "GPUFLEET_AUTOSCALER_RETRY_PERIOD_SECONDS",
+        "--retry-period-seconds",
+        group=HA,
+        help="client-go's default: how often candidates try and the leader renews.",
+        gt=0,
+    )
+    metrics_address: str = setting(
+        ":9402",
+        "GPUFLEET_AUTOSCALER_METRICS_ADDRESS",
+        "--metrics-address",
+        group=OPS,
+        help="[host]:port of /metrics (self-metrics) and /healthz; 9402, next to the "
+        "exporter's 9400 and the plugin's 9401.",
+    )
+    debug: bool = setting(False, "GPUFLEET_DEBUG", "--debug", group=OPS, help="Debug logs.")
+    log_format: Literal["text", "json"] = setting(
+        "text", "GPUFLEET_LOG_FORMAT", "--log-format", group=OPS, help="text or json lines."
+    )

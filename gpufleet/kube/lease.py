@@ -1,0 +1,141 @@
+"""Lease-based leader election (coordination.k8s.io/v1), with client-go's semantics.
+
+Defaults are client-go's: a 15 s lease, a 10 s renew deadline, a 2 s retry period. The
+holder renews every retry period; a candidate takes the lease once the record it last saw
+has not changed for a lease duration (judged on its own monotonic clock, as client-go does,
+so clock skew between nodes does not matter). `is_leader` turns False as soon as the
+holder has gone a renew deadline without a successful renewal, which is before any other
+candidate may take over: a lost lease stops writes before another holder can start.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from kubernetes import client
+
+from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseConfig:
+    namespace: str
+    name: str
+    identity: str
+    lease_duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
+
+
+def _micro_time(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """Campaigns for one Lease; `run` until cancelled, `is_leader` at any time."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        config: LeaseConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not config.renew_deadline_seconds < config.lease_duration_seconds:
+            raise ValueError("the renew deadline must be shorter than the lease duration")
+        self._leases = client.CoordinationV1Api(api)
+        self._config = config
+        self._clock = clock
+        self._wall = wall_clock
+        self._renewed_at = -float("inf")  # last successful acquire or renew (monotonic)
+        self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
+        self._observed_at = -float("inf")
+        self.transitions = 0  # times this candidate became leader
+
+    def is_leader(self) -> bool:
+        return self._clock() - self._renewed_at < self._config.renew_deadline_seconds
+
+    async def run(self) -> None:
+        """Try to acquire or renew every retry period, forever (cancel to stop)."""
+        while True:
+            await asyncio.to_thread(self.try_acquire_or_renew)
+            await asyncio.sleep(self._config.retry_period_seconds)
+
+    def release(self) -> None:
+        """Give the lease up on shutdown so another candidate need not wait it out."""
+        if not self.is_leader():
+            return
+        c = self._config
+        try:
+            lease = kube_call(lambda: self._leases.read_namespaced_lease(c.name, c.namespace))
+            if lease.spec.holder_identity == c.identity:
+                lease.spec.holder_identity = ""
+                lease.spec.lease_duration_seconds = 1
+                kube_call(lambda: self._leases.replace_namespaced_lease(c.name, c.namespace, lease))
+        except KubeError as err:
+            log.warning("could not release lease %s/%s: %s", c.namespace, c.name, err)
+        self._renewed_at = -float("inf")
+
+    def try_acquire_or_renew(self) -> bool:
+        """One attempt; True when this candidate holds the lease afterwards."""
+        c = self._config
+        now, wall = self._clock(), self._wall()
+        try:
+            lease = kube_call(lambda: self._leases.read_namespaced_lease(c.name, c.namespace))
+        except KubeError as err:
+            if err.kind is not KubeErrorKind.NOT_FOUND:
+                log.warning("lease %s/%s unreadable: %s", c.namespace, c.name, err)
+                return self.is_leader()
+            return self._create(now, wall)
+        spec = lease.spec
+        record = (spec.holder_identity or "", str(spec.renew_time))
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        holder = spec.holder_identity or ""
+        expired = now - self._observed_at >= (spec.lease_duration_seconds or 0)
+        if holder and holder != c.identity and not expired:
+            return False
+        if holder != c.identity:
+            spec.acquire_time = _micro_time(wall)
+            spec.lease_transitions = (spec.lease_transitions or 0) + 1
+        spec.holder_identity = c.identity
+        spec.lease_duration_seconds = int(c.lease_duration_seconds)
+        spec.renew_time = _micro_time(wall)
+        try:
+            kube_call(lambda: self._leases.replace_namespaced_lease(c.name, c.namespace, lease))
+        except KubeError as err:
+            if err.kind is not KubeErrorKind.CONFLICT:
+                log.warning("lease %s/%s not renewed: %s", c.namespace, c.name, err)
+            return self.is_leader()
+        return self._won(now, holder)
+
+    def _create(self, now: float, wall: float) -> bool:
+        c = self._config
+        body = {
+            "metadata": {"name": c.name, "namespace": c.namespace},
+            "spec": {
+                "holderIdentity": c.identity,
+                "leaseDurationSeconds": int(c.lease_duration_seconds),
+                "acquireTime": _micro_time(wall),
+                "renewTime": _micro_time(wall),
+                "leaseTransitions": 0,
+            },
+        }
+        try:
+            kube_call(lambda: self._leases.create_namespaced_lease(c.namespace, body))
+        except KubeError:
+            return False  # someone else created it first; the next try reads theirs
+        return self._won(now, "")
+
+    def _won(self, now: float, previous_holder: str) -> bool:
+        if previous_holder != self._config.identity and not self.is_leader():
+            self.transitions += 1
+            log.info("became leader (lease %s/%s)", self._config.namespace, self._config.name)
+        self._renewed_at = now
+        return True

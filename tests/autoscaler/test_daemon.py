@@ -1,0 +1,199 @@
+"""`gpufleet autoscaler` as users run it: flags, errors, and two replicas electing one writer."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from helpers import wait_for
+from helpers.serving import MetricsServer, vllm_queue
+from kubernetes import client
+
+from gpufleet.lab.kubeapi.server import FakeApiServer
+
+NS = "llm"
+GPA = ("autoscaling.gpufleet.dev", "v1alpha1", NS, "gpuautoscalers")
+
+
+def gpufleet(*args: str, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        **kw,
+    )
+
+
+def test_help_explains_every_group() -> None:
+    run = gpufleet("autoscaler", "--help")
+    assert run.returncode == 0
+    for group in ("sources:", "control loop:", "high availability:", "operations:"):
+        assert group in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        pytest.param(("--tick-seconds", "0"), 2, "--tick-seconds", id="bad-flag"),
+        pytest.param(("--rate-window", "30"), 2, "--rate-window", id="window-without-unit"),
+        pytest.param(
+            ("--kubeconfig", "/nonexistent/kubeconfig"),
+            1,
+            "/nonexistent/kubeconfig",
+            id="missing-kubeconfig",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_a_non_zero_exit(args, code: int, text: str) -> None:
+    run = gpufleet("autoscaler", *args, "--metrics-address", "")
+    assert run.returncode == code
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and text in lines[0] and "Traceback" not in run.stderr
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+
+
+def scale_writes(server: FakeApiServer, identity: str) -> int:
+    return sum(
+        1
+        for r in server.requests
+        if r.method in ("PUT", "PATCH")
+        and r.path.endswith("/scale")
+        and r.user_agent.endswith(f"/{identity}")
+    )
+
+
+@pytest.mark.prometheus
+def test_two_replicas_one_writer_and_a_warm_takeover(
+    apiserver: FakeApiServer, prometheus_for
+) -> None:
+    config = client.Configuration()
+    config.host = apiserver.url
+    api = client.ApiClient(config)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    core.create_namespace({"metadata": {"name": NS}})
+    labels = {"app": "vllm"}
+    apps.create_namespaced_deployment(
+        NS,
+        {
+            "metadata": {"name": "vllm"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+                },
+            },
+        },
+    )
+    core.create_namespaced_pod(
+        NS,
+        {
+            "metadata": {"name": "vllm-0", "labels": labels},
+            "spec": {"containers": [{"name": "vllm", "image": "x"}]},
+        },
+    )
+    pod = MetricsServer(vllm_queue())
+    prometheus = prometheus_for(pod.address, labels={"namespace": NS, "pod": "vllm-0"})
+    wait_for(
+        lambda: prometheus.query("count_over_time(vllm:num_requests_waiting[1m]) >= 3"),
+        timeout=30,
+        what="three scrapes",
+    )
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *GPA,
+        {
+            "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
+            "kind": "GPUAutoscaler",
+            "metadata": {"name": "chat"},
+            "spec": {
+                "scaleTargetRef": {"kind": "Deployment", "name": "vllm"},
+                "maxReplicas": 8,
+                "policy": "keda",
+                "keda": {"queueTarget": 10, "pollingIntervalSeconds": 1},
+            },
+        },
+    )
+
+    def start(identity: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpufleet.cli",
+                "autoscaler",
+                "--kube-url",
+                apiserver.url,
+                "--prometheus-url",
+                f"http://127.0.0.1:{prometheus.port}",
+                "--identity",
+                identity,
+                "--lease-namespace",
+                "kube-system",
+                "--tick-seconds",
+                "0.5",
+                "--scrape-interval-seconds",
+                "1",
+                "--rate-window",
+                "5s",
+                "--lease-duration-seconds",
+                "3",
+                "--renew-deadline-seconds",
+                "2",
+                "--retry-period-seconds",
+                "0.5",
+                "--metrics-address",
+                "",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def holder() -> str:
+        return (
+            client.CoordinationV1Api(api)
+            .read_namespaced_lease("gpufleet-autoscaler", "kube-system")
+            .spec.holder_identity
+        )
+
+    a = start("a")
+    try:
+        wait_for(
+            lambda: apps.read_namespaced_deployment_scale("vllm", NS).spec.replicas == 4,
+            timeout=30,
+            what="the first scale-up",
+        )
+        b = start("b")
+        try:
+            time.sleep(2)  # b gathers and decides as a follower; it must not write
+            assert holder() == "a"
+            assert (scale_writes(apiserver, "a"), scale_writes(apiserver, "b")) == (1, 0)
+            a.send_signal(signal.SIGKILL)
+            a.wait(10)
+            killed = time.monotonic()
+            wait_for(lambda: holder() == "b", timeout=10, what="b to take the lease")
+            assert time.monotonic() - killed < 3 + 1  # within the lease duration (+ a retry)
+            apps.patch_namespaced_deployment_scale("vllm", NS, {"spec": {"replicas": 1}})
+            wait_for(lambda: scale_writes(apiserver, "b") >= 1, timeout=25, what="b's first write")
+            assert scale_writes(apiserver, "a") == 1  # no double actuation
+            b.send_signal(signal.SIGTERM)
+            assert b.wait(15) == 0
+            assert holder() == ""  # released on SIGTERM: a standby need not wait it out
+        finally:
+            b.kill()
+    finally:
+        a.kill()
+        pod.stop()
+        api.close()

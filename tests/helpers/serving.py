@@ -1,0 +1,52 @@
+"""A pod's /metrics in a thread: the text a callable returns, on a loopback port."""
+
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class MetricsServer:
+    """Serves `render()` at /metrics until `stop`; `address` is host:port for a scrape config."""
+
+    def __init__(self, render: Callable[[], str]) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = render().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self.address = f"127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def vllm_queue(started: float | None = None) -> Callable[[], str]:
+    """One vLLM pod under a long queue: 200 waiting, 64 running, ~20 finished/s."""
+    start = time.time() if started is None else started
+
+    def render() -> str:
+        done = int((time.time() - start) * 20)
+        return (
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            'vllm:num_requests_waiting{model_name="m",engine="0"} 200\n'
+            "# TYPE vllm:num_requests_running gauge\n"
+            'vllm:num_requests_running{model_name="m",engine="0"} 64\n'
+            "# TYPE vllm:request_success_total counter\n"
+            'vllm:request_success_total{model_name="m",engine="0",finished_reason="stop"} '
+            f"{done}\n"
+        )
+
+    return render
