@@ -218,3 +218,41 @@ async def test_a_bad_spec_is_a_condition_and_an_event_naming_the_field(
     (event,) = client.EventsV1Api(api).list_namespaced_event(NS).items
     assert (event.reason, event.type) == ("InvalidSpec", "Warning")
     assert scale(api) == 1
+
+
+async def test_a_conflict_is_retried_and_a_broken_workload_stops_no_other(
+    api: client.ApiClient, serving_pod: str, prometheus_for, apiserver: FakeApiServer
+) -> None:
+    deploy(api)
+    prometheus = prometheus_for(serving_pod, labels={"namespace": NS, "pod": "vllm-0"})
+    await asyncio.to_thread(
+        wait_for,
+        lambda: prometheus.query("count_over_time(vllm:num_requests_waiting[1m]) >= 3"),
+        timeout=30,
+        what="three scrapes",
+    )
+    autoscaler(api, KEDA_SPEC)
+    ghost = {**KEDA_SPEC, "scaleTargetRef": {"kind": "Deployment", "name": "ghost"}}
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *GPA,
+        {
+            "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
+            "kind": "GPUAutoscaler",
+            "metadata": {"name": "broken"},
+            "spec": ghost,
+        },
+    )
+    apiserver.faults.conflict_next_writes = 1  # the first scale write meets a 409
+    apiserver.faults.conflict_path_suffix = "/scale"
+    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    try:
+        await ticks_until(ctl, lambda: scale(api) > 1)
+    finally:
+        await prom.close()
+    assert scale(api) == 4
+    puts = [r for r in apiserver.requests if r.method == "PUT" and r.path.endswith("/scale")]
+    assert [r.status for r in puts] == [409, 200]  # read again, then written
+    broken = client.CustomObjectsApi(api).get_namespaced_custom_object(*GPA, "broken")["status"]
+    able = {c["type"]: c for c in broken["conditions"]}["AbleToScale"]
+    assert (able["status"], able["reason"]) == ("False", "FailedGetScale")
+    assert 'deployments.apps "ghost" not found' in able["message"]

@@ -47,7 +47,8 @@ class Faults:
     delay_seconds: float = 0.0
     fail_next: int = 0  # requests answered with `fail_code`
     fail_code: int = 503
-    conflict_next_writes: int = 0  # PUT/PATCH answered 409 Conflict
+    conflict_next_writes: int = 0  # PUT/PATCH answered 409 Conflict ...
+    conflict_path_suffix: str = ""  # ... only on paths ending so ("/scale"); "" any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,7 +229,12 @@ async def _answer(state: _State, request: web.Request) -> dict[str, Any]:
         raise ApiError(
             code=404, reason="NotFound", message="the server could not find the requested resource"
         )
-    if request.method in _WRITES - {"POST", "DELETE"} and state.faults.conflict_next_writes > 0:
+    faults = state.faults
+    if (
+        request.method in _WRITES - {"POST", "DELETE"}
+        and faults.conflict_next_writes > 0
+        and request.path.endswith(faults.conflict_path_suffix)
+    ):
         state.faults.conflict_next_writes -= 1
         raise ApiError(code=409, reason="Conflict", message="injected conflict")
     return await _serve_target(state, request, target)
