@@ -94,17 +94,28 @@ def node_settings(node: SimNode, **overrides) -> ExporterSettings:
 class Prometheus:
     """A real Prometheus server on loopback, scraping one target every second."""
 
-    def __init__(self, workdir: Path, target: str, *, labels: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        target: str = "",
+        *,
+        labels: dict[str, str] | None = None,
+        file_sd: Path | None = None,
+    ) -> None:
         """Scrape `target` every second, its series labelled with `labels` (as Kubernetes
-        service discovery would add namespace and pod)."""
+        service discovery would add namespace and pod), or the targets a file_sd file lists."""
         self.port = free_port()
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "prometheus.yml"
+        if file_sd is not None:
+            targets = f"  file_sd_configs: [{{files: ['{file_sd}'], refresh_interval: 1s}}]\n"
+        else:
+            static = json.dumps([{"targets": [target], "labels": labels or {}}])
+            targets = f"  static_configs: {static}\n"
         config.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
             "scrape_configs:\n"
-            "- job_name: gpu\n"
-            f"  static_configs: [{{targets: ['{target}'], labels: {json.dumps(labels or {})}}}]\n"
+            "- job_name: gpu\n" + targets
         )
         self._proc = subprocess.Popen(
             [

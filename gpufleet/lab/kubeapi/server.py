@@ -135,6 +135,13 @@ class FakeApiServer:
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
+    def run_async(self, coro: Any) -> Any:
+        """Run a coroutine on the server's loop (where the store and the lab's controllers
+        live) and return its result."""
+        if self._loop is None:
+            raise RuntimeError("the fake API server is not running")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(30)
+
     def write_kubeconfig(self, path: Path) -> Path:
         """A kubeconfig for kubectl and `kubernetes.config.load_kube_config`."""
         config = {
@@ -283,7 +290,10 @@ async def _serve_target(state: _State, request: web.Request, t: _Target) -> dict
             subresource=t.subresource,
         )
     if method == "DELETE" and not t.subresource:
-        return store.delete(res, ns, t.name)
+        # Pods terminate gracefully unless told not to (gracePeriodSeconds=0), as on a real
+        # cluster; the lab's kubelet removes them when their grace is over.
+        graceful = res.plural == "pods" and request.query.get("gracePeriodSeconds") != "0"
+        return store.mark_deleting(res, ns, t.name) if graceful else store.delete(res, ns, t.name)
     raise _not_allowed(method)
 
 

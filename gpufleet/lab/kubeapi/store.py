@@ -178,6 +178,19 @@ class ObjectStore:
             raise conflict(res.plural, res.group, name)
         return self._write(res, current, patched, subresource=subresource)
 
+    def mark_deleting(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
+        """Graceful deletion: set `metadata.deletionTimestamp` (once) and keep the object
+        until its owner (the lab's kubelet) deletes it, as the API server does for pods."""
+        current = self.get(res, namespace, name)
+        if current["metadata"].get("deletionTimestamp"):
+            return current
+        self._version += 1
+        current["metadata"]["deletionTimestamp"] = timestamp(self._clock())
+        current["metadata"]["resourceVersion"] = str(self._version)
+        self._objects[self._key(res, namespace, name)] = current
+        self._notify("MODIFIED", res, current)
+        return copy.deepcopy(current)
+
     def delete(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
         obj = self.get(res, namespace, name)
         del self._objects[self._key(res, namespace, name)]

@@ -1,0 +1,278 @@
+"""The small controllers that make the fake API server a cluster.
+
+- Deployments: `spec.replicas` becomes Pods (labelled from the template, owned by the
+  Deployment); surplus pods are deleted lowest `controller.kubernetes.io/pod-deletion-cost`
+  first, then newest, as the ReplicaSet controller does; `status.replicas` and
+  `readyReplicas` follow.
+- A node provisioner, like Karpenter or Cluster Autoscaler: a pod that fits on no node
+  (each pod takes the `nvidia.com/gpu` its container limits ask, 1 by default) makes new
+  nodes of `gpus_per_node` GPUs appear after `node_provision_seconds`; a node empty for
+  `node_idle_seconds` goes.
+- A kubelet: a pod bound to a ready node turns Ready `cold_start_seconds` later; a deleted
+  pod terminates for `termination_seconds` (with a deletionTimestamp) before it goes.
+
+One `reconcile(now)` does all of it on the server's loop, every `period_seconds`; the
+clock is injectable, so a run can go faster than real time.
+"""
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpufleet.core.selectors import selector_string
+from gpufleet.lab.kubeapi.objects import ApiError
+from gpufleet.lab.kubeapi.resources import RESOURCES
+from gpufleet.lab.kubeapi.store import ObjectStore, timestamp
+
+_RES = {(r.group, r.plural): r for r in RESOURCES}
+DEPLOYMENTS, PODS, NODES = _RES[("apps", "deployments")], _RES[("", "pods")], _RES[("", "nodes")]
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterTiming:
+    cold_start_seconds: float = 5.0
+    node_provision_seconds: float = 10.0
+    node_idle_seconds: float = 30.0
+    termination_seconds: float = 1.0
+    gpus_per_node: int = 8
+    initial_nodes: int = 1
+    max_nodes: int = 16
+
+
+class LabCluster:
+    """Runs the controllers against `store`; `start()` on the server's loop."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        timing: ClusterTiming | None = None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.timing = timing or ClusterTiming()
+        self._clock = clock
+        self._ready_at: dict[tuple[str, str], float] = {}  # pod -> when it turns Ready
+        self._node_ready_at: dict[str, float] = {}
+        self._node_empty_since: dict[str, float] = {}
+        self._next_node = 0
+        self._task: asyncio.Task | None = None
+        now = clock()
+        for _ in range(self.timing.initial_nodes):
+            self._add_node(now, ready_at=now)
+
+    def start(self, period_seconds: float = 0.1) -> None:
+        async def loop() -> None:
+            while True:
+                self.reconcile(self._clock())
+                await asyncio.sleep(period_seconds)
+
+        self._task = asyncio.get_running_loop().create_task(loop(), name="lab-cluster")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def reconcile(self, now: float) -> None:
+        for deployment in self.store.list(DEPLOYMENTS, None):
+            self._deployment(deployment, now)
+        self._schedule(now)
+        self._kubelet(now)
+        self._scale_nodes(now)
+
+    # --- deployments ---
+
+    def _deployment(self, d: dict[str, Any], now: float) -> None:
+        meta, spec = d["metadata"], d.get("spec") or {}
+        ns, name = meta["namespace"], meta["name"]
+        match = (spec.get("selector") or {}).get("matchLabels") or {}
+        pods = self.store.list(PODS, ns, label_selector=selector_string(match))
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        want = int(spec.get("replicas", 1))
+        for _ in range(want - len(live)):
+            self._create_pod(d, now)
+        if len(live) > want:
+            live.sort(key=_deletion_order)
+            for pod in live[: len(live) - want]:
+                self._terminate(pod)
+        ready = sum(1 for p in live if _is_ready(p))
+        status = {
+            "replicas": min(want, len(live)),
+            "readyReplicas": ready,
+            "observedGeneration": meta.get("generation", 1),
+        }
+        if (d.get("status") or {}) != status:
+            self.store.patch(
+                DEPLOYMENTS,
+                ns,
+                name,
+                {"status": status},
+                content_type="application/merge-patch+json",
+                subresource="status",
+            )
+
+    def _create_pod(self, d: dict[str, Any], now: float) -> None:
+        template = (d.get("spec") or {}).get("template") or {}
+        meta = d["metadata"]
+        body = {
+            "metadata": {
+                "generateName": f"{meta['name']}-",
+                "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                    }
+                ],
+            },
+            "spec": dict(template.get("spec") or {}),
+            "status": {"phase": "Pending"},
+        }
+        self.store.create(PODS, meta["namespace"], body)
+
+    def _terminate(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        self.store.mark_deleting(PODS, meta["namespace"], meta["name"])
+
+    # --- scheduling and nodes ---
+
+    def _nodes(self, now: float) -> dict[str, int]:
+        """Ready node -> free GPUs."""
+        free = {
+            n["metadata"]["name"]: self.timing.gpus_per_node
+            for n in self.store.list(NODES, None)
+            if self._node_ready_at.get(n["metadata"]["name"], math.inf) <= now
+        }
+        for pod in self.store.list(PODS, None):
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node in free:
+                free[node] -= _gpus(pod)
+        return free
+
+    def _schedule(self, now: float) -> None:
+        free = self._nodes(now)
+        pending_gpus = 0
+        for pod in self.store.list(PODS, None):
+            meta, spec = pod["metadata"], pod.get("spec") or {}
+            if spec.get("nodeName") or meta.get("deletionTimestamp"):
+                continue
+            need = _gpus(pod)
+            fits = [n for n, f in free.items() if f >= need]
+            if not fits:
+                pending_gpus += need
+                continue
+            node = min(fits, key=lambda n: (free[n], n))  # fullest first: nodes can empty
+            free[node] -= need
+            self.store.patch(
+                PODS,
+                meta["namespace"],
+                meta["name"],
+                {"spec": {"nodeName": node}},
+                content_type="application/merge-patch+json",
+            )
+            self._ready_at[(meta["namespace"], meta["name"])] = now + self.timing.cold_start_seconds
+        coming = sum(1 for at in self._node_ready_at.values() if at > now)
+        needed = math.ceil(pending_gpus / self.timing.gpus_per_node) - coming
+        for _ in range(max(0, needed)):
+            if len(self._node_ready_at) >= self.timing.max_nodes:
+                break
+            self._add_node(now, ready_at=now + self.timing.node_provision_seconds)
+
+    def _add_node(self, now: float, *, ready_at: float) -> None:
+        name = f"gpu-node-{self._next_node}"
+        self._next_node += 1
+        self.store.create(
+            NODES,
+            "",
+            {
+                "metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
+                "status": {
+                    "capacity": {GPU: str(self.timing.gpus_per_node)},
+                    "allocatable": {GPU: str(self.timing.gpus_per_node)},
+                },
+            },
+        )
+        self._node_ready_at[name] = ready_at
+
+    def _scale_nodes(self, now: float) -> None:
+        used = {(p.get("spec") or {}).get("nodeName") for p in self.store.list(PODS, None)}
+        for name, ready_at in list(self._node_ready_at.items()):
+            if ready_at > now or name in used or len(self._node_ready_at) <= 1:
+                self._node_empty_since.pop(name, None)
+                continue
+            since = self._node_empty_since.setdefault(name, now)
+            if now - since >= self.timing.node_idle_seconds:
+                with contextlib.suppress(ApiError):
+                    self.store.delete(NODES, "", name)
+                del self._node_ready_at[name]
+                self._node_empty_since.pop(name, None)
+
+    # --- the kubelet ---
+
+    def _kubelet(self, now: float) -> None:
+        for pod in self.store.list(PODS, None):
+            meta = pod["metadata"]
+            key = (meta["namespace"], meta["name"])
+            deleting = meta.get("deletionTimestamp")
+            if deleting:
+                if now >= _parse(deleting) + self.timing.termination_seconds:
+                    with contextlib.suppress(ApiError):
+                        self.store.delete(PODS, *key)
+                    self._ready_at.pop(key, None)
+                continue
+            at = self._ready_at.get(key)
+            if at is not None and at <= now and not _is_ready(pod):
+                status = {
+                    "phase": "Running",
+                    "conditions": [
+                        {"type": "Ready", "status": "True", "lastTransitionTime": timestamp(now)}
+                    ],
+                }
+                self.store.patch(
+                    PODS,
+                    *key,
+                    {"status": status},
+                    content_type="application/merge-patch+json",
+                    subresource="status",
+                )
+
+
+def _is_ready(pod: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
+
+
+def _gpus(pod: dict[str, Any]) -> int:
+    total = 0
+    for c in (pod.get("spec") or {}).get("containers") or ():
+        limit = ((c.get("resources") or {}).get("limits") or {}).get(GPU)
+        total += int(limit) if limit is not None else 0
+    return total or 1
+
+
+def _deletion_order(pod: dict[str, Any]) -> tuple:
+    """ReplicaSet's: unscheduled, then not ready, then lower deletion cost, then newer."""
+    meta = pod["metadata"]
+    cost = (meta.get("annotations") or {}).get(DELETION_COST, "0")
+    return (
+        bool((pod.get("spec") or {}).get("nodeName")),
+        _is_ready(pod),
+        int(cost) if cost.lstrip("-").isdigit() else 0,
+        -int(meta.get("resourceVersion", "0")),
+    )
+
+
+def _parse(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

@@ -1,0 +1,299 @@
+"""Simulated model servers: each Ready pod of a Deployment serves requests as vLLM does and
+exposes vLLM's own metric names on its own HTTP port.
+
+A pod's engine follows the service model `gpufleet simulate` replays (`ServiceModel`):
+a request takes a batch slot (else it waits: `vllm:num_requests_waiting`), waits for the
+pod's prefill stage (one prompt at a time), gets its first token, then decodes while the
+time per output token grows with the batch. A load balancer sends each arrival to the ready
+pod with the fewest requests; a pod being deleted takes no new ones and drains. Arrivals
+are Poisson at a rate the caller sets (and may change), in real time.
+
+Prometheus finds the pods through a file_sd targets file this module rewrites as pods come
+and go, each target labelled with its `namespace` and `pod`, as Kubernetes service
+discovery labels them.
+"""
+
+import asyncio
+import contextlib
+import heapq
+import json
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from gpufleet.autoscaler.replay.core.model import ServiceModel
+from gpufleet.lab.kubeapi.resources import RESOURCES
+from gpufleet.lab.kubeapi.store import ObjectStore
+
+PODS = next(r for r in RESOURCES if (r.group, r.plural) == ("", "pods"))
+# vLLM's TTFT histogram buckets (vllm/v1/metrics/loggers.py), also used for prefill time.
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+
+
+@dataclass(slots=True)
+class _Request:
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    prefill_start: float = 0.0
+
+
+@dataclass(slots=True)
+class _Histogram:
+    buckets: tuple[float, ...] = TTFT_BUCKETS
+    counts: list[int] = field(default_factory=lambda: [0] * (len(TTFT_BUCKETS) + 1))
+    total: float = 0.0
+    n: int = 0
+
+    def observe(self, value: float) -> None:
+        i = next((i for i, b in enumerate(self.buckets) if value <= b), len(self.buckets))
+        self.counts[i] += 1
+        self.total += value
+        self.n += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        out, cumulative = [f"# TYPE {name} histogram"], 0
+        for bound, count in zip((*self.buckets, math.inf), self.counts, strict=True):
+            cumulative += count
+            le = "+Inf" if math.isinf(bound) else f"{bound:g}"
+            out.append(f'{name}_bucket{{{labels},le="{le}"}} {cumulative}')
+        out += [f"{name}_sum{{{labels}}} {self.total:.6f}", f"{name}_count{{{labels}}} {self.n}"]
+        return out
+
+
+class VllmEngine:
+    """One pod's engine, advanced to a time by `advance`."""
+
+    def __init__(self, model: ServiceModel, *, model_name: str = "model") -> None:
+        self.model = model
+        self.model_name = model_name
+        self._waiting: deque[_Request] = deque()  # no batch slot yet
+        self._prefill_queue: deque[_Request] = deque()  # a slot, waiting for the prefill stage
+        self._prefilling: tuple[float, _Request] | None = None  # (end, request)
+        self._decoding: list[tuple[float, int, _Request]] = []  # heap of (end, seq, request)
+        self._seq = 0
+        self.success = 0
+        self.prompt_tokens = 0
+        self.ttft = _Histogram()
+        self.prefill = _Histogram()
+
+    @property
+    def running(self) -> int:
+        return len(self._prefill_queue) + (self._prefilling is not None) + len(self._decoding)
+
+    @property
+    def in_flight(self) -> int:
+        return self.running + len(self._waiting)
+
+    def submit(self, now: float, prompt_tokens: int, output_tokens: int) -> None:
+        self.advance(now)
+        self._waiting.append(_Request(now, prompt_tokens, output_tokens))
+        self._admit(now)
+
+    def advance(self, now: float) -> None:
+        """Process every prefill and decode that ends by `now`, in time order."""
+        while True:
+            prefill_end = self._prefilling[0] if self._prefilling else math.inf
+            decode_end = self._decoding[0][0] if self._decoding else math.inf
+            t = min(prefill_end, decode_end)
+            if t > now:
+                return
+            if prefill_end <= decode_end:
+                self._prefill_done(t)
+            else:
+                heapq.heappop(self._decoding)
+                self.success += 1
+                self._admit(t)
+
+    def _admit(self, t: float) -> None:
+        while self._waiting and self.running < self.model.batch_slots:
+            self._prefill_queue.append(self._waiting.popleft())
+        if self._prefilling is None and self._prefill_queue:
+            r = self._prefill_queue.popleft()
+            r.prefill_start = t
+            self._prefilling = (t + r.prompt_tokens / self.model.prefill_tokens_per_second, r)
+
+    def _prefill_done(self, t: float) -> None:
+        assert self._prefilling is not None
+        _, r = self._prefilling
+        self._prefilling = None
+        self.ttft.observe(t - r.arrival)
+        self.prefill.observe(t - r.prefill_start)
+        self.prompt_tokens += r.prompt_tokens
+        m = self.model
+        per_token = m.decode_seconds_per_token + m.decode_seconds_per_token_per_sequence * len(
+            self._decoding
+        )
+        self._seq += 1
+        heapq.heappush(self._decoding, (t + r.output_tokens * per_token, self._seq, r))
+        self._admit(t)
+
+    def metrics(self) -> str:
+        labels = f'model_name="{self.model_name}",engine="0"'
+        lines = [
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{{{labels}}} {len(self._waiting)}",
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{labels}}} {self.running}",
+            "# TYPE vllm:request_success_total counter",
+            f'vllm:request_success_total{{{labels},finished_reason="stop"}} {self.success}',
+            "# TYPE vllm:prompt_tokens_total counter",
+            f"vllm:prompt_tokens_total{{{labels}}} {self.prompt_tokens}",
+            *self.ttft.lines("vllm:time_to_first_token_seconds", labels),
+            *self.prefill.lines("vllm:request_prefill_time_seconds", labels),
+        ]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(slots=True)
+class _Pod:
+    engine: VllmEngine
+    runner: web.AppRunner
+    address: str
+    deleting: bool = False
+
+
+class ServingFleet:
+    """The serving pods of one Deployment's label selector in one namespace."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        namespace: str,
+        labels: dict[str, str],
+        targets_file: Path,
+        model: ServiceModel | None = None,
+        rate_rps: float = 1.0,
+        prompt_tokens: int = 500,
+        output_tokens: int = 20,
+        seed: int = 0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._namespace = namespace
+        self._labels = labels
+        self._targets_file = targets_file
+        self._model = model or ServiceModel(
+            batch_slots=8, prefill_tokens_per_second=2000.0, decode_seconds_per_token=0.01
+        )
+        self.rate_rps = rate_rps
+        self._prompt, self._output = prompt_tokens, output_tokens
+        self._rng = random.Random(seed)
+        self._clock = clock
+        self.pods: dict[str, _Pod] = {}
+        self.unserved = 0  # arrivals with no ready pod to take them
+        self._next_arrival: float | None = None
+        self._task: asyncio.Task | None = None
+        self._write_targets()
+
+    def start(self, period_seconds: float = 0.02) -> None:
+        async def loop() -> None:
+            while True:
+                await self.step(self._clock())
+                await asyncio.sleep(period_seconds)
+
+        self._task = asyncio.get_running_loop().create_task(loop(), name="lab-serving")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for pod in self.pods.values():
+            await pod.runner.cleanup()
+        self.pods.clear()
+
+    async def step(self, now: float) -> None:
+        await self._sync_pods()
+        if self._next_arrival is None:
+            self._next_arrival = now
+        while self.rate_rps > 0 and self._next_arrival <= now:
+            self._dispatch(self._next_arrival)
+            self._next_arrival += self._rng.expovariate(self.rate_rps)
+        if self.rate_rps <= 0:
+            self._next_arrival = now
+        for pod in self.pods.values():
+            pod.engine.advance(now)
+
+    def _dispatch(self, t: float) -> None:
+        ready = [p for p in self.pods.values() if not p.deleting]
+        if not ready:
+            self.unserved += 1
+            return
+        target = min(ready, key=lambda p: p.engine.in_flight)
+        target.engine.submit(t, self._prompt, self._output)
+
+    async def _sync_pods(self) -> None:
+        selector = ",".join(f"{k}={v}" for k, v in sorted(self._labels.items()))
+        live = {}
+        for pod in self._store.list(PODS, self._namespace, label_selector=selector):
+            meta = pod["metadata"]
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (pod.get("status") or {}).get("conditions") or ()
+            )
+            if ready:
+                live[meta["name"]] = bool(meta.get("deletionTimestamp"))
+        changed = False
+        for name, deleting in live.items():
+            if name not in self.pods:
+                self.pods[name] = await self._serve(VllmEngine(self._model))
+                changed = True
+            self.pods[name].deleting = deleting
+        for name in set(self.pods) - set(live):
+            await self.pods.pop(name).runner.cleanup()
+            changed = True
+        if changed:
+            self._write_targets()
+
+    async def _serve(self, engine: VllmEngine) -> _Pod:
+        async def metrics(_: web.Request) -> web.Response:
+            engine.advance(self._clock())
+            return web.Response(text=engine.metrics(), content_type="text/plain")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return _Pod(engine=engine, runner=runner, address=f"127.0.0.1:{runner.addresses[0][1]}")
+
+    def _write_targets(self) -> None:
+        groups = [
+            {"targets": [pod.address], "labels": {"namespace": self._namespace, "pod": name}}
+            for name, pod in sorted(self.pods.items())
+        ]
+        tmp = self._targets_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(groups))
+        tmp.replace(self._targets_file)  # atomic: Prometheus never reads half a file
