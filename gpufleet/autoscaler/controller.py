@@ -1,12 +1,14 @@
 """The live control loop: gather from Prometheus and the API, decide with the policy, act.
 
-Every tick it lists the GPUAutoscalers and the pods (one call each), reads each target's
-scale subresource, asks Prometheus one range query per distinct signal query (not per
-workload) for the samples since the last tick, and adds them to each workload's
-`SignalHistory`, the one the replay fills. A workload's policy (one instance per
-GPUAutoscaler, kept across ticks) decides at its own interval on that history; the
-controller writes the scale subresource only when the count changes, then status and an
-Event. Only the leader writes; a follower gathers and decides, so it takes over warm.
+Every tick it reads the cluster in six list calls (GPUAutoscalers, pods, Deployments,
+StatefulSets, HPAs, ScaledObjects; a Deployment's scale is its replicas and selector),
+reads the scale subresource of any other kind of target, asks Prometheus one range query
+per distinct signal query (not per workload) for the samples since the last tick, and adds
+them to each workload's `SignalHistory`, the one the replay fills. A workload's policy
+(one instance per GPUAutoscaler, kept across ticks) decides at its own interval on that
+history; the controller writes the scale subresource only when the count changes, status
+only when it says something new, and an Event. Only the leader writes; a follower gathers
+and decides, so it takes over warm.
 
 Hold, never guess: a failed query holds the count for that tick (never lower), with a
 MissingMetrics condition; a bad spec is a condition and an event naming the field; an API
@@ -32,14 +34,17 @@ from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_
 from gpufleet.autoscaler.core.signals import SignalQuery, model_selector, queries_for
 from gpufleet.autoscaler.core.spec import AutoscalerSpec, SpecError, parse_spec
 from gpufleet.autoscaler.core.status import Condition, Health, condition_list, conditions
-from gpufleet.autoscaler.kube.cluster import Cluster, ScaleView
+from gpufleet.autoscaler.kube.cluster import APPS_KINDS, Cluster, ClusterView, ScaleView
 from gpufleet.autoscaler.prom.client import PromClient, PromError
 from gpufleet.core.selectors import SelectorError, parse_selector
-from gpufleet.kube.errors import KubeError
+from gpufleet.kube.errors import KubeError, KubeErrorKind
 from gpufleet.kube.events import EventRecorder, micro_time
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, name) of a GPUAutoscaler
+# Status carries the deciding signal values; they move every scrape, so they alone are
+# refreshed this often, not every tick for every workload.
+SIGNALS_REFRESH_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +68,7 @@ class Workload:
     last_scale_time: str = ""
     decision: Decision | None = None
     wanted: int | None = None
+    signals_written_at: float = -math.inf
 
 
 @dataclass(slots=True)
@@ -117,11 +123,11 @@ class Controller:
         """One pass over every GPUAutoscaler. Raises only if the API cannot list them."""
         started = time.monotonic()
         now = self._clock()
-        objects = await asyncio.to_thread(self._cluster.list_autoscalers)
-        pods = await asyncio.to_thread(self._cluster.list_pods)
-        ticks = await self._sync(objects, now)
+        view = await asyncio.to_thread(self._cluster.view)
+        pods = view.pods
+        ticks = await self._sync(view.autoscalers, now)
         for t in ticks:
-            await self._read_target(t, pods)
+            await self._read_target(t, view)
         missing = await self._gather(ticks, now)
         leader = self._is_leader()
         self.stats.leader = leader
@@ -181,17 +187,27 @@ class Controller:
             history=history,
         )
 
-    async def _read_target(self, t: _Tick, pods: list[PodState]) -> None:
+    async def _read_target(self, t: _Tick, view: ClusterView) -> None:
         spec = t.workload.spec
+        target = spec.target
+        key = (spec.namespace, target.kind, target.name)
         try:
-            t.scale = await asyncio.to_thread(self._cluster.read_scale, spec.namespace, spec.target)
-            competitor = await asyncio.to_thread(
-                self._cluster.competitor, spec.namespace, spec.target
-            )
+            if target.api_version == "apps/v1" and target.kind in APPS_KINDS:
+                t.scale = view.scales.get(key)
+                if t.scale is None:
+                    plural = "deployments" if target.kind == "Deployment" else "statefulsets"
+                    raise KubeError(
+                        KubeErrorKind.NOT_FOUND,
+                        f'404: {plural}.apps "{target.name}" not found',
+                        status=404,
+                    )
+            else:  # any other kind with a scale subresource: read it
+                t.scale = await asyncio.to_thread(self._cluster.read_scale, spec.namespace, target)
         except KubeError as err:
             self.stats.errors[f"kube_{err.kind}"] += 1
             t.health = _replace(t.health, scale_error=f"FailedGetScale: {err}")
             return
+        competitor = view.competitors.get(key, "")
         t.health = _replace(t.health, competitor=competitor)
         try:
             selector = parse_selector(t.scale.selector)
@@ -203,7 +219,7 @@ class Controller:
             return
         t.pods = [
             p
-            for p in pods
+            for p in view.pods
             if p.namespace == spec.namespace and all(r.matches(p.labels) for r in selector)
         ]
 
@@ -354,8 +370,14 @@ class Controller:
         if w.last_scale_time:
             status["lastScaleTime"] = w.last_scale_time
         await self._warn_on_new_problems(t, conds)
+        if (
+            _same(status, t.previous_status)
+            and now - w.signals_written_at < SIGNALS_REFRESH_SECONDS
+        ):
+            return  # nothing but the signal values moved: no write every tick for each workload
         try:
             await asyncio.to_thread(self._cluster.write_status, spec.namespace, spec.name, status)
+            w.signals_written_at = now
         except KubeError as err:
             self.stats.errors[f"kube_{err.kind}"] += 1
 
@@ -429,6 +451,12 @@ class Controller:
             )
         except KubeError as err:
             self.stats.errors[f"kube_{err.kind}"] += 1
+
+
+def _same(status: dict[str, Any], previous: dict[str, Any]) -> bool:
+    """Whether `status` says what `previous` does, the signal values aside."""
+    keys = (set(status) | set(previous)) - {"signals"}
+    return all(status.get(k) == previous.get(k) for k in keys)
 
 
 def _replace(health: Health, **changes: str) -> Health:

@@ -6,7 +6,7 @@ requirements: `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`. Pur
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,9 +72,23 @@ def _split_top(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-def selector_string(match_labels: Mapping[str, str]) -> str:
-    """`matchLabels` as the selector string `Scale.status.selector` carries."""
-    return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
+def selector_string(
+    match_labels: Mapping[str, str], match_expressions: Sequence[Mapping[str, Any]] = ()
+) -> str:
+    """A LabelSelector as the string `Scale.status.selector` carries (metav1's
+    FormatLabelSelector): labels, then expressions (In, NotIn, Exists, DoesNotExist)."""
+    parts = [f"{k}={v}" for k, v in sorted(match_labels.items())]
+    for e in match_expressions:
+        key, op, values = e.get("key", ""), e.get("operator", ""), e.get("values") or ()
+        if op == "In":
+            parts.append(f"{key} in ({','.join(sorted(values))})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(sorted(values))})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+    return ",".join(parts)
 
 
 def field_value(obj: Mapping[str, Any], path: str) -> str:

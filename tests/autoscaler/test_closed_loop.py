@@ -137,7 +137,8 @@ def test_load_scales_the_deployment_and_the_new_pods_drain_the_queue(lab) -> Non
             while time.monotonic() - started < 90:
                 await ctl.tick()
                 scale = apps.read_namespaced_deployment_scale("vllm", NS).spec.replicas
-                ready = apps.read_namespaced_deployment("vllm", NS).status.ready_replicas or 0
+                status = apps.read_namespaced_deployment("vllm", NS).status
+                ready = (status.ready_replicas if status else 0) or 0
                 if ready and not fleet.rate_rps:
                     fleet.rate_rps = 6.0
                 queue = await asyncio.to_thread(waiting)

@@ -35,3 +35,16 @@ def test_match_labels_round_trip() -> None:
     text = selector_string({"tier": "gpu", "app": "vllm"})
     assert text == "app=vllm,tier=gpu"
     assert all(r.matches(LABELS) for r in parse_selector(text))
+
+
+def test_match_expressions_format_as_the_scale_subresource_does() -> None:
+    text = selector_string(
+        {"app": "vllm"},
+        [
+            {"key": "tier", "operator": "In", "values": ["tpu", "gpu"]},
+            {"key": "canary", "operator": "DoesNotExist"},
+            {"key": "model", "operator": "Exists"},
+        ],
+    )
+    assert text == "app=vllm,tier in (gpu,tpu),!canary,model"
+    assert [r.key for r in parse_selector(text)] == ["app", "tier", "canary", "model"]

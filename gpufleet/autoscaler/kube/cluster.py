@@ -9,6 +9,7 @@ from kubernetes import client
 
 from gpufleet.autoscaler.core.replicas import DELETION_COST, PodState
 from gpufleet.autoscaler.core.spec import GROUP, PLURAL, VERSION, TargetRef
+from gpufleet.core.selectors import selector_string
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -31,6 +32,22 @@ def _seconds(value: Any) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterView:
+    """One tick's reads, a list call each, whatever the number of workloads."""
+
+    autoscalers: list[dict[str, Any]]
+    pods: list[PodState]
+    # (namespace, kind, name) -> scale, for Deployments and StatefulSets (read from their
+    # objects: the same replicas and selector their scale subresource shows)
+    scales: dict[tuple[str, str, str], ScaleView]
+    # (namespace, kind, name) -> "HorizontalPodAutoscaler/x" or "ScaledObject/y"
+    competitors: dict[tuple[str, str, str], str]
+
+
+APPS_KINDS = ("Deployment", "StatefulSet")
+
+
 class Cluster:
     def __init__(self, api: client.ApiClient) -> None:
         self._core = client.CoreV1Api(api)
@@ -43,6 +60,43 @@ class Cluster:
 
     # --- reads ---
 
+    def view(self) -> ClusterView:
+        """Everything a tick reads, in six list calls (the ScaledObject list is skipped
+        when KEDA is not installed)."""
+        scales: dict[tuple[str, str, str], ScaleView] = {}
+        for kind, call in (
+            ("Deployment", self._apps.list_deployment_for_all_namespaces),
+            ("StatefulSet", self._apps.list_stateful_set_for_all_namespaces),
+        ):
+            for obj in kube_call(call).items:
+                scales[(obj.metadata.namespace, kind, obj.metadata.name)] = _object_scale(obj)
+        return ClusterView(
+            autoscalers=self.list_autoscalers(),
+            pods=self.list_pods(),
+            scales=scales,
+            competitors=self._competitors(),
+        )
+
+    def _competitors(self) -> dict[tuple[str, str, str], str]:
+        out: dict[tuple[str, str, str], str] = {}
+        hpas = kube_call(self._autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces)
+        for hpa in hpas.items:
+            ref = hpa.spec.scale_target_ref
+            key = (hpa.metadata.namespace, ref.kind, ref.name)
+            out.setdefault(key, f"HorizontalPodAutoscaler/{hpa.metadata.name}")
+        try:
+            objects = kube_call(lambda: self._custom.list_cluster_custom_object(*KEDA))
+        except KubeError as err:
+            if err.kind is KubeErrorKind.NOT_FOUND:  # KEDA is not installed
+                return out
+            raise
+        for so in objects.get("items") or []:
+            ref = (so.get("spec") or {}).get("scaleTargetRef") or {}
+            meta = so.get("metadata") or {}
+            key = (meta.get("namespace", ""), ref.get("kind", "Deployment"), ref.get("name", ""))
+            out.setdefault(key, f"ScaledObject/{meta.get('name', '')}")
+        return out
+
     def list_autoscalers(self) -> list[dict[str, Any]]:
         answer = kube_call(lambda: self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))
         return list(answer.get("items") or [])
@@ -54,29 +108,6 @@ class Cluster:
     def read_scale(self, namespace: str, target: TargetRef) -> ScaleView:
         scale = kube_call(lambda: self._scale_api(target, "read")(target.name, namespace))
         return _scale_view(scale)
-
-    def competitor(self, namespace: str, target: TargetRef) -> str:
-        """The HPA or ScaledObject that already scales `target`, as "Kind/name"; "" if none."""
-        hpas = kube_call(
-            lambda: self._autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace)
-        ).items
-        for hpa in hpas:
-            ref = hpa.spec.scale_target_ref
-            if (ref.kind, ref.name) == (target.kind, target.name):
-                return f"HorizontalPodAutoscaler/{hpa.metadata.name}"
-        try:
-            objects = kube_call(
-                lambda: self._custom.list_namespaced_custom_object(*KEDA[:2], namespace, KEDA[2])
-            )
-        except KubeError as err:
-            if err.kind is KubeErrorKind.NOT_FOUND:  # KEDA is not installed
-                return ""
-            raise
-        for so in objects.get("items") or []:
-            ref = (so.get("spec") or {}).get("scaleTargetRef") or {}
-            if (ref.get("kind", "Deployment"), ref.get("name")) == (target.kind, target.name):
-                return f"ScaledObject/{so['metadata']['name']}"
-        return ""
 
     # --- writes ---
 
@@ -176,6 +207,21 @@ def _scale_view(scale: Any) -> ScaleView:
         replicas=scale.spec.replicas or 0,
         selector=scale.status.selector or "",
         resource_version=scale.metadata.resource_version or "",
+    )
+
+
+def _object_scale(obj: Any) -> ScaleView:
+    """A Deployment's or StatefulSet's scale, as its scale subresource would show it."""
+    selector = obj.spec.selector
+    expressions = [
+        {"key": e.key, "operator": e.operator, "values": e.values or []}
+        for e in (selector.match_expressions or [] if selector else [])
+    ]
+    labels = (selector.match_labels or {}) if selector else {}
+    return ScaleView(
+        replicas=obj.spec.replicas if obj.spec.replicas is not None else 1,
+        selector=selector_string(labels, expressions),
+        resource_version=obj.metadata.resource_version or "",
     )
 
 

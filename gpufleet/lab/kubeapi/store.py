@@ -310,7 +310,7 @@ class ObjectStore:
 def _scale_of(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj["metadata"]
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    match = ((spec.get("selector") or {}).get("matchLabels")) or {}
+    selector = spec.get("selector") or {}
     return {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -320,5 +320,10 @@ def _scale_of(obj: dict[str, Any]) -> dict[str, Any]:
             if k in meta
         },
         "spec": {"replicas": spec.get("replicas", 1)},
-        "status": {"replicas": status.get("replicas", 0), "selector": selector_string(match)},
+        "status": {
+            "replicas": status.get("replicas", 0),
+            "selector": selector_string(
+                selector.get("matchLabels") or {}, selector.get("matchExpressions") or ()
+            ),
+        },
     }
