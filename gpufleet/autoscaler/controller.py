@@ -36,15 +36,19 @@ from gpufleet.autoscaler.core.spec import AutoscalerSpec, SpecError, parse_spec
 from gpufleet.autoscaler.core.status import Condition, Health, condition_list, conditions
 from gpufleet.autoscaler.kube.cluster import APPS_KINDS, Cluster, ClusterView, ScaleView
 from gpufleet.autoscaler.prom.client import PromClient, PromError
-from gpufleet.core.selectors import SelectorError, parse_selector
+from gpufleet.core.selectors import Requirement, SelectorError, parse_selector
 from gpufleet.kube.errors import KubeError, KubeErrorKind
 from gpufleet.kube.events import EventRecorder, micro_time
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, name) of a GPUAutoscaler
-# Status carries the deciding signal values; they move every scrape, so they alone are
-# refreshed this often, not every tick for every workload.
+# Status carries the deciding signal values and the decision's message, which move every
+# scrape; they alone are refreshed this often, not every tick for every workload.
 SIGNALS_REFRESH_SECONDS = 30.0
+# Queries in flight at once: a first tick backfills half an hour of every signal, and
+# parsing all of them at the same time for a thousand workloads doubles the peak memory.
+QUERY_CONCURRENCY = 2
+MAX_POINTS_PER_QUERY = 60  # per series: a backfill arrives in answers of bounded size
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,8 +130,9 @@ class Controller:
         view = await asyncio.to_thread(self._cluster.view)
         pods = view.pods
         ticks = await self._sync(view.autoscalers, now)
+        index = _PodIndex(view.pods)
         for t in ticks:
-            await self._read_target(t, view)
+            await self._read_target(t, view, index)
         missing = await self._gather(ticks, now)
         leader = self._is_leader()
         self.stats.leader = leader
@@ -151,19 +156,25 @@ class Controller:
             seen.add(key)
             generation = int(meta.get("generation") or 0)
             previous = obj.get("status") or {}
+            w = self._workloads.get(key)
+            if w is not None and w.generation == generation:  # parsed when it last changed
+                ticks.append(_Tick(workload=w, previous_status=previous))
+                continue
+            if self._bad_specs.get(key, (None, ""))[0] == generation:
+                continue  # still the bad spec already reported
             try:
                 spec = parse_spec(obj)
             except SpecError as err:
                 self._workloads.pop(key, None)
                 await self._report_bad_spec(key, generation, err, previous, now)
                 continue
-            w = self._workloads.get(key)
-            if w is None or w.generation != generation:
-                w = self._new_workload(spec, generation, w)
-                self._workloads[key] = w
+            w = self._new_workload(spec, generation, w)
+            self._workloads[key] = w
             ticks.append(_Tick(workload=w, previous_status=previous))
         for key in set(self._workloads) - seen:
             del self._workloads[key]
+        for key in set(self._bad_specs) - seen:
+            del self._bad_specs[key]
         return ticks
 
     def _new_workload(
@@ -187,7 +198,7 @@ class Controller:
             history=history,
         )
 
-    async def _read_target(self, t: _Tick, view: ClusterView) -> None:
+    async def _read_target(self, t: _Tick, view: ClusterView, index: "_PodIndex") -> None:
         spec = t.workload.spec
         target = spec.target
         key = (spec.namespace, target.kind, target.name)
@@ -217,11 +228,7 @@ class Controller:
         if not selector:  # an empty selector would take every pod of the namespace
             t.health = _replace(t.health, scale_error="FailedGetScale: the target has no selector")
             return
-        t.pods = [
-            p
-            for p in view.pods
-            if p.namespace == spec.namespace and all(r.matches(p.labels) for r in selector)
-        ]
+        t.pods = index.select(spec.namespace, selector)
 
     async def _gather(self, ticks: list[_Tick], now: float) -> str:
         """Add the samples since the last tick to each workload's history; returns why a
@@ -238,42 +245,52 @@ class Controller:
                 text = query.render(selector=selector, window=self._config.rate_window)
                 wanted.setdefault(text, (query, []))[1].append((key, signal))
                 owners.setdefault(text, {}).update({(p.namespace, p.name): key for p in t.pods})
-        failures = []
-        answers = await asyncio.gather(
-            *(self._fetch(text, end, step) for text in wanted), return_exceptions=True
-        )
-        for text, answer in zip(wanted, answers, strict=True):
-            query, users = wanted[text]
-            if isinstance(answer, PromError):
-                self.stats.errors[f"prometheus_{answer.kind}"] += 1
-                failures.append(f"{answer.kind}: {answer}")
-                continue
-            if isinstance(answer, BaseException):
-                raise answer
-            if query.kind == "quantile":
-                joined = workload_quantiles(answer, owners[text], query.quantile)
-            else:
-                joined = workload_sums(answer, owners[text])
-            for key, signal in users:
-                w = self._workloads[key]
-                for ts, value in joined.get(key, ()):
-                    w.history.add(signal, ts, value * query.scale)
-        return failures[0] if failures else ""
+        limit = asyncio.Semaphore(QUERY_CONCURRENCY)
 
-    async def _fetch(self, text: str, end: float, step: float) -> Any:
+        async def fetch(text: str) -> str:
+            async with limit:
+                return await self._fetch(text, wanted[text], owners[text], end, step)
+
+        failures = await asyncio.gather(*(fetch(text) for text in wanted))
+        return next((f for f in failures if f), "")
+
+    async def _fetch(
+        self,
+        text: str,
+        wanted: tuple[SignalQuery, list[tuple[Key, str]]],
+        owners: dict[tuple[str, str], Key],
+        end: float,
+        step: float,
+    ) -> str:
+        """Fetch one query's samples since it was last fetched, in chunks of at most
+        MAX_POINTS_PER_QUERY steps (a first tick backfills the whole history), and add each
+        chunk to its workloads' histories; returns why it failed, "" when it did not."""
+        query, users = wanted
         start = max(
             self._fetched_until.get(text, -math.inf) + step, end - self._config.history_seconds
         )
-        if start > end:
-            return ()
-        begun = time.monotonic()
-        try:
-            answer = await self._prom.query_range(text, start=start, end=end, step=step)
-        finally:
-            self.stats.queries += 1
-            self.stats.query_seconds += time.monotonic() - begun
-        self._fetched_until[text] = end
-        return answer
+        while start <= end:
+            chunk_end = min(end, start + (MAX_POINTS_PER_QUERY - 1) * step)
+            begun = time.monotonic()
+            try:
+                answer = await self._prom.query_range(text, start=start, end=chunk_end, step=step)
+            except PromError as err:
+                self.stats.errors[f"prometheus_{err.kind}"] += 1
+                return f"{err.kind}: {err}"
+            finally:
+                self.stats.queries += 1
+                self.stats.query_seconds += time.monotonic() - begun
+            if query.kind == "quantile":
+                joined = workload_quantiles(answer, owners, query.quantile)
+            else:
+                joined = workload_sums(answer, owners)
+            for key, signal in users:
+                history = self._workloads[key].history
+                for ts, value in joined.get(key, ()):
+                    history.add(signal, ts, value * query.scale)
+            self._fetched_until[text] = chunk_end
+            start = chunk_end + step
+        return ""
 
     # --- decide and act ---
 
@@ -453,9 +470,32 @@ class Controller:
             self.stats.errors[f"kube_{err.kind}"] += 1
 
 
+class _PodIndex:
+    """Pods by namespace and by label, so a tick selects each workload's pods from a few
+    candidates instead of scanning every pod for every workload."""
+
+    def __init__(self, pods: list[PodState]) -> None:
+        self._by_namespace: dict[str, list[PodState]] = {}
+        self._by_label: dict[tuple[str, str, str], list[PodState]] = {}
+        for p in pods:
+            self._by_namespace.setdefault(p.namespace, []).append(p)
+            for k, v in p.labels.items():
+                self._by_label.setdefault((p.namespace, k, v), []).append(p)
+
+    def select(self, namespace: str, selector: tuple[Requirement, ...]) -> list[PodState]:
+        candidates = self._by_namespace.get(namespace, [])
+        for r in selector:
+            if r.op == "=" and len(r.values) == 1:
+                (value,) = r.values
+                candidates = self._by_label.get((namespace, r.key, value), [])
+                break
+        return [p for p in candidates if all(r.matches(p.labels) for r in selector)]
+
+
 def _same(status: dict[str, Any], previous: dict[str, Any]) -> bool:
-    """Whether `status` says what `previous` does, the signal values aside."""
-    keys = (set(status) | set(previous)) - {"signals"}
+    """Whether `status` says what `previous` does, the numbers that move every sample (the
+    signal values and the decision's message) aside."""
+    keys = (set(status) | set(previous)) - {"signals", "message"}
     return all(status.get(k) == previous.get(k) for k in keys)
 
 

@@ -60,3 +60,17 @@ def test_sim_minutes_names_a_bad_setting(tmp_path: Path, key: str, error: str) -
     run = run_bench("sim_minutes", "--trace", str(trace), "--set", key, timeout=60)
     assert run.returncode == 2
     assert error in run.stderr
+
+
+def test_controller_bench_prints_a_row_per_workload_count(tmp_path: Path) -> None:
+    results = tmp_path / "controller.json"
+    run = run_bench(
+        "controller_bench",
+        *("--workloads", "1,3", "--ticks", "1", "--scrape-seconds", "1"),
+        *("--json", str(results)),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "| 1 | " in run.stdout and "| 3 | " in run.stdout
+    rows = json.loads(results.read_text())
+    # the queries per tick do not grow with the workloads
+    assert rows[0]["queries_per_tick"] == rows[1]["queries_per_tick"]

@@ -17,6 +17,7 @@ clock is injectable, so a run can go faster than real time.
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from gpufleet.lab.kubeapi.objects import ApiError
 from gpufleet.lab.kubeapi.resources import RESOURCES
 from gpufleet.lab.kubeapi.store import ObjectStore, timestamp
 
+log = logging.getLogger(__name__)
 _RES = {(r.group, r.plural): r for r in RESOURCES}
 DEPLOYMENTS, PODS, NODES = _RES[("apps", "deployments")], _RES[("", "pods")], _RES[("", "nodes")]
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
@@ -83,7 +85,10 @@ class LabCluster:
 
     def reconcile(self, now: float) -> None:
         for deployment in self.store.list(DEPLOYMENTS, None):
-            self._deployment(deployment, now)
+            try:
+                self._deployment(deployment, now)
+            except ApiError as err:  # a template the API refuses: this Deployment only
+                log.warning("deployment %s: %s", deployment["metadata"]["name"], err.message)
         self._schedule(now)
         self._kubelet(now)
         self._scale_nodes(now)

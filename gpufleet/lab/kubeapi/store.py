@@ -281,6 +281,8 @@ class ObjectStore:
                     )
                 ],
             )
+        if res.plural == "pods" and not ((obj.get("spec") or {}).get("containers")):
+            raise invalid(res.kind, name, [("spec.containers", "Required value")])
         kind = obj.get("kind")
         if kind and kind != res.kind:
             raise ApiError(

@@ -1,0 +1,123 @@
+"""What one control-loop tick costs for 1, 100 and 1,000 GPUAutoscalers.
+
+The controller runs in this process against a world in another (`controller_world`: the
+lab's fake API server and a stand-in Prometheus), so this process's CPU is the
+controller's own: its loop, the official client's (de)serialisation, parsing and joining
+Prometheus answers, and every policy's decision. Per tick it reports Prometheus queries,
+API requests and writes, wall and CPU seconds, and the peak RSS. Targets (issue 14 §7):
+queries per tick do not grow with the workloads; 1,000 workloads fit in one core at a 2 s
+interval (CPU per tick < 2 s).
+
+    python3 -m bench.controller_bench [--workloads 1,100,1000] [--ticks 5] [--json out.json]
+
+Writes per tick are the status refresh: the deciding signal values are rewritten every
+30 s, so a run whose ticks span that refresh shows a thousand writes spread over its ticks.
+"""
+
+import argparse
+import asyncio
+import json
+import resource
+import subprocess
+import sys
+import time
+import urllib.request
+
+from kubernetes import client
+
+from gpufleet.autoscaler.controller import Controller, ControllerConfig
+from gpufleet.autoscaler.kube.cluster import Cluster
+from gpufleet.autoscaler.prom.client import PromClient
+from gpufleet.kube.events import EventRecorder
+
+
+def counts(prom_url: str) -> dict:
+    with urllib.request.urlopen(f"{prom_url}/counts", timeout=30) as r:
+        return json.load(r)
+
+
+async def measure(n: int, ticks: int, scrape_seconds: float) -> dict:
+    world = subprocess.Popen(
+        [sys.executable, "-m", "bench.controller_world", str(n)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        urls = json.loads(world.stdout.readline())
+        config = client.Configuration()
+        config.host = urls["kube"]
+        api = client.ApiClient(config)
+        prom = PromClient(urls["prom"], timeout_seconds=30)
+        ctl = Controller(
+            Cluster(api),
+            prom,
+            EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="bench"),
+            config=ControllerConfig(scrape_interval_seconds=scrape_seconds),
+        )
+        await ctl.tick()  # warm-up: the 30-minute history backfill, first status writes
+        await asyncio.sleep(scrape_seconds)
+        before, q0 = counts(urls["prom"]), ctl.stats.queries
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for _ in range(ticks):
+            await ctl.tick()
+            await asyncio.sleep(scrape_seconds)  # one new sample per signal each tick
+        wall = time.perf_counter() - wall0 - ticks * scrape_seconds
+        cpu = time.process_time() - cpu0
+        after = counts(urls["prom"])
+        await prom.close()
+        api.close()
+        return {
+            "workloads": n,
+            "queries_per_tick": (ctl.stats.queries - q0) / ticks,
+            "api_requests_per_tick": (after["requests"] - before["requests"]) / ticks,
+            "api_writes_per_tick": (after["writes"] - before["writes"]) / ticks,
+            "writes_by_kind": {
+                k: (v - before["by"].get(k, 0)) / ticks for k, v in after["by"].items()
+            },
+            "wall_seconds_per_tick": wall / ticks,
+            "cpu_seconds_per_tick": cpu / ticks,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+    finally:
+        world.stdin.close()
+        world.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", default="1,100,1000")
+    parser.add_argument("--ticks", type=int, default=5)
+    parser.add_argument(
+        "--scrape-seconds",
+        type=float,
+        default=5.0,
+        help="scrape interval and query step; a tick runs once per scrape",
+    )
+    parser.add_argument("--json", default="")
+    args = parser.parse_args()
+    rows = [
+        asyncio.run(measure(int(n), args.ticks, args.scrape_seconds))
+        for n in args.workloads.split(",")
+    ]
+    print("# gpufleet controller benchmark\n")
+    print(
+        "| workloads | Prometheus queries / tick | API requests / tick | API writes / tick "
+        "| wall s / tick | CPU s / tick | peak RSS MiB | fits one core at 2 s |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        fits = "yes" if r["cpu_seconds_per_tick"] < 2.0 else "**no**"
+        print(
+            f"| {r['workloads']:,} | {r['queries_per_tick']:.1f} | "
+            f"{r['api_requests_per_tick']:.1f} | {r['api_writes_per_tick']:.1f} | "
+            f"{r['wall_seconds_per_tick']:.3f} | {r['cpu_seconds_per_tick']:.3f} | "
+            f"{r['peak_rss_mib']:.0f} | {fits} |"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

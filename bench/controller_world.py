@@ -1,0 +1,136 @@
+"""A cluster of N served workloads for the controller benchmark, in its own process.
+
+Starts the lab's fake API server with N Deployments (one Ready pod each) and N
+GPUAutoscalers, and a stand-in Prometheus that answers every range query with one series
+per pod (buckets for quantile queries), so the benchmark measures the controller, not
+Prometheus. Prints {"kube": URL, "prom": URL} on one line, then serves until stdin closes.
+`GET /counts` on the stand-in reports the API server's requests so far.
+
+    python -m bench.controller_world 1000
+"""
+
+import asyncio
+import json
+import sys
+import threading
+
+from aiohttp import web
+
+from gpufleet.lab.kubeapi.resources import RESOURCES
+from gpufleet.lab.kubeapi.server import FakeApiServer
+
+NS = "bench"
+_RES = {(r.group, r.plural): r for r in RESOURCES}
+CONTAINERS = {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]}
+
+
+def populate(server: FakeApiServer, n: int) -> None:
+    store = server.store
+    store.create(_RES[("", "namespaces")], "", {"metadata": {"name": NS}})
+    for i in range(n):
+        labels = {"app": f"w{i}"}
+        store.create(
+            _RES[("apps", "deployments")],
+            NS,
+            {
+                "metadata": {"name": f"w{i}"},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels}},
+                },
+            },
+        )
+        store.create(
+            _RES[("", "pods")],
+            NS,
+            {
+                "metadata": {"name": f"w{i}-0", "labels": labels},
+                "spec": {"nodeName": f"node-{i // 8}", **CONTAINERS},
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z",
+                        }
+                    ]
+                },
+            },
+        )
+        store.create(
+            _RES[("autoscaling.gpufleet.dev", "gpuautoscalers")],
+            NS,
+            {
+                "metadata": {"name": f"w{i}"},
+                "spec": {
+                    "scaleTargetRef": {"kind": "Deployment", "name": f"w{i}"},
+                    "maxReplicas": 8,
+                    "batchSlots": 64,
+                },
+            },
+        )
+
+
+def matrix(query: str, pods: int, start: float, end: float, step: float) -> dict:
+    times = []
+    t = start
+    while t <= end + 1e-9:
+        times.append(t)
+        t += step
+    les = ("0.1", "1", "+Inf") if " le)" in query else (None,)
+    result = []
+    for i in range(pods):
+        for j, le in enumerate(les):
+            metric = {"namespace": NS, "pod": f"w{i}-0"}
+            if le is not None:
+                metric["le"] = le
+            value = str(3.0 * (j + 1))
+            result.append({"metric": metric, "values": [[ts, value] for ts in times]})
+    return {"status": "success", "data": {"resultType": "matrix", "result": result}}
+
+
+def main() -> None:
+    n = int(sys.argv[1])
+    server = FakeApiServer().start()
+    populate(server, n)
+
+    async def query_range(request: web.Request) -> web.Response:
+        q = request.query
+        body = matrix(q["query"], n, float(q["start"]), float(q["end"]), float(q["step"]))
+        return web.json_response(body)
+
+    async def counts(_: web.Request) -> web.Response:
+        requests = list(server.requests)
+        writes = [r for r in requests if r.method in ("POST", "PUT", "PATCH", "DELETE")]
+        kinds = {}
+        for r in writes:
+            kind = (
+                r.path.rsplit("/", 1)[-1]
+                if r.path.endswith(("/status", "/scale"))
+                else ("events" if "/events" in r.path else "other")
+            )
+            kinds[kind] = kinds.get(kind, 0) + 1
+        return web.json_response({"requests": len(requests), "writes": len(writes), "by": kinds})
+
+    async def serve() -> None:
+        app = web.Application()
+        app.router.add_get("/api/v1/query_range", query_range)
+        app.router.add_get("/counts", counts)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        port = runner.addresses[0][1]
+        print(json.dumps({"kube": server.url, "prom": f"http://127.0.0.1:{port}"}), flush=True)
+        done = asyncio.Event()
+        threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+        while not done.is_set():
+            await asyncio.sleep(0.2)
+        await runner.cleanup()
+
+    asyncio.run(serve())
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
