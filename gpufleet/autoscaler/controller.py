@@ -26,12 +26,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.autoscaler.core.factory import Tuning, make_policy
-from gpufleet.autoscaler.core.gather import workload_quantiles, workload_sums
+from gpufleet.autoscaler.core.gather import (
+    RangeSeries,
+    pod_values,
+    workload_quantiles,
+    workload_sums,
+)
 from gpufleet.autoscaler.core.history import SIGNALS, SignalHistory
-from gpufleet.autoscaler.core.observation import Observation, Replica, ReplicaState
+from gpufleet.autoscaler.core.observation import (
+    Observation,
+    PodTelemetry,
+    Replica,
+    ReplicaState,
+)
 from gpufleet.autoscaler.core.policy import Decision, Policy, Reason
 from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
-from gpufleet.autoscaler.core.signals import SignalQuery, model_selector, queries_for
+from gpufleet.autoscaler.core.signals import (
+    GPU_TELEMETRY,
+    SignalQuery,
+    model_selector,
+    queries_for,
+)
 from gpufleet.autoscaler.core.spec import AutoscalerSpec, SpecError, parse_spec
 from gpufleet.autoscaler.core.status import Condition, Health, condition_list, conditions
 from gpufleet.autoscaler.kube.cluster import APPS_KINDS, Cluster, ClusterView, ScaleView
@@ -194,7 +209,9 @@ class Controller:
         return Workload(
             spec=spec,
             generation=generation,
-            policy=make_policy(spec.policy, spec.workload, tuning),
+            policy=make_policy(
+                spec.policy, spec.workload, tuning, hpa_workload_behavior=spec.custom_behavior
+            ),
             history=history,
         )
 
@@ -231,41 +248,78 @@ class Controller:
         t.pods = index.select(spec.namespace, selector)
 
     async def _gather(self, ticks: list[_Tick], now: float) -> str:
-        """Add the samples since the last tick to each workload's history; returns why a
-        query failed ("" when none did)."""
+        """Add the samples since the last tick to each workload's history (signals, and the
+        exporter's per-pod GPU telemetry); returns why a query failed ("" when none did)."""
         step = self._config.scrape_interval_seconds
         end = math.floor(now / step) * step
         owners: dict[str, dict[tuple[str, str], Key]] = {}
         wanted: dict[str, tuple[SignalQuery, list[tuple[Key, str]]]] = {}
+        all_pods = {}
         for t in ticks:
             spec = t.workload.spec
             key = (spec.namespace, spec.name)
+            pods = {(p.namespace, p.name): key for p in t.pods}
+            all_pods.update(pods)
             selector = model_selector(spec.signals.preset, spec.signals.model)
             for signal, query in queries_for(spec.signals.preset, spec.signals.queries).items():
                 text = query.render(selector=selector, window=self._config.rate_window)
                 wanted.setdefault(text, (query, []))[1].append((key, signal))
-                owners.setdefault(text, {}).update({(p.namespace, p.name): key for p in t.pods})
+                owners.setdefault(text, {}).update(pods)
+        telemetry: dict[Key, dict[float, dict[str, dict[str, float]]]] = {}
+
+        def add_signal(text: str) -> Callable[[tuple[RangeSeries, ...]], None]:
+            query, users = wanted[text]
+
+            def add(answer: tuple[RangeSeries, ...]) -> None:
+                if query.kind == "quantile":
+                    joined = workload_quantiles(answer, owners[text], query.quantile)
+                else:
+                    joined = workload_sums(answer, owners[text])
+                for key, signal in users:
+                    history = self._workloads[key].history
+                    for ts, value in joined.get(key, ()):
+                        history.add(signal, ts, value * query.scale)
+
+            return add
+
+        def add_telemetry(field_name: str) -> Callable[[tuple[RangeSeries, ...]], None]:
+            def add(answer: tuple[RangeSeries, ...]) -> None:
+                for key, by_time in pod_values(answer, all_pods).items():
+                    for ts, values in by_time.items():
+                        at = telemetry.setdefault(key, {}).setdefault(ts, {})
+                        for pod, value in values.items():
+                            at.setdefault(pod, {})[field_name] = value
+
+            return add
+
+        jobs = [(text, add_signal(text)) for text in wanted]
+        jobs += [(text, add_telemetry(name)) for name, text in GPU_TELEMETRY.items()]
         limit = asyncio.Semaphore(QUERY_CONCURRENCY)
 
-        async def fetch(text: str) -> str:
+        async def fetch(text: str, consume: Callable[[tuple[RangeSeries, ...]], None]) -> str:
             async with limit:
-                return await self._fetch(text, wanted[text], owners[text], end, step)
+                return await self._fetch(text, consume, end, step)
 
-        failures = await asyncio.gather(*(fetch(text) for text in wanted))
+        failures = await asyncio.gather(*(fetch(text, consume) for text, consume in jobs))
+        for key, by_time in telemetry.items():
+            history = self._workloads[key].history
+            for ts in sorted(by_time):
+                pods = by_time[ts]
+                history.add_pods(
+                    ts, tuple(PodTelemetry(pod=name, **pods[name]) for name in sorted(pods))
+                )
         return next((f for f in failures if f), "")
 
     async def _fetch(
         self,
         text: str,
-        wanted: tuple[SignalQuery, list[tuple[Key, str]]],
-        owners: dict[tuple[str, str], Key],
+        consume: Callable[[tuple[RangeSeries, ...]], None],
         end: float,
         step: float,
     ) -> str:
         """Fetch one query's samples since it was last fetched, in chunks of at most
-        MAX_POINTS_PER_QUERY steps (a first tick backfills the whole history), and add each
-        chunk to its workloads' histories; returns why it failed, "" when it did not."""
-        query, users = wanted
+        MAX_POINTS_PER_QUERY steps (a first tick backfills the whole history), handing each
+        chunk to `consume`; returns why it failed, "" when it did not."""
         start = max(
             self._fetched_until.get(text, -math.inf) + step, end - self._config.history_seconds
         )
@@ -280,14 +334,7 @@ class Controller:
             finally:
                 self.stats.queries += 1
                 self.stats.query_seconds += time.monotonic() - begun
-            if query.kind == "quantile":
-                joined = workload_quantiles(answer, owners, query.quantile)
-            else:
-                joined = workload_sums(answer, owners)
-            for key, signal in users:
-                history = self._workloads[key].history
-                for ts, value in joined.get(key, ()):
-                    history.add(signal, ts, value * query.scale)
+            consume(answer)
             self._fetched_until[text] = chunk_end
             start = chunk_end + step
         return ""

@@ -256,3 +256,39 @@ async def test_a_conflict_is_retried_and_a_broken_workload_stops_no_other(
     able = {c["type"]: c for c in broken["conditions"]}["AbleToScale"]
     assert (able["status"], able["reason"]) == ("False", "FailedGetScale")
     assert 'deployments.apps "ghost" not found' in able["message"]
+
+
+async def test_the_hpa_policy_scales_on_the_exporters_gpu_utilization(
+    api: client.ApiClient, prometheus_for
+) -> None:
+    """Per-pod GPU telemetry comes from the exporter's DCGM series (labelled with the pod)."""
+    pod = MetricsServer(lambda: "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL 90\n")
+    try:
+        deploy(api)
+        prometheus = prometheus_for(pod.address, labels={"namespace": NS, "pod": "vllm-0"})
+        await asyncio.to_thread(
+            wait_for,
+            lambda: prometheus.query("count_over_time(DCGM_FI_DEV_GPU_UTIL[1m]) >= 3"),
+            timeout=30,
+            what="three scrapes",
+        )
+        # The operator's behavior wins over the HPA's common 60 s scale-up window.
+        behavior = {"scaleUp": {"stabilizationWindowSeconds": 0}}
+        autoscaler(
+            api,
+            {
+                **KEDA_SPEC,
+                "policy": "hpa",
+                "hpa": {"targetGPUUtilization": 60},
+                "behavior": behavior,
+            },
+        )
+        ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+        try:
+            await ticks_until(ctl, lambda: scale(api) > 1)
+        finally:
+            await prom.close()
+    finally:
+        pod.stop()
+    assert scale(api) == 2  # ceil(1 x 90 / 60)
+    assert "gpu_util avg 90.0 over 1 pods vs target 60" in status(api)["message"]

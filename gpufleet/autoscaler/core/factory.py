@@ -80,17 +80,25 @@ def knob_label(name: str, value: float) -> str:
 
 
 def make_policy(
-    name: str, workload: WorkloadConfig, tuning: Tuning, *, knob_value: float | None = None
+    name: str,
+    workload: WorkloadConfig,
+    tuning: Tuning,
+    *,
+    knob_value: float | None = None,
+    hpa_workload_behavior: bool = False,
 ) -> Policy:
     """A fresh policy object (policies keep history, so never share one between runs).
 
     `knob_value` overrides the main knob's value from `tuning` (a sweep point).
+    `hpa_workload_behavior` runs the HPA with the workload's own behavior (a GPUAutoscaler
+    that sets one) instead of the windows teams commonly deploy, which the replay measures.
     """
     if name == HPA:
         from gpufleet.autoscaler.core.hpa.policy import field_hpa
 
         target = tuning.hpa_target_util if knob_value is None else knob_value
-        return field_hpa(workload, target_util=target)
+        behavior = workload.behavior if hpa_workload_behavior else None
+        return field_hpa(workload, target_util=target, behavior=behavior)
     if name == KEDA:
         from gpufleet.autoscaler.core.keda import field_keda
 

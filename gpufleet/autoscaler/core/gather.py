@@ -100,3 +100,20 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
                 return upper
             return lower + (upper - lower) * (rank - below) / in_bucket
     return None
+
+
+def pod_values(
+    series: Iterable[RangeSeries], owners: Mapping[PodKey, W]
+) -> dict[W, dict[float, dict[str, float]]]:
+    """Per workload, per timestamp, each of its pods' value (per-pod telemetry is kept per
+    pod, not summed)."""
+    out: dict[W, dict[float, dict[str, float]]] = {}
+    for s in series:
+        owner = _owner(s, owners)
+        if owner is None:
+            continue
+        pod = s.labels.get("pod", "")
+        by_time = out.setdefault(owner, {})
+        for t, v in s.samples:
+            by_time.setdefault(t, {})[pod] = v
+    return out

@@ -130,3 +130,12 @@ def model_selector(preset: str, model: str) -> str:
     label = {"triton": "model", "tgi": ""}.get(preset, "model_name")
     escaped = model.replace("\\", "\\\\").replace('"', '\\"')
     return f'{label}="{escaped}"' if label else ""
+
+
+# The exporter's per-pod GPU series (dcgm-exporter names and `namespace`/`pod` labels, as a
+# ServiceMonitor with honorLabels keeps them) -> the PodTelemetry field each fills.
+GPU_TELEMETRY: Mapping[str, str] = {
+    "gpu_util_percent": "avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL)",
+    "fb_used_mib": "sum by (namespace, pod) (DCGM_FI_DEV_FB_USED)",
+    "gr_engine_active_ratio": "avg by (namespace, pod) (DCGM_FI_PROF_GR_ENGINE_ACTIVE)",
+}

@@ -144,6 +144,7 @@ class AutoscalerSpec:
     hpa_target_gpu_utilization: float = 70.0
     keda_queue_target: float = 10.0
     keda_polling_interval_seconds: float = 30.0
+    custom_behavior: bool = False  # spec.behavior is set: the operator's, for any policy
 
 
 def parse_spec(obj: Mapping[str, Any]) -> AutoscalerSpec:
@@ -193,6 +194,7 @@ def parse_spec(obj: Mapping[str, Any]) -> AutoscalerSpec:
         hpa_target_gpu_utilization=float(values["hpa.targetGPUUtilization"]),
         keda_queue_target=float(values["keda.queueTarget"]),
         keda_polling_interval_seconds=float(values["keda.pollingIntervalSeconds"]),
+        custom_behavior=bool(spec.get("behavior")),
     )
 
 

@@ -255,13 +255,15 @@ def field_hpa(
     target_util: float = 70.0,
     scale_up_window_s: float = 60,
     scale_down_window_s: float = 300,
+    behavior: Behavior | None = None,
 ) -> HpaPolicy:
     """An HPA as teams deploy it on GPUs: average DCGM GPU util as a Pods metric.
 
     Default rate policies, with the given stabilization windows (a short scale-up window
-    is common practice to ride out single-scrape spikes).
+    is common practice to ride out single-scrape spikes), unless `behavior` is given: an
+    operator's own, which wins.
     """
-    behavior = Behavior(
+    behavior = behavior or Behavior(
         scale_up=replace(default_scale_up(), stabilization_window_seconds=scale_up_window_s),
         scale_down=replace(default_scale_down(), stabilization_window_seconds=scale_down_window_s),
     )
