@@ -265,7 +265,9 @@ class Controller:
                 text = query.render(selector=selector, window=self._config.rate_window)
                 wanted.setdefault(text, (query, []))[1].append((key, signal))
                 owners.setdefault(text, {}).update(pods)
-        telemetry: dict[Key, dict[float, dict[str, dict[str, float]]]] = {}
+        # A policy sees only the newest pods' telemetry, so only the newest is kept:
+        # workload -> (time, pod -> field -> value).
+        telemetry: dict[Key, tuple[float, dict[str, dict[str, float]]]] = {}
 
         def add_signal(text: str) -> Callable[[tuple[RangeSeries, ...]], None]:
             query, users = wanted[text]
@@ -285,10 +287,13 @@ class Controller:
         def add_telemetry(field_name: str) -> Callable[[tuple[RangeSeries, ...]], None]:
             def add(answer: tuple[RangeSeries, ...]) -> None:
                 for key, by_time in pod_values(answer, all_pods).items():
-                    for ts, values in by_time.items():
-                        at = telemetry.setdefault(key, {}).setdefault(ts, {})
-                        for pod, value in values.items():
-                            at.setdefault(pod, {})[field_name] = value
+                    ts = max(by_time)
+                    kept = telemetry.get(key)
+                    if kept is None or kept[0] < ts:
+                        kept = telemetry[key] = (ts, {})
+                    if kept[0] == ts:
+                        for pod, value in by_time[ts].items():
+                            kept[1].setdefault(pod, {})[field_name] = value
 
             return add
 
@@ -301,13 +306,10 @@ class Controller:
                 return await self._fetch(text, consume, end, step)
 
         failures = await asyncio.gather(*(fetch(text, consume) for text, consume in jobs))
-        for key, by_time in telemetry.items():
-            history = self._workloads[key].history
-            for ts in sorted(by_time):
-                pods = by_time[ts]
-                history.add_pods(
-                    ts, tuple(PodTelemetry(pod=name, **pods[name]) for name in sorted(pods))
-                )
+        for key, (ts, pods) in telemetry.items():
+            self._workloads[key].history.add_pods(
+                ts, tuple(PodTelemetry(pod=name, **pods[name]) for name in sorted(pods))
+            )
         return next((f for f in failures if f), "")
 
     async def _fetch(
