@@ -39,7 +39,7 @@ from gpufleet.autoscaler.core.observation import (
     Replica,
     ReplicaState,
 )
-from gpufleet.autoscaler.core.policy import Decision, Policy, Reason
+from gpufleet.autoscaler.core.policy import Decision, Learns, Policy, Reason
 from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
 from gpufleet.autoscaler.core.signals import (
     GPU_TELEMETRY,
@@ -57,8 +57,9 @@ from gpufleet.kube.events import EventRecorder, micro_time
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, name) of a GPUAutoscaler
-# Status carries the deciding signal values and the decision's message, which move every
-# scrape; they alone are refreshed this often, not every tick for every workload.
+# Status carries the deciding signal values, the decision's message and what the policy
+# learned, which move every scrape; they alone are refreshed this often, not every tick for
+# every workload.
 SIGNALS_REFRESH_SECONDS = 30.0
 # Queries in flight at once: a first tick backfills half an hour of every signal, and
 # parsing all of them at the same time for a thousand workloads doubles the peak memory.
@@ -183,7 +184,7 @@ class Controller:
                 self._workloads.pop(key, None)
                 await self._report_bad_spec(key, generation, err, previous, now)
                 continue
-            w = self._new_workload(spec, generation, w)
+            w = self._new_workload(spec, generation, w, previous)
             self._workloads[key] = w
             ticks.append(_Tick(workload=w, previous_status=previous))
         for key in set(self._workloads) - seen:
@@ -193,8 +194,14 @@ class Controller:
         return ticks
 
     def _new_workload(
-        self, spec: AutoscalerSpec, generation: int, old: Workload | None
+        self,
+        spec: AutoscalerSpec,
+        generation: int,
+        old: Workload | None,
+        previous_status: dict[str, Any],
     ) -> Workload:
+        """A workload's runtime state; its policy resumes from what the status says it
+        learned (a restart or a failover), or from the old policy's (a spec change)."""
         tuning = Tuning(
             hpa_target_util=spec.hpa_target_gpu_utilization,
             keda_queue_target=spec.keda_queue_target,
@@ -206,12 +213,20 @@ class Controller:
             if old is not None
             else SignalHistory(history_seconds=self._config.history_seconds)
         )
+        policy = make_policy(
+            spec.policy, spec.workload, tuning, hpa_workload_behavior=spec.custom_behavior
+        )
+        learned = (
+            old.policy.learned()
+            if old is not None and isinstance(old.policy, Learns)
+            else previous_status.get("learned")
+        )
+        if isinstance(policy, Learns) and isinstance(learned, dict):
+            policy.resume(learned)
         return Workload(
             spec=spec,
             generation=generation,
-            policy=make_policy(
-                spec.policy, spec.workload, tuning, hpa_workload_behavior=spec.custom_behavior
-            ),
+            policy=policy,
             history=history,
         )
 
@@ -435,6 +450,8 @@ class Controller:
             status["message"] = decision.message
         if w.last_scale_time:
             status["lastScaleTime"] = w.last_scale_time
+        if isinstance(w.policy, Learns):
+            status["learned"] = dict(w.policy.learned())
         await self._warn_on_new_problems(t, conds)
         if (
             _same(status, t.previous_status)
@@ -543,8 +560,8 @@ class _PodIndex:
 
 def _same(status: dict[str, Any], previous: dict[str, Any]) -> bool:
     """Whether `status` says what `previous` does, the numbers that move every sample (the
-    signal values and the decision's message) aside."""
-    keys = (set(status) | set(previous)) - {"signals", "message"}
+    signal values, the decision's message, what the policy learned) aside."""
+    keys = (set(status) | set(previous)) - {"signals", "message", "learned"}
     return all(status.get(k) == previous.get(k) for k in keys)
 
 

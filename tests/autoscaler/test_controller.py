@@ -292,3 +292,24 @@ async def test_the_hpa_policy_scales_on_the_exporters_gpu_utilization(
         pod.stop()
     assert scale(api) == 2  # ceil(1 x 90 / 60)
     assert "gpu_util avg 90.0 over 1 pods vs target 60" in status(api)["message"]
+
+
+async def test_a_restarted_controller_resumes_what_the_policy_learned(
+    api: client.ApiClient,
+) -> None:
+    deploy(api)
+    autoscaler(api, {k: v for k, v in KEDA_SPEC.items() if k not in ("policy", "keda")})
+    learned = {"samples": 500, "sat_weight": 20.0, "sat_tokens": 300_000.0, "probe": 1.25}
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        *GPA,
+        "chat",
+        {"status": {"learned": learned}},
+        _content_type="application/merge-patch+json",
+    )
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    resumed = status(api)["learned"]
+    assert resumed["samples"] >= 500 and resumed["probe"] == 1.25  # not relearning from 0

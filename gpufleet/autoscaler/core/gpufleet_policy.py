@@ -38,9 +38,12 @@ provisioning plus cold start, so the nodes are there when replicas are. Pure: no
 surge's hold, the panic, the last placeholders and the idle timestamp.
 """
 
+import dataclasses
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpufleet.autoscaler.core.behavior import Bounds, History, limit_with_behavior, record_scale
 from gpufleet.autoscaler.core.capacity import (
@@ -191,6 +194,33 @@ class GpufleetPolicy:
         self._scale_history = History()  # scale events, for the workload's rate policies
         self._probe = 1.0  # credited / learned per-replica rate (the latency probe)
         self._probe_seen = -math.inf  # newest TTFT sample the probe has read
+
+    def learned(self) -> dict[str, float]:
+        """What the policy has learned, as plain numbers (the capacity learner's sums and
+        the latency probe's credit): the GPUAutoscaler's status keeps them, so a restarted
+        or failed-over controller resumes warm instead of relearning."""
+        state = dataclasses.asdict(self._capacity)
+        out = {k: float(v) for k, v in state.items() if math.isfinite(v)}
+        out["probe"] = self._probe
+        return out
+
+    def resume(self, learned: Mapping[str, Any]) -> None:
+        """Start from what `learned()` gave; unknown keys and non-numbers are ignored."""
+        names = {f.name for f in dataclasses.fields(CapacityState)}
+        values: dict[str, Any] = {
+            k: float(v)
+            for k, v in learned.items()
+            if k in names
+            and isinstance(v, int | float)
+            and not isinstance(v, bool)
+            and math.isfinite(v)
+        }
+        if "samples" in values:
+            values["samples"] = int(values["samples"])
+        self._capacity = dataclasses.replace(CapacityState(), **values)
+        probe = learned.get("probe")
+        if isinstance(probe, int | float) and math.isfinite(probe):
+            self._probe = min(self.settings.probe_max_ratio, max(1.0, float(probe)))
 
     def decide(self, obs: Observation) -> Decision:
         s, now = self.settings, obs.now

@@ -5,9 +5,10 @@ capacity) but does no I/O and reads no clock: `decide` is a function of the obse
 sequence it has been given. The simulator and the live controller call the same objects.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gpufleet.autoscaler.core.observation import Observation
 
@@ -42,3 +43,12 @@ class Policy(Protocol):
     interval_seconds: float  # how often the live controller (and the simulator) calls decide
 
     def decide(self, obs: Observation) -> Decision: ...
+
+
+@runtime_checkable
+class Learns(Protocol):
+    """A policy whose learned state outlives it (the `gpufleet` policy's capacity)."""
+
+    def learned(self) -> Mapping[str, float]: ...
+
+    def resume(self, learned: Mapping[str, Any]) -> None: ...

@@ -1,5 +1,6 @@
 """The `gpufleet` policy on synthetic observations: steady, ramp, burst, missing, bounds, zero."""
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -476,3 +477,17 @@ def test_a_disabled_scale_down_holds_and_activation_is_never_rate_limited() -> N
     assert decision.desired == 8
     zero = policy(min_replicas=0, behavior=replace(frozen, scale_up=frozen.scale_down))
     assert zero.decide(observe(100.0, const(30.0), ready=0)).desired == 4  # 30/s x 1.25 / 10
+
+
+def test_what_the_policy_learned_survives_a_restart() -> None:
+    """learned() -> JSON -> resume() gives a policy that knows what the first one knew."""
+    first = GpufleetPolicy(WorkloadConfig(name="w", batch_slots=64))
+    first.resume({"samples": 40, "sat_weight": 12.5, "sat_tokens": 180_000.0, "probe": 1.5})
+    learned = json.loads(json.dumps(first.learned()))
+    assert learned["samples"] == 40 and learned["probe"] == 1.5
+    second = GpufleetPolicy(WorkloadConfig(name="w", batch_slots=64))
+    second.resume({**learned, "unknown": 3, "sat_weight": "junk", "probe": 99})
+    again = second.learned()
+    assert again["sat_tokens"] == 180_000.0 and again["samples"] == 40
+    assert again["sat_weight"] == 0.0  # a non-number is ignored, not trusted
+    assert again["probe"] == GpufleetPolicy(WorkloadConfig(name="w")).settings.probe_max_ratio
