@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import wait_for
+from helpers.e2e import Prometheus
 from helpers.serving import MetricsServer, vllm_queue
 from kubernetes import client
 
@@ -250,8 +251,8 @@ async def test_a_conflict_is_retried_and_a_broken_workload_stops_no_other(
     finally:
         await prom.close()
     assert scale(api) == 4
-    puts = [r for r in apiserver.requests if r.method == "PUT" and r.path.endswith("/scale")]
-    assert [r.status for r in puts] == [409, 200]  # read again, then written
+    writes = [r for r in apiserver.requests if r.method == "PATCH" and r.path.endswith("/scale")]
+    assert [r.status for r in writes] == [409, 200]  # read again, then written
     broken = client.CustomObjectsApi(api).get_namespaced_custom_object(*GPA, "broken")["status"]
     able = {c["type"]: c for c in broken["conditions"]}["AbleToScale"]
     assert (able["status"], able["reason"]) == ("False", "FailedGetScale")
@@ -313,3 +314,82 @@ async def test_a_restarted_controller_resumes_what_the_policy_learned(
         await prom.close()
     resumed = status(api)["learned"]
     assert resumed["samples"] >= 500 and resumed["probe"] == 1.25  # not relearning from 0
+
+
+async def test_any_kind_with_a_scale_subresource_a_leaderworkerset(api: client.ApiClient) -> None:
+    """A custom resource's scale subresource, found through discovery."""
+    deploy(api)
+    lws = ("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets")
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *lws,
+        {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "llama-70b"},
+            "spec": {"replicas": 1},
+        },
+    )
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        *lws,
+        "llama-70b",
+        {"status": {"replicas": 1, "hpaPodSelector": "app=vllm"}},
+        _content_type="application/merge-patch+json",
+    )
+    autoscaler(
+        api,
+        {
+            "scaleTargetRef": {
+                "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                "kind": "LeaderWorkerSet",
+                "name": "llama-70b",
+            },
+            "minReplicas": 2,
+            "maxReplicas": 4,
+        },
+    )
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    got = client.CustomObjectsApi(api).get_namespaced_custom_object(*lws, "llama-70b")
+    # Prometheus is down (held, never lowered), but minReplicas 2 raises it from 1.
+    assert got["spec"]["replicas"] == 2
+    assert status(api)["currentReplicas"] == 1  # the pods its hpaPodSelector selects
+
+
+async def test_prometheus_stopped_mid_run_holds_the_count_then_recovers(
+    api: client.ApiClient, serving_pod: str, tmp_path
+) -> None:
+    deploy(api)
+    labels = {"namespace": NS, "pod": "vllm-0"}
+    prometheus = Prometheus(tmp_path / "prom", serving_pod, labels=labels)
+    try:
+        await asyncio.to_thread(
+            wait_for,
+            lambda: prometheus.query("count_over_time(vllm:num_requests_waiting[1m]) >= 3"),
+            timeout=30,
+            what="three scrapes",
+        )
+        autoscaler(api, {**KEDA_SPEC, "maxReplicas": 4})
+        ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+        try:
+            await ticks_until(ctl, lambda: scale(api) == 4)
+            prometheus.stop()
+            for _ in range(3):
+                await ctl.tick()
+                assert scale(api) == 4  # held: never lowered on missing data
+            assert conditions(api)["ScalingActive"][1] == "MissingMetrics"
+            prometheus = Prometheus(
+                tmp_path / "prom", serving_pod, labels=labels, port=prometheus.port
+            )
+            await ticks_until(
+                ctl,
+                lambda: conditions(api)["ScalingActive"] == ("True", "ValidMetricFound"),
+                timeout=30,
+            )
+        finally:
+            await prom.close()
+        assert scale(api) == 4
+    finally:
+        prometheus.stop()

@@ -101,10 +101,11 @@ class Prometheus:
         *,
         labels: dict[str, str] | None = None,
         file_sd: Path | None = None,
+        port: int | None = None,
     ) -> None:
         """Scrape `target` every second, its series labelled with `labels` (as Kubernetes
         service discovery would add namespace and pod), or the targets a file_sd file lists."""
-        self.port = free_port()
+        self.port = port or free_port()  # the same port again: a restart
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "prometheus.yml"
         if file_sd is not None:

@@ -114,25 +114,21 @@ class Cluster:
     def write_scale(
         self, namespace: str, target: TargetRef, replicas: int, *, attempts: int = 3
     ) -> ScaleView:
-        """Set spec.replicas through the scale subresource: a read, then a write that
+        """Set spec.replicas through the scale subresource: a read, then a PATCH that
         carries its resourceVersion; a 409 (someone wrote in between) reads again."""
         for attempt in range(attempts):
             current = self.read_scale(namespace, target)
             if current.replicas == replicas:
                 return current
-            body = {
-                "apiVersion": "autoscaling/v1",
-                "kind": "Scale",
-                "metadata": {
-                    "name": target.name,
-                    "namespace": namespace,
-                    "resourceVersion": current.resource_version,
-                },
+            # A merge patch that carries the resourceVersion it read: the API server refuses
+            # it with a 409 if anyone wrote since.
+            patch = {
+                "metadata": {"resourceVersion": current.resource_version},
                 "spec": {"replicas": replicas},
             }
             try:
                 written = kube_call(
-                    lambda b=body: self._scale_api(target, "replace")(target.name, namespace, b)
+                    lambda b=patch: self._scale_api(target, "patch")(target.name, namespace, b)
                 )
             except KubeError as err:
                 if err.kind is KubeErrorKind.CONFLICT and attempt + 1 < attempts:
@@ -165,18 +161,23 @@ class Cluster:
     # --- the scale subresource of any kind ---
 
     def _scale_api(self, target: TargetRef, verb: str) -> Any:
-        """The client call for `verb` (read, replace) on `target`'s scale subresource."""
+        """The client call for `verb` (read, patch) on `target`'s scale subresource."""
         group, _, version = target.api_version.rpartition("/")
-        if group == "apps" and target.kind in ("Deployment", "StatefulSet"):
+        if group == "apps" and target.kind in APPS_KINDS:
             kind = "deployment" if target.kind == "Deployment" else "stateful_set"
-            return getattr(self._apps, f"{verb}_namespaced_{kind}_scale")
+            call = getattr(self._apps, f"{verb}_namespaced_{kind}_scale")
+            if verb == "read":
+                return call
+            return lambda name, ns, body: call(name, ns, body, _content_type=MERGE_PATCH)
         plural = self._plural(group, version, target.kind)
         call = getattr(
             self._custom, f"{'get' if verb == 'read' else verb}_namespaced_custom_object_scale"
         )
         if verb == "read":
             return lambda name, ns: call(group, version, ns, plural, name)
-        return lambda name, ns, body: call(group, version, ns, plural, name, body)
+        return lambda name, ns, body: call(
+            group, version, ns, plural, name, body, _content_type=MERGE_PATCH
+        )
 
     def _plural(self, group: str, version: str, kind: str) -> str:
         """`kind`'s resource name in group/version, from discovery (cached)."""

@@ -172,4 +172,14 @@ RESOURCES: tuple[Resource, ...] = (
         short_names=("gpa",),
         status=True,
     ),
+    _crd(
+        "leaderworkerset.x-k8s.io",
+        "v1",
+        "leaderworkersets",
+        "LeaderWorkerSet",
+        singular="leaderworkerset",
+        short_names=("lws",),
+        status=True,
+        scale=True,
+    ),
 )

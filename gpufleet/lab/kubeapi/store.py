@@ -324,7 +324,10 @@ def _scale_of(obj: dict[str, Any]) -> dict[str, Any]:
         "spec": {"replicas": spec.get("replicas", 1)},
         "status": {
             "replicas": status.get("replicas", 0),
-            "selector": selector_string(
+            # A CRD's scale subresource names its selector path; LeaderWorkerSet's is
+            # status.hpaPodSelector.
+            "selector": status.get("hpaPodSelector")
+            or selector_string(
                 selector.get("matchLabels") or {}, selector.get("matchExpressions") or ()
             ),
         },
