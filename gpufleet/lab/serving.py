@@ -6,7 +6,8 @@ a request takes a batch slot (else it waits: `vllm:num_requests_waiting`), waits
 pod's prefill stage (one prompt at a time), gets its first token, then decodes while the
 time per output token grows with the batch. A load balancer sends each arrival to the ready
 pod with the fewest requests; a pod being deleted takes no new ones and drains. Arrivals
-are Poisson at a rate the caller sets (and may change), in real time.
+are Poisson at a rate the caller sets (and may change), or a request trace's (the format
+`gpufleet simulate` replays), in real time or sped up.
 
 Prometheus finds the pods through a file_sd targets file this module rewrites as pods come
 and go, each target labelled with its `namespace` and `pod`, as Kubernetes service
@@ -15,6 +16,7 @@ discovery labels them.
 
 import asyncio
 import contextlib
+import dataclasses
 import heapq
 import json
 import math
@@ -28,6 +30,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gpufleet.autoscaler.replay.core.model import ServiceModel
+from gpufleet.autoscaler.replay.core.trace import Trace
 from gpufleet.lab.kubeapi.resources import RESOURCES
 from gpufleet.lab.kubeapi.store import ObjectStore
 
@@ -197,15 +200,32 @@ class ServingFleet:
         prompt_tokens: int = 500,
         output_tokens: int = 20,
         seed: int = 0,
+        trace: Trace | None = None,
+        speed: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """Arrivals are Poisson at `rate_rps` (prompt and output tokens fixed), or `trace`'s
+        requests from the first `step` on. `speed` > 1 replays the trace that many times
+        faster and makes the pods that much faster too, so the replicas a trace needs stay
+        the same (the lab cluster's cold starts are the caller's to shorten alike)."""
         self._store = store
         self._namespace = namespace
         self._labels = labels
         self._targets_file = targets_file
-        self._model = model or ServiceModel(
+        base = model or ServiceModel(
             batch_slots=8, prefill_tokens_per_second=2000.0, decode_seconds_per_token=0.01
         )
+        self._model = dataclasses.replace(
+            base,
+            prefill_tokens_per_second=base.prefill_tokens_per_second * speed,
+            decode_seconds_per_token=base.decode_seconds_per_token / speed,
+            decode_seconds_per_token_per_sequence=base.decode_seconds_per_token_per_sequence
+            / speed,
+        )
+        self._trace = trace
+        self._speed = speed
+        self._trace_start: float | None = None
+        self._trace_next = 0
         self.rate_rps = rate_rps
         self._prompt, self._output = prompt_tokens, output_tokens
         self._rng = random.Random(seed)
@@ -233,25 +253,53 @@ class ServingFleet:
             await pod.runner.cleanup()
         self.pods.clear()
 
+    @property
+    def trace_done(self) -> bool:
+        """Every request of the trace has arrived (always False without a trace)."""
+        return self._trace is not None and self._trace_next >= len(self._trace)
+
     async def step(self, now: float) -> None:
         await self._sync_pods()
-        if self._next_arrival is None:
+        if self._trace is not None:
+            self._replay(now)
+        else:
+            self._poisson(now)
+        for pod in self.pods.values():
+            pod.engine.advance(now)
+
+    def _poisson(self, now: float) -> None:
+        if self._next_arrival is None or self.rate_rps <= 0:
             self._next_arrival = now
         while self.rate_rps > 0 and self._next_arrival <= now:
             self._dispatch(self._next_arrival)
             self._next_arrival += self._rng.expovariate(self.rate_rps)
-        if self.rate_rps <= 0:
-            self._next_arrival = now
-        for pod in self.pods.values():
-            pod.engine.advance(now)
 
-    def _dispatch(self, t: float) -> None:
+    def _replay(self, now: float) -> None:
+        trace = self._trace
+        assert trace is not None
+        if self._trace_start is None:
+            self._trace_start = now
+        while self._trace_next < len(trace):
+            i = self._trace_next
+            at = self._trace_start + float(trace.arrival_seconds[i]) / self._speed
+            if at > now:
+                break
+            self._dispatch(at, int(trace.prompt_tokens[i]), int(trace.output_tokens[i]))
+            self._trace_next += 1
+
+    def _dispatch(
+        self, t: float, prompt_tokens: int | None = None, output_tokens: int | None = None
+    ) -> None:
         ready = [p for p in self.pods.values() if not p.deleting]
         if not ready:
             self.unserved += 1
             return
         target = min(ready, key=lambda p: p.engine.in_flight)
-        target.engine.submit(t, self._prompt, self._output)
+        target.engine.submit(
+            t,
+            self._prompt if prompt_tokens is None else prompt_tokens,
+            self._output if output_tokens is None else output_tokens,
+        )
 
     async def _sync_pods(self) -> None:
         selector = ",".join(f"{k}={v}" for k, v in sorted(self._labels.items()))

@@ -1,0 +1,84 @@
+"""Simulated vLLM pods: the engine follows the replay's service model, each Ready pod serves
+its own /metrics in vLLM's names, and a trace replays (sped up) until every request is done."""
+
+import asyncio
+import json
+import urllib.request
+from pathlib import Path
+
+from gpufleet.autoscaler.replay.core.model import ServiceModel
+from gpufleet.autoscaler.replay.core.trace import trace_from_arrays
+from gpufleet.lab.kubeapi.resources import RESOURCES
+from gpufleet.lab.kubeapi.store import ObjectStore
+from gpufleet.lab.serving import ServingFleet, VllmEngine
+
+RES = {(r.group, r.plural): r for r in RESOURCES}
+MODEL = ServiceModel(
+    batch_slots=2,
+    prefill_tokens_per_second=1000.0,
+    decode_seconds_per_token=0.01,
+    decode_seconds_per_token_per_sequence=0.0,
+)
+
+
+def test_the_engine_queues_beyond_its_batch_slots_and_prefills_one_at_a_time() -> None:
+    engine = VllmEngine(MODEL)
+    for _ in range(3):
+        engine.submit(0.0, 500, 10)  # 0.5 s of prefill each, then 0.1 s of decode
+    assert (engine.running, engine.in_flight) == (2, 3)  # the third waits for a slot
+    engine.advance(0.5)
+    assert engine.ttft.n == 1 and engine.success == 0
+    engine.advance(0.6)
+    assert engine.success == 1  # decode done: the waiting request takes the slot
+    engine.advance(10.0)
+    assert (engine.success, engine.in_flight, engine.prompt_tokens) == (3, 0, 1500)
+    text = engine.metrics()
+    assert 'vllm:num_requests_waiting{model_name="model",engine="0"} 0' in text
+    assert 'vllm:time_to_first_token_seconds_count{model_name="model",engine="0"} 3' in text
+    assert (
+        'vllm:request_success_total{model_name="model",engine="0",finished_reason="stop"} 3' in text
+    )
+
+
+async def test_a_trace_replays_sped_up_on_ready_pods_and_prometheus_can_find_them(
+    tmp_path: Path,
+) -> None:
+    store = ObjectStore(clock=lambda: 0.0)
+    store.create(RES[("", "namespaces")], "", {"metadata": {"name": "llm"}})
+    store.create(
+        RES[("", "pods")],
+        "llm",
+        {
+            "metadata": {"name": "vllm-0", "labels": {"app": "vllm"}},
+            "spec": {"containers": [{"name": "vllm", "image": "x"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        },
+    )
+    trace = trace_from_arrays([0.0, 1.0, 2.0, 3.0, 4.0], [500] * 5, [10] * 5)
+    targets = tmp_path / "targets.json"
+    fleet = ServingFleet(
+        store,
+        namespace="llm",
+        labels={"app": "vllm"},
+        targets_file=targets,
+        model=MODEL,
+        trace=trace,
+        speed=20.0,
+    )
+    fleet.start()
+    try:
+        for _ in range(200):
+            await asyncio.sleep(0.02)
+            engines = [p.engine for p in fleet.pods.values()]
+            if fleet.trace_done and engines and engines[0].success == 5:
+                break
+        (group,) = json.loads(targets.read_text())
+        assert group["labels"] == {"namespace": "llm", "pod": "vllm-0"}
+        url = f"http://{group['targets'][0]}/metrics"
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+    finally:
+        await fleet.stop()
+    assert (
+        b'vllm:request_success_total{model_name="model",engine="0",finished_reason="stop"} 5'
+        in text
+    )
