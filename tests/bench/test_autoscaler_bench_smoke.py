@@ -5,6 +5,7 @@ written.
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,14 @@ def test_controller_bench_prints_a_row_per_workload_count(tmp_path: Path) -> Non
     rows = json.loads(results.read_text())
     # the queries per tick do not grow with the workloads
     assert rows[0]["queries_per_tick"] == rows[1]["queries_per_tick"]
+
+
+@pytest.mark.prometheus
+def test_live_reaction_bench_prints_a_row_per_burst() -> None:
+    if not shutil.which("prometheus"):
+        pytest.skip("prometheus is not installed (./dev test installs it)")
+    run = run_bench(
+        "live_reaction_bench", "--bursts", "1", "--calm-seconds", "8", "--window-seconds", "20"
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "| 1 | " in run.stdout and "HPA on the queue" in run.stdout

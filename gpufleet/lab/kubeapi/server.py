@@ -15,6 +15,7 @@ can count who wrote what.
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,7 @@ class RequestRecord:
     path: str
     user_agent: str
     status: int
+    at: float  # wall-clock seconds the answer was sent
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,6 +206,7 @@ class FakeApiServer:
                 path=request.path,
                 user_agent=request.headers.get("User-Agent", ""),
                 status=status,
+                at=time.time(),
             )
         )
         return web.json_response(body, status=status)

@@ -1,0 +1,230 @@
+"""Reaction on the closed loop: first scraped sample of a burst -> the scale PATCH.
+
+Two identical workloads run side by side in the lab (fake API server, lab cluster,
+simulated vLLM pods, real Prometheus scraping every second): one under the gpufleet
+policy, one under an HPA on the same signal (the keda policy: HPA's AverageValue on the
+queue, its 15 s sync). Both get the same burst at the same moment; for each, the reaction
+is from the timestamp of the first scraped sample showing queued requests to the first
+scale PATCH the API server answered. prometheus-adapter's relist (up to 60 s for a series
+it has not listed yet) would come on top of the HPA's delay and is not modeled.
+
+    python3 -m bench.live_reaction_bench [--bursts 3]
+"""
+
+import argparse
+import asyncio
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from kubernetes import client
+
+from gpufleet.autoscaler.controller import Controller, ControllerConfig
+from gpufleet.autoscaler.kube.cluster import Cluster
+from gpufleet.autoscaler.prom.client import PromClient
+from gpufleet.kube.events import EventRecorder
+from gpufleet.lab.kubeapi.cluster import ClusterTiming, LabCluster
+from gpufleet.lab.kubeapi.server import FakeApiServer
+from gpufleet.lab.serving import ServingFleet
+
+POLICIES = ("gpufleet", "keda")  # keda: an HPA on the queue, 15 s sync
+
+
+def start_prometheus(workdir: Path, targets: list[Path]) -> tuple[subprocess.Popen, int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    files = json.dumps([str(t) for t in targets])
+    (workdir / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs:\n- job_name: pods\n  file_sd_configs: [{{files: {files}, "
+        "refresh_interval: 1s}]\n"
+    )
+    proc = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return proc, port
+
+
+def first_queued_sample(port: int, namespace: str, since: float) -> float | None:
+    query = f'sum(vllm:num_requests_waiting{{namespace="{namespace}"}}) > 0'
+    params = urllib.parse.urlencode(
+        {"query": query, "start": since, "end": time.time(), "step": "1"}
+    )
+    url = f"http://127.0.0.1:{port}/api/v1/query_range?{params}"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        result = json.load(r)["data"]["result"]
+    return min((float(t) for s in result for t, _ in s["values"]), default=None)
+
+
+def run_burst(
+    server: FakeApiServer, api: client.ApiClient, fleets, port: int, *, calm: float, window: float
+) -> dict:
+    apps = client.AppsV1Api(api)
+    for ns in POLICIES:  # back to one replica, at rest
+        apps.patch_namespaced_deployment_scale("vllm", ns, {"spec": {"replicas": 1}})
+    for fleet in fleets.values():
+        fleet.rate_rps = 1.0
+
+    async def loop() -> dict:
+        prom = PromClient(f"http://127.0.0.1:{port}")
+        config = client.Configuration()
+        config.host = server.url
+        own = client.ApiClient(config)  # the controller's own client and User-Agent
+        events = EventRecorder(own, controller="gpufleet.dev/autoscaler", instance="bench")
+        ctl = Controller(
+            Cluster(own),
+            prom,
+            events,
+            config=ControllerConfig(scrape_interval_seconds=1.0, rate_window="5s"),
+        )
+        try:
+            calm_until = time.time() + calm
+            while time.time() < calm_until:
+                await ctl.tick()
+                await asyncio.sleep(0.5)
+            burst = time.time()
+            for fleet in fleets.values():
+                fleet.rate_rps = 14.0  # a pod serves 4/s
+            while time.time() < burst + window:
+                await ctl.tick()
+                await asyncio.sleep(0.25)
+        finally:
+            await prom.close()
+            own.close()
+        out = {}
+        for ns in POLICIES:
+            sample = first_queued_sample(port, ns, burst)
+            patches = [
+                r.at
+                for r in server.requests
+                if r.method == "PATCH"
+                and r.status == 200
+                and r.at > burst
+                and r.path == f"/apis/apps/v1/namespaces/{ns}/deployments/vllm/scale"
+                and r.user_agent != "bench-reset"
+            ]
+            out[ns] = (min(patches) - sample) if sample and patches else None
+        return out
+
+    return asyncio.run(loop())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bursts", type=int, default=3)
+    parser.add_argument("--calm-seconds", type=float, default=20.0, help="load before a burst")
+    parser.add_argument("--window-seconds", type=float, default=45.0, help="watched after one")
+    args = parser.parse_args()
+    if not shutil.which("prometheus"):
+        sys.exit("prometheus is not installed (./dev test installs it)")
+    work = Path(tempfile.mkdtemp(prefix="gpufleet-reaction-"))
+    with FakeApiServer() as server:
+        config = client.Configuration()
+        config.host = server.url
+        api = client.ApiClient(config)
+        timing = ClusterTiming(cold_start_seconds=5, node_provision_seconds=10)
+        fleets = {
+            ns: ServingFleet(
+                server.store,
+                namespace=ns,
+                labels={"app": "vllm"},
+                targets_file=work / f"{ns}.json",
+                rate_rps=0.0,
+                seed=i,
+            )
+            for i, ns in enumerate(POLICIES)
+        }
+
+        async def start() -> LabCluster:
+            cluster = LabCluster(server.store, timing=timing, clock=time.time)
+            cluster.start()
+            for fleet in fleets.values():
+                fleet.start()
+            return cluster
+
+        cluster = server.run_async(start())
+        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        for ns in POLICIES:
+            core.create_namespace({"metadata": {"name": ns}})
+            labels = {"app": "vllm"}
+            apps.create_namespaced_deployment(
+                ns,
+                {
+                    "metadata": {"name": "vllm"},
+                    "spec": {
+                        "replicas": 1,
+                        "selector": {"matchLabels": labels},
+                        "template": {
+                            "metadata": {"labels": labels},
+                            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]},
+                        },
+                    },
+                },
+            )
+            spec = {
+                "scaleTargetRef": {"kind": "Deployment", "name": "vllm"},
+                "maxReplicas": 8,
+                "policy": ns,
+                "batchSlots": 8,
+                "coldStartSeconds": 5,
+                "keda": {"queueTarget": 5, "pollingIntervalSeconds": 1},
+            }
+            client.CustomObjectsApi(api).create_namespaced_custom_object(
+                "autoscaling.gpufleet.dev",
+                "v1alpha1",
+                ns,
+                "gpuautoscalers",
+                {
+                    "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
+                    "kind": "GPUAutoscaler",
+                    "metadata": {"name": "chat"},
+                    "spec": spec,
+                },
+            )
+        prometheus, port = start_prometheus(work, [work / f"{ns}.json" for ns in POLICIES])
+        try:
+            api.user_agent = "bench-reset"
+            rows = [
+                run_burst(
+                    server, api, fleets, port, calm=args.calm_seconds, window=args.window_seconds
+                )
+                for _ in range(args.bursts)
+            ]
+        finally:
+            prometheus.terminate()
+            prometheus.wait(10)
+
+            async def stop() -> None:
+                for fleet in fleets.values():
+                    await fleet.stop()
+                await cluster.stop()
+
+            server.run_async(stop())
+    print("# gpufleet live reaction benchmark\n")
+    print(
+        "| burst | gpufleet: sample -> PATCH (s) "
+        "| HPA on the queue (keda policy): sample -> PATCH (s) |"
+    )
+    print("|---:|---:|---:|")
+    for i, row in enumerate(rows, 1):
+        cells = [f"{row[p]:.1f}" if row[p] is not None else "no PATCH" for p in POLICIES]
+        print(f"| {i} | {cells[0]} | {cells[1]} |")
+
+
+if __name__ == "__main__":
+    main()
