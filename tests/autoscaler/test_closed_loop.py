@@ -137,6 +137,7 @@ def test_load_scales_the_deployment_and_the_new_pods_drain_the_queue(lab) -> Non
             while time.monotonic() - started < 90:
                 await ctl.tick()
                 scale = apps.read_namespaced_deployment_scale("vllm", NS).spec.replicas
+                assert 1 <= scale <= 6  # minReplicas and maxReplicas hold at every tick
                 status = apps.read_namespaced_deployment("vllm", NS).status
                 ready = (status.ready_replicas if status else 0) or 0
                 if ready and not fleet.rate_rps:

@@ -5,10 +5,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from helpers import wait_for
+from helpers import free_port, wait_for
 from helpers.serving import MetricsServer, vllm_queue
 from kubernetes import client
 
@@ -197,3 +198,51 @@ def test_two_replicas_one_writer_and_a_warm_takeover(
         a.kill()
         pod.stop()
         api.close()
+
+
+def test_metrics_and_healthz_while_it_runs(apiserver: FakeApiServer) -> None:
+    port = free_port()
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpufleet.cli",
+            "autoscaler",
+            "--kube-url",
+            apiserver.url,
+            "--prometheus-url",
+            "http://127.0.0.1:9",
+            "--leader-elect=false",
+            "--tick-seconds",
+            "0.2",
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+                return r.status, r.read().decode()
+        except OSError:
+            return 0, ""
+
+    try:
+        wait_for(
+            lambda: (
+                "gpufleet_autoscaler_ticks_total" in get("/metrics")[1]
+                and "gpufleet_autoscaler_ticks_total 0.0" not in get("/metrics")[1]
+            ),
+            timeout=30,
+            what="a tick counted",
+        )
+        text = get("/metrics")[1]
+        assert "gpufleet_autoscaler_leader 1.0" in text  # no election: it writes
+        assert get("/healthz") == (200, "OK")
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(15) == 0
+    finally:
+        daemon.kill()

@@ -1,0 +1,44 @@
+"""Pods as replica states, and deletion costs that empty the emptiest node first."""
+
+import pytest
+
+from gpufleet.autoscaler.core.observation import ReplicaState
+from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
+
+
+@pytest.mark.parametrize(
+    ("pod", "state", "since"),
+    [
+        pytest.param(
+            PodState(namespace="a", name="p", created=10.0),
+            ReplicaState.STARTING,
+            10.0,
+            id="not-ready-is-starting",
+        ),
+        pytest.param(
+            PodState(namespace="a", name="p", created=10.0, ready_since=70.0),
+            ReplicaState.READY,
+            70.0,
+            id="ready",
+        ),
+        pytest.param(
+            PodState(namespace="a", name="p", created=10.0, ready_since=70.0, deleting_since=90.0),
+            ReplicaState.TERMINATING,
+            90.0,
+            id="being-deleted-is-terminating-even-if-ready",
+        ),
+    ],
+)
+def test_replica_of(pod: PodState, state: ReplicaState, since: float) -> None:
+    replica = replica_of(pod)
+    assert (replica.state, replica.since, replica.created) == (state, since, 10.0)
+
+
+def test_deletion_costs_make_the_emptiest_node_lose_its_pods_first() -> None:
+    pods = [
+        PodState(namespace="a", name="full-1", node="n1"),
+        PodState(namespace="a", name="lonely", node="n2", deletion_cost=1),  # already right
+        PodState(namespace="a", name="pending"),
+        PodState(namespace="a", name="going", node="n1", deleting_since=5.0),
+    ]
+    assert deletion_costs(pods, {"n1": 7, "n2": 1}) == {"full-1": 7, "pending": 0}
