@@ -35,6 +35,8 @@ from gpufleet.lab.kubeapi.server import FakeApiServer
 from gpufleet.lab.serving import ServingFleet
 
 POLICIES = ("gpufleet", "keda")  # keda: an HPA on the queue, 15 s sync
+GPA = ("autoscaling.gpufleet.dev", "v1alpha1")
+GPA_PLURAL = "gpuautoscalers"
 
 
 def start_prometheus(workdir: Path, targets: list[Path]) -> tuple[subprocess.Popen, int]:
@@ -71,14 +73,59 @@ def first_queued_sample(port: int, namespace: str, since: float) -> float | None
     return min((float(t) for s in result for t, _ in s["values"]), default=None)
 
 
+def create_workload(api: client.ApiClient, namespace: str, policy: str) -> None:
+    """A namespace with a one-replica vLLM Deployment and its GPUAutoscaler."""
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+    labels = {"app": "vllm"}
+    container = {"name": "vllm", "image": "vllm/vllm-openai"}
+    client.AppsV1Api(api).create_namespaced_deployment(
+        namespace,
+        {
+            "metadata": {"name": "vllm"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+            },
+        },
+    )
+    spec = {
+        "scaleTargetRef": {"kind": "Deployment", "name": "vllm"},
+        "maxReplicas": 8,
+        "policy": policy,
+        "batchSlots": 8,
+        "coldStartSeconds": 5,
+        "keda": {"queueTarget": 5, "pollingIntervalSeconds": 1},
+    }
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *GPA,
+        namespace,
+        GPA_PLURAL,
+        {
+            "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
+            "kind": "GPUAutoscaler",
+            "metadata": {"name": "chat"},
+            "spec": spec,
+        },
+    )
+
+
 def run_burst(
-    server: FakeApiServer, api: client.ApiClient, fleets, port: int, *, calm: float, window: float
+    server: FakeApiServer,
+    api: client.ApiClient,
+    fleets,
+    port: int,
+    burst_index: int,
+    *,
+    calm: float,
+    window: float,
 ) -> dict:
-    apps = client.AppsV1Api(api)
-    for ns in POLICIES:  # back to one replica, at rest
-        apps.patch_namespaced_deployment_scale("vllm", ns, {"spec": {"replicas": 1}})
-    for fleet in fleets.values():
-        fleet.rate_rps = 1.0
+    """One burst on fresh workloads (a namespace per policy), so no burst starts from the
+    replicas or the history a previous one left."""
+    names = {policy: f"{policy}-{burst_index}" for policy in POLICIES}
+    for policy, namespace in names.items():
+        create_workload(api, namespace, policy)
+        fleets[namespace].rate_rps = 1.0
 
     async def loop() -> dict:
         prom = PromClient(f"http://127.0.0.1:{port}")
@@ -98,8 +145,8 @@ def run_burst(
                 await ctl.tick()
                 await asyncio.sleep(0.5)
             burst = time.time()
-            for fleet in fleets.values():
-                fleet.rate_rps = 14.0  # a pod serves 4/s
+            for namespace in names.values():
+                fleets[namespace].rate_rps = 14.0  # a pod serves 4/s
             while time.time() < burst + window:
                 await ctl.tick()
                 await asyncio.sleep(0.25)
@@ -107,18 +154,19 @@ def run_burst(
             await prom.close()
             own.close()
         out = {}
-        for ns in POLICIES:
-            sample = first_queued_sample(port, ns, burst)
+        for policy, namespace in names.items():
+            fleets[namespace].rate_rps = 0.0
+            client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                *GPA, namespace, GPA_PLURAL, "chat"
+            )
+            sample = first_queued_sample(port, namespace, burst)
+            path = f"/apis/apps/v1/namespaces/{namespace}/deployments/vllm/scale"
             patches = [
                 r.at
                 for r in server.requests
-                if r.method == "PATCH"
-                and r.status == 200
-                and r.at > burst
-                and r.path == f"/apis/apps/v1/namespaces/{ns}/deployments/vllm/scale"
-                and r.user_agent != "bench-reset"
+                if r.method == "PATCH" and r.status == 200 and r.path == path
             ]
-            out[ns] = (min(patches) - sample) if sample and patches else None
+            out[policy] = (min(patches) - sample) if sample and patches else None
         return out
 
     return asyncio.run(loop())
@@ -138,6 +186,7 @@ def main() -> None:
         config.host = server.url
         api = client.ApiClient(config)
         timing = ClusterTiming(cold_start_seconds=5, node_provision_seconds=10)
+        namespaces = [f"{p}-{i}" for i in range(args.bursts) for p in POLICIES]
         fleets = {
             ns: ServingFleet(
                 server.store,
@@ -147,7 +196,7 @@ def main() -> None:
                 rate_rps=0.0,
                 seed=i,
             )
-            for i, ns in enumerate(POLICIES)
+            for i, ns in enumerate(namespaces)
         }
 
         async def start() -> LabCluster:
@@ -158,52 +207,13 @@ def main() -> None:
             return cluster
 
         cluster = server.run_async(start())
-        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-        for ns in POLICIES:
-            core.create_namespace({"metadata": {"name": ns}})
-            labels = {"app": "vllm"}
-            apps.create_namespaced_deployment(
-                ns,
-                {
-                    "metadata": {"name": "vllm"},
-                    "spec": {
-                        "replicas": 1,
-                        "selector": {"matchLabels": labels},
-                        "template": {
-                            "metadata": {"labels": labels},
-                            "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]},
-                        },
-                    },
-                },
-            )
-            spec = {
-                "scaleTargetRef": {"kind": "Deployment", "name": "vllm"},
-                "maxReplicas": 8,
-                "policy": ns,
-                "batchSlots": 8,
-                "coldStartSeconds": 5,
-                "keda": {"queueTarget": 5, "pollingIntervalSeconds": 1},
-            }
-            client.CustomObjectsApi(api).create_namespaced_custom_object(
-                "autoscaling.gpufleet.dev",
-                "v1alpha1",
-                ns,
-                "gpuautoscalers",
-                {
-                    "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
-                    "kind": "GPUAutoscaler",
-                    "metadata": {"name": "chat"},
-                    "spec": spec,
-                },
-            )
-        prometheus, port = start_prometheus(work, [work / f"{ns}.json" for ns in POLICIES])
+        prometheus, port = start_prometheus(work, [work / f"{ns}.json" for ns in namespaces])
         try:
-            api.user_agent = "bench-reset"
             rows = [
                 run_burst(
-                    server, api, fleets, port, calm=args.calm_seconds, window=args.window_seconds
+                    server, api, fleets, port, i, calm=args.calm_seconds, window=args.window_seconds
                 )
-                for _ in range(args.bursts)
+                for i in range(args.bursts)
             ]
         finally:
             prometheus.terminate()
