@@ -376,10 +376,17 @@ async def test_prometheus_stopped_mid_run_holds_the_count_then_recovers(
         try:
             await ticks_until(ctl, lambda: scale(api) == 4)
             prometheus.stop()
-            for _ in range(3):
+            deadline = time.monotonic() + 20
+            while conditions(api)["ScalingActive"][1] != "MissingMetrics":
+                # A tick queries only once a new step is due, so this takes a second or two.
+                assert time.monotonic() < deadline, "no MissingMetrics condition"
                 await ctl.tick()
                 assert scale(api) == 4  # held: never lowered on missing data
-            assert conditions(api)["ScalingActive"][1] == "MissingMetrics"
+                await asyncio.sleep(0.2)
+            for _ in range(3):
+                await ctl.tick()
+                assert scale(api) == 4
+                await asyncio.sleep(0.5)
             prometheus = Prometheus(
                 tmp_path / "prom", serving_pod, labels=labels, port=prometheus.port
             )

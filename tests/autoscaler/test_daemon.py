@@ -185,7 +185,7 @@ def test_two_replicas_one_writer_and_a_warm_takeover(
             a.wait(10)
             killed = time.monotonic()
             wait_for(lambda: holder() == "b", timeout=10, what="b to take the lease")
-            assert time.monotonic() - killed < 3 + 1  # within the lease duration (+ a retry)
+            assert time.monotonic() - killed < 3 + 2  # the lease duration, plus a retry and slack
             apps.patch_namespaced_deployment_scale("vllm", NS, {"spec": {"replicas": 1}})
             wait_for(lambda: scale_writes(apiserver, "b") >= 1, timeout=25, what="b's first write")
             assert scale_writes(apiserver, "a") == 1  # no double actuation
