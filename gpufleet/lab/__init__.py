@@ -3,8 +3,8 @@
 `nvml` is a simulated NVML with pynvml's API; `kubelet` a fake kubelet speaking the real
 gRPC protocols over real unix sockets; `node` puts both together as one GPU node with pods;
 `kubeapi` is a fake Kubernetes API server (real REST for the official client) with the small
-controllers that make it a cluster; `serving` simulated vLLM pods; `main` is `gpufleet lab`. Tests, benchmarks and the lab run the product's own code paths
-against it.
+controllers that make it a cluster; `serving` simulated vLLM pods; `main` is `gpufleet lab`.
+Tests, benchmarks and the lab run the product's own code paths against it.
 
 Rule: product code never imports this package, except `gpufleet.nvml.backend` (the
 backend behind `--sim-fleet`) and `gpufleet.cli` (which dispatches the `lab` command);
