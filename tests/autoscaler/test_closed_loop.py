@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers.e2e import Prometheus
+from helpers.kube import api_client, create_autoscaler, create_vllm
 from kubernetes import client
 
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
@@ -69,49 +70,17 @@ def lab(tmp_path: Path) -> Iterator[tuple[FakeApiServer, ServingFleet, Prometheu
 
 def test_load_scales_the_deployment_and_the_new_pods_drain_the_queue(lab) -> None:
     server, fleet, prometheus = lab
-    config = client.Configuration()
-    config.host = server.url
-    api = client.ApiClient(config)
+    api = api_client(server.url)
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": NS}})
-    labels = {"app": "vllm"}
-    apps.create_namespaced_deployment(
+    create_vllm(api, NS, gpus=1)
+    create_autoscaler(
+        api,
         NS,
         {
-            "metadata": {"name": "vllm"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "vllm",
-                                "image": "vllm/vllm-openai",
-                                "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                            }
-                        ]
-                    },
-                },
-            },
-        },
-    )
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "autoscaling.gpufleet.dev",
-        "v1alpha1",
-        NS,
-        "gpuautoscalers",
-        {
-            "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
-            "kind": "GPUAutoscaler",
-            "metadata": {"name": "chat"},
-            "spec": {
-                "scaleTargetRef": {"kind": "Deployment", "name": "vllm"},
-                "maxReplicas": 6,
-                "policy": "keda",
-                "keda": {"queueTarget": 5, "pollingIntervalSeconds": 1},
-            },
+            "scaleTargetRef": {"kind": "Deployment", "name": "vllm"},
+            "maxReplicas": 6,
+            "policy": "keda",
+            "keda": {"queueTarget": 5, "pollingIntervalSeconds": 1},
         },
     )
 

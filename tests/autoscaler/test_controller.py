@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from helpers import wait_for
 from helpers.e2e import Prometheus
+from helpers.kube import create_autoscaler, create_vllm
 from helpers.serving import MetricsServer, vllm_queue
 from kubernetes import client
 
@@ -45,55 +46,11 @@ def api(apiserver: FakeApiServer) -> Iterator[client.ApiClient]:
 
 
 def deploy(api: client.ApiClient, *, replicas: int = 1) -> None:
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
-    labels = {"app": "vllm"}
-    client.AppsV1Api(api).create_namespaced_deployment(
-        NS,
-        {
-            "metadata": {"name": "vllm"},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
-                },
-            },
-        },
-    )
-    core = client.CoreV1Api(api)
-    core.create_namespaced_pod(
-        NS,
-        {
-            "metadata": {"name": "vllm-0", "labels": labels},
-            "spec": {"nodeName": "gpu-node-0", "containers": [{"name": "vllm", "image": "vllm"}]},
-        },
-    )
-    core.patch_namespaced_pod_status(
-        "vllm-0",
-        NS,
-        {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "lastTransitionTime": "2026-11-24T00:00:00Z",
-                    }
-                ]
-            }
-        },
-    )
+    create_vllm(api, NS, replicas=replicas, ready_pod="vllm-0")
 
 
 def autoscaler(api: client.ApiClient, spec: dict) -> None:
-    body = {
-        "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
-        "kind": "GPUAutoscaler",
-        "metadata": {"name": "chat"},
-        "spec": spec,
-    }
-    client.CustomObjectsApi(api).create_namespaced_custom_object(*GPA, body)
+    create_autoscaler(api, NS, spec)
 
 
 KEDA_SPEC = {

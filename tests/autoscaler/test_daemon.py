@@ -10,13 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import free_port, wait_for
+from helpers.kube import api_client, create_autoscaler, create_vllm
 from helpers.serving import MetricsServer, vllm_queue
 from kubernetes import client
 
 from gpufleet.lab.kubeapi.server import FakeApiServer
 
 NS = "llm"
-GPA = ("autoscaling.gpufleet.dev", "v1alpha1", NS, "gpuautoscalers")
 
 
 def gpufleet(*args: str, **kw) -> subprocess.CompletedProcess[str]:
@@ -77,33 +77,9 @@ def scale_writes(server: FakeApiServer, identity: str) -> int:
 def test_two_replicas_one_writer_and_a_warm_takeover(
     apiserver: FakeApiServer, prometheus_for
 ) -> None:
-    config = client.Configuration()
-    config.host = apiserver.url
-    api = client.ApiClient(config)
-    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    core.create_namespace({"metadata": {"name": NS}})
-    labels = {"app": "vllm"}
-    apps.create_namespaced_deployment(
-        NS,
-        {
-            "metadata": {"name": "vllm"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
-                },
-            },
-        },
-    )
-    core.create_namespaced_pod(
-        NS,
-        {
-            "metadata": {"name": "vllm-0", "labels": labels},
-            "spec": {"containers": [{"name": "vllm", "image": "x"}]},
-        },
-    )
+    api = api_client(apiserver.url)
+    apps = client.AppsV1Api(api)
+    create_vllm(api, NS, ready_pod="vllm-0")
     pod = MetricsServer(vllm_queue())
     prometheus = prometheus_for(pod.address, labels={"namespace": NS, "pod": "vllm-0"})
     wait_for(
@@ -111,18 +87,14 @@ def test_two_replicas_one_writer_and_a_warm_takeover(
         timeout=30,
         what="three scrapes",
     )
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
-        *GPA,
+    create_autoscaler(
+        api,
+        NS,
         {
-            "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
-            "kind": "GPUAutoscaler",
-            "metadata": {"name": "chat"},
-            "spec": {
-                "scaleTargetRef": {"kind": "Deployment", "name": "vllm"},
-                "maxReplicas": 8,
-                "policy": "keda",
-                "keda": {"queueTarget": 10, "pollingIntervalSeconds": 1},
-            },
+            "scaleTargetRef": {"kind": "Deployment", "name": "vllm"},
+            "maxReplicas": 8,
+            "policy": "keda",
+            "keda": {"queueTarget": 10, "pollingIntervalSeconds": 1},
         },
     )
 

@@ -1,0 +1,80 @@
+"""Workloads on the lab's fake API server, created through the official client as a user would."""
+
+from kubernetes import client
+
+LABELS = {"app": "vllm"}
+
+
+def api_client(url: str) -> client.ApiClient:
+    config = client.Configuration()
+    config.host = url
+    return client.ApiClient(config)
+
+
+def create_vllm(
+    api: client.ApiClient,
+    namespace: str,
+    *,
+    replicas: int = 1,
+    gpus: int | None = None,
+    ready_pod: str = "",
+    node: str = "gpu-node-0",
+) -> None:
+    """The namespace and a Deployment `vllm` (pods labelled app=vllm); with `ready_pod`, one
+    such pod already Ready on `node`, for tests that run no lab cluster."""
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": namespace}})
+    container: dict = {"name": "vllm", "image": "vllm/vllm-openai"}
+    if gpus is not None:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    client.AppsV1Api(api).create_namespaced_deployment(
+        namespace,
+        {
+            "metadata": {"name": "vllm"},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": LABELS},
+                "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [container]}},
+            },
+        },
+    )
+    if ready_pod:
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": ready_pod, "labels": LABELS},
+                "spec": {"nodeName": node, "containers": [container]},
+            },
+        )
+        core.patch_namespaced_pod_status(
+            ready_pod,
+            namespace,
+            {
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "lastTransitionTime": "2026-11-24T00:00:00Z",
+                        }
+                    ]
+                }
+            },
+        )
+
+
+def create_autoscaler(
+    api: client.ApiClient, namespace: str, spec: dict, name: str = "chat"
+) -> None:
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "autoscaling.gpufleet.dev",
+        "v1alpha1",
+        namespace,
+        "gpuautoscalers",
+        {
+            "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
+            "kind": "GPUAutoscaler",
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+    )
