@@ -80,6 +80,20 @@ def scale(api: client.ApiClient) -> int:
     return client.AppsV1Api(api).read_namespaced_deployment_scale("vllm", NS).spec.replicas
 
 
+POD_LABELS = {"namespace": NS, "pod": "vllm-0"}
+
+
+async def scraped(prometheus: Prometheus, metric: str = "vllm:num_requests_waiting") -> Prometheus:
+    """`prometheus` once it holds three scrapes of `metric`: enough for a rate."""
+    await asyncio.to_thread(
+        wait_for,
+        lambda: prometheus.query(f"count_over_time({metric}[1m]) >= 3"),
+        timeout=30,
+        what=f"three scrapes of {metric}",
+    )
+    return prometheus
+
+
 async def ticks_until(ctl: Controller, predicate, *, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -92,13 +106,7 @@ async def test_it_scales_a_deployment_on_vllm_queue_depth(
     api: client.ApiClient, serving_pod: str, prometheus_for, apiserver: FakeApiServer
 ) -> None:
     deploy(api)
-    prometheus = prometheus_for(serving_pod, labels={"namespace": NS, "pod": "vllm-0"})
-    await asyncio.to_thread(
-        wait_for,
-        lambda: prometheus.query("count_over_time(vllm:num_requests_waiting[1m]) >= 3"),
-        timeout=30,
-        what="three scrapes",
-    )
+    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
     autoscaler(api, KEDA_SPEC)
     ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
     try:
@@ -182,13 +190,7 @@ async def test_a_conflict_is_retried_and_a_broken_workload_stops_no_other(
     api: client.ApiClient, serving_pod: str, prometheus_for, apiserver: FakeApiServer
 ) -> None:
     deploy(api)
-    prometheus = prometheus_for(serving_pod, labels={"namespace": NS, "pod": "vllm-0"})
-    await asyncio.to_thread(
-        wait_for,
-        lambda: prometheus.query("count_over_time(vllm:num_requests_waiting[1m]) >= 3"),
-        timeout=30,
-        what="three scrapes",
-    )
+    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
     autoscaler(api, KEDA_SPEC)
     ghost = {**KEDA_SPEC, "scaleTargetRef": {"kind": "Deployment", "name": "ghost"}}
     client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -223,12 +225,8 @@ async def test_the_hpa_policy_scales_on_the_exporters_gpu_utilization(
     pod = MetricsServer(lambda: "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL 90\n")
     try:
         deploy(api)
-        prometheus = prometheus_for(pod.address, labels={"namespace": NS, "pod": "vllm-0"})
-        await asyncio.to_thread(
-            wait_for,
-            lambda: prometheus.query("count_over_time(DCGM_FI_DEV_GPU_UTIL[1m]) >= 3"),
-            timeout=30,
-            what="three scrapes",
+        prometheus = await scraped(
+            prometheus_for(pod.address, labels=POD_LABELS), "DCGM_FI_DEV_GPU_UTIL"
         )
         # The operator's behavior wins over the HPA's common 60 s scale-up window.
         behavior = {"scaleUp": {"stabilizationWindowSeconds": 0}}
@@ -319,15 +317,9 @@ async def test_prometheus_stopped_mid_run_holds_the_count_then_recovers(
     api: client.ApiClient, serving_pod: str, tmp_path
 ) -> None:
     deploy(api)
-    labels = {"namespace": NS, "pod": "vllm-0"}
-    prometheus = Prometheus(tmp_path / "prom", serving_pod, labels=labels)
+    prometheus = Prometheus(tmp_path / "prom", serving_pod, labels=POD_LABELS)
     try:
-        await asyncio.to_thread(
-            wait_for,
-            lambda: prometheus.query("count_over_time(vllm:num_requests_waiting[1m]) >= 3"),
-            timeout=30,
-            what="three scrapes",
-        )
+        await scraped(prometheus)
         autoscaler(api, {**KEDA_SPEC, "maxReplicas": 4})
         ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
         try:
@@ -345,7 +337,7 @@ async def test_prometheus_stopped_mid_run_holds_the_count_then_recovers(
                 assert scale(api) == 4
                 await asyncio.sleep(0.5)
             prometheus = Prometheus(
-                tmp_path / "prom", serving_pod, labels=labels, port=prometheus.port
+                tmp_path / "prom", serving_pod, labels=POD_LABELS, port=prometheus.port
             )
             await ticks_until(
                 ctl,

@@ -83,23 +83,19 @@ def conflict(plural: str, group: str, name: str) -> ApiError:
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge key by key, `null` deletes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
+    return _merge(target, patch, by_name=False)
 
 
 def strategic_merge_patch(target: Any, patch: Any) -> Any:
     """A merge patch whose lists of objects that all carry `name` merge item by item."""
+    return _merge(target, patch, by_name=True)
+
+
+def _merge(target: Any, patch: Any, *, by_name: bool) -> Any:
     if not isinstance(patch, dict):
-        if _named_list(patch) and _named_list(target):
-            by_name = {item["name"]: item for item in target}
-            merged = [strategic_merge_patch(by_name.get(i["name"]), i) for i in patch]
+        if by_name and _named_list(patch) and _named_list(target):
+            by = {item["name"]: item for item in target}
+            merged = [_merge(by.get(i["name"]), i, by_name=True) for i in patch]
             patched = {i["name"] for i in patch}
             return [i for i in target if i["name"] not in patched] + merged
         return copy.deepcopy(patch)
@@ -108,7 +104,7 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
         if value is None:
             out.pop(key, None)
         else:
-            out[key] = strategic_merge_patch(out.get(key), value)
+            out[key] = _merge(out.get(key), value, by_name=by_name)
     return out
 
 
