@@ -32,11 +32,9 @@ from gpufleet.autoscaler.core.gather import (
     workload_quantiles,
     workload_sums,
 )
-from gpufleet.autoscaler.core.history import SIGNALS, SignalHistory
+from gpufleet.autoscaler.core.history import SignalHistory
 from gpufleet.autoscaler.core.observation import (
-    Observation,
     PodTelemetry,
-    Replica,
     ReplicaState,
 )
 from gpufleet.autoscaler.core.policy import Decision, Learns, Policy, Reason
@@ -84,7 +82,6 @@ class Workload:
     policy: Policy
     history: SignalHistory
     next_decision_at: float = -math.inf
-    desired: int | None = None
     last_scale_time: str = ""
     decision: Decision | None = None
     wanted: int | None = None
@@ -383,14 +380,12 @@ class Controller:
         )
         if act:
             await self._scale(t, current, desired, node_pods, now)
-        w.desired = desired
         if desired is not None:
             self.stats.desired[name] = desired
-        self.stats.current[name] = sum(
-            1 for r in replicas if r.state is not ReplicaState.TERMINATING
-        )
+        running = sum(1 for r in replicas if r.state is not ReplicaState.TERMINATING)
+        self.stats.current[name] = running
         if leader:
-            await self._write_status(t, replicas, desired, now)
+            await self._write_status(t, running, desired, now)
 
     async def _scale(
         self, t: _Tick, current: int, desired: int, node_pods: Counter[str], now: float
@@ -422,12 +417,9 @@ class Controller:
             f"{current} -> {desired} replicas: {message}",
         )
 
-    async def _write_status(
-        self, t: _Tick, replicas: tuple[Replica, ...], desired: int | None, now: float
-    ) -> None:
+    async def _write_status(self, t: _Tick, current: int, desired: int | None, now: float) -> None:
         w, spec = t.workload, t.workload.spec
         decision = w.decision
-        current = sum(1 for r in replicas if r.state is not ReplicaState.TERMINATING)
         conds = conditions(
             t.health,
             wanted=w.wanted,
@@ -443,7 +435,7 @@ class Controller:
             "conditions": condition_list(
                 conds, t.previous_status.get("conditions") or [], _timestamp(now)
             ),
-            "signals": _latest(w.history.observe(now, replicas)),
+            "signals": {s: round(v, 6) for s, v in w.history.latest(now).items()},
         }
         if decision is not None:
             status["reason"] = str(decision.reason)
@@ -571,13 +563,3 @@ def _replace(health: Health, **changes: str) -> Health:
 
 def _timestamp(seconds: float) -> str:
     return micro_time(seconds)[:19] + "Z"
-
-
-def _latest(obs: Observation) -> dict[str, float]:
-    """The newest value of each signal a policy saw: status.signals."""
-    out = {}
-    for signal in SIGNALS:
-        value = getattr(obs, signal).latest()
-        if value is not None:
-            out[signal] = round(value, 6)
-    return out

@@ -59,6 +59,18 @@ class SignalHistory:
         times = self._times[signal]
         return times[-1] if times else None
 
+    def latest(self, now: float) -> dict[str, float]:
+        """The newest value of each signal in the window `observe(now)` would cut, without
+        building the Observation: what a status shows every tick for every workload."""
+        newest, oldest = now - self.delay_seconds, now - self.history_seconds
+        out = {}
+        for signal in SIGNALS:
+            times = self._times[signal]
+            hi = bisect_right(times, newest)
+            if hi and times[hi - 1] >= oldest:
+                out[signal] = self._values[signal][hi - 1]
+        return out
+
     def forget_before(self, t: float) -> None:
         """Drop samples older than `t`: what a caller that runs for days does to bound memory
         (once per history window is enough)."""

@@ -50,3 +50,15 @@ def test_forgetting_old_samples_changes_no_window() -> None:
 def test_an_unknown_signal_is_a_key_error() -> None:
     with pytest.raises(KeyError):
         SignalHistory(history_seconds=1.0).add("queue", 0.0, 1.0)
+
+
+@pytest.mark.parametrize(("now", "delay"), [(25.0, 0.0), (25.0, 3.0), (60.0, 0.0), (2.0, 0.0)])
+def test_latest_is_the_newest_value_observe_would_show(now: float, delay: float) -> None:
+    h = filled(delay=delay)
+    obs = h.observe(now, ())
+    expected = {
+        s: getattr(obs, s).latest()
+        for s in ("queue_depth", "arrival_rate")
+        if getattr(obs, s).latest() is not None
+    }
+    assert h.latest(now) == expected
