@@ -13,11 +13,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from kubernetes import client
 
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
+from gpufleet.kube.events import micro_time
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +30,6 @@ class LeaseConfig:
     lease_duration_seconds: float = 15.0
     renew_deadline_seconds: float = 10.0
     retry_period_seconds: float = 2.0
-
-
-def _micro_time(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
@@ -102,11 +98,11 @@ class LeaderElector:
         if holder and holder != c.identity and not expired:
             return False
         if holder != c.identity:
-            spec.acquire_time = _micro_time(wall)
+            spec.acquire_time = micro_time(wall)
             spec.lease_transitions = (spec.lease_transitions or 0) + 1
         spec.holder_identity = c.identity
         spec.lease_duration_seconds = int(c.lease_duration_seconds)
-        spec.renew_time = _micro_time(wall)
+        spec.renew_time = micro_time(wall)
         try:
             kube_call(lambda: self._leases.replace_namespaced_lease(c.name, c.namespace, lease))
         except KubeError as err:
@@ -122,8 +118,8 @@ class LeaderElector:
             "spec": {
                 "holderIdentity": c.identity,
                 "leaseDurationSeconds": int(c.lease_duration_seconds),
-                "acquireTime": _micro_time(wall),
-                "renewTime": _micro_time(wall),
+                "acquireTime": micro_time(wall),
+                "renewTime": micro_time(wall),
                 "leaseTransitions": 0,
             },
         }

@@ -23,13 +23,11 @@ class ScaleView:
     resource_version: str
 
 
-def _seconds(value: Any) -> float | None:
-    """A timestamp the client deserialised (datetime) or left as text -> unix seconds."""
+def _seconds(value: str | None) -> float | None:
+    """An RFC 3339 timestamp from a raw list answer -> unix seconds."""
     if value is None:
         return None
-    if isinstance(value, datetime):
-        return value.timestamp()
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
