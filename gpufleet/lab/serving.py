@@ -31,6 +31,8 @@ from aiohttp import web
 
 from gpufleet.autoscaler.replay.core.model import ServiceModel
 from gpufleet.autoscaler.replay.core.trace import Trace
+from gpufleet.core.selectors import selector_string
+from gpufleet.lab.kubeapi.cluster import is_ready
 from gpufleet.lab.kubeapi.resources import RESOURCES
 from gpufleet.lab.kubeapi.store import ObjectStore
 
@@ -302,15 +304,11 @@ class ServingFleet:
         )
 
     async def _sync_pods(self) -> None:
-        selector = ",".join(f"{k}={v}" for k, v in sorted(self._labels.items()))
+        selector = selector_string(self._labels)
         live = {}
         for pod in self._store.list(PODS, self._namespace, label_selector=selector):
             meta = pod["metadata"]
-            ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (pod.get("status") or {}).get("conditions") or ()
-            )
-            if ready:
+            if is_ready(pod):
                 live[meta["name"]] = bool(meta.get("deletionTimestamp"))
         changed = False
         for name, deleting in live.items():

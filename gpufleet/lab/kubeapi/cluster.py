@@ -108,7 +108,7 @@ class LabCluster:
             live.sort(key=_deletion_order)
             for pod in live[: len(live) - want]:
                 self._terminate(pod)
-        ready = sum(1 for p in live if _is_ready(p))
+        ready = sum(1 for p in live if is_ready(p))
         status = {
             "replicas": min(want, len(live)),
             "readyReplicas": ready,
@@ -236,7 +236,7 @@ class LabCluster:
                     self._ready_at.pop(key, None)
                 continue
             at = self._ready_at.get(key)
-            if at is not None and at <= now and not _is_ready(pod):
+            if at is not None and at <= now and not is_ready(pod):
                 status = {
                     "phase": "Running",
                     "conditions": [
@@ -252,7 +252,8 @@ class LabCluster:
                 )
 
 
-def _is_ready(pod: dict[str, Any]) -> bool:
+def is_ready(pod: dict[str, Any]) -> bool:
+    """Whether the pod's Ready condition is True."""
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (pod.get("status") or {}).get("conditions") or ()
@@ -273,7 +274,7 @@ def _deletion_order(pod: dict[str, Any]) -> tuple:
     cost = (meta.get("annotations") or {}).get(DELETION_COST, "0")
     return (
         bool((pod.get("spec") or {}).get("nodeName")),
-        _is_ready(pod),
+        is_ready(pod),
         int(cost) if cost.lstrip("-").isdigit() else 0,
         -int(meta.get("resourceVersion", "0")),
     )

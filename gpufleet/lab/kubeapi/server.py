@@ -127,16 +127,6 @@ class FakeApiServer:
         loop.close()
         self._loop = self._thread = None
 
-    def call(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` on the server's loop (where the store lives) and return its result."""
-        if self._loop is None:
-            return fn()
-
-        async def run() -> Any:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
-
     def run_async(self, coro: Any) -> Any:
         """Run a coroutine on the server's loop (where the store and the lab's controllers
         live) and return its result."""

@@ -54,16 +54,10 @@ class ObjectStore:
         self._clock = clock
         self._objects: dict[Key, dict[str, Any]] = {}
         self._version = 0
-        self._listeners: list[Callable[[str, Resource, dict[str, Any]], None]] = []
 
     @property
     def resource_version(self) -> str:
         return str(self._version)
-
-    def listen(self, callback: Callable[[str, Resource, dict[str, Any]], None]) -> None:
-        """Call `callback(event, resource, object)` after every write ("ADDED", "MODIFIED",
-        "DELETED"); the small controllers of the fake cluster react through it."""
-        self._listeners.append(callback)
 
     # --- reads ---
 
@@ -122,7 +116,6 @@ class ObjectStore:
             meta.pop("namespace", None)
         obj["apiVersion"], obj["kind"] = res.group_version, res.kind
         self._objects[self._key(res, namespace, name)] = obj
-        self._notify("ADDED", res, obj)
         return copy.deepcopy(obj)
 
     def replace(
@@ -188,7 +181,6 @@ class ObjectStore:
         current["metadata"]["deletionTimestamp"] = timestamp(self._clock())
         current["metadata"]["resourceVersion"] = str(self._version)
         self._objects[self._key(res, namespace, name)] = current
-        self._notify("MODIFIED", res, current)
         return copy.deepcopy(current)
 
     def delete(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
@@ -196,7 +188,6 @@ class ObjectStore:
         del self._objects[self._key(res, namespace, name)]
         self._version += 1
         obj["metadata"]["resourceVersion"] = str(self._version)
-        self._notify("DELETED", res, obj)
         return obj
 
     # --- the scale subresource ---
@@ -266,7 +257,6 @@ class ObjectStore:
         if new.get("status") is None:
             new.pop("status", None)
         self._objects[self._key(res, namespace, name)] = new
-        self._notify("MODIFIED", res, new)
         return copy.deepcopy(new)
 
     def _check_new(self, res: Resource, namespace: str, name: str, obj: dict[str, Any]) -> None:
@@ -303,10 +293,6 @@ class ObjectStore:
     @staticmethod
     def _key(res: Resource, namespace: str, name: str) -> Key:
         return (res.group, res.plural, namespace if res.namespaced else "", name)
-
-    def _notify(self, event: str, res: Resource, obj: dict[str, Any]) -> None:
-        for callback in self._listeners:
-            callback(event, res, obj)
 
 
 def _scale_of(obj: dict[str, Any]) -> dict[str, Any]:
