@@ -99,7 +99,15 @@ async def _run(settings: AutoscalerSettings, api, address) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     last_ok = [time.monotonic()]
-    runner = await _serve(address, controller, last_ok, settings.tick_seconds) if address else None
+    try:
+        runner = (
+            await _serve(address, controller, last_ok, settings.tick_seconds) if address else None
+        )
+    except OSError as err:  # the port is taken, or the host is not this machine's
+        log.error("--metrics-address %s: %s", settings.metrics_address, err.strerror or err)
+        await prom.close()
+        api.close()
+        return 1
     campaign = asyncio.create_task(elector.run(), name="lease") if elector else None
     log.info("autoscaler %s started (leader election %s)", identity, "on" if elector else "off")
     try:

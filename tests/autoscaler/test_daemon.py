@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -218,3 +219,22 @@ def test_metrics_and_healthz_while_it_runs(apiserver: FakeApiServer) -> None:
         assert daemon.wait(15) == 0
     finally:
         daemon.kill()
+
+
+def test_a_busy_metrics_port_is_one_line_and_exit_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = gpufleet(
+            "autoscaler",
+            "--kube-url",
+            "http://127.0.0.1:9",
+            "--leader-elect=false",
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+        )
+    assert run.returncode == 1
+    lines = run.stderr.strip().splitlines()
+    assert "Traceback" not in run.stderr
+    assert any(f"--metrics-address 127.0.0.1:{port}: " in line for line in lines)
