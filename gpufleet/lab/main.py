@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 
 from gpufleet.core.device_ids import is_replica
-from gpufleet.exporter.daemon import install_signal_handlers, prepare, serve
+from gpufleet.exporter.daemon import StartupError, install_signal_handlers, prepare, serve
 from gpufleet.lab.node import DEFAULT_FLEET, NodeLayout, SimNode
 from gpufleet.logs import setup_logging
 
@@ -88,5 +88,15 @@ async def _run(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     setup_logging(debug=False, json_format=False)
-    asyncio.run(_run(args))
+    try:
+        asyncio.run(_run(args))
+    except ValueError as exc:  # a bad --fleet spec
+        log.error("--fleet: %s", exc)
+        return 2
+    except StartupError as exc:  # a bad --address (the message names it)
+        log.error("%s", exc)
+        return 2
+    except OSError as exc:  # cannot listen: the port is taken
+        log.error("%s", exc)
+        return 1
     return 0

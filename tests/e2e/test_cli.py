@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -144,3 +145,29 @@ def test_lab_serves_an_attributed_node():
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=15)
     assert proc.returncode == 0, err
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        pytest.param(("--fleet", "8xH999"), 2, "--fleet: unknown GPU model 'H999'", id="bad-fleet"),
+        pytest.param(
+            ("--address", "nonsense"), 2, "--address: listen address 'nonsense'", id="bad-address"
+        ),
+    ],
+)
+def test_lab_bad_input_is_one_line_not_a_traceback(args, code: int, message: str):
+    result = run("lab", *args)
+    assert result.returncode == code
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_lab_on_a_busy_port_says_so_and_exits_1():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("lab", "--address", f"127.0.0.1:{port}", "--churn-seconds", "0")
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
