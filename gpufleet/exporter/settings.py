@@ -169,8 +169,9 @@ class ExporterSettings(BaseSettings):
         "-d",
         "--devices",
         group=DCGM,
-        help="Which entities to report: 'f' (MIG instances on MIG GPUs, else GPUs), "
-        "'g[:range]' GPUs only, 'i[:range]' MIG instances only; range like 0-3,5.",
+        help="Which entities to report: 'f' (every GPU and MIG instance; a MIG GPU keeps its "
+        "whole-GPU fields, its instances their own), 'g[:range]' GPUs only, 'i[:range]' MIG "
+        "instances only (no whole-GPU fields); range like 0-3,5.",
     )
     switch_devices: str = setting(
         "f",

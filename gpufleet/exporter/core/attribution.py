@@ -5,8 +5,10 @@ Pure: no I/O, no clock, no logging. The adapters gather the kubelet's view
 (`pods.podresources`) and the pid -> pod UID map (`pods.procfs`); this module joins them
 with one collection. It never guesses: a device ID it cannot place, or a sharing pod whose
 UID it cannot resolve, is left out and counted, never attributed by heuristics; a shared
-entity whose per-process data NVML could not give keeps the device value for every pod
-(counted unsplit) rather than a made-up 0.
+entity whose per-process data NVML could not give gets no per-pod values (counted
+unsplit), so its device series keeps the whole value rather than pods a made-up one.
+Each pod also gets its part of the physical GPU (`PodShare.gpu_share`), by SM activity,
+memory, or allocation, so power and energy can be charged to it.
 
 Terminated pods: kubelets before 1.34 list them too (dcgm-exporter #140). Since 1.16 `List`
 first frees the devices of pods in a terminal phase, so such a pod is listed without
@@ -28,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple, Protocol
 
 from gpufleet.core.device_ids import split_replica
+from gpufleet.core.mig_geometry import mig_compute_fraction
 from gpufleet.exporter.core.fields import BYTES_PER_MIB
 from gpufleet.exporter.core.samples import (
     FB_USED,
@@ -37,7 +40,6 @@ from gpufleet.exporter.core.samples import (
     PodRef,
     PodShare,
     PodView,
-    ProcessSample,
 )
 
 # Resource names the NVIDIA device plugin advertises. `.shared` is its time-slicing/MPS
@@ -380,13 +382,14 @@ def attribute(
 ) -> Attribution:
     """Join one collection with the kubelet index.
 
-    Entities held by no pod are absent from the view. An entity held by one pod gets no
-    per-pod values (the device value is the pod's value). On a shared entity each pod gets
-    its own GPU_UTIL and FB_USED from its processes (`pid_pods` maps pid -> pod UID);
-    where NVML could not tell the processes (`processes` None) every pod keeps the device
-    value and the entity counts as unsplit. Values are per pod: two containers of one pod
-    on the same entity each show the pod's total, since a process maps to a pod, not a
-    container.
+    Entities held by no pod are absent from the view. An entity held by one container gets
+    no per-pod values (the device value is the pod's value) and the entity's whole share
+    of its GPU. On an entity held by several, each pod gets its own GPU_UTIL and FB_USED
+    from its processes (`pid_pods` maps pid -> pod UID), fitted so that the pods' sum never
+    exceeds the device's value; where NVML could not tell the processes (`processes` None)
+    or a UID is missing, the pods get no split values and the entity counts as unsplit.
+    Values and shares are per pod, so they go on the pod's first container only: a process
+    maps to a pod, not a container.
     """
     pods: dict[Key, tuple[PodShare, ...]] = {}
     stray = 0
@@ -396,12 +399,16 @@ def attribute(
         shares = index.holders.get(key)
         if not shares:
             continue
+        fraction = gpu_fraction(sample.entity)
+        if len(shares) == 1:
+            pods[key] = (replace(shares[0], gpu_share=fraction),)
+            continue
         uids = index.splits.get(key)
         if uids is None or sample.processes is None:
-            pods[key] = shares
+            pods[key] = _allocation_shares(shares, fraction)
             unknown += uids is not None
             continue
-        pods[key], unmatched = _split(shares, sample.processes, uids, pid_pods)
+        pods[key], unmatched = _split(shares, sample, uids, pid_pods, fraction)
         stray += unmatched
     stats = replace(
         index.stats,
@@ -411,37 +418,99 @@ def attribute(
     return Attribution(pods=pods, stats=stats)
 
 
+def gpu_fraction(entity: Entity) -> float:
+    """The part of its physical GPU an entity is: 1 for a whole GPU, a MIG instance's
+    compute slices over the GPU's (1g.10gb on an H100: 1/7)."""
+    if entity.mig is None:
+        return 1.0
+    return mig_compute_fraction(entity.mig.profile)
+
+
+def _first_containers(shares: Sequence[PodShare]) -> list[bool]:
+    """Which shares are the first container of their pod (values and shares go there)."""
+    seen: set[tuple[str, str]] = set()
+    first = []
+    for share in shares:
+        pod = (share.pod.namespace, share.pod.name)
+        first.append(pod not in seen)
+        seen.add(pod)
+    return first
+
+
+def _allocation_shares(shares: tuple[PodShare, ...], fraction: float) -> tuple[PodShare, ...]:
+    """No per-process view: each pod gets an equal part of the entity, its allocation."""
+    first = _first_containers(shares)
+    part = fraction / sum(first)
+    return tuple(replace(s, gpu_share=part) if f else s for s, f in zip(shares, first, strict=True))
+
+
 def _split(
     shares: tuple[PodShare, ...],
-    processes: Sequence[ProcessSample],
+    sample: EntitySample,
     uids: frozenset[str],
     pid_pods: Mapping[int, str],
+    fraction: float,
 ) -> tuple[tuple[PodShare, ...], int]:
-    """Per-pod GPU_UTIL (summed %, capped at 100) and FB_USED (MiB) on one shared entity.
+    """Per-pod GPU_UTIL (%) and FB_USED (MiB) and GPU share on one shared entity.
 
-    `processes` is what NVML listed (possibly none). A field is split only when some
-    process reports it (or there are no processes): when NVML gave no per-process value,
-    the pods keep the device value rather than a made-up 0. Pods with no processes get 0.
-    Returns the shares and the count of stray processes.
+    A field is split only when the device reports it and some process reports it (or there
+    are no processes): when NVML gave no per-process value the pods get none, rather than
+    a made-up 0. Pods with no processes get 0. Per-process SM samples and memory can add up
+    to more than the device's own reading (different sampling); the pods are then scaled
+    down together, so their sum is the device's value. The share of the entity is the
+    pod's part of all processes' SM utilization, of their memory when none is busy, or an
+    equal part when neither tells. Returns the shares and the count of stray processes.
     """
+    processes = sample.processes or ()
     util = dict.fromkeys(uids, 0.0)
-    used_bytes = dict.fromkeys(uids, 0)
+    used_mib = dict.fromkeys(uids, 0.0)
     stray = 0
+    stray_util = stray_mib = 0.0
     for process in processes:
+        sm = process.sm_util_percent or 0.0
+        mib = (process.used_memory_bytes or 0) / BYTES_PER_MIB
         uid = pid_pods.get(process.pid)
         if uid not in util:
             stray += 1
+            stray_util += sm
+            stray_mib += mib
             continue
-        util[uid] += process.sm_util_percent or 0.0
-        used_bytes[uid] += process.used_memory_bytes or 0
-    split_util = not processes or any(p.sm_util_percent is not None for p in processes)
-    split_fb = not processes or any(p.used_memory_bytes is not None for p in processes)
-    values: dict[str, dict[str, float]] = {}
-    for uid in uids:
-        pod_values: dict[str, float] = {}
-        if split_util:
-            pod_values[GPU_UTIL] = min(100.0, util[uid])
-        if split_fb:
-            pod_values[FB_USED] = float(used_bytes[uid] // BYTES_PER_MIB)
-        values[uid] = pod_values
-    return tuple(replace(s, values=values.get(s.pod.uid or "", {})) for s in shares), stray
+        util[uid] += sm
+        used_mib[uid] += mib
+    fitted: dict[str, dict[str, float]] = {uid: {} for uid in uids}
+    for field, parts, extra, reported in (
+        (GPU_UTIL, util, stray_util, any(p.sm_util_percent is not None for p in processes)),
+        (FB_USED, used_mib, stray_mib, any(p.used_memory_bytes is not None for p in processes)),
+    ):
+        device = sample.values.get(field)
+        if device is None or (processes and not reported):
+            continue
+        for uid, value in _fit(parts, extra, device).items():
+            fitted[uid][field] = value
+    entity_share = _activity_shares(util, stray_util) or _activity_shares(used_mib, stray_mib)
+    first = _first_containers(shares)
+    out = []
+    for share, is_first in zip(shares, first, strict=True):
+        uid = share.pod.uid or ""
+        if not is_first:
+            out.append(share)
+            continue
+        part = entity_share[uid] if entity_share else 1.0 / len(uids)
+        out.append(replace(share, values=fitted[uid], gpu_share=part * fraction))
+    return tuple(out), stray
+
+
+def _fit(parts: Mapping[str, float], extra: float, device: float) -> dict[str, float]:
+    """Scale the pods' parts (and the stray `extra`) down to the device's value if they
+    exceed it, so the sum over pods plus the unattributed rest is the device's value."""
+    total = sum(parts.values()) + extra
+    scale = device / total if total > device and total > 0 else 1.0
+    return {uid: value * scale for uid, value in parts.items()}
+
+
+def _activity_shares(parts: Mapping[str, float], extra: float) -> dict[str, float] | None:
+    """Each pod's part of the total including strays; None when nothing is active."""
+    total = sum(parts.values()) + extra
+    if total <= 0:
+        return None
+    return {uid: value / total for uid, value in parts.items()}

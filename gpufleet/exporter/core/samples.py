@@ -103,13 +103,16 @@ SPLIT_FIELDS = frozenset({GPU_UTIL, FB_USED})
 class PodShare:
     """One pod's view of an entity.
 
-    `values` overrides the device value for SPLIT_FIELDS when several pods share the
-    entity and NVML told each one's part; empty otherwise (the pods show the device value).
+    `values` holds the pod's own SPLIT_FIELDS when several pods share the entity and NVML
+    told each one's part; empty otherwise. `gpu_share` is the part of the physical GPU
+    attributed to the pod (its part of the entity times the entity's part of the GPU), on
+    the pod's first container only; None where not attributed.
     """
 
     pod: PodRef
     values: Mapping[str, float] = field(default_factory=dict)
     vgpu: str | None = None  # time-slicing replica index(es), for --kubernetes-virtual-gpus
+    gpu_share: float | None = None
 
 
 # Entity.key -> the pods holding that entity, sorted by (namespace, name, container).

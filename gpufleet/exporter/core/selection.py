@@ -1,6 +1,8 @@
 """dcgm-exporter's `-d/--devices` selector: which entities get series.
 
-`f` (flex, the default): MIG instances on MIG-enabled GPUs, whole GPUs elsewhere.
+`f` (flex, the default): every GPU and every MIG instance. dcgm-exporter's flex drops a
+MIG-enabled GPU for its instances and copies the GPU's own quantities onto each; here the
+GPU keeps them once (see `series`), and its instances serve the rest.
 `g[:range]`: whole GPUs only. `i[:range]`: MIG instances only. A range is a comma list of
 GPU indexes and spans, e.g. `0-3,5`; for `i` it selects the instances of those GPUs.
 Pure: no I/O.
@@ -41,8 +43,6 @@ def select_entities(
     samples: Iterable[EntitySample], selector: DeviceSelector
 ) -> tuple[EntitySample, ...]:
     """Keep the samples the selector reports, in order."""
-    samples = tuple(samples)
-    mig_parents = {s.entity.gpu for s in samples if s.entity.mig is not None}
 
     def keep(s: EntitySample) -> bool:
         if selector.gpus is not None and s.entity.gpu not in selector.gpus:
@@ -51,6 +51,6 @@ def select_entities(
             return s.entity.mig is None
         if selector.kind == "i":
             return s.entity.mig is not None
-        return s.entity.mig is not None or s.entity.gpu not in mig_parents
+        return True
 
     return tuple(s for s in samples if keep(s))

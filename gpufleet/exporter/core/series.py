@@ -7,15 +7,24 @@ key (`container, err_code, err_msg, namespace, pod, pod_uid, vgpu`, and our `xid
 dcgm-exporter keeps the pod labels and `err_code`/`err_msg` in one attributes map and its
 template ranges over it in key order, so on an XID series of a pod they interleave.
 
-Unlike dcgm-exporter, an entity held by several pods (time-slicing, MPS) yields one series
-per pod (not one arbitrary pod), each with that pod's own value where NVML can split it.
-For the fields it splits (`SPLIT_FIELDS`: GPU_UTIL, FB_USED) such an entity also keeps its
-device-level series without pod labels, as dcgm-exporter does since its #594, so the
-device total stays visible (FB_FREE + FB_USED adds up to the device's memory). Entities no
-pod holds carry no pod labels at all (dcgm-exporter 4.x), not empty strings.
+Sums are physically true: every field appears exactly once per GPU or MIG instance.
+- An entity held by one container gets one series per field, with that pod's labels (as
+  dcgm-exporter); an entity no pod holds gets one without pod labels.
+- An entity held by several (time-slicing, MPS) keeps its device-level fields on one
+  device series without pod labels. Each pod gets its own `SPLIT_FIELDS` (GPU_UTIL,
+  FB_USED) where NVML can split them, and the device series keeps only the rest that no
+  pod accounts for (driver memory, stray processes), so the sum over a GPU's series is
+  the GPU's value. Where the split is unknown the device series keeps the whole value.
+- On a MIG-enabled GPU the whole-GPU quantities (`MigSource.PARENT`: temperature, power,
+  clocks, energy, ECC, ...) are served once, on the GPU's own series (no GPU_I labels),
+  and each instance serves its own fields. dcgm-exporter copies them onto every instance.
+- `gpufleet_pod_gpu_share` is the part of its physical GPU a pod is attributed, and
+  `gpufleet_pod_power_usage` that part of the GPU's power, so power and energy can be
+  charged to pods without changing what any DCGM name means.
 
 XID series exist only for GPUs the XID watcher watches (`NodeSample.xid`): where event
-registration failed, no XID is known and none is claimed, not even "No Error".
+registration failed, no XID is known and none is claimed, not even "No Error". They are
+per GPU, so they go on the GPU's series only (never a MIG instance's or a sharing pod's).
 
 dcgm-exporter's own windowed counts (`windows.py`) add `window_size_in_ms` and `xid` or
 `clock_event` among the label-row labels (dcgm keeps them in the same map), sorted by key.
@@ -25,6 +34,7 @@ GPUs with a history (XIDs: watched GPUs; clock events: GPUs whose reasons NVML r
 Pure: no I/O, no clock, no logging. Escaping is the renderer's job; values here are raw.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -55,6 +65,14 @@ XID_TOTAL_HELP = "Number of XID events per xid since the exporter started."
 XID_NONE_MESSAGE = "No Error"
 XID_UNKNOWN_MESSAGE = "Unknown Error"
 _WINDOWED = frozenset({XID_COUNT_FIELD, CLOCK_EVENTS_COUNT_FIELD})
+GPU_SHARE_NAME = "gpufleet_pod_gpu_share"
+GPU_SHARE_HELP = (
+    "Part of its physical GPU attributed to the pod (0-1): its part of the GPU's SM "
+    "activity, or of its memory when idle, times its MIG instance's part of the GPU."
+)
+POD_POWER_NAME = "gpufleet_pod_power_usage"
+POD_POWER_HELP = "Power draw of the pod's GPU share (in W): gpufleet_pod_gpu_share x GPU power."
+POWER_FIELD = "DCGM_FI_DEV_POWER_USAGE"
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -94,11 +112,12 @@ class SeriesOptions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Row:
-    """One (entity, pod or none) pair: the label set every family repeats for it."""
+    """One series label set (an entity, and a pod or none) and the values it serves."""
 
     entity: EntitySample
     share: PodShare | None
-    split_only: bool  # the device row of a shared entity: only SPLIT_FIELDS use it
+    gpu_row: bool  # the GPU's own series: where per-GPU things (XIDs) go
+    values: Mapping[str, float]  # field -> value this row serves, in legacy units
     base: Labels  # identity, hostname and label-row labels
     label_rows: Labels  # the label-row part of `base`, sorted by key
     attributes: Labels  # pod attributes, sorted by key
@@ -113,12 +132,12 @@ def build_families(
     Names, values and default help texts follow the profile. A field missing from an
     entity's values (unsupported, lost) gives that entity no series; a family with no
     series at all is left out, as dcgm-exporter does. `DCGM_FI_DEV_XID_ERRORS` is the last
-    XID of the entity's GPU (0 if none since start) with dcgm-exporter's `err_code` and
-    `err_msg`, and is followed by `gpufleet_xid_errors_total` (per GPU and xid); both only
-    for GPUs in `sample.xid`. DCGM_EXP_*_COUNT count `sample`'s histories over the
-    options' windows ending at `sample.collected_monotonic`. Samples are ordered by entity
-    (gpu, GPU instance), then the device row of a shared entity (SPLIT_FIELDS only), then in
-    the pod view's order.
+    XID of the GPU (0 if none since start) with dcgm-exporter's `err_code` and `err_msg`,
+    and is followed by `gpufleet_xid_errors_total` (per GPU and xid); both only for GPUs
+    in `sample.xid`. DCGM_EXP_*_COUNT count `sample`'s histories over the options'
+    windows ending at `sample.collected_monotonic`. The pods' GPU shares and power come
+    last. Samples are ordered by entity (gpu, GPU instance), then the device series of a
+    shared entity, then in the pod view's order.
     """
     names = OLD_LABEL_NAMES if options.old_namespace else LABEL_NAMES
     rows = _rows(sample, selection=selection, pods=pods, options=options, names=names)
@@ -126,11 +145,12 @@ def build_families(
     for selected in selection.metrics:
         if selected.spec.name == XID_FIELD:
             families.append(_xid_family(selected, rows, sample, options.profile))
-            families.append(_xid_total_family(selected, rows, sample))
+            families.append(_xid_total_family(rows, sample))
         elif selected.spec.name in _WINDOWED:
             families.append(_windowed_family(selected, rows, sample, options))
         else:
             families.append(_field_family(selected, rows, options.profile))
+    families.extend(_share_families(rows))
     return tuple(family for family in families if family.samples)
 
 
@@ -146,38 +166,66 @@ def _rows(
         ((f.spec.name, served_name(f.spec, options.profile)) for f in selection.labels),
         key=lambda row: row[1],
     )
+    whole_gpu = frozenset(f.spec.name for f in selection.metrics if f.spec.mig is MigSource.PARENT)
+    mig_gpus = {s.entity.gpu for s in sample.entities if s.entity.mig is not None}
     rows = []
     for entity_sample in sorted(sample.entities, key=_entity_order):
+        entity = entity_sample.entity
         identity, row_labels = _base_labels(entity_sample, sample, label_rows, options, names)
         base = identity + row_labels
-        shares = pods.get(entity_sample.entity.key, ())
-        shared = len({(s.pod.namespace, s.pod.name) for s in shares}) > 1
-        if not shares or shared:
-            rows.append(
-                _Row(
-                    entity=entity_sample,
-                    share=None,
-                    split_only=shared,
-                    base=base,
-                    label_rows=row_labels,
-                    attributes=(),
-                    labels=base,
-                )
-            )
-        for share in shares:
-            attributes = _pod_attributes(share, options, names)
-            rows.append(
-                _Row(
-                    entity=entity_sample,
-                    share=share,
-                    split_only=False,
-                    base=base,
-                    label_rows=row_labels,
-                    attributes=attributes,
-                    labels=base + attributes,
-                )
-            )
+        values = entity_sample.values
+        if entity.mig is None and entity.gpu in mig_gpus:
+            # The instances serve their own fields; the GPU keeps the whole-GPU ones.
+            values = {k: v for k, v in values.items() if k in whole_gpu}
+        shares = pods.get(entity.key, ())
+        common = {"entity": entity_sample, "base": base, "label_rows": row_labels}
+        if len({(s.pod.namespace, s.pod.name) for s in shares}) <= 1:
+            # One pod (even through several containers) holds the whole entity: its first
+            # container's labels, as dcgm-exporter gives one pod.
+            share = shares[0] if shares else None
+            rows.append(_row(share, values, gpu_row=True, options=options, names=names, **common))
+            continue
+        unclaimed = _unclaimed(values, shares)
+        rows.append(_row(None, unclaimed, gpu_row=True, options=options, names=names, **common))
+        rows.extend(
+            _row(s, s.values, gpu_row=False, options=options, names=names, **common) for s in shares
+        )
     return rows
+
+
+def _row(
+    share: PodShare | None,
+    values: Mapping[str, float],
+    *,
+    gpu_row: bool,
+    entity: EntitySample,
+    base: Labels,
+    label_rows: Labels,
+    options: SeriesOptions,
+    names: LabelNames,
+) -> _Row:
+    attributes = () if share is None else _pod_attributes(share, options, names)
+    return _Row(
+        entity=entity,
+        share=share,
+        gpu_row=gpu_row and entity.entity.mig is None,
+        values=values,
+        base=base,
+        label_rows=label_rows,
+        attributes=attributes,
+        labels=base + attributes,
+    )
+
+
+def _unclaimed(values: Mapping[str, float], shares: tuple[PodShare, ...]) -> dict[str, float]:
+    """The device series of a shared entity: its device-level fields, and of each split
+    field what no pod accounts for (the whole value where no pod got one)."""
+    rest = dict(values)
+    for field in SPLIT_FIELDS:
+        claimed = [s.values[field] for s in shares if field in s.values]
+        if field in rest and claimed:
+            rest[field] = max(0.0, rest[field] - sum(claimed))
+    return rest
 
 
 def _entity_order(entity_sample: EntitySample) -> tuple[int, int]:
@@ -240,15 +288,8 @@ def _field_family(selected: SelectedField, rows: list[_Row], profile: Profile) -
     field = spec.name
     scale = unit_scale(spec, profile)
     samples = []
-    split = field in SPLIT_FIELDS
     for row in rows:
-        if row.split_only and not split:
-            continue
-        value = None
-        if row.share is not None:
-            value = row.share.values.get(field)  # this pod's share, where NVML splits it
-        if value is None:
-            value = row.entity.values.get(field)
+        value = row.values.get(field)
         if value is None:
             continue
         samples.append(Sample(labels=row.labels, value=value * scale if scale != 1.0 else value))
@@ -260,6 +301,31 @@ def _field_family(selected: SelectedField, rows: list[_Row], profile: Profile) -
     )
 
 
+def _share_families(rows: list[_Row]) -> tuple[MetricFamily, MetricFamily]:
+    """Each pod's share of its physical GPU, and that share of the GPU's power."""
+    power = {
+        r.entity.entity.gpu: r.values[POWER_FIELD]
+        for r in rows
+        if r.gpu_row and POWER_FIELD in r.values
+    }
+    shares, watts = [], []
+    for row in rows:
+        if row.share is None or row.share.gpu_share is None:
+            continue
+        shares.append(Sample(labels=row.labels, value=row.share.gpu_share))
+        gpu_power = power.get(row.entity.entity.gpu)
+        if gpu_power is not None:
+            watts.append(Sample(labels=row.labels, value=row.share.gpu_share * gpu_power))
+    return (
+        MetricFamily(
+            name=GPU_SHARE_NAME, type=MetricType.GAUGE, help=GPU_SHARE_HELP, samples=tuple(shares)
+        ),
+        MetricFamily(
+            name=POD_POWER_NAME, type=MetricType.GAUGE, help=POD_POWER_HELP, samples=tuple(watts)
+        ),
+    )
+
+
 def _xid_family(
     selected: SelectedField, rows: list[_Row], sample: NodeSample, profile: Profile
 ) -> MetricFamily:
@@ -267,7 +333,7 @@ def _xid_family(
     err_msg="No Error" until the first XID, then the code and its text; the value is the
     code itself. A GPU missing from `sample.xid` (not watched) gets no series."""
     samples = []
-    for row in _xid_rows(selected, rows):
+    for row in _gpu_rows(rows):
         state = sample.xid.get(row.entity.entity.gpu)
         if state is None:
             continue
@@ -281,13 +347,10 @@ def _xid_family(
     )
 
 
-def _xid_total_family(
-    selected: SelectedField, rows: list[_Row], sample: NodeSample
-) -> MetricFamily:
-    """XID events per GPU and xid. Like the last-XID gauge, every entity of a GPU (each MIG
-    instance, each pod) repeats its GPU's counts, so aggregate with max by (UUID, xid)."""
+def _xid_total_family(rows: list[_Row], sample: NodeSample) -> MetricFamily:
+    """XID events per GPU and xid, on the GPU's series."""
     samples = []
-    for row in _xid_rows(selected, rows):
+    for row in _gpu_rows(rows):
         state = sample.xid.get(row.entity.entity.gpu)
         if state is None:
             continue
@@ -320,7 +383,7 @@ def _windowed_family(
     }
     window = ("window_size_in_ms", str(window_ms))
     samples = []
-    for row in _xid_rows(selected, rows):
+    for row in _gpu_rows(rows):
         identity = row.base[: len(row.base) - len(row.label_rows)]
         for value, n in counts.get(row.entity.entity.gpu, {}).items():
             labels = tuple(sorted((*row.label_rows, window, (key, str(value)))))
@@ -333,10 +396,9 @@ def _windowed_family(
     )
 
 
-def _xid_rows(selected: SelectedField, rows: list[_Row]) -> list[_Row]:
-    """XIDs are per GPU; MIG instances carry their GPU's unless the field says NONE."""
-    mig = selected.spec.mig is not MigSource.NONE
-    return [r for r in rows if not r.split_only and (mig or r.entity.entity.mig is None)]
+def _gpu_rows(rows: list[_Row]) -> list[_Row]:
+    """XIDs and clock events are per GPU: one series each, on the GPU's own row."""
+    return [r for r in rows if r.gpu_row]
 
 
 def _served_help(selected: SelectedField, profile: Profile) -> str:

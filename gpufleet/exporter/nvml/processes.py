@@ -31,6 +31,9 @@ class ProcessReader:
         self._calls = calls
         self._enabled = enabled
         self._seen_us: dict[str, int] = {}  # last process-utilization timestamp
+        # Each entity's latest SM util per pid: NVML answers only samples newer than the
+        # last call, and none when its sampling period is longer than the collection's.
+        self._last_util: dict[str, dict[int, float]] = {}
 
     def read(self, target: Target, errors: Counter[str]) -> tuple[Any, Any]:
         """(running compute processes, pid -> SM util %) of a handle; MISSING where NVML
@@ -56,11 +59,15 @@ class ProcessReader:
         )
         if samples is MISSING:
             return running, MISSING
-        utilization: dict[int, float] = {}
+        utilization = dict(self._last_util.get(target.key, {}))
         for sample in sorted(samples, key=lambda s: s.timeStamp):  # the latest wins
             utilization[sample.pid] = float(sample.smUtil)
             since = max(since, sample.timeStamp)
+        if running is not MISSING:  # forget processes that ended
+            alive = {p.pid for p in running}
+            utilization = {pid: u for pid, u in utilization.items() if pid in alive}
         self._seen_us[target.key] = since
+        self._last_util[target.key] = utilization
         return running, utilization
 
     def read_mig(
@@ -83,6 +90,7 @@ class ProcessReader:
     def forget(self, keys: set[str]) -> None:
         """Drop the sample times of entities whose UUID is not in `keys`."""
         self._seen_us = {k: v for k, v in self._seen_us.items() if k in keys}
+        self._last_util = {k: v for k, v in self._last_util.items() if k in keys}
 
 
 def process_samples(running: Any, utilization: Any) -> tuple[ProcessSample, ...] | None:

@@ -219,11 +219,10 @@ class NvmlReader:
             self._gpm.read_gpu(target, self._gpm_fields, values, errors)
         running, utilization = self._processes.read(target, errors)
         samples = [_sample(target, values, running, utilization)]
-        inherited = {n: v for n, v in values.items() if self._specs[n].mig is MigSource.PARENT}
         instance_calls = [n for n in self._call_fields if self._specs[n].mig is MigSource.INSTANCE]
         instance_gpm = [n for n in self._gpm_fields if self._specs[n].mig is MigSource.INSTANCE]
         for mig in gpu.migs:
-            mig_values = dict(inherited)
+            mig_values: dict[str, float] = {}  # whole-GPU fields stay on the GPU (`series`)
             self._read_calls(mig, instance_calls, mig_values, errors)
             if gpu.gpm:
                 self._gpm.read_mig(target, mig, instance_gpm, mig_values, errors)

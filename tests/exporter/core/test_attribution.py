@@ -98,7 +98,7 @@ class Case:
 def _run(case: Case):
     index = build_index(case.containers, case.checkpoint, NODE, extra_resource_names=case.extra)
     samples = [
-        EntitySample(entity=e, values={}, processes=case.processes.get(e.key, ()))
+        EntitySample(entity=e, values=DEVICE_VALUES, processes=case.processes.get(e.key, ()))
         for e in case.sampled
     ]
     return attribute(index, samples, case.pid_pods)
@@ -115,6 +115,8 @@ def _flat(pods):
 
 
 G0, G1 = _gpu_uuid(0), _gpu_uuid(1)
+# What every sampled entity's device reads: the pods' split values are fitted under these.
+DEVICE_VALUES = {GPU_UTIL: 100.0, FB_USED: 81_559.0}
 M21, M22 = _mig_uuid(2, 1), _mig_uuid(2, 2)
 
 CASES = [
@@ -130,16 +132,16 @@ CASES = [
         Case(
             containers=(held("a", f"{G0}::0"), held("b", f"{G0}::1")),
             checkpoint=(entry("uid-a", f"{G0}::0"), entry("uid-b", f"{G0}::1")),
-            processes={GPU0: (proc(10, 30, 1024), proc(11, 20, 512), proc(20, 90), proc(21, 40))},
+            processes={GPU0: (proc(10, 30, 1024), proc(11, 20, 512), proc(20, 110), proc(21, 40))},
             pid_pods={10: "uid-a", 11: "uid-a", 20: "uid-b", 21: "uid-b"},
             want={
                 GPU0: [
-                    ("default/a/main", "uid-a", "0", {GPU_UTIL: 50.0, FB_USED: 1536.0}),
-                    ("default/b/main", "uid-b", "1", {GPU_UTIL: 100.0, FB_USED: 0.0}),
+                    ("default/a/main", "uid-a", "0", {GPU_UTIL: 25.0, FB_USED: 1536.0}),
+                    ("default/b/main", "uid-b", "1", {GPU_UTIL: 75.0, FB_USED: 0.0}),
                 ]
             },
         ),
-        id="time-sliced GPU split per pod, util capped at 100",
+        id="time-sliced GPU split per pod; per-process SM over the device's reading scaled to it",
     ),
     pytest.param(
         Case(
@@ -479,7 +481,7 @@ CASES = [
                 entry("uid-b", f"{G0}::1"),
                 entry("uid-c", f"{G1}::0"),
             ),
-            processes={GPU0: (proc(10, 10, 10), proc(30, 50, 50), proc(99, 50, 50))},
+            processes={GPU0: (proc(10, 10, 10), proc(30, 40, 50), proc(99, 40, 50))},
             pid_pods={10: "uid-a", 30: "uid-c"},
             want={
                 GPU0: [
@@ -526,12 +528,12 @@ CASES = [
             want={
                 GPU0: [
                     ("team-a/y/b", "uid-y", "0", {GPU_UTIL: 10.0, FB_USED: 10.0}),
-                    ("team-a/y/z", "uid-y", "1", {GPU_UTIL: 10.0, FB_USED: 10.0}),
+                    ("team-a/y/z", "uid-y", "1", {}),
                     ("team-b/x/main", "uid-x", "2", {GPU_UTIL: 0.0, FB_USED: 0.0}),
                 ]
             },
         ),
-        id="sorted by namespace, pod, container; values are per pod",
+        id="sorted by namespace, pod, container; values are per pod, on its first container",
     ),
 ]
 
@@ -597,8 +599,8 @@ def test_index_is_reused_across_collections() -> None:
         (entry("uid-a", f"{G0}::0"), entry("uid-b", f"{G0}::1")),
         NODE,
     )
-    first = attribute(index, [EntitySample(entity=NODE[0], values={})], {})
-    busy = EntitySample(entity=NODE[0], values={}, processes=(proc(10, 40, 40),))
+    first = attribute(index, [EntitySample(entity=NODE[0], values=DEVICE_VALUES)], {})
+    busy = EntitySample(entity=NODE[0], values=DEVICE_VALUES, processes=(proc(10, 40, 40),))
     second = attribute(index, [busy], {10: "uid-b"})
     assert [dict(s.values) for s in first.pods[GPU0]] == [
         {GPU_UTIL: 0.0, FB_USED: 0.0},
@@ -608,6 +610,52 @@ def test_index_is_reused_across_collections() -> None:
         {GPU_UTIL: 0.0, FB_USED: 0.0},
         {GPU_UTIL: 40.0, FB_USED: 40.0},
     ]
+
+
+def _shares(containers, checkpoint, samples, pid_pods=None):
+    index = build_index(containers, checkpoint, NODE)
+    pods = attribute(index, samples, pid_pods or {}).pods
+    return {key: [s.gpu_share for s in shares] for key, shares in pods.items()}
+
+
+def test_gpu_share_follows_sm_activity_then_memory_then_allocation() -> None:
+    """A pod's part of its physical GPU: SM activity (strays keep theirs, unattributed),
+    memory when nothing is busy, an equal part when NVML tells nothing."""
+    containers = (held("a", f"{G0}::0"), held("b", f"{G0}::1"))
+    checkpoint = (entry("uid-a", f"{G0}::0"), entry("uid-b", f"{G0}::1"))
+    pids = {10: "uid-a", 20: "uid-b"}
+
+    def sample(*processes):
+        return EntitySample(entity=NODE[0], values=DEVICE_VALUES, processes=processes)
+
+    busy = sample(proc(10, 30, 100), proc(20, 10, 900), proc(99, 40, 0))
+    assert _shares(containers, checkpoint, [busy], pids) == {GPU0: [0.375, 0.125]}
+    idle = sample(proc(10, 0, 100), proc(20, 0, 300))
+    assert _shares(containers, checkpoint, [idle], pids) == {GPU0: [0.25, 0.75]}
+    unknown = EntitySample(entity=NODE[0], values=DEVICE_VALUES, processes=None)
+    assert _shares(containers, checkpoint, [unknown], pids) == {GPU0: [0.5, 0.5]}
+
+
+def test_gpu_share_of_whole_gpus_and_mig_slices() -> None:
+    """A pod holding a whole GPU has all of it; a 1g.10gb slice is 1/7 of an H100, and two
+    pods time-sharing that slice split the seventh; a pod's second container gets none."""
+    containers = (
+        held("a", G0),
+        held("b", f"{M21}::0", res="nvidia.com/mig-1g.10gb"),
+        held("c", f"{M21}::1", res="nvidia.com/mig-1g.10gb"),
+        held("d", f"{G1}::0", ctr="x"),
+        held("d", f"{G1}::1", ctr="y"),
+    )
+    checkpoint = (
+        entry("uid-a", G0),
+        entry("uid-b", f"{M21}::0", res="nvidia.com/mig-1g.10gb"),
+        entry("uid-c", f"{M21}::1", res="nvidia.com/mig-1g.10gb"),
+    )
+    samples = [EntitySample(entity=e, values=DEVICE_VALUES) for e in NODE]
+    shares = _shares(containers, checkpoint, samples)
+    assert shares[GPU0] == [1.0]
+    assert shares[MIG21] == [1 / 7 / 2, 1 / 7 / 2]
+    assert shares[GPU1] == [1.0, None]
 
 
 # --- against the fake kubelet: terminated pods and the checkpoint, as a node shows them ------

@@ -19,7 +19,7 @@ NODE = (sample(0), sample(1), sample(1, 7), sample(1, 8))
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ("f", [(0, None), (1, 7), (1, 8)]),
+        ("f", [(0, None), (1, None), (1, 7), (1, 8)]),
         ("g", [(0, None), (1, None)]),
         ("i", [(1, 7), (1, 8)]),
         ("g:1", [(1, None)]),
@@ -27,7 +27,7 @@ NODE = (sample(0), sample(1), sample(1, 7), sample(1, 8))
         ("g:0-1", [(0, None), (1, None)]),
     ],
     ids=[
-        "flex drops MIG parents",
+        "flex keeps MIG parents, for their whole-GPU fields",
         "gpus only",
         "instances only",
         "gpu range",

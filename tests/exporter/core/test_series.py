@@ -7,7 +7,7 @@ from helpers import TEST_DATA
 from helpers.fields import DRIVER, ENERGY, FB_FREE, FB_USED, SERIAL, UTIL, XID
 
 from gpufleet.exporter.core.counters import parse_counters, select_fields
-from gpufleet.exporter.core.fields import CATALOG, FieldSpec, MetricType, MigSource
+from gpufleet.exporter.core.fields import CATALOG, FieldSpec, MetricType
 from gpufleet.exporter.core.profiles import HostnameLabel, Profile
 from gpufleet.exporter.core.render import render_text
 from gpufleet.exporter.core.samples import (
@@ -233,10 +233,13 @@ def test_v49_csv_names_with_legacy_profile_serve_legacy_names() -> None:
     assert (family.name, family.samples[0].value) == ("DCGM_FI_DEV_GPU_UTIL", 50)
 
 
-def test_shared_gpu_gives_one_series_per_pod_with_its_own_value() -> None:
+def test_shared_gpu_splits_its_value_between_pods_and_the_unclaimed_rest() -> None:
+    """Each pod gets its own share; the device row keeps only what no pod accounts for, so
+    the sum over the GPU's series is the GPU's value. A pod with no split value gets no
+    series for the field (never the device's value again)."""
     shares = (
         _share("a", uid="uid-a", vgpu="0", values={"DCGM_FI_DEV_GPU_UTIL": 30.0}),
-        _share("b", uid="uid-b", vgpu="1"),  # no per-pod split: the device value
+        _share("b", uid="uid-b", vgpu="1"),
     )
     (util,) = _build(
         [EntitySample(entity=GPU0, values={"DCGM_FI_DEV_GPU_UTIL": 70.0})],
@@ -245,7 +248,7 @@ def test_shared_gpu_gives_one_series_per_pod_with_its_own_value() -> None:
         virtual_gpus=True,
     )
     assert [(s.labels[5:], s.value) for s in util.samples] == [
-        ((), 70.0),  # the device row stays, without pod labels (dcgm-exporter #594)
+        ((), 40.0),
         (
             (
                 ("container", "a"),
@@ -256,22 +259,13 @@ def test_shared_gpu_gives_one_series_per_pod_with_its_own_value() -> None:
             ),
             30.0,
         ),
-        (
-            (
-                ("container", "b"),
-                ("namespace", "default"),
-                ("pod", "b"),
-                ("pod_uid", "uid-b"),
-                ("vgpu", "1"),
-            ),
-            70.0,
-        ),
     ]
+    assert sum(s.value for s in util.samples) == 70.0
 
 
-def test_shared_gpu_keeps_its_device_row_for_split_fields_byte_for_byte() -> None:
-    """dcgm-exporter #594: per-pod FB_USED next to the device's, so FB_FREE + FB_USED (no
-    pod label) still add up; fields NVML cannot split stay per pod only."""
+def test_shared_gpu_serves_device_fields_once_byte_for_byte() -> None:
+    """Fields NVML cannot split (FB_FREE) are on the device row only, once; FB_USED is
+    split, the device row keeping the driver's part."""
     shares = (
         _share("a", uid="uid-a", values={"DCGM_FI_DEV_FB_USED": 1024.0}),
         _share("b", uid="uid-b", values={"DCGM_FI_DEV_FB_USED": 3072.0}),
@@ -296,25 +290,25 @@ def test_shared_gpu_keeps_its_device_row_for_split_fields_byte_for_byte() -> Non
         b'gpu="0",UUID="GPU-8b2281de-6d3c-22ed-0ec8-d3b864870b8b",pci_bus_id="00000000:8D:00.0",'
         b'device="nvidia0",modelName="NVIDIA H100 80GB HBM3"'
     )
-    assert render_text(families) == (
+    assert render_text(families[:2]) == (
         b"# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).\n"
         b"# TYPE DCGM_FI_DEV_FB_FREE gauge\n"
-        b"DCGM_FI_DEV_FB_FREE{" + ident + b',container="a",namespace="default",pod="a"} 77000\n'
-        b"DCGM_FI_DEV_FB_FREE{" + ident + b',container="b",namespace="default",pod="b"} 77000\n'
+        b"DCGM_FI_DEV_FB_FREE{" + ident + b"} 77000\n"
         b"# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n"
         b"# TYPE DCGM_FI_DEV_FB_USED gauge\n"
-        b"DCGM_FI_DEV_FB_USED{" + ident + b"} 4100\n"
+        b"DCGM_FI_DEV_FB_USED{" + ident + b"} 4\n"
         b"DCGM_FI_DEV_FB_USED{" + ident + b',container="a",namespace="default",pod="a"} 1024\n'
         b"DCGM_FI_DEV_FB_USED{" + ident + b',container="b",namespace="default",pod="b"} 3072\n'
     )
 
 
-def test_two_containers_of_one_pod_are_not_a_shared_gpu() -> None:
+def test_two_containers_of_one_pod_are_one_holder() -> None:
+    """One pod holding a GPU through two containers: one series, its first container's."""
     (util,) = _build(
         [EntitySample(entity=GPU0, values={"DCGM_FI_DEV_GPU_UTIL": 70.0})],
         pods={GPU0.key: (_share("a", container="x"), _share("a", container="y"))},
     )
-    assert [dict(s.labels).get("container") for s in util.samples] == ["x", "y"]
+    assert [(dict(s.labels).get("container"), s.value) for s in util.samples] == [("x", 70.0)]
 
 
 def test_vgpu_and_pod_uid_only_when_enabled() -> None:
@@ -325,12 +319,14 @@ def test_vgpu_and_pod_uid_only_when_enabled() -> None:
     assert [k for k, _ in util.samples[0].labels[5:]] == ["container", "namespace", "pod"]
 
 
-def test_share_value_counts_even_where_the_device_has_none() -> None:
+def test_unsplit_shared_gpu_keeps_the_whole_value_on_its_device_row() -> None:
+    """No pod got a split value (NVML could not tell the processes): the device row keeps
+    the device's value, and no pod claims a copy of it."""
     (util,) = _build(
-        [EntitySample(entity=GPU0, values={}), EntitySample(entity=GPU1, values={})],
-        pods={GPU0.key: (_share("a", values={"DCGM_FI_DEV_GPU_UTIL": 12.0}),)},
+        [EntitySample(entity=GPU0, values={"DCGM_FI_DEV_GPU_UTIL": 55.0})],
+        pods={GPU0.key: (_share("a"), _share("b"))},
     )
-    assert [(s.labels[0], s.value) for s in util.samples] == [(("gpu", "0"), 12.0)]
+    assert [(s.labels[5:], s.value) for s in util.samples] == [((), 55.0)]
 
 
 def test_missing_values_give_no_series_and_empty_families_are_dropped() -> None:
@@ -359,13 +355,13 @@ def test_family_order_is_csv_order_and_samples_follow_entity_then_pod() -> None:
     families = _build(
         [EntitySample(entity=e, values=values) for e in (mig[0], GPU0, mig[1])],
         rows=("DCGM_FI_DEV_FB_USED, gauge, h", UTIL_ROW),
-        pods={mig[1].key: (_share("x"), _share("y"))},
+        pods={mig[1].key: (_share("x", values=values), _share("y", values=values))},
     )
     assert [f.name for f in families] == ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL"]
     order = [(d["gpu"], d.get("GPU_I_ID"), d.get("pod")) for d in _labels(families[0])]
     assert order == [
         ("0", None, None),
-        ("1", "5", None),  # shared: the device row of a split field comes first
+        ("1", "5", None),  # shared: the device row comes first
         ("1", "5", "x"),
         ("1", "5", "y"),
         ("1", "13", None),
@@ -466,7 +462,9 @@ def test_xid_attributes_sort_among_pod_labels_as_in_dcgm() -> None:
     ]
 
 
-def test_xid_follows_the_fields_mig_source() -> None:
+def test_xids_go_on_the_gpu_series_only() -> None:
+    """XIDs are per GPU: one series on the GPU's own row, never repeated on its MIG
+    instances or on the pods sharing it; with instances only (`-d i`) there is none."""
     instance = Entity(
         gpu=0,
         uuid=UUID0,
@@ -474,23 +472,60 @@ def test_xid_follows_the_fields_mig_source() -> None:
         model_name="m",
         mig=MigInstance(profile="1g.10gb", gi_id=9, ci_id=0, uuid="MIG-9"),
     )
-    state = {0: XidState(last=48, counts={48: 2})}
-    entities = [EntitySample(entity=instance, values={})]
-    gauge, total = _build(entities, rows=(XID_ROW,), xid=state)
-    assert (dict(gauge.samples[0].labels)["GPU_I_ID"], gauge.samples[0].value) == ("9", 48)
-    assert total.samples[0].value == 2
-    no_mig = {
-        **CATALOG_SMALL,
-        XID.name: FieldSpec(name=XID.name, type=G, help=XID.help, nvml="-", mig=MigSource.NONE),
-    }
-    selection, _ = select_fields(parse_counters(XID_ROW, source="t"), no_mig, source="t")
-    families = build_families(
-        NodeSample(entities=tuple(entities), xid=state),
-        selection=selection,
-        pods={},
-        options=SeriesOptions(),
+    state = {0: XidState(last=48, counts={48: 2}), 1: XidState(last=0, counts={})}
+    entities = [
+        EntitySample(entity=GPU0, values={}),
+        EntitySample(entity=instance, values={}),
+        EntitySample(entity=GPU1, values={}),
+    ]
+    pods = {GPU1.key: (_share("a"), _share("b"))}
+    gauge, total = _build(entities, rows=(XID_ROW,), xid=state, pods=pods)
+    assert [(dict(s.labels)["gpu"], "GPU_I_ID" in dict(s.labels)) for s in gauge.samples] == [
+        ("0", False),
+        ("1", False),
+    ]
+    assert all("pod" not in dict(s.labels) for s in gauge.samples)
+    assert [s.value for s in total.samples] == [2]
+    assert _build(entities[1:2], rows=(XID_ROW,), xid=state) == ()
+
+
+def test_mig_gpu_keeps_whole_gpu_fields_once_and_instances_their_own() -> None:
+    """On a MIG-enabled GPU, power (a whole-GPU field) is served once, on the GPU's row;
+    FB_USED (per instance) on each instance, not on the GPU. sum() stays physical."""
+    power = FieldSpec(name="DCGM_FI_DEV_POWER_USAGE", type=G, help="p", nvml="-")
+    catalog = {**CATALOG_SMALL, power.name: power}
+    rows = "DCGM_FI_DEV_POWER_USAGE, gauge, p\nDCGM_FI_DEV_FB_USED, gauge, f"
+    selection, _ = select_fields(parse_counters(rows, source="t"), catalog, source="t")
+    instances = [
+        Entity(
+            gpu=0,
+            uuid=UUID0,
+            pci_bus_id="b",
+            model_name="m",
+            mig=MigInstance(profile="1g.10gb", gi_id=gi, ci_id=0, uuid=f"MIG-{gi}"),
+        )
+        for gi in (7, 8)
+    ]
+    gpu_values = {"DCGM_FI_DEV_POWER_USAGE": 350.0, "DCGM_FI_DEV_FB_USED": 9000.0}
+    entities = (
+        EntitySample(entity=GPU0, values=gpu_values),
+        EntitySample(entity=instances[0], values={"DCGM_FI_DEV_FB_USED": 4000.0}),
+        EntitySample(entity=instances[1], values={"DCGM_FI_DEV_FB_USED": 5000.0}),
     )
-    assert families == ()
+    pods = {instances[0].key: (_share("a", gpu_share=1 / 7),)}
+    power_family, fb, share, pod_power = build_families(
+        NodeSample(entities=entities), selection=selection, pods=pods, options=SeriesOptions()
+    )
+    assert [(dict(s.labels).get("GPU_I_ID"), s.value) for s in power_family.samples] == [
+        (None, 350.0)
+    ]
+    assert [(dict(s.labels).get("GPU_I_ID"), s.value) for s in fb.samples] == [
+        ("7", 4000.0),
+        ("8", 5000.0),
+    ]
+    assert (share.name, [s.value for s in share.samples]) == ("gpufleet_pod_gpu_share", [1 / 7])
+    assert pod_power.name == "gpufleet_pod_power_usage"
+    assert [(dict(s.labels)["pod"], s.value) for s in pod_power.samples] == [("a", 50.0)]
 
 
 def test_xid_name_follows_the_v49_profile() -> None:

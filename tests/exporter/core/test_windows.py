@@ -145,7 +145,7 @@ def test_windowed_series_have_dcgm_labels_exactly() -> None:
     ]
 
 
-def test_mig_instances_repeat_their_gpus_counts() -> None:
+def test_counts_are_per_gpu_not_repeated_on_mig_instances() -> None:
     sample = NodeSample(
         entities=(EntitySample(entity=GPU1, values={}), EntitySample(entity=GPU1_MIG, values={})),
         xid={1: XidState(last=79, counts={79: 1}, recent=((99.0, 79),))},
@@ -155,7 +155,6 @@ def test_mig_instances_repeat_their_gpus_counts() -> None:
     assert _families(sample) == {
         XID_COUNT_FIELD: [
             ((*_identity(GPU1), window, ("xid", "79")), 1),
-            ((*_identity(GPU1_MIG), window, ("xid", "79")), 1),
         ]
     }
 

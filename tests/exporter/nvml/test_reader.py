@@ -271,7 +271,9 @@ def test_mig_profile_names_of_a_mixed_layout(make_sim, hidden: str | None) -> No
     assert sorted(m.profile for m in migs) == ["1g.10gb", "1g.20gb", "3g.40gb"]
 
 
-def test_mig_values_come_from_the_instance_or_the_parent(make_sim, clock: ManualClock) -> None:
+def test_mig_instances_read_their_own_fields_and_leave_whole_gpu_ones_to_the_gpu(
+    make_sim, clock: ManualClock
+) -> None:
     sim = make_sim("1xH100:mig=7x1g.10gb")
     reader = reader_for(sim)
     samples, errors = collect_twice(reader, clock)
@@ -286,7 +288,7 @@ def test_mig_values_come_from_the_instance_or_the_parent(make_sim, clock: Manual
         for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL"):
             assert name not in mig.values
         for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"):
-            assert mig.values[name] == parent.values[name]
+            assert name not in mig.values and name in parent.values
         assert set(mig.values) >= PROF  # GPM per GPU instance
         assert mig.labels == parent.labels
 
@@ -431,6 +433,19 @@ def test_processes_unknown_when_nvml_cannot_list_them(make_sim, clock: ManualClo
     samples, errors = collect_twice(reader_for(sim, ["DCGM_FI_DEV_FB_USED"]), clock)
     assert [s.processes for s in samples] == [None, None, None, None]
     assert errors == dict.fromkeys(ERROR_KINDS, 0)  # NotSupported: omitted, not an error
+
+
+def test_process_sm_util_is_kept_between_nvml_samples(make_sim, clock: ManualClock) -> None:
+    """NVML answers only samples newer than the last call: a collection with no new sample
+    keeps each running process's latest value, and an ended process is forgotten."""
+    sim = make_sim("1xH100")
+    pid = sim.spawn_process(sim.devices[0].uuid, pod_uid="a", used_memory_bytes=MIB, sm_share=0.5)
+    reader = reader_for(sim, ["DCGM_FI_DEV_FB_USED"])
+    first, _ = collect_twice(reader, clock)
+    util = first[0].processes[0].sm_util_percent
+    assert util is not None
+    again, _ = reader.collect(clock())  # no time passed: NVML has no newer sample
+    assert [(p.pid, p.sm_util_percent) for p in again[0].processes] == [(pid, util)]
 
 
 def test_processes_known_empty_stay_empty(make_sim, clock: ManualClock) -> None:

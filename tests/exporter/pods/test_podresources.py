@@ -90,7 +90,9 @@ def test_labels_and_uids_reach_attribution(
     assert view.refreshed_monotonic == clock.now
     index = build_index(view.containers, view.checkpoint, NODE)
     sample = EntitySample(
-        entity=NODE[0], values={}, processes=(ProcessSample(pid=7, sm_util_percent=25.0),)
+        entity=NODE[0],
+        values={"DCGM_FI_DEV_GPU_UTIL": 40.0},
+        processes=(ProcessSample(pid=7, sm_util_percent=25.0),),
     )
     shares = attribute(index, [sample], {7: "uid-b"}).pods[(0, None)]
     assert [
