@@ -97,6 +97,8 @@ class Stats:
     errors: Counter[str] = field(default_factory=Counter)  # kind
     desired: dict[str, int] = field(default_factory=dict)
     current: dict[str, int] = field(default_factory=dict)
+    max_replicas: dict[str, int] = field(default_factory=dict)
+    missing_metrics: dict[str, bool] = field(default_factory=dict)  # held on missing data
     queries: int = 0
     query_seconds: float = 0.0
     reconcile_seconds: float = 0.0
@@ -382,6 +384,8 @@ class Controller:
             await self._scale(t, current, desired, node_pods, now)
         if desired is not None:
             self.stats.desired[name] = desired
+        self.stats.max_replicas[name] = spec.workload.max_replicas
+        self.stats.missing_metrics[name] = t.health.missing_metrics
         running = sum(1 for r in replicas if r.state is not ReplicaState.TERMINATING)
         self.stats.current[name] = running
         if leader:

@@ -1,6 +1,6 @@
 """The autoscaler's own metrics, `gpufleet_autoscaler_*`, from the controller's `Stats`."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -17,18 +17,18 @@ class SelfMetrics:
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats()
-        desired = GaugeMetricFamily(
-            f"{P}desired_replicas", "Replicas the last decision asked for.", labels=["workload"]
+        yield _per_workload("desired_replicas", "Replicas the last decision asked for.", s.desired)
+        yield _per_workload("current_replicas", "Replicas starting or ready.", s.current)
+        yield _per_workload(
+            "max_replicas",
+            "The workload's maxReplicas (alerts: pinned at the ceiling).",
+            s.max_replicas,
         )
-        for name, value in sorted(s.desired.items()):
-            desired.add_metric([name], value)
-        yield desired
-        current = GaugeMetricFamily(
-            f"{P}current_replicas", "Replicas starting or ready.", labels=["workload"]
+        yield _per_workload(
+            "missing_metrics",
+            "1 while the workload is held because its signals are missing.",
+            {name: int(held) for name, held in s.missing_metrics.items()},
         )
-        for name, value in sorted(s.current.items()):
-            current.add_metric([name], value)
-        yield current
         decisions = CounterMetricFamily(
             f"{P}decisions", "Policy decisions by reason.", labels=["workload", "reason"]
         )
@@ -48,3 +48,10 @@ class SelfMetrics:
             f"{P}reconcile_seconds", "Time spent in control loop passes.", value=s.reconcile_seconds
         )
         yield GaugeMetricFamily(f"{P}leader", "1 while this replica writes.", value=int(s.leader))
+
+
+def _per_workload(name: str, help_text: str, values: Mapping[str, int]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(f"{P}{name}", help_text, labels=["workload"])
+    for workload, value in sorted(values.items()):
+        family.add_metric([workload], value)
+    return family

@@ -141,6 +141,8 @@ async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:
     assert scale(api) == 3
     assert conditions(api)["ScalingActive"][1] == "MissingMetrics"
     assert ctl.stats.errors["prometheus_unavailable"] >= 1
+    (name,) = ctl.stats.missing_metrics
+    assert ctl.stats.missing_metrics[name] and ctl.stats.max_replicas[name] > 0
 
 
 async def test_it_refuses_to_fight_an_hpa(api: client.ApiClient, serving_pod: str) -> None:

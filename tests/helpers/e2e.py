@@ -5,6 +5,7 @@ loopback port, against the simulated NVML and the fake kubelet's real unix socke
 """
 
 import asyncio
+import http.server
 import json
 import subprocess
 import threading
@@ -102,9 +103,12 @@ class Prometheus:
         labels: dict[str, str] | None = None,
         file_sd: Path | None = None,
         port: int | None = None,
+        rule_files: tuple[Path, ...] = (),
+        alertmanager: str | None = None,
     ) -> None:
         """Scrape `target` every second, its series labelled with `labels` (as Kubernetes
-        service discovery would add namespace and pod), or the targets a file_sd file lists."""
+        service discovery would add namespace and pod), or the targets a file_sd file lists;
+        evaluate `rule_files` every second and send alerts to `alertmanager` (host:port)."""
         self.port = port or free_port()  # the same port again: a restart
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "prometheus.yml"
@@ -113,9 +117,14 @@ class Prometheus:
         else:
             static = json.dumps([{"targets": [target], "labels": labels or {}}])
             targets = f"  static_configs: {static}\n"
+        rules = json.dumps([str(path) for path in rule_files])
+        alerting = ""
+        if alertmanager:
+            managers = json.dumps([{"static_configs": [{"targets": [alertmanager]}]}])
+            alerting = f"alerting: {{alertmanagers: {managers}}}\n"
         config.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
+            f"rule_files: {rules}\n" + alerting + "scrape_configs:\n"
             "- job_name: gpu\n" + targets
         )
         self._proc = subprocess.Popen(
@@ -124,6 +133,9 @@ class Prometheus:
                 f"--config.file={config}",
                 f"--storage.tsdb.path={workdir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
+                # An alert that fired before Alertmanager answered is resent within 1 s,
+                # not the default minute.
+                "--rules.alert.resend-delay=1s",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -144,3 +156,66 @@ class Prometheus:
     def stop(self) -> None:
         self._proc.terminate()
         self._proc.wait(10)
+
+
+class Alertmanager:
+    """A real Alertmanager on loopback that posts every alert to a webhook receiver here."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.received: list[dict] = []  # the alerts of every webhook notification
+        self._webhook = _Webhook(self.received)
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = workdir / "alertmanager.yml"
+        config.write_text(
+            "route: {receiver: hook, group_by: [alertname], group_wait: 1s, group_interval: 1s}\n"
+            "receivers:\n"
+            f"- name: hook\n  webhook_configs: [{{url: 'http://127.0.0.1:{self._webhook.port}/'}}]\n"
+        )
+        self._proc = subprocess.Popen(
+            [
+                "prometheus-alertmanager",
+                f"--config.file={config}",
+                f"--storage.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--cluster.listen-address=",  # no gossip port
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def names(self, status: str = "firing") -> set[str]:
+        """Alert names the webhook has received with `status`."""
+        return {a["labels"]["alertname"] for a in list(self.received) if a["status"] == status}
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        self._proc.wait(10)
+        self._webhook.stop()
+
+
+class _Webhook:
+    """An HTTP receiver for Alertmanager's webhook notifications."""
+
+    def __init__(self, received: list[dict]) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.extend(json.loads(body)["alerts"])
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

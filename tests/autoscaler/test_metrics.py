@@ -1,0 +1,25 @@
+"""The autoscaler's self-metrics, rendered from the controller's Stats."""
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from gpufleet.autoscaler.controller import Stats
+from gpufleet.autoscaler.metrics import SelfMetrics
+
+
+def test_per_workload_gauges_give_the_alert_rules_what_they_need() -> None:
+    stats = Stats(
+        desired={"ml/chat": 8},
+        current={"ml/chat": 8},
+        max_replicas={"ml/chat": 8},
+        missing_metrics={"ml/chat": True},
+    )
+    registry = CollectorRegistry()
+    registry.register(SelfMetrics(lambda: stats))
+    text = generate_latest(registry).decode()
+    for line in (
+        'gpufleet_autoscaler_desired_replicas{workload="ml/chat"} 8.0',
+        'gpufleet_autoscaler_current_replicas{workload="ml/chat"} 8.0',
+        'gpufleet_autoscaler_max_replicas{workload="ml/chat"} 8.0',
+        'gpufleet_autoscaler_missing_metrics{workload="ml/chat"} 1.0',
+    ):
+        assert line in text.splitlines(), line

@@ -1,0 +1,91 @@
+"""rules/: promtool's own checks and unit tests, and the house rules every rule keeps: each
+alert has a severity, a summary, a description and a runbook section in rules/README.md,
+and fires in some test; each recording rule has an expected value in some test."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import REPO
+
+RULES = REPO / "rules"
+RULE_FILES = sorted(RULES.glob("*.rules.yml"))
+TEST_FILES = sorted((RULES / "tests").glob("*.test.yml"))
+needs_promtool = pytest.mark.skipif(
+    not shutil.which("promtool"), reason="promtool missing (./dev test installs it)"
+)
+
+
+def _rules() -> list[dict]:
+    return [
+        rule
+        for path in RULE_FILES
+        for group in yaml.safe_load(path.read_text())["groups"]
+        for rule in group["rules"]
+    ]
+
+
+def _tests() -> list[dict]:
+    return [t for path in TEST_FILES for t in yaml.safe_load(path.read_text())["tests"]]
+
+
+@needs_promtool
+def test_promtool_checks_every_rule_file() -> None:
+    run = subprocess.run(
+        ["promtool", "check", "rules", *map(str, RULE_FILES)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@needs_promtool
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)
+def test_promtool_unit_tests_pass(path: Path) -> None:
+    run = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_every_group_has_its_test_file() -> None:
+    tested = {
+        Path(f).name for path in TEST_FILES for f in yaml.safe_load(path.read_text())["rule_files"]
+    }
+    assert tested == {p.name for p in RULE_FILES}
+    assert {p.name.removesuffix(".test.yml") for p in TEST_FILES} == {
+        p.name.removesuffix(".rules.yml") for p in RULE_FILES
+    }
+
+
+def test_every_alert_is_actionable_and_has_a_runbook_section() -> None:
+    anchors = {
+        re.sub(r"[^a-z0-9-]", "", line[4:].strip().lower().replace(" ", "-"))
+        for line in (RULES / "README.md").read_text().splitlines()
+        if line.startswith("### ")
+    }
+    alerts = [r for r in _rules() if "alert" in r]
+    assert len(alerts) >= 20
+    for alert in alerts:
+        name = alert["alert"]
+        assert alert["labels"]["severity"] in {"critical", "warning", "info"}, name
+        assert {"summary", "description", "runbook_url"} <= set(alert["annotations"]), name
+        anchor = alert["annotations"]["runbook_url"].rpartition("#")[2]
+        assert anchor == name.lower() and anchor in anchors, name
+
+
+def test_every_alert_fires_in_a_test_and_every_recording_rule_has_a_value() -> None:
+    fired = {
+        case["alertname"]
+        for test in _tests()
+        for case in test.get("alert_rule_test", ())
+        if case.get("exp_alerts")
+    }
+    assert fired == {r["alert"] for r in _rules() if "alert" in r}
+    checked = " ".join(
+        case["expr"] for test in _tests() for case in test.get("promql_expr_test", ())
+    )
+    recorded = {r["record"] for r in _rules() if "record" in r}
+    # A recording rule only an alert reads is checked through that alert's test.
+    read_by_alerts = " ".join(r["expr"] for r in _rules() if "alert" in r)
+    for name in recorded:
+        assert name in checked or name in read_by_alerts, name
