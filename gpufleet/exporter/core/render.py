@@ -162,9 +162,10 @@ def _assemble_openmetrics(bodies: list[_Body]) -> bytes:
 
 
 def _openmetrics_family(family: MetricFamily) -> tuple[str, str]:
-    """(family name, type) as OpenMetrics declares them."""
-    if family.type is not MetricType.COUNTER:
-        return family.name, family.type.value
-    if family.name.endswith("_total"):
+    """(family name, type) as OpenMetrics declares them. A CSV's histogram or summary row is
+    one plain sample, which OpenMetrics only admits as `unknown`."""
+    if family.type is MetricType.GAUGE:
+        return family.name, "gauge"
+    if family.type is MetricType.COUNTER and family.name.endswith("_total"):
         return family.name.removesuffix("_total"), "counter"
     return family.name, "unknown"
