@@ -140,10 +140,10 @@ def prepare(settings: ExporterSettings) -> Prepared:
 
 
 def series_options(settings: ExporterSettings) -> SeriesOptions:
-    hostname = None if settings.no_hostname else (settings.node_name or socket.gethostname())
     return SeriesOptions(
         profile=Profile(settings.compat),
-        hostname=hostname,
+        # -n is parsed and ignored, as by dcgm-exporter 4.x (its Helm values suggest it).
+        hostname=settings.node_name or socket.gethostname(),
         hostname_label=HostnameLabel(settings.hostname_label),
         pod_uid=settings.kubernetes_enable_pod_uid,
         old_namespace=settings.use_old_namespace,

@@ -236,7 +236,7 @@ class ExporterSettings(BaseSettings):
         "-n",
         "--no-hostname",
         group=DCGM,
-        help="Omit the hostname label (parsed but ignored by dcgm-exporter 4.x; honoured here).",
+        help="Accepted and ignored, as by dcgm-exporter 4.x: the hostname label stays.",
     )
     use_old_namespace: bool = setting(
         False,

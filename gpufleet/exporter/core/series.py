@@ -19,8 +19,10 @@ registration failed, no XID is known and none is claimed, not even "No Error".
 
 dcgm-exporter's own windowed counts (`windows.py`) add `window_size_in_ms` and `xid` or
 `clock_event` among the label-row labels (dcgm keeps them in the same map), sorted by key.
-They have series only for xids / reasons counted at least once in the window, and only for
-GPUs with a history (XIDs: watched GPUs; clock events: GPUs whose reasons NVML reported).
+They have series for the xids / reasons counted at least once in the window, and, as in
+dcgm-exporter, one series of value 0 without the `xid` / `clock_event` label while none
+was; only for GPUs with a history (XIDs: watched GPUs; clock events: GPUs whose reasons
+NVML reported within the window).
 
 Pure: no I/O, no clock, no logging. Escaping is the renderer's job; values here are raw.
 """
@@ -82,7 +84,7 @@ class SeriesOptions:
     """How series are named and labelled (dcgm-exporter's compatibility switches)."""
 
     profile: Profile = Profile.LEGACY
-    hostname: str | None = None  # value of the hostname label; None or "" = no label (-n)
+    hostname: str | None = None  # value of the hostname label; None or "" = no label
     hostname_label: HostnameLabel = HostnameLabel.LEGACY
     pod_uid: bool = False  # --kubernetes-enable-pod-uid
     old_namespace: bool = False  # -o: uuid, pod_name, pod_namespace, container_name
@@ -321,8 +323,14 @@ def _windowed_family(
     window = ("window_size_in_ms", str(window_ms))
     samples = []
     for row in _xid_rows(selected, rows):
+        gpu_counts = counts.get(row.entity.entity.gpu)
+        if gpu_counts is None:
+            continue
         identity = row.base[: len(row.base) - len(row.label_rows)]
-        for value, n in counts.get(row.entity.entity.gpu, {}).items():
+        if not gpu_counts:  # dcgm-exporter's zero: no xid / clock_event label at all
+            labels = tuple(sorted((*row.label_rows, window)))
+            samples.append(Sample(labels=identity + labels + row.attributes, value=0))
+        for value, n in gpu_counts.items():
             labels = tuple(sorted((*row.label_rows, window, (key, str(value)))))
             samples.append(Sample(labels=identity + labels + row.attributes, value=n))
     return MetricFamily(
