@@ -58,6 +58,7 @@ class CollectorConfig:
     extra_resource_names: tuple[str, ...] = ()
     rediscover_seconds: float = 60.0  # GPUs coming back, MIG reconfiguration
     self_metrics: bool = True
+    openmetrics: bool = False  # render OpenMetrics too (--openmetrics)
 
 
 class Collector:
@@ -175,6 +176,7 @@ class Collector:
             collected_at=wall,
             collected_monotonic=start,
             text_gzip=self._store.wants_text_gzip(start),
+            openmetrics=self._config.openmetrics,
         )
         self._store.publish(exposition)
         # Counted whole, render and gzip included, so an exposition reports the CPU of the

@@ -194,6 +194,7 @@ def build(prepared: Prepared, lib: Any) -> Components:
             devices=prepared.devices,
             extra_resource_names=settings.resource_names,
             self_metrics=settings.enable_exporter_metrics,
+            openmetrics=settings.openmetrics,
         ),
     )
     interval = settings.interval_seconds
@@ -202,6 +203,7 @@ def build(prepared: Prepared, lib: Any) -> Components:
         web_config=prepared.web_config,
         stats=stats,
         stale_after_seconds=settings.stale_after_seconds or 3 * interval,
+        openmetrics=settings.openmetrics,
     )
     loop = CollectorLoop(
         collector, interval_seconds=interval, timeout_seconds=settings.collect_timeout_seconds

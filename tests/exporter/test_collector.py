@@ -141,7 +141,8 @@ def test_each_collection_is_published_and_counted(make, clock: ManualClock) -> N
 def test_text_gzip_is_built_while_scrapes_ask_for_it(make, clock: ManualClock) -> None:
     collector, store = make()
     first = collector.collect_once()
-    assert first.openmetrics_gzip is not None and first.text_gzip is None
+    assert first.text_gzip is None
+    assert first.openmetrics is None and first.openmetrics_gzip is None  # not --openmetrics
     store.want_text_gzip(clock.now)
     second = collector.collect_once()
     assert gzip.decompress(second.text_gzip) == second.text

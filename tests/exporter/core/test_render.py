@@ -195,6 +195,14 @@ def test_render_builds_every_encoding_deterministically() -> None:
     )
 
 
+def test_render_skips_openmetrics_unless_served() -> None:
+    exposition = render(
+        FAMILIES, collected_at=0.0, collected_monotonic=0.0, text_gzip=False, openmetrics=False
+    )
+    assert (exposition.text, exposition.text_gzip) == (render_text(FAMILIES), None)
+    assert (exposition.openmetrics, exposition.openmetrics_gzip) == (None, None)
+
+
 def test_shared_label_tuples_render_identically_across_families() -> None:
     # The renderer caches a labels tuple's text by identity; distinct tuples stay distinct.
     shared = (("gpu", "0"),)
