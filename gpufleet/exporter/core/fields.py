@@ -62,8 +62,27 @@ CLOCK_EVENTS_COUNT_FIELD = "DCGM_EXP_CLOCK_EVENTS_COUNT"
 """dcgm-exporter's own metric: collections per clock event reason within a window."""
 CLOCK_EVENT_REASONS_FIELD = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 """The field CLOCK_EVENTS_COUNT_FIELD is counted from; read whenever either is selected."""
-EXPORTER_FIELDS = frozenset({XID_FIELD, XID_COUNT_FIELD, CLOCK_EVENTS_COUNT_FIELD})
-"""Catalog fields the collector serves from history (`xid.py`, `windows.py`), not polled."""
+HEALTH_FIELD = "DCGM_EXP_GPU_HEALTH_STATUS"
+"""dcgm-exporter's own metric: DCGM's health watches per GPU, judged from NVML (`health.py`)."""
+P2P_FIELD = "DCGM_EXP_P2P_STATUS"
+"""dcgm-exporter's own metric: NVLink P2P status from each GPU to every other."""
+EXPORTER_FIELDS = frozenset(
+    {XID_FIELD, XID_COUNT_FIELD, CLOCK_EVENTS_COUNT_FIELD, HEALTH_FIELD, P2P_FIELD}
+)
+"""Catalog fields the collector serves from history or per-GPU state, not polled as such."""
+HEALTH_INPUTS = (
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "DCGM_FI_DEV_POWER_VIOLATION",
+)
+"""The polled fields HEALTH_FIELD is judged from (its XIDs come from `xid.py`)."""
+DEPENDENCIES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {CLOCK_EVENTS_COUNT_FIELD: (CLOCK_EVENT_REASONS_FIELD,), HEALTH_FIELD: HEALTH_INPUTS}
+)
+"""Fields read whenever the key is selected, as dcgm adds the watches its collectors need."""
 BYTES_PER_MIB = 1 << 20
 """dcgm's legacy memory unit (FB_*, per-process memory, PCIe MB/s), in bytes."""
 
@@ -540,6 +559,18 @@ _SPECS: tuple[FieldSpec, ...] = (
         help="Count of XID Errors within user-specified time window "
         "(see xid-count-window-size param).",
         nvml="nvmlEventSetWait_v2 on nvmlEventTypeXidCriticalError, counted over -x (windows.py)",
+    ),
+    FieldSpec(
+        name=HEALTH_FIELD,
+        type=MetricType.COUNTER,  # as dcgm-exporter's CSV declares it
+        help="DCGM reported health status",
+        nvml="XIDs, GPU lost, ECC DBE, pending retirement/remap, violations (health.py)",
+    ),
+    FieldSpec(
+        name=P2P_FIELD,
+        type=MetricType.COUNTER,  # as dcgm-exporter's CSV declares it
+        help="P2P NvLink status",
+        nvml="nvmlDeviceGetP2PStatus(NVML_P2P_CAPS_INDEX_NVLINK) per GPU pair, at discovery",
     ),
     FieldSpec(
         name=CLOCK_EVENTS_COUNT_FIELD,

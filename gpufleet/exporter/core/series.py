@@ -24,6 +24,10 @@ dcgm-exporter, one series of value 0 without the `xid` / `clock_event` label whi
 was; only for GPUs with a history (XIDs: watched GPUs; clock events: GPUs whose reasons
 NVML reported within the window).
 
+DCGM_EXP_GPU_HEALTH_STATUS and DCGM_EXP_P2P_STATUS are per physical GPU, whatever -d
+selects, with `health_watch`/`health_error_code` or `peer_gpu`/`link_status` among the
+label-row labels, as dcgm-exporter serves them.
+
 Pure: no I/O, no clock, no logging. Escaping is the renderer's job; values here are raw.
 """
 
@@ -33,6 +37,8 @@ from typing import NamedTuple
 from gpufleet.exporter.core.counters import SelectedField, Selection
 from gpufleet.exporter.core.fields import (
     CLOCK_EVENTS_COUNT_FIELD,
+    HEALTH_FIELD,
+    P2P_FIELD,
     XID_COUNT_FIELD,
     XID_FIELD,
     XID_MESSAGES,
@@ -57,6 +63,16 @@ XID_TOTAL_HELP = "Number of XID events per xid since the exporter started."
 XID_NONE_MESSAGE = "No Error"
 XID_UNKNOWN_MESSAGE = "Unknown Error"
 _WINDOWED = frozenset({XID_COUNT_FIELD, CLOCK_EVENTS_COUNT_FIELD})
+# dcgm-exporter's `link_status` values for NVML_P2P_STATUS_* (p2pStatusToString).
+P2P_STATUS = {
+    0: "OK",
+    1: "ChipsetNotSupported",
+    2: "GPUNotSupported",
+    3: "TopologyNotSupported",
+    4: "DisabledByRegKey",
+    5: "NotSupported",
+    6: "Unknown",
+}
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -131,6 +147,9 @@ def build_families(
             families.append(_xid_total_family(selected, rows, sample))
         elif selected.spec.name in _WINDOWED:
             families.append(_windowed_family(selected, rows, sample, options))
+        elif selected.spec.name in (HEALTH_FIELD, P2P_FIELD):
+            gpu_rows = _gpu_rows(sample, rows, selection=selection, options=options, names=names)
+            families.append(_gpu_status_family(selected, gpu_rows, sample))
         else:
             families.append(_field_family(selected, rows, options.profile))
     return tuple(family for family in families if family.samples)
@@ -338,6 +357,60 @@ def _windowed_family(
         type=selected.type,
         help=selected.help,
         samples=tuple(samples),
+    )
+
+
+def _gpu_rows(
+    sample: NodeSample,
+    rows: list[_Row],
+    *,
+    selection: Selection,
+    options: SeriesOptions,
+    names: LabelNames,
+) -> list[_Row]:
+    """Rows of every physical GPU in `sample.gpus`: its whole-GPU rows where -d serves it
+    (with their pods), else one row of its own labels, as dcgm-exporter's per-GPU collectors
+    label a GPU whatever -d selects."""
+    served: dict[int, list[_Row]] = {}
+    for row in rows:
+        if row.entity.entity.mig is None and not row.split_only:
+            served.setdefault(row.entity.entity.gpu, []).append(row)
+    gpu_rows = []
+    for gpu, entity_sample in sorted(sample.gpus.items()):
+        alone = NodeSample(entities=(entity_sample,), node_labels=sample.node_labels)
+        gpu_rows += served.get(gpu) or _rows(
+            alone, selection=selection, pods={}, options=options, names=names
+        )
+    return gpu_rows
+
+
+def _gpu_status_family(
+    selected: SelectedField, rows: list[_Row], sample: NodeSample
+) -> MetricFamily:
+    """DCGM_EXP_GPU_HEALTH_STATUS (one series per health watch: `health_watch`,
+    `health_error_code`, value PASS 0 / WARN 10 / FAIL 20) or DCGM_EXP_P2P_STATUS (one per
+    peer: `peer_gpu`, `link_status`, value NVML_P2P_STATUS_*), per GPU. dcgm-exporter keeps
+    these labels with the label-row labels, sorted by key."""
+    health = selected.spec.name == HEALTH_FIELD
+    samples = []
+    for row in rows:
+        gpu = row.entity.entity.gpu
+        if health:
+            found = [
+                ((("health_error_code", i.code), ("health_watch", w)), int(i.result))
+                for w, i in sample.health.get(gpu, {}).items()
+            ]
+        else:
+            found = [
+                ((("link_status", P2P_STATUS.get(v, "Unknown")), ("peer_gpu", str(peer))), v)
+                for peer, v in sorted(sample.p2p.get(gpu, {}).items())
+            ]
+        identity = row.base[: len(row.base) - len(row.label_rows)]
+        for extra, value in found:
+            labels = tuple(sorted((*row.label_rows, *extra)))
+            samples.append(Sample(labels=identity + labels + row.attributes, value=value))
+    return MetricFamily(
+        name=selected.spec.name, type=selected.type, help=selected.help, samples=tuple(samples)
     )
 
 
