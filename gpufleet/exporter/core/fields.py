@@ -2,9 +2,10 @@
 
 Pure data: no I/O, no clock, no logging. The metric name is the DCGM field name
 (dcgm-exporter's legacy names, <= 4.8); `name_v49` and `scale_v49` give the 4.9 name and
-unit. `nvml/readers.py` maps every entry to the NVML call that serves it (XID errors:
-`nvml/xid.py`; the DCGM_EXP_* window counts: the collector's history, `windows.py`); a
-test keeps the two in step.
+unit, `name_v1` dcgm-exporter 1.x's lowercase name. `nvml/readers.py` maps every entry to
+the NVML call that serves it (XID errors: `nvml/xid.py`; the DCGM_EXP_* window counts: the
+collector's history, `windows.py`; health: `health.py` over DEPENDENCIES; P2P:
+`nvml/p2p.py`); a test keeps the two in step.
 """
 
 from collections.abc import Mapping
