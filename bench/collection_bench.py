@@ -3,7 +3,7 @@
 The end-to-end benchmark (exporter_bench.py) measures a separate exporter process, where
 the client and the kubelet compete for the same cores; this one isolates the pipeline:
 NVML reading (simulator included), attribution, series building and rendering, each the
-best of several rounds of thread CPU time, with text gzip off (Prometheus only) and on.
+best of several rounds of thread CPU time, for the encodings each configuration builds.
 
 Run: python3 -m bench.collection_bench [--rounds 7] [--per-round 20]
 """
@@ -73,15 +73,20 @@ def main() -> None:
                 ),
             ),
             (
-                "render, OpenMetrics gzip only",
+                "render, text gzipped, no OpenMetrics (default)",
+                lambda: render(families, collected_at=0, collected_monotonic=0, openmetrics=False),
+            ),
+            (
+                "render, OpenMetrics gzip only (--openmetrics, Prometheus only)",
                 lambda: render(families, collected_at=0, collected_monotonic=0, text_gzip=False),
             ),
             (
-                "render, both gzipped",
+                "render, both gzipped (--openmetrics)",
                 lambda: render(families, collected_at=0, collected_monotonic=0, text_gzip=True),
             ),
-            ("whole collect_once (Prometheus-only demand)", collector.collect_once),
+            ("whole collect_once (Prometheus demand: gzip text)", collector.collect_once),
         ]
+        collector._store.want_text_gzip(time.monotonic())  # as a Prometheus scrape does
         print(
             f"# collection CPU by stage ({platform.python_implementation()} "
             f"{platform.python_version()}, {sum(len(f.samples) for f in families)} series, "

@@ -22,6 +22,7 @@ from gpufleet import __version__
 from gpufleet.exporter.core import attribution
 from gpufleet.exporter.core.counters import Selection
 from gpufleet.exporter.core.fields import CLOCK_EVENT_REASONS_FIELD, CLOCK_EVENTS_COUNT_FIELD
+from gpufleet.exporter.core.gpustatus import GpuStatus
 from gpufleet.exporter.core.render import Exposition, render
 from gpufleet.exporter.core.samples import Entity, EntitySample, NodeSample
 from gpufleet.exporter.core.selection import FLEX, DeviceSelector, select_entities
@@ -58,6 +59,7 @@ class CollectorConfig:
     extra_resource_names: tuple[str, ...] = ()
     rediscover_seconds: float = 60.0  # GPUs coming back, MIG reconfiguration
     self_metrics: bool = True
+    openmetrics: bool = False  # render OpenMetrics too (--openmetrics)
 
 
 class Collector:
@@ -98,6 +100,7 @@ class Collector:
         self._count_clock_events = any(
             f.spec.name == CLOCK_EVENTS_COUNT_FIELD for f in config.selection.metrics
         )
+        self._gpu_status = GpuStatus(f.spec.name for f in config.selection.metrics)
         # gpu index -> (monotonic seconds, reasons bitmask) per collection that read them.
         self._clock_events: dict[int, deque[tuple[float, int]]] = {}
 
@@ -142,6 +145,8 @@ class Collector:
         if start - self._discovered_at >= self._config.rediscover_seconds:
             self._discover(start)
         samples, errors = self._reader.collect(start)
+        status = self._gpu_status
+        gpus = status.gpus(samples, self._entities) if status.selected else {}
         samples = select_entities(samples, self._config.devices)
         if errors.get("gpu_lost"):  # a GPU may come back; look again soon
             self._discovered_at = min(
@@ -152,13 +157,17 @@ class Collector:
         pids = {p.pid for s in samples for p in s.processes or ()}  # None: unknown
         pid_pods = self._pid_pods.resolve(pids) if self._pid_pods else {}
         attributed = attribution.attribute(self._attribution_index(), samples, pid_pods)
+        xid = self._xid.snapshot() if self._xid else {}
         node = NodeSample(
             entities=samples,
             node_labels=self._reader.node_labels,
-            xid=self._xid.snapshot() if self._xid else {},
+            xid=xid,
             errors=errors,
             collected_monotonic=start,
             clock_events=self._record_clock_events(samples, start),
+            gpus=gpus,
+            health=status.health(gpus, lost=self._reader.lost_gpus, xid=xid, now=start),
+            p2p=self._reader.p2p,
         )
         families = build_families(
             node,
@@ -175,6 +184,7 @@ class Collector:
             collected_at=wall,
             collected_monotonic=start,
             text_gzip=self._store.wants_text_gzip(start),
+            openmetrics=self._config.openmetrics,
         )
         self._store.publish(exposition)
         # Counted whole, render and gzip included, so an exposition reports the CPU of the

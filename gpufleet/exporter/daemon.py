@@ -140,10 +140,10 @@ def prepare(settings: ExporterSettings) -> Prepared:
 
 
 def series_options(settings: ExporterSettings) -> SeriesOptions:
-    hostname = None if settings.no_hostname else (settings.node_name or socket.gethostname())
     return SeriesOptions(
         profile=Profile(settings.compat),
-        hostname=hostname,
+        # -n is parsed and ignored, as by dcgm-exporter 4.x (its Helm values suggest it).
+        hostname=settings.node_name or socket.gethostname(),
         hostname_label=HostnameLabel(settings.hostname_label),
         pod_uid=settings.kubernetes_enable_pod_uid,
         old_namespace=settings.use_old_namespace,
@@ -194,6 +194,7 @@ def build(prepared: Prepared, lib: Any) -> Components:
             devices=prepared.devices,
             extra_resource_names=settings.resource_names,
             self_metrics=settings.enable_exporter_metrics,
+            openmetrics=settings.openmetrics,
         ),
     )
     interval = settings.interval_seconds
@@ -202,6 +203,7 @@ def build(prepared: Prepared, lib: Any) -> Components:
         web_config=prepared.web_config,
         stats=stats,
         stale_after_seconds=settings.stale_after_seconds or 3 * interval,
+        openmetrics=settings.openmetrics,
     )
     loop = CollectorLoop(
         collector, interval_seconds=interval, timeout_seconds=settings.collect_timeout_seconds

@@ -237,7 +237,7 @@ class ExporterSettings(BaseSettings):
         "-n",
         "--no-hostname",
         group=DCGM,
-        help="Omit the hostname label (parsed but ignored by dcgm-exporter 4.x; honoured here).",
+        help="Accepted and ignored, as by dcgm-exporter 4.x: the hostname label stays.",
     )
     use_old_namespace: bool = setting(
         False,
@@ -370,6 +370,15 @@ class ExporterSettings(BaseSettings):
         group=GPUFLEET,
         help="Key of the hostname label: 'Hostname' (dcgm-exporter up to 4.8.2) or "
         "'hostname' (newer releases).",
+    )
+    openmetrics: bool = setting(
+        False,
+        "GPUFLEET_OPENMETRICS",
+        "--openmetrics",
+        group=GPUFLEET,
+        help="Also serve OpenMetrics 1.0.0 to clients that ask for it (Prometheus does, "
+        "first). Off, as dcgm-exporter: in OpenMetrics its counters lack _total, so they "
+        "can only be declared unknown and Prometheus stops treating them as counters.",
     )
     node_name: str = setting(
         "",

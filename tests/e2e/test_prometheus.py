@@ -99,3 +99,19 @@ def test_exposition_passes_promtool(node, exporter_for):
         "should be written in 'snake_case' not 'camelCase'",
     )
     assert [line for line in result.stderr.splitlines() if not line.endswith(allowed)] == []
+
+
+def test_prometheus_keeps_every_dcgm_counter_a_counter(node, exporter_for, prometheus_for):
+    # Issue 15: Prometheus asks for OpenMetrics first; served that, the counters without
+    # _total came back `unknown` in /api/v1/metadata. dcgm-exporter serves text only.
+    exporter = exporter_for(node)
+    prom = prometheus_for(f"127.0.0.1:{exporter.port}")
+    counters = [
+        line.split()[2]
+        for line in exporter.metrics().splitlines()
+        if line.startswith("# TYPE DCGM_") and line.endswith(" counter")
+    ]
+    assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in counters
+    for name in counters:
+        stored = wait_for(lambda name=name: prom.metadata(name), timeout=30, what=name)
+        assert {entry["type"] for entry in stored} == {"counter"}, (name, stored)

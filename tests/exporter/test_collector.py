@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import wait_for
+from helpers import TEST_DATA, wait_for
 from helpers.clock import ManualClock
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -46,9 +46,11 @@ def make(
 ) -> Iterator[Callable[..., tuple[Collector, ExpositionStore]]]:
     """Build a collector on `node`; `kubelet=True` attributes pods through the fake kubelet."""
     built: list[tuple[Collector, PodResourcesWatcher | None]] = []
-    selection = load_selection(EMBEDDED_COLLECTORS)
 
-    def build(*, devices: str = "f", kubelet: bool = False) -> tuple[Collector, ExpositionStore]:
+    def build(
+        *, devices: str = "f", kubelet: bool = False, csv: Path = EMBEDDED_COLLECTORS
+    ) -> tuple[Collector, ExpositionStore]:
+        selection = load_selection(csv)
         watcher = None
         if kubelet:
             watcher = PodResourcesWatcher(
@@ -139,7 +141,8 @@ def test_each_collection_is_published_and_counted(make, clock: ManualClock) -> N
 def test_text_gzip_is_built_while_scrapes_ask_for_it(make, clock: ManualClock) -> None:
     collector, store = make()
     first = collector.collect_once()
-    assert first.openmetrics_gzip is not None and first.text_gzip is None
+    assert first.text_gzip is None
+    assert first.openmetrics is None and first.openmetrics_gzip is None  # not --openmetrics
     store.want_text_gzip(clock.now)
     second = collector.collect_once()
     assert gzip.decompress(second.text_gzip) == second.text
@@ -241,3 +244,46 @@ def test_loop_stop_reports_a_collection_still_in_flight(make, node: SimNode) -> 
     assert all(t.daemon for t in collecting()), "a hung driver must not block exit"
     assert loop.stop(timeout_seconds=0) is False
     assert loop.stop(timeout_seconds=DEADLINE_S) is True  # the hang ended
+
+
+# dcgm-exporter's 1.x compatibility file: 22 rows, two of which repeat the PCIe PROF fields.
+V1_CSV = TEST_DATA / "dcgm-exporter-1.x-compatibility-metrics.csv"
+V1_SERVED = {
+    "dcgm_sm_clock",
+    "dcgm_memory_clock",
+    "dcgm_memory_temp",
+    "dcgm_gpu_temp",
+    "dcgm_power_usage",
+    "dcgm_total_energy_consumption",
+    "dcgm_fi_prof_pcie_tx_bytes",
+    "dcgm_fi_prof_pcie_rx_bytes",
+    "dcgm_pcie_replay_counter",
+    "dcgm_gpu_utilization",
+    "dcgm_mem_copy_utilization",
+    "dcgm_enc_utilization",
+    "dcgm_dec_utilization",
+    "dcgm_xid_errors",
+    "dcgm_fb_free",
+    "dcgm_fb_used",
+    "dcgm_nvlink_bandwidth_total",
+    "dcgm_fi_prof_gr_engine_active",
+    "dcgm_fi_prof_pipe_tensor_active",
+    "dcgm_fi_prof_dram_active",
+}
+
+
+def test_dcgm_exporter_1x_file_serves_its_lowercase_names(make, clock: ManualClock) -> None:
+    # Issue 15: every row of this file was "unknown field" and the exporter exited 1.
+    collector, _ = make(csv=V1_CSV)
+    collector.collect_once()
+    clock.now += 1  # GPM and NVLink rates need a second reading
+    exposition = collector.collect_once()
+    text = exposition.text.decode()
+    types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE dcgm_"))
+    assert set(types) == V1_SERVED
+    assert not [line for line in text.splitlines() if "DCGM_" in line.partition("{")[0]]
+    assert types["dcgm_total_energy_consumption"] == "counter"
+    assert types["dcgm_fi_prof_pcie_tx_bytes"] == "counter"  # the first of the two rows
+    assert "# HELP dcgm_sm_clock SM clock frequency (in MHz).\n" in text
+    # Same readings as under the DCGM name, in the same (legacy) units.
+    assert 0 < value(exposition, "dcgm_sm_clock", gpu="0") <= 2000

@@ -142,16 +142,22 @@ class Prometheus:
         )
 
     def query(self, expr: str) -> list[dict]:
-        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
-            {"query": expr}
-        )
+        data = self._get("query", {"query": expr})
+        return data["result"] if data else []
+
+    def metadata(self, metric: str) -> list[dict]:
+        """/api/v1/metadata for one metric name: the type and help Prometheus stored."""
+        return (self._get("metadata", {"metric": metric}) or {}).get(metric, [])
+
+    def _get(self, endpoint: str, params: dict[str, str]):
+        url = f"http://127.0.0.1:{self.port}/api/v1/{endpoint}?" + urllib.parse.urlencode(params)
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 body = json.load(response)
         except OSError:
-            return []
+            return None
         assert body["status"] == "success", body
-        return body["data"]["result"]
+        return body["data"]
 
     def stop(self) -> None:
         self._proc.terminate()

@@ -3,7 +3,8 @@
 The CSV is the user's contract with dcgm-exporter (`-f`, the Helm chart's ConfigMap), so it
 is read the way dcgm-exporter reads it with Go's encoding/csv (Comment '#', cells trimmed):
 one `field, type, help` record per line, `#` lines and blank lines skipped, a help text that
-contains a comma quoted. The type is exact and case-sensitive, as in dcgm-exporter.
+contains a comma quoted. The type is exact and case-sensitive, as in dcgm-exporter, which
+also admits `histogram` and `summary` (declared as such over the field's one sample).
 
 Pure: parses text the caller read and resolves names against a catalog the caller passes.
 It never reads files and never logs; recoverable problems come back as warning strings.
@@ -12,14 +13,11 @@ A malformed row is never skipped silently: it raises `CountersError` naming the 
 
 import csv
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpufleet.exporter.core.fields import FieldSpec, MetricType
 
 _TYPES = {t.value: t for t in MetricType}
-# dcgm-exporter's parser also admits these, but a DCGM field is one number: a histogram or
-# summary TYPE line over a single plain sample is an invalid exposition, so refuse up front.
-_UNSERVABLE_TYPES = ("histogram", "summary")
 
 
 class CountersError(ValueError):
@@ -105,10 +103,7 @@ def _parse_row(line: str, *, number: int, source: str) -> CounterRow:
         raise fail("empty field name")
     metric_type = _TYPES.get(type_name)
     if metric_type is None:
-        expected = ", ".join(_TYPES)
-        if type_name in _UNSERVABLE_TYPES:
-            raise fail(f"type {type_name!r} cannot describe a single DCGM value; use {expected}")
-        raise fail(f"unknown metric type {type_name!r} (expected {expected})")
+        raise fail(f"unknown metric type {type_name!r} (expected {', '.join(_TYPES)})")
     return CounterRow(line=number, field=field, type=metric_type, help=help_text)
 
 
@@ -119,6 +114,8 @@ def select_fields(
 
     Both the legacy (<= 4.8) and the 4.9 spelling of a field are accepted, so a 4.9 CSV
     works; which names and units are served is the profile's business, not the CSV's.
+    dcgm-exporter 1.x's lowercase names (`dcgm_sm_clock`) are accepted too and, as in
+    dcgm-exporter, served under that very name and unit (`FieldSpec.served_v1`).
     Partial by design: an unknown field or a repeated field (in either spelling) skips that
     row with a warning naming source and line; every other row is kept, in CSV order.
 
@@ -126,10 +123,13 @@ def select_fields(
         The selection and the warnings, for the caller to log.
     """
     by_v49 = {spec.name_v49: spec for spec in catalog.values() if spec.name_v49}
+    by_v1 = {
+        spec.name_v1: replace(spec, served_v1=True) for spec in catalog.values() if spec.name_v1
+    }
     chosen: dict[str, SelectedField] = {}
     warnings = []
     for row in rows:
-        spec = catalog.get(row.field) or by_v49.get(row.field)
+        spec = catalog.get(row.field) or by_v49.get(row.field) or by_v1.get(row.field)
         if spec is None:
             warnings.append(
                 f"{source}:{row.line}: unknown field {row.field!r} (not in gpufleet's field "

@@ -2,22 +2,27 @@
 
 Pure data: no I/O, no clock, no logging. The metric name is the DCGM field name
 (dcgm-exporter's legacy names, <= 4.8); `name_v49` and `scale_v49` give the 4.9 name and
-unit. `nvml/readers.py` maps every entry to the NVML call that serves it (XID errors:
-`nvml/xid.py`; the DCGM_EXP_* window counts: the collector's history, `windows.py`); a
-test keeps the two in step.
+unit, `name_v1` dcgm-exporter 1.x's lowercase name. `nvml/readers.py` maps every entry to
+the NVML call that serves it (XID errors: `nvml/xid.py`; the DCGM_EXP_* window counts: the
+collector's history, `windows.py`; health: `health.py` over DEPENDENCIES; P2P:
+`nvml/p2p.py`); a test keeps the two in step.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
 
 
 class MetricType(StrEnum):
-    """The `type` column of a counters CSV."""
+    """The `type` column of a counters CSV, in dcgm-exporter's order."""
 
     GAUGE = "gauge"
     COUNTER = "counter"
+    # dcgm-exporter accepts these and writes them into the TYPE line over the field's one
+    # plain sample; Prometheus' text parser stores that sample and the declared type.
+    HISTOGRAM = "histogram"
+    SUMMARY = "summary"
     LABEL = "label"  # emitted as a label on every series, not as a metric
 
 
@@ -43,6 +48,11 @@ class FieldSpec:
     help_v49: str | None = None
     gpm: bool = False  # a PROF field computed with NVML GPM (Hopper and newer)
     default: bool = False  # in dcgm-exporter's default counters CSV
+    # dcgm-exporter 1.x's lowercase name (go-dcgm's legacy_fields.csv), e.g. "dcgm_sm_clock".
+    name_v1: str | None = None
+    # Set on a selection's copy when the CSV named the field by `name_v1`: dcgm-exporter then
+    # serves that name (and its legacy unit) whatever the profile.
+    served_v1: bool = False
 
 
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
@@ -53,8 +63,27 @@ CLOCK_EVENTS_COUNT_FIELD = "DCGM_EXP_CLOCK_EVENTS_COUNT"
 """dcgm-exporter's own metric: collections per clock event reason within a window."""
 CLOCK_EVENT_REASONS_FIELD = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 """The field CLOCK_EVENTS_COUNT_FIELD is counted from; read whenever either is selected."""
-EXPORTER_FIELDS = frozenset({XID_FIELD, XID_COUNT_FIELD, CLOCK_EVENTS_COUNT_FIELD})
-"""Catalog fields the collector serves from history (`xid.py`, `windows.py`), not polled."""
+HEALTH_FIELD = "DCGM_EXP_GPU_HEALTH_STATUS"
+"""dcgm-exporter's own metric: DCGM's health watches per GPU, judged from NVML (`health.py`)."""
+P2P_FIELD = "DCGM_EXP_P2P_STATUS"
+"""dcgm-exporter's own metric: NVLink P2P status from each GPU to every other."""
+EXPORTER_FIELDS = frozenset(
+    {XID_FIELD, XID_COUNT_FIELD, CLOCK_EVENTS_COUNT_FIELD, HEALTH_FIELD, P2P_FIELD}
+)
+"""Catalog fields the collector serves from history or per-GPU state, not polled as such."""
+HEALTH_INPUTS = (
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "DCGM_FI_DEV_POWER_VIOLATION",
+)
+"""The polled fields HEALTH_FIELD is judged from (its XIDs come from `xid.py`)."""
+DEPENDENCIES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {CLOCK_EVENTS_COUNT_FIELD: (CLOCK_EVENT_REASONS_FIELD,), HEALTH_FIELD: HEALTH_INPUTS}
+)
+"""Fields read whenever the key is selected, as dcgm adds the watches its collectors need."""
 BYTES_PER_MIB = 1 << 20
 """dcgm's legacy memory unit (FB_*, per-process memory, PCIe MB/s), in bytes."""
 
@@ -533,6 +562,18 @@ _SPECS: tuple[FieldSpec, ...] = (
         nvml="nvmlEventSetWait_v2 on nvmlEventTypeXidCriticalError, counted over -x (windows.py)",
     ),
     FieldSpec(
+        name=HEALTH_FIELD,
+        type=MetricType.COUNTER,  # as dcgm-exporter's CSV declares it
+        help="DCGM reported health status",
+        nvml="XIDs, GPU lost, ECC DBE, pending retirement/remap, violations (health.py)",
+    ),
+    FieldSpec(
+        name=P2P_FIELD,
+        type=MetricType.COUNTER,  # as dcgm-exporter's CSV declares it
+        help="P2P NvLink status",
+        nvml="nvmlDeviceGetP2PStatus(NVML_P2P_CAPS_INDEX_NVLINK) per GPU pair, at discovery",
+    ),
+    FieldSpec(
         name=CLOCK_EVENTS_COUNT_FIELD,
         type=MetricType.GAUGE,
         help="Count of clock events within the user-specified time window "
@@ -542,7 +583,55 @@ _SPECS: tuple[FieldSpec, ...] = (
     ),
 )
 
-CATALOG: Mapping[str, FieldSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
+# dcgm-exporter 1.x's lowercase names (`etc/1.x-compatibility-metrics.csv`), as go-dcgm's
+# `pkg/dcgm/legacy_fields.csv` maps them to DCGM field ids (in the comments). Its
+# dcgm_pcie_{tx,rx}_throughput (200, 201) have no catalog field and stay unknown.
+_V1_NAMES: Mapping[str, str] = {
+    "DCGM_FI_DEV_SM_CLOCK": "dcgm_sm_clock",  # 100
+    "DCGM_FI_DEV_MEM_CLOCK": "dcgm_memory_clock",  # 101
+    "DCGM_FI_DEV_MEMORY_TEMP": "dcgm_memory_temp",  # 140
+    "DCGM_FI_DEV_GPU_TEMP": "dcgm_gpu_temp",  # 150
+    "DCGM_FI_DEV_POWER_USAGE": "dcgm_power_usage",  # 155
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "dcgm_total_energy_consumption",  # 156
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "dcgm_pcie_replay_counter",  # 202
+    "DCGM_FI_DEV_GPU_UTIL": "dcgm_gpu_utilization",  # 203
+    "DCGM_FI_DEV_MEM_COPY_UTIL": "dcgm_mem_copy_utilization",  # 204
+    "DCGM_FI_DEV_ENC_UTIL": "dcgm_enc_utilization",  # 206
+    "DCGM_FI_DEV_DEC_UTIL": "dcgm_dec_utilization",  # 207
+    XID_FIELD: "dcgm_xid_errors",  # 230
+    "DCGM_FI_DEV_POWER_VIOLATION": "dcgm_power_violation",  # 240
+    "DCGM_FI_DEV_THERMAL_VIOLATION": "dcgm_thermal_violation",  # 241
+    "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": "dcgm_sync_boost_violation",  # 242
+    "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": "dcgm_board_limit_violation",  # 243
+    "DCGM_FI_DEV_LOW_UTIL_VIOLATION": "dcgm_low_util_violation",  # 244
+    "DCGM_FI_DEV_RELIABILITY_VIOLATION": "dcgm_reliability_violation",  # 245
+    "DCGM_FI_DEV_FB_FREE": "dcgm_fb_free",  # 251
+    "DCGM_FI_DEV_FB_USED": "dcgm_fb_used",  # 252
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": "dcgm_ecc_sbe_volatile_total",  # 310
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "dcgm_ecc_dbe_volatile_total",  # 311
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": "dcgm_ecc_sbe_aggregate_total",  # 312
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": "dcgm_ecc_dbe_aggregate_total",  # 313
+    "DCGM_FI_DEV_RETIRED_SBE": "dcgm_retired_pages_sbe",  # 390
+    "DCGM_FI_DEV_RETIRED_DBE": "dcgm_retired_pages_dbe",  # 391
+    "DCGM_FI_DEV_RETIRED_PENDING": "dcgm_retired_pages_pending",  # 392
+    # 409, 419, 429, 439
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": "dcgm_nvlink_flit_crc_error_count_total",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": "dcgm_nvlink_data_crc_error_count_total",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": "dcgm_nvlink_replay_error_count_total",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": "dcgm_nvlink_recovery_error_count_total",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "dcgm_nvlink_bandwidth_total",  # 449
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "dcgm_fi_prof_gr_engine_active",  # 1001
+    "DCGM_FI_PROF_SM_ACTIVE": "dcgm_fi_prof_sm_active",  # 1002
+    "DCGM_FI_PROF_SM_OCCUPANCY": "dcgm_fi_prof_sm_occupancy",  # 1003
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "dcgm_fi_prof_pipe_tensor_active",  # 1004
+    "DCGM_FI_PROF_DRAM_ACTIVE": "dcgm_fi_prof_dram_active",  # 1005
+    "DCGM_FI_PROF_PCIE_TX_BYTES": "dcgm_fi_prof_pcie_tx_bytes",  # 1009
+    "DCGM_FI_PROF_PCIE_RX_BYTES": "dcgm_fi_prof_pcie_rx_bytes",  # 1010
+}
+
+CATALOG: Mapping[str, FieldSpec] = MappingProxyType(
+    {spec.name: replace(spec, name_v1=_V1_NAMES.get(spec.name)) for spec in _SPECS}
+)
 """Every field the exporter can serve, keyed by legacy DCGM name."""
 
 XID_MESSAGES: Mapping[int, str] = MappingProxyType(

@@ -45,7 +45,10 @@ OLD_LABEL_NAMES = LabelNames(
 
 
 def served_name(spec: FieldSpec, profile: Profile) -> str:
-    """The metric (or label) name a field is served under."""
+    """The metric (or label) name a field is served under: its 1.x name where the CSV used
+    that (dcgm-exporter serves the CSV's spelling), else the profile's."""
+    if spec.served_v1 and spec.name_v1:
+        return spec.name_v1
     if profile is Profile.V49 and spec.name_v49:
         return spec.name_v49
     return spec.name
@@ -57,4 +60,6 @@ def unit_scale(spec: FieldSpec, profile: Profile) -> float:
     A field changes unit only together with a confirmed 4.9 name: serving a new unit under
     the old name would silently corrupt every existing panel and alert built on it.
     """
+    if spec.served_v1:
+        return 1.0
     return spec.scale_v49 if profile is Profile.V49 and spec.name_v49 else 1.0

@@ -1,13 +1,16 @@
 """Exposition rendering: metric families -> the bytes a scrape serves.
 
 Runs once per collection, never per scrape; the result is published as an `Exposition`
-holding every encoding (Prometheus text 0.0.4, OpenMetrics 1.0.0, each also gzipped), so
-a scrape only picks bytes. Label values and help texts are escaped here (dcgm-exporter's
-template does not escape, which corrupts the exposition on a quote in a model name).
+holding every encoding served (Prometheus text 0.0.4, OpenMetrics 1.0.0 when enabled, each
+also gzipped), so a scrape only picks bytes. Label values and help texts are escaped here
+(dcgm-exporter's template does not escape, which corrupts the exposition on a quote in a
+model name).
 
 OpenMetrics would rename a counter that lacks `_total` (and dcgm-exporter's counters lack
 it), silently breaking every query; such counters are declared `unknown` instead, so
-sample names stay byte-identical in both formats.
+sample names stay byte-identical in both formats. Prometheus then stores them as unknown,
+not counters, which is why OpenMetrics is opt-in (`--openmetrics`), as dcgm-exporter only
+ever serves text.
 
 Pure: no I/O, no clock, no logging; the collection times are passed in.
 """
@@ -35,7 +38,7 @@ class Exposition:
 
     text: bytes  # Prometheus text format 0.0.4
     text_gzip: bytes | None  # None: no client asked for it lately (see http.store)
-    openmetrics: bytes  # OpenMetrics 1.0.0, ends with "# EOF"
+    openmetrics: bytes | None  # OpenMetrics 1.0.0, ends with "# EOF"; None: not served
     openmetrics_gzip: bytes | None
     collected_at: float  # wall-clock seconds of the collection
     collected_monotonic: float  # monotonic seconds of the collection, for staleness
@@ -47,17 +50,18 @@ def render(
     collected_at: float,
     collected_monotonic: float,
     text_gzip: bool = True,
+    openmetrics: bool = True,
 ) -> Exposition:
-    """Render one collection: both formats, OpenMetrics gzipped, text gzipped when asked.
-    Gzip output uses mtime 0, so equal families give equal bytes."""
+    """Render one collection: text, gzipped when asked; OpenMetrics (always gzipped too)
+    when served. Gzip output uses mtime 0, so equal families give equal bytes."""
     bodies = _bodies(families)
     text = _assemble_text(bodies)
-    openmetrics = _assemble_openmetrics(bodies)
+    om = _assemble_openmetrics(bodies) if openmetrics else None
     return Exposition(
         text=text,
         text_gzip=_gzip(text) if text_gzip else None,
-        openmetrics=openmetrics,
-        openmetrics_gzip=_gzip(openmetrics),
+        openmetrics=om,
+        openmetrics_gzip=_gzip(om) if om is not None else None,
         collected_at=collected_at,
         collected_monotonic=collected_monotonic,
     )
@@ -162,9 +166,10 @@ def _assemble_openmetrics(bodies: list[_Body]) -> bytes:
 
 
 def _openmetrics_family(family: MetricFamily) -> tuple[str, str]:
-    """(family name, type) as OpenMetrics declares them."""
-    if family.type is not MetricType.COUNTER:
-        return family.name, family.type.value
-    if family.name.endswith("_total"):
+    """(family name, type) as OpenMetrics declares them. A CSV's histogram or summary row is
+    one plain sample, which OpenMetrics only admits as `unknown`."""
+    if family.type is MetricType.GAUGE:
+        return family.name, "gauge"
+    if family.type is MetricType.COUNTER and family.name.endswith("_total"):
         return family.name.removesuffix("_total"), "counter"
     return family.name, "unknown"

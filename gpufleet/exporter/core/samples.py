@@ -8,6 +8,8 @@ blank, lost GPU): it is omitted, never emitted as a sentinel.
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpufleet.exporter.core.health import Incident
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MigInstance:
@@ -81,6 +83,13 @@ class NodeSample:
     # gpu index -> (monotonic seconds, clock event reasons bitmask) of recent collections,
     # oldest first; only when DCGM_EXP_CLOCK_EVENTS_COUNT is selected.
     clock_events: Mapping[int, tuple[tuple[float, int], ...]] = field(default_factory=dict)
+    # Per physical GPU, whatever -d selects (as dcgm-exporter's health and P2P collectors),
+    # only when DCGM_EXP_GPU_HEALTH_STATUS or DCGM_EXP_P2P_STATUS is selected: every GPU
+    # discovered as read this round (a lost one with no values), its health by watch
+    # (`health.gpu_health`), and NVLink P2P status to each peer (NVML_P2P_STATUS_*).
+    gpus: Mapping[int, EntitySample] = field(default_factory=dict)
+    health: Mapping[int, Mapping[str, Incident]] = field(default_factory=dict)
+    p2p: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,8 +28,14 @@ per GPU, so they go on the GPU's series only (never a MIG instance's or a sharin
 
 dcgm-exporter's own windowed counts (`windows.py`) add `window_size_in_ms` and `xid` or
 `clock_event` among the label-row labels (dcgm keeps them in the same map), sorted by key.
-They have series only for xids / reasons counted at least once in the window, and only for
-GPUs with a history (XIDs: watched GPUs; clock events: GPUs whose reasons NVML reported).
+They have series for the xids / reasons counted at least once in the window, and, as in
+dcgm-exporter, one series of value 0 without the `xid` / `clock_event` label while none
+was; only for GPUs with a history (XIDs: watched GPUs; clock events: GPUs whose reasons
+NVML reported within the window).
+
+DCGM_EXP_GPU_HEALTH_STATUS and DCGM_EXP_P2P_STATUS are per physical GPU, whatever -d
+selects, with `health_watch`/`health_error_code` or `peer_gpu`/`link_status` among the
+label-row labels, as dcgm-exporter serves them.
 
 Pure: no I/O, no clock, no logging. Escaping is the renderer's job; values here are raw.
 """
@@ -41,6 +47,8 @@ from typing import NamedTuple
 from gpufleet.exporter.core.counters import SelectedField, Selection
 from gpufleet.exporter.core.fields import (
     CLOCK_EVENTS_COUNT_FIELD,
+    HEALTH_FIELD,
+    P2P_FIELD,
     XID_COUNT_FIELD,
     XID_FIELD,
     XID_MESSAGES,
@@ -73,6 +81,16 @@ GPU_SHARE_HELP = (
 POD_POWER_NAME = "gpufleet_pod_power_usage"
 POD_POWER_HELP = "Power draw of the pod's GPU share (in W): gpufleet_pod_gpu_share x GPU power."
 POWER_FIELD = "DCGM_FI_DEV_POWER_USAGE"
+# dcgm-exporter's `link_status` values for NVML_P2P_STATUS_* (p2pStatusToString).
+P2P_STATUS = {
+    0: "OK",
+    1: "ChipsetNotSupported",
+    2: "GPUNotSupported",
+    3: "TopologyNotSupported",
+    4: "DisabledByRegKey",
+    5: "NotSupported",
+    6: "Unknown",
+}
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -100,7 +118,7 @@ class SeriesOptions:
     """How series are named and labelled (dcgm-exporter's compatibility switches)."""
 
     profile: Profile = Profile.LEGACY
-    hostname: str | None = None  # value of the hostname label; None or "" = no label (-n)
+    hostname: str | None = None  # value of the hostname label; None or "" = no label
     hostname_label: HostnameLabel = HostnameLabel.LEGACY
     pod_uid: bool = False  # --kubernetes-enable-pod-uid
     old_namespace: bool = False  # -o: uuid, pod_name, pod_namespace, container_name
@@ -148,6 +166,9 @@ def build_families(
             families.append(_xid_total_family(rows, sample))
         elif selected.spec.name in _WINDOWED:
             families.append(_windowed_family(selected, rows, sample, options))
+        elif selected.spec.name in (HEALTH_FIELD, P2P_FIELD):
+            gpu_rows = _gpu_rows(sample, rows, selection=selection, options=options, names=names)
+            families.append(_gpu_status_family(selected, gpu_rows, sample))
         else:
             families.append(_field_family(selected, rows, options.profile))
     families.extend(_share_families(rows))
@@ -333,7 +354,7 @@ def _xid_family(
     err_msg="No Error" until the first XID, then the code and its text; the value is the
     code itself. A GPU missing from `sample.xid` (not watched) gets no series."""
     samples = []
-    for row in _gpu_rows(rows):
+    for row in _served_gpu_rows(rows):
         state = sample.xid.get(row.entity.entity.gpu)
         if state is None:
             continue
@@ -350,7 +371,7 @@ def _xid_family(
 def _xid_total_family(rows: list[_Row], sample: NodeSample) -> MetricFamily:
     """XID events per GPU and xid, on the GPU's series."""
     samples = []
-    for row in _gpu_rows(rows):
+    for row in _served_gpu_rows(rows):
         state = sample.xid.get(row.entity.entity.gpu)
         if state is None:
             continue
@@ -383,9 +404,15 @@ def _windowed_family(
     }
     window = ("window_size_in_ms", str(window_ms))
     samples = []
-    for row in _gpu_rows(rows):
+    for row in _served_gpu_rows(rows):
+        gpu_counts = counts.get(row.entity.entity.gpu)
+        if gpu_counts is None:
+            continue
         identity = row.base[: len(row.base) - len(row.label_rows)]
-        for value, n in counts.get(row.entity.entity.gpu, {}).items():
+        if not gpu_counts:  # dcgm-exporter's zero: no xid / clock_event label at all
+            labels = tuple(sorted((*row.label_rows, window)))
+            samples.append(Sample(labels=identity + labels + row.attributes, value=0))
+        for value, n in gpu_counts.items():
             labels = tuple(sorted((*row.label_rows, window, (key, str(value)))))
             samples.append(Sample(labels=identity + labels + row.attributes, value=n))
     return MetricFamily(
@@ -396,9 +423,62 @@ def _windowed_family(
     )
 
 
-def _gpu_rows(rows: list[_Row]) -> list[_Row]:
+def _served_gpu_rows(rows: list[_Row]) -> list[_Row]:
     """XIDs and clock events are per GPU: one series each, on the GPU's own row."""
     return [r for r in rows if r.gpu_row]
+
+
+def _gpu_rows(
+    sample: NodeSample,
+    rows: list[_Row],
+    *,
+    selection: Selection,
+    options: SeriesOptions,
+    names: LabelNames,
+) -> list[_Row]:
+    """Rows of every physical GPU in `sample.gpus`: its whole-GPU rows where -d serves it
+    (with their pods), else one row of its own labels, as dcgm-exporter's per-GPU collectors
+    label a GPU whatever -d selects."""
+    served: dict[int, list[_Row]] = {}
+    for row in _served_gpu_rows(rows):
+        served.setdefault(row.entity.entity.gpu, []).append(row)
+    gpu_rows = []
+    for gpu, entity_sample in sorted(sample.gpus.items()):
+        alone = NodeSample(entities=(entity_sample,), node_labels=sample.node_labels)
+        gpu_rows += served.get(gpu) or _rows(
+            alone, selection=selection, pods={}, options=options, names=names
+        )
+    return gpu_rows
+
+
+def _gpu_status_family(
+    selected: SelectedField, rows: list[_Row], sample: NodeSample
+) -> MetricFamily:
+    """DCGM_EXP_GPU_HEALTH_STATUS (one series per health watch: `health_watch`,
+    `health_error_code`, value PASS 0 / WARN 10 / FAIL 20) or DCGM_EXP_P2P_STATUS (one per
+    peer: `peer_gpu`, `link_status`, value NVML_P2P_STATUS_*), per GPU. dcgm-exporter keeps
+    these labels with the label-row labels, sorted by key."""
+    health = selected.spec.name == HEALTH_FIELD
+    samples = []
+    for row in rows:
+        gpu = row.entity.entity.gpu
+        if health:
+            found = [
+                ((("health_error_code", i.code), ("health_watch", w)), int(i.result))
+                for w, i in sample.health.get(gpu, {}).items()
+            ]
+        else:
+            found = [
+                ((("link_status", P2P_STATUS.get(v, "Unknown")), ("peer_gpu", str(peer))), v)
+                for peer, v in sorted(sample.p2p.get(gpu, {}).items())
+            ]
+        identity = row.base[: len(row.base) - len(row.label_rows)]
+        for extra, value in found:
+            labels = tuple(sorted((*row.label_rows, *extra)))
+            samples.append(Sample(labels=identity + labels + row.attributes, value=value))
+    return MetricFamily(
+        name=selected.spec.name, type=selected.type, help=selected.help, samples=tuple(samples)
+    )
 
 
 def _served_help(selected: SelectedField, profile: Profile) -> str:

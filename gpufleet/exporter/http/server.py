@@ -7,8 +7,10 @@ the kubelet, or log per request (aiohttp's access log is off unless asked for).
 Decisions:
 - Before the first collection `/metrics` answers 503 (dcgm-exporter sends an empty 200
   while it reloads); a 503 makes Prometheus' `up` honest instead of recording "no GPUs".
-- Content negotiation follows RFC 9110 q-values: OpenMetrics 1.0.0 when the client ranks
-  it above Prometheus text 0.0.4, text otherwise (including when nothing matches; never 406).
+- Prometheus text 0.0.4 by default, as dcgm-exporter: Prometheus asks for OpenMetrics
+  first, and there dcgm's counters (no `_total`) can only be `unknown`. With `openmetrics`
+  on, negotiation follows RFC 9110 q-values: OpenMetrics 1.0.0 when the client ranks it
+  above text, text otherwise (including when nothing matches; never 406).
 - With a web config every route is protected, `/health` included, as exporter-toolkit does.
 - dcgm-exporter's 10 s HTTP read and write timeouts: the read side is aiohttp's idle timer,
   which also runs before the first request; the write side bounds sending the response.
@@ -64,11 +66,13 @@ def build_app(
     extra_routes: Iterable[web.AbstractRouteDef] = (),
     stats: ServerStats | None = None,
     write_timeout_seconds: float = 10.0,
+    openmetrics: bool = False,
 ) -> web.Application:
     """The exporter's aiohttp application; `app[SERVER_STATS]` holds its counters.
 
     `clock` is monotonic seconds, compared with `Exposition.collected_monotonic` by
     `/health` and driving the rate limiter. `extra_routes` get the same auth and headers.
+    `openmetrics` lets clients negotiate OpenMetrics (the collector must render it).
     """
     stats = stats if stats is not None else ServerStats()
     middleware = _middleware(
@@ -76,13 +80,21 @@ def build_app(
     )
     app = web.Application(client_max_size=_MAX_REQUEST_BODY_BYTES, middlewares=[middleware])
     app[SERVER_STATS] = stats
-    app.add_routes(_routes(store, clock=clock, stale_after_seconds=stale_after_seconds))
+    app.add_routes(
+        _routes(
+            store, clock=clock, stale_after_seconds=stale_after_seconds, openmetrics=openmetrics
+        )
+    )
     app.add_routes(extra_routes)
     return app
 
 
 def _routes(
-    store: ExpositionStore, *, clock: Callable[[], float], stale_after_seconds: float
+    store: ExpositionStore,
+    *,
+    clock: Callable[[], float],
+    stale_after_seconds: float,
+    openmetrics: bool,
 ) -> list[web.RouteDef]:
     """`/metrics`, `/health` and `/`: each reads `store`; none renders or collects."""
 
@@ -90,17 +102,21 @@ def _routes(
         exposition = store.latest()
         if exposition is None:
             return _plain(503, "no collection yet")
-        openmetrics = wants_openmetrics(request.headers.get(hdrs.ACCEPT, ""))
+        om = (
+            openmetrics
+            and exposition.openmetrics is not None
+            and wants_openmetrics(request.headers.get(hdrs.ACCEPT, ""))
+        )
         gzip = accepts_gzip(request.headers.get(hdrs.ACCEPT_ENCODING, ""))
-        if openmetrics:
+        if om:
             plain, packed = exposition.openmetrics, exposition.openmetrics_gzip
         else:
             plain, packed = exposition.text, exposition.text_gzip
             if gzip and packed is None:
                 store.want_text_gzip(clock())
         if not gzip or packed is None:  # not built for this snapshot: serve it plain
-            return web.Response(body=plain, headers=_METRICS_HEADERS[(openmetrics, False)])
-        return web.Response(body=packed, headers=_METRICS_HEADERS[(openmetrics, True)])
+            return web.Response(body=plain, headers=_METRICS_HEADERS[(om, False)])
+        return web.Response(body=packed, headers=_METRICS_HEADERS[(om, True)])
 
     async def health(request: web.Request) -> web.Response:
         exposition = store.latest()

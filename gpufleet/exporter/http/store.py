@@ -11,8 +11,8 @@ class ExpositionStore:
     CPython, so readers never lock and never see a half-built snapshot.
 
     It also records when a scrape last asked for gzip-compressed text, so collections
-    compress only what is read: gzip is a large share of a collection's CPU, and
-    Prometheus only ever asks for OpenMetrics (always compressed). A scrape asking for
+    compress only what is read: gzip is a large share of a collection's CPU, and clients
+    that never ask for gzip (curl, some agents) should not pay for it. A scrape asking for
     gzip text not built yet gets the uncompressed bytes once; snapshots carry it while
     such scrapes keep coming, within `TEXT_GZIP_DEMAND_SECONDS`.
     """

@@ -29,9 +29,9 @@ import pynvml
 
 from gpufleet.exporter.core.fields import (
     CATALOG,
-    CLOCK_EVENT_REASONS_FIELD,
-    CLOCK_EVENTS_COUNT_FIELD,
+    DEPENDENCIES,
     EXPORTER_FIELDS,
+    P2P_FIELD,
     FieldSpec,
     MigSource,
 )
@@ -39,6 +39,7 @@ from gpufleet.exporter.core.samples import Entity, EntitySample
 from gpufleet.exporter.nvml.calls import MISSING, NvmlCalls
 from gpufleet.exporter.nvml.discovery import Gpu, Target, discover_gpu, read_labels
 from gpufleet.exporter.nvml.gpm import GpmReader
+from gpufleet.exporter.nvml.p2p import read_p2p
 from gpufleet.exporter.nvml.processes import ProcessReader, process_samples
 from gpufleet.exporter.nvml.readers import (
     CALLS,
@@ -69,13 +70,16 @@ class NvmlReader:
     ) -> None:
         """Raises ValueError naming any selected field no reader serves. EXPORTER_FIELDS
         are accepted and not read as such (`xid.XidWatcher` and the collector serve them),
-        but CLOCK_EVENTS_COUNT_FIELD makes the clock event reasons read even if they are
-        not selected themselves: the collector counts them (dcgm adds that watch too)."""
+        but their DEPENDENCIES are read even if not selected themselves: the collector
+        judges from them (dcgm adds those watches too). P2P_FIELD reads the P2P status
+        of every GPU pair at each `discover`."""
         self._lib = lib
         fields = list(fields)
-        if any(f.name == CLOCK_EVENTS_COUNT_FIELD for f in fields):
-            fields.append(CATALOG[CLOCK_EVENT_REASONS_FIELD])
+        names = {f.name for f in fields}
+        fields += [CATALOG[d] for n in names for d in DEPENDENCIES.get(n, ()) if d not in names]
         self._specs = {f.name: f for f in fields if f.name not in EXPORTER_FIELDS}
+        self._read_p2p = P2P_FIELD in names
+        self._p2p: Mapping[int, Mapping[int, int]] = {}
         unknown = sorted(set(self._specs) - SERVED_FIELDS)
         if unknown:
             raise ValueError(f"no NVML reader for field(s): {', '.join(unknown)}")
@@ -106,6 +110,17 @@ class NvmlReader:
     def entities(self) -> tuple[Entity, ...]:
         """The topology of the last `discover`: each GPU, then its MIG instances."""
         return tuple(t.entity for gpu in self._gpus for t in (gpu.target, *gpu.migs))
+
+    @property
+    def p2p(self) -> Mapping[int, Mapping[int, int]]:
+        """gpu -> peer gpu -> NVLink P2P status (NVML_P2P_STATUS_*), as of the last
+        `discover`; a pair whose call failed is absent. Empty unless P2P_FIELD is selected."""
+        return self._p2p
+
+    @property
+    def lost_gpus(self) -> frozenset[int]:
+        """Indexes of the GPUs the last `collect` found lost."""
+        return frozenset(g.target.entity.gpu for g in self._gpus if g.target.key in self._lost)
 
     @property
     def node_labels(self) -> Mapping[str, str]:
@@ -142,6 +157,8 @@ class NvmlReader:
                 self._discovery_failed(index, err, kept=index in previous)
         self._gpus = tuple(gpus)
         self._node_labels = read_labels(self._calls, self._node_label_readers, (self._lib,), "node")
+        if self._read_p2p:
+            self._p2p = read_p2p(self._lib, self._calls, self._gpus, self._discovery_errors)
         self._forget_vanished()
         return self.entities
 

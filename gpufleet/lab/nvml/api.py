@@ -218,6 +218,15 @@ class SimulatedNvml(DeviceCalls, CounterCalls, MigCalls, GpmCalls, EventCalls):
         with self._m.lock:
             self._m.lost.add(index)
 
+    def inject_uncorrectable_ecc(self, index: int) -> None:
+        """An uncorrectable (double-bit) ECC error on the GPU's memory: the volatile and
+        aggregate DBE counts grow, and the row waits for a remap (H100, A100) or the page
+        for retirement (older GPUs) until a reset. The XIDs the driver logs with it (48,
+        63) are `inject_xid`'s."""
+        self._gpu_node(index)
+        with self._m.lock:
+            self._m.uncorrectable[index] = self._m.uncorrectable.get(index, 0) + 1
+
     def restore_gpu(self, index: int) -> None:
         self._gpu_node(index)
         with self._m.lock:

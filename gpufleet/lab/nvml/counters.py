@@ -77,7 +77,7 @@ class CounterCalls:
 
     def _ecc(self, node: Node, error_type: int, counter_type: int) -> int:
         if error_type != pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED:
-            return 0
+            return self._m.uncorrectable.get(node.gpu.index, 0)
         t = node.traits
         return (
             t.ecc_sbe_volatile if counter_type == pynvml.NVML_VOLATILE_ECC else t.ecc_sbe_aggregate
@@ -113,6 +113,8 @@ class CounterCalls:
             if not model.row_remapping:
                 return _NOT_SUPPORTED
             cor = traits.remapped_correctable
+            if field_id == pynvml.NVML_FI_DEV_REMAPPED_PENDING:
+                return 0, _UI, int(self._m.uncorrectable.get(node.gpu.index, 0) > 0)
             return 0, _UI, cor if field_id == pynvml.NVML_FI_DEV_REMAPPED_COR else 0
         if not model.nvlinks:
             return _NOT_SUPPORTED
@@ -179,13 +181,15 @@ class CounterCalls:
         node = self._m.enter("nvmlDeviceGetRetiredPagesPendingStatus", device, mig_ok=False)
         if node.model.row_remapping:
             raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return pynvml.NVML_FEATURE_DISABLED
+        pending = self._m.uncorrectable.get(node.gpu.index, 0) > 0
+        return pynvml.NVML_FEATURE_ENABLED if pending else pynvml.NVML_FEATURE_DISABLED
 
     def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:
         node = self._m.enter("nvmlDeviceGetRemappedRows", device, mig_ok=False)
         if not node.model.row_remapping:
             raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return (node.traits.remapped_correctable, 0, 0, 0)
+        pending = int(self._m.uncorrectable.get(node.gpu.index, 0) > 0)
+        return (node.traits.remapped_correctable, 0, pending, 0)
 
     def _nvlink(self, fn: str, device: Any, link: int) -> Node:
         node = self._m.enter(fn, device, mig_ok=False)

@@ -114,6 +114,9 @@ class Machine:
         self.lock = threading.RLock()
         self.initialized = 0  # nvmlInit refcount
         self.lost: set[int] = set()
+        # gpu index -> uncorrectable ECC errors injected since the driver loaded; a row
+        # remapping GPU holds each as a pending remap, an older one as a pending retirement.
+        self.uncorrectable: dict[int, int] = {}
         self.version = 0  # bumped on every process change; invalidates load caches
         self.processes: dict[int, SimProcess] = {}
         self.device_handles: HandleTable[Node] = HandleTable(pynvml.c_nvmlDevice_t)

@@ -13,11 +13,13 @@ from gpufleet.exporter.core.counters import (
     select_fields,
 )
 from gpufleet.exporter.core.fields import CATALOG, MetricType
+from gpufleet.exporter.core.profiles import Profile, served_name, unit_scale
 
 DCGM_USER_CSV = TEST_DATA / "dcgm-default-counters.csv"
 SHIPPED_CSV = REPO / "gpufleet/exporter/default-counters.csv"
 
 G, C, L = MetricType.GAUGE, MetricType.COUNTER, MetricType.LABEL
+TYPES = "gauge, counter, histogram, summary, label"
 
 SMALL_CATALOG = {spec.name: spec for spec in (SM_CLOCK, GPU_TEMP, DRIVER)}
 
@@ -34,6 +36,9 @@ def _row(line: int, field: str, type_: MetricType, help_: str) -> CounterRow:
         ("  A  ,   counter ,  Help   ", [_row(1, "A", C, "Help")]),
         ("A ,     gauge, Decoder (in %).", [_row(1, "A", G, "Decoder (in %).")]),
         ("A, label, Driver Version", [_row(1, "A", L, "Driver Version")]),
+        # dcgm-exporter's promMetricType admits both (issue 15).
+        ("A, histogram, h", [_row(1, "A", MetricType.HISTOGRAM, "h")]),
+        ("A, summary, h", [_row(1, "A", MetricType.SUMMARY, "h")]),
         ('A, gauge, "Help, with a comma"', [_row(1, "A", G, "Help, with a comma")]),
         ('A, gauge,"quoted"  ', [_row(1, "A", G, "quoted")]),
         ("A, gauge,", [_row(1, "A", G, "")]),
@@ -52,6 +57,8 @@ def _row(line: int, field: str, type_: MetricType, help_: str) -> CounterRow:
         "cells-trimmed",
         "blank-before-comma",
         "label-row",
+        "histogram-row",
+        "summary-row",
         "quoted-help-with-comma",
         "quoted-help-trailing-blanks",
         "empty-help-allowed",
@@ -88,25 +95,15 @@ def test_parse_counters(text: str, expected: list[CounterRow]) -> None:
         (" , gauge, help", "c.csv:1: empty field name:  , gauge, help"),
         (
             "A, gauge, ok\nB, gage, help",
-            "c.csv:2: unknown metric type 'gage' (expected gauge, counter, label): B, gage, help",
+            f"c.csv:2: unknown metric type 'gage' (expected {TYPES}): B, gage, help",
         ),
         (
             "B, Gauge, help",
-            "c.csv:1: unknown metric type 'Gauge' (expected gauge, counter, label): B, Gauge, help",
+            f"c.csv:1: unknown metric type 'Gauge' (expected {TYPES}): B, Gauge, help",
         ),
         (
             "B, , help",
-            "c.csv:1: unknown metric type '' (expected gauge, counter, label): B, , help",
-        ),
-        (
-            "B, histogram, help",
-            "c.csv:1: type 'histogram' cannot describe a single DCGM value; use gauge, counter, "
-            "label: B, histogram, help",
-        ),
-        (
-            "B, summary, help",
-            "c.csv:1: type 'summary' cannot describe a single DCGM value; use gauge, counter, "
-            "label: B, summary, help",
+            f"c.csv:1: unknown metric type '' (expected {TYPES}): B, , help",
         ),
         (
             'B, gauge, "unterminated',
@@ -126,8 +123,6 @@ def test_parse_counters(text: str, expected: list[CounterRow]) -> None:
         "misspelt-type",
         "type-is-case-sensitive",
         "empty-type",
-        "histogram-refused",
-        "summary-refused",
         "unterminated-quote",
         "text-after-closing-quote",
     ],
@@ -259,3 +254,24 @@ def test_full_v49_csv_selects_the_same_fields() -> None:
     )
     assert warnings == ()
     assert [f.spec.name for f in selection.fields] == DEFAULT_FIELDS
+
+
+def test_v1_lowercase_names_resolve_and_keep_their_spelling() -> None:
+    # dcgm-exporter 1.x names (go-dcgm's legacy_fields.csv); issue 15.
+    rows = parse_counters(
+        "dcgm_sm_clock, gauge, SM clock frequency (in MHz).\n"
+        "dcgm_gpu_utilization, gauge, GPU utilization (in %).\n"
+        "DCGM_FI_DEV_SM_CLOCK, gauge, again\n",
+        source="c.csv",
+    )
+    selection, warnings = select_fields(rows, CATALOG, source="c.csv")
+    assert warnings == (
+        "c.csv:3: DCGM_FI_DEV_SM_CLOCK repeats line 1 (dcgm_sm_clock); row skipped",
+    )
+    sm, util = (f.spec for f in selection.fields)
+    assert (sm.name, sm.name_v1, sm.served_v1) == ("DCGM_FI_DEV_SM_CLOCK", "dcgm_sm_clock", True)
+    for profile in Profile:
+        assert served_name(util, profile) == "dcgm_gpu_utilization"
+        assert unit_scale(util, profile) == 1.0  # the 1.x name keeps its % unit
+    assert not CATALOG["DCGM_FI_DEV_SM_CLOCK"].served_v1
+    assert served_name(CATALOG["DCGM_FI_DEV_GPU_UTIL"], Profile.V49) == "DCGM_FI_DEV_GPU_UTIL_RATIO"

@@ -195,6 +195,14 @@ def test_render_builds_every_encoding_deterministically() -> None:
     )
 
 
+def test_render_skips_openmetrics_unless_served() -> None:
+    exposition = render(
+        FAMILIES, collected_at=0.0, collected_monotonic=0.0, text_gzip=False, openmetrics=False
+    )
+    assert (exposition.text, exposition.text_gzip) == (render_text(FAMILIES), None)
+    assert (exposition.openmetrics, exposition.openmetrics_gzip) == (None, None)
+
+
 def test_shared_label_tuples_render_identically_across_families() -> None:
     # The renderer caches a labels tuple's text by identity; distinct tuples stay distinct.
     shared = (("gpu", "0"),)
@@ -268,3 +276,15 @@ def test_spliced_gzip_is_one_standard_member(fmt: str) -> None:
     assert reader.decompress(packed) == plain
     assert reader.eof and reader.unused_data == b""
     assert gzip.decompress(packed) == plain
+
+
+@pytest.mark.parametrize("type_", [MetricType.HISTOGRAM, MetricType.SUMMARY], ids=str)
+def test_histogram_and_summary_rows_render_as_dcgm_exporter_declares_them(
+    type_: MetricType,
+) -> None:
+    # dcgm-exporter writes the CSV's type over the one sample; OpenMetrics cannot say that.
+    family = _family("x", type_, Sample(labels=(("gpu", "0"),), value=3))
+    assert render_text([family]) == f'# HELP x Help.\n# TYPE x {type_}\nx{{gpu="0"}} 3\n'.encode()
+    assert render_openmetrics([family]) == (
+        b'# HELP x Help.\n# TYPE x unknown\nx{gpu="0"} 3\n# EOF\n'
+    )

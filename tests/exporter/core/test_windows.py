@@ -133,16 +133,34 @@ def test_windowed_series_have_dcgm_labels_exactly() -> None:
     families = _families(sample)
     window = ("window_size_in_ms", "60000")
     serial = ("DCGM_FI_DEV_SERIAL", "s0")
-    # 13 at 1.0 is outside the 60 s window; GPU 1 is watched but saw no XID: no series.
+    # 13 at 1.0 is outside the 60 s window. GPU 1 is watched but saw no XID: dcgm-exporter's
+    # zero, without an xid label, once on the GPU (issue 15: was no series).
+    serial1 = ("DCGM_FI_DEV_SERIAL", "s1")
     assert families[XID_COUNT_FIELD] == [
         ((*_identity(GPU0), serial, window, ("xid", "13")), 1),
         ((*_identity(GPU0), serial, window, ("xid", "48")), 1),
+        ((*_identity(GPU1), serial1, window), 0),
     ]
+    # GPU 1 has no clock event history (reasons unreadable): no series, not a false 0.
     clock_window = ("window_size_in_ms", "10000")
     assert families[CLOCK_EVENTS_COUNT_FIELD] == [
         ((*_identity(GPU0), serial, ("clock_event", "gpu_idle"), clock_window), 1),
         ((*_identity(GPU0), serial, ("clock_event", "power_cap"), clock_window), 2),
     ]
+
+
+def test_empty_windows_give_dcgm_exporters_zero_per_gpu() -> None:
+    # Issue 15: an empty window served nothing, not even HELP and TYPE.
+    sample = NodeSample(
+        entities=(EntitySample(entity=GPU0, values={}),),
+        xid={0: XidState(last=13, counts={13: 1}, recent=((1.0, 13),))},
+        collected_monotonic=100.0,
+        clock_events={0: ((100.0, 0),)},
+    )
+    assert _families(sample) == {
+        XID_COUNT_FIELD: [((*_identity(GPU0), ("window_size_in_ms", "60000")), 0)],
+        CLOCK_EVENTS_COUNT_FIELD: [((*_identity(GPU0), ("window_size_in_ms", "10000")), 0)],
+    }
 
 
 def test_counts_are_per_gpu_not_repeated_on_mig_instances() -> None:
@@ -186,10 +204,11 @@ def collector(tmp_path: Path) -> Iterator[tuple[Collector, SimulatedNvml, Manual
         built.close()
 
 
-def _counts(collector: Collector, name: str, key: str) -> dict[tuple[str, str], float]:
+def _counts(collector: Collector, name: str, key: str) -> dict[tuple[str, str | None], float]:
+    """(gpu, xid or clock_event) -> count; the key is None on the zero of an empty window."""
     text = collector.collect_once().text.decode()
     return {
-        (s.labels["gpu"], s.labels[key]): s.value
+        (s.labels["gpu"], s.labels.get(key)): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
         if s.name == name and s.labels["window_size_in_ms"] == str(WINDOW_MS)
@@ -198,17 +217,18 @@ def _counts(collector: Collector, name: str, key: str) -> dict[tuple[str, str], 
 
 def test_injected_xids_are_counted_then_fall_out_of_the_window(collector) -> None:
     collector, sim, clock = collector
-    assert _counts(collector, XID_COUNT_FIELD, "xid") == {}
+    zeros = {("0", None): 0, ("1", None): 0}
+    assert _counts(collector, XID_COUNT_FIELD, "xid") == zeros
     sim.inject_xid(1, 48)
     sim.inject_xid(1, 48)
-    wait_for(lambda: _counts(collector, XID_COUNT_FIELD, "xid") == {("1", "48"): 2})
+    wait_for(lambda: _counts(collector, XID_COUNT_FIELD, "xid") == {("0", None): 0, ("1", "48"): 2})
     clock.now += 20.0
     sim.inject_xid(1, 13)
     wait_for(lambda: ("1", "13") in _counts(collector, XID_COUNT_FIELD, "xid"))
     clock.now += 10.0  # the two 48s are exactly one window old now
-    assert _counts(collector, XID_COUNT_FIELD, "xid") == {("1", "13"): 1}
+    assert _counts(collector, XID_COUNT_FIELD, "xid") == {("0", None): 0, ("1", "13"): 1}
     clock.now += 20.0
-    assert _counts(collector, XID_COUNT_FIELD, "xid") == {}
+    assert _counts(collector, XID_COUNT_FIELD, "xid") == zeros
 
 
 def test_clock_events_count_collections_in_the_window(collector) -> None:

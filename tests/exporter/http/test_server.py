@@ -124,7 +124,7 @@ NEGOTIATION = [
     ("accept", "openmetrics"), [r[:2] for r in NEGOTIATION], ids=[r[2] for r in NEGOTIATION]
 )
 async def test_metrics_content_negotiation(accept: str | None, openmetrics: bool) -> None:
-    app = build_app(published_store(), web_config=None, stale_after_seconds=60)
+    app = build_app(published_store(), web_config=None, stale_after_seconds=60, openmetrics=True)
     headers = {"Accept": accept} if accept is not None else {}
 
     async with (
@@ -141,6 +141,25 @@ async def test_metrics_content_negotiation(accept: str | None, openmetrics: bool
     assert body == (OPENMETRICS if openmetrics else TEXT)
     assert "Content-Encoding" not in response.headers
     assert response.headers["Vary"] == "Accept, Accept-Encoding"
+
+
+@pytest.mark.parametrize(
+    "accept", [PROMETHEUS_2, PROMETHEUS_3], ids=["prometheus-2", "prometheus-3"]
+)
+async def test_text_by_default_even_when_prometheus_prefers_openmetrics(accept: str) -> None:
+    # Issue 15: served OpenMetrics, where dcgm's counters can only be `unknown`, so
+    # Prometheus' metadata lost their counter type. dcgm-exporter always serves text.
+    app = build_app(published_store(), web_config=None, stale_after_seconds=60)
+
+    async with (
+        serving(app) as server,
+        client() as session,
+        session.get(url(server, "/metrics"), headers={"Accept": accept}) as response,
+    ):
+        body = await response.read()
+
+    assert response.headers["Content-Type"] == TEXT_CONTENT_TYPE
+    assert body == TEXT
 
 
 GZIP = [
@@ -166,7 +185,7 @@ GZIP = [
 async def test_metrics_gzip_serves_the_prebuilt_bytes(
     accept_encoding: str | None, gzipped: bool, openmetrics: bool
 ) -> None:
-    app = build_app(published_store(), web_config=None, stale_after_seconds=60)
+    app = build_app(published_store(), web_config=None, stale_after_seconds=60, openmetrics=True)
     headers = {"Accept": "application/openmetrics-text" if openmetrics else "text/plain"}
     if accept_encoding is not None:
         headers["Accept-Encoding"] = accept_encoding

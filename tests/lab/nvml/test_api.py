@@ -360,3 +360,17 @@ def test_concurrent_collection_and_scenario_changes(sim: SimulatedNvml) -> None:
         t.join(timeout=10)
     assert errors == []
     assert sim.nvmlDeviceGetComputeRunningProcesses(sim.nvmlDeviceGetHandleByIndex(0)) == []
+
+
+def test_uncorrectable_ecc_leaves_dbe_counts_and_a_pending_remap(sim: SimulatedNvml) -> None:
+    h = sim.nvmlDeviceGetHandleByIndex(0)
+    dbe, volatile = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+    pending = pynvml.NVML_FI_DEV_REMAPPED_PENDING
+    assert sim.nvmlDeviceGetTotalEccErrors(h, dbe, volatile) == 0
+    assert sim.nvmlDeviceGetRemappedRows(h)[2] == 0
+    sim.inject_uncorrectable_ecc(0)
+    assert sim.nvmlDeviceGetTotalEccErrors(h, dbe, volatile) == 1
+    assert sim.nvmlDeviceGetRemappedRows(h)[2] == 1  # (correctable, uncorrectable, pending, failed)
+    assert sim.nvmlDeviceGetFieldValues(h, [pending])[0].value.uiVal == 1
+    other = sim.nvmlDeviceGetHandleByIndex(1)
+    assert sim.nvmlDeviceGetTotalEccErrors(other, dbe, volatile) == 0
