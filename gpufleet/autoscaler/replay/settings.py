@@ -45,9 +45,22 @@ class SimulateSettings(BaseSettings):
         "GPUFLEET_SIM_TRACE",
         "--trace",
         group=RUN,
-        help="Required. Request trace CSV(s) (TIMESTAMP,ContextTokens,GeneratedTokens, as the "
-        "Azure LLM inference traces): repeat the flag or give a comma list. The 2023 Azure "
-        "code and conversation traces are in the shared traces folder.",
+        help="Request trace CSV(s) (TIMESTAMP,ContextTokens,GeneratedTokens, as the Azure LLM "
+        "inference traces): repeat the flag or give a comma list. The 2023 Azure code and "
+        "conversation traces are in the shared traces folder. --trace or --workload is "
+        "required.",
+    )
+    workload_spec: str = setting(
+        "",
+        "GPUFLEET_SIM_WORKLOAD",
+        "--workload",
+        group=RUN,
+        help="A generated trace, FAMILY[:key=value,...], seeded by --seed: flash (a crowd: "
+        "height, length, at, ramp), diurnal (peak, period, phase), onoff (MMPP: height, on, "
+        "off), quiet (busy, idle: scale to zero), longctx (heavy-tailed long prompts), or "
+        "mix:of=A+B (A.key=value for one part). Every family takes duration, rate, prompt, "
+        "prompt_sigma, output, output_sigma, tail, tail_min, tail_alpha, max_prompt, "
+        "max_output. Repeat the flag for several (or separate them with ';').",
     )
     policy: str = setting(
         ",".join(policies.NAMES),
@@ -269,6 +282,10 @@ class SimulateSettings(BaseSettings):
         return _split(self.trace)
 
     @property
+    def workload_specs(self) -> tuple[str, ...]:
+        return tuple(spec.strip() for spec in self.workload_spec.split(";") if spec.strip())
+
+    @property
     def policy_names(self) -> tuple[str, ...]:
         return _split(self.policy)
 
@@ -330,7 +347,7 @@ def command_line(settings: SimulateSettings) -> str:
     words = ["gpufleet", "simulate"]
     for name, info in SimulateSettings.model_fields.items():
         value = getattr(settings, name)
-        if name in _NOT_REPRODUCED or (value == info.default and name != "trace"):
+        if name in _NOT_REPRODUCED or value == info.default:
             continue
         flag = info.json_schema_extra["flags"][0]  # type: ignore[index]
         if isinstance(value, bool):
@@ -340,8 +357,9 @@ def command_line(settings: SimulateSettings) -> str:
     return shlex.join(words)
 
 
-def merge_repeated(argv: list[str], flag: str) -> list[str]:
-    """`argv` with every `FLAG X` / `FLAG=X` joined into one `FLAG X,Y` where the first was.
+def merge_repeated(argv: list[str], flag: str, *, sep: str = ",") -> list[str]:
+    """`argv` with every `FLAG X` / `FLAG=X` joined into one `FLAG X<sep>Y` where the first
+    was.
 
     argparse keeps only the last value of a repeated option; a repeatable flag is easier to
     script (`--trace a.csv --trace b.csv`) than a comma list.
@@ -368,5 +386,5 @@ def merge_repeated(argv: list[str], flag: str) -> list[str]:
         if first < 0:
             first = len(out)
     if first >= 0:
-        out[first:first] = [flag, ",".join(values)]
+        out[first:first] = [flag, sep.join(values)]
     return out

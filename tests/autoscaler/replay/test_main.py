@@ -68,14 +68,23 @@ def test_without_report_the_table_goes_to_stdout(trace, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "gpufleet simulate: error: flag --trace is required"),
+        ([], "gpufleet simulate: error: flag --trace or --workload is required"),
+        (["--workload", "flash:hieght=3"], "invalid flag --workload: workload 'flash:hieght=3'"),
         (["--trace", "{trace}", "--policy", "vpa"], "invalid flag --policy: Value error, unknown"),
         (["--trace", "{trace}", "--scale", "0"], "invalid flag --scale"),
         (["--trace", "{trace}", "--bogus"], "unrecognized arguments: --bogus"),
         (["--trace", "{dir}/missing.csv"], "invalid flag --trace: {dir}/missing.csv: cannot read"),
         (["--trace", "{bad}"], "invalid flag --trace: {bad}:3: ContextTokens 'many' is not"),
     ],
-    ids=["no trace", "unknown policy", "bad scale", "unknown flag", "missing file", "bad line"],
+    ids=[
+        "no trace",
+        "bad workload",
+        "unknown policy",
+        "bad scale",
+        "unknown flag",
+        "missing file",
+        "bad line",
+    ],
 )
 def test_bad_input_exits_2_naming_the_flag_or_line(argv, message, trace, tmp_path, capsys):
     bad = tmp_path / "bad.csv"
@@ -87,6 +96,35 @@ def test_bad_input_exits_2_naming_the_flag_or_line(argv, message, trace, tmp_pat
     fill = {"trace": trace, "dir": tmp_path, "bad": bad}
     assert exit_code(["simulate", *(a.format(**fill) for a in argv)]) == 2
     assert message.format(**fill) in capsys.readouterr().err
+
+
+def test_generated_workloads_replay_beside_traces_seeded_and_scaled(trace, capsys):
+    """--workload (repeatable, its commas kept) runs next to --trace; --seed and --scale
+    apply to it as to a CSV."""
+    argv = [
+        "simulate",
+        "--trace",
+        str(trace),
+        "--workload",
+        "quiet:duration=600,busy=60,idle=240",
+        "--workload=flash:duration=600,height=4",
+        "--policy",
+        "hpa",
+        "--seed",
+        "7",
+        "--scale",
+        "2",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    headings = [line.split(" (")[0] for line in out.splitlines() if line.startswith("## ")]
+    assert headings == [
+        "## burst-x2",
+        "## quiet-duration-600-busy-60-idle-240-s7-x2",
+        "## flash-duration-600-height-4-s7-x2",
+    ]
+    assert main(argv) == 0
+    assert capsys.readouterr().out == out  # byte for byte
 
 
 def exit_code(argv: list[str]) -> int:
