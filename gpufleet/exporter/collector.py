@@ -21,6 +21,7 @@ from pathlib import Path
 from gpufleet import __version__
 from gpufleet.exporter.core import attribution
 from gpufleet.exporter.core.counters import Selection
+from gpufleet.exporter.core.dra import resolve_claims
 from gpufleet.exporter.core.fields import CLOCK_EVENT_REASONS_FIELD, CLOCK_EVENTS_COUNT_FIELD
 from gpufleet.exporter.core.render import Exposition, render
 from gpufleet.exporter.core.samples import Entity, EntitySample, NodeSample
@@ -29,6 +30,7 @@ from gpufleet.exporter.core.selfmetrics import SelfStats, ServerStats, self_fami
 from gpufleet.exporter.core.series import SeriesOptions, build_families
 from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
 from gpufleet.exporter.http.store import ExpositionStore
+from gpufleet.exporter.kube.metadata import EMPTY_API_VIEW, KubeMetadataWatcher
 from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.exporter.nvml.xid import XidWatcher
 from gpufleet.exporter.pods.podresources import EMPTY_VIEW, PodResourcesWatcher
@@ -56,6 +58,7 @@ class CollectorConfig:
     options: SeriesOptions
     devices: DeviceSelector = FLEX
     extra_resource_names: tuple[str, ...] = ()
+    dra: bool = False  # --kubernetes-enable-dra: place gpu.nvidia.com claims
     rediscover_seconds: float = 60.0  # GPUs coming back, MIG reconfiguration
     self_metrics: bool = True
 
@@ -72,6 +75,7 @@ class Collector:
         config: CollectorConfig,
         store: ExpositionStore,
         kubelet: PodResourcesWatcher | None = None,
+        kube: KubeMetadataWatcher | None = None,
         pid_pods: PidPodMap | None = None,
         server_stats: ServerStats | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -82,6 +86,7 @@ class Collector:
         self._config = config
         self._store = store
         self._kubelet = kubelet
+        self._kube = kube
         self._pid_pods = pid_pods
         self._server_stats = server_stats
         self._clock = clock
@@ -93,7 +98,7 @@ class Collector:
         self._entities: tuple[Entity, ...] = ()
         self._discovered_at = float("-inf")
         self._xid: XidWatcher | None = None
-        self._index_key: tuple[object, tuple[Entity, ...]] | None = None
+        self._index_key: tuple[object, object, tuple[Entity, ...]] | None = None
         self._index = attribution.EMPTY_INDEX
         self._count_clock_events = any(
             f.spec.name == CLOCK_EVENTS_COUNT_FIELD for f in config.selection.metrics
@@ -121,17 +126,28 @@ class Collector:
 
     def _attribution_index(self) -> attribution.AttributionIndex:
         view = self._kubelet.view() if self._kubelet else EMPTY_VIEW
-        key = (view, self._entities)
+        api = self._kube.view() if self._kube else EMPTY_API_VIEW
+        key = (view, api, self._entities)
         if (
             self._index_key is None
             or key[0] is not self._index_key[0]
-            or key[1] != self._index_key[1]
+            or key[1] is not self._index_key[1]
+            or key[2] != self._index_key[2]
         ):
-            self._index = attribution.build_index(
+            claims, unknown = ((), 0)
+            if self._config.dra:
+                claims, unknown = resolve_claims(view.claims, api.devices)
+            index = attribution.build_index(
                 view.containers,
                 view.checkpoint,
                 self._entities,
                 extra_resource_names=self._config.extra_resource_names,
+                pods=api.pods,
+                claims=claims,
+            )
+            unknown += index.stats.unknown_device_ids
+            self._index = dataclasses.replace(
+                index, stats=dataclasses.replace(index.stats, unknown_device_ids=unknown)
             )
             self._index_key = key
         return self._index
@@ -222,6 +238,7 @@ class Collector:
             series=sum(len(f.samples) for f in families),
             errors_total=errors,
             kubelet_errors_total=kubelet_errors,
+            kube_api_errors_total=self._kube.errors() if self._kube else {},
             kubelet_last_success_timestamp_seconds=(
                 self._kubelet.last_success_at if self._kubelet else None
             ),

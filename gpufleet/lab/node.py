@@ -14,7 +14,10 @@ from pathlib import Path
 
 from gpufleet.core.device_ids import base_id, is_replica, replica_id
 from gpufleet.exporter.settings import ExporterSettings
+from gpufleet.lab.dra import DRIVER, device_names
 from gpufleet.lab.kubelet.kubelet import (
+    ClaimAllocation,
+    ClaimDevice,
     ContainerAllocation,
     DeviceAllocation,
     FakeKubelet,
@@ -55,6 +58,7 @@ class NodeLayout:
     replicas: int = 22
     shared_resource: str = "nvidia.com/gpu.shared"  # renameByDefault: true
     seed: int = 0
+    node_name: str = "gpufleet-lab"  # the Node, and the DRA driver's pool
 
 
 def _uid(seed: int, name: str) -> str:
@@ -182,6 +186,53 @@ class SimNode:
                             ),
                         ),
                     ),
+                )
+            )
+        return pod
+
+    def add_claim_pod(self, namespace: str, name: str, device_uuids: tuple[str, ...]) -> SimPod:
+        """A pod whose one ResourceClaim (`<name>-gpu`, in its namespace) was allocated the
+        `gpu.nvidia.com` devices with these UUIDs (whole GPUs or MIG devices, as the
+        driver's ResourceSlice names them); its GPU process runs on the first."""
+        uid = _uid(self.layout.seed, f"{namespace}/{name}")
+        mig = device_uuids[0].startswith("MIG-")
+        pid = self.sim.spawn_process(
+            device_uuids[0],
+            pod_uid=uid,
+            used_memory_bytes=_memory_bytes(uid, shared=False, mig=mig),
+            sm_share=0.9,
+        )
+        pod = SimPod(
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            container="main",
+            resource_name=DRIVER,
+            device_ids=device_uuids,
+            pid=pid,
+        )
+        self.pods[(namespace, name)] = pod
+        names = device_names(self.sim)
+        claim = ClaimAllocation(
+            claim_name=f"{name}-gpu",
+            claim_namespace=namespace,
+            devices=tuple(
+                ClaimDevice(
+                    driver_name=DRIVER,
+                    pool_name=self.layout.node_name,
+                    device_name=names[device],
+                    cdi_devices=(f"k8s.{DRIVER}/device={names[device]}",),
+                )
+                for device in device_uuids
+            ),
+        )
+        if self.kubelet:
+            self.kubelet.add_pod(
+                PodAllocation(
+                    namespace=namespace,
+                    name=name,
+                    uid=uid,
+                    containers=(ContainerAllocation(name="main", claims=(claim,)),),
                 )
             )
         return pod
