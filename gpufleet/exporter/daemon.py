@@ -275,7 +275,7 @@ def kube_metadata(prepared: Prepared) -> "KubeMetadataWatcher | None":
         labels=labels,
         allowlist=prepared.label_allowlist,
         dra=dra,
-        refresh_seconds=settings.kubelet_refresh_seconds,
+        retry_seconds=settings.kubelet_refresh_seconds,
     )
 
 

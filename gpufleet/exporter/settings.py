@@ -84,7 +84,7 @@ class ExporterSettings(BaseSettings):
         "--kubernetes-enable-pod-labels",
         group=K8S,
         help="Copy pod labels (keys sanitised to [a-zA-Z0-9_]) onto pod series, from the "
-        "Kubernetes API (pods on NODE_NAME, listed every --kubelet-refresh; RBAC: list "
+        "Kubernetes API (pods on NODE_NAME, listed once then watched; RBAC: list, watch "
         "pods). With -k.",
     )
     kubernetes_enable_pod_uid: bool = setting(
@@ -117,7 +117,7 @@ class ExporterSettings(BaseSettings):
         group=K8S,
         help="Attribute GPUs and MIG slices allocated by DRA claims of the gpu.nvidia.com "
         "driver (pod-resources dynamic_resources, joined with the API's ResourceSlices; "
-        "RBAC: list resourceslices), with the dra_* labels. With -k.",
+        "RBAC: list, watch resourceslices), with the dra_* labels. With -k.",
     )
     pod_resources_kubelet_socket: Path = setting(
         Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
@@ -154,9 +154,9 @@ class ExporterSettings(BaseSettings):
         "GPUFLEET_KUBELET_REFRESH",
         "--kubelet-refresh",
         group=K8S,
-        help="Seconds between pod-resources List calls, and Kubernetes API lists for pod "
-        "labels and DRA (in the background, never per scrape). A deleted pod's series go "
-        "within one refresh. 5 s is 0.2 calls/s against the kubelet's 100/s limit.",
+        help="Seconds between pod-resources List calls (in the background, never per "
+        "scrape), and between retries of a failed Kubernetes API watch. A deleted pod's "
+        "series go within one refresh. 5 s is 0.2 calls/s against the kubelet's 100/s limit.",
         gt=0,
     )
     kube_url: str = setting(

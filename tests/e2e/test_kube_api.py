@@ -13,10 +13,12 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.lab.dra import resource_slice
+from gpufleet.lab.kubeapi.resources import RESOURCES
 from gpufleet.lab.kubeapi.server import FakeApiServer
 from gpufleet.lab.node import NAMESPACES, SimNode
 
 NODE = "node-a"  # the exporter's NODE_NAME in helpers.e2e.node_settings
+PODS = next(r for r in RESOURCES if r.plural == "pods" and not r.group)
 
 
 @pytest.fixture
@@ -83,12 +85,43 @@ def test_pod_labels_come_from_the_api_and_follow_its_changes(node, api, exporter
         assert ("team" in labels) == ("pod" in labels)
         if "pod" in labels:
             assert labels["app_kubernetes_io_name"] == labels["pod"]
-    # A relabelled pod is seen without a restart.
+    # A relabelled pod is seen without a restart, through the watch: one list, no polling.
     core.patch_namespaced_pod(
         "train-0", train.namespace, {"metadata": {"labels": {"team": "gold"}}}
     )
     wait_for(lambda: series(exp.metrics(), pod="train-0", team="gold"), what="relabelled pod")
     assert series(exp.metrics(), team="blue") == []
+    assert [r.method for r in api.requests if r.path == "/api/v1/pods"] == ["GET", "WATCH"]
+
+
+def kube_errors(text: str, kind: str) -> float:
+    name = "gpufleet_exporter_kube_api_errors_total"
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and s.labels.get("kind") == kind
+    )
+
+
+def test_api_server_restart_relists_and_catches_up(node, api, exporter_for):
+    create_pods(api, node, {"team": "red"})
+    exp = exporter_for(node, kube_url=api.url, kubernetes_enable_pod_labels=True)
+    train = next(p for p in node.pods.values() if p.name == "train-0")
+    wait_for(lambda: series(exp.metrics(), pod="train-0", team="red"), what="pod labels")
+    api.stop()
+    # A change the exporter cannot see while the API is down (the store outlives the server).
+    api.store.patch(
+        PODS,
+        train.namespace,
+        "train-0",
+        {"metadata": {"labels": {"team": "gold"}}},
+        content_type="application/merge-patch+json",
+    )
+    wait_for(lambda: kube_errors(exp.metrics(), "unavailable"), what="the failure counted")
+    assert series(exp.metrics(), pod="train-0", team="red")  # the last view is kept
+    api.start()
+    wait_for(lambda: series(exp.metrics(), pod="train-0", team="gold"), what="caught up")
 
 
 def test_pod_labels_off_by_default(node, api, exporter_for):
@@ -136,13 +169,27 @@ def test_dra_claims_get_dcgm_exporters_dra_labels(node, api, exporter_for):
     assert all("dra_claim_name" not in s for s in series(exp.metrics(), pod="train-0"))
 
 
-def test_dra_claim_without_a_slice_is_counted_not_guessed(node, api, exporter_for):
+def test_dra_claim_without_a_slice_is_counted_until_the_slice_comes(node, api, exporter_for):
     _claims(node)
     exp = exporter_for(node, kube_url=api.url, kubernetes_enable_dra=True)
     text = wait_for(lambda: series(exp.metrics(), pod="train-0") and exp.metrics(), what="pods")
     assert series(text, pod="dra-gpu") == []
-    dropped = series(text, "gpufleet_exporter_attribution_dropped", reason="unknown_device_ids")
-    assert dropped  # the two claims
+    (dropped,) = [
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "gpufleet_exporter_attribution_dropped"
+        and s.labels["reason"] == "unknown_device_ids"
+    ]
+    assert dropped == 2  # the two claims
+    # The driver publishes its slice later: the watch brings it in.
+    client.ResourceV1Api(api_client(api.url)).create_resource_slice(
+        resource_slice(node.sim, node.layout.node_name)
+    )
+    wait_for(lambda: series(exp.metrics(), pod="dra-gpu"), what="the late slice")
+    slices = "/apis/resource.k8s.io/v1/resourceslices"
+    reads = [r.method for r in api.requests if r.path == slices and r.method != "POST"]
+    assert reads == ["GET", "WATCH"]
 
 
 def test_dra_off_leaves_claims_unattributed(node, api, exporter_for):
