@@ -17,6 +17,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpufleet import __version__
 from gpufleet.exporter.core import attribution
@@ -30,11 +31,14 @@ from gpufleet.exporter.core.selfmetrics import SelfStats, ServerStats, self_fami
 from gpufleet.exporter.core.series import SeriesOptions, build_families
 from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
 from gpufleet.exporter.http.store import ExpositionStore
-from gpufleet.exporter.kube.metadata import EMPTY_API_VIEW, KubeMetadataWatcher
+from gpufleet.exporter.kube.view import EMPTY_API_VIEW
 from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.exporter.nvml.xid import XidWatcher
 from gpufleet.exporter.pods.podresources import EMPTY_VIEW, PodResourcesWatcher
 from gpufleet.exporter.pods.procfs import PidPodMap
+
+if TYPE_CHECKING:  # imports the kubernetes client: only with pod labels or DRA
+    from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
 
 log = logging.getLogger(__name__)
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -75,7 +79,7 @@ class Collector:
         config: CollectorConfig,
         store: ExpositionStore,
         kubelet: PodResourcesWatcher | None = None,
-        kube: KubeMetadataWatcher | None = None,
+        kube: "KubeMetadataWatcher | None" = None,
         pid_pods: PidPodMap | None = None,
         server_stats: ServerStats | None = None,
         clock: Callable[[], float] = time.monotonic,

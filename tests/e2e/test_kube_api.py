@@ -2,12 +2,14 @@
 and the counters CSV from a ConfigMap, with the official client against the fake API server,
 the fake kubelet on its real socket and the real exporter over loopback HTTP."""
 
+import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from helpers import wait_for
+from helpers import free_port, wait_for
 from helpers.kube import api_client
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
@@ -265,3 +267,42 @@ def test_bad_allowlist_regex_is_one_line_and_exit_1():
         "--kubernetes-pod-label-allowlist-regex: pattern '[x' is not a valid regex" in result.stderr
     )
     assert "Traceback" not in result.stderr
+
+
+def test_the_kubernetes_client_is_imported_only_when_a_flag_needs_it():
+    # issue 15 §4: the client costs tens of MiB; an exporter without these flags never pays.
+    code = (
+        "import sys, gpufleet.exporter.daemon, gpufleet.lab.node;"
+        "sys.exit('kubernetes' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_lab_runs_dra_claims_with_a_fake_api_server():
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "gpufleet.cli", "lab", "--address", f"127.0.0.1:{port}"),
+            *("--dra", "1", "--churn-seconds", "0.5", "--fleet", "3xH100+1xH100:mig=2x1g.10gb"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def claimed() -> list[dict]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return series(r.read().decode(), pod="claim-0")
+        except OSError:
+            return []
+
+    try:
+        (gpu,) = wait_for(claimed, timeout=60, what="the lab's DRA pod", poll_seconds=0.5)
+        assert gpu["dra_driver_name"] == "gpu.nvidia.com"
+        assert gpu["dra_device_name"] == "gpu-0"
+        assert gpu["app_kubernetes_io_name"] == "claim"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err

@@ -20,7 +20,6 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client
@@ -29,23 +28,13 @@ from urllib3.exceptions import HTTPError
 
 from gpufleet.exporter.core.dra import DRIVER, SliceDevice, slice_devices
 from gpufleet.exporter.core.podmeta import PodMeta, pod_labels
+from gpufleet.exporter.kube.view import EMPTY_API_VIEW, ApiView
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
 
 log = logging.getLogger(__name__)
 CALL_TIMEOUT_SECONDS = 10.0
 # The server ends a watch after this; it is resumed at once from the last version seen.
 WATCH_SECONDS = 300
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ApiView:
-    """This node's pods and the DRA driver's devices, as last seen."""
-
-    pods: Mapping[tuple[str, str], PodMeta] = field(default_factory=dict)  # (ns, name)
-    devices: Mapping[tuple[str, str], SliceDevice] = field(default_factory=dict)  # (pool, name)
-
-
-EMPTY_API_VIEW = ApiView()
 
 
 def pod_meta(
