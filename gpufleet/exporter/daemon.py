@@ -89,6 +89,7 @@ class Prepared:
     settings: ExporterSettings
     selection: Selection
     label_allowlist: tuple[re.Pattern[str], ...]
+    kube_api: "ApiClient | None"  # for pod labels and DRA (-k with either), else None
     devices: DeviceSelector
     web_config: WebConfig | None
     host: str | None
@@ -120,8 +121,9 @@ def selection_from_text(text: str, *, source: str, what: str) -> Selection:
     return selection
 
 
-def kube_api(settings: ExporterSettings) -> "ApiClient":
-    """A Kubernetes API client from --kube-url, --kubeconfig or the service account."""
+def kube_api(settings: ExporterSettings, *, needed_by: str) -> "ApiClient":
+    """A Kubernetes API client from --kube-url, --kubeconfig or the service account;
+    StartupError naming the flag that `needed_by` it when none can be configured."""
     from gpufleet.kube.connect import api_client
 
     try:
@@ -129,14 +131,25 @@ def kube_api(settings: ExporterSettings) -> "ApiClient":
             url=settings.kube_url, kubeconfig=settings.kubeconfig, user_agent="gpufleet-exporter"
         )
     except ValueError as exc:
-        raise StartupError(str(exc)) from None
+        raise StartupError(f"{needed_by}: {exc}") from None
+
+
+def metadata_api(settings: ExporterSettings) -> "ApiClient | None":
+    """The client for pod labels and DRA: with -k and either flag, as in dcgm-exporter."""
+    if not settings.kubernetes:
+        return None
+    if settings.kubernetes_enable_pod_labels:
+        return kube_api(settings, needed_by="--kubernetes-enable-pod-labels")
+    if settings.kubernetes_enable_dra:
+        return kube_api(settings, needed_by="--kubernetes-enable-dra")
+    return None
 
 
 def load_configmap_selection(settings: ExporterSettings) -> Selection:
     """-m namespace:name: the counters CSV from the ConfigMap's `metrics` key."""
     from gpufleet.exporter.kube.configmap import read_counters_csv
 
-    api = kube_api(settings)
+    api = kube_api(settings, needed_by="--configmap-data")
     try:
         text = read_counters_csv(api, settings.configmap_data)
     except ValueError as exc:
@@ -180,6 +193,7 @@ def prepare(settings: ExporterSettings) -> Prepared:
         settings=settings,
         selection=selection,
         label_allowlist=allowlist,
+        kube_api=metadata_api(settings),
         devices=devices,
         web_config=web_config,
         host=host,
@@ -264,17 +278,16 @@ def build(prepared: Prepared, lib: Any) -> Components:
 def kube_metadata(prepared: Prepared) -> "KubeMetadataWatcher | None":
     """The API watcher for pod labels and DRA devices, when -k and either is on."""
     settings = prepared.settings
-    labels, dra = settings.kubernetes_enable_pod_labels, settings.kubernetes_enable_dra
-    if not settings.kubernetes or not (labels or dra):
+    if prepared.kube_api is None:
         return None
     from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
 
     return KubeMetadataWatcher(
-        kube_api(settings),
+        prepared.kube_api,
         node_name=settings.node_name,
-        labels=labels,
+        labels=settings.kubernetes_enable_pod_labels,
         allowlist=prepared.label_allowlist,
-        dra=dra,
+        dra=settings.kubernetes_enable_dra,
         retry_seconds=settings.kubelet_refresh_seconds,
     )
 

@@ -2,6 +2,7 @@
 and the counters CSV from a ConfigMap, with the official client against the fake API server,
 the fake kubelet on its real socket and the real exporter over loopback HTTP."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -224,13 +225,34 @@ def test_counters_csv_from_a_configmap(node, api, exporter_for):
     assert series(text, "DCGM_FI_DEV_FB_USED") == []  # the -f default list is not read
 
 
-def _exporter(*args: str) -> subprocess.CompletedProcess:
+def _exporter(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "gpufleet.cli", "exporter", "--sim-fleet", "1xH100", *args],
         capture_output=True,
         text=True,
         timeout=60,
+        env=env,
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (("-k", "--kubernetes-enable-pod-labels"), "--kubernetes-enable-pod-labels"),
+        (("-k", "--kubernetes-enable-dra"), "--kubernetes-enable-dra"),
+        (("-m", "kube-system:cm"), "--configmap-data"),
+    ],
+)
+def test_no_api_configuration_is_one_line_naming_the_flag(tmp_path, args, flag):
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+    }
+    result = _exporter(*args, "-a", "127.0.0.1:0", env={**env, "HOME": str(tmp_path)})
+    assert result.returncode == 1, result.stderr
+    assert f"{flag}: cannot configure the Kubernetes client from the default kubeconfig" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(
