@@ -3,8 +3,10 @@
 For now: a simulated 8-GPU node (6 whole H100s, two of them split into 7 MIG slices each,
 4 time-sliced 22 ways), a fake kubelet with 100+ pods holding those devices, and the real
 exporter attributing them, served at http://127.0.0.1:9400/metrics. Pods come and go
-every few seconds so attribution is visibly live. Later issues add the plugin, Prometheus
-and the autoscaler.
+every few seconds so attribution is visibly live. With `--dra N`, the first N whole GPUs
+go to pods through DRA claims instead, and a fake Kubernetes API server holds the pods and
+the gpu.nvidia.com ResourceSlice the exporter joins them with. Later issues add the plugin,
+Prometheus and the autoscaler.
 """
 
 import argparse

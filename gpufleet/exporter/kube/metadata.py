@@ -261,7 +261,8 @@ class KubeMetadataWatcher:
         with self._lock:
             devices = {}
             if self._slices is not None:
-                for found in self._slices.items.values():
+                # the other reflector's thread may be writing: copy in one C call first
+                for found in tuple(self._slices.items.values()):
                     devices.update(((d.pool, d.name), d) for d in found)
             view = ApiView(pods=dict(self._pods.items), devices=devices)
             if view != self._view:
