@@ -2,6 +2,7 @@
 and the counters CSV from a ConfigMap, with the official client against the fake API server,
 the fake kubelet on its real socket and the real exporter over loopback HTTP."""
 
+import logging
 import os
 import signal
 import subprocess
@@ -11,10 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import free_port, wait_for
+from helpers.e2e import node_settings
 from helpers.kube import api_client
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufleet.exporter.daemon import prepare
 from gpufleet.lab.dra import resource_slice
 from gpufleet.lab.kubeapi.resources import RESOURCES
 from gpufleet.lab.kubeapi.server import FakeApiServer
@@ -328,3 +331,17 @@ def test_lab_runs_dra_claims_with_a_fake_api_server():
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+def test_pod_labels_and_dra_without_k_warn_and_reach_no_api(node, api, caplog):
+    settings = node_settings(
+        node,
+        kubernetes=False,
+        kubernetes_enable_pod_labels=True,
+        kubernetes_enable_dra=True,
+        kube_url=api.url,
+    )
+    with caplog.at_level(logging.WARNING):
+        assert prepare(settings).kube_api is None
+    assert "--kubernetes-enable-pod-labels has no effect without --kubernetes" in caplog.text
+    assert "--kubernetes-enable-dra has no effect without --kubernetes" in caplog.text
