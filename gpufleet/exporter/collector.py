@@ -17,10 +17,12 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpufleet import __version__
 from gpufleet.exporter.core import attribution
 from gpufleet.exporter.core.counters import Selection
+from gpufleet.exporter.core.dra import resolve_claims
 from gpufleet.exporter.core.fields import CLOCK_EVENT_REASONS_FIELD, CLOCK_EVENTS_COUNT_FIELD
 from gpufleet.exporter.core.gpustatus import GpuStatus
 from gpufleet.exporter.core.render import Exposition, render
@@ -30,10 +32,14 @@ from gpufleet.exporter.core.selfmetrics import SelfStats, ServerStats, self_fami
 from gpufleet.exporter.core.series import SeriesOptions, build_families
 from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
 from gpufleet.exporter.http.store import ExpositionStore
+from gpufleet.exporter.kube.view import EMPTY_API_VIEW
 from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.exporter.nvml.xid import XidWatcher
 from gpufleet.exporter.pods.podresources import EMPTY_VIEW, PodResourcesWatcher
 from gpufleet.exporter.pods.procfs import PidPodMap
+
+if TYPE_CHECKING:  # imports the kubernetes client: only with pod labels or DRA
+    from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
 
 log = logging.getLogger(__name__)
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -57,6 +63,7 @@ class CollectorConfig:
     options: SeriesOptions
     devices: DeviceSelector = FLEX
     extra_resource_names: tuple[str, ...] = ()
+    dra: bool = False  # --kubernetes-enable-dra: place gpu.nvidia.com claims
     rediscover_seconds: float = 60.0  # GPUs coming back, MIG reconfiguration
     self_metrics: bool = True
     openmetrics: bool = False  # render OpenMetrics too (--openmetrics)
@@ -74,6 +81,7 @@ class Collector:
         config: CollectorConfig,
         store: ExpositionStore,
         kubelet: PodResourcesWatcher | None = None,
+        kube: "KubeMetadataWatcher | None" = None,
         pid_pods: PidPodMap | None = None,
         server_stats: ServerStats | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -84,6 +92,7 @@ class Collector:
         self._config = config
         self._store = store
         self._kubelet = kubelet
+        self._kube = kube
         self._pid_pods = pid_pods
         self._server_stats = server_stats
         self._clock = clock
@@ -95,7 +104,7 @@ class Collector:
         self._entities: tuple[Entity, ...] = ()
         self._discovered_at = float("-inf")
         self._xid: XidWatcher | None = None
-        self._index_key: tuple[object, tuple[Entity, ...]] | None = None
+        self._index_key: tuple[object, object, tuple[Entity, ...]] | None = None
         self._index = attribution.EMPTY_INDEX
         self._count_clock_events = any(
             f.spec.name == CLOCK_EVENTS_COUNT_FIELD for f in config.selection.metrics
@@ -124,17 +133,28 @@ class Collector:
 
     def _attribution_index(self) -> attribution.AttributionIndex:
         view = self._kubelet.view() if self._kubelet else EMPTY_VIEW
-        key = (view, self._entities)
+        api = self._kube.view() if self._kube else EMPTY_API_VIEW
+        key = (view, api, self._entities)
         if (
             self._index_key is None
             or key[0] is not self._index_key[0]
-            or key[1] != self._index_key[1]
+            or key[1] is not self._index_key[1]
+            or key[2] != self._index_key[2]
         ):
-            self._index = attribution.build_index(
+            claims, unknown = ((), 0)
+            if self._config.dra:
+                claims, unknown = resolve_claims(view.claims, api.devices)
+            index = attribution.build_index(
                 view.containers,
                 view.checkpoint,
                 self._entities,
                 extra_resource_names=self._config.extra_resource_names,
+                pods=api.pods,
+                claims=claims,
+            )
+            unknown += index.stats.unknown_device_ids
+            self._index = dataclasses.replace(
+                index, stats=dataclasses.replace(index.stats, unknown_device_ids=unknown)
             )
             self._index_key = key
         return self._index
@@ -232,6 +252,7 @@ class Collector:
             series=sum(len(f.samples) for f in families),
             errors_total=errors,
             kubelet_errors_total=kubelet_errors,
+            kube_api_errors_total=self._kube.errors() if self._kube else {},
             kubelet_last_success_timestamp_seconds=(
                 self._kubelet.last_success_at if self._kubelet else None
             ),

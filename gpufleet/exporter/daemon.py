@@ -8,13 +8,14 @@ nothing but SIGTERM/SIGINT stops it; both shut down gracefully.
 import asyncio
 import contextlib
 import logging
+import re
 import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 from aiohttp import web
@@ -23,6 +24,7 @@ from gpufleet.core.listen import parse_listen_address
 from gpufleet.exporter.collector import Collector, CollectorConfig, CollectorLoop
 from gpufleet.exporter.core.counters import CountersError, Selection, parse_counters, select_fields
 from gpufleet.exporter.core.fields import CATALOG
+from gpufleet.exporter.core.podmeta import parse_allowlist
 from gpufleet.exporter.core.profiles import HostnameLabel, Profile
 from gpufleet.exporter.core.selection import DeviceSelector, parse_devices
 from gpufleet.exporter.core.selfmetrics import ServerStats
@@ -43,6 +45,11 @@ from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.settings import settings_from_argv
 
+if TYPE_CHECKING:  # the kubernetes client is imported only where a flag needs it
+    from kubernetes.client import ApiClient
+
+    from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
+
 log = logging.getLogger(__name__)
 SWITCH_INTERVAL_SECONDS = 0.001
 
@@ -53,15 +60,9 @@ over its env var. Endpoints: /metrics, /health."""
 
 # dcgm-exporter features not built yet; like the IGNORED group they are accepted with a
 # warning, so an existing DaemonSet spec still starts.
-NOT_YET_SUPPORTED = frozenset(
-    {
-        "kubernetes_enable_pod_labels",
-        "kubernetes_pod_label_allowlist_regex",
-        "kubernetes_enable_dra",
-        "hpc_job_mapping_dir",
-        "configmap_data",
-    }
-)
+NOT_YET_SUPPORTED = frozenset({"hpc_job_mapping_dir"})
+# Effective only with -k, as in dcgm-exporter: warned about without it.
+NEEDS_KUBERNETES = ("kubernetes_enable_pod_labels", "kubernetes_enable_dra")
 
 
 def inert_flags(settings: ExporterSettings) -> list[str]:
@@ -87,6 +88,8 @@ class Prepared:
 
     settings: ExporterSettings
     selection: Selection
+    label_allowlist: tuple[re.Pattern[str], ...]
+    kube_api: "ApiClient | None"  # for pod labels and DRA (-k with either), else None
     devices: DeviceSelector
     web_config: WebConfig | None
     host: str | None
@@ -101,22 +104,75 @@ def load_selection(path: Path) -> Selection:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise StartupError(f"counters file {path}: {exc.strerror or exc}") from None
+    return selection_from_text(text, source=str(path), what="counters file")
+
+
+def selection_from_text(text: str, *, source: str, what: str) -> Selection:
+    """Resolve a counters CSV read from `source` (a file, a ConfigMap)."""
     try:
-        rows = parse_counters(text, source=str(path))
+        rows = parse_counters(text, source=source)
     except CountersError as exc:
         raise StartupError(str(exc)) from None
-    selection, warnings = select_fields(rows, CATALOG, source=str(path))
+    selection, warnings = select_fields(rows, CATALOG, source=source)
     for warning in warnings:
         log.warning("%s", warning)
     if not selection.fields:
-        raise StartupError(f"counters file {path}: no known field selected")
+        raise StartupError(f"{what} {source}: no known field selected")
     return selection
+
+
+def kube_api(settings: ExporterSettings, *, needed_by: str) -> "ApiClient":
+    """A Kubernetes API client from --kube-url, --kubeconfig or the service account;
+    StartupError naming the flag that `needed_by` it when none can be configured."""
+    from gpufleet.kube.connect import api_client
+
+    try:
+        return api_client(
+            url=settings.kube_url, kubeconfig=settings.kubeconfig, user_agent="gpufleet-exporter"
+        )
+    except ValueError as exc:
+        raise StartupError(f"{needed_by}: {exc}") from None
+
+
+def metadata_api(settings: ExporterSettings) -> "ApiClient | None":
+    """The client for pod labels and DRA: with -k and either flag, as in dcgm-exporter."""
+    if not settings.kubernetes:
+        return None
+    if settings.kubernetes_enable_pod_labels:
+        return kube_api(settings, needed_by="--kubernetes-enable-pod-labels")
+    if settings.kubernetes_enable_dra:
+        return kube_api(settings, needed_by="--kubernetes-enable-dra")
+    return None
+
+
+def load_configmap_selection(settings: ExporterSettings) -> Selection:
+    """-m namespace:name: the counters CSV from the ConfigMap's `metrics` key."""
+    from gpufleet.exporter.kube.configmap import read_counters_csv
+
+    api = kube_api(settings, needed_by="--configmap-data")
+    try:
+        text = read_counters_csv(api, settings.configmap_data)
+    except ValueError as exc:
+        raise StartupError(f"--configmap-data: {exc}") from None
+    finally:
+        api.close()
+    source = f"ConfigMap {settings.configmap_data}"
+    return selection_from_text(text, source=source, what="counters")
 
 
 def prepare(settings: ExporterSettings) -> Prepared:
     """Validate the settings' files and addresses. Raises StartupError."""
     for flag in inert_flags(settings):
         log.warning("%s is accepted for compatibility but has no effect in gpufleet", flag)
+    fields = type(settings).model_fields
+    for name in NEEDS_KUBERNETES:
+        if getattr(settings, name) and not settings.kubernetes:
+            flag = fields[name].json_schema_extra["flags"][-1]  # type: ignore[index]
+            log.warning("%s has no effect without --kubernetes", flag)
+    try:
+        allowlist = parse_allowlist(settings.kubernetes_pod_label_allowlist_regex)
+    except ValueError as exc:
+        raise StartupError(f"--kubernetes-pod-label-allowlist-regex: {exc}") from None
     try:
         host, port = parse_listen_address(settings.address)
     except ValueError as exc:
@@ -129,9 +185,15 @@ def prepare(settings: ExporterSettings) -> Prepared:
         web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
     except (WebConfigError, OSError) as exc:
         raise StartupError(str(exc)) from None
+    if settings.configmap_data != "none":
+        selection = load_configmap_selection(settings)
+    else:
+        selection = load_selection(settings.collectors)
     return Prepared(
         settings=settings,
-        selection=load_selection(settings.collectors),
+        selection=selection,
+        label_allowlist=allowlist,
+        kube_api=metadata_api(settings),
         devices=devices,
         web_config=web_config,
         host=host,
@@ -161,6 +223,7 @@ class Components:
     collector: Collector
     loop: CollectorLoop
     kubelet: PodResourcesWatcher | None
+    kube: "KubeMetadataWatcher | None"
     app: web.Application
 
 
@@ -177,6 +240,7 @@ def build(prepared: Prepared, lib: Any) -> Components:
             refresh_seconds=settings.kubelet_refresh_seconds,
         )
         pid_pods = PidPodMap(proc_root=settings.proc_root)
+    kube = kube_metadata(prepared)
     # Per-process NVML calls only serve attribution to pods.
     reader = NvmlReader(
         lib, (f.spec for f in prepared.selection.fields), collect_processes=settings.kubernetes
@@ -186,6 +250,7 @@ def build(prepared: Prepared, lib: Any) -> Components:
         reader=reader,
         store=store,
         kubelet=kubelet,
+        kube=kube,
         pid_pods=pid_pods,
         server_stats=stats,
         config=CollectorConfig(
@@ -193,6 +258,7 @@ def build(prepared: Prepared, lib: Any) -> Components:
             options=series_options(settings),
             devices=prepared.devices,
             extra_resource_names=settings.resource_names,
+            dra=kube is not None and settings.kubernetes_enable_dra,
             self_metrics=settings.enable_exporter_metrics,
             openmetrics=settings.openmetrics,
         ),
@@ -208,7 +274,24 @@ def build(prepared: Prepared, lib: Any) -> Components:
     loop = CollectorLoop(
         collector, interval_seconds=interval, timeout_seconds=settings.collect_timeout_seconds
     )
-    return Components(collector=collector, loop=loop, kubelet=kubelet, app=app)
+    return Components(collector=collector, loop=loop, kubelet=kubelet, kube=kube, app=app)
+
+
+def kube_metadata(prepared: Prepared) -> "KubeMetadataWatcher | None":
+    """The API watcher for pod labels and DRA devices, when -k and either is on."""
+    settings = prepared.settings
+    if prepared.kube_api is None:
+        return None
+    from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
+
+    return KubeMetadataWatcher(
+        prepared.kube_api,
+        node_name=settings.node_name,
+        labels=settings.kubernetes_enable_pod_labels,
+        allowlist=prepared.label_allowlist,
+        dra=settings.kubernetes_enable_dra,
+        retry_seconds=settings.kubelet_refresh_seconds,
+    )
 
 
 async def run(
@@ -229,6 +312,8 @@ async def run(
     )
     if parts.kubelet:
         parts.kubelet.start()
+    if parts.kube:
+        parts.kube.start()
     parts.loop.start()
     if on_listening:
         on_listening(server.port)
@@ -251,6 +336,8 @@ async def run(
         quiescent = await asyncio.to_thread(parts.loop.stop)
         if parts.kubelet:
             await asyncio.to_thread(parts.kubelet.stop)
+        if parts.kube:
+            await asyncio.to_thread(parts.kube.stop)
         if quiescent:  # else freeing GPM samples or the XID event set could crash NVML
             parts.collector.close()
     return quiescent

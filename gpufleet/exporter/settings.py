@@ -83,8 +83,9 @@ class ExporterSettings(BaseSettings):
         "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
         "--kubernetes-enable-pod-labels",
         group=K8S,
-        help="Copy pod labels onto series. Needs the Kubernetes API; not yet "
-        "supported: accepted with a warning.",
+        help="Copy pod labels (keys sanitised to [a-zA-Z0-9_]) onto pod series, from the "
+        "Kubernetes API (pods on NODE_NAME, listed once then watched; RBAC: list, watch "
+        "pods). With -k.",
     )
     kubernetes_enable_pod_uid: bool = setting(
         False,
@@ -99,7 +100,8 @@ class ExporterSettings(BaseSettings):
         "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
         "--kubernetes-pod-label-allowlist-regex",
         group=K8S,
-        help="Pod labels to copy (with --kubernetes-enable-pod-labels).",
+        help="Regexes, comma separated, matched anywhere in a pod label's key: only "
+        "matching labels are copied (with --kubernetes-enable-pod-labels). Empty: all.",
     )
     kubernetes_virtual_gpus: bool = setting(
         False,
@@ -113,7 +115,9 @@ class ExporterSettings(BaseSettings):
         "KUBERNETES_ENABLE_DRA",
         "--kubernetes-enable-dra",
         group=K8S,
-        help="DRA attribution. Not yet supported: accepted with a warning.",
+        help="Attribute GPUs and MIG slices allocated by DRA claims of the gpu.nvidia.com "
+        "driver (pod-resources dynamic_resources, joined with the API's ResourceSlices; "
+        "RBAC: list, watch resourceslices), with the dra_* labels. With -k.",
     )
     pod_resources_kubelet_socket: Path = setting(
         Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
@@ -151,9 +155,25 @@ class ExporterSettings(BaseSettings):
         "--kubelet-refresh",
         group=K8S,
         help="Seconds between pod-resources List calls (in the background, never per "
-        "scrape). A deleted pod's series go within one refresh. 5 s is 0.2 calls/s against "
-        "the kubelet's 100/s limit.",
+        "scrape), and between retries of a failed Kubernetes API watch. A deleted pod's "
+        "series go within one refresh. 5 s is 0.2 calls/s against the kubelet's 100/s limit.",
         gt=0,
+    )
+    kube_url: str = setting(
+        "",
+        "GPUFLEET_KUBE_URL",
+        "--kube-url",
+        group=K8S,
+        help="Kubernetes API server URL with no authentication (the lab's fake API server), "
+        "for pod labels, DRA and -m. Empty: --kubeconfig, else the in-cluster service "
+        "account, else ~/.kube/config.",
+    )
+    kubeconfig: str = setting(
+        "",
+        "KUBECONFIG",
+        "--kubeconfig",
+        group=K8S,
+        help="kubeconfig file to use instead of the in-cluster service account.",
     )
     proc_root: Path = setting(
         Path("/proc"),
@@ -195,8 +215,8 @@ class ExporterSettings(BaseSettings):
         "-m",
         "--configmap-data",
         group=DCGM,
-        help="Read the counters CSV from a ConfigMap 'namespace:name'. Not yet supported: "
-        "mount the ConfigMap and use -f.",
+        help="Read the counters CSV from the 'metrics' key of the ConfigMap "
+        "'namespace:name' at startup, instead of -f; 'none' to use -f.",
     )
     web_config_file: Path | None = setting(
         None,

@@ -3,12 +3,15 @@
 For now: a simulated 8-GPU node (6 whole H100s, two of them split into 7 MIG slices each,
 4 time-sliced 22 ways), a fake kubelet with 100+ pods holding those devices, and the real
 exporter attributing them, served at http://127.0.0.1:9400/metrics. Pods come and go
-every few seconds so attribution is visibly live. Later issues add the plugin, Prometheus
-and the autoscaler.
+every few seconds so attribution is visibly live. With `--dra N`, the first N whole GPUs
+go to pods through DRA claims instead, and a fake Kubernetes API server holds the pods and
+the gpu.nvidia.com ResourceSlice the exporter joins them with. Later issues add the plugin,
+Prometheus and the autoscaler.
 """
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Sequence
@@ -31,6 +34,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fleet", default=DEFAULT_FLEET, help="simulated GPUs (fleet spec)")
     parser.add_argument("--replicas", type=int, default=22, help="time-slicing replicas per GPU")
     parser.add_argument("--interval-ms", type=int, default=1000, help="collection interval")
+    parser.add_argument(
+        "--dra",
+        type=int,
+        default=0,
+        metavar="N",
+        help="give the first N whole GPUs to pods through DRA claims of gpu.nvidia.com, "
+        "run a fake Kubernetes API server with the pods and the driver's ResourceSlice, and "
+        "serve pod labels and dra_* labels from it (0: no API server)",
+    )
     parser.add_argument(
         "--churn-seconds",
         type=float,
@@ -55,13 +67,17 @@ async def _churn(node: SimNode, every_seconds: float) -> None:
 
 
 async def _run(args: argparse.Namespace) -> None:
-    layout = NodeLayout(fleet=args.fleet, replicas=args.replicas)
-    with SimNode(layout) as node:
+    layout = NodeLayout(fleet=args.fleet, replicas=args.replicas, dra_gpus=args.dra)
+    with SimNode(layout) as node, contextlib.ExitStack() as stack:
+        kube: dict[str, object] = {}
+        if args.dra:
+            kube = _kube_api(node, stack)
         settings = node.exporter_settings(
             address=args.address,
             collect_interval_ms=args.interval_ms,
             kubelet_refresh_seconds=1.0,
-            node_name="gpufleet-lab",
+            node_name=layout.node_name,
+            **kube,
         )
         prepared = prepare(settings)
         node.sim.nvmlInit()
@@ -83,6 +99,21 @@ async def _run(args: argparse.Namespace) -> None:
                 churn.cancel()
             if quiescent:  # else a collection is still inside the simulator
                 node.sim.nvmlShutdown()
+
+
+def _kube_api(node: SimNode, stack: contextlib.ExitStack) -> dict[str, object]:
+    """Start a fake API server showing `node`; the exporter settings that read it."""
+    from gpufleet.kube.connect import api_client
+    from gpufleet.lab.kubeapi.server import FakeApiServer
+
+    server = stack.enter_context(FakeApiServer())
+    node.publish(stack.enter_context(api_client(url=server.url)))
+    log.info("fake Kubernetes API server at %s", server.url)
+    return {
+        "kube_url": server.url,
+        "kubernetes_enable_pod_labels": True,
+        "kubernetes_enable_dra": True,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

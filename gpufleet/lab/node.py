@@ -7,14 +7,19 @@ to pods the way NVIDIA's device plugin names them, and each pod running a proces
 these allocations; until then this module plays its part.
 """
 
+import contextlib
 import hashlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.core.device_ids import base_id, is_replica, replica_id
 from gpufleet.exporter.settings import ExporterSettings
+from gpufleet.lab.dra import DRIVER, device_names, resource_slice
 from gpufleet.lab.kubelet.kubelet import (
+    ClaimAllocation,
+    ClaimDevice,
     ContainerAllocation,
     DeviceAllocation,
     FakeKubelet,
@@ -22,6 +27,9 @@ from gpufleet.lab.kubelet.kubelet import (
     RateLimit,
 )
 from gpufleet.lab.nvml.api import SimulatedNvml
+
+if TYPE_CHECKING:  # the kubernetes client is imported only by `publish`: the benchmark's
+    from kubernetes.client import ApiClient  # exporter process holds a SimNode too
 
 # The benchmark's node (issue 2): 8 x H100, two of them MIG 7 x 1g.10gb.
 DEFAULT_FLEET = "6xH100+2xH100:mig=7x1g.10gb"
@@ -46,8 +54,10 @@ class SimPod:
 class NodeLayout:
     """How the node's GPUs are handed out.
 
-    Non-MIG GPUs: the first `whole_gpus` go to one pod each; the rest are time-sliced into
-    `replicas` shares (`GPU-<uuid>::<n>`), one pod per share. Each MIG slice goes to a pod.
+    Non-MIG GPUs: the first `whole_gpus` go to one pod each (the first `dra_gpus` of them
+    through a DRA claim of `gpu.nvidia.com`, the others through the device plugin); the
+    rest are time-sliced into `replicas` shares (`GPU-<uuid>::<n>`), one pod per share. Each
+    MIG slice goes to a pod.
     """
 
     fleet: str = DEFAULT_FLEET
@@ -55,6 +65,8 @@ class NodeLayout:
     replicas: int = 22
     shared_resource: str = "nvidia.com/gpu.shared"  # renameByDefault: true
     seed: int = 0
+    node_name: str = "gpufleet-lab"  # the Node, and the DRA driver's pool
+    dra_gpus: int = 0
 
 
 def _uid(seed: int, name: str) -> str:
@@ -82,7 +94,10 @@ def _plan(sim: SimulatedNvml, layout: NodeLayout) -> list[tuple[str, str, tuple[
                 plan.append((name, f"nvidia.com/mig-{mig.profile}", (mig.uuid,)))
         elif whole < layout.whole_gpus:
             whole += 1
-            plan.append((f"train-{gpu.index}", "nvidia.com/gpu", (gpu.uuid,)))
+            if whole <= layout.dra_gpus:
+                plan.append((f"claim-{gpu.index}", DRIVER, (gpu.uuid,)))
+            else:
+                plan.append((f"train-{gpu.index}", "nvidia.com/gpu", (gpu.uuid,)))
         else:
             for n in range(layout.replicas):
                 name = f"serve-{gpu.index}-{n}"
@@ -118,6 +133,7 @@ class SimNode:
             FakeKubelet(self.root / "kubelet", rate_limit=rate_limit) if with_kubelet else None
         )
         self.pods: dict[tuple[str, str], SimPod] = {}
+        self._core: Any = None  # a CoreV1Api, once `publish` was called
 
     def __enter__(self) -> "SimNode":
         self.start()
@@ -131,7 +147,48 @@ class SimNode:
         if self.kubelet:
             self.kubelet.start()
         for index, (name, resource, ids) in enumerate(_plan(self.sim, self.layout)):
-            self.add_pod(NAMESPACES[index % len(NAMESPACES)], name, resource, ids)
+            namespace = NAMESPACES[index % len(NAMESPACES)]
+            if resource == DRIVER:
+                self.add_claim_pod(namespace, name, ids)
+            else:
+                self.add_pod(namespace, name, resource, ids)
+
+    def publish(self, api: "ApiClient") -> None:
+        """Show this node to a Kubernetes API (the lab's fake API server), through the
+        official client: its namespaces, its pods (bound to `node_name`, labelled
+        `app.kubernetes.io/name` with their workload), and the DRA driver's ResourceSlice.
+        From then on, pods added or removed here are created or deleted there too."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        core = client.CoreV1Api(api)
+        for namespace in NAMESPACES:
+            with contextlib.suppress(ApiException):  # already there
+                core.create_namespace({"metadata": {"name": namespace}})
+        client.ResourceV1Api(api).create_resource_slice(
+            resource_slice(self.sim, self.layout.node_name)
+        )
+        self._core = core
+        for pod in self.pods.values():
+            self._publish_pod(pod)
+
+    def _publish_pod(self, pod: SimPod) -> None:
+        if self._core is None:
+            return
+        workload = pod.name.split("-", 1)[0]  # train, serve, mig, claim
+        self._core.create_namespaced_pod(
+            pod.namespace,
+            {
+                "metadata": {
+                    "name": pod.name,
+                    "labels": {"app.kubernetes.io/name": workload, "gpufleet.dev/lab": "true"},
+                },
+                "spec": {
+                    "nodeName": self.layout.node_name,
+                    "containers": [{"name": pod.container, "image": "gpufleet/lab"}],
+                },
+            },
+        )
 
     def exporter_settings(self, **overrides: object) -> ExporterSettings:
         """Settings for an exporter attributing this node's pods: Kubernetes and pod_uid on,
@@ -168,6 +225,7 @@ class SimNode:
             pid=pid,
         )
         self.pods[(namespace, name)] = pod
+        self._publish_pod(pod)
         if self.kubelet:
             self.kubelet.add_pod(
                 PodAllocation(
@@ -186,9 +244,59 @@ class SimNode:
             )
         return pod
 
+    def add_claim_pod(self, namespace: str, name: str, device_uuids: tuple[str, ...]) -> SimPod:
+        """A pod whose one ResourceClaim (`<name>-gpu`, in its namespace) was allocated the
+        `gpu.nvidia.com` devices with these UUIDs (whole GPUs or MIG devices, as the
+        driver's ResourceSlice names them); its GPU process runs on the first."""
+        uid = _uid(self.layout.seed, f"{namespace}/{name}")
+        mig = device_uuids[0].startswith("MIG-")
+        pid = self.sim.spawn_process(
+            device_uuids[0],
+            pod_uid=uid,
+            used_memory_bytes=_memory_bytes(uid, shared=False, mig=mig),
+            sm_share=0.9,
+        )
+        pod = SimPod(
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            container="main",
+            resource_name=DRIVER,
+            device_ids=device_uuids,
+            pid=pid,
+        )
+        self.pods[(namespace, name)] = pod
+        self._publish_pod(pod)
+        names = device_names(self.sim)
+        claim = ClaimAllocation(
+            claim_name=f"{name}-gpu",
+            claim_namespace=namespace,
+            devices=tuple(
+                ClaimDevice(
+                    driver_name=DRIVER,
+                    pool_name=self.layout.node_name,
+                    device_name=names[device],
+                    cdi_devices=(f"k8s.{DRIVER}/device={names[device]}",),
+                )
+                for device in device_uuids
+            ),
+        )
+        if self.kubelet:
+            self.kubelet.add_pod(
+                PodAllocation(
+                    namespace=namespace,
+                    name=name,
+                    uid=uid,
+                    containers=(ContainerAllocation(name="main", claims=(claim,)),),
+                )
+            )
+        return pod
+
     def remove_pod(self, namespace: str, name: str) -> None:
         """Delete a pod: its allocation leaves the kubelet and its process exits."""
         pod = self.pods.pop((namespace, name))
+        if self._core is not None:
+            self._core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
         if self.kubelet:
             self.kubelet.remove_pod(namespace, name)
         self.sim.kill_process(pod.pid)

@@ -31,7 +31,9 @@ from typing import NamedTuple, Protocol
 
 from gpufleet.core.device_ids import split_replica
 from gpufleet.core.mig_geometry import mig_compute_fraction
+from gpufleet.exporter.core.dra import DraHolding
 from gpufleet.exporter.core.fields import BYTES_PER_MIB
+from gpufleet.exporter.core.podmeta import PodMeta
 from gpufleet.exporter.core.samples import (
     FB_USED,
     GPU_UTIL,
@@ -126,6 +128,7 @@ class Attribution:
     stats: AttributionStats
 
 
+_NO_META = PodMeta()
 EMPTY_INDEX = AttributionIndex(holders={}, splits={}, stats=AttributionStats())
 
 
@@ -210,15 +213,19 @@ def build_index(
     entities: Iterable[Entity],
     *,
     extra_resource_names: Collection[str] = (),
+    pods: Mapping[tuple[str, str], PodMeta] | None = None,
+    claims: Iterable[DraHolding] = (),
 ) -> AttributionIndex:
-    """Place every kept container's devices on the node's entities.
+    """Place every kept container's devices, and every DRA claim's, on the node's entities.
 
-    Rebuild when the kubelet view or the set of entities changes. IDs that parse to no
-    entity are dropped and counted; a pod's UID comes from the checkpoint entry with the
-    same (container, resource, set of device IDs), and stays None when no entry or
-    conflicting entries match. A whole device listed for several pods stays only with
+    Rebuild when the kubelet view, the API view or the set of entities changes. IDs that
+    parse to no entity are dropped and counted; a pod's UID comes from the checkpoint entry
+    with the same (container, resource, set of device IDs), else from the API (`pods`, by
+    namespace and name, which also gives its labels), and stays None when neither knows it
+    or conflicting entries match. A whole device listed for several pods stays only with
     those whose holding matches a checkpoint entry (all of them when none does).
     """
+    pods = pods or {}
     kept = _merged(c for c in containers if keeps_resource(c.resource_name, extra_resource_names))
     topology = _topology(entities)
     table = _uid_table(checkpoint, kept)
@@ -227,11 +234,13 @@ def build_index(
     replicas: dict[Key, dict[PodRef, set[int]]] = {}
     unknown = 0
     for position, held in enumerate(kept):
+        meta = pods.get((held.namespace, held.pod), _NO_META)
         pod = PodRef(
             namespace=held.namespace,
             name=held.pod,
             container=held.container,
-            uid=uids[(held.namespace, held.pod)],
+            uid=uids[(held.namespace, held.pod)] or meta.uid,
+            labels=meta.labels,
         )
         for raw in held.device_ids:
             if (position, raw) in stale:
@@ -243,14 +252,28 @@ def build_index(
                 got = replicas.setdefault(key, {}).setdefault(pod, set())
                 if device is not None and device.replica is not None:
                     got.add(device.replica)
-    holders = {key: _shares(pods) for key, pods in replicas.items()}
+    for claim in claims:
+        meta = pods.get((claim.namespace, claim.pod), _NO_META)
+        pod = PodRef(
+            namespace=claim.namespace,
+            name=claim.pod,
+            container=claim.container,
+            uid=meta.uid,
+            labels=meta.labels,
+            attributes=claim.attributes,
+        )
+        device = parse_device_id(claim.device_id)
+        keys = () if device is None else _locate(device, topology)
+        unknown += not keys
+        for key in keys:
+            replicas.setdefault(key, {}).setdefault(pod, set())
+    holders = {key: _shares(held) for key, held in replicas.items()}
     splits, unsplit = _splits(holders)
     stats = AttributionStats(
         unknown_device_ids=unknown,
         # pods left holding something: a pod dropped as stale is not a UID to find
-        unresolved_uids=sum(
-            uids[pod] is None
-            for pod in {(p.namespace, p.name) for held in replicas.values() for p in held}
+        unresolved_uids=len(
+            {(p.namespace, p.name) for held in replicas.values() for p in held if p.uid is None}
         ),
         unsplit_entities=unsplit,
         stale_holders=stale_pods,

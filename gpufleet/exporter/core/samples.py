@@ -99,7 +99,12 @@ class PodRef:
     namespace: str
     name: str
     container: str
-    uid: str | None = None  # from the kubelet checkpoint; None when not resolvable
+    uid: str | None = None  # from the kubelet checkpoint (else the API); None: not known
+    # Pod labels from the API (--kubernetes-enable-pod-labels), sanitised and sorted: served
+    # after the CSV's label rows, as dcgm-exporter serves them among its labels.
+    labels: tuple[tuple[str, str], ...] = ()
+    # More attributes, sorted among pod/namespace/container: dra_* for a DRA claim.
+    attributes: tuple[tuple[str, str], ...] = ()
 
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"

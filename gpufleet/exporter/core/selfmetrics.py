@@ -41,6 +41,7 @@ class SelfStats:
     errors_total: Mapping[str, int]  # collection errors by kind, cumulative
     kubelet_errors_total: Mapping[str, int]  # pod-resources / checkpoint errors by kind
     kubelet_last_success_timestamp_seconds: float | None
+    kube_api_errors_total: Mapping[str, int]  # pod labels / ResourceSlices list errors
     attribution: Mapping[str, int]  # current unknown ids / unresolved uids / ...
     requests_total: Mapping[tuple[str, int], int]  # (route, HTTP status) -> count
     request_seconds_total: Mapping[str, float]  # route -> seconds spent serving it
@@ -116,6 +117,12 @@ FAMILIES: tuple[tuple[str, MetricType, str, _Read], ...] = (
         C,
         "pod-resources and checkpoint read errors by kind.",
         _by("kubelet_errors_total", "kind"),
+    ),
+    (
+        "kube_api_errors_total",
+        C,
+        "Kubernetes API list errors (pod labels, DRA ResourceSlices) by kind.",
+        _by("kube_api_errors_total", "kind"),
     ),
     (
         "attribution_dropped",

@@ -3,7 +3,10 @@
 Labels follow dcgm-exporter's GPU template exactly, because dashboards and alert rules
 match on them: `gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID],
 [Hostname]`, then the `label` rows of the CSV sorted by key, then the attributes sorted by
-key (`container, err_code, err_msg, namespace, pod, pod_uid, vgpu`, and our `xid`).
+key (`container, err_code, err_msg, namespace, pod, pod_uid, vgpu`, `dra_*`, and our `xid`).
+Pod labels (`--kubernetes-enable-pod-labels`) come between the two, sorted by key;
+dcgm-exporter sorts them together with the label rows (only the order differs, and
+Prometheus ignores it).
 dcgm-exporter keeps the pod labels and `err_code`/`err_msg` in one attributes map and its
 template ranges over it in key order, so on an XID series of a pod they interleave.
 
@@ -300,8 +303,9 @@ def _pod_attributes(share: PodShare, options: SeriesOptions, names: LabelNames) 
         attributes.append(("pod_uid", pod.uid))
     if options.virtual_gpus and share.vgpu is not None:
         attributes.append(("vgpu", share.vgpu))
+    attributes += pod.attributes
     attributes.sort()
-    return tuple(attributes)
+    return pod.labels + tuple(attributes)
 
 
 def _field_family(selected: SelectedField, rows: list[_Row], profile: Profile) -> MetricFamily:

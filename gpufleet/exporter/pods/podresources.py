@@ -23,6 +23,7 @@ from pathlib import Path
 import grpc
 
 from gpufleet.exporter.core.attribution import ContainerDevices
+from gpufleet.exporter.core.dra import ClaimDevice
 from gpufleet.kubelet.api import podresources_v1_pb2 as pb
 from gpufleet.kubelet.api import podresources_v1_pb2_grpc as pb_grpc
 from gpufleet.kubelet.checkpoint import CheckpointEntry, CheckpointRead, read_checkpoint
@@ -60,11 +61,13 @@ class KubeletView:
 
     containers: tuple[ContainerDevices, ...] = ()
     checkpoint: tuple[CheckpointEntry, ...] = ()
+    claims: tuple[ClaimDevice, ...] = ()  # DRA devices (`dynamic_resources`), every driver
     refreshed_at: float | None = None  # wall-clock seconds of the List; None: no data
     refreshed_monotonic: float | None = None
 
 
 EMPTY_VIEW = KubeletView()
+_NO_PODS = pb.ListPodResourcesResponse()
 
 
 def containers_of(response: pb.ListPodResourcesResponse) -> tuple[ContainerDevices, ...]:
@@ -81,6 +84,26 @@ def containers_of(response: pb.ListPodResourcesResponse) -> tuple[ContainerDevic
         for container in pod.containers
         for devices in container.devices
         if devices.device_ids
+    )
+
+
+def claims_of(response: pb.ListPodResourcesResponse) -> tuple[ClaimDevice, ...]:
+    """Flatten a `List` response's DRA devices: one record per container claim device."""
+    return tuple(
+        ClaimDevice(
+            namespace=pod.namespace,
+            pod=pod.name,
+            container=container.name,
+            claim_name=dynamic.claim_name,
+            claim_namespace=dynamic.claim_namespace,
+            driver=resource.driver_name,
+            pool=resource.pool_name,
+            device=resource.device_name,
+        )
+        for pod in response.pod_resources
+        for container in pod.containers
+        for dynamic in container.dynamic_resources
+        for resource in dynamic.claim_resources
     )
 
 
@@ -201,7 +224,7 @@ class PodResourcesWatcher:
         """List, read the checkpoint, publish. Returns the List failure kind, if any."""
         if self._stopping.is_set():
             return None
-        containers, failure, detail = self._list()
+        response, failure, detail = self._list()
         if self._stopping.is_set():
             return None  # a List cancelled by stop() is not a kubelet failure
         if failure is not None:
@@ -211,8 +234,9 @@ class PodResourcesWatcher:
         checkpoint = self._read_checkpoint()
         self._last_success_at = self._wall_clock()
         self._view = KubeletView(
-            containers=containers,
+            containers=containers_of(response),
             checkpoint=checkpoint,
+            claims=claims_of(response),
             refreshed_at=self._last_success_at,
             refreshed_monotonic=self._clock(),
         )
@@ -224,15 +248,15 @@ class PodResourcesWatcher:
             self._state = "ok"
         return None
 
-    def _list(self) -> tuple[tuple[ContainerDevices, ...], KubeletErrorKind | None, str]:
+    def _list(self) -> tuple[pb.ListPodResourcesResponse, KubeletErrorKind | None, str]:
         if not self._socket_path.exists():
             self._close_channel()
-            return (), KubeletErrorKind.SOCKET_MISSING, "socket not found"
+            return _NO_PODS, KubeletErrorKind.SOCKET_MISSING, "socket not found"
         try:
             response = self._stub().List(
                 pb.ListPodResourcesRequest(), timeout=self._call_timeout_seconds
             )
-            return containers_of(response), None, ""
+            return response, None, ""
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else None
             kind = _KIND_BY_CODE.get(code, KubeletErrorKind.ERROR)
@@ -240,9 +264,9 @@ class PodResourcesWatcher:
                 # A fresh channel connects at once; the old one may sit in reconnect backoff.
                 self._close_channel()
             details = exc.details() if isinstance(exc, grpc.Call) else ""
-            return (), kind, f"{code}: {details}"
+            return _NO_PODS, kind, f"{code}: {details}"
         except Exception as exc:  # never into the collector: counted as "error"
-            return (), KubeletErrorKind.ERROR, repr(exc)
+            return _NO_PODS, KubeletErrorKind.ERROR, repr(exc)
 
     def _read_checkpoint(self) -> tuple[CheckpointEntry, ...]:
         """The checkpoint entries; none (no pod UIDs, so no per-pod split) if unreadable.

@@ -2,8 +2,9 @@
 
 `resources` lists what it serves; `objects` holds the API's pure semantics (patches,
 selectors, `Scale`, `Status` errors); `store` the objects with resourceVersion, uid and
-generation bookkeeping; `server` the aiohttp server, its discovery documents and fault
-modes. The official `kubernetes` client and kubectl talk to it as to a kube-apiserver, so
-serialization and URL paths are tested for real. No real kube-apiserver can be installed
-here (no Debian, PyPI or npm package carries one).
+generation bookkeeping and a window of watch events; `server` the aiohttp server, its
+discovery documents and fault modes; `watch` its `?watch=1` streams. The official
+`kubernetes` client and kubectl talk to it as to a kube-apiserver, so serialization and URL
+paths are tested for real. No real kube-apiserver can be installed here (no Debian, PyPI or
+npm package carries one).
 """

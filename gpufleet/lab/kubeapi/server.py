@@ -2,7 +2,8 @@
 
 The official `kubernetes` client and kubectl talk to it as to a kube-apiserver: discovery
 (`/api`, `/apis`, `/apis/{group}/{version}`), CRUD on the resources in `resources`, the
-`/status` and `/scale` subresources, label and field selectors, `Status` errors. No real
+`/status` and `/scale` subresources, label and field selectors, `Status` errors, and
+watches (`?watch=1`, in `watch`). No real
 kube-apiserver can be installed here, so tests and the lab run the product's Kubernetes
 code against this one.
 
@@ -25,7 +26,8 @@ from aiohttp import web
 
 from gpufleet.lab.kubeapi.objects import ApiError
 from gpufleet.lab.kubeapi.resources import RESOURCES, Resource
-from gpufleet.lab.kubeapi.store import ObjectStore
+from gpufleet.lab.kubeapi.store import EVENT_HISTORY, ObjectStore
+from gpufleet.lab.kubeapi.watch import is_watch, serve_watch
 
 SERVER_VERSION = {
     "major": "1",
@@ -82,13 +84,21 @@ class FakeApiServer:
     Starts with the namespaces `default` and `kube-system`, as a cluster does.
     """
 
-    def __init__(self, *, clock: Callable[[], float] | None = None, port: int = 0) -> None:
-        self.store = ObjectStore(clock=clock) if clock else ObjectStore()
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] | None = None,
+        port: int = 0,
+        event_history: int = EVENT_HISTORY,
+    ) -> None:
+        """`event_history`: how many writes a watch can resume across (older: 410)."""
+        self.store = ObjectStore(clock=clock or time.time, event_history=event_history)
         self._state = _State(store=self.store)
         self._port = port
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
+        self._closing = False  # open watches end when set
         for ns in ("default", "kube-system"):
             self.store.create(_NAMESPACES, "", {"metadata": {"name": ns}})
 
@@ -107,6 +117,7 @@ class FakeApiServer:
     def start(self) -> "FakeApiServer":
         """Serve (again, on the same port after `stop`); returns once it accepts requests."""
         ready = threading.Event()
+        self._closing = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._run, args=(ready,), name="fake-kube-apiserver", daemon=True
@@ -171,6 +182,7 @@ class FakeApiServer:
             self._port = self._runner.addresses[0][1]
 
     async def _shutdown(self) -> None:
+        self._closing = True
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -186,6 +198,8 @@ class FakeApiServer:
                 raise ApiError(
                     code=faults.fail_code, reason="ServiceUnavailable", message="injected failure"
                 )
+            if is_watch(request):
+                return await self._watch(request)
             body = await _answer(state, request)
             status = 201 if request.method == "POST" else 200
         except ApiError as err:
@@ -200,6 +214,25 @@ class FakeApiServer:
             )
         )
         return web.json_response(body, status=status)
+
+    async def _watch(self, request: web.Request) -> web.StreamResponse:
+        target = _target([s for s in request.path.split("/") if s])
+        if target is None or target.name:
+            raise ApiError(
+                code=404, reason="NotFound", message="watch needs a collection of a resource"
+            )
+        self._state.requests.append(
+            RequestRecord(
+                method="WATCH",
+                path=request.path,
+                user_agent=request.headers.get("User-Agent", ""),
+                status=200,
+                at=time.time(),
+            )
+        )
+        return await serve_watch(
+            self.store, request, target.res, target.namespace, closing=lambda: self._closing
+        )
 
 
 _BY_PATH: dict[tuple[str, str], Resource] = {(r.group_version, r.plural): r for r in RESOURCES}

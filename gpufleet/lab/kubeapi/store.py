@@ -5,6 +5,9 @@ an update or patch that carries a stale `metadata.resourceVersion` is a 409; a s
 bumps `metadata.generation`; the main resource and its `/status` subresource write only
 their own half, as for a resource with a status subresource. `uid`s are derived from a
 counter, and timestamps come from the injected wall clock, so a run is reproducible.
+Every write is also recorded as a watch event (ADDED, MODIFIED, DELETED with the object as
+written); the last `EVENT_HISTORY` are kept, as the API server's watch cache keeps a window,
+and a watch from a resourceVersion older than that window is told it is expired (410).
 Single-threaded: the server's event loop owns it.
 """
 
@@ -12,7 +15,9 @@ import copy
 import re
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,6 +45,22 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" if cluster-scoped), name
+EVENT_HISTORY = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchEvent:
+    """One write as a watch sees it: `object` is the object as written (deleted: as last
+    stored, with the deletion's resourceVersion), `previous` as it was before (None when
+    added), so a watch can tell an object entering or leaving its selectors."""
+
+    version: int
+    type: str  # ADDED, MODIFIED, DELETED
+    group: str
+    plural: str
+    namespace: str
+    object: dict[str, Any]
+    previous: dict[str, Any] | None = None
 
 
 def timestamp(seconds: float) -> str:
@@ -50,10 +71,13 @@ def timestamp(seconds: float) -> str:
 class ObjectStore:
     """Objects by resource, namespace and name, as plain JSON dicts."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, *, clock: Callable[[], float] = time.time, event_history: int = EVENT_HISTORY
+    ) -> None:
         self._clock = clock
         self._objects: dict[Key, dict[str, Any]] = {}
         self._version = 0
+        self._events: deque[WatchEvent] = deque(maxlen=event_history)
 
     @property
     def resource_version(self) -> str:
@@ -91,6 +115,30 @@ class ObjectStore:
                 out.append(copy.deepcopy(obj))
         return out
 
+    def events_since(self, version: int) -> tuple[WatchEvent, ...] | None:
+        """Every event after `version`, oldest first; None when some of them are no longer
+        kept (the watch must list again: 410 Expired)."""
+        events = tuple(self._events)
+        if len(events) == self._events.maxlen and version < events[0].version - 1:
+            return None
+        return tuple(e for e in events if e.version > version)
+
+    def _record(
+        self, kind: str, res: Resource, obj: dict[str, Any], previous: dict[str, Any] | None
+    ) -> None:
+        namespace = obj["metadata"].get("namespace", "") if res.namespaced else ""
+        self._events.append(
+            WatchEvent(
+                version=self._version,
+                type=kind,
+                group=res.group,
+                plural=res.plural,
+                namespace=namespace,
+                object=copy.deepcopy(obj),
+                previous=previous,
+            )
+        )
+
     # --- writes ---
 
     def create(self, res: Resource, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -116,6 +164,7 @@ class ObjectStore:
             meta.pop("namespace", None)
         obj["apiVersion"], obj["kind"] = res.group_version, res.kind
         self._objects[self._key(res, namespace, name)] = obj
+        self._record("ADDED", res, obj, None)
         return copy.deepcopy(obj)
 
     def replace(
@@ -177,10 +226,12 @@ class ObjectStore:
         current = self.get(res, namespace, name)
         if current["metadata"].get("deletionTimestamp"):
             return current
+        previous = copy.deepcopy(current)
         self._version += 1
         current["metadata"]["deletionTimestamp"] = timestamp(self._clock())
         current["metadata"]["resourceVersion"] = str(self._version)
         self._objects[self._key(res, namespace, name)] = current
+        self._record("MODIFIED", res, current, previous)
         return copy.deepcopy(current)
 
     def delete(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
@@ -188,6 +239,7 @@ class ObjectStore:
         del self._objects[self._key(res, namespace, name)]
         self._version += 1
         obj["metadata"]["resourceVersion"] = str(self._version)
+        self._record("DELETED", res, obj, obj)
         return obj
 
     # --- the scale subresource ---
@@ -257,6 +309,7 @@ class ObjectStore:
         if new.get("status") is None:
             new.pop("status", None)
         self._objects[self._key(res, namespace, name)] = new
+        self._record("MODIFIED", res, new, current)
         return copy.deepcopy(new)
 
     def _check_new(self, res: Resource, namespace: str, name: str, obj: dict[str, Any]) -> None:

@@ -50,6 +50,8 @@ from gpufleet.lab.kubelet.deviceplugins import (
 )
 from gpufleet.lab.kubelet.podresources import (
     KUBELET_RATE_LIMIT,
+    ClaimAllocation,
+    ClaimDevice,
     ContainerAllocation,
     DeviceAllocation,
     FakePodResources,
@@ -73,6 +75,8 @@ from gpufleet.lab.kubelet.table import (
 
 __all__ = [
     "AdmissionError",
+    "ClaimAllocation",
+    "ClaimDevice",
     "ContainerAllocation",
     "ContainerStartError",
     "DeviceAllocation",

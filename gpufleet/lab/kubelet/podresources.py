@@ -51,9 +51,30 @@ class DeviceAllocation:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimDevice:
+    """One device a DRA driver allocated for a claim: a `ClaimResource` in `List`."""
+
+    driver_name: str
+    pool_name: str
+    device_name: str
+    cdi_devices: tuple[str, ...] = ()  # fully qualified CDI names
+    share_id: str | None = None  # set when the device is shared (consumable capacity)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimAllocation:
+    """A ResourceClaim a container uses, with its allocated devices: a `DynamicResource`."""
+
+    claim_name: str
+    claim_namespace: str
+    devices: tuple[ClaimDevice, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerAllocation:
     name: str
     devices: tuple[DeviceAllocation, ...] = ()
+    claims: tuple[ClaimAllocation, ...] = ()  # DRA (`dynamic_resources`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +150,9 @@ def pod_to_proto(pod: PodAllocation, *, with_devices: bool = True) -> pb.PodReso
                     _container_devices(d, d.device_ids)
                     for d in (container.devices if with_devices else ())
                 ],
+                dynamic_resources=[
+                    _dynamic_resource(claim) for claim in (container.claims if with_devices else ())
+                ],
             )
             for container in pod.containers
         ],
@@ -154,6 +178,23 @@ def allocatable_to_proto(devices: Iterable[DeviceAllocation]) -> pb.AllocatableR
             for allocation in devices
             for device_id in allocation.device_ids
         ]
+    )
+
+
+def _dynamic_resource(claim: ClaimAllocation) -> pb.DynamicResource:
+    return pb.DynamicResource(
+        claim_name=claim.claim_name,
+        claim_namespace=claim.claim_namespace,
+        claim_resources=[
+            pb.ClaimResource(
+                cdi_devices=[pb.CDIDevice(name=name) for name in device.cdi_devices],
+                driver_name=device.driver_name,
+                pool_name=device.pool_name,
+                device_name=device.device_name,
+                share_id=device.share_id,
+            )
+            for device in claim.devices
+        ],
     )
 
 

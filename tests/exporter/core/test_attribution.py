@@ -20,6 +20,8 @@ from gpufleet.exporter.core.attribution import (
     keeps_resource,
     parse_device_id,
 )
+from gpufleet.exporter.core.dra import DraHolding
+from gpufleet.exporter.core.podmeta import PodMeta
 from gpufleet.exporter.core.samples import Entity, EntitySample, MigInstance, ProcessSample
 from gpufleet.exporter.pods.podresources import PodResourcesWatcher
 from gpufleet.kubelet.checkpoint import CheckpointEntry
@@ -742,3 +744,67 @@ def test_malformed_checkpoint_entry_costs_only_its_own_pod_uid(kubelet: FakeKube
     pods, stats, errors = _attributed(kubelet)
     assert pods == {GPU0: [("ml/a/main", "uid-a", None, {})]}
     assert (stats.unresolved_uids, errors) == (0, {"checkpoint": 1})
+
+
+# --- issue 15 §2: pod metadata from the API, and DRA claims -----------------------------------
+
+
+def test_api_pods_give_labels_and_a_uid_the_checkpoint_lacks() -> None:
+    meta = {("ml", "a"): PodMeta(uid="api-uid-a", labels=(("app", "x"),))}
+    index = build_index(
+        (held("ml/a", _gpu_uuid(0)), held("ml/b", _gpu_uuid(1))), (), NODE, pods=meta
+    )
+    (a,) = index.holders[GPU0]
+    (b,) = index.holders[GPU1]
+    assert (a.pod.uid, a.pod.labels) == ("api-uid-a", (("app", "x"),))
+    assert (b.pod.uid, b.pod.labels) == (None, ())
+    assert index.stats.unresolved_uids == 1
+
+
+def test_checkpoint_uid_wins_over_the_api() -> None:
+    meta = {("ml", "a"): PodMeta(uid="api-uid")}
+    index = build_index(
+        (held("ml/a", _gpu_uuid(0)),), (entry("kubelet-uid", _gpu_uuid(0)),), NODE, pods=meta
+    )
+    assert index.holders[GPU0][0].pod.uid == "kubelet-uid"
+
+
+DRA_ATTRS = (("dra_claim_name", "c"),)
+
+
+@pytest.mark.parametrize(
+    ("device_id", "keys", "unknown"),
+    [
+        pytest.param(_gpu_uuid(1), [GPU1], 0, id="whole-gpu"),
+        pytest.param(_mig_uuid(2, 2), [MIG22], 0, id="mig-on-its-instance"),
+        pytest.param(_gpu_uuid(2), [MIG21, MIG22], 0, id="mig-mode-gpu-whole"),
+        pytest.param(_gpu_uuid(9), [], 1, id="not-on-this-node"),
+    ],
+)
+def test_dra_claims_are_placed_like_device_ids(device_id, keys, unknown) -> None:
+    claim = DraHolding(
+        namespace="ml", pod="p", container="c", device_id=device_id, attributes=DRA_ATTRS
+    )
+    meta = {("ml", "p"): PodMeta(uid="uid-p", labels=(("app", "x"),))}
+    index = build_index((), (), NODE, pods=meta, claims=(claim,))
+    assert sorted(index.holders, key=str) == sorted(keys, key=str)
+    for key in keys:
+        (share,) = index.holders[key]
+        assert share.pod.attributes == DRA_ATTRS
+        assert (share.pod.uid, share.pod.labels) == ("uid-p", (("app", "x"),))
+    assert index.stats.unknown_device_ids == unknown
+
+
+def test_two_dra_pods_sharing_a_gpu_are_split_by_api_uids() -> None:
+    claims = [
+        DraHolding(namespace="ml", pod=p, container="c", device_id=_gpu_uuid(0), attributes=())
+        for p in ("p", "q")
+    ]
+    meta = {("ml", p): PodMeta(uid=f"uid-{p}") for p in ("p", "q")}
+    index = build_index((), (), NODE, pods=meta, claims=claims)
+    busy = EntitySample(entity=NODE[0], values=DEVICE_VALUES, processes=(proc(10, 30, 64),))
+    shares = attribute(index, [busy], {10: "uid-q"}).pods[GPU0]
+    assert [(s.pod.name, dict(s.values)) for s in shares] == [
+        ("p", {GPU_UTIL: 0.0, FB_USED: 0.0}),
+        ("q", {GPU_UTIL: 30.0, FB_USED: 64.0}),
+    ]

@@ -19,6 +19,7 @@ STATS = SelfStats(
     errors_total={"timeout": 2, "gpu_lost": 1},
     kubelet_errors_total={"socket_missing": 3},
     kubelet_last_success_timestamp_seconds=1.6e9,
+    kube_api_errors_total={"unavailable": 6},
     attribution={"unknown_device_ids": 4},
     requests_total={("/metrics", 200): 10, ("/health", 503): 1, ("/metrics", 401): 2},
     request_seconds_total={"/metrics": 0.5, "/health": 0.01},
@@ -41,6 +42,7 @@ EXPECTED = [
         (((("kind", "gpu_lost"),), 1), ((("kind", "timeout"),), 2)),
     ),
     ("gpufleet_exporter_kubelet_errors_total", C, (((("kind", "socket_missing"),), 3),)),
+    ("gpufleet_exporter_kube_api_errors_total", C, (((("kind", "unavailable"),), 6),)),
     ("gpufleet_exporter_attribution_dropped", G, (((("reason", "unknown_device_ids"),), 4),)),
     (
         "gpufleet_exporter_http_requests_total",

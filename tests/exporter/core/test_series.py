@@ -562,3 +562,26 @@ def test_full_catalog_default_file_builds_every_default_metric() -> None:
             ("Hostname", "h"),
             ("DCGM_FI_DRIVER_VERSION", "550.144.03"),
         )
+
+
+def test_pod_labels_and_dra_attributes_byte_for_byte() -> None:
+    # issue 15 §2: pod labels follow the label rows, dra_* sort among the attributes.
+    ref = PodRef(
+        namespace="ml",
+        name="p",
+        container="c",
+        labels=(("app", "vllm"), ("tier", "gold")),
+        attributes=(("dra_claim_name", "p-gpu"), ("dra_pool_name", "node-a")),
+    )
+    families = _build(
+        [EntitySample(entity=GPU0, values={"DCGM_FI_DEV_GPU_UTIL": 7.0})],
+        rows=(UTIL_ROW, DRIVER_ROW),
+        pods={GPU0.key: (PodShare(pod=ref),)},
+        node_labels={"DCGM_FI_DRIVER_VERSION": "550.144.03"},
+    )
+    assert render_text(families).splitlines()[2] == (
+        b'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-8b2281de-6d3c-22ed-0ec8-d3b864870b8b",'
+        b'pci_bus_id="00000000:8D:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",'
+        b'DCGM_FI_DRIVER_VERSION="550.144.03",app="vllm",tier="gold",'
+        b'container="c",dra_claim_name="p-gpu",dra_pool_name="node-a",namespace="ml",pod="p"} 7'
+    )

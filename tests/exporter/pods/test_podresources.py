@@ -20,7 +20,10 @@ from gpufleet.exporter.pods.podresources import (
     PodResourcesWatcher,
     next_wait_seconds,
 )
+from gpufleet.kubelet.api import podresources_v1_pb2 as pb
 from gpufleet.lab.kubelet.kubelet import (
+    ClaimAllocation,
+    ClaimDevice,
     ContainerAllocation,
     DeviceAllocation,
     FakeKubelet,
@@ -262,3 +265,77 @@ def test_stop_cancels_promptly(kubelet: FakeKubelet) -> None:
     assert "podresources" not in {t.name for t in threading.enumerate()}
     assert _failures(watcher) == {}
     assert watcher.errors() == {kind: 0 for kind in KubeletErrorKind}
+
+
+# --- DRA: `dynamic_resources` over the real socket (issue 15 §2) -----------------------------
+
+
+def test_dynamic_resources_field_numbers_are_the_kubelets() -> None:
+    """k8s.io/kubelet pkg/apis/podresources/v1/api.proto, as the fake and the client use it."""
+    numbers = {
+        f"{message.DESCRIPTOR.name}.{field.name}": field.number
+        for message in (pb.ContainerResources, pb.DynamicResource, pb.ClaimResource, pb.CDIDevice)
+        for field in message.DESCRIPTOR.fields
+        if message is not pb.ContainerResources or field.name == "dynamic_resources"
+    }
+    assert numbers == {
+        "ContainerResources.dynamic_resources": 5,
+        "DynamicResource.claim_name": 2,
+        "DynamicResource.claim_namespace": 3,
+        "DynamicResource.claim_resources": 4,
+        "ClaimResource.cdi_devices": 1,
+        "ClaimResource.driver_name": 2,
+        "ClaimResource.pool_name": 3,
+        "ClaimResource.device_name": 4,
+        "ClaimResource.share_id": 5,
+        "CDIDevice.name": 1,
+    }
+    assert pb.ClaimResource.DESCRIPTOR.fields_by_name["share_id"].has_presence  # optional
+
+
+def test_dra_claims_reach_the_view(kubelet: FakeKubelet) -> None:
+    claim = ClaimAllocation(
+        claim_name="big-gpu",
+        claim_namespace="ml",
+        devices=(
+            ClaimDevice(
+                driver_name="gpu.nvidia.com",
+                pool_name="node-a",
+                device_name="gpu-0",
+                cdi_devices=("k8s.gpu.nvidia.com/device=gpu-0",),
+                share_id="3f1c",
+            ),
+            ClaimDevice(driver_name="nic.example.com", pool_name="node-a", device_name="eth1"),
+        ),
+    )
+    kubelet.add_pod(
+        PodAllocation(
+            namespace="ml",
+            name="c",
+            uid="uid-c",
+            containers=(ContainerAllocation(name="main", claims=(claim,)),),
+        )
+    )
+    watcher = PodResourcesWatcher(
+        socket_path=kubelet.pod_resources_socket, checkpoint_path=kubelet.checkpoint_path
+    )
+    try:
+        view = watcher.refresh_now()
+    finally:
+        watcher.stop()
+    assert [
+        (
+            c.namespace,
+            c.pod,
+            c.container,
+            c.claim_name,
+            c.claim_namespace,
+            c.driver,
+            c.pool,
+            c.device,
+        )
+        for c in view.claims
+    ] == [
+        ("ml", "c", "main", "big-gpu", "ml", "gpu.nvidia.com", "node-a", "gpu-0"),
+        ("ml", "c", "main", "big-gpu", "ml", "nic.example.com", "node-a", "eth1"),
+    ]

@@ -1,6 +1,8 @@
 """Workload families: parsing specs into one clear error, and seeded traces whose shape is
 what each family promises (rates, crowds, silences, long-prompt tails)."""
 
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -46,18 +48,17 @@ def test_defaults_fill_every_key() -> None:
     ],
 )
 def test_a_bad_spec_is_one_error_naming_the_key(spec: str, message: str) -> None:
-    with pytest.raises(WorkloadError, match="^workload ") as raised:
+    with pytest.raises(WorkloadError) as raised:
         parse_workload(spec)
+    assert str(raised.value).startswith(f"workload {spec!r}: ")
     assert message in str(raised.value)
 
 
 @given(st.text(max_size=60))
 @settings(max_examples=300, deadline=None)
 def test_any_spec_parses_or_is_a_workload_error(spec: str) -> None:
-    try:
+    with contextlib.suppress(WorkloadError):
         parse_workload(spec)
-    except WorkloadError:
-        pass
 
 
 @pytest.mark.parametrize("family", [*FAMILIES, "mix:of=diurnal+flash"])
@@ -67,7 +68,10 @@ def test_the_same_seed_gives_the_same_trace(family: str) -> None:
     assert np.array_equal(a.arrival_seconds, b.arrival_seconds)
     assert np.array_equal(a.prompt_tokens, b.prompt_tokens)
     assert not np.array_equal(a.prompt_tokens[:50], c.prompt_tokens[:50])
-    assert a.name == f"{spec.replace(':', '-').replace('=', '-').replace(',', '-').replace('+', '-')}-s3"
+    assert (
+        a.name
+        == f"{spec.replace(':', '-').replace('=', '-').replace(',', '-').replace('+', '-')}-s3"
+    )
 
 
 def test_a_flash_crowd_is_its_height_for_its_length_where_placed() -> None:

@@ -1,0 +1,120 @@
+"""Watches on the fake API server: `GET <collection>?watch=1`, as kube-apiserver streams them.
+
+The answer is one JSON object per line, `{"type": ..., "object": ...}`, kept open until
+`timeoutSeconds` (default 30 min) or the server stops. Semantics the official client and
+informers rely on:
+- `resourceVersion` unset or "0": first an ADDED event for every object that matches now,
+  then the changes after them; any other value: only the changes after that version;
+- an object entering the selectors is ADDED, one leaving them DELETED (as the watch cache
+  does), otherwise the event's own type;
+- a version older than the store's event window gets an ERROR event carrying a 410
+  `Expired` Status, and the stream ends: the client must list again.
+"""
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from gpufleet.core.selectors import SelectorError, matches_fields, matches_labels, parse_selector
+from gpufleet.lab.kubeapi.objects import ApiError
+from gpufleet.lab.kubeapi.resources import Resource
+from gpufleet.lab.kubeapi.store import ObjectStore
+
+DEFAULT_TIMEOUT_SECONDS = 1800.0
+POLL_SECONDS = 0.02  # how soon a write reaches the open watches
+
+
+def is_watch(request: web.Request) -> bool:
+    return request.method == "GET" and request.query.get("watch", "") in ("1", "true", "True")
+
+
+async def serve_watch(
+    store: ObjectStore,
+    request: web.Request,
+    res: Resource,
+    namespace: str | None,
+    *,
+    closing: Callable[[], bool],
+) -> web.StreamResponse:
+    """Stream the watch; ApiError (400) before anything is sent for a bad query."""
+    query = request.query
+    try:
+        labels = parse_selector(query.get("labelSelector", ""))
+        fields = parse_selector(query.get("fieldSelector", ""))
+    except SelectorError as err:
+        raise ApiError(code=400, reason="BadRequest", message=str(err)) from None
+    version = query.get("resourceVersion", "")
+    if version not in ("", "0") and not version.isdigit():
+        raise ApiError(
+            code=400, reason="BadRequest", message=f"invalid resourceVersion {version!r}"
+        )
+    timeout = _timeout(query.get("timeoutSeconds", ""))
+
+    def matches(obj: dict[str, Any] | None) -> bool:
+        return obj is not None and matches_labels(obj, labels) and matches_fields(obj, fields)
+
+    initial: list[dict[str, Any]] = []
+    if version in ("", "0"):
+        initial = [o for o in store.list(res, namespace) if matches(o)]
+        since = int(store.resource_version)
+    else:
+        since = int(version)
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await response.prepare(request)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        for obj in initial:
+            await _send(response, "ADDED", obj)
+        while not closing() and loop.time() < deadline:
+            events = store.events_since(since)
+            if events is None:
+                expired = ApiError(
+                    code=410, reason="Expired", message=f"too old resource version: {since}"
+                )
+                await _send(response, "ERROR", expired.status())
+                break
+            for event in events:
+                since = event.version
+                if (event.group, event.plural) != (res.group, res.plural):
+                    continue
+                if namespace is not None and event.namespace != namespace:
+                    continue
+                kind = _visible(event.type, matches(event.previous), matches(event.object))
+                if kind:
+                    await _send(response, kind, event.object)
+            await asyncio.sleep(POLL_SECONDS)
+        await response.write_eof()
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass  # the client went away, or the server is stopping
+    return response
+
+
+def _visible(kind: str, matched_before: bool, matches_now: bool) -> str:
+    """The event type a watch shows for a write, "" for none (see the module docstring)."""
+    if kind == "DELETED":
+        return kind if matched_before else ""
+    if matched_before and matches_now:
+        return kind
+    if matches_now:
+        return "ADDED"
+    return "DELETED" if matched_before else ""
+
+
+def _timeout(value: str) -> float:
+    if not value:
+        return DEFAULT_TIMEOUT_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ApiError(
+            code=400, reason="BadRequest", message=f"invalid timeoutSeconds {value!r}"
+        ) from None
+    return seconds if seconds > 0 else DEFAULT_TIMEOUT_SECONDS
+
+
+async def _send(response: web.StreamResponse, kind: str, obj: dict[str, Any]) -> None:
+    await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")

@@ -1,0 +1,112 @@
+"""Watches on the fake API server through the official client's `watch.Watch` (issue 15 §2:
+the exporter keeps pod labels and ResourceSlices by list and watch, as an informer does)."""
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from gpufleet.lab.kubeapi.server import FakeApiServer
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    with FakeApiServer(clock=lambda: 1.7e9) as s:
+        yield s
+
+
+@pytest.fixture
+def core(server: FakeApiServer) -> Iterator[client.CoreV1Api]:
+    config = client.Configuration()
+    config.host = server.url
+    with client.ApiClient(config) as api:
+        yield client.CoreV1Api(api)
+
+
+def pod(name: str, node: str, **labels: str) -> dict:
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x"}]},
+    }
+
+
+def events(core: client.CoreV1Api, count: int, **kw) -> list[tuple[str, str, dict]]:
+    """The first `count` events (type, name, labels) of a pod watch."""
+    got = []
+    stream = watch.Watch().stream(core.list_pod_for_all_namespaces, timeout_seconds=10, **kw)
+    for event in stream:
+        meta = event["raw_object"]["metadata"]
+        got.append((event["type"], meta["name"], meta.get("labels") or {}))
+        if len(got) == count:
+            break
+    return got
+
+
+def test_watch_without_a_version_starts_with_the_current_objects(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod("a", "n1", app="x"))
+    core.create_namespaced_pod("default", pod("b", "n2", app="x"))
+    assert events(core, 1, field_selector="spec.nodeName=n1") == [("ADDED", "a", {"app": "x"})]
+
+
+def test_watch_from_a_list_version_sees_only_later_changes(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod("a", "n1", app="x"))
+    version = core.list_pod_for_all_namespaces().metadata.resource_version
+    core.patch_namespaced_pod("a", "default", {"metadata": {"labels": {"app": "y"}}})
+    core.create_namespaced_pod("default", pod("b", "n2"))  # another node: filtered out
+    core.create_namespaced_pod("default", pod("c", "n1"))
+    core.delete_namespaced_pod("c", "default", grace_period_seconds=0)
+    assert events(core, 3, resource_version=version, field_selector="spec.nodeName=n1") == [
+        ("MODIFIED", "a", {"app": "y"}),
+        ("ADDED", "c", {}),
+        ("DELETED", "c", {}),
+    ]
+
+
+def test_objects_entering_and_leaving_a_label_selector(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod("a", "n1", team="red"))
+    version = core.list_pod_for_all_namespaces().metadata.resource_version
+    core.patch_namespaced_pod("a", "default", {"metadata": {"labels": {"team": "blue"}}})
+    core.patch_namespaced_pod("a", "default", {"metadata": {"labels": {"team": "red"}}})
+    assert events(core, 2, resource_version=version, label_selector="team=red") == [
+        ("DELETED", "a", {"team": "blue"}),
+        ("ADDED", "a", {"team": "red"}),
+    ]
+
+
+def test_a_version_older_than_the_window_is_410_expired() -> None:
+    with FakeApiServer(event_history=3) as server:
+        config = client.Configuration()
+        config.host = server.url
+        with client.ApiClient(config) as api:
+            core = client.CoreV1Api(api)
+            for name in "abcde":
+                core.create_namespaced_pod("default", pod(name, "n1"))
+            with pytest.raises(ApiException) as err:
+                events(core, 1, resource_version="1")
+            assert err.value.status == 410
+            assert events(core, 1, resource_version="5")[0][1] == "d"  # within the window
+
+
+def test_the_stream_ends_at_timeout_seconds(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod("a", "n1"))
+    stream = watch.Watch().stream(core.list_pod_for_all_namespaces, timeout_seconds=1)
+    assert [e["type"] for e in stream] == ["ADDED"]  # then the server closes it
+
+
+@pytest.mark.parametrize("query", [{"label_selector": "a in"}, {"resource_version": "x"}])
+def test_bad_watch_queries_are_400(core: client.CoreV1Api, query: dict) -> None:
+    with pytest.raises(ApiException) as err:
+        core.list_pod_for_all_namespaces(watch=True, _preload_content=False, **query)
+    assert err.value.status == 400
+
+
+def test_bad_timeout_is_400(server: FakeApiServer) -> None:
+    url = f"{server.url}/api/v1/pods?watch=1&timeoutSeconds=x"
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url, timeout=10)
+    assert err.value.code == 400
+    assert json.load(err.value)["message"] == "invalid timeoutSeconds 'x'"
