@@ -84,8 +84,9 @@ class PluginSettings(BaseSettings):
         "DEVICE_LIST_STRATEGY",
         "--device-list-strategy",
         group=NVIDIA,
-        help="How devices reach the runtime, comma separated: envvar, volume-mounts, "
-        "cdi-annotations, cdi-cri. [file: flags.plugin.deviceListStrategy]",
+        repeat=True,
+        help="How devices reach the runtime, comma separated or the flag repeated: envvar, "
+        "volume-mounts, cdi-annotations, cdi-cri. [file: flags.plugin.deviceListStrategy]",
     )
     device_id_strategy: Literal["uuid", "index"] = setting(
         "uuid",
@@ -155,7 +156,8 @@ class PluginSettings(BaseSettings):
         "--shared-devices-allocation-policy",
         group=NVIDIA,
         help="Preferred allocation of shared replicas: distributed (fewest used replicas "
-        "per GPU first) or packed (fill a GPU first).",
+        "per GPU first) or packed (fill a GPU first). [file: "
+        "flags.plugin.sharedDevicesAllocationPolicy]",
     )
     device_discovery_strategy: Literal["auto", "nvml", "tegra"] = setting(
         "auto",
@@ -194,6 +196,24 @@ class PluginSettings(BaseSettings):
         group=NVIDIA,
         help="NVIDIA's config file (YAML or JSON, version v1); flags and env vars given "
         "explicitly override it.",
+    )
+    cdi_feature_flags: str = setting(
+        "",
+        "CDI_FEATURE_FLAGS",
+        "--cdi-feature-flags",
+        group=NVIDIA,
+        repeat=True,
+        help="nvidia-ctk's CDI generation feature flags (Helm's cdi.featureFlags). Accepted "
+        "and ignored with a warning: gpufleet's CDI specs have no optional features.",
+    )
+    cdi_disable_hooks: str = setting(
+        "",
+        "CDI_DISABLE_HOOKS",
+        "--cdi-disable-hooks",
+        group=NVIDIA,
+        repeat=True,
+        help="Hooks left out of the generated CDI specs, comma separated or the flag "
+        "repeated (create-symlinks, update-ldcache, ...); 'all' leaves out every hook.",
     )
     cdi_spec_dirs: str = setting(
         "/etc/cdi,/var/run/cdi",
@@ -236,13 +256,14 @@ class PluginSettings(BaseSettings):
         "DP_DISABLE_HEALTHCHECKS",
         group=HEALTH,
         help="'all' or 'xids' turns health checks off; a comma list of XIDs adds to "
-        "the ignored ones (13, 31, 43, 45, 68, 109).",
+        "the ignored ones (13, 31, 43, 45, 68, 109). Other items are skipped with a warning.",
     )
     dp_enable_healthchecks: str = setting(
         "",
         "DP_ENABLE_HEALTHCHECKS",
         group=HEALTH,
-        help="'all' or a comma list of XIDs that count as critical even when ignored.",
+        help="'all' (or 'xids', as NVIDIA reads it) or a comma list of XIDs that count as "
+        "critical even when ignored. Other items are skipped with a warning.",
     )
 
     @field_validator("*", mode="before")
@@ -307,8 +328,18 @@ def resolve_config(
         for name in settings.model_fields_set
         if name in OVERRIDABLE
     }
+    if settings.cdi_feature_flags.strip(","):
+        warnings += (
+            f"--cdi-feature-flags (CDI_FEATURE_FLAGS) {settings.cdi_feature_flags!r}: ignored "
+            "(gpufleet's CDI specs take no nvcdi feature flags)",
+        )
     return merge(file_config, given, source=source), warnings
 
 
 def _same(value: object) -> object:
     return value
+
+
+def disabled_hooks(settings: PluginSettings) -> frozenset[str]:
+    """--cdi-disable-hooks as a set of hook names ("all" among them means every hook)."""
+    return frozenset(h.strip() for h in settings.cdi_disable_hooks.split(",") if h.strip())

@@ -52,9 +52,8 @@ def test_bad_config_names_the_file_and_key(tmp_path: Path, config: str, message:
     ("env", "message"),
     [
         ({"MIG_STRATEGY": "sometimes"}, "MIG_STRATEGY"),
-        ({"DP_DISABLE_HEALTHCHECKS": "xid48"}, "DP_DISABLE_HEALTHCHECKS"),
     ],
-    ids=["bad env choice", "bad health-check list"],
+    ids=["bad env choice"],
 )
 def test_bad_env_names_the_variable(tmp_path: Path, env: dict, message: str):
     result = run(
@@ -62,6 +61,41 @@ def test_bad_env_names_the_variable(tmp_path: Path, env: dict, message: str):
     )
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_nvidia_keys_and_unknown_items_warn_and_serve(tmp_path: Path):
+    """Issue 16: a v0.20 key, a key from another version and a malformed health-check item
+    used to exit 1 (zero GPUs on the node); now each is one warning and the plugin serves."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "version: v1\nflags:\n  plugin:\n    sharedDevicesAllocationPolicy: packed\n"
+        "    someFutureKey: true\n"
+    )
+    proc = subprocess.Popen(
+        [
+            *GPUFLEET,
+            "--sim-fleet",
+            "2xH100",
+            "--config-file",
+            str(path),
+            "--kubelet-socket",
+            str(tmp_path / "kubelet.sock"),
+            "--metrics-address",
+            "",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**ENV, "DP_DISABLE_HEALTHCHECKS": "48,xid48"},
+    )
+    try:
+        wait_for(lambda: (tmp_path / "nvidia-gpu.sock").exists(), timeout=20, what="socket")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert f"{path}: flags.plugin.someFutureKey: unknown key, ignored" in err
+    assert "DP_DISABLE_HEALTHCHECKS: ignoring 'xid48'" in err
+    assert "flags.plugin.sharedDevicesAllocationPolicy" not in err
 
 
 def test_serves_sockets_and_metrics_then_shuts_down_on_sigterm(tmp_path: Path):
