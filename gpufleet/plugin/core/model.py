@@ -45,6 +45,7 @@ class GpuInfo:
     mig_enabled: bool
     migs: tuple[MigInfo, ...] = ()
     compute_capability: tuple[int, int] = (0, 0)
+    mig_capable: bool = False  # NVML reports a MIG mode (GFD's nvidia.com/mig.capable)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

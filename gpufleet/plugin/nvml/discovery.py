@@ -25,6 +25,7 @@ from gpufleet.nvml.discovery import (
     NvmlGpu,
     NvmlMig,
     gpu_device,
+    mig_capable,
     mig_devices,
     mig_enabled,
 )
@@ -93,6 +94,7 @@ def _gpu(lib: Any, device: NvmlGpu, *, errors: Counter[str]) -> GpuInfo:
         mig_enabled=enabled,
         migs=_migs(lib, device, errors) if enabled else (),
         compute_capability=_compute_capability(lib, handle),
+        mig_capable=mig_capable(lib, handle),
     )
 
 

@@ -83,3 +83,14 @@ def test_topology_error_leaves_that_pair_at_zero(sim: SimulatedNvml) -> None:
     assert all(5 not in pair for pair in node.links)
     assert node.links[(0, 1)] >= 10
     assert errors["nvml_error"] == 7  # one per pair with GPU 5
+
+
+def test_mig_capability_is_what_nvml_reports(tmp_path) -> None:
+    """GFD's nvidia.com/mig.capable: H100s report a MIG mode, an L4 does not (issue 16 §3)."""
+    with SimulatedNvml("1xH100+1xL4", proc_root=tmp_path / "proc") as lib:
+        lib.nvmlInit()
+        node = discover(lib)
+    assert [(g.name, g.mig_capable) for g in node.gpus] == [
+        ("NVIDIA H100 80GB HBM3", True),
+        ("NVIDIA L4", False),
+    ]
