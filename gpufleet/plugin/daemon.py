@@ -55,6 +55,7 @@ from gpufleet.plugin.host.host_devices import (
 )
 from gpufleet.plugin.kubelet.registration import PluginRunner
 from gpufleet.plugin.kubelet.server import DevicePluginService, RpcStats, to_response
+from gpufleet.plugin.labels import publish_labels
 from gpufleet.plugin.nvml.discovery import discover
 from gpufleet.plugin.nvml.health_watch import HealthWatcher
 from gpufleet.plugin.settings import PluginSettings, disabled_hooks, resolve_config
@@ -336,6 +337,14 @@ def start_plugin(
     except (RuntimeError, OSError) as exc:
         watcher.stop()
         raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
+    publish_labels(
+        node,
+        config,
+        features_file=settings.node_labels_file,
+        node_name=settings.node_name,
+        kube_url=settings.kube_url,
+        kubeconfig=settings.kubeconfig,
+    )
     log.info(
         "plugin started",
         extra={"fields": {"resources": {s.resource: len(s.health) for s in services}}},

@@ -24,11 +24,13 @@ from gpufleet.plugin.core.config import (
     parse_imex_channel_ids,
 )
 from gpufleet.plugin.core.config_parse import parse_config
+from gpufleet.plugin.host.nfd_features import DEFAULT_FEATURES_FILE
 from gpufleet.settings import setting
 
 NVIDIA = "k8s-device-plugin compatible"
 GPUFLEET = "gpufleet"
 HEALTH = "health checks (env only)"
+LABELS = "node labels, as GPU Feature Discovery's"
 
 
 class PluginSettings(BaseSettings):
@@ -224,6 +226,39 @@ class PluginSettings(BaseSettings):
         "device list strategy the plugin writes its specs (kind "
         "k8s.device-plugin.nvidia.com/gpu) into the first, unless one of that kind is "
         "installed in any of them.",
+    )
+    node_labels_file: str = setting(
+        DEFAULT_FEATURES_FILE,
+        "GPUFLEET_NODE_LABELS_FILE",
+        "--node-labels-file",
+        group=LABELS,
+        help="Where to write GPU Feature Discovery's labels (nvidia.com/gpu.product, ...) "
+        "for Node Feature Discovery, whose features.d must exist; empty: no file. Next to "
+        "GFD's own file (features.d/gfd), so both can run while moving off GFD.",
+    )
+    node_name: str = setting(
+        "",
+        "NODE_NAME",
+        "--node-name",
+        group=LABELS,
+        help="Also set GFD's labels directly on this Node through the Kubernetes API (needs "
+        "RBAC to get and patch nodes); labels the plugin set before and no longer computes "
+        "are removed. Empty: the feature file only.",
+    )
+    kube_url: str = setting(
+        "",
+        "GPUFLEET_KUBE_URL",
+        "--kube-url",
+        group=LABELS,
+        help="Kubernetes API server URL with no authentication (the lab's fake API server). "
+        "Empty: --kubeconfig, else the in-cluster service account, else ~/.kube/config.",
+    )
+    kubeconfig: str = setting(
+        "",
+        "KUBECONFIG",
+        "--kubeconfig",
+        group=LABELS,
+        help="kubeconfig file to use instead of the in-cluster service account.",
     )
     sim_fleet: str = setting(
         "",

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 from helpers import free_port, wait_for
+from helpers.kube import api_client
+from kubernetes import client
+
+from gpufleet.lab.kubeapi.server import FakeApiServer
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli", "plugin"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -96,6 +100,55 @@ def test_nvidia_keys_and_unknown_items_warn_and_serve(tmp_path: Path):
     assert f"{path}: flags.plugin.someFutureKey: unknown key, ignored" in err
     assert "DP_DISABLE_HEALTHCHECKS: ignoring 'xid48'" in err
     assert "flags.plugin.sharedDevicesAllocationPolicy" not in err
+
+
+def test_publishes_gfd_labels_to_nfd_and_the_node(tmp_path: Path):
+    """Issue 16 §3: GFD's labels from the plugin's own discovery, as a features.d file and
+    on the Node object (the lab's fake API server, through the official client)."""
+    features = tmp_path / "features.d" / "gpufleet-plugin"
+    features.parent.mkdir()
+    with FakeApiServer() as server:
+        core = client.CoreV1Api(api_client(server.url))
+        core.create_node({"metadata": {"name": "gpu-node-0"}})
+        proc = subprocess.Popen(
+            [
+                *GPUFLEET,
+                "--sim-fleet",
+                "2xH100",
+                "--kubelet-socket",
+                str(tmp_path / "kubelet.sock"),
+                "--metrics-address",
+                "",
+                "--node-labels-file",
+                str(features),
+                "--node-name",
+                "gpu-node-0",
+                "--kube-url",
+                server.url,
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
+        try:
+            wait_for(lambda: features.exists(), timeout=20, what="the NFD feature file")
+            wait_for(
+                lambda: (
+                    "nvidia.com/gpu.product" in (core.read_node("gpu-node-0").metadata.labels or {})
+                ),
+                timeout=20,
+                what="labels on the Node",
+            )
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=20)
+        on_node = core.read_node("gpu-node-0").metadata.labels
+    assert proc.returncode == 0, err
+    in_file = dict(line.split("=", 1) for line in features.read_text().splitlines())
+    assert in_file == on_node
+    assert on_node["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert on_node["nvidia.com/gpu.count"] == "2"
+    assert on_node["nvidia.com/mig.capable"] == "true"
 
 
 def test_serves_sockets_and_metrics_then_shuts_down_on_sigterm(tmp_path: Path):

@@ -1,0 +1,57 @@
+"""Publishing GFD's node labels: NFD's feature file and/or the Node object.
+
+Labels are a side channel: scheduling on them matters, but a plugin that stopped
+advertising GPUs over a label write would be worse. So a failure is one warning line and
+the plugin serves on; the next start or config reload writes them again.
+"""
+
+import logging
+from pathlib import Path
+
+import urllib3
+from kubernetes.client import ApiException
+
+from gpufleet.kube.connect import api_client
+from gpufleet.kube.node_labels import apply_node_labels
+from gpufleet.plugin.core.config import PluginConfig
+from gpufleet.plugin.core.labels import gfd_labels
+from gpufleet.plugin.core.model import NodeGpus
+from gpufleet.plugin.host.nfd_features import write_features
+
+log = logging.getLogger(__name__)
+OWNER = "plugin"  # names the annotation listing the labels the plugin set on its Node
+
+
+def publish_labels(
+    node: NodeGpus,
+    config: PluginConfig,
+    *,
+    features_file: str,
+    node_name: str,
+    kube_url: str = "",
+    kubeconfig: str = "",
+) -> dict[str, str]:
+    """Write GFD's labels for `node` to `features_file` (if set) and onto the Node
+    `node_name` (if set). Never raises; returns the labels."""
+    labels = gfd_labels(node, config)
+    if features_file:
+        path = Path(features_file)
+        try:
+            if write_features(path, labels):
+                log.info("GFD labels written for NFD: %s (%d labels)", path, len(labels))
+            else:
+                log.warning(
+                    "%s: no such directory (is Node Feature Discovery installed?): GFD labels "
+                    "not written; --node-labels-file '' stops trying",
+                    path.parent,
+                )
+        except OSError as exc:
+            log.warning("%s: cannot write GFD labels: %s", path, exc)
+    if node_name:
+        try:
+            api = api_client(url=kube_url, kubeconfig=kubeconfig, user_agent="gpufleet-plugin")
+            apply_node_labels(api, node_name, labels, owner=OWNER)
+            log.info("GFD labels set on node %s (%d labels)", node_name, len(labels))
+        except (ValueError, ApiException, urllib3.exceptions.HTTPError) as exc:
+            log.warning("node %s: cannot set GFD labels: %s", node_name, str(exc).strip())
+    return labels

@@ -1,0 +1,59 @@
+"""`publish_labels`: GFD's labels to NFD's feature file and onto the Node (fake API server);
+a failure is a warning, never an exception (issue 16 §3)."""
+
+import dataclasses
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.kube import api_client
+from helpers.plugin_node import gpu, node
+from kubernetes import client
+
+from gpufleet.lab.kubeapi.server import FakeApiServer
+from gpufleet.plugin.core.config import Flags, PluginConfig
+from gpufleet.plugin.labels import publish_labels
+
+NODE = dataclasses.replace(
+    node(gpu(0, profiles=("1g.10gb",) * 7), gpu(1, profiles=("1g.10gb",) * 7)),
+    driver_version="550.54.15",
+    cuda_driver_version=12040,
+)
+SINGLE = PluginConfig(flags=Flags(mig_strategy="single"))
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        client.CoreV1Api(api_client(server.url)).create_node({"metadata": {"name": "gpu-0"}})
+        yield server
+
+
+def test_file_and_node_get_the_same_labels(tmp_path: Path, apiserver) -> None:
+    features = tmp_path / "features.d" / "gpufleet-plugin"
+    features.parent.mkdir()
+    labels = publish_labels(
+        NODE, SINGLE, features_file=str(features), node_name="gpu-0", kube_url=apiserver.url
+    )
+    assert labels["nvidia.com/gpu.count"] == "14"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    assert labels["nvidia.com/mig.strategy"] == "single"
+    assert features.read_text() == "".join(f"{k}={v}\n" for k, v in labels.items())
+    on_node = client.CoreV1Api(api_client(apiserver.url)).read_node("gpu-0").metadata.labels
+    assert on_node == labels
+
+
+def test_failures_are_warnings(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.WARNING)
+    labels = publish_labels(
+        NODE,
+        SINGLE,
+        features_file=str(tmp_path / "no-nfd" / "features.d" / "gpufleet-plugin"),
+        node_name="gpu-0",
+        kube_url="http://127.0.0.1:9",  # discard port: connection refused
+    )
+    assert labels
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("no such directory (is Node Feature Discovery installed?)" in m for m in messages)
+    assert any(m.startswith("node gpu-0: cannot set GFD labels:") for m in messages)
