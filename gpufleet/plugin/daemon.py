@@ -342,6 +342,7 @@ def start_plugin(
         config,
         features_file=settings.node_labels_file,
         node_name=settings.node_name,
+        machine_type_file=settings.machine_type_file,
         kube_url=settings.kube_url,
         kubeconfig=settings.kubeconfig,
     )

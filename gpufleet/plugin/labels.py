@@ -14,7 +14,7 @@ from kubernetes.client import ApiException
 from gpufleet.kube.connect import api_client
 from gpufleet.kube.node_labels import apply_node_labels
 from gpufleet.plugin.core.config import PluginConfig
-from gpufleet.plugin.core.labels import gfd_labels
+from gpufleet.plugin.core.labels import MACHINE_UNKNOWN, gfd_labels
 from gpufleet.plugin.core.model import NodeGpus
 from gpufleet.plugin.host.nfd_features import write_features
 
@@ -28,12 +28,13 @@ def publish_labels(
     *,
     features_file: str,
     node_name: str,
+    machine_type_file: str = "",
     kube_url: str = "",
     kubeconfig: str = "",
 ) -> dict[str, str]:
     """Write GFD's labels for `node` to `features_file` (if set) and onto the Node
     `node_name` (if set). Never raises; returns the labels."""
-    labels = gfd_labels(node, config)
+    labels = gfd_labels(node, config, machine=_machine_type(machine_type_file))
     if features_file:
         path = Path(features_file)
         try:
@@ -55,3 +56,14 @@ def publish_labels(
         except (ValueError, ApiException, urllib3.exceptions.HTTPError) as exc:
             log.warning("node %s: cannot set GFD labels: %s", node_name, str(exc).strip())
     return labels
+
+
+def _machine_type(path: str) -> str:
+    """The DMI product name, as GFD reads it: "unknown" for no file or an unreadable one."""
+    if not path:
+        return MACHINE_UNKNOWN
+    try:
+        return Path(path).read_text(errors="replace").strip()
+    except OSError as exc:
+        log.warning("%s: cannot read the machine type: %s", path, exc)
+        return MACHINE_UNKNOWN

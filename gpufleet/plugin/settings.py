@@ -245,6 +245,14 @@ class PluginSettings(BaseSettings):
         "RBAC to get and patch nodes); labels the plugin set before and no longer computes "
         "are removed. Empty: the feature file only.",
     )
+    machine_type_file: str = setting(
+        "/sys/class/dmi/id/product_name",
+        "GFD_MACHINE_TYPE_FILE",
+        "--machine-type-file",
+        group=LABELS,
+        help="The DMI (SMBIOS) product name behind nvidia.com/gpu.machine, GFD's flag and "
+        "default; unreadable or empty: 'unknown'.",
+    )
     kube_url: str = setting(
         "",
         "GPUFLEET_KUBE_URL",

@@ -33,9 +33,17 @@ def apiserver() -> Iterator[FakeApiServer]:
 def test_file_and_node_get_the_same_labels(tmp_path: Path, apiserver) -> None:
     features = tmp_path / "features.d" / "gpufleet-plugin"
     features.parent.mkdir()
+    dmi = tmp_path / "product_name"
+    dmi.write_text("DGX H100\n")
     labels = publish_labels(
-        NODE, SINGLE, features_file=str(features), node_name="gpu-0", kube_url=apiserver.url
+        NODE,
+        SINGLE,
+        features_file=str(features),
+        node_name="gpu-0",
+        machine_type_file=str(dmi),
+        kube_url=apiserver.url,
     )
+    assert labels["nvidia.com/gpu.machine"] == "DGX-H100"
     assert labels["nvidia.com/gpu.count"] == "14"
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
     assert labels["nvidia.com/mig.strategy"] == "single"
@@ -51,9 +59,11 @@ def test_failures_are_warnings(tmp_path: Path, caplog) -> None:
         SINGLE,
         features_file=str(tmp_path / "no-nfd" / "features.d" / "gpufleet-plugin"),
         node_name="gpu-0",
+        machine_type_file=str(tmp_path / "no-dmi"),
         kube_url="http://127.0.0.1:9",  # discard port: connection refused
     )
-    assert labels
+    assert labels["nvidia.com/gpu.machine"] == "unknown"
     messages = [r.getMessage() for r in caplog.records]
     assert any("no such directory (is Node Feature Discovery installed?)" in m for m in messages)
     assert any(m.startswith("node gpu-0: cannot set GFD labels:") for m in messages)
+    assert any("no-dmi: cannot read the machine type" in m for m in messages)

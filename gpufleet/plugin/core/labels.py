@@ -10,7 +10,7 @@ GFD's rules kept: the `nvidia.com/gpu.*` labels describe one GPU model (GFD over
 model in map order; here the model of the lowest-indexed MIG-disabled GPU wins, else of the
 lowest MIG-enabled one), a shared resource's product gets `-SHARED` unless renamed, a
 MIG-enabled GPU is labelled without sharing, and under `single`/`mixed` the MIG labels
-override. Not published: `gfd.timestamp` (optional in GFD), `gpu.machine`, `gpu.mode`,
+override. Not published: `gfd.timestamp` (optional in GFD), `gpu.mode`,
 `gpu.clique`, IMEX labels and the MIG `multiprocessors` / `engines.*` attributes, which
 discovery does not read.
 
@@ -25,17 +25,22 @@ from gpufleet.plugin.core.devices import mig_resource
 from gpufleet.plugin.core.model import GpuInfo, MigInfo, NodeGpus
 
 GPU_RESOURCE = "nvidia.com/gpu"
+MACHINE_UNKNOWN = "unknown"
 _UNSAFE = re.compile(r"[^A-Za-z0-9\-_. ]")
 # A MIG profile's slices: "[<c>c.]<g>g.<memory>gb[+...]".
 _SLICES = re.compile(r"(?:(\d+)c\.)?(\d+)g\.")
 _STRATEGY = {SharingKind.TIME_SLICING: "time-slicing", SharingKind.MPS: "mps"}
 
 
-def gfd_labels(node: NodeGpus, config: PluginConfig) -> dict[str, str]:
-    """GFD's labels for `node` under `config`, sorted by name; empty with no GPU."""
+def gfd_labels(
+    node: NodeGpus, config: PluginConfig, *, machine: str = MACHINE_UNKNOWN
+) -> dict[str, str]:
+    """GFD's labels for `node` under `config`, sorted by name; empty with no GPU.
+    `machine` is the DMI product name (GFD's machine type file), "unknown" when unread."""
     if not node.gpus:
         return {}
     labels = {
+        "nvidia.com/gpu.machine": _sanitise(machine),
         **_versions(node.driver_version, node.cuda_driver_version),
         "nvidia.com/mig.capable": _bool(any(g.mig_capable for g in node.gpus)),
         "nvidia.com/mps.capable": _bool(

@@ -82,7 +82,6 @@ IN_CODE = {
 # Documented, not published: optional, or not known from NVML discovery (see labels.py).
 NOT_PUBLISHED = {
     "nvidia.com/gfd.timestamp",
-    "nvidia.com/gpu.machine",
     "nvidia.com/gpu.mode",
     "nvidia.com/gpu.clique",
     *(
@@ -174,6 +173,7 @@ def test_whole_gpus_no_sharing():
         "nvidia.com/gpu.compute.minor": "0",
         "nvidia.com/gpu.count": "2",
         "nvidia.com/gpu.family": "hopper",
+        "nvidia.com/gpu.machine": "unknown",
         "nvidia.com/gpu.memory": str(H100.memory_mib),
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "nvidia.com/gpu.replicas": "1",
@@ -244,6 +244,7 @@ def test_mig_single_overrides_gpu_labels():
         "nvidia.com/gpu.compute.minor": "0",
         "nvidia.com/gpu.count": "7",
         "nvidia.com/gpu.family": "hopper",
+        "nvidia.com/gpu.machine": "unknown",
         "nvidia.com/gpu.memory": "9856",
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb-SHARED",
         "nvidia.com/gpu.replicas": "4",
@@ -320,6 +321,11 @@ def test_versions(driver, cuda, present, absent):
     labels = gfd_labels(node_, PluginConfig())
     assert present.items() <= labels.items()
     assert absent not in labels
+
+
+def test_machine_type_is_sanitised_as_gfd_does():
+    labels = gfd_labels(h100s(H100), PluginConfig(), machine="  NVIDIA DGX H100 (rev 2)\n")
+    assert labels["nvidia.com/gpu.machine"] == "NVIDIA-DGX-H100-rev-2"
 
 
 def test_no_gpu_no_labels_and_feature_file_format():
