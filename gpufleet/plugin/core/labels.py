@@ -10,9 +10,9 @@ GFD's rules kept: the `nvidia.com/gpu.*` labels describe one GPU model (GFD over
 model in map order; here the model of the lowest-indexed MIG-disabled GPU wins, else of the
 lowest MIG-enabled one), a shared resource's product gets `-SHARED` unless renamed, a
 MIG-enabled GPU is labelled without sharing, and under `single`/`mixed` the MIG labels
-override. Not published: `gfd.timestamp` (optional in GFD), `gpu.mode`,
-`gpu.clique`, IMEX labels and the MIG `multiprocessors` / `engines.*` attributes, which
-discovery does not read.
+override; a MIG type's attributes are NVML's, or, when NVML did not answer, its memory and
+the slices its profile name states. Not published: `gfd.timestamp` (optional in GFD),
+`gpu.mode`, `gpu.clique` and the IMEX labels.
 
 Pure: no I/O.
 """
@@ -118,13 +118,31 @@ def _migs(gpus: tuple[GpuInfo, ...], config: PluginConfig, *, single: bool) -> d
         resource = GPU_RESOURCE if single else mig_resource(profile)
         parent, mig = members[0]
         labels |= _base(resource, config.sharing, len(members), parent.name, "MIG", profile)
-        labels[f"{resource}.memory"] = str(mig.memory_mib)
-        slices = _SLICES.match(profile)
-        if slices:
-            gi = slices.group(2)
-            labels[f"{resource}.slices.gi"] = gi
-            labels[f"{resource}.slices.ci"] = slices.group(1) or gi
+        labels |= {f"{resource}.{k}": str(v) for k, v in _attributes(mig).items()}
     return labels
+
+
+def _attributes(mig: MigInfo) -> dict[str, int]:
+    """GFD's MIG attribute labels (suffix -> value)."""
+    a = mig.attributes
+    if a is not None:
+        return {
+            "memory": a.memory_mb,
+            "multiprocessors": a.multiprocessors,
+            "slices.gi": a.gi_slices,
+            "slices.ci": a.ci_slices,
+            "engines.copy": a.copy_engines,
+            "engines.decoder": a.decoders,
+            "engines.encoder": a.encoders,
+            "engines.jpeg": a.jpegs,
+            "engines.ofa": a.ofas,
+        }
+    out = {"memory": mig.memory_mib}
+    slices = _SLICES.match(mig.profile)
+    if slices:
+        gi = int(slices.group(2))
+        out |= {"slices.gi": gi, "slices.ci": int(slices.group(1) or gi)}
+    return out
 
 
 def _base(resource: str, sharing: Sharing | None, count: int, *parts: str) -> dict[str, str]:

@@ -30,7 +30,7 @@ from gpufleet.nvml.discovery import (
     mig_enabled,
 )
 from gpufleet.nvml.values import error_kind
-from gpufleet.plugin.core.model import GpuInfo, MigInfo, NodeGpus
+from gpufleet.plugin.core.model import GpuInfo, MigAttributes, MigInfo, NodeGpus
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,26 @@ def _mig(lib: Any, mig: NvmlMig) -> MigInfo:
         ci_id=mig.ci_id,
         index=mig.index,
         memory_mib=lib.nvmlDeviceGetMemoryInfo(mig.handle).total // _MIB,
+        attributes=_mig_attributes(lib, mig.handle),
+    )
+
+
+def _mig_attributes(lib: Any, handle: Any) -> MigAttributes | None:
+    """For the node labels only, so a failure leaves them out, not the MIG device."""
+    try:
+        a = lib.nvmlDeviceGetAttributes(handle)
+    except pynvml.NVMLError:
+        return None
+    return MigAttributes(
+        memory_mb=a.memorySizeMB,
+        multiprocessors=a.multiprocessorCount,
+        gi_slices=a.gpuInstanceSliceCount,
+        ci_slices=a.computeInstanceSliceCount,
+        copy_engines=a.sharedCopyEngineCount,
+        decoders=a.sharedDecoderCount,
+        encoders=a.sharedEncoderCount,
+        jpegs=a.sharedJpegCount,
+        ofas=a.sharedOfaCount,
     )
 
 

@@ -17,6 +17,7 @@ from gpufleet.plugin.core.config import (
     SharingKind,
 )
 from gpufleet.plugin.core.labels import gfd_labels, render_features
+from gpufleet.plugin.core.model import MigAttributes
 
 # GFD's documented labels (docs/gpu-feature-discovery/README.md, v0.20), MIG_TYPE standing
 # for a mixed-strategy resource such as mig-1g.10gb.
@@ -80,23 +81,25 @@ IN_CODE = {
     "nvidia.com/MIG_TYPE.sharing-strategy",
 }
 # Documented, not published: optional, or not known from NVML discovery (see labels.py).
-NOT_PUBLISHED = {
-    "nvidia.com/gfd.timestamp",
-    "nvidia.com/gpu.mode",
-    "nvidia.com/gpu.clique",
-    *(
-        f"nvidia.com/{r}.{a}"
-        for r in ("gpu", "MIG_TYPE")
-        for a in (
-            "multiprocessors",
-            "engines.copy",
-            "engines.decoder",
-            "engines.encoder",
-            "engines.jpeg",
-            "engines.ofa",
-        )
-    ),
-}
+NOT_PUBLISHED = {"nvidia.com/gfd.timestamp", "nvidia.com/gpu.mode", "nvidia.com/gpu.clique"}
+ATTRIBUTES = MigAttributes(
+    memory_mb=300,
+    multiprocessors=14,
+    gi_slices=1,
+    ci_slices=2,
+    copy_engines=1,
+    decoders=2,
+    encoders=0,
+    jpegs=3,
+    ofas=4,
+)
+
+
+def with_attributes(g):
+    """`g` MIG-capable, its MIG devices with NVML attributes."""
+    migs = tuple(dataclasses.replace(m, attributes=ATTRIBUTES) for m in g.migs)
+    return dataclasses.replace(g, mig_capable=True, migs=migs)
+
 
 H100 = dataclasses.replace(gpu(0), mig_capable=True)
 DRIVER = dict(driver_version="550.54.15", cuda_driver_version=12040)
@@ -142,11 +145,11 @@ def test_every_label_is_gfds_and_only_the_listed_ones_are_missing(config):
 
 def test_the_full_label_set_covers_gfds_documented_one():
     single = gfd_labels(
-        h100s(dataclasses.replace(gpu(0, profiles=("1g.10gb",)), mig_capable=True)),
+        h100s(with_attributes(gpu(0, profiles=("1g.10gb",)))),
         PluginConfig(flags=Flags(mig_strategy="single")),
     )
     mixed = gfd_labels(
-        h100s(dataclasses.replace(gpu(0, profiles=("1g.10gb",)), mig_capable=True)),
+        h100s(with_attributes(gpu(0, profiles=("1g.10gb",)))),
         PluginConfig(flags=Flags(mig_strategy="mixed")),
     )
     published = {_documented_name(n) for n in (*single, *mixed)}
@@ -274,6 +277,27 @@ def test_mig_mixed_labels_each_profile():
     # The MIG-disabled GPU describes nvidia.com/gpu; the count is of GPUs of that model.
     assert labels["nvidia.com/gpu.count"] == "2"
     assert labels["nvidia.com/gpu.replicas"] == "1"
+
+
+def test_mig_attributes_are_nvmls():
+    """TestMigResourceLabeler's attribute labels, from NVML's attributes when it gave them."""
+    node_ = h100s(with_attributes(gpu(0, profiles=("1g.10gb",))))
+    labels = gfd_labels(node_, PluginConfig(flags=Flags(mig_strategy="mixed")))
+    assert {k: v for k, v in labels.items() if k.startswith("nvidia.com/mig-1g.10gb.")} == {
+        "nvidia.com/mig-1g.10gb.count": "1",
+        "nvidia.com/mig-1g.10gb.engines.copy": "1",
+        "nvidia.com/mig-1g.10gb.engines.decoder": "2",
+        "nvidia.com/mig-1g.10gb.engines.encoder": "0",
+        "nvidia.com/mig-1g.10gb.engines.jpeg": "3",
+        "nvidia.com/mig-1g.10gb.engines.ofa": "4",
+        "nvidia.com/mig-1g.10gb.memory": "300",
+        "nvidia.com/mig-1g.10gb.multiprocessors": "14",
+        "nvidia.com/mig-1g.10gb.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+        "nvidia.com/mig-1g.10gb.replicas": "1",
+        "nvidia.com/mig-1g.10gb.sharing-strategy": "none",
+        "nvidia.com/mig-1g.10gb.slices.ci": "2",
+        "nvidia.com/mig-1g.10gb.slices.gi": "1",
+    }
 
 
 def test_only_mig_enabled_gpus_are_labelled_without_sharing():

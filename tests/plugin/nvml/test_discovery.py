@@ -94,3 +94,12 @@ def test_mig_capability_is_what_nvml_reports(tmp_path) -> None:
         ("NVIDIA H100 80GB HBM3", True),
         ("NVIDIA L4", False),
     ]
+
+
+def test_mig_attributes_come_from_nvml(sim: SimulatedNvml) -> None:
+    """GFD labels a MIG type with NVML's attributes (issue 16 §3)."""
+    mig = discover(sim).gpus[6].migs[0]
+    assert mig.attributes is not None
+    assert (mig.attributes.gi_slices, mig.attributes.ci_slices) == (1, 1)
+    assert mig.attributes.multiprocessors > 0
+    assert 9_000 < mig.attributes.memory_mb < 11_000
