@@ -17,6 +17,7 @@ from gpufleet.plugin.core.config import PluginConfig
 from gpufleet.plugin.core.labels import MACHINE_UNKNOWN, gfd_labels
 from gpufleet.plugin.core.model import NodeGpus
 from gpufleet.plugin.host.nfd_features import write_features
+from gpufleet.plugin.host.pci_class import SYSFS_PCI_DEVICES, pci_classes
 
 log = logging.getLogger(__name__)
 OWNER = "plugin"  # names the annotation listing the labels the plugin set on its Node
@@ -31,10 +32,16 @@ def publish_labels(
     machine_type_file: str = "",
     kube_url: str = "",
     kubeconfig: str = "",
+    pci_devices: Path = SYSFS_PCI_DEVICES,
 ) -> dict[str, str]:
     """Write GFD's labels for `node` to `features_file` (if set) and onto the Node
     `node_name` (if set). Never raises; returns the labels."""
-    labels = gfd_labels(node, config, machine=_machine_type(machine_type_file))
+    labels = gfd_labels(
+        node,
+        config,
+        machine=_machine_type(machine_type_file),
+        pci_classes=_pci_classes(node, pci_devices),
+    )
     if features_file:
         path = Path(features_file)
         try:
@@ -67,3 +74,12 @@ def _machine_type(path: str) -> str:
     except OSError as exc:
         log.warning("%s: cannot read the machine type: %s", path, exc)
         return MACHINE_UNKNOWN
+
+
+def _pci_classes(node: NodeGpus, root: Path) -> tuple[int, ...]:
+    """The GPUs' PCI classes; () (mode "unknown", as GFD) when one cannot be read."""
+    try:
+        return pci_classes((g.pci_bus_id for g in node.gpus), root=root)
+    except (OSError, ValueError) as exc:
+        log.warning("cannot read the GPUs' PCI class (nvidia.com/gpu.mode is unknown): %s", exc)
+        return ()

@@ -16,11 +16,27 @@ from gpufleet.plugin.core.config import Flags, PluginConfig
 from gpufleet.plugin.labels import publish_labels
 
 NODE = dataclasses.replace(
-    node(gpu(0, profiles=("1g.10gb",) * 7), gpu(1, profiles=("1g.10gb",) * 7)),
+    node(
+        *(
+            dataclasses.replace(
+                gpu(i, profiles=("1g.10gb",) * 7), pci_bus_id=f"00000000:{i + 24:02X}:00.0"
+            )
+            for i in range(2)
+        )
+    ),
     driver_version="550.54.15",
     cuda_driver_version=12040,
 )
 SINGLE = PluginConfig(flags=Flags(mig_strategy="single"))
+
+
+def sysfs(root: Path, pci_class: str) -> Path:
+    """/sys/bus/pci/devices with NODE's two GPUs of `pci_class`."""
+    devices = root / "sys" / "bus" / "pci" / "devices"
+    for bus in ("18", "19"):
+        (devices / f"0000:{bus}:00.0").mkdir(parents=True)
+        (devices / f"0000:{bus}:00.0" / "class").write_text(f"{pci_class}\n")
+    return devices
 
 
 @pytest.fixture
@@ -42,8 +58,10 @@ def test_file_and_node_get_the_same_labels(tmp_path: Path, apiserver) -> None:
         node_name="gpu-0",
         machine_type_file=str(dmi),
         kube_url=apiserver.url,
+        pci_devices=sysfs(tmp_path, "0x030200"),
     )
     assert labels["nvidia.com/gpu.machine"] == "DGX-H100"
+    assert labels["nvidia.com/gpu.mode"] == "compute"
     assert labels["nvidia.com/gpu.count"] == "14"
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
     assert labels["nvidia.com/mig.strategy"] == "single"
@@ -60,6 +78,7 @@ def test_failures_are_warnings(tmp_path: Path, caplog) -> None:
         features_file=str(tmp_path / "no-nfd" / "features.d" / "gpufleet-plugin"),
         node_name="gpu-0",
         machine_type_file=str(tmp_path / "no-dmi"),
+        pci_devices=tmp_path / "no-sysfs",
         kube_url="http://127.0.0.1:9",  # discard port: connection refused
     )
     assert labels["nvidia.com/gpu.machine"] == "unknown"
@@ -67,3 +86,5 @@ def test_failures_are_warnings(tmp_path: Path, caplog) -> None:
     assert any("no such directory (is Node Feature Discovery installed?)" in m for m in messages)
     assert any(m.startswith("node gpu-0: cannot set GFD labels:") for m in messages)
     assert any("no-dmi: cannot read the machine type" in m for m in messages)
+    assert labels["nvidia.com/gpu.mode"] == "unknown"
+    assert any("cannot read the GPUs' PCI class" in m for m in messages)

@@ -11,14 +11,15 @@ model in map order; here the model of the lowest-indexed MIG-disabled GPU wins, 
 lowest MIG-enabled one), a shared resource's product gets `-SHARED` unless renamed, a
 MIG-enabled GPU is labelled without sharing, and under `single`/`mixed` the MIG labels
 override; a MIG type's attributes are NVML's, or, when NVML did not answer, its memory and
-the slices its profile name states. Not published: `gfd.timestamp` (optional in GFD),
-`gpu.mode`, `gpu.clique` and the IMEX labels.
+the slices its profile name states; `gpu.mode` is the GPUs' common PCI class. Not published:
+`gfd.timestamp` (optional in GFD),
+`gpu.clique` and the IMEX labels.
 
 Pure: no I/O.
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gpufleet.plugin.core.config import PluginConfig, Sharing, SharingKind
 from gpufleet.plugin.core.devices import mig_resource
@@ -33,14 +34,20 @@ _STRATEGY = {SharingKind.TIME_SLICING: "time-slicing", SharingKind.MPS: "mps"}
 
 
 def gfd_labels(
-    node: NodeGpus, config: PluginConfig, *, machine: str = MACHINE_UNKNOWN
+    node: NodeGpus,
+    config: PluginConfig,
+    *,
+    machine: str = MACHINE_UNKNOWN,
+    pci_classes: Sequence[int] = (),
 ) -> dict[str, str]:
     """GFD's labels for `node` under `config`, sorted by name; empty with no GPU.
-    `machine` is the DMI product name (GFD's machine type file), "unknown" when unread."""
+    `machine` is the DMI product name (GFD's machine type file), "unknown" when unread;
+    `pci_classes` the GPUs' PCI classes, () when unread."""
     if not node.gpus:
         return {}
     labels = {
         "nvidia.com/gpu.machine": _sanitise(machine),
+        "nvidia.com/gpu.mode": gpu_mode(pci_classes),
         **_versions(node.driver_version, node.cuda_driver_version),
         "nvidia.com/mig.capable": _bool(any(g.mig_capable for g in node.gpus)),
         "nvidia.com/mps.capable": _bool(
@@ -53,6 +60,14 @@ def gfd_labels(
         labels["nvidia.com/mig.strategy"] = strategy
         labels.update(_migs(node.gpus, config, single=strategy == "single"))
     return dict(sorted(labels.items()))
+
+
+def gpu_mode(pci_classes: Sequence[int]) -> str:
+    """GFD's: "compute" when every GPU is a 3D controller (0x030200), "graphics" when every
+    one is a VGA controller (0x030000), else "unknown"."""
+    if len(set(pci_classes)) != 1:
+        return "unknown"
+    return {0x030200: "compute", 0x030000: "graphics"}.get(pci_classes[0], "unknown")
 
 
 def render_features(labels: Mapping[str, str]) -> str:

@@ -62,6 +62,7 @@ class GpuInfo:
     migs: tuple[MigInfo, ...] = ()
     compute_capability: tuple[int, int] = (0, 0)
     mig_capable: bool = False  # NVML reports a MIG mode (GFD's nvidia.com/mig.capable)
+    pci_bus_id: str = ""  # NVML's, e.g. "00000000:18:00.0"; "" when unknown
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,7 +29,7 @@ from gpufleet.nvml.discovery import (
     mig_devices,
     mig_enabled,
 )
-from gpufleet.nvml.values import error_kind
+from gpufleet.nvml.values import error_kind, text
 from gpufleet.plugin.core.model import GpuInfo, MigAttributes, MigInfo, NodeGpus
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ def _gpu(lib: Any, device: NvmlGpu, *, errors: Counter[str]) -> GpuInfo:
         migs=_migs(lib, device, errors) if enabled else (),
         compute_capability=_compute_capability(lib, handle),
         mig_capable=mig_capable(lib, handle),
+        pci_bus_id=text(lib.nvmlDeviceGetPciInfo(handle).busId),
     )
 
 

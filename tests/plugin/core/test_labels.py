@@ -81,7 +81,7 @@ IN_CODE = {
     "nvidia.com/MIG_TYPE.sharing-strategy",
 }
 # Documented, not published: optional, or not known from NVML discovery (see labels.py).
-NOT_PUBLISHED = {"nvidia.com/gfd.timestamp", "nvidia.com/gpu.mode", "nvidia.com/gpu.clique"}
+NOT_PUBLISHED = {"nvidia.com/gfd.timestamp", "nvidia.com/gpu.clique"}
 ATTRIBUTES = MigAttributes(
     memory_mb=300,
     multiprocessors=14,
@@ -178,6 +178,7 @@ def test_whole_gpus_no_sharing():
         "nvidia.com/gpu.family": "hopper",
         "nvidia.com/gpu.machine": "unknown",
         "nvidia.com/gpu.memory": str(H100.memory_mib),
+        "nvidia.com/gpu.mode": "unknown",
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "nvidia.com/gpu.replicas": "1",
         "nvidia.com/gpu.sharing-strategy": "none",
@@ -249,6 +250,7 @@ def test_mig_single_overrides_gpu_labels():
         "nvidia.com/gpu.family": "hopper",
         "nvidia.com/gpu.machine": "unknown",
         "nvidia.com/gpu.memory": "9856",
+        "nvidia.com/gpu.mode": "unknown",
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb-SHARED",
         "nvidia.com/gpu.replicas": "4",
         "nvidia.com/gpu.sharing-strategy": "time-slicing",
@@ -350,6 +352,34 @@ def test_versions(driver, cuda, present, absent):
 def test_machine_type_is_sanitised_as_gfd_does():
     labels = gfd_labels(h100s(H100), PluginConfig(), machine="  NVIDIA DGX H100 (rev 2)\n")
     assert labels["nvidia.com/gpu.machine"] == "NVIDIA-DGX-H100-rev-2"
+
+
+@pytest.mark.parametrize(
+    ("classes", "mode"),
+    [
+        ((0x030000,), "graphics"),
+        ((0x030200,), "compute"),
+        ((0x068000,), "unknown"),
+        ((0x030200,) * 3, "compute"),
+        ((0x030000,) * 3, "graphics"),
+        ((0x030200, 0x030000), "unknown"),
+        ((), "unknown"),
+    ],
+    ids=[
+        "VGA controller",
+        "3D controller",
+        "bridge class",
+        "all 3D",
+        "all VGA",
+        "mixed classes",
+        "unread",
+    ],
+)
+def test_gpu_mode(classes, mode):
+    """GFD's TestGPUModeLabeler rows."""
+    assert (
+        gfd_labels(h100s(H100), PluginConfig(), pci_classes=classes)["nvidia.com/gpu.mode"] == mode
+    )
 
 
 def test_no_gpu_no_labels_and_feature_file_format():

@@ -103,3 +103,10 @@ def test_mig_attributes_come_from_nvml(sim: SimulatedNvml) -> None:
     assert (mig.attributes.gi_slices, mig.attributes.ci_slices) == (1, 1)
     assert mig.attributes.multiprocessors > 0
     assert 9_000 < mig.attributes.memory_mb < 11_000
+
+
+def test_pci_bus_ids_are_nvmls(sim: SimulatedNvml) -> None:
+    """The sysfs key of GFD's nvidia.com/gpu.mode (issue 16 §3)."""
+    node = discover(sim)
+    assert [g.pci_bus_id for g in node.gpus] == [d.pci_bus_id for d in sim.devices]
+    assert node.gpus[0].pci_bus_id.count(":") == 2
