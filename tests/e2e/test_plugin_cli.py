@@ -24,6 +24,12 @@ def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     )
 
 
+def test_version_exits_0():
+    result = run("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("gpufleet plugin ")
+
+
 def test_help_names_nvidia_flags_and_env_vars():
     result = run("--help")
     assert result.returncode == 0
@@ -42,7 +48,7 @@ def test_help_names_nvidia_flags_and_env_vars():
         ),
         ("version: v1\nflags:\n  migStrategy: sometimes\n", "flags.migStrategy"),
     ],
-    ids=["unknown version", "misspelt key", "bad value"],
+    ids=["unknown version", "misspelt key leaves replicas missing", "bad value"],
 )
 def test_bad_config_names_the_file_and_key(tmp_path: Path, config: str, message: str):
     path = tmp_path / "config.yaml"
