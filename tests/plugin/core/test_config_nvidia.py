@@ -307,3 +307,70 @@ def test_fuzz_yaml_fragments(text):
 @given(st.text(max_size=200))
 def test_fuzz_any_text(text):
     _check(text)
+
+
+# api/config/v1/replicas_test.go (v0.20), TestUnmarshalReplicatedDevices and
+# TestUnmarshalReplicatedResource: the `devices` and resource entries NVIDIA accepts or
+# rejects, read here through a time-slicing config.
+def _entry(fields: str) -> str:
+    return "sharing:\n  timeSlicing:\n    resources:\n    - " + fields + "\n"
+
+
+U = "4cf8db2d-06c0-7d70-1a51-e59b25b2c16c"
+
+
+@pytest.mark.parametrize(
+    ("devices", "ok"),
+    [
+        ('"not-all"', False),
+        ("-2", False),
+        ("[-1]", False),
+        ('["-1"]', False),
+        ('["invalid-UUID"]', False),
+        ('["GPU-UUID"]', False),
+        ('["MIG-UUID"]', False),
+        (f'["MIG-GPU-{U}"]', False),
+        ('"all"', True),
+        ("2", True),
+        ("[0]", True),
+        ('["0"]', True),
+        ('["0:0"]', True),
+        (f'["GPU-{U}"]', True),
+        (f'["MIG-{U}"]', True),
+        (f'["MIG-GPU-{U}/0/0"]', True),
+        (f'[0, "0:0", "GPU-{U}"]', True),
+    ],
+)
+def test_nvidia_replicated_devices(devices, ok):
+    text = _entry(f"{{name: gpu, replicas: 2, devices: {devices}}}")
+    if ok:
+        assert parse_config(text, source="c")[0].sharing.resources[0].replicas == 2
+    else:
+        with pytest.raises(ConfigError, match=r"^c: sharing\.timeSlicing\.resources\[0\]\.devices"):
+            parse_config(text, source="c")
+
+
+@pytest.mark.parametrize(
+    ("fields", "ok"),
+    [
+        ("{}", False),
+        ("{name: valid}", False),
+        ("{name: valid, devices: all}", False),
+        ("{name: valid, devices: all, rename: valid-shared}", False),
+        ("{name: valid, devices: all, replicas: 2}", True),
+        ("{name: valid, devices: all, replicas: 2, rename: valid-shared}", True),
+        ("{name: valid, replicas: -1}", False),
+        ("{name: valid, replicas: 0}", False),
+        ("{name: valid, replicas: 2}", True),
+        ("{name: valid, replicas: 2, rename: valid-shared}", True),
+        ("{name: $invalid$, replicas: 2, rename: valid-shared}", False),
+        ("{name: valid, replicas: 2, rename: $invalid$}", False),
+    ],
+)
+def test_nvidia_replicated_resource(fields, ok):
+    text = _entry(fields)
+    if ok:
+        assert parse_config(text, source="c")[0].sharing.resources[0].name == "nvidia.com/valid"
+    else:
+        with pytest.raises(ConfigError, match=r"^c: sharing\.timeSlicing\.resources\[0\]"):
+            parse_config(text, source="c")
