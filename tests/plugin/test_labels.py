@@ -3,6 +3,7 @@ a failure is a warning, never an exception (issue 16 §3)."""
 
 import dataclasses
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,8 +13,10 @@ from helpers.plugin_node import gpu, node
 from kubernetes import client
 
 from gpufleet.lab.kubeapi.server import FakeApiServer
+from gpufleet.lab.nvml.api import SimulatedNvml
 from gpufleet.plugin.core.config import Flags, PluginConfig
 from gpufleet.plugin.labels import publish_labels
+from gpufleet.plugin.nvml.discovery import discover
 
 NODE = dataclasses.replace(
     node(
@@ -88,3 +91,41 @@ def test_failures_are_warnings(tmp_path: Path, caplog) -> None:
     assert any("no-dmi: cannot read the machine type" in m for m in messages)
     assert labels["nvidia.com/gpu.mode"] == "unknown"
     assert any("cannot read the GPUs' PCI class" in m for m in messages)
+
+
+# GFD's own end-to-end expectations (k8s-device-plugin v0.20 tests/expected-output-*.txt,
+# copied verbatim into tests/plugin/data/gfd): one regex per label line. GFD's checkResult
+# requires every output line to match one of them (Go's MatchString: unanchored search).
+GFD_EXPECTED = Path(__file__).parent / "data" / "gfd"
+
+
+@pytest.mark.parametrize(
+    ("fleet", "strategy", "expected"),
+    [
+        ("2xH100", "none", "expected-output-mig-none.txt"),
+        ("2xH100:mig=7x1g.10gb", "single", "expected-output-mig-single.txt"),
+        ("1xH100:mig=2x1g.10gb,1x3g.40gb+1xH100", "mixed", "expected-output-mig-mixed.txt"),
+    ],
+    ids=["mig none", "mig single", "mig mixed"],
+)
+def test_labels_pass_gfds_expected_output(tmp_path: Path, fleet, strategy, expected) -> None:
+    with SimulatedNvml(fleet, proc_root=tmp_path / "proc") as lib:
+        lib.nvmlInit()
+        discovered = discover(lib)
+    features = tmp_path / "features.d" / "gpufleet-plugin"
+    features.parent.mkdir()
+    publish_labels(
+        discovered,
+        PluginConfig(flags=Flags(mig_strategy=strategy)),
+        features_file=str(features),
+        node_name="",
+        machine_type_file="",
+        pci_devices=tmp_path / "no-sysfs",
+    )
+    patterns = [re.compile(p) for p in (GFD_EXPECTED / expected).read_text().splitlines() if p]
+    lines = features.read_text().splitlines()
+    unmatched = [line for line in lines if not any(p.search(line) for p in patterns)]
+    assert unmatched == []
+    # And the other way: every label GFD expects is there, but the optional timestamp.
+    missing = [p.pattern for p in patterns if not any(p.search(line) for line in lines)]
+    assert missing == [r"nvidia\.com\/gfd\.timestamp=[0-9]{10}"]
