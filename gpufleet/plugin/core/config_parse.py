@@ -4,7 +4,7 @@ It exists so that a config written for any NVIDIA plugin version works here unch
 reads the file as JSON (sigs.k8s.io/yaml), so keys match ignoring case, unknown keys are
 ignored and a whole float such as `4.0` is an integer; here the same holds, but each unknown
 or oddly cased key is named in a warning with a did-you-mean, because NVIDIA's silence turns
-`replica: 10` into no sharing at all. Timestamps stay strings, as they do in Go.
+`replica: 10` into no sharing at all. `config_load` reads the text.
 
 Pure: the caller reads the file. No I/O, no logging; warnings are returned as strings. Never
 guess a value: a wrong type or an unknown choice is an error, not a default. Errors quote
@@ -12,11 +12,8 @@ values cut short (`config.show`): a YAML alias bomb must not become a huge messa
 """
 
 import difflib
-import json
 import re
 from typing import Any
-
-import yaml
 
 from gpufleet.plugin.core.config import (
     ALLOCATION_POLICIES,
@@ -37,6 +34,7 @@ from gpufleet.plugin.core.config import (
     parse_imex_channel_ids,
     show,
 )
+from gpufleet.plugin.core.config_load import load_document
 
 VERSION = "v1"
 MAX_RESOURCE_NAME_LENGTH = 63
@@ -362,41 +360,6 @@ def _imex(reader: _Reader, value: Any) -> Imex:
     )
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with timestamps read as strings, as Go's YAML reads them into
-    NVIDIA's config: `version: 2023-13-01` is then an unknown version, not a crash."""
-
-
-_TIMESTAMP = "tag:yaml.org,2002:timestamp"
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_constructor(_TIMESTAMP, lambda loader, node: loader.construct_scalar(node))
-# What PyYAML's constructors raise besides YAMLError for a bad explicit tag (`!!int x`),
-# and what deep nesting raises.
-_LOAD_ERRORS = (ValueError, TypeError, AttributeError, LookupError, OverflowError, RecursionError)
-
-
-def _load(text: str, reader: _Reader) -> Any:
-    # JSON first when it looks like JSON: PyYAML (YAML 1.1) rejects some valid JSON, e.g.
-    # tab indentation.
-    if text.lstrip().startswith("{"):
-        try:
-            return json.loads(text)
-        except (ValueError, RecursionError):
-            pass
-    try:
-        return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise reader.fail("", f"{where}not valid YAML or JSON: {problem[:200]}") from None
-    except _LOAD_ERRORS as exc:
-        raise reader.fail("", f"not valid YAML or JSON: {str(exc)[:200]}") from None
-
-
 def parse_config(text: str, *, source: str) -> tuple[PluginConfig, tuple[str, ...]]:
     """Parses NVIDIA's config file (YAML or JSON) as read from `source` (named in errors).
 
@@ -404,9 +367,11 @@ def parse_config(text: str, *, source: str) -> tuple[PluginConfig, tuple[str, ..
     wrong type or invalid value raises ConfigError naming the key path. Returns the config
     and the warnings (unknown keys, and keys accepted but disabled or ignored)."""
     reader = _Reader(source)
-    doc = reader.mapping(
-        _load(text, reader), "", ("version", "flags", "resources", "sharing", "imex")
-    )
+    try:
+        loaded = load_document(text)
+    except ValueError as exc:
+        raise reader.fail("", str(exc)) from None
+    doc = reader.mapping(loaded, "", ("version", "flags", "resources", "sharing", "imex"))
     version = doc.get("version", VERSION)
     if version != VERSION:
         raise reader.fail(
