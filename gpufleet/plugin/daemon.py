@@ -341,7 +341,7 @@ def start_plugin(
         node,
         config,
         features_file=settings.node_labels_file,
-        node_name=settings.node_name,
+        node_name=settings.node_name if settings.node_labels_api else "",
         machine_type_file=settings.machine_type_file,
         kube_url=settings.kube_url,
         kubeconfig=settings.kubeconfig,

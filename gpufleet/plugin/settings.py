@@ -236,14 +236,21 @@ class PluginSettings(BaseSettings):
         "for Node Feature Discovery, whose features.d must exist; empty: no file. Next to "
         "GFD's own file (features.d/gfd), so both can run while moving off GFD.",
     )
+    node_labels_api: bool = setting(
+        False,
+        "GPUFLEET_NODE_LABELS_API",
+        "--node-labels-api",
+        group=LABELS,
+        help="Also set GFD's labels directly on the Node (--node-name) through the "
+        "Kubernetes API, for clusters without Node Feature Discovery; needs RBAC to get and "
+        "patch nodes. Labels the plugin set before and no longer computes are removed.",
+    )
     node_name: str = setting(
         "",
         "NODE_NAME",
         "--node-name",
         group=LABELS,
-        help="Also set GFD's labels directly on this Node through the Kubernetes API (needs "
-        "RBAC to get and patch nodes); labels the plugin set before and no longer computes "
-        "are removed. Empty: the feature file only.",
+        help="This node's name, for --node-labels-api (the downward API's spec.nodeName).",
     )
     machine_type_file: str = setting(
         "/sys/class/dmi/id/product_name",
@@ -355,6 +362,10 @@ def resolve_config(
     file. Raises ConfigError naming the file: missing, unreadable or invalid.
     Returns the config and the file's warnings."""
     source = settings.config_file or "flags"
+    if settings.node_labels_api and not settings.node_name:
+        raise ConfigError(
+            "--node-labels-api (GPUFLEET_NODE_LABELS_API) needs --node-name (NODE_NAME)"
+        )
     if settings.config_file:
         path = Path(settings.config_file)
         try:

@@ -127,6 +127,7 @@ def test_publishes_gfd_labels_to_nfd_and_the_node(tmp_path: Path):
                 "",
                 "--node-labels-file",
                 str(features),
+                "--node-labels-api",
                 "--node-name",
                 "gpu-node-0",
                 "--kube-url",

@@ -390,3 +390,10 @@ def test_version_flag(capsys):
         load_settings(PluginSettings, parser, ["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith("gpufleet plugin ")
+
+
+def test_node_labels_api_needs_the_node_name(monkeypatch):
+    with pytest.raises(ConfigError, match=r"^--node-labels-api \(GPUFLEET_NODE_LABELS_API\) needs"):
+        resolve_config(load(["--node-labels-api"], monkeypatch))
+    settings = load(["--node-labels-api"], monkeypatch, {"NODE_NAME": "gpu-0"})
+    assert resolve_config(settings)[0] == PluginConfig()
