@@ -15,6 +15,8 @@ from pydantic import AliasChoices, Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
+from gpufleet import __version__
+
 S = TypeVar("S", bound=BaseSettings)
 
 
@@ -23,23 +25,35 @@ class SettingsError(ValueError):
 
 
 def setting(
-    default: Any, env: str | AliasChoices | None, *flags: str, group: str, help: str, **kw: Any
+    default: Any,
+    env: str | AliasChoices | None,
+    *flags: str,
+    group: str,
+    help: str,
+    repeat: bool = False,
+    **kw: Any,
 ) -> Any:
     """A settings field with its flags, env var and --help group, for `build_parser`.
 
     `env` is the env var's name, AliasChoices for several (tried in order; `--help` and
     error messages then name none, so say them in `help`), or None for no env var. No flags
     makes the field env-only (absent from the parser, listed in `markdown_table`). `help` is
-    the field's description and its --help text; `kw` passes constraints (gt, ge, ...) on to
-    pydantic's Field.
+    the field's description and its --help text; `repeat` lets a string flag repeat, its
+    values joined with commas (urfave/cli's string slices); `kw` passes constraints (gt, ge,
+    ...) on to pydantic's Field.
     """
-    extra = {"flags": list(flags), "group": group}
+    extra = {"flags": list(flags), "group": group, "repeat": repeat}
     return Field(default, validation_alias=env, description=help, json_schema_extra=extra, **kw)
 
 
 def _flags(info: FieldInfo) -> list[str]:
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     return list(extra.get("flags", []))
+
+
+def _repeats(info: FieldInfo) -> bool:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return bool(extra.get("repeat"))
 
 
 def _group(info: FieldInfo) -> str:
@@ -69,16 +83,17 @@ def _is_bool(info: FieldInfo) -> bool:
     return ann is bool
 
 
-_BOOL_WORDS = {"true": True, "1": True, "false": False, "0": False}
+# Go's strconv.ParseBool, which urfave/cli uses, read in any case.
+_BOOL_WORDS = {"true": True, "t": True, "1": True, "false": False, "f": False, "0": False}
 
 
 class BoolAction(argparse.Action):
     """A boolean flag in urfave/cli's forms (dcgm-exporter's CLI library) plus `--no-FLAG`.
 
-    `--flag` and `-f` set True; `--flag=VALUE` and `-f=VALUE` take true, false, 1 or 0 in any
-    case; `--no-flag` sets False and takes no value. A value given as the next word
-    (`--flag false`) is taken too: urfave/cli would set True and ignore that word, which
-    contradicts what the word says. Any other value is an error naming the flag.
+    `--flag` and `-f` set True; `--flag=VALUE` and `-f=VALUE` take true, false, t, f, 1 or 0
+    in any case (Go's ParseBool); `--no-flag` sets False and takes no value. A value given as
+    the next word (`--flag false`) is taken too: urfave/cli would set True and ignore that
+    word, which contradicts what the word says. Any other value is an error naming the flag.
     """
 
     def __init__(
@@ -122,9 +137,24 @@ class BoolAction(argparse.Action):
             raise argparse.ArgumentError(
                 None,
                 f"invalid flag {option_string}: {values!r} is not a boolean "
-                "(use true, false, 1 or 0)",
+                "(use true, false, t, f, 1 or 0)",
             )
         setattr(namespace, self.dest, value)
+
+
+class JoinAction(argparse.Action):
+    """A string flag that may be repeated, as urfave/cli's string slices: every value is
+    kept, joined with commas (`--x a --x b,c` is `a,b,c`)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        previous = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, values if previous is None else f"{previous},{values}")
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -145,11 +175,12 @@ def build_parser(
     """An argparse parser with one option per settings field that declares flags.
 
     Defaults are suppressed so that only flags actually given override env vars. Booleans
-    use `BoolAction`.
+    use `BoolAction`, repeatable strings `JoinAction`. `--version` prints the version.
     """
     parser = argparse.ArgumentParser(
         prog=prog, description=description, allow_abbrev=False, formatter_class=_HelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
     groups: dict[str, argparse._ArgumentGroup] = {}
     for name, info in settings_cls.model_fields.items():
         flags = _flags(info)
@@ -167,6 +198,8 @@ def build_parser(
             kwargs["action"] = BoolAction
         else:
             kwargs["metavar"] = name.upper()
+            if _repeats(info):
+                kwargs["action"] = JoinAction
         group.add_argument(*flags, **kwargs)
     return parser
 
@@ -176,13 +209,31 @@ def load_settings(
 ) -> S:
     """Parse flags, then let pydantic-settings fill the rest from env vars and defaults.
 
-    Raises SettingsError naming the flag or env var whose value is invalid.
+    A long flag may be given with one dash (`-mig-strategy=mixed`), as Go's flag package,
+    which urfave/cli uses, allows. Raises SettingsError naming the flag or env var whose
+    value is invalid.
     """
-    given = vars(parser.parse_args(argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    given = vars(parser.parse_args(_single_dash_long(settings_cls, args)))
     try:
         return settings_cls(**given)
     except ValidationError as exc:
         raise SettingsError(_describe(settings_cls, exc, given)) from None
+
+
+def _single_dash_long(settings_cls: type[BaseSettings], argv: list[str]) -> list[str]:
+    """`-name[=v]` read as `--name[=v]` where `--name` is a flag and `-name` is not (so the
+    exporter's `-rbmn` and `-k` keep their meaning); nothing after `--` is touched."""
+    flags = {f for info in settings_cls.model_fields.values() for f in _flags(info)}
+    flags |= {f"--no-{f[2:]}" for f in flags if f.startswith("--")} | {"--version", "--help"}
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return out + argv[i:]
+        name = arg.split("=", 1)[0]
+        single = arg.startswith("-") and not arg.startswith("--")
+        out.append("-" + arg if single and name not in flags and "-" + name in flags else arg)
+    return out
 
 
 def _describe(settings_cls: type[BaseSettings], exc: ValidationError, given: dict) -> str:

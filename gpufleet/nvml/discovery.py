@@ -65,6 +65,15 @@ def gpu_device(lib: Any, index: int) -> NvmlGpu:
     )
 
 
+def mig_capable(lib: Any, handle: Any) -> bool:
+    """Whether the GPU supports MIG: NVML reports a MIG mode for it (GFD's test)."""
+    try:
+        lib.nvmlDeviceGetMigMode(handle)
+    except ABSENT:
+        return False
+    return True
+
+
 def mig_enabled(lib: Any, handle: Any) -> bool:
     """Whether MIG is on; False on a GPU that is not MIG-capable."""
     try:

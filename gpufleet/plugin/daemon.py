@@ -30,6 +30,7 @@ from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.plugin.core.allocate import CDI_KIND, AllocateOptions, allocate
 from gpufleet.plugin.core.cdi import gpu_spec, imex_spec
+from gpufleet.plugin.core.cdi_driver import without_hooks
 from gpufleet.plugin.core.config import ConfigError, PluginConfig
 from gpufleet.plugin.core.devices import AdvertiseError, advertise, health_groups
 from gpufleet.plugin.core.health import parse_health_policy
@@ -54,9 +55,10 @@ from gpufleet.plugin.host.host_devices import (
 )
 from gpufleet.plugin.kubelet.registration import PluginRunner
 from gpufleet.plugin.kubelet.server import DevicePluginService, RpcStats, to_response
+from gpufleet.plugin.labels import publish_labels
 from gpufleet.plugin.nvml.discovery import discover
 from gpufleet.plugin.nvml.health_watch import HealthWatcher
-from gpufleet.plugin.settings import PluginSettings, resolve_config
+from gpufleet.plugin.settings import PluginSettings, disabled_hooks, resolve_config
 from gpufleet.settings import settings_from_argv
 
 log = logging.getLogger(__name__)
@@ -238,6 +240,7 @@ def install_cdi_specs(
         host_driver_root=options.driver_root,
         hook_path=options.hook_path,
     )
+    driver = without_hooks(driver, disabled_hooks(settings))
     specs = [
         spec
         for spec in (
@@ -301,12 +304,9 @@ def start_plugin(
                 service.set_health(health)
             reported.set()
 
-    try:
-        policy = parse_health_policy(
-            settings.dp_disable_healthchecks, settings.dp_enable_healthchecks
-        )
-    except ValueError as exc:
-        raise StartupError(str(exc)) from None
+    policy = parse_health_policy(settings.dp_disable_healthchecks, settings.dp_enable_healthchecks)
+    for warning in policy.warnings:
+        log.warning("%s", warning)
     watcher = HealthWatcher(
         lib,
         groups,
@@ -337,6 +337,15 @@ def start_plugin(
     except (RuntimeError, OSError) as exc:
         watcher.stop()
         raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
+    publish_labels(
+        node,
+        config,
+        features_file=settings.node_labels_file,
+        node_name=settings.node_name if settings.node_labels_api else "",
+        machine_type_file=settings.machine_type_file,
+        kube_url=settings.kube_url,
+        kubeconfig=settings.kubeconfig,
+    )
     log.info(
         "plugin started",
         extra={"fields": {"resources": {s.resource: len(s.health) for s in services}}},

@@ -24,11 +24,13 @@ from gpufleet.plugin.core.config import (
     parse_imex_channel_ids,
 )
 from gpufleet.plugin.core.config_parse import parse_config
+from gpufleet.plugin.host.nfd_features import DEFAULT_FEATURES_FILE
 from gpufleet.settings import setting
 
 NVIDIA = "k8s-device-plugin compatible"
 GPUFLEET = "gpufleet"
 HEALTH = "health checks (env only)"
+LABELS = "node labels, as GPU Feature Discovery's"
 
 
 class PluginSettings(BaseSettings):
@@ -84,8 +86,9 @@ class PluginSettings(BaseSettings):
         "DEVICE_LIST_STRATEGY",
         "--device-list-strategy",
         group=NVIDIA,
-        help="How devices reach the runtime, comma separated: envvar, volume-mounts, "
-        "cdi-annotations, cdi-cri. [file: flags.plugin.deviceListStrategy]",
+        repeat=True,
+        help="How devices reach the runtime, comma separated or the flag repeated: envvar, "
+        "volume-mounts, cdi-annotations, cdi-cri. [file: flags.plugin.deviceListStrategy]",
     )
     device_id_strategy: Literal["uuid", "index"] = setting(
         "uuid",
@@ -155,7 +158,8 @@ class PluginSettings(BaseSettings):
         "--shared-devices-allocation-policy",
         group=NVIDIA,
         help="Preferred allocation of shared replicas: distributed (fewest used replicas "
-        "per GPU first) or packed (fill a GPU first).",
+        "per GPU first) or packed (fill a GPU first). [file: "
+        "flags.plugin.sharedDevicesAllocationPolicy]",
     )
     device_discovery_strategy: Literal["auto", "nvml", "tegra"] = setting(
         "auto",
@@ -195,6 +199,24 @@ class PluginSettings(BaseSettings):
         help="NVIDIA's config file (YAML or JSON, version v1); flags and env vars given "
         "explicitly override it.",
     )
+    cdi_feature_flags: str = setting(
+        "",
+        "CDI_FEATURE_FLAGS",
+        "--cdi-feature-flags",
+        group=NVIDIA,
+        repeat=True,
+        help="nvidia-ctk's CDI generation feature flags (Helm's cdi.featureFlags). Accepted "
+        "and ignored with a warning: gpufleet's CDI specs have no optional features.",
+    )
+    cdi_disable_hooks: str = setting(
+        "",
+        "CDI_DISABLE_HOOKS",
+        "--cdi-disable-hooks",
+        group=NVIDIA,
+        repeat=True,
+        help="Hooks left out of the generated CDI specs, comma separated or the flag "
+        "repeated (create-symlinks, update-ldcache, ...); 'all' leaves out every hook.",
+    )
     cdi_spec_dirs: str = setting(
         "/etc/cdi,/var/run/cdi",
         "GPUFLEET_CDI_SPEC_DIRS",
@@ -204,6 +226,54 @@ class PluginSettings(BaseSettings):
         "device list strategy the plugin writes its specs (kind "
         "k8s.device-plugin.nvidia.com/gpu) into the first, unless one of that kind is "
         "installed in any of them.",
+    )
+    node_labels_file: str = setting(
+        DEFAULT_FEATURES_FILE,
+        "GPUFLEET_NODE_LABELS_FILE",
+        "--node-labels-file",
+        group=LABELS,
+        help="Where to write GPU Feature Discovery's labels (nvidia.com/gpu.product, ...) "
+        "for Node Feature Discovery, whose features.d must exist; empty: no file. Next to "
+        "GFD's own file (features.d/gfd), so both can run while moving off GFD.",
+    )
+    node_labels_api: bool = setting(
+        False,
+        "GPUFLEET_NODE_LABELS_API",
+        "--node-labels-api",
+        group=LABELS,
+        help="Also set GFD's labels directly on the Node (--node-name) through the "
+        "Kubernetes API, for clusters without Node Feature Discovery; needs RBAC to get and "
+        "patch nodes. Labels the plugin set before and no longer computes are removed.",
+    )
+    node_name: str = setting(
+        "",
+        "NODE_NAME",
+        "--node-name",
+        group=LABELS,
+        help="This node's name, for --node-labels-api (the downward API's spec.nodeName).",
+    )
+    machine_type_file: str = setting(
+        "/sys/class/dmi/id/product_name",
+        "GFD_MACHINE_TYPE_FILE",
+        "--machine-type-file",
+        group=LABELS,
+        help="The DMI (SMBIOS) product name behind nvidia.com/gpu.machine, GFD's flag and "
+        "default; unreadable or empty: 'unknown'.",
+    )
+    kube_url: str = setting(
+        "",
+        "GPUFLEET_KUBE_URL",
+        "--kube-url",
+        group=LABELS,
+        help="Kubernetes API server URL with no authentication (the lab's fake API server). "
+        "Empty: --kubeconfig, else the in-cluster service account, else ~/.kube/config.",
+    )
+    kubeconfig: str = setting(
+        "",
+        "KUBECONFIG",
+        "--kubeconfig",
+        group=LABELS,
+        help="kubeconfig file to use instead of the in-cluster service account.",
     )
     sim_fleet: str = setting(
         "",
@@ -236,13 +306,14 @@ class PluginSettings(BaseSettings):
         "DP_DISABLE_HEALTHCHECKS",
         group=HEALTH,
         help="'all' or 'xids' turns health checks off; a comma list of XIDs adds to "
-        "the ignored ones (13, 31, 43, 45, 68, 109).",
+        "the ignored ones (13, 31, 43, 45, 68, 109). Other items are skipped with a warning.",
     )
     dp_enable_healthchecks: str = setting(
         "",
         "DP_ENABLE_HEALTHCHECKS",
         group=HEALTH,
-        help="'all' or a comma list of XIDs that count as critical even when ignored.",
+        help="'all' (or 'xids', as NVIDIA reads it) or a comma list of XIDs that count as "
+        "critical even when ignored. Other items are skipped with a warning.",
     )
 
     @field_validator("*", mode="before")
@@ -291,6 +362,10 @@ def resolve_config(
     file. Raises ConfigError naming the file: missing, unreadable or invalid.
     Returns the config and the file's warnings."""
     source = settings.config_file or "flags"
+    if settings.node_labels_api and not settings.node_name:
+        raise ConfigError(
+            "--node-labels-api (GPUFLEET_NODE_LABELS_API) needs --node-name (NODE_NAME)"
+        )
     if settings.config_file:
         path = Path(settings.config_file)
         try:
@@ -307,8 +382,18 @@ def resolve_config(
         for name in settings.model_fields_set
         if name in OVERRIDABLE
     }
+    if settings.cdi_feature_flags.strip(","):
+        warnings += (
+            f"--cdi-feature-flags (CDI_FEATURE_FLAGS) {settings.cdi_feature_flags!r}: ignored "
+            "(gpufleet's CDI specs take no nvcdi feature flags)",
+        )
     return merge(file_config, given, source=source), warnings
 
 
 def _same(value: object) -> object:
     return value
+
+
+def disabled_hooks(settings: PluginSettings) -> frozenset[str]:
+    """--cdi-disable-hooks as a set of hook names ("all" among them means every hook)."""
+    return frozenset(h.strip() for h in settings.cdi_disable_hooks.split(",") if h.strip())

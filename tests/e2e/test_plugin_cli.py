@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 from helpers import free_port, wait_for
+from helpers.kube import api_client
+from kubernetes import client
+
+from gpufleet.lab.kubeapi.server import FakeApiServer
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli", "plugin"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -18,6 +22,12 @@ def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*GPUFLEET, *args], capture_output=True, text=True, timeout=60, env={**ENV, **(env or {})}
     )
+
+
+def test_version_exits_0():
+    result = run("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("gpufleet plugin ")
 
 
 def test_help_names_nvidia_flags_and_env_vars():
@@ -38,7 +48,7 @@ def test_help_names_nvidia_flags_and_env_vars():
         ),
         ("version: v1\nflags:\n  migStrategy: sometimes\n", "flags.migStrategy"),
     ],
-    ids=["unknown version", "misspelt key", "bad value"],
+    ids=["unknown version", "misspelt key leaves replicas missing", "bad value"],
 )
 def test_bad_config_names_the_file_and_key(tmp_path: Path, config: str, message: str):
     path = tmp_path / "config.yaml"
@@ -52,9 +62,8 @@ def test_bad_config_names_the_file_and_key(tmp_path: Path, config: str, message:
     ("env", "message"),
     [
         ({"MIG_STRATEGY": "sometimes"}, "MIG_STRATEGY"),
-        ({"DP_DISABLE_HEALTHCHECKS": "xid48"}, "DP_DISABLE_HEALTHCHECKS"),
     ],
-    ids=["bad env choice", "bad health-check list"],
+    ids=["bad env choice"],
 )
 def test_bad_env_names_the_variable(tmp_path: Path, env: dict, message: str):
     result = run(
@@ -62,6 +71,91 @@ def test_bad_env_names_the_variable(tmp_path: Path, env: dict, message: str):
     )
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_nvidia_keys_and_unknown_items_warn_and_serve(tmp_path: Path):
+    """Issue 16: a v0.20 key, a key from another version and a malformed health-check item
+    used to exit 1 (zero GPUs on the node); now each is one warning and the plugin serves."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "version: v1\nflags:\n  plugin:\n    sharedDevicesAllocationPolicy: packed\n"
+        "    someFutureKey: true\n"
+    )
+    proc = subprocess.Popen(
+        [
+            *GPUFLEET,
+            "--sim-fleet",
+            "2xH100",
+            "--config-file",
+            str(path),
+            "--kubelet-socket",
+            str(tmp_path / "kubelet.sock"),
+            "--metrics-address",
+            "",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**ENV, "DP_DISABLE_HEALTHCHECKS": "48,xid48"},
+    )
+    try:
+        wait_for(lambda: (tmp_path / "nvidia-gpu.sock").exists(), timeout=20, what="socket")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert f"{path}: flags.plugin.someFutureKey: unknown key, ignored" in err
+    assert "DP_DISABLE_HEALTHCHECKS: ignoring 'xid48'" in err
+    assert "flags.plugin.sharedDevicesAllocationPolicy" not in err
+
+
+def test_publishes_gfd_labels_to_nfd_and_the_node(tmp_path: Path):
+    """Issue 16 §3: GFD's labels from the plugin's own discovery, as a features.d file and
+    on the Node object (the lab's fake API server, through the official client)."""
+    features = tmp_path / "features.d" / "gpufleet-plugin"
+    features.parent.mkdir()
+    with FakeApiServer() as server:
+        core = client.CoreV1Api(api_client(server.url))
+        core.create_node({"metadata": {"name": "gpu-node-0"}})
+        proc = subprocess.Popen(
+            [
+                *GPUFLEET,
+                "--sim-fleet",
+                "2xH100",
+                "--kubelet-socket",
+                str(tmp_path / "kubelet.sock"),
+                "--metrics-address",
+                "",
+                "--node-labels-file",
+                str(features),
+                "--node-labels-api",
+                "--node-name",
+                "gpu-node-0",
+                "--kube-url",
+                server.url,
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
+        try:
+            wait_for(lambda: features.exists(), timeout=20, what="the NFD feature file")
+            wait_for(
+                lambda: (
+                    "nvidia.com/gpu.product" in (core.read_node("gpu-node-0").metadata.labels or {})
+                ),
+                timeout=20,
+                what="labels on the Node",
+            )
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=20)
+        on_node = core.read_node("gpu-node-0").metadata.labels
+    assert proc.returncode == 0, err
+    in_file = dict(line.split("=", 1) for line in features.read_text().splitlines())
+    assert in_file == on_node
+    assert on_node["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert on_node["nvidia.com/gpu.count"] == "2"
+    assert on_node["nvidia.com/mig.capable"] == "true"
 
 
 def test_serves_sockets_and_metrics_then_shuts_down_on_sigterm(tmp_path: Path):

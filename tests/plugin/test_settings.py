@@ -327,3 +327,73 @@ def test_help_lists_nvidia_flags(capsys):
     for flag in ("--mig-strategy", "--driver-root", "--nvidia-cdi-hook-path", "--config-file"):
         assert flag in out
     assert "[env MIG_STRATEGY]" in out
+
+
+# Issue 16 §2.7: flags NVIDIA's CLI (urfave/cli v2 on Go's flag package) takes.
+@pytest.mark.parametrize(
+    ("argv", "env", "field", "expected"),
+    [
+        (["--pass-device-specs=T"], {}, "pass_device_specs", True),
+        (["--fail-on-init-error=F"], {}, "fail_on_init_error", False),
+        (["--gds-enabled=t"], {}, "gds_enabled", True),
+        (["-mig-strategy=mixed"], {}, "mig_strategy", "mixed"),
+        (["-mig-strategy", "single"], {}, "mig_strategy", "single"),
+        (["-pass-device-specs"], {}, "pass_device_specs", True),
+        (
+            ["--device-list-strategy", "envvar", "--device-list-strategy", "cdi-cri"],
+            {},
+            "device_list_strategy",
+            "envvar,cdi-cri",
+        ),
+        (
+            ["--device-list-strategy=volume-mounts,envvar", "-device-list-strategy=cdi-cri"],
+            {},
+            "device_list_strategy",
+            "volume-mounts,envvar,cdi-cri",
+        ),
+        ([], {"CDI_FEATURE_FLAGS": "a,b"}, "cdi_feature_flags", "a,b"),
+        (["--cdi-feature-flags", "a", "--cdi-feature-flags", "b"], {}, "cdi_feature_flags", "a,b"),
+        ([], {"CDI_DISABLE_HOOKS": "update-ldcache"}, "cdi_disable_hooks", "update-ldcache"),
+        (["--cdi-disable-hooks", "all"], {}, "cdi_disable_hooks", "all"),
+    ],
+    ids=[
+        "=T",
+        "=F",
+        "=t",
+        "single-dash long flag with =",
+        "single-dash long flag, value next",
+        "single-dash bool",
+        "repeated device list strategy keeps all",
+        "repeated and comma forms mix",
+        "CDI_FEATURE_FLAGS",
+        "repeated --cdi-feature-flags",
+        "CDI_DISABLE_HOOKS",
+        "--cdi-disable-hooks",
+    ],
+)
+def test_nvidia_cli_forms(argv, env, field, expected, monkeypatch):
+    assert getattr(load(argv, monkeypatch, env), field) == expected
+
+
+def test_cdi_feature_flags_are_named_in_a_warning(monkeypatch):
+    """Helm's cdi.featureFlags sets CDI_FEATURE_FLAGS; it is accepted, and said to be unused."""
+    _, warnings = resolve_config(load([], monkeypatch, {"CDI_FEATURE_FLAGS": "feature-a"}))
+    assert warnings == (
+        "--cdi-feature-flags (CDI_FEATURE_FLAGS) 'feature-a': ignored (gpufleet's CDI specs take "
+        "no nvcdi feature flags)",
+    )
+
+
+def test_version_flag(capsys):
+    parser = build_parser(PluginSettings, prog="gpufleet plugin", description="")
+    with pytest.raises(SystemExit) as exc:
+        load_settings(PluginSettings, parser, ["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith("gpufleet plugin ")
+
+
+def test_node_labels_api_needs_the_node_name(monkeypatch):
+    with pytest.raises(ConfigError, match=r"^--node-labels-api \(GPUFLEET_NODE_LABELS_API\) needs"):
+        resolve_config(load(["--node-labels-api"], monkeypatch))
+    settings = load(["--node-labels-api"], monkeypatch, {"NODE_NAME": "gpu-0"})
+    assert resolve_config(settings)[0] == PluginConfig()

@@ -9,8 +9,13 @@ env vars, mounts, annotations and CDI names, so they follow NVIDIA's plugin
   `cdi-annotations`: `<prefix>nvidia-device-plugin_<response id>` = comma list of
   `k8s.device-plugin.nvidia.com/gpu=<id>`; `cdi-cri`: the same names in `cdi_devices`.
   With only CDI strategies there is no NVIDIA_VISIBLE_DEVICES.
-- IDs are UUIDs, or indexes (`i`, `i:j` for MIG) under deviceIDStrategy=index; replica suffixes
-  are stripped and duplicates dropped first.
+- IDs are UUIDs, or indexes (`i`, `i:j` for MIG) under deviceIDStrategy=index, in the kubelet's
+  request order; replica suffixes are stripped and duplicates dropped first (NVIDIA's
+  `server_test`: `[foo, bar, foo]` gives `foo,bar`).
+- Bad requests get v0.20's texts: `invalid allocation request for "<resource>": invalid
+  request: unknown device: <id>` naming the first unknown ID only (the kubelet may send
+  thousands, and the text travels in gRPC metadata), checked before `maximum request size
+  for shared resources is 1; found <n>`.
 - GDS/MOFED/GDRCopy: `NVIDIA_GDS`/`NVIDIA_MOFED`/`NVIDIA_GDRCOPY=enabled` with a non-CDI strategy,
   `k8s.device-plugin.nvidia.com/{gds,mofed,gdrcopy}=all` CDI devices with a CDI one.
 - MPS: `CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe`, mounted from `<mps root>/<resource>/pipe`,
@@ -25,7 +30,8 @@ env vars, mounts, annotations and CDI names, so they follow NVIDIA's plugin
 Ours, not NVIDIA's:
 - the response id is derived from the device list (NVIDIA uses a random UUID), so the same
   request always gets the same answer (STYLE §5);
-- visible devices are ordered by GPU then MIG index (NVIDIA's order follows Go map iteration);
+- under deviceIDStrategy=index the indexes keep the request order too (NVIDIA's follow Go map
+  iteration);
 - under MPS the container also gets `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` and
   `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`, the per-client forms of the defaults NVIDIA's MPS daemon
   sets (`100/replicas`, `<total MiB/replicas>M`), so the limits hold even when the daemon's
@@ -47,7 +53,6 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from gpufleet.core.device_ids import is_replica
-from gpufleet.plugin.core.devices import device_order
 from gpufleet.plugin.core.model import AdvertisedDevice
 
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
@@ -67,6 +72,9 @@ IMEX_CHANNELS_ENV = "NVIDIA_IMEX_CHANNELS"
 IMEX_CHANNELS_DIR = "/dev/nvidia-caps-imex-channels"
 MIG_CAPS_DIR = "/dev/nvidia-caps"
 SHARED_REQUEST_TOO_LARGE = "maximum request size for shared resources is 1"
+# An unknown ID is quoted up to this length: gRPC refuses status details over its metadata
+# limit (8 KiB by default), and a kubelet-supplied ID is not ours to trust.
+_MAX_QUOTED_ID = 256
 
 
 class DeviceListStrategy(StrEnum):
@@ -147,25 +155,20 @@ def allocate(
 ) -> ContainerAllocation:
     """Build the container's allocation for `request_ids` (advertised IDs of one resource).
 
-    Raises AllocationError for unknown IDs, or for more than one replica when
-    failRequestsGreaterThanOne is set (checked first, as NVIDIA does).
+    Raises AllocationError for an unknown ID, then for more than one replica when
+    failRequestsGreaterThanOne is set, in that order, as NVIDIA v0.20 does.
     """
+    invalid = f'invalid allocation request for "{options.resource}": invalid request: '
+    unknown = next((i for i in request_ids if i not in devices), None)
+    if unknown is not None:
+        shown = unknown if len(unknown) <= _MAX_QUOTED_ID else unknown[:_MAX_QUOTED_ID] + "..."
+        raise AllocationError(f"{invalid}unknown device: {shown}")
     if (
         options.fail_requests_greater_than_one
         and len(request_ids) > 1
         and any(is_replica(i) for i in request_ids)
     ):
-        raise AllocationError(
-            f"request for '{options.resource}: {len(request_ids)}' too large: "
-            + SHARED_REQUEST_TOO_LARGE
-        )
-    unknown = [i for i in request_ids if i not in devices]
-    if unknown:
-        noun = "device" if len(unknown) == 1 else "devices"
-        raise AllocationError(
-            f"invalid allocation request for '{options.resource}': unknown {noun}: "
-            + ", ".join(unknown)
-        )
+        raise AllocationError(f"{invalid}{SHARED_REQUEST_TOO_LARGE}; found {len(request_ids)}")
     physical = _physical(devices[i] for i in request_ids)
     visible = [visible_id(d, options.device_id_strategy) for d in physical]
     strategies = set(options.device_list_strategies)
@@ -208,11 +211,11 @@ def allocate(
 
 
 def _physical(devices: Iterable[AdvertisedDevice]) -> list[AdvertisedDevice]:
-    """One device per GPU/MIG UUID (replicas collapse), in `device_order`."""
+    """One device per GPU/MIG UUID (replicas collapse), first occurrence first."""
     unique: dict[str, AdvertisedDevice] = {}
     for device in devices:
         unique.setdefault(device.base_id, device)
-    return sorted(unique.values(), key=device_order)
+    return list(unique.values())
 
 
 def visible_id(device: AdvertisedDevice, strategy: DeviceIdStrategy) -> str:

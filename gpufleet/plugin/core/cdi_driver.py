@@ -30,8 +30,8 @@ listing does not show, nor resolve a symlink outside the driver root.
 
 import fnmatch
 import posixpath
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 # nvidia-container-toolkit pkg/lookup/library.go, in its search order ("/" left out: no
@@ -341,6 +341,19 @@ def _links_to(tree: _Tree, directory: str, name: str) -> list[str]:
         and posixpath.normpath(posixpath.join(directory, links[path]))
         == posixpath.join(directory, name)
     ]
+
+
+def without_hooks(edits: DriverEdits, disabled: Collection[str]) -> DriverEdits:
+    """The edits minus the hooks named in `disabled` (all of them for "all"): NVIDIA's
+    --cdi-disable-hooks, for hosts whose hook binary lacks a subcommand."""
+    if "all" in disabled:
+        return replace(edits, hooks=())
+    return replace(edits, hooks=tuple(h for h in edits.hooks if _hook_name(h) not in disabled))
+
+
+def _hook_name(hook: Hook) -> str:
+    """The subcommand a hook runs: after `nvidia-ctk hook`, or after the hook binary."""
+    return hook.args[2] if hook.args[:2] == ("nvidia-ctk", "hook") else hook.args[1]
 
 
 def _hook(hook_path: str, name: str, args: Iterable[str]) -> Hook:

@@ -11,6 +11,7 @@ not a default.
 """
 
 import dataclasses
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -49,7 +50,7 @@ class PluginFlags:
     nvidia_ctk_path: str = "/usr/bin/nvidia-ctk"
     container_driver_root: str = "/driver-root"
     kubelet_socket: str = DEFAULT_KUBELET_SOCKET  # "": serve without registering
-    shared_devices_allocation_policy: str = "distributed"  # flag/env only, no file key
+    shared_devices_allocation_policy: str = "distributed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,15 +116,34 @@ class PluginConfig:
     imex: Imex = field(default_factory=Imex)
 
 
-def parse_device_list_strategy(value: str | list | tuple) -> tuple[str, ...]:
-    """NVIDIA's deviceListStrategy: one string, a list, or a comma-separated string.
+def show(value: Any) -> str:
+    """`repr` cut short: a YAML alias bomb of a few hundred bytes expands to gigabytes of
+    repr, and an error message must stay one readable line."""
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxdict = 1, 4, 4
+    short.maxstring = short.maxother = 80
+    return short.repr(value)
 
+
+def parse_device_list_strategy(
+    value: str | list | tuple, *, split_commas: bool = True
+) -> tuple[str, ...]:
+    """NVIDIA's deviceListStrategy: one string or a list of them.
+
+    Flags and env vars split on commas (urfave/cli's string slices do); the config file
+    does not: NVIDIA reads `"envvar,volume-mounts"` there as one, invalid, strategy.
     Returns the strategies in order, without duplicates. Raises ValueError (no path: the
     caller knows where the value came from)."""
-    items = [value] if isinstance(value, str) else list(value)
+    if isinstance(value, str):
+        items = [value]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        items = [None]
     if not all(isinstance(i, str) for i in items):
-        raise ValueError(f"expected a string or a list of strings, got {value!r}")
-    names = [n.strip() for item in items for n in item.split(",") if n.strip()]
+        raise ValueError(f"expected a string or a list of strings, got {show(value)}")
+    pieces = [p for item in items for p in (item.split(",") if split_commas else [item])]
+    names = [n.strip() for n in pieces if n.strip()]
     if not names:
         raise ValueError(
             "no device list strategy given; at least one of "
@@ -132,7 +152,7 @@ def parse_device_list_strategy(value: str | list | tuple) -> tuple[str, ...]:
     for name in names:
         if name not in DEVICE_LIST_STRATEGIES:
             raise ValueError(
-                f"invalid strategy {name!r} (valid: {', '.join(DEVICE_LIST_STRATEGIES)})"
+                f"invalid strategy {show(name)} (valid: {', '.join(DEVICE_LIST_STRATEGIES)})"
             )
     return tuple(dict.fromkeys(names))
 
@@ -140,9 +160,9 @@ def parse_device_list_strategy(value: str | list | tuple) -> tuple[str, ...]:
 def parse_imex_channel_ids(value: list | tuple) -> tuple[int, ...]:
     """IMEX channel IDs: NVIDIA accepts only [] or [0]. Raises ValueError."""
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        raise ValueError(f"expected a list of integers, got {value!r}")
+        raise ValueError(f"expected a list of integers, got {show(value)}")
     if list(value) not in ([], [0]):
-        raise ValueError(f"channelIDs must be [] or [0], got {list(value)}")
+        raise ValueError(f"channelIDs must be [] or [0], got {show(list(value))}")
     return tuple(value)
 
 

@@ -1,21 +1,22 @@
 """NVIDIA k8s-device-plugin's config file (`version: v1`), parsed into `config`'s records.
 
-It exists so that a config written for NVIDIA's plugin (v0.20.0) works here unchanged, and so
-that a typo in one fails at startup with the file and the key path. NVIDIA's parser drops
-unknown keys without a word, so `replica: 10` there silently means no sharing.
+It exists so that a config written for any NVIDIA plugin version works here unchanged. NVIDIA
+reads the file as JSON (sigs.k8s.io/yaml), so keys match ignoring case, unknown keys are
+ignored and a whole float such as `4.0` is an integer; here the same holds, but each unknown
+or oddly cased key is named in a warning with a did-you-mean, because NVIDIA's silence turns
+`replica: 10` into no sharing at all. `config_load` reads the text.
 
 Pure: the caller reads the file. No I/O, no logging; warnings are returned as strings. Never
-guess a value: a wrong type or an unknown choice is an error, not a default.
+guess a value: a wrong type or an unknown choice is an error, not a default. Errors quote
+values cut short (`config.show`): a YAML alias bomb must not become a huge message.
 """
 
 import difflib
-import json
 import re
 from typing import Any
 
-import yaml
-
 from gpufleet.plugin.core.config import (
+    ALLOCATION_POLICIES,
     DEVICE_DISCOVERY_STRATEGIES,
     DEVICE_ID_STRATEGIES,
     MIG_STRATEGIES,
@@ -31,7 +32,9 @@ from gpufleet.plugin.core.config import (
     SharingKind,
     parse_device_list_strategy,
     parse_imex_channel_ids,
+    show,
 )
+from gpufleet.plugin.core.config_load import load_document
 
 VERSION = "v1"
 MAX_RESOURCE_NAME_LENGTH = 63
@@ -60,15 +63,29 @@ class _Reader:
         self.warnings.append(f"{self.source}: {path}: {message}")
 
     def mapping(self, value: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
-        """A mapping with only `keys`; None (an empty YAML section) reads as empty."""
+        """The `keys` of a mapping, matched ignoring case as NVIDIA does (the last of two
+        spellings wins); other keys are warned about and dropped. None (an empty YAML
+        section) reads as empty, and so does a key whose value is null."""
         if value is None:
             return {}
         if not isinstance(value, dict):
             raise self.fail(path, f"expected a mapping, got {_describe(value)}")
-        for key in value:
-            if key not in keys:
-                raise self.fail(_join(path, str(key)), _unknown(str(key), keys))
-        return {k: v for k, v in value.items() if v is not None}
+        folded = {k.lower(): k for k in keys}
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            name = str(key)
+            canonical = name if name in keys else folded.get(name.lower())
+            if canonical is None:
+                self.warn(_join(path, name), _unknown(name, keys))
+                continue
+            if canonical != name:
+                self.warn(
+                    _join(path, name), f"read as {canonical!r} (NVIDIA matches keys ignoring case)"
+                )
+            out.pop(canonical, None)
+            if item is not None:
+                out[canonical] = item
+        return out
 
     def boolean(self, value: Any, path: str) -> bool:
         if not isinstance(value, bool):
@@ -79,13 +96,14 @@ class _Reader:
         if not isinstance(value, str):
             raise self.fail(path, f"expected a string, got {_describe(value)}")
         if choices and value not in choices:
-            raise self.fail(path, f"invalid value {value!r} (valid: {', '.join(choices)})")
+            raise self.fail(path, f"invalid value {show(value)} (valid: {', '.join(choices)})")
         return value
 
     def integer(self, value: Any, path: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
+        whole = _whole(value)
+        if whole is None:
             raise self.fail(path, f"expected an integer, got {_describe(value)}")
-        return value
+        return whole
 
     def convert(self, path: str, parse: Any, value: Any) -> Any:
         """Runs a shared ValueError-raising parser and puts the path on its error."""
@@ -93,6 +111,18 @@ class _Reader:
             return parse(value)
         except ValueError as exc:
             raise self.fail(path, str(exc)) from None
+
+
+def _whole(value: Any) -> int | None:
+    """An integer, or a float with no fractional part (NVIDIA reads YAML's `4.0` as JSON's
+    `4`); None for anything else, booleans included."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def _join(path: str, key: str) -> str:
@@ -103,14 +133,13 @@ def _describe(value: Any) -> str:
     kind = {dict: "a mapping", list: "a list", bool: "a boolean", int: "an integer"}.get(
         type(value), f"a {type(value).__name__}"
     )
-    return f"{kind} {value!r}" if not isinstance(value, dict | list) else kind
+    return f"{kind} {show(value)}" if not isinstance(value, dict | list) else kind
 
 
 def _unknown(key: str, keys: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(key, keys, n=1)
-    if close:
-        return f"unknown key (did you mean {close[0]!r}?)"
-    return f"unknown key (expected one of: {', '.join(keys)})"
+    hint = f"did you mean {close[0]!r}?" if close else f"expected one of: {', '.join(keys)}"
+    return f"unknown key, ignored as NVIDIA's plugin does ({hint})"
 
 
 # file key -> (Flags attribute, bool or the allowed strings; () means any string)
@@ -132,6 +161,7 @@ _PLUGIN_KEYS: dict[str, tuple[str, Any]] = {
     "nvidiaCTKPath": ("nvidia_ctk_path", ()),
     "containerDriverRoot": ("container_driver_root", ()),
     "kubeletSocket": ("kubelet_socket", ()),
+    "sharedDevicesAllocationPolicy": ("shared_devices_allocation_policy", ALLOCATION_POLICIES),
 }
 # Keys NVIDIA's v0.20.0 accepts that gpufleet has no use for: accepted, and warned about.
 _IGNORED_FLAG_KEYS = {
@@ -166,7 +196,7 @@ def _flags(reader: _Reader, value: Any) -> Flags:
     if "deviceListStrategy" in plugin_raw:
         plugin["device_list_strategy"] = reader.convert(
             "flags.plugin.deviceListStrategy",
-            parse_device_list_strategy,
+            lambda v: parse_device_list_strategy(v, split_commas=False),
             plugin_raw["deviceListStrategy"],
         )
     if "cdiFeatureFlags" in plugin_raw:
@@ -182,11 +212,13 @@ def _resource_name(reader: _Reader, value: Any, path: str) -> str:
     name = reader.string(value, path)
     full = name if name.startswith(RESOURCE_PREFIX + "/") else f"{RESOURCE_PREFIX}/{name}"
     if len(full) > MAX_RESOURCE_NAME_LENGTH:
-        raise reader.fail(path, f"{full!r} is longer than {MAX_RESOURCE_NAME_LENGTH} characters")
+        raise reader.fail(
+            path, f"{show(full)} is longer than {MAX_RESOURCE_NAME_LENGTH} characters"
+        )
     if not _DNS_SUBDOMAIN.fullmatch(full.split("/", 1)[1]):
         raise reader.fail(
             path,
-            f"{full!r}: the name after '{RESOURCE_PREFIX}/' must be lower-case letters, "
+            f"{show(full)}: the name after '{RESOURCE_PREFIX}/' must be lower-case letters, "
             "digits, '-' and '.', starting and ending with a letter or digit",
         )
     return full
@@ -197,22 +229,24 @@ def _devices(reader: _Reader, value: Any, path: str) -> bool:
     UUIDs); returns whether it is "all"."""
     if value == "all":
         return True
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value <= 0:
-            raise reader.fail(path, f"a count of devices must be > 0, got {value}")
+    count = _whole(value)
+    if count is not None:
+        if count <= 0:
+            raise reader.fail(path, f"a count of devices must be > 0, got {count}")
         return False
     if isinstance(value, list):
         for i, ref in enumerate(value):
-            ok = (isinstance(ref, int) and not isinstance(ref, bool) and ref >= 0) or (
+            index = _whole(ref)
+            ok = (index is not None and index >= 0) or (
                 isinstance(ref, str) and _DEVICE_REF.fullmatch(ref)
             )
             if not ok:
                 raise reader.fail(
                     f"{path}[{i}]",
-                    f"expected a GPU index, a MIG index 'i:j' or a UUID, got {ref!r}",
+                    f"expected a GPU index, a MIG index 'i:j' or a UUID, got {show(ref)}",
                 )
         return False
-    raise reader.fail(path, f"expected 'all', a count or a list of devices, got {value!r}")
+    raise reader.fail(path, f"expected 'all', a count or a list of devices, got {show(value)}")
 
 
 def _replicated(reader: _Reader, value: Any, path: str, kind: SharingKind) -> Sharing:
@@ -275,6 +309,14 @@ def _resource(reader: _Reader, item: Any, path: str, rename_by_default: bool) ->
 
 def _sharing(reader: _Reader, value: Any) -> Sharing:
     raw = reader.mapping(value, "sharing", ("timeSlicing", "mps"))
+    # An empty `timeSlicing:` is an error in NVIDIA's (its struct still unmarshals the
+    # null); an empty `mps:` is no sharing (a nil pointer there).
+    if (
+        isinstance(value, dict)
+        and "timeSlicing" not in raw
+        and any(str(k).lower() == "timeslicing" and v is None for k, v in value.items())
+    ):
+        raise reader.fail("sharing.timeSlicing.resources", "no resources specified")
     if "timeSlicing" in raw and "mps" in raw:
         raise reader.fail("sharing", "timeSlicing and mps are mutually exclusive; set one")
     if "mps" in raw:
@@ -311,42 +353,30 @@ def _imex(reader: _Reader, value: Any) -> Imex:
     ids = raw.get("channelIDs", [])
     if not isinstance(ids, list):
         raise reader.fail("imex.channelIDs", f"expected a list, got {_describe(ids)}")
+    ids = [_whole(i) if _whole(i) is not None else i for i in ids]
     return Imex(
         channel_ids=reader.convert("imex.channelIDs", parse_imex_channel_ids, ids),
         required=reader.boolean(raw.get("required", False), "imex.required"),
     )
 
 
-def _load(text: str, reader: _Reader) -> Any:
-    # JSON first when it looks like JSON: PyYAML (YAML 1.1) rejects some valid JSON, e.g.
-    # tab indentation.
-    if text.lstrip().startswith("{"):
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise reader.fail("", f"{where}not valid YAML or JSON: {problem}") from None
-
-
 def parse_config(text: str, *, source: str) -> tuple[PluginConfig, tuple[str, ...]]:
     """Parses NVIDIA's config file (YAML or JSON) as read from `source` (named in errors).
 
     An empty file is the default config. A missing version means v1; any other version,
-    unknown key, wrong type or invalid value raises ConfigError naming the key path.
-    Returns the config and the warnings (keys accepted but disabled or ignored)."""
+    wrong type or invalid value raises ConfigError naming the key path. Returns the config
+    and the warnings (unknown keys, and keys accepted but disabled or ignored)."""
     reader = _Reader(source)
-    doc = reader.mapping(
-        _load(text, reader), "", ("version", "flags", "resources", "sharing", "imex")
-    )
+    try:
+        loaded = load_document(text)
+    except ValueError as exc:
+        raise reader.fail("", str(exc)) from None
+    doc = reader.mapping(loaded, "", ("version", "flags", "resources", "sharing", "imex"))
     version = doc.get("version", VERSION)
     if version != VERSION:
-        raise reader.fail("version", f"unknown version {version!r} (only {VERSION!r} is supported)")
+        raise reader.fail(
+            "version", f"unknown version {show(version)} (only {VERSION!r} is supported)"
+        )
     flags = _flags(reader, doc.get("flags"))
     _resources(reader, doc.get("resources"))
     config = PluginConfig(

@@ -10,9 +10,9 @@ exporter joins on those IDs. The rules, all NVIDIA's:
   advertises its GPUs as under `none` (NVIDIA's builder finds no MIG devices and keeps the GPUs).
 - MIG `mixed`: `nvidia.com/mig-<profile>` per profile, `+` replaced by `.`; other GPUs stay
   `nvidia.com/gpu`.
-- Under `single` and `mixed` a MIG-enabled GPU without MIG devices is an error, and so is a MIG
-  device whose compute instance is smaller than its GPU instance (`1c.2g.20gb`): NVIDIA has no
-  resource pattern for those.
+- Under `single` and `mixed` a MIG-enabled GPU without MIG devices is an error. Under `mixed`
+  so is a MIG device whose compute instance is smaller than its GPU instance (`1c.2g.20gb`):
+  NVIDIA has no resource pattern for those; `single`'s pattern (`*`) takes them.
 - Sharing: each device of a shared resource is advertised `replicas` times as `<id>::<n>`;
   `renameByDefault` moves them to `<name>.shared`. MPS cannot share MIG devices.
 
@@ -117,7 +117,7 @@ def health_groups(devices: Iterable[AdvertisedDevice]) -> dict[str, tuple[str, .
 def _unshared(node: NodeGpus, strategy: MigStrategy) -> dict[str, list[AdvertisedDevice]]:
     if strategy == MigStrategy.NONE:
         return _group(_whole(gpu, GPU_RESOURCE) for gpu in node.gpus)
-    _check_mig_configured(node.gpus)
+    _check_mig_configured(node.gpus, partial_compute=strategy == MigStrategy.SINGLE)
     whole = [gpu for gpu in node.gpus if not gpu.mig_enabled]
     migs = [(gpu, mig) for gpu in node.gpus if gpu.mig_enabled for mig in gpu.migs]
     if strategy == MigStrategy.SINGLE:
@@ -132,7 +132,7 @@ def _unshared(node: NodeGpus, strategy: MigStrategy) -> dict[str, list[Advertise
     )
 
 
-def _check_mig_configured(gpus: Iterable[GpuInfo]) -> None:
+def _check_mig_configured(gpus: Iterable[GpuInfo], *, partial_compute: bool) -> None:
     for gpu in gpus:
         if gpu.mig_enabled and not gpu.migs:
             raise AdvertiseError(
@@ -140,7 +140,7 @@ def _check_mig_configured(gpus: Iterable[GpuInfo]) -> None:
                 "but no MIG devices"
             )
         for mig in gpu.migs if gpu.mig_enabled else ():
-            if _PARTIAL_COMPUTE_PROFILE.match(mig.profile):
+            if not partial_compute and _PARTIAL_COMPUTE_PROFILE.match(mig.profile):
                 raise AdvertiseError(
                     f"MIG profile {mig.profile!r} on GPU {gpu.index} does not match any resource "
                     "patterns: only MIG devices whose compute instance spans the whole GPU "

@@ -47,7 +47,8 @@ class HealthPolicy:
     probe_checked: bool = True  # False: "all" also stops the lost-GPU probe
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
     forced_xids: frozenset[int] = frozenset()  # DP_ENABLE_HEALTHCHECKS list
-    force_all_xids: bool = False  # DP_ENABLE_HEALTHCHECKS=all
+    force_all_xids: bool = False  # DP_ENABLE_HEALTHCHECKS=all (or xids)
+    warnings: tuple[str, ...] = ()  # one per skipped item, for the caller to log
 
     @property
     def watches_xids(self) -> bool:
@@ -66,20 +67,22 @@ def parse_health_policy(disable: str, enable: str) -> HealthPolicy:
     Both are case-insensitive comma lists; empty items are skipped as NVIDIA does. In
     `disable`, "all" turns every check off and "xids" the XID checks only (NVIDIA treats
     both as "all", with a TODO to tell them apart: we keep lost-GPU detection for "xids").
-    Numbers add XIDs to ignore. In `enable`, "all" or numbers force XIDs critical, over the
-    ignore lists and over "all"/"xids" in `disable`, as NVIDIA documents.
+    Numbers add XIDs to ignore. In `enable`, "all" or "xids" (NVIDIA's same keyword pair) or
+    numbers force XIDs critical, over the ignore lists and over "all"/"xids" in `disable`,
+    as NVIDIA documents.
 
-    Raises ValueError naming the env var for an item that is neither a keyword nor an XID
-    (NVIDIA logs and skips it; a typo that silently changes health checking is worse).
+    An item that is neither a keyword nor an XID (`not-an-int`, `-68`) is skipped, as
+    NVIDIA's tests expect, with a warning in `HealthPolicy.warnings` naming the env var.
     """
-    off = _items(DISABLE_ENV, disable, keywords=("all", "xids"))
-    on = _items(ENABLE_ENV, enable, keywords=("all",))
+    off = _items(DISABLE_ENV, disable)
+    on = _items(ENABLE_ENV, enable)
     return HealthPolicy(
         xids_checked=not ({"all", "xids"} & off.keywords),
         probe_checked="all" not in off.keywords,
         ignored_xids=DEFAULT_IGNORED_XIDS | off.xids,
         forced_xids=on.xids,
-        force_all_xids="all" in on.keywords,
+        force_all_xids=bool(on.keywords),
+        warnings=off.warnings + on.warnings,
     )
 
 
@@ -87,22 +90,22 @@ def parse_health_policy(disable: str, enable: str) -> HealthPolicy:
 class _Items:
     keywords: frozenset[str]
     xids: frozenset[int]
+    warnings: tuple[str, ...]
 
 
-def _items(env: str, value: str, *, keywords: Sequence[str]) -> _Items:
-    words, xids = set(), set()
+def _items(env: str, value: str) -> _Items:
+    words, xids, warnings = set(), set(), []
     for raw in value.lower().split(","):
         item = raw.strip()
         if not item:
             continue
-        if item in keywords:
+        if item in ("all", "xids"):
             words.add(item)
-        elif item.isdigit():
+        elif item.isascii() and item.isdigit():
             xids.add(int(item))
         else:
-            allowed = " or ".join(f'"{k}"' for k in keywords)
-            raise ValueError(f"{env}: {item!r} is not an XID number or {allowed}")
-    return _Items(keywords=frozenset(words), xids=frozenset(xids))
+            warnings.append(f'{env}: ignoring {item[:40]!r}: not an XID number, "all" or "xids"')
+    return _Items(keywords=frozenset(words), xids=frozenset(xids), warnings=tuple(warnings))
 
 
 def is_critical(policy: HealthPolicy, xid: int) -> bool:

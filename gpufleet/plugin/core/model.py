@@ -18,6 +18,21 @@ class Health(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MigAttributes:
+    """NVML's `nvmlDeviceGetAttributes` of a MIG device: what GFD labels it with."""
+
+    memory_mb: int  # NVML's memorySizeMB (MiB in fact)
+    multiprocessors: int
+    gi_slices: int
+    ci_slices: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpegs: int
+    ofas: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MigInfo:
     """One MIG device (GPU instance + its compute instance) on a MIG-enabled GPU."""
 
@@ -30,6 +45,7 @@ class MigInfo:
     # Minors of /dev/nvidia-caps/nvidia-cap<minor> granting access to its GPU instance and
     # compute instance, in that order; () when the host does not say (no mig-minors file).
     cap_minors: tuple[int, ...] = ()
+    attributes: MigAttributes | None = None  # None: NVML did not answer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +61,8 @@ class GpuInfo:
     mig_enabled: bool
     migs: tuple[MigInfo, ...] = ()
     compute_capability: tuple[int, int] = (0, 0)
+    mig_capable: bool = False  # NVML reports a MIG mode (GFD's nvidia.com/mig.capable)
+    pci_bus_id: str = ""  # NVML's, e.g. "00000000:18:00.0"; "" when unknown
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,7 +11,8 @@ missing topology only make the answer less aligned, never absent.
 - Replicas (`<id>::<n>`), NVIDIA's policies: `distributed` takes, one at a time, a replica of
   the physical device with the fewest replicas in use (allocated elsewhere, in `must_include`
   or already picked here); `packed` takes one of the device with the most, filling it first.
-  Ties go to the lowest GPU index, then MIG index, then replica number.
+  Ties go to the device picked least in this call (NVIDIA's v0.20 rule: with `G0::0, G0::1,
+  G1::1` free and 2 wanted, one per GPU), then the lowest GPU index, MIG index, replica.
 - MIG devices (unshared): GPU index, then MIG index order.
 
 Pure: no I/O, no clock.
@@ -153,11 +154,17 @@ def _by_replicas(
     # In use = not offered as a candidate: allocated to other pods or in must_include.
     in_use = {base: total[base] - len(queue) for base, queue in queues.items()}
     sign = 1 if policy == AllocationPolicy.DISTRIBUTED else -1
+    picked = dict.fromkeys(queues, 0)
     picks: list[str] = []
     for _ in range(need):
-        base = min(queues, key=lambda b: (sign * in_use[b], device_order(queues[b][0])))
+        # NVIDIA's tie-break: between equally used devices, the one picked least in this call.
+        base = min(
+            queues,
+            key=lambda b: (sign * in_use[b], picked[b], device_order(queues[b][0])),
+        )
         picks.append(queues[base].pop(0).id)
         in_use[base] += 1
+        picked[base] += 1
         if not queues[base]:
             del queues[base]
     return tuple(picks)

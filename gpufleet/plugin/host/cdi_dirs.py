@@ -11,9 +11,7 @@ ignores (not `.json`/`.yaml`) renamed over the old one, so a runtime reading the
 directory never sees a partial spec. It must never touch a file it did not write.
 """
 
-import contextlib
 import logging
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from gpufleet.plugin.core.cdi import Spec, render
+from gpufleet.plugin.host.atomic_file import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +89,9 @@ def install(specs: Sequence[Spec], directories: Sequence[Path]) -> list[Installe
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(text)
-        os.chmod(temporary, 0o644)  # runtimes read specs as other users
-        os.replace(temporary, path)
+        write_atomically(path, text)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
         raise CdiError(f"{path}: cannot write the CDI spec: {exc}") from None
 
 

@@ -178,7 +178,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
 
     def Allocate(self, request, context):
         """Unknown IDs and over-sized shared requests are refused by `allocate` itself, with
-        NVIDIA's texts, as INVALID_ARGUMENT."""
+        NVIDIA v0.20's texts and its code, UNKNOWN (a plain Go error through grpc-go)."""
         start = time.perf_counter()
         responses = []
         for req in request.container_requests:
@@ -186,7 +186,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                 responses.append(self._allocator(list(req.devices_ids)))
             except ValueError as exc:
                 self.stats.record("Allocate", time.perf_counter() - start, failed=True)
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                context.abort(grpc.StatusCode.UNKNOWN, str(exc))
         self.stats.record("Allocate", time.perf_counter() - start, allocations=len(responses))
         return pb.AllocateResponse(container_responses=responses)
 

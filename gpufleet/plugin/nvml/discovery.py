@@ -25,11 +25,12 @@ from gpufleet.nvml.discovery import (
     NvmlGpu,
     NvmlMig,
     gpu_device,
+    mig_capable,
     mig_devices,
     mig_enabled,
 )
-from gpufleet.nvml.values import error_kind
-from gpufleet.plugin.core.model import GpuInfo, MigInfo, NodeGpus
+from gpufleet.nvml.values import error_kind, text
+from gpufleet.plugin.core.model import GpuInfo, MigAttributes, MigInfo, NodeGpus
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,8 @@ def _gpu(lib: Any, device: NvmlGpu, *, errors: Counter[str]) -> GpuInfo:
         mig_enabled=enabled,
         migs=_migs(lib, device, errors) if enabled else (),
         compute_capability=_compute_capability(lib, handle),
+        mig_capable=mig_capable(lib, handle),
+        pci_bus_id=text(lib.nvmlDeviceGetPciInfo(handle).busId),
     )
 
 
@@ -147,6 +150,26 @@ def _mig(lib: Any, mig: NvmlMig) -> MigInfo:
         ci_id=mig.ci_id,
         index=mig.index,
         memory_mib=lib.nvmlDeviceGetMemoryInfo(mig.handle).total // _MIB,
+        attributes=_mig_attributes(lib, mig.handle),
+    )
+
+
+def _mig_attributes(lib: Any, handle: Any) -> MigAttributes | None:
+    """For the node labels only, so a failure leaves them out, not the MIG device."""
+    try:
+        a = lib.nvmlDeviceGetAttributes(handle)
+    except pynvml.NVMLError:
+        return None
+    return MigAttributes(
+        memory_mb=a.memorySizeMB,
+        multiprocessors=a.multiprocessorCount,
+        gi_slices=a.gpuInstanceSliceCount,
+        ci_slices=a.computeInstanceSliceCount,
+        copy_engines=a.sharedCopyEngineCount,
+        decoders=a.sharedDecoderCount,
+        encoders=a.sharedEncoderCount,
+        jpegs=a.sharedJpegCount,
+        ofas=a.sharedOfaCount,
     )
 
 

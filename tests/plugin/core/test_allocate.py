@@ -77,21 +77,28 @@ ALLOCATE_CASES = [
         [G1, G0],
         GPUS,
         options(),
-        ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": f"{G0},{G1}"}),
-        id="envvar: UUIDs in GPU index order",
+        ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": f"{G1},{G0}"}),
+        id="envvar: UUIDs in the kubelet's request order (issue 16)",
+    ),
+    pytest.param(
+        [G1, G0, G1],
+        GPUS,
+        options(),
+        ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": f"{G1},{G0}"}),
+        id="envvar: [foo, bar, foo] gives foo,bar (NVIDIA's server_test)",
     ),
     pytest.param(
         [G1, G0],
         GPUS,
         options(device_id_strategy=DeviceIdStrategy.INDEX),
-        ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": "0,1"}),
+        ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": "1,0"}),
         id="envvar: indexes",
     ),
     pytest.param(
         [M21, M20],
         MIGS,
         options(device_id_strategy=DeviceIdStrategy.INDEX),
-        ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": "2:0,2:1"}),
+        ContainerAllocation(envs={"NVIDIA_VISIBLE_DEVICES": "2:1,2:0"}),
         id="envvar: MIG indexes are i:j",
     ),
     pytest.param(
@@ -125,8 +132,8 @@ ALLOCATE_CASES = [
         [G1, G0],
         GPUS,
         options(device_list_strategies=(S.CDI_CRI,)),
-        ContainerAllocation(cdi_devices=(f"{CDI}/gpu={G0}", f"{CDI}/gpu={G1}")),
-        id="cdi-cri: names in cdi_devices, no env var",
+        ContainerAllocation(cdi_devices=(f"{CDI}/gpu={G1}", f"{CDI}/gpu={G0}")),
+        id="cdi-cri: names in cdi_devices, in request order, no env var",
     ),
     pytest.param(
         [M20],
@@ -186,7 +193,7 @@ ALLOCATE_CASES = [
         id="passDeviceSpecs: one spec per physical GPU, absent control devices left out",
     ),
     pytest.param(
-        [M21, M20],
+        [M20, M21],
         CAPPED_MIGS,
         options(pass_device_specs=True, control_devices=("/dev/nvidiactl",)),
         ContainerAllocation(
@@ -281,7 +288,7 @@ def test_allocate(
 def test_cdi_annotations_key_is_deterministic_and_prefixed() -> None:
     opts = options(device_list_strategies=(S.CDI_ANNOTATIONS,), cdi_annotation_prefix="x.io/")
     first = allocate([G0, G1], GPUS, opts)
-    assert first == allocate([G1, G0], GPUS, opts)
+    assert first.annotations.keys() == allocate([G1, G0], GPUS, opts).annotations.keys()
     ((key, value),) = first.annotations.items()
     assert key.startswith("x.io/nvidia-device-plugin_")
     # CDI limits the name after the prefix to 63 characters.
@@ -296,22 +303,41 @@ ERROR_CASES = [
         ["GPU-gone"],
         GPUS,
         options(),
-        "invalid allocation request for 'nvidia.com/gpu': unknown device: GPU-gone",
-        id="one unknown ID",
+        'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: '
+        "GPU-gone",
+        id="one unknown ID (v0.20 text)",
     ),
     pytest.param(
         [G0, "GPU-a", "GPU-b::1"],
         GPUS,
         options(),
-        "invalid allocation request for 'nvidia.com/gpu': unknown devices: GPU-a, GPU-b::1",
-        id="several unknown IDs all named",
+        'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: GPU-a',
+        id="several unknown IDs: the first is named, as in v0.20",
+    ),
+    pytest.param(
+        ["GPU-" + "x" * 10_000],
+        GPUS,
+        options(),
+        'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: GPU-'
+        + "x" * 252
+        + "...",
+        id="a huge unknown ID is cut short",
     ),
     pytest.param(
         [f"{G0}::0", f"{G1}::0"],
         REPLICAS,
         options(fail_requests_greater_than_one=True),
-        "request for 'nvidia.com/gpu: 2' too large: maximum request size for shared resources is 1",
+        'invalid allocation request for "nvidia.com/gpu": invalid request: maximum request size '
+        "for shared resources is 1; found 2",
         id="failRequestsGreaterThanOne: two replicas",
+    ),
+    pytest.param(
+        [f"{G0}::0", "GPU-gone::1"],
+        REPLICAS,
+        options(fail_requests_greater_than_one=True),
+        'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: '
+        "GPU-gone::1",
+        id="unknown devices are checked before the replica count (v0.20)",
     ),
 ]
 

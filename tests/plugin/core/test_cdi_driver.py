@@ -16,6 +16,7 @@ from gpufleet.plugin.core.cdi_driver import (
     driver_version,
     firmware_directories,
     resolve,
+    without_hooks,
 )
 
 V = "550.54.15"
@@ -326,3 +327,24 @@ def test_firmware_directories_follow_the_kernels_search_order() -> None:
         f"/lib/firmware/6.8.0/nvidia/{V}",
         f"/lib/firmware/nvidia/{V}",
     )
+
+
+@pytest.mark.parametrize("hook_path", ["/usr/bin/nvidia-ctk", "/opt/nvidia-cdi-hook"])
+@pytest.mark.parametrize(
+    ("disabled", "kept"),
+    [
+        ((), ["create-symlinks", "update-ldcache"]),
+        (("update-ldcache",), ["create-symlinks"]),
+        (("create-symlinks", "enable-cuda-compat"), ["update-ldcache"]),
+        (("all",), []),
+    ],
+    ids=["none", "one", "one, and one we never add", "all"],
+)
+def test_cdi_disable_hooks(hook_path, disabled, kept) -> None:
+    """NVIDIA's --cdi-disable-hooks / CDI_DISABLE_HOOKS (issue 16 §2.7)."""
+    full = edits(tree(*DRIVER, links=DRIVER_LINKS), hook_path=hook_path)
+    result = without_hooks(full, disabled)
+    assert [
+        n for h in result.hooks for n in ("create-symlinks", "update-ldcache") if n in h.args
+    ] == kept
+    assert result.mounts == full.mounts

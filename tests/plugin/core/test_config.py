@@ -114,12 +114,6 @@ def parse(text: str) -> PluginConfig:
             ),
         ),
         (
-            "flags:\n  plugin:\n    deviceListStrategy: 'envvar, cdi-annotations'\n",
-            PluginConfig(
-                flags=Flags(plugin=PluginFlags(device_list_strategy=("envvar", "cdi-annotations")))
-            ),
-        ),
-        (
             "flags:\n  nvidiaDevRoot: /dev-root\n  mpsRoot: /run/nvidia/mps\n"
             "  gdrcopyEnabled: true\n  gdsEnabled: true\n  mofedEnabled: true\n"
             "  deviceDiscoveryStrategy: nvml\n",
@@ -171,7 +165,6 @@ def parse(text: str) -> PluginConfig:
         "mps failRequestsGreaterThanOne false is honoured (v0.20.0)",
         "mixed MIG resource and two entries",
         "device list strategy as a list",
-        "device list strategy comma separated",
         "every flags key",
         "every flags.plugin key",
         "gfd section belongs to GFD and is accepted",
@@ -206,8 +199,6 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
     [
         ("version: v2\n", "config.yaml: version: unknown version 'v2' (only 'v1' is supported)"),
         ("version: 1\n", "config.yaml: version: unknown version 1"),
-        ("flag:\n  migStrategy: none\n", "config.yaml: flag: unknown key (did you mean 'flags'?)"),
-        ("extra: 1\n", "config.yaml: extra: unknown key (expected one of: version, flags, "),
         ("- a\n", "config.yaml: expected a mapping, got a list"),
         ("flags: [1]\n", "config.yaml: flags: expected a mapping, got a list"),
         (
@@ -223,10 +214,6 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
             "config.yaml: flags.nvidiaDriverRoot: expected a string, got an integer 5",
         ),
         (
-            "flags:\n  migstrategy: none\n",
-            "config.yaml: flags.migstrategy: unknown key (did you mean 'migStrategy'?)",
-        ),
-        (
             "flags:\n  plugin:\n    deviceListStrategy: [envvar, nvml]\n",
             "config.yaml: flags.plugin.deviceListStrategy: invalid strategy 'nvml'",
         ),
@@ -235,22 +222,12 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
             "config.yaml: flags.plugin.deviceListStrategy: no device list strategy given",
         ),
         (
-            "flags:\n  plugin:\n    deviceIdStrategy: uuid\n",
-            "config.yaml: flags.plugin.deviceIdStrategy: unknown key (did you mean "
-            "'deviceIDStrategy'?)",
-        ),
-        (
             "flags:\n  plugin:\n    deviceIDStrategy: serial\n",
             "config.yaml: flags.plugin.deviceIDStrategy: invalid value 'serial'",
         ),
         (
             "flags:\n  deviceDiscoveryStrategy: pci\n",
             "config.yaml: flags.deviceDiscoveryStrategy: invalid value 'pci'",
-        ),
-        (
-            TS.replace("replicas", "replica"),
-            "config.yaml: sharing.timeSlicing.resources[0].replica: unknown key "
-            "(did you mean 'replicas'?)",
         ),
         (
             TS.replace("replicas: 2", "replicas: 1"),
@@ -313,10 +290,6 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
             "config.yaml: sharing: timeSlicing and mps are mutually exclusive",
         ),
         (
-            TS.replace("timeSlicing", "timeslicing"),
-            "config.yaml: sharing.timeslicing: unknown key (did you mean 'timeSlicing'?)",
-        ),
-        (
             TS + "      devices: some\n",
             "config.yaml: sharing.timeSlicing.resources[0].devices: expected 'all', a count",
         ),
@@ -336,14 +309,9 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
             "resources:\n  gpus:\n  - name: a100\n",
             "config.yaml: resources.gpus[0].pattern: required",
         ),
-        ("resources:\n  gpu: []\n", "config.yaml: resources.gpu: unknown key (did you mean"),
         (
             "imex:\n  channelIDs: [1]\n",
             "config.yaml: imex.channelIDs: channelIDs must be [] or [0], got [1]",
-        ),
-        (
-            "imex:\n  channelIds: [0]\n",
-            "config.yaml: imex.channelIds: unknown key (did you mean 'channelIDs'?)",
         ),
         (
             "flags:\n  restartOnDeviceUnhealthy: sometimes\n",
@@ -354,20 +322,15 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
     ids=[
         "version v2",
         "version not a string",
-        "misspelt top-level key",
-        "unknown top-level key lists the valid ones",
         "top level not a mapping",
         "section not a mapping",
         "bad MIG strategy",
         "bool as a string",
         "string as an int",
-        "key in the wrong case",
         "bad device list strategy",
         "empty device list strategy",
-        "deviceIdStrategy misspelt",
         "bad device ID strategy",
         "bad discovery strategy",
-        "replica for replicas",
         "one replica (NVIDIA #1548)",
         "replicas as a string",
         "fractional replicas",
@@ -382,15 +345,12 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
         "duplicate resource",
         "renameByDefault not a bool",
         "timeSlicing and mps together",
-        "timeslicing misspelt",
         "devices: a bad string",
         "devices: zero count",
         "devices: bad UUID",
         "bad rename",
         "resources entry without pattern",
-        "resources unknown key",
         "imex channel other than 0",
-        "imex key case",
         "ignored key still type-checked",
         "YAML syntax error has line and column",
     ],

@@ -126,6 +126,15 @@ def test_advertise(gpus: NodeGpus, options: ResourceOptions, expected: dict) -> 
         assert all(d.resource == name for d in devices)
 
 
+def test_single_accepts_a_compute_instance_smaller_than_its_gpu_instance() -> None:
+    """Issue 16: NVIDIA's `single` pattern (`*`) takes `1c.2g.20gb`; only `mixed` has none."""
+    result = advertise(
+        node(gpu(0, profiles=("1c.2g.20gb", "1c.2g.20gb"))),
+        ResourceOptions(mig_strategy=MigStrategy.SINGLE),
+    )
+    assert [d.mig.profile for d in result["nvidia.com/gpu"]] == ["1c.2g.20gb"] * 2
+
+
 ERROR_CASES = [
     pytest.param(
         MIXED_NODE,

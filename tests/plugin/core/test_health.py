@@ -73,17 +73,44 @@ def test_which_checks_run(disable: str, enable: str, xids: bool, probe: bool, di
 
 
 @pytest.mark.parametrize(
-    ("disable", "enable", "env"),
+    ("disable", "enable", "ignored", "forced", "warnings"),
     [
-        ("79,x", "", "DP_DISABLE_HEALTHCHECKS"),
-        ("", "xids", "DP_ENABLE_HEALTHCHECKS"),  # "xids" means nothing when enabling
-        ("", "-3", "DP_ENABLE_HEALTHCHECKS"),
+        # NVIDIA's TestNewHealthCheckXIDs rows: malformed items are skipped.
+        (
+            "not-an-int",
+            "",
+            DEFAULT_IGNORED_XIDS,
+            set(),
+            ["DP_DISABLE_HEALTHCHECKS: ignoring 'not-an-int'"],
+        ),
+        ("-68", "", DEFAULT_IGNORED_XIDS, set(), ["DP_DISABLE_HEALTHCHECKS: ignoring '-68'"]),
+        (
+            "68,not-an-int,67",
+            "",
+            DEFAULT_IGNORED_XIDS | {67, 68},
+            set(),
+            ["DP_DISABLE_HEALTHCHECKS: ignoring 'not-an-int'"],
+        ),
+        ("68  ", "", DEFAULT_IGNORED_XIDS | {68}, set(), []),
+        ("", "-3,79", DEFAULT_IGNORED_XIDS, {79}, ["DP_ENABLE_HEALTHCHECKS: ignoring '-3'"]),
     ],
-    ids=["disable-junk", "enable-xids-keyword", "enable-negative"],
+    ids=["not-an-int", "negative", "junk-between-xids", "trailing-space", "enable-negative"],
 )
-def test_bad_values_name_the_env_var(disable: str, enable: str, env: str) -> None:
-    with pytest.raises(ValueError, match=env):
-        parse_health_policy(disable, enable)
+def test_malformed_items_are_skipped_with_a_warning(disable, enable, ignored, forced, warnings):
+    """Issue 16: NVIDIA's tests skip a malformed item; it no longer stops startup."""
+    policy = parse_health_policy(disable, enable)
+    assert policy.ignored_xids == ignored
+    assert policy.forced_xids == forced
+    assert len(policy.warnings) == len(warnings)
+    for got, want in zip(policy.warnings, warnings, strict=True):
+        assert got.startswith(want)
+
+
+def test_enable_xids_means_all() -> None:
+    """Issue 16: NVIDIA reads DP_ENABLE_HEALTHCHECKS=xids as "all" (one keyword pair)."""
+    policy = parse_health_policy("", "xids")
+    assert policy.force_all_xids and policy.warnings == ()
+    assert all(is_critical(policy, x) for x in (*DEFAULT_IGNORED_XIDS, 555))
 
 
 # --- state machine -----------------------------------------------------------------

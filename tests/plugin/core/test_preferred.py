@@ -196,3 +196,52 @@ def test_answer_is_always_a_valid_choice() -> None:
         )
         assert len(chosen) == len(set(chosen)) == size
         assert set(chosen) <= set(available) and gpu_uuid(5) in chosen
+
+
+def _shared(gpus: int, replicas: int) -> dict[str, AdvertisedDevice]:
+    options = ResourceOptions(
+        sharing=SharingOptions(kind=SharingKind.TIME_SLICING, replicas={"nvidia.com/gpu": replicas})
+    )
+    devices = advertise(node(*map(gpu, range(gpus))), options)["nvidia.com/gpu"]
+    return {d.id: d for d in devices}
+
+
+# NVIDIA v0.20's internal/rm/allocate_test.go, as facts: (GPUs, replicas each, available as
+# (gpu, replica) pairs or None for all, size, policy) -> replicas taken per GPU index.
+NVIDIA_ALLOC_CASES = [
+    pytest.param(
+        2,
+        2,
+        [(0, 0), (0, 1), (1, 1)],
+        2,
+        DISTRIBUTED,
+        {0: 1, 1: 1},
+        id="TestDistributedAlloc_PartiallyAllocated_DistributesAcrossDistinctGPUs (issue 16)",
+    ),
+    pytest.param(2, 4, None, 2, DISTRIBUTED, {0: 1, 1: 1}, id="distributed: 2x4, allocate 2"),
+    pytest.param(3, 2, None, 3, DISTRIBUTED, {0: 1, 1: 1, 2: 1}, id="distributed: 3x2, allocate 3"),
+    pytest.param(2, 4, None, 4, DISTRIBUTED, {0: 2, 1: 2}, id="distributed: 2x4, allocate 4"),
+    pytest.param(1, 4, None, 1, DISTRIBUTED, {0: 1}, id="distributed: one GPU, allocate 1"),
+    pytest.param(
+        3, 4, None, 3, DISTRIBUTED, {0: 1, 1: 1, 2: 1}, id="TestDistributedAllocIsDefault"
+    ),
+    pytest.param(2, 4, None, 2, PACKED, {0: 2}, id="packed: 2x4, allocate 2 on one GPU"),
+    pytest.param(3, 2, None, 3, PACKED, {0: 2, 1: 1}, id="packed: 3x2, allocate 3 fills one first"),
+    pytest.param(2, 4, None, 4, PACKED, {0: 4}, id="packed: 2x4, allocate 4 on one GPU"),
+    pytest.param(2, 4, None, 5, PACKED, {0: 4, 1: 1}, id="packed: 2x4, allocate 5 overflows"),
+]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "replicas", "available", "size", "policy", "per_gpu"), NVIDIA_ALLOC_CASES
+)
+def test_nvidia_allocation_tables(gpus, replicas, available, size, policy, per_gpu) -> None:
+    devices = _shared(gpus, replicas)
+    offered = list(devices) if available is None else r(*available)
+    chosen = preferred_allocation(offered, [], size, devices, {}, policy=policy)
+    counts: dict[int, int] = {}
+    for device_id in chosen:
+        index = devices[device_id].gpu.index
+        counts[index] = counts.get(index, 0) + 1
+    assert len(chosen) == size
+    assert counts == per_gpu

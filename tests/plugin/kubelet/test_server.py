@@ -138,13 +138,21 @@ def test_allocate_answers_known_devices(serve):
     [
         pytest.param(
             ["GPU-nope"],
-            "invalid allocation request for 'nvidia.com/gpu': unknown device: GPU-nope",
+            'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: '
+            "GPU-nope",
             id="one",
         ),
         pytest.param(
             ["GPU-a", "GPU-b"],
-            "invalid allocation request for 'nvidia.com/gpu': unknown devices: GPU-a, GPU-b",
-            id="two",
+            'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: '
+            "GPU-a",
+            id="two: the first is named, as in v0.20",
+        ),
+        pytest.param(
+            [f"GPU-{n:06d}" for n in range(200_000)],
+            'invalid allocation request for "nvidia.com/gpu": invalid request: unknown device: '
+            "GPU-000000",
+            id="200k unknown IDs fit gRPC's metadata limit (issue 16)",
         ),
     ],
 )
@@ -154,6 +162,6 @@ def test_allocate_rejects_unknown_ids_in_nvidia_words(serve, unknown, text):
     known = service.devices[0].id
     with pytest.raises(grpc.RpcError) as exc:
         allocate(stub, [known, *unknown])
-    assert exc.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert exc.value.code() is grpc.StatusCode.UNKNOWN
     assert exc.value.details() == text
     assert service.stats.errors["Allocate"] == 1

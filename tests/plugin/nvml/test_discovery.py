@@ -83,3 +83,30 @@ def test_topology_error_leaves_that_pair_at_zero(sim: SimulatedNvml) -> None:
     assert all(5 not in pair for pair in node.links)
     assert node.links[(0, 1)] >= 10
     assert errors["nvml_error"] == 7  # one per pair with GPU 5
+
+
+def test_mig_capability_is_what_nvml_reports(tmp_path) -> None:
+    """GFD's nvidia.com/mig.capable: H100s report a MIG mode, an L4 does not (issue 16 §3)."""
+    with SimulatedNvml("1xH100+1xL4", proc_root=tmp_path / "proc") as lib:
+        lib.nvmlInit()
+        node = discover(lib)
+    assert [(g.name, g.mig_capable) for g in node.gpus] == [
+        ("NVIDIA H100 80GB HBM3", True),
+        ("NVIDIA L4", False),
+    ]
+
+
+def test_mig_attributes_come_from_nvml(sim: SimulatedNvml) -> None:
+    """GFD labels a MIG type with NVML's attributes (issue 16 §3)."""
+    mig = discover(sim).gpus[6].migs[0]
+    assert mig.attributes is not None
+    assert (mig.attributes.gi_slices, mig.attributes.ci_slices) == (1, 1)
+    assert mig.attributes.multiprocessors > 0
+    assert 9_000 < mig.attributes.memory_mb < 11_000
+
+
+def test_pci_bus_ids_are_nvmls(sim: SimulatedNvml) -> None:
+    """The sysfs key of GFD's nvidia.com/gpu.mode (issue 16 §3)."""
+    node = discover(sim)
+    assert [g.pci_bus_id for g in node.gpus] == [d.pci_bus_id for d in sim.devices]
+    assert node.gpus[0].pci_bus_id.count(":") == 2
