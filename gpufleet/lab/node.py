@@ -208,24 +208,15 @@ class SimNode:
         self, namespace: str, name: str, resource: str, device_ids: tuple[str, ...]
     ) -> SimPod:
         """Allocate devices to a new pod and start its GPU process."""
-        uid = _uid(self.layout.seed, f"{namespace}/{name}")
         shared = is_replica(device_ids[0])
-        share = 1.0 / self.layout.replicas if shared else 0.9
-        memory = _memory_bytes(uid, shared=shared, mig=device_ids[0].startswith("MIG-"))
-        pid = self.sim.spawn_process(
-            base_id(device_ids[0]), pod_uid=uid, used_memory_bytes=memory, sm_share=share
+        pod = self._start_pod(
+            namespace,
+            name,
+            resource,
+            device_ids,
+            sm_share=1.0 / self.layout.replicas if shared else 0.9,
         )
-        pod = SimPod(
-            namespace=namespace,
-            name=name,
-            uid=uid,
-            container="main",
-            resource_name=resource,
-            device_ids=device_ids,
-            pid=pid,
-        )
-        self.pods[(namespace, name)] = pod
-        self._publish_pod(pod)
+        uid = pod.uid
         if self.kubelet:
             self.kubelet.add_pod(
                 PodAllocation(
@@ -248,25 +239,8 @@ class SimNode:
         """A pod whose one ResourceClaim (`<name>-gpu`, in its namespace) was allocated the
         `gpu.nvidia.com` devices with these UUIDs (whole GPUs or MIG devices, as the
         driver's ResourceSlice names them); its GPU process runs on the first."""
-        uid = _uid(self.layout.seed, f"{namespace}/{name}")
-        mig = device_uuids[0].startswith("MIG-")
-        pid = self.sim.spawn_process(
-            device_uuids[0],
-            pod_uid=uid,
-            used_memory_bytes=_memory_bytes(uid, shared=False, mig=mig),
-            sm_share=0.9,
-        )
-        pod = SimPod(
-            namespace=namespace,
-            name=name,
-            uid=uid,
-            container="main",
-            resource_name=DRIVER,
-            device_ids=device_uuids,
-            pid=pid,
-        )
-        self.pods[(namespace, name)] = pod
-        self._publish_pod(pod)
+        pod = self._start_pod(namespace, name, DRIVER, device_uuids, sm_share=0.9)
+        uid = pod.uid
         names = device_names(self.sim)
         claim = ClaimAllocation(
             claim_name=f"{name}-gpu",
@@ -290,6 +264,35 @@ class SimNode:
                     containers=(ContainerAllocation(name="main", claims=(claim,)),),
                 )
             )
+        return pod
+
+    def _start_pod(
+        self,
+        namespace: str,
+        name: str,
+        resource: str,
+        device_ids: tuple[str, ...],
+        *,
+        sm_share: float,
+    ) -> SimPod:
+        """Record a pod and start its GPU process on its first device."""
+        uid = _uid(self.layout.seed, f"{namespace}/{name}")
+        first = device_ids[0]
+        memory = _memory_bytes(uid, shared=is_replica(first), mig=first.startswith("MIG-"))
+        pid = self.sim.spawn_process(
+            base_id(first), pod_uid=uid, used_memory_bytes=memory, sm_share=sm_share
+        )
+        pod = SimPod(
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            container="main",
+            resource_name=resource,
+            device_ids=device_ids,
+            pid=pid,
+        )
+        self.pods[(namespace, name)] = pod
+        self._publish_pod(pod)
         return pod
 
     def remove_pod(self, namespace: str, name: str) -> None:
