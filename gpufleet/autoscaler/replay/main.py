@@ -11,15 +11,13 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
 from gpufleet.autoscaler.replay import plots
 from gpufleet.autoscaler.replay.core import report, sweep
 from gpufleet.autoscaler.replay.core.result import RunResult
-from gpufleet.autoscaler.replay.core.trace import Trace, scale_trace
-from gpufleet.autoscaler.replay.core.workloads import WorkloadError, generate, parse_workload
+from gpufleet.autoscaler.replay.core.workloads import WorkloadError, workload_trace
 from gpufleet.autoscaler.replay.settings import SimulateSettings, command_line, merge_repeated
 from gpufleet.autoscaler.replay.trace_file import TraceError, load_trace
 from gpufleet.settings import settings_from_argv
@@ -100,7 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TraceError as exc:
         return _usage_error(f"invalid flag --trace: {exc}")
     try:
-        traces += [_generated(spec, settings) for spec in settings.workload_specs]
+        traces += [
+            workload_trace(spec, seed=settings.seed, scale=settings.scale)
+            for spec in settings.workload_specs
+        ]
     except WorkloadError as exc:
         return _usage_error(f"invalid flag --workload: {exc}")
     out_dir = Path(settings.report) if settings.report else None
@@ -129,15 +130,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     warm = {s.trace.name: s.config.initial_replicas for s in specs} if settings.warm_start else {}
     _write_report(settings, results, out_dir, warm_start=warm)
     return 0
-
-
-def _generated(spec: str, settings: SimulateSettings) -> Trace:
-    """A --workload trace, seeded by --seed and scaled by --scale like a CSV trace."""
-    trace = generate(parse_workload(spec), seed=settings.seed)
-    if settings.scale == 1:
-        return trace
-    scaled = scale_trace(trace, scale=settings.scale, seed=settings.seed)
-    return replace(scaled, name=f"{trace.name}-x{settings.scale}")
 
 
 def run_serial(specs: Sequence[sweep.RunSpec], *, stream: TextIO, live: bool) -> list[RunResult]:

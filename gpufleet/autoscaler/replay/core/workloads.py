@@ -15,11 +15,11 @@ above `tail_min` tokens (long-context traffic), everything capped at `max_prompt
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpufleet.autoscaler.replay.core.trace import Trace, trace_from_arrays
+from gpufleet.autoscaler.replay.core.trace import Trace, scale_trace, trace_from_arrays
 from gpufleet.core.messages import did_you_mean
 
 # Keys every family takes: its length, base rate and request sizes.
@@ -102,6 +102,16 @@ def generate(workload: Workload, *, seed: int) -> Trace:
     arrivals = seconds + rng.uniform(0.0, 1.0, size=len(seconds))
     prompts, outputs = _sizes(workload.params, len(arrivals), rng)
     return trace_from_arrays(arrivals, prompts, outputs, name=_name(workload.spec, seed))
+
+
+def workload_trace(spec: str, *, seed: int, scale: int = 1) -> Trace:
+    """The trace of a spec, seeded and, like a CSV trace, scaled to `scale` jittered copies
+    (named `-x{scale}`). Raises WorkloadError for a bad spec."""
+    trace = generate(parse_workload(spec), seed=seed)
+    if scale == 1:
+        return trace
+    scaled = scale_trace(trace, scale=scale, seed=seed)
+    return replace(scaled, name=f"{trace.name}-x{scale}")
 
 
 def _pairs(spec: str, rest: str) -> dict[str, str]:
