@@ -106,6 +106,15 @@ def test_help_explains_flags_and_env_vars():
     assert run("nonsense").returncode == 2
 
 
+def test_unknown_command_is_one_line_with_a_hint():
+    result = run("exportr")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "gpufleet: unknown command 'exportr' (did you mean 'exporter'?); "
+        "run 'gpufleet --help' for the commands\n"
+    )
+
+
 def test_sigterm_shuts_down_gracefully():
     port = free_port()
     # dcgm-exporter spellings a DaemonSet may carry: urfave/cli booleans, DCGM-only flags.
@@ -154,12 +163,42 @@ def test_lab_serves_an_attributed_node():
         pytest.param(
             ("--address", "nonsense"), 2, "--address: listen address 'nonsense'", id="bad-address"
         ),
+        # issue 15: these were 40-line tracebacks after "lab running"
+        pytest.param(
+            ("--interval-ms", "1"),
+            2,
+            "invalid --interval-ms: 1 ms is below the 100 ms minimum",
+            id="interval-in-seconds",
+        ),
+        pytest.param(("--replicas", "0"), 2, "--replicas: 0 is below the minimum", id="replicas"),
+        pytest.param(
+            ("--churn-seconds", "-1"), 2, "--churn-seconds: -1 is below", id="negative-churn"
+        ),
+        pytest.param(("--intervall-ms", "5"), 2, "(did you mean '--interval-ms'?)", id="flag-typo"),
     ],
 )
 def test_lab_bad_input_is_one_line_not_a_traceback(args, code: int, message: str):
     result = run("lab", *args)
     assert result.returncode == code
     assert message in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "lab running" not in result.stderr
+
+
+def test_lab_help_describes_the_default_node():
+    """Issue 15: the help said "6 whole H100s"; it must count what the lab builds."""
+    from gpufleet.lab.node import NodeLayout, SimNode
+
+    with SimNode(NodeLayout(), with_kubelet=False) as node:
+        pods = list(node.pods.values())
+        gpus = node.sim.devices
+    whole = sum(p.resource_name == "nvidia.com/gpu" for p in pods)
+    shared_gpus = {p.device_ids[0].split("::")[0] for p in pods if "::" in p.device_ids[0]}
+    mig_gpus = [g for g in gpus if g.mig_enabled]
+    help_text = " ".join(run("lab", "--help").stdout.split())
+    assert f"{len(gpus)} H100s ({whole} whole GPUs" in help_text
+    assert f"{len(shared_gpus)} time-sliced {NodeLayout().replicas} ways" in help_text
+    assert f"{len(mig_gpus)} split into {len(mig_gpus[0].mig)} MIG slices each" in help_text
+    assert f"({len(pods)} pods)" in help_text
 
 
 def test_lab_on_a_busy_port_says_so_and_exits_1():
@@ -171,3 +210,4 @@ def test_lab_on_a_busy_port_says_so_and_exits_1():
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
+    assert "lab running" not in result.stderr  # issue 15: it said so before failing

@@ -8,13 +8,13 @@ Pure: the caller reads the file. No I/O, no logging; warnings are returned as st
 guess a value: a wrong type or an unknown choice is an error, not a default.
 """
 
-import difflib
 import json
 import re
 from typing import Any
 
 import yaml
 
+from gpufleet.core.messages import did_you_mean
 from gpufleet.plugin.core.config import (
     DEVICE_DISCOVERY_STRATEGIES,
     DEVICE_ID_STRATEGIES,
@@ -107,10 +107,8 @@ def _describe(value: Any) -> str:
 
 
 def _unknown(key: str, keys: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, keys, n=1)
-    if close:
-        return f"unknown key (did you mean {close[0]!r}?)"
-    return f"unknown key (expected one of: {', '.join(keys)})"
+    hint = did_you_mean(key, keys) or f" (expected one of: {', '.join(keys)})"
+    return f"unknown key{hint}"
 
 
 # file key -> (Flags attribute, bool or the allowed strings; () means any string)
