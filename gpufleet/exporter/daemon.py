@@ -98,9 +98,16 @@ def load_selection(path: Path) -> Selection:
     if path == DCGM_DEFAULT_COLLECTORS and not path.exists():
         path = EMBEDDED_COLLECTORS
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise StartupError(f"counters file {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise StartupError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the CSV as UTF-8"
+        ) from None
     try:
         rows = parse_counters(text, source=str(path))
     except CountersError as exc:

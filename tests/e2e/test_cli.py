@@ -39,6 +39,16 @@ def test_bad_counters_line_names_file_and_line(tmp_path: Path):
     assert f"{csv}:3:" in result.stderr
 
 
+def test_counters_file_that_is_not_utf8_names_file_and_line(tmp_path: Path):
+    """Issue 15: a Latin-1 help text gave a raw UnicodeDecodeError."""
+    csv = tmp_path / "latin1.csv"
+    csv.write_bytes(b"# mine\nDCGM_FI_DEV_GPU_TEMP, gauge, Temp\xe9rature (in C).\n")
+    result = run("exporter", "--fake-gpus", "-a", "127.0.0.1:0", "-f", str(csv))
+    assert result.returncode == 1
+    assert f"{csv}:2: not UTF-8 text (byte 0xe9)" in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+
+
 def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
     csv = tmp_path / "c.csv"
     csv.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_NOT_A_FIELD, gauge, x\n")
