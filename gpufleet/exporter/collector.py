@@ -24,7 +24,7 @@ from gpufleet.exporter.core.counters import Selection
 from gpufleet.exporter.core.fields import CLOCK_EVENT_REASONS_FIELD, CLOCK_EVENTS_COUNT_FIELD
 from gpufleet.exporter.core.render import Exposition, render
 from gpufleet.exporter.core.samples import Entity, EntitySample, NodeSample
-from gpufleet.exporter.core.selection import FLEX, DeviceSelector, select_entities
+from gpufleet.exporter.core.selection import FLEX, DeviceSelector, select_entities, selected
 from gpufleet.exporter.core.selfmetrics import SelfStats, ServerStats, self_families
 from gpufleet.exporter.core.series import SeriesOptions, build_families
 from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
@@ -91,6 +91,8 @@ class Collector:
         self._collections = 0
         self._cpu_seconds = 0.0
         self._entities: tuple[Entity, ...] = ()
+        self._selected: int | None = None  # entities -d reports, as of the last discovery
+        self._started = False  # a first collection ran
         self._discovered_at = float("-inf")
         self._xid: XidWatcher | None = None
         self._index_key: tuple[object, tuple[Entity, ...]] | None = None
@@ -106,6 +108,12 @@ class Collector:
         with self._errors_lock:
             self._errors[kind] += 1
 
+    def discover(self) -> tuple[Entity, ...]:
+        """Discover the node's GPUs and MIG instances now (the first collection then does
+        not); returns them. For startup checks before the loop starts."""
+        self._discover(self._clock())
+        return self._entities
+
     def _discover(self, now: float) -> None:
         entities = self._reader.discover()
         self._discovered_at = now
@@ -118,6 +126,17 @@ class Collector:
             self._xid = XidWatcher(self._lib, gpus, initial=previous, clock=self._clock)
             self._xid.start()
         self._entities = entities
+        count = len(selected(entities, self._config.devices))
+        if count == 0 and self._selected != 0 and self._started:  # once per time it happens
+            self._warn_nothing_selected()
+        self._selected = count
+
+    def _warn_nothing_selected(self) -> None:
+        log.warning(
+            "-d/--devices selects none of this node's %d GPUs and MIG instances: only "
+            "self-metrics are served (gpufleet_exporter_entities is 0)",
+            len(self._entities),
+        )
 
     def _attribution_index(self) -> attribution.AttributionIndex:
         view = self._kubelet.view() if self._kubelet else EMPTY_VIEW
@@ -141,6 +160,10 @@ class Collector:
         start, cpu_start = self._clock(), time.thread_time()
         if start - self._discovered_at >= self._config.rediscover_seconds:
             self._discover(start)
+        if not self._started:  # a startup check may have discovered before the loop ran
+            self._started = True
+            if self._selected == 0:
+                self._warn_nothing_selected()
         samples, errors = self._reader.collect(start)
         samples = select_entities(samples, self._config.devices)
         if errors.get("gpu_lost"):  # a GPU may come back; look again soon
@@ -220,6 +243,7 @@ class Collector:
             collection_cpu_seconds_total=self._cpu_seconds,
             last_success_timestamp_seconds=wall,
             series=sum(len(f.samples) for f in families),
+            entities_selected=self._selected,
             errors_total=errors,
             kubelet_errors_total=kubelet_errors,
             kubelet_last_success_timestamp_seconds=(

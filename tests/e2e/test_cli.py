@@ -77,6 +77,21 @@ def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
         (["--compat", "9"], 2, "invalid flag --compat"),
         (["--kubernetes=yes"], 2, "invalid flag --kubernetes: 'yes' is not a boolean"),
         (["--fake-gpus", "--devices", "q"], 1, "--devices"),
+        (
+            ["--fake-gpus", "-a", "127.0.0.1:0", "-d", "g:\u00b2"],
+            1,
+            "--devices 'g:\u00b2': bad range",
+        ),
+        (
+            ["--fake-gpus", "-a", "127.0.0.1:0", "-d", "g:0-99"],
+            1,
+            "--devices 'g:0-99': no GPU 8-99 on this node (GPUs: 0-7)",
+        ),
+        (
+            ["--fake-gpus", "-a", "127.0.0.1:0", "-d", "i:5"],
+            1,
+            "--devices 'i:5': no MIG instances on GPU 5 on this node",
+        ),
         (["--fake-gpus", "--address", "nope"], 1, "--address"),
         (["--sim-fleet", "8xH900"], 1, "H900"),
         (["--fake-gpus", "--web-config-file", "/nonexistent/web.yml"], 1, "/nonexistent/web.yml"),
@@ -88,6 +103,9 @@ def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
         "bad choice",
         "bad boolean",
         "bad device selector",
+        "device index not a digit",
+        "device range past the last GPU",
+        "instances of a GPU without MIG",
         "bad address",
         "unknown simulated model",
         "missing web config",
@@ -98,6 +116,32 @@ def test_startup_errors_exit_non_zero_naming_the_input(args, code, message):
     result = run("exporter", *args)
     assert result.returncode == code, result.stderr
     assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_selection_matching_nothing_is_warned_and_counted():
+    """Issue 15: `-d i` on a node without MIG served nothing, silently. Without a range it
+    still runs (a DaemonSet spans nodes that differ), says so once, and reports 0."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*GPUFLEET, "exporter", "--fake-gpus", "-a", f"127.0.0.1:{port}", "-c", "100", "-d", "i"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        wait_for(
+            lambda: (
+                "\ngpufleet_exporter_entities 0\n" in get(f"http://127.0.0.1:{port}/metrics")[1]
+            ),
+            what="the entities gauge at 0",
+        )
+        assert "DCGM_FI_DEV_GPU_TEMP{" not in get(f"http://127.0.0.1:{port}/metrics")[1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert err.count("-d/--devices selects none of this node's 8 GPUs") == 1
 
 
 def test_no_gpu_gives_a_hint_not_a_traceback():

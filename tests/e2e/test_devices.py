@@ -43,3 +43,4 @@ def test_devices_selects_the_reported_entities(node, exporter_for, devices, expe
     want = expected(node)
     assert len(want) > 1
     wait_for(lambda: entities(exporter.metrics()) == want, what=f"entities of -d {devices}")
+    assert f"\ngpufleet_exporter_entities {len(want)}\n" in exporter.metrics()

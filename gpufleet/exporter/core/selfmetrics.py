@@ -38,6 +38,7 @@ class SelfStats:
     collection_cpu_seconds_total: float  # CPU spent collecting, all collections
     last_success_timestamp_seconds: float
     series: int  # GPU series in this exposition (self-metrics excluded)
+    entities_selected: int | None = None  # entities -d reports; None before a discovery
     errors_total: Mapping[str, int]  # collection errors by kind, cumulative
     kubelet_errors_total: Mapping[str, int]  # pod-resources / checkpoint errors by kind
     kubelet_last_success_timestamp_seconds: float | None
@@ -105,6 +106,13 @@ FAMILIES: tuple[tuple[str, MetricType, str, _Read], ...] = (
         _value("last_success_timestamp_seconds"),
     ),
     ("series", G, "GPU series served (self-metrics excluded).", _value("series")),
+    (
+        "entities",
+        G,
+        "GPUs and MIG instances the -d/--devices selection reports, as of the last discovery; "
+        "0: the selection matches nothing on this node.",
+        _value("entities_selected"),
+    ),
     (
         "errors_total",
         C,
