@@ -253,6 +253,8 @@ class Collector:
             requests_total=dict(server.requests_total) if server else {},
             request_seconds_total=dict(server.request_seconds_total) if server else {},
             write_timeouts_total=server.write_timeouts_total if server else 0,
+            bad_requests_total=server.bad_requests_total if server else 0,
+            accept_errors_total=server.accept_errors_total if server else 0,
             resident_memory_bytes=rss,
             process_cpu_seconds_total=cpu,
         )
