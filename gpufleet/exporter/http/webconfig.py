@@ -201,13 +201,13 @@ class _FieldError(Exception):
 
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys, as Go's yaml.UnmarshalStrict does, and turns
-    every value a tag cannot build (`!!timestamp x`, `2023-13-01`, `!!int x`) into a
+    every value a tag cannot build (`!!timestamp x`, `2023-13-01`, `!!bool ""`) into a
     YAMLError at its line instead of a bare ValueError."""
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep=deep)
-        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+        except (ValueError, TypeError, AttributeError, LookupError, OverflowError) as exc:
             value = shown(node.value) if isinstance(node, yaml.ScalarNode) else "this value"
             why = f" ({exc})" if isinstance(exc, ValueError) else ""  # others are PyYAML's
             problem = f"{value} is not a valid {node.tag.rpartition(':')[2]}{why}"
