@@ -69,7 +69,7 @@ def test_without_report_the_table_goes_to_stdout(trace, capsys):
     ("argv", "message"),
     [
         ([], "gpufleet simulate: error: flag --trace is required"),
-        (["--trace", "{trace}", "--policy", "vpa"], "invalid flag --policy: Value error, unknown"),
+        (["--trace", "{trace}", "--policy", "vpa"], "invalid flag --policy: unknown"),
         (["--trace", "{trace}", "--scale", "0"], "invalid flag --scale"),
         (["--trace", "{trace}", "--bogus"], "unrecognized arguments: --bogus"),
         (["--trace", "{dir}/missing.csv"], "invalid flag --trace: {dir}/missing.csv: cannot read"),
