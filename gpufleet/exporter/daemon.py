@@ -230,10 +230,14 @@ async def run(
     # switch interval a scrape arriving then waits up to 5 ms. 1 ms bounds that wait
     # for a small cost in thread switches (BENCHMARKS.md has the p99 either way).
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-    ssl_context = prepared.web_config.ssl_context() if prepared.web_config else None
-    server = await start_server(
-        parts.app, host=prepared.host, port=prepared.port, ssl_context=ssl_context
-    )
+    try:
+        ssl_context = prepared.web_config.ssl_context() if prepared.web_config else None
+        server = await start_server(
+            parts.app, host=prepared.host, port=prepared.port, ssl_context=ssl_context
+        )
+    except BaseException:  # the discovery above started the XID watcher: stop it
+        parts.collector.close()
+        raise
     if parts.kubelet:
         parts.kubelet.start()
     parts.loop.start()
