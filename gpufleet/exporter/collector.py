@@ -92,7 +92,7 @@ class Collector:
         self._cpu_seconds = 0.0
         self._entities: tuple[Entity, ...] = ()
         self._selected: int | None = None  # entities -d reports, as of the last discovery
-        self._started = False  # a first collection ran
+        self._said_nothing_selected = False
         self._discovered_at = float("-inf")
         self._xid: XidWatcher | None = None
         self._index_key: tuple[object, tuple[Entity, ...]] | None = None
@@ -126,17 +126,7 @@ class Collector:
             self._xid = XidWatcher(self._lib, gpus, initial=previous, clock=self._clock)
             self._xid.start()
         self._entities = entities
-        count = len(selected(entities, self._config.devices))
-        if count == 0 and self._selected != 0 and self._started:  # once per time it happens
-            self._warn_nothing_selected()
-        self._selected = count
-
-    def _warn_nothing_selected(self) -> None:
-        log.warning(
-            "-d/--devices selects none of this node's %d GPUs and MIG instances: only "
-            "self-metrics are served (gpufleet_exporter_entities is 0)",
-            len(self._entities),
-        )
+        self._selected = len(selected(entities, self._config.devices))
 
     def _attribution_index(self) -> attribution.AttributionIndex:
         view = self._kubelet.view() if self._kubelet else EMPTY_VIEW
@@ -160,10 +150,14 @@ class Collector:
         start, cpu_start = self._clock(), time.thread_time()
         if start - self._discovered_at >= self._config.rediscover_seconds:
             self._discover(start)
-        if not self._started:  # a startup check may have discovered before the loop ran
-            self._started = True
-            if self._selected == 0:
-                self._warn_nothing_selected()
+        nothing_selected = self._selected == 0
+        if nothing_selected and not self._said_nothing_selected:  # once each time it happens
+            log.warning(
+                "-d/--devices selects none of this node's %d GPUs and MIG instances: only "
+                "self-metrics are served (gpufleet_exporter_entities is 0)",
+                len(self._entities),
+            )
+        self._said_nothing_selected = nothing_selected
         samples, errors = self._reader.collect(start)
         samples = select_entities(samples, self._config.devices)
         if errors.get("gpu_lost"):  # a GPU may come back; look again soon

@@ -108,9 +108,10 @@ async def _run(args: argparse.Namespace) -> None:
         )
 
         def listening(port: int) -> None:  # only now: a busy port must not say "running"
+            host = prepared.host or "localhost"
             log.info(
                 "lab running: open http://%s:%d/metrics (Ctrl-C to stop)",
-                prepared.host or "localhost",
+                f"[{host}]" if ":" in host else host,
                 port,
                 extra={"fields": {"fleet": args.fleet, "pods": len(node.pods)}},
             )
