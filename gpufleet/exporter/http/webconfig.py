@@ -354,8 +354,9 @@ def _parse_headers(raw: object) -> dict[str, str]:
             raise _FieldError(_path(where, name), "this HTTP header can not be configured")
         if not isinstance(value, str):
             raise _FieldError(f"{where}.{name}", "must be a string")
+        _text(value, f"{where}.{name}")
         # Sent on every response: a control character would fail each one at runtime.
-        if not value.isprintable() or _text(value, f"{where}.{name}") != value:
+        if not value.isprintable():
             raise _FieldError(f"{where}.{name}", "must not contain control characters")
         allowed = _EXTRA_HEADERS[name]
         if allowed and value not in allowed:
