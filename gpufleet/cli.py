@@ -14,6 +14,7 @@ commands:
 
 Run 'gpufleet <command> --help' for the command's options.
 """
+COMMANDS = ("exporter", "plugin", "autoscaler", "lab", "simulate", "version")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,7 +39,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpufleet {__version__}")
         return 0
     else:
-        print(f"gpufleet: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
+        from gpufleet.core.messages import did_you_mean
+
+        hint = did_you_mean(command, COMMANDS)
+        print(
+            f"gpufleet: unknown command {command!r}{hint}; run 'gpufleet --help' for the commands",
+            file=sys.stderr,
+        )
         return 2
     return run(rest)
 

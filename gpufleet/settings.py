@@ -8,7 +8,7 @@ env var and its default can never drift apart. Precedence: flag > env var > defa
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import AliasChoices, Field, ValidationError
@@ -16,6 +16,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 from gpufleet import __version__
+from gpufleet.core.messages import did_you_mean, shown
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -157,6 +158,24 @@ class JoinAction(argparse.Action):
         setattr(namespace, self.dest, values if previous is None else f"{previous},{values}")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, printed first: the problem, a
+    did-you-mean for a mistyped flag, and where the usage is; not 20-40 lines of usage
+    with the one useful line at the bottom. Exits 2, as argparse does."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            flag = next((e.partition("=")[0] for e in extras if e.startswith("-")), "")
+            flags = [o for action in self._actions for o in action.option_strings]
+            hint = did_you_mean(flag, flags) if flag else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}; run '{self.prog} --help' for usage\n")
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Shows a boolean as `-k, --kubernetes[=BOOL], --no-kubernetes`."""
 
@@ -177,7 +196,7 @@ def build_parser(
     Defaults are suppressed so that only flags actually given override env vars. Booleans
     use `BoolAction`, repeatable strings `JoinAction`. `--version` prints the version.
     """
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=prog, description=description, allow_abbrev=False, formatter_class=_HelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
@@ -254,8 +273,26 @@ def _describe(settings_cls: type[BaseSettings], exc: ValidationError, given: dic
             where = f"env var {_env_name(info)}"
         else:
             where = f"setting {name}"
-        lines.append(f"invalid {where}: {err['msg']} (got {err.get('input')!r})")
+        lines.append(f"invalid {where}: {_message(err)}")
     return "; ".join(lines)
+
+
+def _message(err: Any) -> str:
+    """One pydantic error as the validator worded it (without pydantic's "Value error, "
+    in front), and the value it got, bounded."""
+    error = (err.get("ctx") or {}).get("error") if err["type"] == "value_error" else None
+    message = str(error) if error is not None else err["msg"]
+    return f"{message} (got {shown(err.get('input'))})"
+
+
+def describe_validation_error(exc: ValidationError, *, flags: Mapping[str, str]) -> str:
+    """A ValidationError of settings a command built from its own flags, as one line naming
+    the flag `flags` maps each field to (or the field)."""
+    return "; ".join(
+        f"invalid {flags.get(str(err['loc'][0]), str(err['loc'][0])) if err['loc'] else '?'}: "
+        f"{_message(err)}"
+        for err in exc.errors()
+    )
 
 
 def settings_from_argv(

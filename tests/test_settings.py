@@ -55,24 +55,55 @@ def test_precedence(argv, env, field, expected, monkeypatch):
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
-        (["-c", "3"], {}, "invalid flag --collect-interval: Value error, 3 ms is below"),
+        (["-c", "3"], {}, "invalid flag --collect-interval: 3 ms is below"),
+        (["-c", "3"], {}, r"in milliseconds \(did you mean 3000\?\) \(got '3'\)$"),
+        # issue 15: 0 is no slip of units, so no "did you mean 0?"
+        (
+            ["-c", "0"],
+            {},
+            r"0 ms is below the 100 ms minimum; the interval is in milliseconds "
+            r"\(got '0'\)$",
+        ),
         ([], {"DCGM_EXPORTER_INTERVAL": "3"}, "invalid env var DCGM_EXPORTER_INTERVAL"),
         ([], {"DCGM_EXPORTER_INTERVAL": "soon"}, "invalid env var DCGM_EXPORTER_INTERVAL"),
         (["--compat", "5.0"], {}, "invalid flag --compat"),
         ([], {"DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE": "x"}, "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE"),
     ],
-    ids=["ms footgun flag", "ms footgun env", "not a number", "bad choice", "bad env choice"],
+    ids=[
+        "ms footgun flag",
+        "ms footgun hint",
+        "zero has no hint",
+        "ms footgun env",
+        "not a number",
+        "bad choice",
+        "bad env choice",
+    ],
 )
 def test_bad_values_name_the_flag_or_env(argv, env, message, monkeypatch):
-    with pytest.raises(SettingsError, match=message.replace("(", r"\(")):
+    with pytest.raises(SettingsError, match=message) as exc:
         load(argv, monkeypatch, env)
+    assert "Value error" not in str(exc.value)  # issue 15: pydantic's prefix is noise
 
 
-def test_unknown_flag_exits_2(monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag;"),
+        (["--colectors", "x"], "--colectors x (did you mean '--collectors'?)"),
+        (["--kubernetes-enable-pod-label=1"], "(did you mean '--kubernetes-enable-pod-labels'?)"),
+        (["-c"], "argument -c/--collect-interval: expected one argument"),
+        (["stray"], "unrecognized arguments: stray;"),
+    ],
+    ids=["unknown", "typo", "typo with value", "missing value", "positional"],
+)
+def test_flag_errors_are_one_line_first(argv, message, monkeypatch, capsys):
+    """Issue 15: the error and a did-you-mean, not 20-38 lines of usage before them."""
     with pytest.raises(SystemExit) as exc:
-        load(["--no-such-flag"], monkeypatch)
+        load(argv, monkeypatch)
     assert exc.value.code == 2
-    assert "--no-such-flag" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpufleet exporter: error: ")
+    assert message in err and err.endswith("run 'gpufleet exporter --help' for usage\n")
 
 
 def test_help_lists_flags_with_env_vars(capsys):

@@ -22,7 +22,7 @@ def parse_listen_address(text: str) -> tuple[str | None, int]:
             raise ValueError(f"listen address {text!r}: missing port, e.g. :9400")
         if ":" in host:
             raise ValueError(f"listen address {text!r}: put an IPv6 host in brackets: [::1]:9400")
-    if not port.isascii() or not port.isdigit() or int(port) > 65535:
+    if not port.isascii() or not port.isdigit() or len(port) > 10 or int(port) > 65535:
         raise ValueError(f"listen address {text!r}: port must be a number from 0 to 65535")
     if any(c.isspace() for c in host):
         raise ValueError(f"listen address {text!r}: the host contains whitespace")

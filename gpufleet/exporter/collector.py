@@ -27,7 +27,7 @@ from gpufleet.exporter.core.fields import CLOCK_EVENT_REASONS_FIELD, CLOCK_EVENT
 from gpufleet.exporter.core.gpustatus import GpuStatus
 from gpufleet.exporter.core.render import Exposition, render
 from gpufleet.exporter.core.samples import Entity, EntitySample, NodeSample
-from gpufleet.exporter.core.selection import FLEX, DeviceSelector, select_entities
+from gpufleet.exporter.core.selection import FLEX, DeviceSelector, select_entities, selected
 from gpufleet.exporter.core.selfmetrics import SelfStats, ServerStats, self_families
 from gpufleet.exporter.core.series import SeriesOptions, build_families
 from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
@@ -102,6 +102,8 @@ class Collector:
         self._collections = 0
         self._cpu_seconds = 0.0
         self._entities: tuple[Entity, ...] = ()
+        self._selected: int | None = None  # entities -d reports, as of the last discovery
+        self._said_nothing_selected = False
         self._discovered_at = float("-inf")
         self._xid: XidWatcher | None = None
         self._index_key: tuple[object, object, tuple[Entity, ...]] | None = None
@@ -118,6 +120,12 @@ class Collector:
         with self._errors_lock:
             self._errors[kind] += 1
 
+    def discover(self) -> tuple[Entity, ...]:
+        """Discover the node's GPUs and MIG instances now (the first collection then does
+        not); returns them. For startup checks before the loop starts."""
+        self._discover(self._clock())
+        return self._entities
+
     def _discover(self, now: float) -> None:
         entities = self._reader.discover()
         self._discovered_at = now
@@ -130,6 +138,7 @@ class Collector:
             self._xid = XidWatcher(self._lib, gpus, initial=previous, clock=self._clock)
             self._xid.start()
         self._entities = entities
+        self._selected = len(selected(entities, self._config.devices))
 
     def _attribution_index(self) -> attribution.AttributionIndex:
         view = self._kubelet.view() if self._kubelet else EMPTY_VIEW
@@ -164,6 +173,14 @@ class Collector:
         start, cpu_start = self._clock(), time.thread_time()
         if start - self._discovered_at >= self._config.rediscover_seconds:
             self._discover(start)
+        nothing_selected = self._selected == 0
+        if nothing_selected and not self._said_nothing_selected:  # once each time it happens
+            log.warning(
+                "-d/--devices selects none of this node's %d GPUs and MIG instances: only "
+                "self-metrics are served (gpufleet_exporter_entities is 0)",
+                len(self._entities),
+            )
+        self._said_nothing_selected = nothing_selected
         samples, errors = self._reader.collect(start)
         status = self._gpu_status
         gpus = status.gpus(samples, self._entities) if status.selected else {}
@@ -250,6 +267,7 @@ class Collector:
             collection_cpu_seconds_total=self._cpu_seconds,
             last_success_timestamp_seconds=wall,
             series=sum(len(f.samples) for f in families),
+            entities_selected=self._selected,
             errors_total=errors,
             kubelet_errors_total=kubelet_errors,
             kube_api_errors_total=self._kube.errors() if self._kube else {},
@@ -260,6 +278,8 @@ class Collector:
             requests_total=dict(server.requests_total) if server else {},
             request_seconds_total=dict(server.request_seconds_total) if server else {},
             write_timeouts_total=server.write_timeouts_total if server else 0,
+            bad_requests_total=server.bad_requests_total if server else 0,
+            accept_errors_total=server.accept_errors_total if server else 0,
             resident_memory_bytes=rss,
             process_cpu_seconds_total=cpu,
         )

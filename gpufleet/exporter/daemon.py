@@ -26,7 +26,7 @@ from gpufleet.exporter.core.counters import CountersError, Selection, parse_coun
 from gpufleet.exporter.core.fields import CATALOG
 from gpufleet.exporter.core.podmeta import parse_allowlist
 from gpufleet.exporter.core.profiles import HostnameLabel, Profile
-from gpufleet.exporter.core.selection import DeviceSelector, parse_devices
+from gpufleet.exporter.core.selection import DeviceSelector, missing, parse_devices
 from gpufleet.exporter.core.selfmetrics import ServerStats
 from gpufleet.exporter.core.series import SeriesOptions
 from gpufleet.exporter.http.server import build_app, start_server
@@ -101,9 +101,16 @@ def load_selection(path: Path) -> Selection:
     if path == DCGM_DEFAULT_COLLECTORS and not path.exists():
         path = EMBEDDED_COLLECTORS
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise StartupError(f"counters file {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise StartupError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the CSV as UTF-8"
+        ) from None
     return selection_from_text(text, source=str(path), what="counters file")
 
 
@@ -180,7 +187,7 @@ def prepare(settings: ExporterSettings) -> Prepared:
     try:
         devices = parse_devices(settings.devices)
     except ValueError as exc:
-        raise StartupError(f"--devices: {exc}") from None
+        raise StartupError(f"--devices {exc}") from None
     try:
         web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
     except (WebConfigError, OSError) as exc:
@@ -301,15 +308,21 @@ async def run(
     stop: asyncio.Event,
     on_listening: Callable[[int], None] | None = None,
 ) -> bool:
-    """Listen, start the parts, wait for `stop`, then stop them; see `serve`."""
+    """Check -d against the node, listen, start the parts, wait for `stop`, then stop
+    them; see `serve`. Raises StartupError when a -d range names what the node lacks."""
+    check_devices(parts.collector, prepared)
     # A collection holds the interpreter for ~10 ms of Python; with the default 5 ms
     # switch interval a scrape arriving then waits up to 5 ms. 1 ms bounds that wait
     # for a small cost in thread switches (BENCHMARKS.md has the p99 either way).
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-    ssl_context = prepared.web_config.ssl_context() if prepared.web_config else None
-    server = await start_server(
-        parts.app, host=prepared.host, port=prepared.port, ssl_context=ssl_context
-    )
+    try:
+        ssl_context = prepared.web_config.ssl_context() if prepared.web_config else None
+        server = await start_server(
+            parts.app, host=prepared.host, port=prepared.port, ssl_context=ssl_context
+        )
+    except BaseException:  # the discovery above started the XID watcher: stop it
+        parts.collector.close()
+        raise
     if parts.kubelet:
         parts.kubelet.start()
     if parts.kube:
@@ -359,6 +372,18 @@ async def serve(
     return await run(build(prepared, lib), prepared, stop=stop, on_listening=on_listening)
 
 
+def check_devices(collector: Collector, prepared: Prepared) -> None:
+    """Refuse a -d range that names GPUs (or MIG instances) the node lacks, as
+    dcgm-exporter does ("couldn't find requested GPU ID"): such a typo would serve no
+    series for those GPUs while /health says 200. A selection without a range that
+    matches nothing (`-d i` on a node without MIG) is only warned about, by the
+    collector: a DaemonSet spans nodes that differ."""
+    problem = missing(prepared.devices, collector.discover())
+    if problem:
+        collector.close()
+        raise StartupError(f"--devices {prepared.settings.devices!r}: {problem}")
+
+
 def start_nvml(settings: ExporterSettings) -> NvmlBackend:
     """The NVML backend, initialised. Raises StartupError with a hint when NVML is missing."""
     fleet = settings.sim_fleet or ("8xH100" if settings.fake_gpus else None)
@@ -405,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiescent = True  # nothing reached NVML if serving never started
     try:
         quiescent = asyncio.run(run_until_signal())
-    except OSError as exc:  # cannot listen
+    except (OSError, StartupError) as exc:  # cannot listen; -d names what is not there
         log.error("%s", exc)
         return 1
     finally:

@@ -436,9 +436,10 @@ class ExporterSettings(BaseSettings):
     @classmethod
     def _interval_in_ms(cls, value: int) -> int:
         if value < 100:
+            # A hint only where seconds were plausibly meant (0 or less has no reading).
+            hint = f" (did you mean {value * 1000}?)" if value > 0 else ""
             raise ValueError(
-                f"{value} ms is below the 100 ms minimum; the interval is in milliseconds "
-                f"(did you mean {value * 1000}?)"
+                f"{value} ms is below the 100 ms minimum; the interval is in milliseconds{hint}"
             )
         return value
 

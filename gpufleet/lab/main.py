@@ -1,12 +1,12 @@
 """`gpufleet lab`: the whole stack on one machine, on simulated hardware.
 
-For now: a simulated 8-GPU node (6 whole H100s, two of them split into 7 MIG slices each,
-4 time-sliced 22 ways), a fake kubelet with 100+ pods holding those devices, and the real
-exporter attributing them, served at http://127.0.0.1:9400/metrics. Pods come and go
-every few seconds so attribution is visibly live. With `--dra N`, the first N whole GPUs
-go to pods through DRA claims instead, and a fake Kubernetes API server holds the pods and
-the gpu.nvidia.com ResourceSlice the exporter joins them with. Later issues add the plugin,
-Prometheus and the autoscaler.
+For now: a simulated node of 8 H100s (2 whole GPUs with a pod each, 4 time-sliced 22 ways,
+2 split into 7 MIG slices each), a fake kubelet with a pod on every GPU, share and slice
+(104 pods), and the real exporter attributing them, served at
+http://127.0.0.1:9400/metrics. Pods come and go every few seconds so attribution is visibly
+live. With `--dra N`, the first N whole GPUs go to pods through DRA claims instead, and a
+fake Kubernetes API server holds the pods and the gpu.nvidia.com ResourceSlice the exporter
+joins them with. Later issues add the plugin, Prometheus and the autoscaler.
 """
 
 import argparse
@@ -14,29 +14,50 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from pydantic import ValidationError
 
 from gpufleet.core.device_ids import is_replica
 from gpufleet.exporter.daemon import StartupError, install_signal_handlers, prepare, serve
+from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.lab.node import DEFAULT_FLEET, NodeLayout, SimNode
 from gpufleet.logs import setup_logging
+from gpufleet.settings import OneLineParser, describe_validation_error
 
 log = logging.getLogger(__name__)
 
 
+def _at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
+    """An argparse type: a number of `kind` no smaller than `minimum`."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is below the minimum of {minimum}")
+        return value
+
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gpufleet lab",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--address", default="127.0.0.1:9400", help="exporter listen address")
     parser.add_argument("--fleet", default=DEFAULT_FLEET, help="simulated GPUs (fleet spec)")
-    parser.add_argument("--replicas", type=int, default=22, help="time-slicing replicas per GPU")
+    parser.add_argument(
+        "--replicas", type=_at_least(1), default=22, help="time-slicing replicas per GPU"
+    )
     parser.add_argument("--interval-ms", type=int, default=1000, help="collection interval")
     parser.add_argument(
         "--dra",
-        type=int,
+        type=_at_least(0),
         default=0,
         metavar="N",
         help="give the first N whole GPUs to pods through DRA claims of gpu.nvidia.com, "
@@ -45,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--churn-seconds",
-        type=float,
+        type=_at_least(0.0, float),
         default=10.0,
         help="replace one time-sliced pod this often (0: never)",
     )
@@ -66,34 +87,52 @@ async def _churn(node: SimNode, every_seconds: float) -> None:
         log.info("pod replaced", extra={"fields": {"old": old.name, "new": name}})
 
 
-async def _run(args: argparse.Namespace) -> None:
-    layout = NodeLayout(fleet=args.fleet, replicas=args.replicas, dra_gpus=args.dra)
-    with SimNode(layout) as node, contextlib.ExitStack() as stack:
-        kube: dict[str, object] = {}
-        if args.dra:
-            kube = _kube_api(node, stack)
-        settings = node.exporter_settings(
+# The lab's flags that set an exporter setting, for error messages.
+_FLAGS = {"address": "--address", "collect_interval_ms": "--interval-ms"}
+
+
+def _settings(node: SimNode, args: argparse.Namespace, kube: dict[str, object]) -> ExporterSettings:
+    """The exporter's settings for the lab's node; a bad value is a StartupError naming
+    the lab's flag."""
+    try:
+        return node.exporter_settings(
             address=args.address,
             collect_interval_ms=args.interval_ms,
             kubelet_refresh_seconds=1.0,
-            node_name=layout.node_name,
+            node_name=node.layout.node_name,
             **kube,
         )
-        prepared = prepare(settings)
+    except ValidationError as exc:
+        raise StartupError(describe_validation_error(exc, flags=_FLAGS)) from None
+
+
+async def _run(args: argparse.Namespace) -> None:
+    try:
+        node = SimNode(NodeLayout(fleet=args.fleet, replicas=args.replicas, dra_gpus=args.dra))
+    except ValueError as exc:  # the fleet spec
+        raise StartupError(f"--fleet: {exc}") from None
+    with node, contextlib.ExitStack() as stack:
+        kube = _kube_api(node, stack) if args.dra else {}
+        prepared = prepare(_settings(node, args, kube))
         node.sim.nvmlInit()
         stop = asyncio.Event()
         install_signal_handlers(stop)
         churn = (
             asyncio.create_task(_churn(node, args.churn_seconds)) if args.churn_seconds else None
         )
-        log.info(
-            "lab running: open http://%s/metrics (Ctrl-C to stop)",
-            args.address,
-            extra={"fields": {"fleet": args.fleet, "pods": len(node.pods)}},
-        )
+
+        def listening(port: int) -> None:  # only now: a busy port must not say "running"
+            host = prepared.host or "localhost"
+            log.info(
+                "lab running: open http://%s:%d/metrics (Ctrl-C to stop)",
+                f"[{host}]" if ":" in host else host,
+                port,
+                extra={"fields": {"fleet": args.fleet, "pods": len(node.pods)}},
+            )
+
         quiescent = False
         try:
-            quiescent = await serve(prepared, node.sim, stop=stop)
+            quiescent = await serve(prepared, node.sim, stop=stop, on_listening=listening)
         finally:
             if churn:
                 churn.cancel()
@@ -121,10 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(debug=False, json_format=False)
     try:
         asyncio.run(_run(args))
-    except ValueError as exc:  # a bad --fleet spec
-        log.error("--fleet: %s", exc)
-        return 2
-    except StartupError as exc:  # a bad --address (the message names it)
+    except StartupError as exc:  # a bad flag (the message names it)
         log.error("%s", exc)
         return 2
     except OSError as exc:  # cannot listen: the port is taken

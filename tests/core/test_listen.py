@@ -3,6 +3,8 @@
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.core.listen import parse_listen_address
 
@@ -44,3 +46,21 @@ def test_parse_listen_address_rejects(text: str, message: str) -> None:
         parse_listen_address(text)
 
     assert repr(text) in str(caught.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=30),
+        st.from_regex(r"\A\[?[0-9a-z:. \x00]{0,12}\]?:[0-9²٣ ]{0,8}\Z"),
+        st.just(":" + "9" * 5000),
+    )
+)
+def test_listen_addresses_raise_only_value_error_naming_them(text: str) -> None:
+    """Issue 15 fuzz: a 5,000-digit port hit int()'s digit limit and said so."""
+    try:
+        host, port = parse_listen_address(text)
+    except ValueError as exc:
+        assert str(exc).startswith(f"listen address {text!r}:")
+        return
+    assert 0 <= port <= 65535 and (host is None or host == host.strip())

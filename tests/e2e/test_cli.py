@@ -39,6 +39,16 @@ def test_bad_counters_line_names_file_and_line(tmp_path: Path):
     assert f"{csv}:3:" in result.stderr
 
 
+def test_counters_file_that_is_not_utf8_names_file_and_line(tmp_path: Path):
+    """Issue 15: a Latin-1 help text gave a raw UnicodeDecodeError."""
+    csv = tmp_path / "latin1.csv"
+    csv.write_bytes(b"# mine\nDCGM_FI_DEV_GPU_TEMP, gauge, Temp\xe9rature (in C).\n")
+    result = run("exporter", "--fake-gpus", "-a", "127.0.0.1:0", "-f", str(csv))
+    assert result.returncode == 1
+    assert f"{csv}:2: not UTF-8 text (byte 0xe9)" in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+
+
 def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
     csv = tmp_path / "c.csv"
     csv.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_NOT_A_FIELD, gauge, x\n")
@@ -67,6 +77,21 @@ def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
         (["--compat", "9"], 2, "invalid flag --compat"),
         (["--kubernetes=yes"], 2, "invalid flag --kubernetes: 'yes' is not a boolean"),
         (["--fake-gpus", "--devices", "q"], 1, "--devices"),
+        (
+            ["--fake-gpus", "-a", "127.0.0.1:0", "-d", "g:\u00b2"],
+            1,
+            "--devices 'g:\u00b2': bad range",
+        ),
+        (
+            ["--fake-gpus", "-a", "127.0.0.1:0", "-d", "g:0-99"],
+            1,
+            "--devices 'g:0-99': no GPU 8-99 on this node (GPUs: 0-7)",
+        ),
+        (
+            ["--fake-gpus", "-a", "127.0.0.1:0", "-d", "i:5"],
+            1,
+            "--devices 'i:5': no MIG instances on GPU 5 on this node",
+        ),
         (["--fake-gpus", "--address", "nope"], 1, "--address"),
         (["--sim-fleet", "8xH900"], 1, "H900"),
         (["--fake-gpus", "--web-config-file", "/nonexistent/web.yml"], 1, "/nonexistent/web.yml"),
@@ -78,6 +103,9 @@ def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
         "bad choice",
         "bad boolean",
         "bad device selector",
+        "device index not a digit",
+        "device range past the last GPU",
+        "instances of a GPU without MIG",
         "bad address",
         "unknown simulated model",
         "missing web config",
@@ -88,6 +116,32 @@ def test_startup_errors_exit_non_zero_naming_the_input(args, code, message):
     result = run("exporter", *args)
     assert result.returncode == code, result.stderr
     assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_selection_matching_nothing_is_warned_and_counted():
+    """Issue 15: `-d i` on a node without MIG served nothing, silently. Without a range it
+    still runs (a DaemonSet spans nodes that differ), says so once, and reports 0."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*GPUFLEET, "exporter", "--fake-gpus", "-a", f"127.0.0.1:{port}", "-c", "100", "-d", "i"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        wait_for(
+            lambda: (
+                "\ngpufleet_exporter_entities 0\n" in get(f"http://127.0.0.1:{port}/metrics")[1]
+            ),
+            what="the entities gauge at 0",
+        )
+        assert "DCGM_FI_DEV_GPU_TEMP{" not in get(f"http://127.0.0.1:{port}/metrics")[1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert err.count("-d/--devices selects none of this node's 8 GPUs") == 1
 
 
 def test_no_gpu_gives_a_hint_not_a_traceback():
@@ -104,6 +158,15 @@ def test_help_explains_flags_and_env_vars():
         assert needle in result.stdout
     assert run("--help").returncode == 0
     assert run("nonsense").returncode == 2
+
+
+def test_unknown_command_is_one_line_with_a_hint():
+    result = run("exportr")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "gpufleet: unknown command 'exportr' (did you mean 'exporter'?); "
+        "run 'gpufleet --help' for the commands\n"
+    )
 
 
 def test_sigterm_shuts_down_gracefully():
@@ -154,12 +217,42 @@ def test_lab_serves_an_attributed_node():
         pytest.param(
             ("--address", "nonsense"), 2, "--address: listen address 'nonsense'", id="bad-address"
         ),
+        # issue 15: these were 40-line tracebacks after "lab running"
+        pytest.param(
+            ("--interval-ms", "1"),
+            2,
+            "invalid --interval-ms: 1 ms is below the 100 ms minimum",
+            id="interval-in-seconds",
+        ),
+        pytest.param(("--replicas", "0"), 2, "--replicas: 0 is below the minimum", id="replicas"),
+        pytest.param(
+            ("--churn-seconds", "-1"), 2, "--churn-seconds: -1 is below", id="negative-churn"
+        ),
+        pytest.param(("--intervall-ms", "5"), 2, "(did you mean '--interval-ms'?)", id="flag-typo"),
     ],
 )
 def test_lab_bad_input_is_one_line_not_a_traceback(args, code: int, message: str):
     result = run("lab", *args)
     assert result.returncode == code
     assert message in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "lab running" not in result.stderr
+
+
+def test_lab_help_describes_the_default_node():
+    """Issue 15: the help said "6 whole H100s"; it must count what the lab builds."""
+    from gpufleet.lab.node import NodeLayout, SimNode
+
+    with SimNode(NodeLayout(), with_kubelet=False) as node:
+        pods = list(node.pods.values())
+        gpus = node.sim.devices
+    whole = sum(p.resource_name == "nvidia.com/gpu" for p in pods)
+    shared_gpus = {p.device_ids[0].split("::")[0] for p in pods if "::" in p.device_ids[0]}
+    mig_gpus = [g for g in gpus if g.mig_enabled]
+    help_text = " ".join(run("lab", "--help").stdout.split())
+    assert f"{len(gpus)} H100s ({whole} whole GPUs" in help_text
+    assert f"{len(shared_gpus)} time-sliced {NodeLayout().replicas} ways" in help_text
+    assert f"{len(mig_gpus)} split into {len(mig_gpus[0].mig)} MIG slices each" in help_text
+    assert f"({len(pods)} pods)" in help_text
 
 
 def test_lab_on_a_busy_port_says_so_and_exits_1():
@@ -171,3 +264,4 @@ def test_lab_on_a_busy_port_says_so_and_exits_1():
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
+    assert "lab running" not in result.stderr  # issue 15: it said so before failing

@@ -1,9 +1,15 @@
 """`-d/--devices` end to end: which entities the running exporter reports on a node with
 whole GPUs and a MIG-enabled GPU (the `node` fixture: GPUs 0-3 whole, GPU 4 in 7 slices)."""
 
+import socket
+import threading
+
 import pytest
 from helpers import wait_for
+from helpers.e2e import RunningExporter, node_settings
 from prometheus_client.parser import text_string_to_metric_families
+
+from gpufleet.exporter.daemon import StartupError
 
 WHOLE = {(str(g), None) for g in range(4)}
 MIG_PARENT = {("4", None)}
@@ -32,7 +38,7 @@ def slices(node) -> set[tuple[str, str | None]]:
         ("g:1,4", lambda node: {("1", None), ("4", None)}),
     ],
     ids=[
-        "flex-default-drops-mig-parents",
+        "flex-default-mig-parents-keep-only-whole-gpu-fields",
         "g-whole-gpus-including-mig-parents",
         "i-mig-instances-only",
         "g-with-a-range",
@@ -43,3 +49,37 @@ def test_devices_selects_the_reported_entities(node, exporter_for, devices, expe
     want = expected(node)
     assert len(want) > 1
     wait_for(lambda: entities(exporter.metrics()) == want, what=f"entities of -d {devices}")
+    # Under flex the MIG parent is an entity too: it serves its whole-GPU fields only.
+    count = len(want) + (devices == "f")
+    assert f"\ngpufleet_exporter_entities {count}\n" in exporter.metrics()
+
+
+@pytest.mark.parametrize(
+    ("devices", "problem"),
+    [
+        ("g:0-99", "--devices 'g:0-99': no GPU 5-99 on this node (GPUs: 0-4)"),
+        ("i:0-4", "--devices 'i:0-4': no MIG instances on GPU 0-3 on this node"),
+    ],
+    ids=["issue 15: past the last GPU", "issue 15: instances of GPUs without MIG"],
+)
+def test_a_range_naming_what_the_node_lacks_stops_startup(node, devices, problem):
+    exporter = RunningExporter(node_settings(node, devices=devices), node.sim)
+    with pytest.raises(RuntimeError, match="exporter did not start"):
+        exporter.start()
+    assert isinstance(exporter._error, StartupError) and problem in str(exporter._error)
+    exporter._thread.join(15)
+    # The discovery behind the check started the XID watcher; the refusal stopped it.
+    assert not [t for t in threading.enumerate() if t.name == "xid-watcher"]
+
+
+def test_a_busy_port_leaves_no_watcher_running(node):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        settings = node_settings(node, address=f"127.0.0.1:{taken.getsockname()[1]}")
+        exporter = RunningExporter(settings, node.sim)
+        with pytest.raises(RuntimeError, match="exporter did not start"):
+            exporter.start()
+    exporter._thread.join(15)
+    assert isinstance(exporter._error, OSError)
+    assert not [t for t in threading.enumerate() if t.name == "xid-watcher"]

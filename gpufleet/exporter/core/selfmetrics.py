@@ -18,14 +18,24 @@ class ServerStats:
 
     `requests_total` is keyed by (route, status), the route being the matched path or
     "other" (unknown paths must not grow the key set); `request_seconds_total` by route.
+    `bad_requests_total` counts requests that did not parse (they never reach a route);
+    `accept_errors_total` connections that could not be accepted (no file descriptor).
     """
 
-    __slots__ = ("request_seconds_total", "requests_total", "write_timeouts_total")
+    __slots__ = (
+        "accept_errors_total",
+        "bad_requests_total",
+        "request_seconds_total",
+        "requests_total",
+        "write_timeouts_total",
+    )
 
     def __init__(self) -> None:
         self.requests_total: dict[tuple[str, int], int] = {}
         self.request_seconds_total: dict[str, float] = {}
         self.write_timeouts_total = 0
+        self.bad_requests_total = 0
+        self.accept_errors_total = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +48,7 @@ class SelfStats:
     collection_cpu_seconds_total: float  # CPU spent collecting, all collections
     last_success_timestamp_seconds: float
     series: int  # GPU series in this exposition (self-metrics excluded)
+    entities_selected: int | None = None  # entities -d reports; None before a discovery
     errors_total: Mapping[str, int]  # collection errors by kind, cumulative
     kubelet_errors_total: Mapping[str, int]  # pod-resources / checkpoint errors by kind
     kubelet_last_success_timestamp_seconds: float | None
@@ -46,6 +57,8 @@ class SelfStats:
     requests_total: Mapping[tuple[str, int], int]  # (route, HTTP status) -> count
     request_seconds_total: Mapping[str, float]  # route -> seconds spent serving it
     write_timeouts_total: int  # responses abandoned because the client stopped reading
+    bad_requests_total: int = 0  # requests refused because they did not parse
+    accept_errors_total: int = 0  # failed accept() calls (out of file descriptors)
     resident_memory_bytes: int | None
     process_cpu_seconds_total: float | None
 
@@ -107,6 +120,13 @@ FAMILIES: tuple[tuple[str, MetricType, str, _Read], ...] = (
     ),
     ("series", G, "GPU series served (self-metrics excluded).", _value("series")),
     (
+        "entities",
+        G,
+        "GPUs and MIG instances the -d/--devices selection reports, as of the last discovery; "
+        "0: the selection matches nothing on this node.",
+        _value("entities_selected"),
+    ),
+    (
         "errors_total",
         C,
         "Collection errors by kind (a lost GPU, an NVML error, a collection that timed out).",
@@ -147,6 +167,20 @@ FAMILIES: tuple[tuple[str, MetricType, str, _Read], ...] = (
         C,
         "Responses abandoned because the client did not read them within the write timeout.",
         _value("write_timeouts_total"),
+    ),
+    (
+        "http_bad_requests_total",
+        C,
+        "Requests refused with a 4xx because their request line or headers did not parse; "
+        "logged as rate-limited one-line warnings.",
+        _value("bad_requests_total"),
+    ),
+    (
+        "http_accept_errors_total",
+        C,
+        "Connections that could not be accepted for want of file descriptors or memory "
+        "(retried after 1 s); logged as rate-limited one-line warnings.",
+        _value("accept_errors_total"),
     ),
     (
         "kubelet_last_success_timestamp_seconds",

@@ -28,6 +28,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from gpufleet.core.ratelimit import TokenBucket
 from gpufleet.exporter.core.selfmetrics import ServerStats
+from gpufleet.exporter.http.abuse import AcceptErrorHandler, RequestErrorLog
 from gpufleet.exporter.http.store import ExpositionStore
 from gpufleet.exporter.http.webconfig import WebConfig
 
@@ -327,14 +328,19 @@ async def start_server(
     """Listen on host:port (host None: every interface), with TLS when `ssl_context` is set.
 
     `read_timeout_seconds` closes connections idle or stuck before a complete request
-    (dcgm-exporter's 10 s). Raises OSError naming the address when it cannot listen.
+    (dcgm-exporter's 10 s). Requests that do not parse and failed accept() calls are
+    counted in `app[SERVER_STATS]` and logged rate-limited (`abuse`): this installs an
+    exception handler on the running event loop, which stays (see AcceptErrorHandler).
+    Raises OSError naming the address when it cannot listen.
     """
+    stats = app[SERVER_STATS]
     runner = web.AppRunner(
         app,
         handle_signals=False,
         shutdown_timeout=shutdown_timeout_seconds,
         keepalive_timeout=read_timeout_seconds,
         access_log=logging.getLogger("aiohttp.access") if access_log else None,
+        logger=RequestErrorLog(stats),
     )
     await runner.setup()
     try:
@@ -343,6 +349,8 @@ async def start_server(
         await runner.cleanup()
         where = f"[{host}]:{port}" if host and ":" in host else f"{host or ''}:{port}"
         raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror or exc}") from exc
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(AcceptErrorHandler(stats, loop.get_exception_handler()))
     server = RunningServer(runner)
     scheme = "https" if ssl_context is not None else "http"
     log.info("listening on %s (%s)", server.addresses, scheme)

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import bcrypt
 import yaml
 
+from gpufleet.core.messages import shown
 from gpufleet.exporter.http.tls import (
     CIPHER_SUITES,
     CLIENT_AUTH_ALIASES,
@@ -178,8 +179,15 @@ def parse_web_config(text: str, *, source: Path) -> WebConfig:
     try:
         raw = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
         return _parse_root(raw, base_dir=source.parent, source=source)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else str(source)
+        problem = " ".join(str(exc.problem or exc.context or "").split())
+        raise WebConfigError(f"{where}: invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
-        raise WebConfigError(f"{source}: invalid YAML: {exc}") from None
+        raise WebConfigError(f"{source}: invalid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise WebConfigError(f"{source}: invalid YAML: nested too deeply") from None
     except _FieldError as exc:
         raise WebConfigError(f"{source}: {exc.key_path}: {exc.problem}") from None
 
@@ -192,15 +200,34 @@ class _FieldError(Exception):
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys, as Go's yaml.UnmarshalStrict does."""
+    """SafeLoader that refuses duplicate keys, as Go's yaml.UnmarshalStrict does, and turns
+    every value a tag cannot build (`!!timestamp x`, `2023-13-01`, `!!bool ""`) into a
+    YAMLError at its line instead of a bare ValueError."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, AttributeError, LookupError, OverflowError) as exc:
+            value = shown(node.value) if isinstance(node, yaml.ScalarNode) else "this value"
+            why = f" ({exc})" if isinstance(exc, ValueError) else ""  # others are PyYAML's
+            problem = f"{value} is not a valid {node.tag.rpartition(':')[2]}{why}"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if not isinstance(node, yaml.MappingNode):  # `!!set x`: the base class says so
+            return super().construct_mapping(node, deep=deep)
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if key in seen:
+            try:
+                repeated = key in seen
+            except TypeError:  # `[a]: b`: Go cannot have a list as a key either
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                    None, None, "a mapping key must be a scalar", key_node.start_mark
+                ) from None
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {shown(key)}", key_node.start_mark
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
@@ -271,7 +298,7 @@ def _client_auth(name: str) -> ClientAuth:
     except ValueError:
         expected = ", ".join(member.value for member in ClientAuth)
         raise _FieldError(
-            "tls_server_config.client_auth_type", f"invalid value {name!r} (one of {expected})"
+            "tls_server_config.client_auth_type", f"invalid value {shown(name)} (one of {expected})"
         ) from None
 
 
@@ -282,7 +309,7 @@ def _tls_version(tls: Mapping[str, object], key: str, default: ssl.TLSVersion) -
     if name not in TLS_VERSIONS:
         raise _FieldError(
             f"tls_server_config.{key}",
-            f"unknown TLS version {name!r} (one of {', '.join(TLS_VERSIONS)})",
+            f"unknown TLS version {shown(name)} (one of {', '.join(TLS_VERSIONS)})",
         )
     return TLS_VERSIONS[name]
 
@@ -296,7 +323,7 @@ def _names(tls: Mapping[str, object], key: str, known: frozenset[str]) -> tuple[
         raise _FieldError(where, "must be a list")
     for index, name in enumerate(raw):
         if not isinstance(name, str) or name not in known:
-            raise _FieldError(f"{where}[{index}]", f"unknown name {name!r}")
+            raise _FieldError(f"{where}[{index}]", f"unknown name {shown(name)}")
     return tuple(raw)
 
 
@@ -308,10 +335,10 @@ def _parse_users(raw: object) -> dict[str, bytes]:
     users = {}
     for user, hashed in raw.items():
         if not isinstance(user, str):
-            raise _FieldError(f"basic_auth_users.{user}", "user name must be a string")
+            raise _FieldError(_path("basic_auth_users", user), "user name must be a string")
         match = _BCRYPT_HASH.fullmatch(hashed) if isinstance(hashed, str) else None
         if match is None or not 4 <= int(match["cost"]) <= 31:
-            raise _FieldError(f"basic_auth_users.{user}", "not a bcrypt hash")
+            raise _FieldError(_path("basic_auth_users", user), "not a bcrypt hash")
         users[user] = hashed.encode("ascii")
     return users
 
@@ -324,12 +351,18 @@ def _parse_headers(raw: object) -> dict[str, str]:
         raise _FieldError(where, "must be a mapping of header to value")
     for name, value in raw.items():
         if name not in _EXTRA_HEADERS:
-            raise _FieldError(f"{where}.{name}", "this HTTP header can not be configured")
+            raise _FieldError(_path(where, name), "this HTTP header can not be configured")
         if not isinstance(value, str):
             raise _FieldError(f"{where}.{name}", "must be a string")
+        _text(value, f"{where}.{name}")
+        # Sent on every response: a control character would fail each one at runtime.
+        if not value.isprintable():
+            raise _FieldError(f"{where}.{name}", "must not contain control characters")
         allowed = _EXTRA_HEADERS[name]
         if allowed and value not in allowed:
-            raise _FieldError(f"{where}.{name}", f"expected one of {list(allowed)}, got {value!r}")
+            raise _FieldError(
+                f"{where}.{name}", f"expected one of {list(allowed)}, got {shown(value)}"
+            )
     return dict(raw)
 
 
@@ -350,7 +383,7 @@ def _go_duration_seconds(text: str, where: str) -> float:
     if text == "0":
         return 0.0
     if not re.fullmatch(f"(?:{_GO_DURATION_PART.pattern})+", text):
-        raise _FieldError(where, f"invalid duration {text!r} (e.g. 1s, 250ms, 1m30s)")
+        raise _FieldError(where, f"invalid duration {shown(text)} (e.g. 1s, 250ms, 1m30s)")
     return sum(
         float(number) * _GO_DURATION_UNITS[unit] for number, unit in _GO_DURATION_PART.findall(text)
     )
@@ -363,16 +396,36 @@ def _mapping(raw: object, where: str, allowed: set[str]) -> dict[str, object]:
         raise _FieldError(where or "(top level)", "must be a mapping")
     for key in raw:
         if key not in allowed:
-            raise _FieldError(f"{where}.{key}" if where else str(key), "unknown field")
+            raise _FieldError(_path(where, key), "unknown field")
     return raw
+
+
+def _path(where: str, key: object) -> str:
+    """`where.key`, the key bounded: a key comes from the file and may be anything."""
+    name = key if isinstance(key, str) and len(key) <= 80 else shown(key)
+    return f"{where}.{name}" if where else name
 
 
 def _optional(section: Mapping[str, object], where: str, key: str, kind: type[_T]) -> _T | None:
     value = section.get(key)
     # bool is an int in Python; YAML's `true` must not pass as a number.
+    if isinstance(value, str) and kind is str:
+        return _text(value, f"{where}.{key}")  # type: ignore[return-value]
     if value is None or (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
         return value
-    raise _FieldError(f"{where}.{key}", f"must be a {kind.__name__}, got {value!r}")
+    raise _FieldError(f"{where}.{key}", f"must be a {kind.__name__}, got {shown(value)}")
+
+
+def _text(value: str, where: str) -> str:
+    """A string the file gives: no NUL (not in a path, nor in PEM) and no lone surrogate
+    (YAML's "\\ud800" escape, which no file or TLS library can encode)."""
+    if "\0" in value:
+        raise _FieldError(where, "must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _FieldError(where, "is not valid Unicode text (a lone surrogate)") from None
+    return value
 
 
 def _parse_basic_auth(header_value: str | None) -> tuple[str, bytes] | None:

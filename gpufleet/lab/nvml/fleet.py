@@ -15,8 +15,8 @@ from gpufleet.lab.nvml.models import MODELS, GpuModel, MigProfile
 MAX_GPUS = 64
 # HGX H100 baseboard bus numbers; further GPUs move to the next PCI domain.
 _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
-_PART = re.compile(r"^(\d+)x([A-Za-z0-9]+)(?::(.*))?$")
-_ITEM = re.compile(r"^(?:(\d+)x)?(\d+g\.\d+gb)$")
+_PART = re.compile(r"^([0-9]{1,6})x([A-Za-z0-9]+)(?::(.*))?$")
+_ITEM = re.compile(r"^(?:([0-9]{1,2})x)?([0-9]{1,2}g\.[0-9]{1,3}gb)$")
 _MEMORY_SLICES = 8
 _COMPUTE_SLICES = 7
 

@@ -11,10 +11,10 @@ guess a value: a wrong type or an unknown choice is an error, not a default. Err
 values cut short (`config.show`): a YAML alias bomb must not become a huge message.
 """
 
-import difflib
 import re
 from typing import Any
 
+from gpufleet.core.messages import did_you_mean
 from gpufleet.plugin.core.config import (
     ALLOCATION_POLICIES,
     DEVICE_DISCOVERY_STRATEGIES,
@@ -137,9 +137,8 @@ def _describe(value: Any) -> str:
 
 
 def _unknown(key: str, keys: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, keys, n=1)
-    hint = f"did you mean {close[0]!r}?" if close else f"expected one of: {', '.join(keys)}"
-    return f"unknown key, ignored as NVIDIA's plugin does ({hint})"
+    hint = did_you_mean(key, keys) or f" (expected one of: {', '.join(keys)})"
+    return f"unknown key, ignored as NVIDIA's plugin does{hint}"
 
 
 # file key -> (Flags attribute, bool or the allowed strings; () means any string)

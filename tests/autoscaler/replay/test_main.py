@@ -70,7 +70,7 @@ def test_without_report_the_table_goes_to_stdout(trace, capsys):
     [
         ([], "gpufleet simulate: error: flag --trace or --workload is required"),
         (["--workload", "flash:hieght=3"], "invalid flag --workload: workload 'flash:hieght=3'"),
-        (["--trace", "{trace}", "--policy", "vpa"], "invalid flag --policy: Value error, unknown"),
+        (["--trace", "{trace}", "--policy", "vpa"], "invalid flag --policy: unknown"),
         (["--trace", "{trace}", "--scale", "0"], "invalid flag --scale"),
         (["--trace", "{trace}", "--bogus"], "unrecognized arguments: --bogus"),
         (["--trace", "{dir}/missing.csv"], "invalid flag --trace: {dir}/missing.csv: cannot read"),

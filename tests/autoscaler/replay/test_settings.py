@@ -47,8 +47,8 @@ def test_settings(argv, env, attr, expected, monkeypatch):
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
-        (["--policy", "hpa,vpa"], {}, "invalid flag --policy: Value error, unknown policy 'vpa'"),
-        (["--policy", ","], {}, "invalid flag --policy: Value error, no policy given"),
+        (["--policy", "hpa,vpa"], {}, "invalid flag --policy: unknown policy 'vpa'"),
+        (["--policy", ","], {}, "invalid flag --policy: no policy given"),
         (["--scale", "0"], {}, "invalid flag --scale: Input should be greater than or equal to 1"),
         (["--hpa-target-util", "120"], {}, "invalid flag --hpa-target-util"),
         ([], {"GPUFLEET_SIM_BATCH_SLOTS": "many"}, "invalid env var GPUFLEET_SIM_BATCH_SLOTS"),

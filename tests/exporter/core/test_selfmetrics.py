@@ -16,6 +16,7 @@ STATS = SelfStats(
     collection_cpu_seconds_total=1.5,
     last_success_timestamp_seconds=1.7e9,
     series=123,
+    entities_selected=11,
     errors_total={"timeout": 2, "gpu_lost": 1},
     kubelet_errors_total={"socket_missing": 3},
     kubelet_last_success_timestamp_seconds=1.6e9,
@@ -24,6 +25,8 @@ STATS = SelfStats(
     requests_total={("/metrics", 200): 10, ("/health", 503): 1, ("/metrics", 401): 2},
     request_seconds_total={"/metrics": 0.5, "/health": 0.01},
     write_timeouts_total=5,
+    bad_requests_total=6,
+    accept_errors_total=8,
     resident_memory_bytes=64 << 20,
     process_cpu_seconds_total=9.0,
 )
@@ -36,6 +39,7 @@ EXPECTED = [
     ("gpufleet_exporter_collection_cpu_seconds_total", C, (((), 1.5),)),
     ("gpufleet_exporter_last_success_timestamp_seconds", G, (((), 1.7e9),)),
     ("gpufleet_exporter_series", G, (((), 123),)),
+    ("gpufleet_exporter_entities", G, (((), 11),)),
     (
         "gpufleet_exporter_errors_total",
         C,
@@ -59,6 +63,8 @@ EXPECTED = [
         (((("route", "/health"),), 0.01), ((("route", "/metrics"),), 0.5)),
     ),
     ("gpufleet_exporter_http_write_timeouts_total", C, (((), 5),)),
+    ("gpufleet_exporter_http_bad_requests_total", C, (((), 6),)),
+    ("gpufleet_exporter_http_accept_errors_total", C, (((), 8),)),
     ("gpufleet_exporter_kubelet_last_success_timestamp_seconds", G, (((), 1.6e9),)),
     ("gpufleet_exporter_resident_memory_bytes", G, (((), 64 << 20),)),
     ("gpufleet_exporter_process_cpu_seconds_total", C, (((), 9.0),)),
@@ -94,6 +100,7 @@ def test_every_family_has_help() -> None:
         ({"attribution": {}}, "attribution_dropped"),
         ({"requests_total": {}}, "http_requests_total"),
         ({"request_seconds_total": {}}, "http_request_seconds_total"),
+        ({"entities_selected": None}, "entities"),
     ],
     ids=[
         "no-kubelet-success-yet",
@@ -104,6 +111,7 @@ def test_every_family_has_help() -> None:
         "nothing-dropped",
         "no-requests",
         "no-request-seconds",
+        "no-discovery-yet",
     ],
 )
 def test_unknown_or_empty_values_leave_their_family_out(change: dict, missing: str) -> None:
@@ -112,7 +120,16 @@ def test_unknown_or_empty_values_leave_their_family_out(change: dict, missing: s
 
 
 def test_zero_counters_are_still_reported() -> None:
-    zero = replace(STATS, collections_total=0, write_timeouts_total=0)
+    zero = replace(
+        STATS,
+        collections_total=0,
+        write_timeouts_total=0,
+        entities_selected=0,
+        bad_requests_total=0,
+        accept_errors_total=0,
+    )
     values = {name: samples for name, _, samples in shape(zero)}
+    for name in ("entities", "http_bad_requests_total", "http_accept_errors_total"):
+        assert values["gpufleet_exporter_" + name] == (((), 0),)
     assert values["gpufleet_exporter_collections_total"] == (((), 0),)
     assert values["gpufleet_exporter_http_write_timeouts_total"] == (((), 0),)

@@ -226,7 +226,43 @@ INVALID = [
     ("rate_limit:\n  burst: 1\n  interval: soon\n", "rate_limit.interval: invalid duration", "dur"),
     ("rate_limit:\n  interval: 1s\n", "rate_limit.burst: must be at least 1", "burst-zero"),
     ("- tls_server_config\n", "(top level): must be a mapping", "top-level-list"),
-    ("tls_server_config: [\n", "invalid YAML", "yaml-syntax"),
+    ("tls_server_config: [\n", ":2:1: invalid YAML: expected the node content", "yaml-syntax"),
+    # issue 15: each of these raised a bare Python exception (a traceback at startup)
+    ("[a]: b\n", ":1:1: invalid YAML: a mapping key must be a scalar", "list-as-key"),
+    ("? {a: 1}\n: b\n", ":1:3: invalid YAML: a mapping key must be a scalar", "map-as-key"),
+    ("rate_limit: !!timestamp x\n", ":1:13: invalid YAML: 'x' is not a valid timestamp", "ts"),
+    (
+        "rate_limit: 2023-13-01\n",
+        "'2023-13-01' is not a valid timestamp (month must be in 1..12)",
+        "bad-date",
+    ),
+    ("rate_limit: !!set x\n", "invalid YAML: expected a mapping node", "set-of-scalar"),
+    ("rate_limit:\n  burst: !!int x\n", ":2:10: invalid YAML: 'x' is not a valid int", "int"),
+    ("rate_limit: !!float 1e999999\n", "rate_limit: must be a mapping", "float-overflow"),
+    (
+        'tls_server_config:\n  cert_file: "a\\0b"\n  key_file: k\n',
+        "tls_server_config.cert_file: must not contain a NUL character",
+        "nul-in-path",
+    ),
+    (
+        'tls_server_config:\n  cert: "\\ud800"\n  key: k\n',
+        "tls_server_config.cert: is not valid Unicode text",
+        "lone-surrogate",
+    ),
+    (
+        'http_server_config:\n  headers:\n    X-XSS-Protection: "1\\r\\nSet-Cookie: x"\n',
+        "http_server_config.headers.X-XSS-Protection: must not contain control characters",
+        "header-injection",
+    ),
+    ("[" * 2000 + "\n", "invalid YAML: nested too deeply", "deep-nesting"),
+    (
+        "rate_limit:\n  interval: 1s\n  burst:\n"
+        '    - &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+        + "".join(f"    - &a{i} [{','.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)),
+        "rate_limit.burst: must be a int, got [[",
+        "alias-bomb",
+    ),
+    ("? " + "x" * 100_000 + "\n: 1\n", "xxx': unknown field", "huge-key"),
 ]
 
 
@@ -239,8 +275,10 @@ def test_invalid_config_names_file_and_key(tmp_path: Path, text: str, message: s
     with pytest.raises(WebConfigError) as caught:
         load_web_config(path)
 
-    assert str(caught.value).startswith(f"{path}: ")
+    assert str(caught.value).startswith(f"{path}:")
     assert message in str(caught.value)
+    # One bounded line, whatever the file (issue 15: a 447-byte file gave a 358 MB message).
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 400
 
 
 def test_missing_config_file_is_named(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.lab.nvml.fleet import parse_fleet
 
@@ -92,3 +94,28 @@ def test_identities_are_distinct_well_formed_and_seeded() -> None:
 def test_invalid_specs(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         parse_fleet(spec)
+
+
+_MODELS = st.sampled_from(["H100", "A100", "L4", "h100", "H999", "", "٣"])
+_LAYOUTS = st.sampled_from(
+    ["", ":mig=all-1g.10gb", ":mig=7x1g.10gb", ":mig=99999999x1g.10gb", ":mig=", ":mig=all-",
+     ":mig=3g.40gb,2x2g.20gb", ":mog=1", ":mig=1x", ":mig=٣x1g.10gb"]
+)  # fmt: skip
+_PART = st.builds(
+    lambda count, model, layout: f"{count}x{model}{layout}",
+    st.one_of(st.integers(-2, 70).map(str), st.sampled_from(["", "1" * 5000, "²", "٣"])),
+    _MODELS,
+    _LAYOUTS,
+)
+_SPECS = st.one_of(st.lists(_PART, min_size=1, max_size=3).map("+".join), st.text(max_size=40))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_SPECS)
+def test_fleet_specs_raise_only_value_error(spec: str) -> None:
+    """Issue 15 fuzz: `1xH100:mig=99999999x1g.10gb` built a list of 10^8 names."""
+    try:
+        gpus = parse_fleet(spec)
+    except ValueError:
+        return
+    assert 1 <= len(gpus) <= 64
