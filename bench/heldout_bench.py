@@ -4,8 +4,10 @@ Why: issue 17. A policy tuned on the traces it is judged on proves nothing. For 
 family (`replay.core.workloads`) and scale, every policy's knob is chosen on the TUNING
 seeds (the cheapest knob value whose mean SLO attainment there reaches `--target`, else the
 one with the highest attainment), then that one setting is run on the HELD-OUT seeds, which
-no choice ever looked at. The held-out seeds also get every knob value, for the Pareto
-fronts that the dominance line compares; fronts choose nothing, so they may be drawn there.
+no choice ever looked at. Everything else is `gpufleet simulate`'s defaults (warm start,
+gpufleet filling the nodes it pays for). The held-out seeds also get every knob value, for
+the Pareto fronts that the dominance line compares; fronts choose nothing, so they may be
+drawn there.
 
 Tuning seeds: 0 and 1. Held-out seeds: 1000 and 1001. Never swap them, never choose a knob,
 a default or a policy change by what the held-out columns say.
@@ -27,12 +29,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpufleet.autoscaler.core import factory as policies
-from gpufleet.autoscaler.core.factory import Tuning
-from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core import sweep
-from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.core.result import RunResult
 from gpufleet.autoscaler.replay.core.workloads import workload_trace
+from gpufleet.autoscaler.replay.settings import SimulateSettings
 
 TUNING_SEEDS = (0, 1)
 HELDOUT_SEEDS = (1000, 1001)
@@ -57,27 +57,20 @@ def _spec(family: str, duration: int) -> str:
 
 
 def _specs(
-    family: str,
-    scale: int,
-    seeds: Sequence[int],
-    policy: str,
-    knobs: Sequence[float],
-    duration: int,
+    family: str, scale: int, seeds: Sequence[int], policy: str, duration: int
 ) -> list[sweep.RunSpec]:
-    workload = WorkloadConfig(name="llm")
-    config = ReplayConfig()
-    return [
-        sweep.RunSpec(
-            trace=workload_trace(_spec(family, duration), seed=seed, scale=scale),
-            policy=policy,
-            workload=workload,
-            config=config,
-            tuning=Tuning(),
-            knob_value=knob,
-        )
-        for seed in seeds
-        for knob in knobs
-    ]
+    """Every knob value of `policy` on each seed's trace, planned as `gpufleet simulate
+    --sweep` plans them with its defaults (warm start included)."""
+    defaults = SimulateSettings.model_construct()  # the defaults, without reading env vars
+    return sweep.plan(
+        [workload_trace(_spec(family, duration), seed=seed, scale=scale) for seed in seeds],
+        [policy],
+        workload=defaults.workload(),
+        config=defaults.sim_config(),
+        tuning=defaults.tuning(),
+        sweep=True,
+        warm_start=defaults.warm_start,
+    )
 
 
 def _run_all(specs: list[sweep.RunSpec], jobs: int) -> list[RunResult]:
@@ -113,12 +106,9 @@ def evaluate(family: str, scale: int, *, duration: int, jobs: int, target: float
     rows = []
     fronts: dict[str, tuple[sweep.Point, ...]] = {}
     for policy in POLICIES:
-        knobs = policies.knob(policy).sweep
-        tuned = _mean_by_knob(
-            _run_all(_specs(family, scale, TUNING_SEEDS, policy, knobs, duration), jobs)
-        )
+        tuned = _mean_by_knob(_run_all(_specs(family, scale, TUNING_SEEDS, policy, duration), jobs))
         chosen = choose_knob(tuned, target)
-        held = _run_all(_specs(family, scale, HELDOUT_SEEDS, policy, knobs, duration), jobs)
+        held = _run_all(_specs(family, scale, HELDOUT_SEEDS, policy, duration), jobs)
         by_knob = _mean_by_knob(held)
         fronts[policy] = sweep.pareto_front(
             sweep.Point(att, gpu_h, knob) for knob, (att, gpu_h) in by_knob.items()
