@@ -5,6 +5,8 @@ installs helm and sets GPUFLEET_REQUIRE_TOOLS) or in CI (CI set): CI never passe
 test it did not run.
 """
 
+import copy
+import json
 import os
 import shutil
 import subprocess
@@ -57,7 +59,18 @@ def render(
     namespace: str = "gpu",
     chart: Path = CHART,
 ) -> list[dict[str, Any]]:
-    """`helm template --include-crds` with these values: every object, in order."""
+    """`helm template --include-crds` with these values: every object, in order (a fresh
+    copy of one rendering per distinct call in the session)."""
+    key = json.dumps([values, api_versions, release, namespace, str(chart)], sort_keys=True)
+    if key not in _RENDERED:
+        _RENDERED[key] = _render(values, tmp_path, api_versions, release, namespace, chart)
+    return copy.deepcopy(_RENDERED[key])
+
+
+_RENDERED: dict[str, list[dict[str, Any]]] = {}
+
+
+def _render(values, tmp_path, api_versions, release, namespace, chart) -> list[dict[str, Any]]:
     values_file = tmp_path / "values.yaml"
     values_file.write_text(yaml.safe_dump(values))
     args = ["template", release, str(chart), "--namespace", namespace, "--include-crds"]
