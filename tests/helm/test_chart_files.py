@@ -58,3 +58,18 @@ def test_each_dashboard_becomes_a_labelled_config_map(tmp_path):
     assert json.loads(cm["data"]["GPU-Fleet.json"]) == json.loads(board)
     off = render({"dashboards": {"enabled": False}}, tmp_path=tmp_path, chart=chart)
     assert not [o for o in off if o["kind"] == "ConfigMap"]
+
+
+def test_gpu_price_is_the_one_rule_the_chart_sets(tmp_path):
+    """rules.gpuHourlyPrice (the value rules/README.md names) replaces that rule's
+    expression and nothing else; its default leaves the rules as in the files."""
+    default = find(render({}, tmp_path=tmp_path), "PrometheusRule")["spec"]["groups"]
+    priced = render({"rules": {"gpuHourlyPrice": 2.5}}, tmp_path=tmp_path)
+    groups = find(priced, "PrometheusRule")["spec"]["groups"]
+    changed = [
+        (old["record"], new["expr"])
+        for g_old, g_new in zip(default, groups, strict=True)
+        for old, new in zip(g_old["rules"], g_new["rules"], strict=True)
+        if old != new
+    ]
+    assert changed == [("gpufleet:gpu_hourly_price:dollars", "vector(2.5)")]
