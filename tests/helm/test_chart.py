@@ -38,8 +38,11 @@ def crd_schema(api_version: str, kind: str) -> dict[str, Any] | None:
     return closed(yaml.safe_load(path.read_text())) if path.exists() else None
 
 
-def test_lint_strict(tmp_path):
-    done = run_helm("lint", "--strict", str(CHART), tmp_path=tmp_path)
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_lint_strict(value_set, tmp_path):
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(VALUE_SETS[value_set][0]))
+    done = run_helm("lint", "--strict", str(CHART), "-f", str(values_file), tmp_path=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
