@@ -1,0 +1,171 @@
+{{/* Names, labels and the shared pieces of every workload. */}}
+
+{{- define "gpufleet.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpufleet.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's name: <fullname>-<component>. Call with (list $ "exporter"). */}}
+{{- define "gpufleet.component" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s-%s" (include "gpufleet.fullname" $root) (index . 1) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gpufleet.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ include "gpufleet.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "gpufleet.labels" -}}
+{{- $root := index . 0 -}}
+{{ include "gpufleet.selectorLabels" . }}
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "gpufleet.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Every container: no privilege escalation, no capabilities, a read-only root. */}}
+{{- define "gpufleet.containerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/* A pod that can run as the image's non-root user (65532). */}}
+{{- define "gpufleet.nonRootPod" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* A pod that needs root's ownership of host files (kubelet sockets); still no
+capabilities, so root here cannot bypass file permissions (no CAP_DAC_OVERRIDE). */}}
+{{- define "gpufleet.rootPod" -}}
+runAsNonRoot: false
+runAsUser: 0
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* The DaemonSets' node affinity: the values' affinity, plus the node autoscaler's GPU
+node labels (nodes it has just created carry no NFD labels yet). */}}
+{{- define "gpufleet.gpuNodeAffinity" -}}
+{{- $affinity := deepCopy (default dict .Values.affinity) -}}
+{{- $keys := dict "karpenter" (list "karpenter.k8s.aws/instance-gpu-manufacturer") "cluster-autoscaler" (list "cloud.google.com/gke-accelerator" "k8s.amazonaws.com/accelerator") -}}
+{{- $required := dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" dict $affinity -}}
+{{- if and $required.nodeSelectorTerms (hasKey $keys .Values.nodeAutoscaler) -}}
+{{- range (get $keys .Values.nodeAutoscaler) -}}
+{{- $_ := set $required "nodeSelectorTerms" (append $required.nodeSelectorTerms (dict "matchExpressions" (list (dict "key" . "operator" "Exists")))) -}}
+{{- end -}}
+{{- end -}}
+{{- with $affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The pod settings both DaemonSets share (NVIDIA's chart's). */}}
+{{- define "gpufleet.daemonSetPod" -}}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- include "gpufleet.gpuNodeAffinity" . }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether the plugin reads a config (NVIDIA's "hasConfigMap"): then the config-manager
+init container and sidecar run. */}}
+{{- define "gpufleet.pluginConfigMapName" -}}
+{{- if .Values.config.name -}}
+{{- .Values.config.name -}}
+{{- else if .Values.config.map -}}
+{{- include "gpufleet.component" (list . "plugin-configs") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Prometheus Operator's API, served by the cluster (or given with --api-versions). */}}
+{{- define "gpufleet.hasPrometheusOperator" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
+{{- end -}}
+
+{{/* NVIDIA's config-manager container (its env as NVIDIA's chart sets it); call with
+(list $ "true") for the one-shot init container, (list $ "false") for the sidecar. */}}
+{{- define "gpufleet.configManager" -}}
+{{- $root := index . 0 -}}
+{{- $oneshot := index . 1 -}}
+{{- $cm := $root.Values.configManager -}}
+image: {{ printf "%s:%s" $cm.image.repository $cm.image.tag }}
+imagePullPolicy: {{ $cm.image.pullPolicy }}
+command: ["config-manager"]
+env:
+  - name: ONESHOT
+    value: {{ $oneshot | quote }}
+  - name: KUBECONFIG
+    value: ""
+  - name: NODE_NAME
+    valueFrom:
+      fieldRef:
+        fieldPath: spec.nodeName
+  - name: NODE_LABEL
+    value: nvidia.com/device-plugin.config
+  - name: CONFIG_FILE_SRCDIR
+    value: /available-configs
+  - name: CONFIG_FILE_DST
+    value: /config/config.yaml
+  - name: DEFAULT_CONFIG
+    value: {{ $root.Values.config.default | quote }}
+  - name: FALLBACK_STRATEGIES
+    value: {{ join "," $root.Values.config.fallbackStrategies | quote }}
+  - name: SEND_SIGNAL
+    value: {{ ternary "false" "true" (eq $oneshot "true") | quote }}
+  - name: SIGNAL
+    value: {{ ternary "" "1" (eq $oneshot "true") | quote }}
+  - name: PROCESS_TO_SIGNAL
+    value: {{ ternary "" $cm.processToSignal (eq $oneshot "true") | quote }}
+securityContext:
+  {{- include "gpufleet.containerSecurity" $root | nindent 2 }}
+{{- with $cm.resources }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+volumeMounts:
+  - name: available-configs
+    mountPath: /available-configs
+  - name: config
+    mountPath: /config
+{{- end -}}

@@ -1,0 +1,224 @@
+"""The chart through the real helm: lint, render over the value sets, and every rendered
+object against its schema (kubernetes-validate's for Kubernetes kinds, strict; the
+vendored prometheus-operator CRD schemas, closed to unknown fields, for its kinds)."""
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from helpers.helm import CHART, VALUE_SETS, find, render, run_helm
+
+CRD_SCHEMAS = Path(__file__).parents[1] / "data" / "crds"
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and a current one.
+KUBE_VERSIONS = ("1.25.0", "1.33.0")
+
+
+def closed(schema: Any) -> Any:
+    """The schema with unknown fields refused wherever the API server would prune them
+    (every object with properties and no x-kubernetes-preserve-unknown-fields)."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: closed(v) for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def crd_schema(api_version: str, kind: str) -> dict[str, Any] | None:
+    path = CRD_SCHEMAS / f"{api_version.replace('/', '_')}_{kind}.yaml"
+    return closed(yaml.safe_load(path.read_text())) if path.exists() else None
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_lint_strict(value_set, tmp_path):
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(VALUE_SETS[value_set][0]))
+    done = run_helm("lint", "--strict", str(CHART), "-f", str(values_file), tmp_path=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_every_object_is_valid(value_set, tmp_path):
+    values, apis = VALUE_SETS[value_set]
+    objects = render(values, tmp_path=tmp_path, api_versions=apis)
+    for obj in objects:
+        where = f"{obj['kind']}/{obj['metadata']['name']}"
+        schema = crd_schema(obj["apiVersion"], obj["kind"])
+        if schema is not None:
+            errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(obj)]
+            assert not errors, f"{where}: {errors}"
+            continue
+        for version in KUBE_VERSIONS:
+            # raises ValidationError, or SchemaNotFoundError for a kind nothing validates
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_kubernetes_validate_catches_a_bad_field(tmp_path):
+    """Strict: a field Kubernetes does not know fails, as a misspelt template would."""
+    daemonset = find(render({}, tmp_path=tmp_path), "DaemonSet", "-exporter")
+    daemonset["spec"]["template"]["spec"]["containers"][0]["prot"] = 9400
+    with pytest.raises(kubernetes_validate.ValidationError, match="prot"):
+        kubernetes_validate.validate(daemonset, KUBE_VERSIONS[0], strict=True)
+
+
+def test_crd_schema_check_catches_a_bad_field():
+    """The closed CRD schema refuses what the API server would drop."""
+    schema = crd_schema("monitoring.coreos.com/v1", "ServiceMonitor")
+    assert schema is not None
+    bad = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": "x"},
+        "spec": {"selector": {}, "endpoints": [{"prot": "metrics"}]},
+    }
+    errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(bad)]
+    assert any("'prot' was unexpected" in e for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        pytest.param(
+            {"exporter": {"prot": 9400}}, "exporter: Additional property prot", id="nested"
+        ),
+        pytest.param({"migStrategy": "mixd"}, "migStrategy: migStrategy must be one of", id="enum"),
+        pytest.param({"gfd": {"enabled": True}}, "Additional property gfd", id="outside-subset"),
+        pytest.param(
+            {"autoscaler": {"externalMetrics": {"enable": True}}},
+            "autoscaler.externalMetrics: Additional property enable",
+            id="deep",
+        ),
+    ],
+)
+def test_a_typo_in_values_fails_naming_the_field(values, named, tmp_path):
+    values_file = tmp_path / "typo.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    done = run_helm("template", "gf", str(CHART), "-f", str(values_file), tmp_path=tmp_path)
+    assert done.returncode != 0
+    assert named in done.stderr
+
+
+def test_monitoring_objects_need_the_prometheus_operator(tmp_path):
+    kinds = {o["kind"] for o in render({}, tmp_path=tmp_path, api_versions=())}
+    assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    with_operator = {o["kind"] for o in render({}, tmp_path=tmp_path)}
+    assert {"ServiceMonitor", "PodMonitor", "PrometheusRule"} <= with_operator
+
+
+def test_external_metrics_and_keda_are_off_by_default(tmp_path):
+    defaults = render({}, tmp_path=tmp_path)
+    assert not [o for o in defaults if o["kind"] == "APIService"]
+    assert not [o for o in defaults if o["metadata"]["name"].endswith("keda-scaler")]
+    on = render(VALUE_SETS["all-options"][0], tmp_path=tmp_path)
+    service = find(on, "APIService")["spec"]["service"]
+    assert service["name"] == find(on, "Service", "-external-metrics")["metadata"]["name"]
+    keda = find(on, "Service", "-keda-scaler")["spec"]["ports"][0]
+    assert (keda["port"], keda["targetPort"]) == (9403, "keda-scaler")
+
+
+def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    return workload["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_hardening(value_set, tmp_path):
+    """Every container: no escalation, no capabilities, read-only root; every pod:
+    seccomp RuntimeDefault; the autoscaler non-root; DaemonSets with a priority class."""
+    values, apis = VALUE_SETS[value_set]
+    objects = render(values, tmp_path=tmp_path, api_versions=apis)
+    workloads = [o for o in objects if o["kind"] in ("DaemonSet", "Deployment")]
+    assert len(workloads) == 3
+    for workload in workloads:
+        spec = pod_spec(workload)
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in spec["containers"] + spec.get("initContainers", []):
+            assert c["securityContext"] == {
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"]},
+            }, c["name"]
+        if workload["kind"] == "DaemonSet":
+            assert spec["priorityClassName"] == "system-node-critical"
+    autoscaler = pod_spec(find(objects, "Deployment", "-autoscaler"))
+    assert autoscaler["securityContext"]["runAsNonRoot"] is True
+    exporter = pod_spec(find(objects, "DaemonSet", "-exporter"))
+    attributing = values.get("exporter", {}).get("kubernetes", True)
+    assert exporter["securityContext"]["runAsNonRoot"] is (not attributing)
+    assert exporter.get("hostPID", False) is attributing
+    assert exporter["automountServiceAccountToken"] is False
+
+
+def rules_of(objects, component: str) -> list[dict[str, Any]]:
+    return [
+        rule
+        for o in objects
+        if o["kind"] in ("ClusterRole", "Role")
+        and o["metadata"]["labels"]["app.kubernetes.io/component"] == component
+        for rule in o["rules"]
+    ]
+
+
+def test_rbac_is_least_privilege(tmp_path):
+    """Only the autoscaler reads the API, with the verbs its code calls; the plugin's
+    account only when the config-manager watches its node."""
+    objects = render({}, tmp_path=tmp_path)
+    assert rules_of(objects, "exporter") == []
+    assert rules_of(objects, "plugin") == []
+    granted = sorted(
+        (group, resource, tuple(rule["verbs"]), tuple(rule.get("resourceNames", ())))
+        for rule in rules_of(objects, "autoscaler")
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    )
+    assert granted == sorted(
+        [
+            ("autoscaling.gpufleet.dev", "gpuautoscalers", ("list",), ()),
+            ("autoscaling.gpufleet.dev", "gpuautoscalers/status", ("patch",), ()),
+            ("apps", "deployments", ("list",), ()),
+            ("apps", "statefulsets", ("list",), ()),
+            ("apps", "deployments/scale", ("get", "patch"), ()),
+            ("apps", "statefulsets/scale", ("get", "patch"), ()),
+            ("", "pods", ("list", "patch"), ()),
+            ("autoscaling", "horizontalpodautoscalers", ("list",), ()),
+            ("keda.sh", "scaledobjects", ("list",), ()),
+            ("events.k8s.io", "events", ("create", "patch"), ()),
+            ("coordination.k8s.io", "leases", ("get", "update"), ("gf-gpufleet-autoscaler",)),
+            ("coordination.k8s.io", "leases", ("create",), ()),
+        ]
+    )
+    configured = render(VALUE_SETS["time-slicing"][0], tmp_path=tmp_path)
+    assert rules_of(configured, "plugin") == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    ]
+
+
+def test_node_autoscaler_terms_and_annotations(tmp_path):
+    karpenter = render({"nodeAutoscaler": "karpenter"}, tmp_path=tmp_path)
+    terms = pod_spec(find(karpenter, "DaemonSet", "-plugin"))["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    keys = [e["key"] for t in terms for e in t["matchExpressions"]]
+    assert keys[-1] == "karpenter.k8s.aws/instance-gpu-manufacturer"
+    assert len(terms) == 4  # NVIDIA's three terms kept, one added (terms are ORed)
+    annotations = find(karpenter, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {"karpenter.sh/do-not-disrupt": "true"}
+    ca = render({"nodeAutoscaler": "cluster-autoscaler"}, tmp_path=tmp_path)
+    annotations = find(ca, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+
+
+def test_autoscaler_runs_two_replicas_with_leader_election(tmp_path):
+    objects = render({}, tmp_path=tmp_path)
+    deployment = find(objects, "Deployment", "-autoscaler")
+    assert deployment["spec"]["replicas"] == 2
+    assert "--leader-elect=true" in pod_spec(deployment)["containers"][0]["args"]
+    assert find(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
