@@ -154,7 +154,8 @@ def test_hardening(value_set, tmp_path):
     attributing = values.get("exporter", {}).get("kubernetes", True)
     assert exporter["securityContext"]["runAsNonRoot"] is (not attributing)
     assert exporter.get("hostPID", False) is attributing
-    assert exporter["automountServiceAccountToken"] is False
+    reads_api = any(values.get("exporter", {}).get(k, False) for k in ("podLabels", "dra"))
+    assert exporter["automountServiceAccountToken"] is reads_api
 
 
 def rules_of(objects, component: str) -> list[dict[str, Any]]:
@@ -168,8 +169,9 @@ def rules_of(objects, component: str) -> list[dict[str, Any]]:
 
 
 def test_rbac_is_least_privilege(tmp_path):
-    """Only the autoscaler reads the API, with the verbs its code calls; the plugin's
-    account only when the config-manager watches its node."""
+    """Only the autoscaler reads the API by default, with the verbs its code calls; the
+    exporter only for pod labels and DRA, the plugin's account only when the config-manager
+    watches its node."""
     objects = render({}, tmp_path=tmp_path)
     assert rules_of(objects, "exporter") == []
     assert rules_of(objects, "plugin") == []
@@ -195,6 +197,15 @@ def test_rbac_is_least_privilege(tmp_path):
             ("coordination.k8s.io", "leases", ("create",), ()),
         ]
     )
+    reading = render(VALUE_SETS["pod-labels-dra"][0], tmp_path=tmp_path)
+    assert rules_of(reading, "exporter") == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["get", "list", "watch"],
+        },
+    ]
     configured = render(VALUE_SETS["time-slicing"][0], tmp_path=tmp_path)
     assert rules_of(configured, "plugin") == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}

@@ -124,6 +124,11 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         {"config": {"map": {"default": _TIME_SLICING}, "default": "default"}},
         (PROMETHEUS_OPERATOR,),
     ),
+    # the exporter reading the API: pod labels (with an allowlist) and DRA claims
+    "pod-labels-dra": (
+        {"exporter": {"podLabels": True, "podLabelAllowlist": "app,team", "dra": True}},
+        (PROMETHEUS_OPERATOR,),
+    ),
     # everything off by default turned on, and the exporter without pod attribution
     "all-options": (
         {
