@@ -37,6 +37,11 @@ from gpufleet.autoscaler.core.observation import (
     PodTelemetry,
     ReplicaState,
 )
+from gpufleet.autoscaler.core.placeholders import (
+    placeholder_deployment,
+    placeholder_name,
+    priority_class,
+)
 from gpufleet.autoscaler.core.policy import Decision, Learns, Policy, Reason
 from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
 from gpufleet.autoscaler.core.signals import (
@@ -98,6 +103,7 @@ class Stats:
     desired: dict[str, int] = field(default_factory=dict)
     current: dict[str, int] = field(default_factory=dict)
     max_replicas: dict[str, int] = field(default_factory=dict)
+    placeholders: dict[str, int] = field(default_factory=dict)  # placeholder pods kept
     missing_metrics: dict[str, bool] = field(default_factory=dict)  # held on missing data
     queries: int = 0
     query_seconds: float = 0.0
@@ -114,6 +120,8 @@ class _Tick:
     pods: list[PodState] = field(default_factory=list)
     health: Health = field(default_factory=Health)
     previous_status: dict[str, Any] = field(default_factory=dict)
+    template: dict[str, Any] | None = None  # the target's pod template spec, where known
+    placeholders: int | None = None  # the placeholder Deployment's replicas; None: none yet
 
 
 class Controller:
@@ -136,6 +144,7 @@ class Controller:
         self._workloads: dict[Key, Workload] = {}
         self._bad_specs: dict[Key, tuple[int, str]] = {}  # reported once per generation
         self._fetched_until: dict[str, float] = {}  # query text -> newest step fetched
+        self._priority_class_ready = False  # the placeholders' PriorityClass exists
         self.stats = Stats()
 
     async def tick(self) -> None:
@@ -249,6 +258,9 @@ class Controller:
             self.stats.errors[f"kube_{err.kind}"] += 1
             t.health = _replace(t.health, scale_error=f"FailedGetScale: {err}")
             return
+        t.template = view.templates.get(key)
+        own = view.scales.get((spec.namespace, "Deployment", placeholder_name(spec.name)))
+        t.placeholders = own.replicas if own is not None else None
         competitor = view.competitors.get(key, "")
         t.health = _replace(t.health, competitor=competitor)
         try:
@@ -382,6 +394,8 @@ class Controller:
         )
         if act:
             await self._scale(t, current, desired, node_pods, now)
+        if leader and w.decision is not None and not t.health.scale_error:
+            await self._keep_placeholders(t, w.decision.headroom)
         if desired is not None:
             self.stats.desired[name] = desired
         self.stats.max_replicas[name] = spec.workload.max_replicas
@@ -390,6 +404,37 @@ class Controller:
         self.stats.current[name] = running
         if leader:
             await self._write_status(t, running, desired, now)
+
+    async def _keep_placeholders(self, t: _Tick, headroom: int) -> None:
+        """Keep `headroom` placeholder pods standing for the target's replicas (see
+        `core.placeholders`); none when the spec says so, another autoscaler owns the
+        target, or its pod template is unknown (kinds other than Deployment and
+        StatefulSet). A failure costs only the placeholders, counted and logged."""
+        spec = t.workload.spec
+        name = f"{spec.namespace}/{spec.name}"
+        want = max(0, headroom) if spec.placeholders and not t.health.competitor else 0
+        if t.template is None or t.placeholders == want or (t.placeholders is None and not want):
+            self.stats.placeholders[name] = t.placeholders or 0
+            return
+        body = placeholder_deployment(
+            namespace=spec.namespace,
+            autoscaler=spec.name,
+            autoscaler_uid=spec.uid,
+            replicas=want,
+            template_spec=t.template,
+        )
+        try:
+            if not self._priority_class_ready:
+                await asyncio.to_thread(self._cluster.ensure_priority_class, priority_class())
+                self._priority_class_ready = True
+            await asyncio.to_thread(
+                self._cluster.write_placeholders, body, exists=t.placeholders is not None
+            )
+        except KubeError as err:
+            self.stats.errors[f"kube_{err.kind}"] += 1
+            log.warning("%s: cannot keep %d placeholder pods: %s", name, want, err)
+            return
+        self.stats.placeholders[name] = want
 
     async def _scale(
         self, t: _Tick, current: int, desired: int, node_pods: Counter[str], now: float

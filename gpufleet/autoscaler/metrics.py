@@ -25,6 +25,11 @@ class SelfMetrics:
             s.max_replicas,
         )
         yield _per_workload(
+            "placeholder_replicas",
+            "Placeholder pods kept for the node headroom the policy asked for.",
+            s.placeholders,
+        )
+        yield _per_workload(
             "missing_metrics",
             "1 while the workload is held because its signals are missing.",
             {name: int(held) for name, held in s.missing_metrics.items()},

@@ -3,6 +3,7 @@ scraping a pod that serves vLLM's metric names: it scales, writes status and eve
 missing metrics, refuses to fight an HPA, and turns a bad spec into a condition."""
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -14,6 +15,8 @@ from helpers.serving import MetricsServer, vllm_queue
 from kubernetes import client
 
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
+from gpufleet.autoscaler.core.observation import Observation
+from gpufleet.autoscaler.core.policy import Decision, Policy
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.kube.events import EventRecorder
@@ -45,8 +48,8 @@ def api(apiserver: FakeApiServer) -> Iterator[client.ApiClient]:
         yield api_client
 
 
-def deploy(api: client.ApiClient, *, replicas: int = 1) -> None:
-    create_vllm(api, NS, replicas=replicas, ready_pod="vllm-0")
+def deploy(api: client.ApiClient, *, replicas: int = 1, gpus: int | None = None) -> None:
+    create_vllm(api, NS, replicas=replicas, ready_pod="vllm-0", gpus=gpus)
 
 
 def autoscaler(api: client.ApiClient, spec: dict) -> None:
@@ -128,6 +131,62 @@ async def test_it_scales_a_deployment_on_vllm_queue_depth(
         r for r in apiserver.requests if r.method in ("PUT", "PATCH") and r.path.endswith("/scale")
     ]
     assert len(patches) == 1  # written once, only when the count changed
+
+
+@dataclasses.dataclass
+class WithHeadroom:
+    """The workload's own policy, its decisions asking for `headroom` placeholder pods: the
+    controller's part is under test here, the policy's headroom has its own tests."""
+
+    inner: Policy
+    headroom: int
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.inner.interval_seconds
+
+    def decide(self, obs: Observation) -> Decision:
+        return dataclasses.replace(self.inner.decide(obs), headroom=self.headroom)
+
+
+def placeholder(api: client.ApiClient):
+    try:
+        return client.AppsV1Api(api).read_namespaced_deployment("chat-placeholder", NS)
+    except client.ApiException:
+        return None
+
+
+async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
+    api: client.ApiClient, serving_pod: str, prometheus_for
+) -> None:
+    deploy(api, gpus=2)
+    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
+    autoscaler(api, KEDA_SPEC)
+    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    try:
+        await ctl.tick()
+        (workload,) = ctl._workloads.values()
+        workload.policy = policy = WithHeadroom(workload.policy, 3)
+        workload.next_decision_at = 0.0
+        await ticks_until(ctl, lambda: placeholder(api) is not None)
+        made = placeholder(api)
+        assert made.spec.replicas == 3
+        pod = made.spec.template.spec
+        assert pod.priority_class_name == "gpufleet-placeholder"
+        assert pod.containers[0].resources.limits == {"nvidia.com/gpu": "2"}  # one replica's
+        (owner,) = made.metadata.owner_references
+        assert (owner.kind, owner.name) == ("GPUAutoscaler", "chat")
+        priority = client.SchedulingV1Api(api).read_priority_class("gpufleet-placeholder")
+        assert (priority.value, priority.preemption_policy) == (-10, "Never")
+        assert ctl.stats.placeholders["llm/chat"] == 3
+        policy.headroom = 0  # the forecast no longer needs nodes ahead: give them back
+        await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 0)
+    finally:
+        await prom.close()
 
 
 async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:

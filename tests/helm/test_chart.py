@@ -188,6 +188,8 @@ def test_rbac_is_least_privilege(tmp_path):
             ("apps", "deployments", ("list",), ()),
             ("apps", "statefulsets", ("list",), ()),
             ("apps", "deployments/scale", ("get", "patch"), ()),
+            ("apps", "deployments", ("create", "patch"), ()),
+            ("scheduling.k8s.io", "priorityclasses", ("get", "create"), ()),
             ("apps", "statefulsets/scale", ("get", "patch"), ()),
             ("", "pods", ("list", "patch"), ()),
             ("autoscaling", "horizontalpodautoscalers", ("list",), ()),

@@ -46,7 +46,7 @@ QUERY_SIGNALS = {
 class Rule:
     """One schema node: its type and constraints; `default` is applied when absent."""
 
-    type: str  # object, array, integer, number, string
+    type: str  # object, array, integer, number, string, boolean
     default: Any = None
     enum: tuple[str, ...] = ()
     minimum: float | None = None
@@ -91,6 +91,7 @@ FIELDS: dict[str, Rule] = {
     "nodePool.name": Rule("string"),
     "nodePool.gpusPerNode": Rule("integer", default=0, minimum=0),
     "nodePool.provisionSeconds": Rule("number", default=180, minimum=0),
+    "nodePool.placeholders": Rule("boolean", default=True),
     "behavior": Rule("object"),
     **_rules_fields("behavior.scaleUp"),
     **_rules_fields("behavior.scaleDown"),
@@ -141,6 +142,8 @@ class AutoscalerSpec:
     workload: WorkloadConfig
     signals: Signals
     node_pool: str = ""
+    placeholders: bool = True  # keep the policy's Decision.headroom as placeholder pods
+    uid: str = ""  # the GPUAutoscaler's, for its placeholders' ownerReference
     hpa_target_gpu_utilization: float = 70.0
     keda_queue_target: float = 10.0
     keda_polling_interval_seconds: float = 30.0
@@ -191,6 +194,8 @@ def parse_spec(obj: Mapping[str, Any]) -> AutoscalerSpec:
             queries={QUERY_SIGNALS[k]: v for k, v in queries.items()},
         ),
         node_pool=values.get("nodePool.name") or "",
+        placeholders=values["nodePool.placeholders"],
+        uid=meta.get("uid", ""),
         hpa_target_gpu_utilization=float(values["hpa.targetGPUUtilization"]),
         keda_queue_target=float(values["keda.queueTarget"]),
         keda_polling_interval_seconds=float(values["keda.pollingIntervalSeconds"]),
@@ -239,11 +244,14 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "integer": (int,),
     "number": (int, float),
     "string": (str,),
+    "boolean": (bool,),
 }
 
 
 def _check_value(path: str, rule: Rule, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, _TYPES[rule.type]):
+    if isinstance(value, bool) != (rule.type == "boolean") or not isinstance(
+        value, _TYPES[rule.type]
+    ):
         raise SpecError(path, f"must be {'an' if rule.type[0] in 'aeiou' else 'a'} {rule.type}")
     if rule.enum and value not in rule.enum:
         raise SpecError(path, f"{value!r} is not one of {', '.join(rule.enum)}")

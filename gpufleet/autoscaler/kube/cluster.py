@@ -1,7 +1,7 @@
 """What the controller reads from and writes to the cluster, over the official client."""
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +41,9 @@ class ClusterView:
     scales: dict[tuple[str, str, str], ScaleView]
     # (namespace, kind, name) -> "HorizontalPodAutoscaler/x" or "ScaledObject/y"
     competitors: dict[tuple[str, str, str], str]
+    # (namespace, kind, name) -> the pod template's spec, for Deployments and StatefulSets:
+    # what one replica asks for, which its placeholders copy
+    templates: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 APPS_KINDS = ("Deployment", "StatefulSet")
@@ -62,18 +65,22 @@ class Cluster:
         """Everything a tick reads, in six list calls (the ScaledObject list is skipped
         when KEDA is not installed)."""
         scales: dict[tuple[str, str, str], ScaleView] = {}
+        templates: dict[tuple[str, str, str], dict[str, Any]] = {}
         for kind, call in (
             ("Deployment", self._apps.list_deployment_for_all_namespaces),
             ("StatefulSet", self._apps.list_stateful_set_for_all_namespaces),
         ):
             for obj in _items(call):
                 meta = obj["metadata"]
-                scales[(meta.get("namespace", ""), kind, meta["name"])] = _object_scale(obj)
+                key = (meta.get("namespace", ""), kind, meta["name"])
+                scales[key] = _object_scale(obj)
+                templates[key] = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
         return ClusterView(
             autoscalers=self.list_autoscalers(),
             pods=self.list_pods(),
             scales=scales,
             competitors=self._competitors(),
+            templates=templates,
         )
 
     def _competitors(self) -> dict[tuple[str, str, str], str]:
@@ -147,6 +154,35 @@ class Cluster:
                 _content_type=MERGE_PATCH,
             )
         )
+
+    def ensure_priority_class(self, body: dict[str, Any]) -> None:
+        """Create the PriorityClass unless it exists (a chart may have made it)."""
+        scheduling = client.SchedulingV1Api(self._api)
+        try:
+            kube_call(lambda: scheduling.read_priority_class(body["metadata"]["name"]))
+        except KubeError as err:
+            if err.kind is not KubeErrorKind.NOT_FOUND:
+                raise
+            try:
+                kube_call(lambda: scheduling.create_priority_class(body))
+            except KubeError as created:
+                if created.kind is not KubeErrorKind.CONFLICT:  # made meanwhile: fine
+                    raise
+
+    def write_placeholders(self, body: dict[str, Any], *, exists: bool) -> None:
+        """Create the placeholder Deployment, or merge its replicas and template in."""
+        meta = body["metadata"]
+        if exists:
+            kube_call(
+                lambda: self._apps.patch_namespaced_deployment(
+                    meta["name"],
+                    meta["namespace"],
+                    {"spec": body["spec"]},
+                    _content_type=MERGE_PATCH,
+                )
+            )
+        else:
+            kube_call(lambda: self._apps.create_namespaced_deployment(meta["namespace"], body))
 
     def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None:
         patch = {"metadata": {"annotations": {DELETION_COST: str(cost)}}}

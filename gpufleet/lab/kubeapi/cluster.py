@@ -4,6 +4,10 @@
   Deployment); surplus pods are deleted lowest `controller.kubernetes.io/pod-deletion-cost`
   first, then newest, as the ReplicaSet controller does; `status.replicas` and
   `readyReplicas` follow.
+- A scheduler: pending pods bind highest priority first (spec.priority, else their
+  PriorityClass's value), fullest node first; a pod that fits nowhere preempts the fewest
+  lower-priority pods on one node (unless its preemptionPolicy is Never) and waits there
+  while they terminate (their terminationGracePeriodSeconds, else `termination_seconds`).
 - A node provisioner, like Karpenter or Cluster Autoscaler: a pod that fits on no node
   (each pod takes the `nvidia.com/gpu` its container limits ask, 1 by default) makes new
   nodes of `gpus_per_node` GPUs appear after `node_provision_seconds`; a node empty for
@@ -32,6 +36,7 @@ from gpufleet.lab.kubeapi.store import ObjectStore, timestamp
 log = logging.getLogger(__name__)
 _RES = {(r.group, r.plural): r for r in RESOURCES}
 DEPLOYMENTS, PODS, NODES = _RES[("apps", "deployments")], _RES[("", "pods")], _RES[("", "nodes")]
+PRIORITY_CLASSES = _RES[("scheduling.k8s.io", "priorityclasses")]
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 GPU = "nvidia.com/gpu"
 
@@ -63,6 +68,7 @@ class LabCluster:
         self._ready_at: dict[tuple[str, str], float] = {}  # pod -> when it turns Ready
         self._node_ready_at: dict[str, float] = {}
         self._node_empty_since: dict[str, float] = {}
+        self._nominated: dict[tuple[str, str], str] = {}  # preemptor -> node being freed
         self._next_node = 0
         self._task: asyncio.Task | None = None
         now = clock()
@@ -165,33 +171,105 @@ class LabCluster:
         return free
 
     def _schedule(self, now: float) -> None:
+        """Bind pending pods, highest priority first, fullest node first; a pod that fits
+        nowhere preempts lower-priority pods (placeholders) where that frees enough, as the
+        scheduler does, and waits on that node while they terminate; the rest ask for
+        nodes."""
         free = self._nodes(now)
+        classes = {c["metadata"]["name"]: c for c in self.store.list(PRIORITY_CLASSES, None)}
+        pods = self.store.list(PODS, None)
+        pending = [
+            p
+            for p in pods
+            if not (p.get("spec") or {}).get("nodeName")
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        pending.sort(key=lambda p: -_priority(p, classes))  # stable: creation order within
         pending_gpus = 0
-        for pod in self.store.list(PODS, None):
-            meta, spec = pod["metadata"], pod.get("spec") or {}
-            if spec.get("nodeName") or meta.get("deletionTimestamp"):
-                continue
+        for pod in pending:
+            meta = pod["metadata"]
+            key = (meta["namespace"], meta["name"])
             need = _gpus(pod)
+            nominated = self._nominated.get(key)
             fits = [n for n, f in free.items() if f >= need]
-            if not fits:
-                pending_gpus += need
+            if nominated in fits:
+                fits = [nominated]
+            if fits:
+                node = min(fits, key=lambda n: (free[n], n))  # fullest first: nodes can empty
+                free[node] -= need
+                self._bind(pod, node, now)
                 continue
-            node = min(fits, key=lambda n: (free[n], n))  # fullest first: nodes can empty
-            free[node] -= need
-            self.store.patch(
-                PODS,
-                meta["namespace"],
-                meta["name"],
-                {"spec": {"nodeName": node}},
-                content_type="application/merge-patch+json",
-            )
-            self._ready_at[(meta["namespace"], meta["name"])] = now + self.timing.cold_start_seconds
+            if nominated in free and self._terminating_on(nominated, pods):
+                continue  # its victims are still going
+            self._nominated.pop(key, None)
+            node = self._preempt(pod, need, free, pods, classes)
+            if node is not None:
+                self._nominated[key] = node
+                continue
+            pending_gpus += need
         coming = sum(1 for at in self._node_ready_at.values() if at > now)
         needed = math.ceil(pending_gpus / self.timing.gpus_per_node) - coming
         for _ in range(max(0, needed)):
             if len(self._node_ready_at) >= self.timing.max_nodes:
                 break
             self._add_node(now, ready_at=now + self.timing.node_provision_seconds)
+
+    def _bind(self, pod: dict[str, Any], node: str, now: float) -> None:
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        self.store.patch(
+            PODS, *key, {"spec": {"nodeName": node}}, content_type="application/merge-patch+json"
+        )
+        self._nominated.pop(key, None)
+        self._ready_at[key] = now + self.timing.cold_start_seconds
+
+    def _preempt(
+        self,
+        pod: dict[str, Any],
+        need: int,
+        free: dict[str, int],
+        pods: list[dict[str, Any]],
+        classes: dict[str, dict[str, Any]],
+    ) -> str | None:
+        """Evict the fewest lower-priority pods from one node so that `pod` fits there;
+        the node, or None where no node can be freed (or the pod may not preempt)."""
+        priority = _priority(pod, classes)
+        if _preemption_policy(pod, classes) == "Never":
+            return None
+        best: tuple[int, str, list[dict[str, Any]]] | None = None
+        for node, spare in free.items():
+            victims = sorted(
+                (
+                    p
+                    for p in pods
+                    if (p.get("spec") or {}).get("nodeName") == node
+                    and not p["metadata"].get("deletionTimestamp")
+                    and _priority(p, classes) < priority
+                ),
+                key=lambda p: (
+                    _priority(p, classes),
+                    -int(p["metadata"].get("resourceVersion", "0")),
+                ),
+            )
+            chosen, freed = [], spare
+            for victim in victims:
+                if freed >= need:
+                    break
+                chosen.append(victim)
+                freed += _gpus(victim)
+            if freed >= need and (best is None or (len(chosen), node) < best[:2]):
+                best = (len(chosen), node, chosen)
+        if best is None:
+            return None
+        for victim in best[2]:
+            self._terminate(victim)
+        return best[1]
+
+    def _terminating_on(self, node: str, pods: list[dict[str, Any]]) -> bool:
+        return any(
+            (p.get("spec") or {}).get("nodeName") == node and p["metadata"].get("deletionTimestamp")
+            for p in pods
+        )
 
     def _add_node(self, now: float, *, ready_at: float) -> None:
         name = f"gpu-node-{self._next_node}"
@@ -230,7 +308,10 @@ class LabCluster:
             key = (meta["namespace"], meta["name"])
             deleting = meta.get("deletionTimestamp")
             if deleting:
-                if now >= _parse(deleting) + self.timing.termination_seconds:
+                grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+                if grace is None:
+                    grace = self.timing.termination_seconds
+                if now >= _parse(deleting) + grace:
                     with contextlib.suppress(ApiError):
                         self.store.delete(PODS, *key)
                     self._ready_at.pop(key, None)
@@ -266,6 +347,23 @@ def _gpus(pod: dict[str, Any]) -> int:
         limit = ((c.get("resources") or {}).get("limits") or {}).get(GPU)
         total += int(limit) if limit is not None else 0
     return total or 1
+
+
+def _priority(pod: dict[str, Any], classes: dict[str, dict[str, Any]]) -> int:
+    """The pod's priority: spec.priority, else its PriorityClass's value (what admission
+    would have set), else 0."""
+    spec = pod.get("spec") or {}
+    if isinstance(spec.get("priority"), int):
+        return spec["priority"]
+    return int((classes.get(spec.get("priorityClassName", "")) or {}).get("value", 0))
+
+
+def _preemption_policy(pod: dict[str, Any], classes: dict[str, dict[str, Any]]) -> str:
+    spec = pod.get("spec") or {}
+    policy = spec.get("preemptionPolicy")
+    if policy is None:
+        policy = (classes.get(spec.get("priorityClassName", "")) or {}).get("preemptionPolicy")
+    return policy or "PreemptLowerPriority"
 
 
 def _deletion_order(pod: dict[str, Any]) -> tuple:

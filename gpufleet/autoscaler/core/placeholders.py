@@ -1,0 +1,109 @@
+"""Placeholder pods: capacity that is there before the replicas that need it.
+
+GPU nodes take minutes to arrive. The policy's `Decision.headroom` is how many replicas it
+expects to need within node provisioning plus a cold start; the controller keeps that many
+placeholder pods: a Deployment of pause containers that ask for exactly the GPUs (and node
+selection) one replica of the target asks for, at a negative priority. Karpenter and
+Cluster Autoscaler see them pending and provision nodes for them, as for any pod; when the
+real replicas come, the scheduler preempts the placeholders and the replicas bind at once
+to nodes already there, where they only pay their own cold start.
+
+Pure: manifests as plain dicts; `kube.cluster` writes them.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpufleet.autoscaler.core.spec import GROUP, KIND, VERSION
+
+PRIORITY_CLASS = "gpufleet-placeholder"
+# Below every default (0): any ordinary pod preempts a placeholder, and a placeholder never
+# preempts anything (preemptionPolicy Never).
+PRIORITY_VALUE = -10
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+# On the placeholder Deployment and its pods: which GPUAutoscaler keeps them.
+OWNER_LABEL = "autoscaling.gpufleet.dev/placeholder-for"
+# The parts of a pod spec that decide where it may run: a placeholder copies them, so it
+# holds capacity in the same node pool as the replica it stands for.
+_PLACEMENT = ("nodeSelector", "affinity", "tolerations", "runtimeClassName")
+
+
+def placeholder_name(autoscaler: str) -> str:
+    """The placeholder Deployment of a GPUAutoscaler, in its namespace."""
+    return f"{autoscaler}-placeholder"
+
+
+def priority_class() -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": PRIORITY_CLASS},
+        "value": PRIORITY_VALUE,
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+        "description": "gpufleet placeholder pods: GPU capacity held for replicas that "
+        "will need it within node provisioning; any other pod preempts them.",
+    }
+
+
+def gpu_requests(pod_spec: Mapping[str, Any]) -> dict[str, str]:
+    """The extended resources (nvidia.com/*, and any other `x/y` name) one pod of this spec
+    asks for, summed over its containers: what a placeholder must hold for it."""
+    totals: dict[str, int] = {}
+    for container in pod_spec.get("containers") or ():
+        limits = (container.get("resources") or {}).get("limits") or {}
+        for name, value in limits.items():
+            if "/" in name and str(value).isdigit():
+                totals[name] = totals.get(name, 0) + int(value)
+    return {name: str(count) for name, count in sorted(totals.items())}
+
+
+def placeholder_deployment(
+    *,
+    namespace: str,
+    autoscaler: str,
+    autoscaler_uid: str,
+    replicas: int,
+    template_spec: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The placeholder Deployment standing for `replicas` pods of `template_spec` (the
+    target's pod template spec): their GPUs and placement, none of their work. Owned by
+    the GPUAutoscaler, so deleting it deletes them."""
+    labels = {OWNER_LABEL: autoscaler}
+    requests = gpu_requests(template_spec)
+    spec: dict[str, Any] = {
+        "priorityClassName": PRIORITY_CLASS,
+        "terminationGracePeriodSeconds": 0,  # give the GPUs back at once when preempted
+        "automountServiceAccountToken": False,
+        "containers": [
+            {
+                "name": "placeholder",
+                "image": PAUSE_IMAGE,
+                "resources": {"requests": dict(requests), "limits": dict(requests)},
+            }
+        ],
+    }
+    spec.update({k: template_spec[k] for k in _PLACEMENT if k in template_spec})
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": placeholder_name(autoscaler),
+            "namespace": namespace,
+            "labels": {**labels, "app.kubernetes.io/managed-by": "gpufleet"},
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": KIND,
+                    "name": autoscaler,
+                    "uid": autoscaler_uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "replicas": max(0, replicas),
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }

@@ -1,0 +1,135 @@
+"""The fake cluster's scheduler and node provisioner with placeholder pods: nodes come up
+for the placeholders, real replicas preempt them and turn Ready long before a new node
+could have arrived. Driven by a manual clock through `reconcile`, read through the store
+(what the API server serves)."""
+
+from typing import Any
+
+from helpers.clock import ManualClock
+
+from gpufleet.autoscaler.core.placeholders import placeholder_deployment, priority_class
+from gpufleet.lab.kubeapi.cluster import (
+    DEPLOYMENTS,
+    NODES,
+    PODS,
+    PRIORITY_CLASSES,
+    ClusterTiming,
+    LabCluster,
+    is_ready,
+)
+from gpufleet.lab.kubeapi.resources import RESOURCES
+from gpufleet.lab.kubeapi.store import ObjectStore
+
+NAMESPACES = next(r for r in RESOURCES if (r.group, r.plural) == ("", "namespaces"))
+
+NS = "llm"
+TIMING = ClusterTiming(
+    cold_start_seconds=60, node_provision_seconds=180, termination_seconds=30, gpus_per_node=8
+)
+TEMPLATE = {"containers": [{"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+
+
+def _deployment(name: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": TEMPLATE},
+        },
+    }
+
+
+def _world(placeholders: int) -> tuple[ObjectStore, LabCluster, ManualClock]:
+    clock = ManualClock()
+    store = ObjectStore(clock=clock)
+    store.create(NAMESPACES, "", {"metadata": {"name": NS}})
+    store.create(PRIORITY_CLASSES, "", priority_class())
+    store.create(DEPLOYMENTS, NS, _deployment("vllm", 4))  # 8 GPUs: the first node full
+    if placeholders:
+        body = placeholder_deployment(
+            namespace=NS,
+            autoscaler="vllm",
+            autoscaler_uid="u",
+            replicas=placeholders,
+            template_spec=TEMPLATE,
+        )
+        store.create(DEPLOYMENTS, NS, body)
+    cluster = LabCluster(store, timing=TIMING, clock=clock)
+    return store, cluster, clock
+
+
+def _run(cluster: LabCluster, clock: ManualClock, seconds: float) -> None:
+    for _ in range(int(seconds)):
+        cluster.reconcile(clock.advance(1.0))
+
+
+def _ready(store: ObjectStore, app: str) -> int:
+    return sum(1 for p in store.list(PODS, NS, label_selector=f"app={app}") if is_ready(p))
+
+
+def _burst_ready_after(placeholders: int) -> float:
+    """Seconds from a scale-up of 4 replicas (a second node's worth) to all 8 Ready."""
+    store, cluster, clock = _world(placeholders)
+    _run(cluster, clock, 400)  # steady: 4 replicas Ready; placeholders on a second node
+    assert _ready(store, "vllm") == 4
+    store.patch(
+        DEPLOYMENTS,
+        NS,
+        "vllm",
+        {"spec": {"replicas": 8}},
+        content_type="application/merge-patch+json",
+    )
+    start = clock()
+    while _ready(store, "vllm") < 8:
+        _run(cluster, clock, 1)
+        assert clock() - start < 1000, "the burst's replicas never turned Ready"
+    return clock() - start
+
+
+def test_placeholders_make_the_provisioner_add_nodes_ahead() -> None:
+    store, cluster, clock = _world(placeholders=4)
+    _run(cluster, clock, 400)
+    nodes = store.list(NODES, None)
+    assert len(nodes) == 2  # one for the replicas, one bought ahead for the placeholders
+    placed = store.list(PODS, NS, label_selector="autoscaling.gpufleet.dev/placeholder-for=vllm")
+    assert len(placed) == 4 and all(p["spec"].get("nodeName") for p in placed)
+
+
+def test_replicas_preempt_placeholders_and_are_ready_a_node_provisioning_sooner() -> None:
+    with_placeholders = _burst_ready_after(placeholders=4)
+    without = _burst_ready_after(placeholders=0)
+    # Without: a node's provisioning (180 s) plus a cold start (60 s). With: the
+    # placeholders go at once (terminationGracePeriodSeconds 0), then a cold start.
+    assert without >= 180 + 60
+    assert with_placeholders <= 60 + 5
+    assert with_placeholders < without - 150
+
+
+def test_preempted_placeholders_come_back_on_a_new_node() -> None:
+    store, cluster, clock = _world(placeholders=4)
+    _run(cluster, clock, 400)
+    store.patch(
+        DEPLOYMENTS,
+        NS,
+        "vllm",
+        {"spec": {"replicas": 8}},
+        content_type="application/merge-patch+json",
+    )
+    _run(cluster, clock, 400)
+    placed = store.list(PODS, NS, label_selector="autoscaling.gpufleet.dev/placeholder-for=vllm")
+    assert len(placed) == 4 and all(p["spec"].get("nodeName") for p in placed)
+    assert len(store.list(NODES, None)) == 3
+
+
+def test_a_placeholder_never_preempts_anything() -> None:
+    """preemptionPolicy Never: a placeholder with no room waits for a node."""
+    store, cluster, clock = _world(placeholders=0)
+    _run(cluster, clock, 400)
+    body = placeholder_deployment(
+        namespace=NS, autoscaler="vllm", autoscaler_uid="u", replicas=1, template_spec=TEMPLATE
+    )
+    store.create(DEPLOYMENTS, NS, body)
+    _run(cluster, clock, 5)
+    assert _ready(store, "vllm") == 4  # nothing evicted
