@@ -164,7 +164,7 @@ class Controller:
                 t.health = _replace(t.health, missing_metrics=missing)
             published.append(await self._decide_and_act(t, now, leader, node_pods))
         if self._feed is not None:
-            self._feed.publish(MetricsSnapshot.of(published))
+            self._feed.publish(MetricsSnapshot(published))
         self.stats.ticks += 1
         self.stats.reconcile_seconds += time.monotonic() - started
 

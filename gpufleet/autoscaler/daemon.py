@@ -12,6 +12,8 @@ import contextlib
 import logging
 import signal
 import socket
+import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ from gpufleet.settings import settings_from_argv
 
 log = logging.getLogger(__name__)
 PROG = "gpufleet autoscaler"
+GIL_SWITCH_SECONDS = 0.0005
 DESCRIPTION = """Scale GPU workloads from their serving engine's signals and GPU telemetry.
 
 Reads GPUAutoscaler resources (autoscaling.gpufleet.dev/v1alpha1), queries Prometheus for
@@ -142,7 +145,9 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
                 ) from None
             stoppers.append(runner.cleanup)
         if feed is not None:
-            await _serve_signals(settings, api, feed, signals, stoppers)
+            servers = _SignalServers(settings, api, feed, signals)
+            await asyncio.to_thread(servers.start)
+            stoppers.append(lambda: asyncio.to_thread(servers.stop))
     except (OSError, ValueError) as err:  # a port taken, a bad certificate or ConfigMap
         log.error("%s", err)
         for stop_one in reversed(stoppers):
@@ -173,6 +178,55 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
         api.close()
     log.info("autoscaler %s stopped", identity)
     return 0
+
+
+class _SignalServers:
+    """The external metrics and KEDA servers on an event loop and thread of their own, so
+    the CPU-bound stretches of a tick (a thousand decisions) never hold an answer up."""
+
+    def __init__(
+        self, settings: AutoscalerSettings, api, feed: SnapshotFeed, signals: _SignalAddresses
+    ) -> None:
+        self._args = (settings, api, feed, signals)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="signal-servers", daemon=True)
+        self._stoppers: list[Callable[[], Awaitable[object]]] = []
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        """Returns once serving; raises what `_serve_signals` raised (nothing left running)."""
+        # A thread waiting for the GIL gets it within the switch interval; at CPython's 5 ms
+        # a request behind a tick's decisions waited that long at each of its hand-offs.
+        sys.setswitchinterval(GIL_SWITCH_SECONDS)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+
+    def stop(self) -> None:
+        async def stop_all() -> None:
+            for stop_one in reversed(self._stoppers):
+                await stop_one()
+
+        asyncio.run_coroutine_threadsafe(stop_all(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(_serve_signals(*self._args, self._stoppers))
+        except Exception as err:  # handed to start(), in the daemon's thread
+            for stop_one in reversed(self._stoppers):
+                self._loop.run_until_complete(stop_one())
+            self._error = err
+        finally:
+            self._ready.set()
+        if self._error is None:
+            self._loop.run_forever()
+        self._loop.close()
 
 
 async def _serve_signals(

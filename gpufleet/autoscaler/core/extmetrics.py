@@ -12,7 +12,7 @@ metrics source that has nothing to say. It is never turned into 0.
 """
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -91,26 +91,35 @@ def workload_metrics(
 Matched = list[tuple[Mapping[str, str], Sample]]  # one item per workload: labels, value
 
 
-@dataclass(frozen=True, slots=True)
 class MetricsSnapshot:
-    """Every workload's metrics after one tick, by namespace."""
+    """Every workload's metrics after one tick, indexed by namespace, by name, and by
+    label value, so a request with an equality selector looks at its workloads only."""
 
-    by_namespace: Mapping[str, tuple[WorkloadMetrics, ...]] = field(default_factory=dict)
+    __slots__ = ("_by_label", "_by_name", "_by_namespace")
 
-    @classmethod
-    def of(cls, workloads: Iterable[WorkloadMetrics]) -> "MetricsSnapshot":
-        out: dict[str, list[WorkloadMetrics]] = {}
+    def __init__(self, workloads: Iterable[WorkloadMetrics] = ()) -> None:
+        self._by_namespace: dict[str, list[WorkloadMetrics]] = {}
+        self._by_name: dict[tuple[str, str], WorkloadMetrics] = {}
+        self._by_label: dict[tuple[str, str, str], list[WorkloadMetrics]] = {}
         for w in workloads:
-            out.setdefault(w.namespace, []).append(w)
-        return cls({ns: tuple(ws) for ns, ws in out.items()})
+            self._by_namespace.setdefault(w.namespace, []).append(w)
+            self._by_name[(w.namespace, w.name)] = w
+            for key, value in w.labels.items():
+                self._by_label.setdefault((w.namespace, key, value), []).append(w)
 
     def get(self, namespace: str, name: str) -> WorkloadMetrics | None:
-        return next((w for w in self.by_namespace.get(namespace, ()) if w.name == name), None)
+        return self._by_name.get((namespace, name))
 
     def select(self, namespace: str, metric: str, selector: tuple[Requirement, ...]) -> Matched:
         """The workloads of `namespace` whose labels match: their labels and `metric`."""
+        candidates = self._by_namespace.get(namespace, ())
+        for r in selector:
+            if r.op == "=" and len(r.values) == 1:
+                (value,) = r.values
+                candidates = self._by_label.get((namespace, r.key, value), ())
+                break
         out = []
-        for w in self.by_namespace.get(namespace, ()):
+        for w in candidates:
             sample = w.values.get(metric)
             if sample is not None and all(r.matches(w.labels) for r in selector):
                 out.append((w.labels, sample))

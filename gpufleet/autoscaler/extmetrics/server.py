@@ -34,6 +34,7 @@ from gpufleet.autoscaler.core.requestheader import (
     user_from_headers,
 )
 from gpufleet.core.selectors import Requirement, SelectorError, parse_selector
+from gpufleet.kube.errors import KubeError, kube_call
 
 log = logging.getLogger(__name__)
 # k8s.io/apiserver's delegating authorizer defaults (--authorization-webhook-cache-*-ttl).
@@ -56,10 +57,11 @@ def from_feed(feed: em.SnapshotFeed) -> Lookup:
 def read_auth_config(api: client.ApiClient) -> RequestHeaderConfig:
     """The request-header settings kube-apiserver publishes. Raises ValueError naming what
     is missing (`AuthConfigError` is one)."""
+    core = client.CoreV1Api(api)
     try:
-        cm = client.CoreV1Api(api).read_namespaced_config_map(CONFIGMAP, NAMESPACE)
-    except client.ApiException as err:
-        raise ValueError(f"cannot read ConfigMap {NAMESPACE}/{CONFIGMAP}: {err.reason}") from None
+        cm = kube_call(lambda: core.read_namespaced_config_map(CONFIGMAP, NAMESPACE))
+    except KubeError as err:
+        raise ValueError(f"cannot read ConfigMap {NAMESPACE}/{CONFIGMAP}: {err}") from None
     return parse_config(cm.data or {})
 
 
@@ -87,14 +89,16 @@ class Authorizer:
     async def allowed(
         self, user: UserInfo, attributes: Mapping[str, str], *, resource: bool
     ) -> bool:
-        """Raises client.ApiException (or OSError) when the review cannot be made."""
+        """Raises KubeError when the review cannot be made."""
         key = (user, tuple(sorted(attributes.items())), resource)
         now = time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and hit[1] > now:
             return hit[0]
         body = access_review(user, attributes, resource=resource)
-        answer = await asyncio.to_thread(self._api.create_subject_access_review, body)
+        answer = await asyncio.to_thread(
+            kube_call, lambda: self._api.create_subject_access_review(body)
+        )
         allowed = bool(answer.status and answer.status.allowed)
         if len(self._cache) > 10_000:  # users x metrics is small; never let it grow unbounded
             self._cache.clear()
@@ -124,7 +128,7 @@ def make_app(
             if not await authorizer.allowed(user, attrs, resource=metric_request):
                 message = forbidden_message(user, attrs, resource=metric_request)
                 return _status(403, "Forbidden", message)
-        except (client.ApiException, OSError) as err:
+        except KubeError as err:
             log.warning("SubjectAccessReview failed: %s", err)
             return _status(500, "InternalError", "authorization failed: the review did not run")
         if request.method != "GET":

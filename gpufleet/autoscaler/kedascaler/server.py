@@ -1,4 +1,4 @@
-"""KEDA's `externalscaler.ExternalScaler` served with grpc.aio on the controller's event loop.
+"""KEDA's `externalscaler.ExternalScaler` served with grpc.aio.
 
 Every call reads the trigger's `scalerMetadata` (`core.scaler_metadata`) and the newest
 snapshot the controller published, so KEDA and an HPA on the external metrics API see the
@@ -49,8 +49,9 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         self, request: pb.ScaledObjectRef, context
     ) -> AsyncIterator[pb.IsActiveResponse]:
         trigger = await _trigger(request, context)
-        published = asyncio.Event()
-        leave = self._feed.subscribe(published.set)
+        published, loop = asyncio.Event(), asyncio.get_running_loop()
+        # The controller publishes on its own thread's loop.
+        leave = self._feed.subscribe(lambda: loop.call_soon_threadsafe(published.set))
         sent: bool | None = None
         try:
             while True:

@@ -56,7 +56,7 @@ def workload(name: str, **labels: str) -> em.WorkloadMetrics:
 
 
 def test_a_selector_picks_workloads_by_their_labels_and_a_missing_signal_has_no_item() -> None:
-    snap = em.MetricsSnapshot.of([workload("a", model="llama"), workload("b"), workload("c")])
+    snap = em.MetricsSnapshot([workload("a", model="llama"), workload("b"), workload("c")])
     picked = snap.select("llm", "gpufleet_queue_depth", parse_selector("autoscaler in (a,b)"))
     assert [labels["autoscaler"] for labels, _ in picked] == ["a", "b"]
     assert snap.select("llm", "gpufleet_queue_depth", parse_selector("model=llama"))[0][1] == (
@@ -89,7 +89,7 @@ def test_the_desired_ratio_at_zero_replicas_is_the_desired_count() -> None:
 def test_the_feed_tells_subscribers_until_they_leave() -> None:
     feed, calls = em.SnapshotFeed(), []
     leave = feed.subscribe(lambda: calls.append(feed.latest))
-    snap = em.MetricsSnapshot.of([workload("a")])
+    snap = em.MetricsSnapshot([workload("a")])
     feed.publish(snap)
     leave()
     feed.publish(em.MetricsSnapshot())

@@ -70,7 +70,7 @@ def snapshot() -> em.MetricsSnapshot:
             now=NOW,
         )
 
-    return em.MetricsSnapshot.of([workload("chat", 1.5, "llama"), workload("batch", 2000)])
+    return em.MetricsSnapshot([workload("chat", 1.5, "llama"), workload("batch", 2000)])
 
 
 @pytest_asyncio.fixture
@@ -225,3 +225,16 @@ async def test_a_bad_label_selector_is_400_with_a_status(url: str, pki: Aggregat
 async def test_an_unknown_metric_is_404(url: str, pki: AggregatorPki) -> None:
     err = await failure(proxied_client(url, pki), "list_namespaced_custom_object", *ARGS, "nope")
     assert err.status == 404
+
+
+async def test_a_review_that_cannot_be_made_is_500_and_no_answer(
+    url: str, pki: AggregatorPki, apiserver: FakeApiServer
+) -> None:
+    apiserver.faults.fail_next = 1
+    err = await failure(
+        proxied_client(url, pki, user="carol"),
+        "list_namespaced_custom_object",
+        *ARGS,
+        "gpufleet_queue_depth",
+    )
+    assert err.status == 500 and '"reason": "InternalError"' in err.body

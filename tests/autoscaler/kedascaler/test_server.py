@@ -57,7 +57,7 @@ async def scaler() -> AsyncIterator[tuple[em.SnapshotFeed, pb_grpc.ExternalScale
 def publish(feed: em.SnapshotFeed, queue: float | None) -> None:
     signals = {} if queue is None else {"queue_depth": (100.0, queue)}
     feed.publish(
-        em.MetricsSnapshot.of(
+        em.MetricsSnapshot(
             [
                 em.workload_metrics(
                     namespace=NS,
