@@ -50,6 +50,11 @@ Events. Replicas elect one writer through a Lease.
 
   gpufleet autoscaler --prometheus-url http://prometheus:9090
   gpufleet autoscaler --kube-url http://127.0.0.1:8001 --leader-elect=false
+
+It can also be the source of the signals for an HPA (external.metrics.k8s.io, HTTPS) or
+KEDA (an external scaler over gRPC) that you already run:
+
+  gpufleet autoscaler --keda-scaler-address :9403
 """
 
 

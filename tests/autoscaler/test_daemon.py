@@ -44,7 +44,8 @@ def gpufleet(*args: str, **kw) -> subprocess.CompletedProcess[str]:
 def test_help_explains_every_group() -> None:
     run = gpufleet("autoscaler", "--help")
     assert run.returncode == 0
-    for group in ("sources:", "control loop:", "high availability:", "operations:"):
+    groups = ("sources:", "control loop:", "high availability:", "signals for HPA and KEDA:")
+    for group in (*groups, "operations:"):
         assert group in run.stdout
 
 

@@ -112,11 +112,12 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
 
 
 async def _trigger(ref: pb.ScaledObjectRef, context) -> ScalerTrigger:
+    """The trigger's metadata; bad metadata ends the call (`abort` raises)."""
     try:
         return parse_metadata(ref.scalerMetadata)
     except MetadataError as err:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        raise  # abort raises; this line only tells type checkers so
+        problem = str(err)
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
 
 
 def _spec(trigger: ScalerTrigger) -> pb.GetMetricSpecResponse:

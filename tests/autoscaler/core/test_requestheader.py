@@ -3,6 +3,8 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.autoscaler.core.requestheader import (
     AuthConfigError,
@@ -71,3 +73,19 @@ def test_review_bodies_and_forbidden_texts() -> None:
         'forbidden: User "bob" cannot get path "/apis"'
     )
     json.dumps(access_review(user, attrs, resource=True))  # serialisable as is
+
+
+KEYS = st.sampled_from(sorted(DATA))
+
+
+@given(
+    st.dictionaries(KEYS, st.text(max_size=40)),
+    st.dictionaries(st.text(max_size=20), st.lists(st.text(max_size=10), max_size=3)),
+)
+def test_any_configmap_parses_or_is_one_config_error(data: dict, headers: dict) -> None:
+    try:
+        config = parse_config({**DATA, **data})
+    except AuthConfigError:
+        return
+    user = user_from_headers(config, {k.lower(): v for k, v in headers.items()})
+    assert user is None or user.name
