@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 import pytest_asyncio
-from helpers import free_port
+from helpers import free_port, wait_for
 from helpers.aggregator import (
     AggregatorPki,
     grant_hpa_external_metrics,
@@ -16,9 +16,13 @@ from helpers.aggregator import (
     proxied_client,
     publish_authentication,
 )
+from helpers.kube import create_autoscaler, create_vllm
+from helpers.serving import MetricsServer, vllm_queue
 from kubernetes import client, utils
 
+from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.core import extmetrics as em
+from gpufleet.autoscaler.core.hpa.calc import average_value_replicas
 from gpufleet.autoscaler.core.observation import PodTelemetry
 from gpufleet.autoscaler.extmetrics.server import (
     Authorizer,
@@ -28,6 +32,9 @@ from gpufleet.autoscaler.extmetrics.server import (
     serve,
     tls_context,
 )
+from gpufleet.autoscaler.kube.cluster import Cluster
+from gpufleet.autoscaler.prom.client import PromClient
+from gpufleet.kube.events import EventRecorder
 from gpufleet.lab.kubeapi.server import FakeApiServer
 
 NS = "llm"
@@ -238,3 +245,104 @@ async def test_a_review_that_cannot_be_made_is_500_and_no_answer(
         "gpufleet_queue_depth",
     )
     assert err.status == 500 and '"reason": "InternalError"' in err.body
+
+
+@pytest.mark.prometheus
+async def test_an_hpa_follows_the_controllers_decision_through_the_api(
+    kube: client.ApiClient, pki: AggregatorPki, prometheus_for
+) -> None:
+    """Real Prometheus -> the live controller -> this API -> the HPA's own arithmetic: the
+    team keeps its HPA (the controller sees it and never writes) and lands on gpufleet's
+    count."""
+    pod = MetricsServer(vllm_queue())
+    prom_client = None
+    try:
+        prometheus = prometheus_for(pod.address, labels={"namespace": NS, "pod": "vllm-0"})
+        create_vllm(kube, NS, replicas=1, ready_pod="vllm-0")
+        create_autoscaler(
+            kube,
+            NS,
+            {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+                "maxReplicas": 8,
+            },
+        )
+        hpa_metric = {
+            "type": "External",
+            "external": {
+                "metric": {
+                    "name": "gpufleet_desired_replicas",
+                    "selector": {"matchLabels": {"autoscaler": "chat"}},
+                },
+                "target": {"type": "AverageValue", "averageValue": "1"},
+            },
+        }
+        client.AutoscalingV2Api(kube).create_namespaced_horizontal_pod_autoscaler(
+            NS,
+            {
+                "metadata": {"name": "vllm"},
+                "spec": {
+                    "scaleTargetRef": {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "name": "vllm",
+                    },
+                    "maxReplicas": 8,
+                    "metrics": [hpa_metric],
+                },
+            },
+        )
+        await asyncio.to_thread(
+            wait_for,
+            lambda: prometheus.query("count_over_time(vllm:num_requests_waiting[1m]) >= 3"),
+            timeout=30,
+        )
+        feed = em.SnapshotFeed()
+        prom_client = PromClient(f"http://127.0.0.1:{prometheus.port}", timeout_seconds=5)
+        ctl = Controller(
+            Cluster(kube),
+            prom_client,
+            EventRecorder(kube, controller="gpufleet.dev/autoscaler", instance="t"),
+            config=ControllerConfig(scrape_interval_seconds=1.0, rate_window="5s"),
+            feed=feed,
+        )
+        gpa = client.CustomObjectsApi(kube)
+
+        def desired() -> int:
+            obj = gpa.get_namespaced_custom_object(
+                "autoscaling.gpufleet.dev", "v1alpha1", NS, "gpuautoscalers", "chat"
+            )
+            return (obj.get("status") or {}).get("desiredReplicas") or 0
+
+        for _ in range(100):
+            await ctl.tick()
+            if await asyncio.to_thread(desired) > 1:
+                break
+            await asyncio.sleep(0.2)
+        wanted = await asyncio.to_thread(desired)
+        assert wanted > 1  # 200 queued on one replica
+
+        config = await asyncio.to_thread(read_auth_config, kube)
+        tls = tls_context(str(pki.server_cert), str(pki.server_key), config)
+        app = make_app(from_feed(feed), config, Authorizer(kube), window_seconds=5)
+        port = free_port()
+        runner = await serve(app, "127.0.0.1", port, tls)
+        try:
+            answer = await call(
+                proxied_client(f"https://127.0.0.1:{port}", pki),
+                "list_namespaced_custom_object",
+                *ARGS,
+                "gpufleet_desired_replicas",
+                label_selector="autoscaler=chat",
+            )
+        finally:
+            await runner.cleanup()
+        total = sum(float(utils.parse_quantity(i["value"])) for i in answer["items"])
+        proposal = average_value_replicas(status_replicas=1, total=total, target=1.0)
+        assert proposal.replicas == wanted
+        scale = client.AppsV1Api(kube).read_namespaced_deployment_scale("vllm", NS)
+        assert scale.spec.replicas == 1  # the HPA's to write, not the controller's
+    finally:
+        pod.stop()
+        if prom_client is not None:
+            await prom_client.close()
