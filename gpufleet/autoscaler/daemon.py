@@ -74,6 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "--external-metrics-address needs --external-metrics-tls-cert-file and "
                 "--external-metrics-tls-key-file: an aggregated API server speaks HTTPS only"
             )
+        keda_tls = (settings.keda_scaler_tls_cert_file, settings.keda_scaler_tls_key_file)
+        if (any(keda_tls) or settings.keda_scaler_client_ca_file) and not all(keda_tls):
+            raise ValueError(
+                "--keda-scaler-tls-cert-file and --keda-scaler-tls-key-file go together "
+                "(and --keda-scaler-client-ca-file needs both)"
+            )
         api = api_client(
             url=settings.kube_url,
             kubeconfig=settings.kubeconfig,
@@ -263,8 +269,17 @@ async def _serve_signals(
             ) from None
         stoppers.append(runner.cleanup)
     if signals.keda:
+        credentials = (
+            kedascaler_server.tls_credentials(
+                settings.keda_scaler_tls_cert_file,
+                settings.keda_scaler_tls_key_file,
+                settings.keda_scaler_client_ca_file,
+            )
+            if settings.keda_scaler_tls_cert_file
+            else None
+        )
         try:
-            server = await kedascaler_server.serve(feed, *signals.keda)
+            server = await kedascaler_server.serve(feed, *signals.keda, credentials)
         except OSError as err:
             raise OSError(f"--keda-scaler-address {settings.keda_scaler_address}: {err}") from None
         stoppers.append(lambda: server.stop(grace=1.0))

@@ -165,6 +165,29 @@ class AutoscalerSettings(BaseSettings):
         help="[host]:port of KEDA's external scaler gRPC API (a ScaledObject trigger of "
         "type external or external-push, scalerAddress pointing here); empty: not served.",
     )
+    keda_scaler_tls_cert_file: str = setting(
+        "",
+        "GPUFLEET_AUTOSCALER_KEDA_SCALER_TLS_CERT_FILE",
+        "--keda-scaler-tls-cert-file",
+        group=SIGNALS,
+        help="Serving certificate (PEM) for KEDA's enableTLS; with its key, the scaler "
+        "speaks TLS only. Empty: plaintext.",
+    )
+    keda_scaler_tls_key_file: str = setting(
+        "",
+        "GPUFLEET_AUTOSCALER_KEDA_SCALER_TLS_KEY_FILE",
+        "--keda-scaler-tls-key-file",
+        group=SIGNALS,
+        help="Its private key (PEM).",
+    )
+    keda_scaler_client_ca_file: str = setting(
+        "",
+        "GPUFLEET_AUTOSCALER_KEDA_SCALER_CLIENT_CA_FILE",
+        "--keda-scaler-client-ca-file",
+        group=SIGNALS,
+        help="CA (PEM) that must have signed KEDA's client certificate (the trigger's "
+        "tlsClientCert); empty: no client certificate asked for.",
+    )
     metrics_address: str = setting(
         ":9402",
         "GPUFLEET_AUTOSCALER_METRICS_ADDRESS",

@@ -262,6 +262,11 @@ def test_a_busy_metrics_port_is_one_line_and_exit_1() -> None:
         pytest.param(
             ("--keda-scaler-address", "9403"), "--keda-scaler-address: listen address", id="keda"
         ),
+        pytest.param(
+            ("--keda-scaler-address", ":0", "--keda-scaler-client-ca-file", "/ca.pem"),
+            "--keda-scaler-tls-cert-file and --keda-scaler-tls-key-file go together",
+            id="keda-client-ca-without-tls",
+        ),
     ],
 )
 def test_bad_signal_flags_are_one_line_and_exit_1(args, text: str) -> None:

@@ -129,18 +129,51 @@ def _spec(trigger: ScalerTrigger) -> pb.GetMetricSpecResponse:
     return pb.GetMetricSpecResponse(metricSpecs=[spec])
 
 
-async def serve(feed: SnapshotFeed, host: str | None, port: int) -> grpc.aio.Server:
-    """Start serving on host:port (every interface when host is None or empty); raises
-    OSError when the address cannot be bound."""
+def tls_credentials(cert_file: str, key_file: str, client_ca_file: str) -> grpc.ServerCredentials:
+    """Server TLS for KEDA's `enableTLS`; with a client CA, KEDA must present a certificate
+    it signed (the trigger's `tlsClientCert`/`tlsClientKey`). Raises ValueError naming the
+    file that cannot be read."""
+
+    def read(path: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as err:
+            raise ValueError(f"cannot read {path}: {err.strerror or err}") from None
+
+    client_ca = read(client_ca_file) if client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(read(key_file), read(cert_file))],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
+
+
+async def serve(
+    feed: SnapshotFeed,
+    host: str | None,
+    port: int,
+    credentials: grpc.ServerCredentials | None = None,
+) -> grpc.aio.Server:
+    """Start serving on host:port (every interface when host is None or empty), over TLS
+    with `credentials`, else plaintext; raises OSError when the address cannot be bound."""
     server = grpc.aio.server()
     pb_grpc.add_ExternalScalerServicer_to_server(ExternalScaler(feed), server)
     address = f"{host or '[::]'}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        bound = (
+            server.add_secure_port(address, credentials)
+            if credentials is not None
+            else server.add_insecure_port(address)
+        )
     except RuntimeError as err:  # grpc says "Failed to bind"
         raise OSError(f"cannot listen on {address}: {err}") from None
     if not bound:
         raise OSError(f"cannot listen on {address}")
     await server.start()
-    log.info("serving KEDA's externalscaler.ExternalScaler on %s", address)
+    log.info(
+        "serving KEDA's externalscaler.ExternalScaler on %s (%s)",
+        address,
+        "TLS" if credentials is not None else "plaintext",
+    )
     return server

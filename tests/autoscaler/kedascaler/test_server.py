@@ -13,6 +13,7 @@ import grpc
 import pytest
 import pytest_asyncio
 from helpers import free_port, wait_for
+from helpers.aggregator import make_pki
 from helpers.kube import create_autoscaler, create_vllm
 from helpers.serving import MetricsServer
 from kubernetes import client
@@ -22,7 +23,7 @@ from gpufleet.autoscaler.core import extmetrics as em
 from gpufleet.autoscaler.core.hpa.calc import average_value_replicas
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2 as pb
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2_grpc as pb_grpc
-from gpufleet.autoscaler.kedascaler.server import serve
+from gpufleet.autoscaler.kedascaler.server import serve, tls_credentials
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.kube.events import EventRecorder
@@ -250,3 +251,34 @@ async def test_keda_activates_from_zero_scales_through_its_hpa_and_back(
                 r for r in apiserver.requests if r.method == "PATCH" and r.path.endswith("/scale")
             ]
             assert len(scale_writes) == 3  # KEDA's and its HPA's; the controller never wrote
+
+
+async def test_tls_with_a_client_ca_asks_keda_for_its_certificate(tmp_path) -> None:
+    pki = make_pki(tmp_path)
+    port = free_port()
+    credentials = tls_credentials(str(pki.server_cert), str(pki.server_key), str(pki.proxy_ca))
+    server = await serve(em.SnapshotFeed(), "127.0.0.1", port, credentials)
+
+    def channel(with_cert: bool) -> grpc.aio.Channel:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=pki.serving_ca.read_bytes(),
+            private_key=pki.proxy_key.read_bytes() if with_cert else None,
+            certificate_chain=pki.proxy_cert.read_bytes() if with_cert else None,
+        )
+        return grpc.aio.secure_channel(f"127.0.0.1:{port}", creds)
+
+    try:
+        async with channel(True) as ok:
+            spec = await pb_grpc.ExternalScalerStub(ok).GetMetricSpec(ref(), timeout=10)
+            assert spec.metricSpecs[0].targetSizeFloat == 10.0
+        async with channel(False) as anonymous:
+            call = pb_grpc.ExternalScalerStub(anonymous).GetMetricSpec(ref(), timeout=10)
+            assert await status_of(call) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await server.stop(grace=None)
+
+
+def test_an_unreadable_tls_file_is_named(tmp_path) -> None:
+    pki = make_pki(tmp_path)
+    with pytest.raises(ValueError, match=r"cannot read /nonexistent/tls\.crt: No such file"):
+        tls_credentials("/nonexistent/tls.crt", str(pki.server_key), "")
