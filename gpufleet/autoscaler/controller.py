@@ -25,6 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.autoscaler.core.extmetrics import (
+    MetricsSnapshot,
+    SnapshotFeed,
+    WorkloadMetrics,
+    workload_metrics,
+)
 from gpufleet.autoscaler.core.factory import Tuning, make_policy
 from gpufleet.autoscaler.core.gather import (
     RangeSeries,
@@ -134,8 +140,10 @@ class Controller:
         config: ControllerConfig | None = None,
         clock: Callable[[], float] = time.time,
         is_leader: Callable[[], bool] = lambda: True,
+        feed: SnapshotFeed | None = None,
     ) -> None:
         self._cluster = cluster
+        self._feed = feed
         self._prom = prom
         self._events = events
         self._config = config or ControllerConfig()
@@ -161,10 +169,13 @@ class Controller:
         leader = self._is_leader()
         self.stats.leader = leader
         node_pods = Counter(p.node for p in pods if p.node and p.deleting_since is None)
+        published: list[WorkloadMetrics] = []
         for t in ticks:
             if missing:
                 t.health = _replace(t.health, missing_metrics=missing)
-            await self._decide_and_act(t, now, leader, node_pods)
+            published.append(await self._decide_and_act(t, now, leader, node_pods))
+        if self._feed is not None:
+            self._feed.publish(MetricsSnapshot(published))
         self.stats.ticks += 1
         self.stats.reconcile_seconds += time.monotonic() - started
 
@@ -371,7 +382,8 @@ class Controller:
 
     async def _decide_and_act(
         self, t: _Tick, now: float, leader: bool, node_pods: Counter[str]
-    ) -> None:
+    ) -> WorkloadMetrics:
+        """Decide, scale and write status; returns what the metrics servers serve of it."""
         w, spec = t.workload, t.workload.spec
         name = f"{spec.namespace}/{spec.name}"
         replicas = tuple(replica_of(p) for p in t.pods)
@@ -404,6 +416,17 @@ class Controller:
         self.stats.current[name] = running
         if leader:
             await self._write_status(t, running, desired, now)
+        return workload_metrics(
+            namespace=spec.namespace,
+            name=spec.name,
+            target=spec.target.name,
+            model=spec.signals.model,
+            signals=w.history.latest_samples(now),
+            pods=w.history.latest_pods(now),
+            desired=desired,
+            current=running,
+            now=now,
+        )
 
     async def _keep_placeholders(self, t: _Tick, headroom: int) -> None:
         """Keep `headroom` placeholder pods standing for the target's replicas (see

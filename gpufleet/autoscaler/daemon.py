@@ -1,9 +1,10 @@
 """`gpufleet autoscaler`: the control loop as a daemon, with leader election and self-metrics.
 
 Wiring only: settings into an API client, a Prometheus client, the event recorder, the
-lease, the controller, and an HTTP server for /metrics and /healthz. SIGTERM stops the
-loop after the pass in flight, releases the lease (so a standby takes over at once) and
-exits 0.
+lease, the controller, an HTTP server for /metrics and /healthz, and, when asked for, the
+external metrics API and KEDA's external scaler, both answering from the snapshot the
+controller publishes each tick. SIGTERM stops the loop after the pass in flight,
+releases the lease (so a standby takes over at once) and exits 0.
 """
 
 import asyncio
@@ -11,14 +12,20 @@ import contextlib
 import logging
 import signal
 import socket
+import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
+from gpufleet.autoscaler.core.extmetrics import SnapshotFeed, window_seconds
+from gpufleet.autoscaler.extmetrics import server as extmetrics_server
+from gpufleet.autoscaler.kedascaler import server as kedascaler_server
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.metrics import SelfMetrics
 from gpufleet.autoscaler.prom.client import PromClient
@@ -33,6 +40,7 @@ from gpufleet.settings import settings_from_argv
 
 log = logging.getLogger(__name__)
 PROG = "gpufleet autoscaler"
+GIL_SWITCH_SECONDS = 0.0005
 DESCRIPTION = """Scale GPU workloads from their serving engine's signals and GPU telemetry.
 
 Reads GPUAutoscaler resources (autoscaling.gpufleet.dev/v1alpha1), queries Prometheus for
@@ -42,6 +50,11 @@ Events. Replicas elect one writer through a Lease.
 
   gpufleet autoscaler --prometheus-url http://prometheus:9090
   gpufleet autoscaler --kube-url http://127.0.0.1:8001 --leader-elect=false
+
+It can also be the source of the signals for an HPA (external.metrics.k8s.io, HTTPS) or
+KEDA (an external scaler over gRPC) that you already run:
+
+  gpufleet autoscaler --keda-scaler-address :9403
 """
 
 
@@ -49,9 +62,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from_argv(AutoscalerSettings, prog=PROG, description=DESCRIPTION, argv=argv)
     setup_logging(debug=settings.debug, json_format=settings.log_format == "json")
     try:
-        address = (
-            parse_listen_address(settings.metrics_address) if settings.metrics_address else None
+        address = _address("--metrics-address", settings.metrics_address)
+        signals = _SignalAddresses(
+            external=_address("--external-metrics-address", settings.external_metrics_address),
+            keda=_address("--keda-scaler-address", settings.keda_scaler_address),
         )
+        if signals.external and not (
+            settings.external_metrics_tls_cert_file and settings.external_metrics_tls_key_file
+        ):
+            raise ValueError(
+                "--external-metrics-address needs --external-metrics-tls-cert-file and "
+                "--external-metrics-tls-key-file: an aggregated API server speaks HTTPS only"
+            )
+        keda_tls = (settings.keda_scaler_tls_cert_file, settings.keda_scaler_tls_key_file)
+        if (any(keda_tls) or settings.keda_scaler_client_ca_file) and not all(keda_tls):
+            raise ValueError(
+                "--keda-scaler-tls-cert-file and --keda-scaler-tls-key-file go together "
+                "(and --keda-scaler-client-ca-file needs both)"
+            )
         api = api_client(
             url=settings.kube_url,
             kubeconfig=settings.kubeconfig,
@@ -60,14 +88,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         log.error("%s", err)
         return 1
-    return asyncio.run(_run(settings, api, address))
+    return asyncio.run(_run(settings, api, address, signals))
+
+
+@dataclass(frozen=True, slots=True)
+class _SignalAddresses:
+    external: tuple[str | None, int] | None
+    keda: tuple[str | None, int] | None
+
+
+def _address(flag: str, text: str) -> tuple[str | None, int] | None:
+    """A listen address flag; None when empty (not served). ValueError names the flag."""
+    if not text:
+        return None
+    try:
+        return parse_listen_address(text)
+    except ValueError as err:
+        raise ValueError(f"{flag}: {err}") from None
 
 
 def _identity(settings: AutoscalerSettings) -> str:
     return settings.identity or socket.gethostname()
 
 
-async def _run(settings: AutoscalerSettings, api, address) -> int:
+async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddresses) -> int:
     identity = _identity(settings)
     prom = PromClient(settings.prometheus_url, timeout_seconds=settings.query_timeout_seconds)
     events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance=identity)
@@ -84,6 +128,7 @@ async def _run(settings: AutoscalerSettings, api, address) -> int:
                 retry_period_seconds=settings.retry_period_seconds,
             ),
         )
+    feed = SnapshotFeed() if signals.external or signals.keda else None
     controller = Controller(
         Cluster(api),
         prom,
@@ -93,18 +138,31 @@ async def _run(settings: AutoscalerSettings, api, address) -> int:
             rate_window=settings.rate_window,
         ),
         is_leader=elector.is_leader if elector else (lambda: True),
+        feed=feed,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     last_ok = [time.monotonic()]
+    stoppers: list[Callable[[], Awaitable[object]]] = []
     try:
-        runner = (
-            await _serve(address, controller, last_ok, settings.tick_seconds) if address else None
-        )
-    except OSError as err:  # the port is taken, or the host is not this machine's
-        log.error("--metrics-address %s: %s", settings.metrics_address, err.strerror or err)
+        if address:
+            try:
+                runner = await _serve(address, controller, last_ok, settings.tick_seconds)
+            except OSError as err:  # the port is taken, or the host is not this machine's
+                raise OSError(
+                    f"--metrics-address {settings.metrics_address}: {err.strerror or err}"
+                ) from None
+            stoppers.append(runner.cleanup)
+        if feed is not None:
+            servers = _SignalServers(settings, api, feed, signals)
+            await asyncio.to_thread(servers.start)
+            stoppers.append(lambda: asyncio.to_thread(servers.stop))
+    except (OSError, ValueError) as err:  # a port taken, a bad certificate or ConfigMap
+        log.error("%s", err)
+        for stop_one in reversed(stoppers):
+            await stop_one()
         await prom.close()
         api.close()
         return 1
@@ -125,12 +183,106 @@ async def _run(settings: AutoscalerSettings, api, address) -> int:
             campaign.cancel()
             await asyncio.gather(campaign, return_exceptions=True)
             await asyncio.to_thread(elector.release)
-        if runner:
-            await runner.cleanup()
+        for stop_one in reversed(stoppers):
+            await stop_one()
         await prom.close()
         api.close()
     log.info("autoscaler %s stopped", identity)
     return 0
+
+
+class _SignalServers:
+    """The external metrics and KEDA servers on an event loop and thread of their own, so
+    the CPU-bound stretches of a tick (a thousand decisions) never hold an answer up."""
+
+    def __init__(
+        self, settings: AutoscalerSettings, api, feed: SnapshotFeed, signals: _SignalAddresses
+    ) -> None:
+        self._args = (settings, api, feed, signals)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="signal-servers", daemon=True)
+        self._stoppers: list[Callable[[], Awaitable[object]]] = []
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        """Returns once serving; raises what `_serve_signals` raised (nothing left running)."""
+        # A thread waiting for the GIL gets it within the switch interval; at CPython's 5 ms
+        # a request behind a tick's decisions waited that long at each of its hand-offs.
+        sys.setswitchinterval(GIL_SWITCH_SECONDS)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+
+    def stop(self) -> None:
+        async def stop_all() -> None:
+            for stop_one in reversed(self._stoppers):
+                await stop_one()
+
+        asyncio.run_coroutine_threadsafe(stop_all(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(_serve_signals(*self._args, self._stoppers))
+        except Exception as err:  # handed to start(), in the daemon's thread
+            for stop_one in reversed(self._stoppers):
+                self._loop.run_until_complete(stop_one())
+            self._error = err
+        finally:
+            self._ready.set()
+        if self._error is None:
+            self._loop.run_forever()
+        self._loop.close()
+
+
+async def _serve_signals(
+    settings: AutoscalerSettings,
+    api,
+    feed: SnapshotFeed,
+    signals: _SignalAddresses,
+    stoppers: list[Callable[[], Awaitable[object]]],
+) -> None:
+    """Start the servers asked for, adding how to stop each to `stoppers`. Raises
+    ValueError or OSError naming the flag, file or ConfigMap at fault."""
+    if signals.external:
+        config = await asyncio.to_thread(extmetrics_server.read_auth_config, api)
+        tls = extmetrics_server.tls_context(
+            settings.external_metrics_tls_cert_file, settings.external_metrics_tls_key_file, config
+        )
+        app = extmetrics_server.make_app(
+            extmetrics_server.from_feed(feed),
+            config,
+            extmetrics_server.Authorizer(api),
+            window_seconds=window_seconds(settings.rate_window),
+        )
+        try:
+            runner = await extmetrics_server.serve(app, *signals.external, tls)
+        except OSError as err:
+            raise OSError(
+                f"--external-metrics-address {settings.external_metrics_address}: "
+                f"{err.strerror or err}"
+            ) from None
+        stoppers.append(runner.cleanup)
+    if signals.keda:
+        credentials = (
+            kedascaler_server.tls_credentials(
+                settings.keda_scaler_tls_cert_file,
+                settings.keda_scaler_tls_key_file,
+                settings.keda_scaler_client_ca_file,
+            )
+            if settings.keda_scaler_tls_cert_file
+            else None
+        )
+        try:
+            server = await kedascaler_server.serve(feed, *signals.keda, credentials)
+        except OSError as err:
+            raise OSError(f"--keda-scaler-address {settings.keda_scaler_address}: {err}") from None
+        stoppers.append(lambda: server.stop(grace=1.0))
 
 
 async def _serve(address, controller: Controller, last_ok: list[float], tick: float):

@@ -10,6 +10,7 @@ from gpufleet.settings import setting
 SOURCES = "sources"
 LOOP = "control loop"
 HA = "high availability"
+SIGNALS = "signals for HPA and KEDA"
 OPS = "operations"
 
 
@@ -130,6 +131,62 @@ class AutoscalerSettings(BaseSettings):
         group=HA,
         help="client-go's default: how often candidates try and the leader renews.",
         gt=0,
+    )
+    external_metrics_address: str = setting(
+        "",
+        "GPUFLEET_AUTOSCALER_EXTERNAL_METRICS_ADDRESS",
+        "--external-metrics-address",
+        group=SIGNALS,
+        help="[host]:port of the external.metrics.k8s.io/v1beta1 HTTPS server (an "
+        "aggregated API: authentication from kube-system/extension-apiserver-authentication, "
+        "SubjectAccessReviews); empty: not served. Serving it registers nothing: the "
+        "APIService is yours to create, and only one per cluster can exist.",
+    )
+    external_metrics_tls_cert_file: str = setting(
+        "",
+        "GPUFLEET_AUTOSCALER_EXTERNAL_METRICS_TLS_CERT_FILE",
+        "--external-metrics-tls-cert-file",
+        group=SIGNALS,
+        help="Serving certificate (PEM) of the external metrics server; required with "
+        "--external-metrics-address.",
+    )
+    external_metrics_tls_key_file: str = setting(
+        "",
+        "GPUFLEET_AUTOSCALER_EXTERNAL_METRICS_TLS_KEY_FILE",
+        "--external-metrics-tls-key-file",
+        group=SIGNALS,
+        help="Its private key (PEM).",
+    )
+    keda_scaler_address: str = setting(
+        "",
+        "GPUFLEET_AUTOSCALER_KEDA_SCALER_ADDRESS",
+        "--keda-scaler-address",
+        group=SIGNALS,
+        help="[host]:port of KEDA's external scaler gRPC API (a ScaledObject trigger of "
+        "type external or external-push, scalerAddress pointing here); empty: not served.",
+    )
+    keda_scaler_tls_cert_file: str = setting(
+        "",
+        "GPUFLEET_AUTOSCALER_KEDA_SCALER_TLS_CERT_FILE",
+        "--keda-scaler-tls-cert-file",
+        group=SIGNALS,
+        help="Serving certificate (PEM) for KEDA's enableTLS; with its key, the scaler "
+        "speaks TLS only. Empty: plaintext.",
+    )
+    keda_scaler_tls_key_file: str = setting(
+        "",
+        "GPUFLEET_AUTOSCALER_KEDA_SCALER_TLS_KEY_FILE",
+        "--keda-scaler-tls-key-file",
+        group=SIGNALS,
+        help="Its private key (PEM).",
+    )
+    keda_scaler_client_ca_file: str = setting(
+        "",
+        "GPUFLEET_AUTOSCALER_KEDA_SCALER_CLIENT_CA_FILE",
+        "--keda-scaler-client-ca-file",
+        group=SIGNALS,
+        help="CA (PEM) that must have signed KEDA's client certificate (the trigger's "
+        "tlsClientCert); empty: no client certificate asked for.",
     )
     metrics_address: str = setting(
         ":9402",

@@ -9,12 +9,22 @@ import time
 import urllib.request
 from collections.abc import Iterator
 
+import grpc
 import pytest
+import urllib3
 from helpers import free_port, wait_for
+from helpers.aggregator import (
+    grant_hpa_external_metrics,
+    make_pki,
+    proxied_client,
+    publish_authentication,
+)
 from helpers.kube import api_client, create_autoscaler, create_vllm
 from helpers.serving import MetricsServer, vllm_queue
 from kubernetes import client
 
+from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2 as pb
+from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2_grpc as pb_grpc
 from gpufleet.lab.kubeapi.server import FakeApiServer
 
 NS = "llm"
@@ -34,7 +44,8 @@ def gpufleet(*args: str, **kw) -> subprocess.CompletedProcess[str]:
 def test_help_explains_every_group() -> None:
     run = gpufleet("autoscaler", "--help")
     assert run.returncode == 0
-    for group in ("sources:", "control loop:", "high availability:", "operations:"):
+    groups = ("sources:", "control loop:", "high availability:", "signals for HPA and KEDA:")
+    for group in (*groups, "operations:"):
         assert group in run.stdout
 
 
@@ -238,3 +249,96 @@ def test_a_busy_metrics_port_is_one_line_and_exit_1() -> None:
     lines = run.stderr.strip().splitlines()
     assert "Traceback" not in run.stderr
     assert any(f"--metrics-address 127.0.0.1:{port}: " in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        pytest.param(
+            ("--external-metrics-address", ":0"),
+            "--external-metrics-address needs --external-metrics-tls-cert-file",
+            id="https-without-a-certificate",
+        ),
+        pytest.param(
+            ("--keda-scaler-address", "9403"), "--keda-scaler-address: listen address", id="keda"
+        ),
+        pytest.param(
+            ("--keda-scaler-address", ":0", "--keda-scaler-client-ca-file", "/ca.pem"),
+            "--keda-scaler-tls-cert-file and --keda-scaler-tls-key-file go together",
+            id="keda-client-ca-without-tls",
+        ),
+    ],
+)
+def test_bad_signal_flags_are_one_line_and_exit_1(args, text: str) -> None:
+    run = gpufleet("autoscaler", *args, "--metrics-address", "", "--kube-url", "http://x:9")
+    assert run.returncode == 1
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and text in lines[0] and "Traceback" not in run.stderr
+
+
+def test_without_the_authentication_configmap_the_external_metrics_server_refuses(
+    apiserver: FakeApiServer, tmp_path
+) -> None:
+    pki = make_pki(tmp_path)
+    run = gpufleet(
+        "autoscaler",
+        *("--kube-url", apiserver.url, "--leader-elect=false", "--metrics-address", ""),
+        *("--external-metrics-address", f"127.0.0.1:{free_port()}"),
+        *("--external-metrics-tls-cert-file", str(pki.server_cert)),
+        *("--external-metrics-tls-key-file", str(pki.server_key)),
+    )
+    assert run.returncode == 1
+    lines = run.stderr.strip().splitlines()
+    assert "Traceback" not in run.stderr
+    assert "ConfigMap kube-system/extension-apiserver-authentication" in lines[-1]
+
+
+def test_the_external_metrics_api_and_the_keda_scaler_while_it_runs(
+    apiserver: FakeApiServer, tmp_path
+) -> None:
+    pki = make_pki(tmp_path)
+    kube = api_client(apiserver.url)
+    publish_authentication(kube, pki)
+    grant_hpa_external_metrics(kube)
+    https, grpc_port = free_port(), free_port()
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            *("-m", "gpufleet.cli", "autoscaler", "--kube-url", apiserver.url),
+            *("--prometheus-url", "http://127.0.0.1:9", "--leader-elect=false"),
+            *("--metrics-address", "", "--keda-scaler-address", f"127.0.0.1:{grpc_port}"),
+            *("--external-metrics-address", f"127.0.0.1:{https}"),
+            *("--external-metrics-tls-cert-file", str(pki.server_cert)),
+            *("--external-metrics-tls-key-file", str(pki.server_key)),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"https://127.0.0.1:{https}"
+
+    def discovered() -> list[str]:
+        with proxied_client(url, pki) as api:
+            try:
+                found = client.CustomObjectsApi(api).get_api_resources(
+                    "external.metrics.k8s.io", "v1beta1"
+                )
+            except urllib3.exceptions.HTTPError:  # not listening yet
+                return []
+            return [r.name for r in found.resources]
+
+    try:
+        assert "gpufleet_desired_replicas" in wait_for(discovered, timeout=30, what="discovery")
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            stub = pb_grpc.ExternalScalerStub(channel)
+            ref = pb.ScaledObjectRef(name="so", namespace=NS, scalerMetadata={"autoscaler": "a"})
+            (spec,) = stub.GetMetricSpec(ref, timeout=10).metricSpecs
+            assert (spec.metricName, spec.targetSizeFloat) == ("gpufleet_desired_replicas", 1.0)
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.IsActive(ref, timeout=10)
+            assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(15) == 0, daemon.stderr.read()
+    finally:
+        daemon.kill()
+        kube.close()

@@ -86,3 +86,18 @@ def test_live_reaction_bench_prints_a_row_per_burst() -> None:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "| 1 | " in run.stdout and "HPA on the queue" in run.stdout
+
+
+@pytest.mark.prometheus
+def test_extmetrics_bench_prints_both_servers_for_each_size(tmp_path: Path) -> None:
+    if not shutil.which("prometheus"):
+        pytest.skip("prometheus is not installed (./dev test installs it)")
+    results = tmp_path / "extmetrics.json"
+    run = run_bench(
+        "extmetrics_bench", "--workloads", "1,3", "--requests", "20", "--json", str(results)
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "| 1 | 20 | " in run.stdout and "| 3 | 20 | " in run.stdout
+    rows = json.loads(results.read_text())
+    # both answered every request, with the same value
+    assert [r["mismatched_values"] for r in rows] == [0, 0]

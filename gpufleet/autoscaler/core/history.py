@@ -62,14 +62,25 @@ class SignalHistory:
     def latest(self, now: float) -> dict[str, float]:
         """The newest value of each signal in the window `observe(now)` would cut, without
         building the Observation: what a status shows every tick for every workload."""
+        return {signal: value for signal, (_, value) in self.latest_samples(now).items()}
+
+    def latest_samples(self, now: float) -> dict[str, tuple[float, float]]:
+        """`latest`, each value with the time its sample was taken."""
         newest, oldest = now - self.delay_seconds, now - self.history_seconds
         out = {}
         for signal in SIGNALS:
             times = self._times[signal]
             hi = bisect_right(times, newest)
             if hi and times[hi - 1] >= oldest:
-                out[signal] = self._values[signal][hi - 1]
+                out[signal] = (times[hi - 1], self._values[signal][hi - 1])
         return out
+
+    def latest_pods(self, now: float) -> tuple[float, tuple[PodTelemetry, ...]] | None:
+        """The newest pod telemetry `observe(now)` would show, with its time; None if none."""
+        hi = bisect_right(self._pod_times, now - self.delay_seconds)
+        if hi and self._pod_times[hi - 1] >= now - self.history_seconds:
+            return self._pod_times[hi - 1], self._pods[hi - 1]
+        return None
 
     def forget_before(self, t: float) -> None:
         """Drop samples older than `t`: what a caller that runs for days does to bound memory

@@ -9,8 +9,9 @@ code against this one.
 
 Faults a test can turn on (`faults`): a delay on every answer, the next N requests failing
 with a 5xx, the next N writes answering 409, and the whole server going down and coming
-back on the same port. Every request is recorded (method, path, User-Agent), so a test
-can count who wrote what.
+back on the same port. SubjectAccessReviews are answered from the RBAC objects stored
+(`rbac`), as an aggregated API server's delegated authorization needs. Every request is
+recorded (method, path, User-Agent), so a test can count who wrote what.
 """
 
 import asyncio
@@ -24,6 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gpufleet.lab.kubeapi import rbac
 from gpufleet.lab.kubeapi.objects import ApiError
 from gpufleet.lab.kubeapi.resources import RESOURCES, Resource
 from gpufleet.lab.kubeapi.store import EVENT_HISTORY, ObjectStore
@@ -237,6 +239,7 @@ class FakeApiServer:
 
 _BY_PATH: dict[tuple[str, str], Resource] = {(r.group_version, r.plural): r for r in RESOURCES}
 _NAMESPACES = _BY_PATH[("v1", "namespaces")]
+_RBAC = "rbac.authorization.k8s.io/v1"
 
 
 async def _answer(state: _State, request: web.Request) -> dict[str, Any]:
@@ -257,6 +260,14 @@ async def _answer(state: _State, request: web.Request) -> dict[str, Any]:
         return _resource_list(segments[1])
     if segments[:1] == ["apis"] and len(segments) == 3:
         return _resource_list(f"{segments[1]}/{segments[2]}")
+    if segments == ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]:
+        if request.method != "POST":
+            raise _not_allowed(request.method)
+        store = state.store
+        return rbac.review(
+            await _json(request) or {},
+            lambda plural, ns: store.list(_BY_PATH[(_RBAC, plural)], ns),
+        )
     target = _target(segments)
     if target is None:
         raise ApiError(

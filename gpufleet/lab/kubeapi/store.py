@@ -313,7 +313,15 @@ class ObjectStore:
         return copy.deepcopy(new)
 
     def _check_new(self, res: Resource, namespace: str, name: str, obj: dict[str, Any]) -> None:
-        if not _NAME.fullmatch(name) or len(name) > 253:
+        if res.group == "rbac.authorization.k8s.io":
+            # RBAC names are path segments ("system:discovery"), not DNS subdomains.
+            if name in ("", ".", "..") or "/" in name or "%" in name:
+                raise invalid(
+                    res.kind,
+                    name,
+                    [("metadata.name", f"Invalid value: {name!r}: may not contain '/' or '%'")],
+                )
+        elif not _NAME.fullmatch(name) or len(name) > 253:
             raise invalid(
                 res.kind,
                 name,

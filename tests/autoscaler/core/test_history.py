@@ -62,3 +62,19 @@ def test_latest_is_the_newest_value_observe_would_show(now: float, delay: float)
         if getattr(obs, s).latest() is not None
     }
     assert h.latest(now) == expected
+
+
+@pytest.mark.parametrize(("now", "delay"), [(25.0, 0.0), (25.0, 3.0), (60.0, 0.0), (2.0, 0.0)])
+def test_latest_samples_and_pods_carry_the_times_observe_would_show(
+    now: float, delay: float
+) -> None:
+    h = filled(delay=delay)
+    obs = h.observe(now, ())
+    expected = {
+        s: (getattr(obs, s).times[-1], getattr(obs, s).values[-1])
+        for s in ("queue_depth", "arrival_rate")
+        if getattr(obs, s).times
+    }
+    assert h.latest_samples(now) == expected
+    pods = h.latest_pods(now)
+    assert (pods[1] if pods else ()) == obs.pods

@@ -3,9 +3,7 @@
 import asyncio
 import base64
 import dataclasses
-import datetime
 import gzip
-import ipaddress
 import socket
 import ssl
 from collections.abc import AsyncIterator
@@ -17,11 +15,9 @@ import aiohttp
 import bcrypt
 import pytest
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from helpers.clock import ManualClock
+from helpers.pki import issue, write_pair
 
 from gpufleet.exporter.core.render import Exposition
 from gpufleet.exporter.http.server import (
@@ -505,71 +501,6 @@ class Pki:
     server_key: Path
     client_cert: Path
     client_key: Path
-
-
-def issue(
-    name: str,
-    *,
-    issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None = None,
-    usage: x509.ObjectIdentifier | None = None,
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """A CA certificate when `issuer` is None, else a leaf for `usage` signed by it."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    signer_cert, signer_key = issuer if issuer else (None, key)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(signer_cert.subject if signer_cert else subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(signer_key.public_key()),
-            critical=False,
-        )
-    )
-    if issuer is None:
-        builder = builder.add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-    else:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        if usage == ExtendedKeyUsageOID.SERVER_AUTH:
-            san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
-            builder = builder.add_extension(san, critical=False)
-    return builder.sign(signer_key, hashes.SHA256()), key
-
-
-def write_pair(
-    directory: Path, stem: str, pair: tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
-) -> tuple[Path, Path]:
-    cert, key = pair
-    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
 
 
 @pytest.fixture(scope="module")

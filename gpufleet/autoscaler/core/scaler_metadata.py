@@ -1,0 +1,65 @@
+"""A KEDA `external` trigger's `metadata`, read into what the gRPC scaler answers: pure.
+
+KEDA hands the trigger's metadata map to every call as `ScaledObjectRef.scalerMetadata`
+(beside its own `scalerAddress`, which is ignored here). Keys:
+- `autoscaler` (required): the GPUAutoscaler, in the ScaledObject's namespace, whose
+  cached signals to serve;
+- `metric`: one of `extmetrics.METRICS`, `gpufleet_` optional (default
+  `gpufleet_desired_replicas`: the HPA that KEDA creates then follows gpufleet's decision);
+- `targetValue`: the HPA's AverageValue target (default 1 for the desired replicas,
+  required for the others, > 0);
+- `activationValue`: active when the value is above it (default 0), KEDA's activation
+  semantics.
+"""
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpufleet.autoscaler.core.extmetrics import DESIRED_REPLICAS, METRICS
+
+
+class MetadataError(ValueError):
+    """Bad trigger metadata; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScalerTrigger:
+    autoscaler: str
+    metric: str
+    target: float
+    activation: float
+
+
+def parse_metadata(metadata: Mapping[str, str]) -> ScalerTrigger:
+    autoscaler = metadata.get("autoscaler", "").strip()
+    if not autoscaler:
+        raise MetadataError("scalerMetadata.autoscaler: required (the GPUAutoscaler's name)")
+    metric = metadata.get("metric", "").strip() or DESIRED_REPLICAS
+    if not metric.startswith("gpufleet_"):
+        metric = f"gpufleet_{metric}"
+    if metric not in METRICS:
+        raise MetadataError(
+            f"scalerMetadata.metric: {metadata['metric']!r} is not one of {', '.join(METRICS)}"
+        )
+    if "targetValue" in metadata:
+        target = _number(metadata, "targetValue")
+        if target <= 0:
+            raise MetadataError(f"scalerMetadata.targetValue: {target:g} must be > 0")
+    elif metric == DESIRED_REPLICAS:
+        target = 1.0
+    else:
+        raise MetadataError(f"scalerMetadata.targetValue: required for {metric}")
+    activation = _number(metadata, "activationValue") if "activationValue" in metadata else 0.0
+    return ScalerTrigger(autoscaler=autoscaler, metric=metric, target=target, activation=activation)
+
+
+def _number(metadata: Mapping[str, str], key: str) -> float:
+    text = metadata[key]
+    try:
+        value = float(text)
+    except ValueError:
+        raise MetadataError(f"scalerMetadata.{key}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise MetadataError(f"scalerMetadata.{key}: {text!r} is not a finite number")
+    return value

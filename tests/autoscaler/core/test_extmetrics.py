@@ -1,0 +1,96 @@
+"""Metric values in Kubernetes' formats, and which workloads a selector picks: pure."""
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kubernetes.utils import parse_quantity
+
+from gpufleet.autoscaler.core import extmetrics as em
+from gpufleet.core.selectors import parse_selector
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0, "0"),
+        (0.0004, "0"),
+        (1.5, "1500m"),
+        (12, "12"),
+        (1500, "1500"),
+        (2000, "2k"),
+        (0.25, "250m"),
+        (-1.5, "-1500m"),
+        (3e6, "3M"),
+        (1e18, "1E"),
+    ],
+)
+def test_quantities_are_canonical_decimal_si_at_milli_precision(value: float, text: str) -> None:
+    assert em.format_quantity(value) == text
+
+
+@given(st.floats(min_value=-1e12, max_value=1e12, allow_nan=False))
+def test_the_official_client_reads_back_every_quantity(value: float) -> None:
+    parsed = parse_quantity(em.format_quantity(value))
+    assert parsed == Decimal(round(value * 1000)) / 1000
+
+
+def test_times_and_windows() -> None:
+    assert em.rfc3339(1_767_225_600.9) == "2026-01-01T00:00:00Z"
+    assert [em.window_seconds(w) for w in ("30s", "2m", "500ms", "1h")] == [30, 120, 1, 3600]
+
+
+def workload(name: str, **labels: str) -> em.WorkloadMetrics:
+    return em.workload_metrics(
+        namespace="llm",
+        name=name,
+        target=labels.get("target", name),
+        model=labels.get("model", ""),
+        signals={"queue_depth": (10.0, 4.0)},
+        pods=None,
+        desired=None,
+        current=1,
+        now=11.0,
+    )
+
+
+def test_a_selector_picks_workloads_by_their_labels_and_a_missing_signal_has_no_item() -> None:
+    snap = em.MetricsSnapshot([workload("a", model="llama"), workload("b"), workload("c")])
+    picked = snap.select("llm", "gpufleet_queue_depth", parse_selector("autoscaler in (a,b)"))
+    assert [labels["autoscaler"] for labels, _ in picked] == ["a", "b"]
+    assert snap.select("llm", "gpufleet_queue_depth", parse_selector("model=llama"))[0][1] == (
+        em.Sample(10.0, 4.0)
+    )
+    # no decision yet, no telemetry: those metrics are absent, never 0
+    assert snap.select("llm", "gpufleet_desired_replicas", ()) == []
+    assert snap.select("llm", "gpufleet_gpu_utilization", ()) == []
+    assert snap.select("other", "gpufleet_queue_depth", ()) == []
+
+
+def test_the_desired_ratio_at_zero_replicas_is_the_desired_count() -> None:
+    def ratio(desired: int, current: int) -> float:
+        w = em.workload_metrics(
+            namespace="n",
+            name="w",
+            target="w",
+            model="",
+            signals={},
+            pods=None,
+            desired=desired,
+            current=current,
+            now=1.0,
+        )
+        return w.values[em.DESIRED_RATIO].value
+
+    assert (ratio(6, 4), ratio(2, 0), ratio(0, 0)) == (1.5, 2.0, 0.0)
+
+
+def test_the_feed_tells_subscribers_until_they_leave() -> None:
+    feed, calls = em.SnapshotFeed(), []
+    leave = feed.subscribe(lambda: calls.append(feed.latest))
+    snap = em.MetricsSnapshot([workload("a")])
+    feed.publish(snap)
+    leave()
+    feed.publish(em.MetricsSnapshot())
+    assert calls == [snap] and feed.latest.get("llm", "a") is None
