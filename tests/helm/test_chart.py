@@ -97,6 +97,11 @@ def test_crd_schema_check_catches_a_bad_field():
             "autoscaler.externalMetrics: Additional property enable",
             id="deep",
         ),
+        pytest.param(
+            {"autoscaler": {"externalMetrics": {"enabled": True}}},
+            "autoscaler.externalMetrics.tlsSecret is required",
+            id="external-metrics-without-certificate",
+        ),
     ],
 )
 def test_a_typo_in_values_fails_naming_the_field(values, named, tmp_path):

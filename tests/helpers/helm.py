@@ -134,7 +134,7 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         {
             "exporter": {"kubernetes": False, "collectorsConfigMap": "my-counters"},
             "autoscaler": {
-                "externalMetrics": {"enabled": True},
+                "externalMetrics": {"enabled": True, "tlsSecret": "gpufleet-ext-metrics-tls"},
                 "kedaScaler": {"enabled": True},
                 "extraScaleTargets": [
                     {"apiGroups": ["argoproj.io"], "resources": ["rollouts/scale"]}
