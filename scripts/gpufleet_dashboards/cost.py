@@ -1,0 +1,98 @@
+"""Cost and chargeback by namespace, from the recording rules in rules/gpu-usage.rules.yml."""
+
+# ruff: noqa: E501 (a PromQL query reads best on one line)
+
+from gpufleet_dashboards.grafana import dashboard, panel, row, stat, target, ts, variable
+
+C = '{namespace=~"$namespace"}'
+HOURS = "* $__range_s / 3600"  # an average over the range times its length: GPU-hours
+
+
+def cost() -> dict:
+    def over_range(series: str) -> str:
+        return f"sum by (namespace) (avg_over_time({series}{C}[$__range])) {HOURS}"
+
+    price = "scalar(gpufleet:gpu_hourly_price:dollars)"
+    per_ns = "{{namespace}}"
+    panels = [
+        row("Now"),
+        stat(
+            "Price per GPU-hour",
+            target("gpufleet:gpu_hourly_price:dollars"),
+            unit="currencyUSD",
+            w=6,
+        ),
+        stat(
+            "GPUs allocated",
+            target(f"sum(namespace:gpufleet_gpus_allocated:sum{C})"),
+            decimals=2,
+            w=6,
+        ),
+        stat("GPUs idle", target(f"sum(namespace:gpufleet_gpus_idle:sum{C})"), decimals=2, w=6),
+        stat(
+            "Idle cost per hour",
+            target(f"sum(namespace:gpufleet_idle_gpu_cost:dollars_per_hour{C})"),
+            unit="currencyUSD",
+            w=6,
+        ),
+        row("By namespace"),
+        ts(
+            "GPUs allocated",
+            target(f"namespace:gpufleet_gpus_allocated:sum{C}", per_ns),
+            stack=True,
+        ),
+        ts("GPUs used", target(f"namespace:gpufleet_gpus_used:sum{C}", per_ns), stack=True),
+        ts("GPUs idle", target(f"namespace:gpufleet_gpus_idle:sum{C}", per_ns), stack=True),
+        ts(
+            "Idle cost per hour",
+            target(f"namespace:gpufleet_idle_gpu_cost:dollars_per_hour{C}", per_ns),
+            unit="currencyUSD",
+            stack=True,
+        ),
+        row("Chargeback over the dashboard's time range"),
+        panel(
+            "table",
+            "GPU-hours and cost by namespace",
+            target(over_range("namespace:gpufleet_gpus_allocated:sum"), instant=True),
+            target(over_range("namespace:gpufleet_gpus_used:sum"), instant=True),
+            target(over_range("namespace:gpufleet_gpus_idle:sum"), instant=True),
+            target(
+                f"{over_range('namespace:gpufleet_gpus_allocated:sum')} * {price}", instant=True
+            ),
+            target(over_range("namespace:gpufleet_idle_gpu_cost:dollars_per_hour"), instant=True),
+            target(
+                f"sum by (namespace) (avg_over_time(gpufleet_pod_power_usage{C}[$__range])) {HOURS} / 1000",
+                instant=True,
+            ),
+            w=24,
+            h=10,
+            description="Allocated, used and idle GPU-hours, the cost of the allocated and of the idle ones, "
+            "and the energy charged to each namespace (kWh, from gpufleet_pod_power_usage).",
+        ),
+    ]
+    panels[-1]["transformations"].append(
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True},
+                "renameByName": {
+                    "Value #A": "allocated GPU-hours",
+                    "Value #B": "used GPU-hours",
+                    "Value #C": "idle GPU-hours",
+                    "Value #D": "allocated cost ($)",
+                    "Value #E": "idle cost ($)",
+                    "Value #F": "energy (kWh)",
+                },
+            },
+        }
+    )
+    variables = [
+        variable("namespace", "label_values(namespace:gpufleet_gpus_allocated:sum, namespace)")
+    ]
+    return dashboard(
+        "gpufleet-cost",
+        "GPU cost and chargeback",
+        "GPUs allocated, used and idle per namespace, and their cost, from rules/gpu-usage.rules.yml.",
+        variables,
+        panels,
+    )
