@@ -37,14 +37,22 @@ def cost() -> dict:
         ),
         row("By namespace"),
         ts(
-            "GPUs allocated",
+            "GPUs allocated by namespace",
             target(f"namespace:gpufleet_gpus_allocated:sum{C}", per_ns),
             stack=True,
         ),
-        ts("GPUs used", target(f"namespace:gpufleet_gpus_used:sum{C}", per_ns), stack=True),
-        ts("GPUs idle", target(f"namespace:gpufleet_gpus_idle:sum{C}", per_ns), stack=True),
         ts(
-            "Idle cost per hour",
+            "GPUs used by namespace",
+            target(f"namespace:gpufleet_gpus_used:sum{C}", per_ns),
+            stack=True,
+        ),
+        ts(
+            "GPUs idle by namespace",
+            target(f"namespace:gpufleet_gpus_idle:sum{C}", per_ns),
+            stack=True,
+        ),
+        ts(
+            "Idle cost per hour by namespace",
             target(f"namespace:gpufleet_idle_gpu_cost:dollars_per_hour{C}", per_ns),
             unit="currencyUSD",
             stack=True,

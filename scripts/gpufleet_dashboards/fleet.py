@@ -103,7 +103,7 @@ def fleet() -> dict:
         ),
         panel(
             "table",
-            "Pods on GPUs",
+            "Pods and their GPUs",
             target(
                 f"sum by (namespace, pod, Hostname, gpu, GPU_I_PROFILE, GPU_I_ID, vgpu) (gpufleet_pod_gpu_share{N})",
                 instant=True,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, free_port, wait_for
 from helpers.e2e import Prometheus, RunningExporter, node_settings
-from helpers.grafana import PromApi, dashboards, expand, resolve, targets
+from helpers.grafana import PromApi, dashboards, expand, panels, resolve, targets
 from helpers.kube import api_client, create_autoscaler, create_vllm
 
 from gpufleet.lab.kubeapi.cluster import ClusterTiming, LabCluster
@@ -162,3 +162,47 @@ def test_every_panel_query_returns_data(prom: PromApi, values, name, title, expr
     wait_for(
         lambda: prom.query(query), timeout=60, poll_seconds=0.5, what=f"{name} {title!r}: {query}"
     )
+
+
+def _answer(prom: PromApi, values, name: str, title: str, ref: str = "A") -> list[dict]:
+    (panel,) = [p for p in panels(ALL[name]) if p["title"] == title]
+    (target,) = [t for t in panel["targets"] if t["refId"] == ref]
+    query = expand(target["expr"], values[name])
+    return wait_for(lambda: prom.query(query), timeout=60, poll_seconds=0.5, what=query)
+
+
+def _scalar(answer: list[dict]) -> float:
+    (sample,) = answer
+    return float(sample["value"][1])
+
+
+def test_fleet_panels_count_each_physical_gpu_once(prom: PromApi, values) -> None:
+    """The lab's node: 2 whole GPUs, 2 time-sliced 4 ways, 1 in 7 MIG slices; 17 pods."""
+    fleet = "fleet-overview.json"
+    assert _scalar(_answer(prom, values, fleet, "GPUs")) == 5
+    assert _scalar(_answer(prom, values, fleet, "Pods on GPUs")) == 17
+    assert _scalar(_answer(prom, values, fleet, "MIG instances")) == 7
+    assert 0 < _scalar(_answer(prom, values, fleet, "GPUs allocated")) <= 5
+    # 12239's per-GPU panels: one series per GPU although pods share them (MIG GPUs have
+    # no GPU_UTIL), never one per pod.
+    assert len(_answer(prom, values, fleet, "GPU Utilization")) == 4
+    assert len(_answer(prom, values, fleet, "GPU Framebuffer Mem Used")) == 5
+    assert len(_answer(prom, values, fleet, "GPU Power Usage")) == 5
+    for sample in _answer(prom, values, fleet, "GPU Utilization"):
+        assert 0 <= float(sample["value"][1]) <= 100
+    by_profile = _answer(prom, values, fleet, "MIG instances by profile")
+    assert {s["metric"]["GPU_I_PROFILE"]: s["value"][1] for s in by_profile} == {"1g.10gb": "7"}
+    shared = _answer(prom, values, fleet, "Pods per shared GPU")
+    assert sorted(float(s["value"][1]) for s in shared) == [4, 4]
+
+
+def test_autoscaler_panels_show_the_workload_within_its_bounds(prom: PromApi, values) -> None:
+    replicas = "Replicas: desired, current, ready, max"
+    (top,) = _answer(prom, values, "autoscaler.json", replicas, "D")
+    (desired,) = _answer(prom, values, "autoscaler.json", replicas, "A")
+    assert top["metric"]["workload"] == f"{NS}/chat" and top["value"][1] == "3"
+    assert 1 <= float(desired["value"][1]) <= 3
+    # Held while no serving pod is scraped yet, then not: a 0/1 flag per workload.
+    held = _answer(prom, values, "autoscaler.json", "Held on missing metrics")
+    assert [s["metric"]["workload"] for s in held] == [f"{NS}/chat"]
+    assert held[0]["value"][1] in ("0", "1")

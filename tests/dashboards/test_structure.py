@@ -47,9 +47,11 @@ def test_schema_version_and_top_level_fields(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
-def test_panel_ids_are_unique(name: str) -> None:
+def test_panel_ids_and_titles_are_unique(name: str) -> None:
     ids = [p["id"] for p in panels(ALL[name])]
     assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
+    titles = [p["title"] for p in panels(ALL[name])]
+    assert len(titles) == len(set(titles))  # a reader (and a link) tells panels apart by title
 
 
 def overlaps(dashboard: dict) -> list[tuple[str, str]]:
