@@ -4,11 +4,14 @@ the 24-column grid, and every query on the `${datasource}` variable with only va
 dashboard defines."""
 
 import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import Dashboard
 from helpers import REPO
 from helpers.grafana import DASHBOARDS, dashboards, panels, referenced, targets, variables
 
@@ -114,3 +117,44 @@ def test_queries_use_only_defined_variables(name: str) -> None:
     for i, var in enumerate(variables(d)):
         earlier = {v["name"] for v in variables(d)[:i]}
         assert referenced(var.get("definition", "")) <= earlier, var["name"]
+
+
+def lost_in_round_trip(original: object, back: object, path: str = "") -> list[str]:
+    """Paths of keys in `original` that Grafana's models dropped or changed."""
+    if isinstance(original, dict):
+        if not isinstance(back, dict):
+            return [path]
+        lost = []
+        for key, value in original.items():
+            lost += (
+                lost_in_round_trip(value, back[key], f"{path}/{key}")
+                if key in back
+                else [f"{path}/{key}"]
+            )
+        return lost
+    if isinstance(original, list):
+        if not isinstance(back, list) or len(back) != len(original):
+            return [path]
+        return [
+            p
+            for i, (a, b) in enumerate(zip(original, back, strict=True))
+            for p in lost_in_round_trip(a, b, f"{path}[{i}]")
+        ]
+    return [] if original == back else [path]
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_grafanas_dashboard_models_read_every_field(name: str) -> None:
+    """A round trip through grafana-foundation-sdk's models (generated from Grafana's own
+    schema) keeps every field: a misspelt or misplaced key would be dropped. Only a query
+    variable's `definition`, which Grafana's UI writes but the schema does not model, may go."""
+    back = json.loads(json.dumps(Dashboard.from_json(ALL[name]), cls=JSONEncoder))
+    lost = lost_in_round_trip(ALL[name], back)
+    assert [p for p in lost if not p.endswith("/definition")] == []
+
+
+def test_the_round_trip_check_sees_a_misspelt_key() -> None:
+    broken = json.loads(json.dumps(ALL["node-detail.json"]))
+    broken["panels"][1]["gridpos"] = broken["panels"][1].pop("gridPos")
+    back = json.loads(json.dumps(Dashboard.from_json(broken), cls=JSONEncoder))
+    assert "/panels[1]/gridpos" in lost_in_round_trip(broken, back)
