@@ -17,11 +17,11 @@ def autoscaler() -> dict:
             target(f"gpufleet_autoscaler_desired_replicas{W}", "{{workload}} desired"),
             target(f"gpufleet_autoscaler_current_replicas{W}", "{{workload}} current"),
             target(
-                'count by (namespace) (up{namespace=~"$namespace", pod!=""} == 1)',
-                "{{namespace}} ready (serving)",
+                f"count by (namespace) (count by (namespace, pod) (vllm:num_requests_running{S}))",
+                "{{namespace}} serving",
             ),
             target(f"gpufleet_autoscaler_max_replicas{W}", "{{workload}} max"),
-            description="Ready: serving pods Prometheus scrapes, per namespace (the autoscaler exports no ready count).",
+            description="Serving: pods whose vLLM metrics Prometheus scrapes, per namespace; the autoscaler exports no ready count (kube-state-metrics' kube_deployment_status_replicas_ready has it).",
         ),
         ts(
             "Decisions by reason",

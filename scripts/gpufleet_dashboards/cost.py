@@ -5,13 +5,16 @@
 from gpufleet_dashboards.grafana import dashboard, panel, row, stat, target, ts, variable
 
 C = '{namespace=~"$namespace"}'
-HOURS = "* $__range_s / 3600"  # an average over the range times its length: GPU-hours
+
+
+def over_range(series: str) -> str:
+    """`series` (per hour, or GPUs) integrated over the dashboard's range into hours: the
+    value at every $__interval step times the step. A namespace that existed for part of the
+    range is charged for that part only; the rules' evaluation interval does not matter."""
+    return f"sum by (namespace) (sum_over_time({series}[$__range:$__interval])) * $__interval_ms / 3600000"
 
 
 def cost() -> dict:
-    def over_range(series: str) -> str:
-        return f"sum by (namespace) (avg_over_time({series}{C}[$__range])) {HOURS}"
-
     price = "scalar(gpufleet:gpu_hourly_price:dollars)"
     per_ns = "{{namespace}}"
     panels = [
@@ -61,21 +64,23 @@ def cost() -> dict:
         panel(
             "table",
             "GPU-hours and cost by namespace",
-            target(over_range("namespace:gpufleet_gpus_allocated:sum"), instant=True),
-            target(over_range("namespace:gpufleet_gpus_used:sum"), instant=True),
-            target(over_range("namespace:gpufleet_gpus_idle:sum"), instant=True),
+            target(over_range(f"namespace:gpufleet_gpus_allocated:sum{C}"), instant=True),
+            target(over_range(f"namespace:gpufleet_gpus_used:sum{C}"), instant=True),
+            target(over_range(f"namespace:gpufleet_gpus_idle:sum{C}"), instant=True),
             target(
-                f"{over_range('namespace:gpufleet_gpus_allocated:sum')} * {price}", instant=True
+                f"{over_range(f'namespace:gpufleet_gpus_allocated:sum{C}')} * {price}", instant=True
             ),
-            target(over_range("namespace:gpufleet_idle_gpu_cost:dollars_per_hour"), instant=True),
             target(
-                f"sum by (namespace) (avg_over_time(gpufleet_pod_power_usage{C}[$__range])) {HOURS} / 1000",
+                over_range(f"namespace:gpufleet_idle_gpu_cost:dollars_per_hour{C}"), instant=True
+            ),
+            target(
+                over_range(f"gpufleet_pod_power_usage{C}") + " / 1000",
                 instant=True,
             ),
             w=24,
             h=10,
             description="Allocated, used and idle GPU-hours, the cost of the allocated and of the idle ones, "
-            "and the energy charged to each namespace (kWh, from gpufleet_pod_power_usage).",
+            "and the energy charged to each namespace (kWh, from gpufleet_pod_power_usage), summed at every interval step of the range.",
         ),
     ]
     panels[-1]["transformations"].append(

@@ -11,8 +11,15 @@ from collections.abc import Iterator
 from helpers import REPO
 
 DASHBOARDS = REPO / "dashboards"
-# Grafana's own variables, as Grafana fills them for a 1-hour range and a 1 s scrape.
-BUILTINS = {"$__rate_interval": "1m", "$__interval": "15s", "$__range_s": "3600", "$__range": "1h"}
+# Grafana's own variables, as Grafana fills them for a 1-hour range and a 1 s scrape (a
+# longer name before its prefix).
+BUILTINS = {
+    "$__rate_interval": "1m",
+    "$__interval_ms": "1000",
+    "$__interval": "1s",
+    "$__range_s": "3600",
+    "$__range": "1h",
+}
 _LABEL_VALUES = re.compile(r"^label_values\((?:(.+),\s*)?(\w+)\)$")
 _VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
 
