@@ -411,7 +411,7 @@ class Controller:
         if desired is not None:
             self.stats.desired[name] = desired
         self.stats.max_replicas[name] = spec.workload.max_replicas
-        self.stats.missing_metrics[name] = t.health.missing_metrics
+        self.stats.missing_metrics[name] = bool(t.health.missing_metrics)  # the reason, or ''
         running = sum(1 for r in replicas if r.state is not ReplicaState.TERMINATING)
         self.stats.current[name] = running
         if leader:

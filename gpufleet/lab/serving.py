@@ -89,7 +89,8 @@ class _Histogram:
         out, cumulative = [f"# TYPE {name} histogram"], 0
         for bound, count in zip((*self.buckets, math.inf), self.counts, strict=True):
             cumulative += count
-            le = "+Inf" if math.isinf(bound) else f"{bound:g}"
+            # As vLLM's prometheus_client writes it: le="1.0", not "1" (rules match on it).
+            le = "+Inf" if math.isinf(bound) else repr(bound)
             out.append(f'{name}_bucket{{{labels},le="{le}"}} {cumulative}')
         out += [f"{name}_sum{{{labels}}} {self.total:.6f}", f"{name}_count{{{labels}}} {self.n}"]
         return out

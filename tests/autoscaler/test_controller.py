@@ -131,6 +131,8 @@ async def test_it_scales_a_deployment_on_vllm_queue_depth(
         r for r in apiserver.requests if r.method in ("PUT", "PATCH") and r.path.endswith("/scale")
     ]
     assert len(patches) == 1  # written once, only when the count changed
+    # A flag, not the reason text: /metrics renders it as 0 or 1.
+    assert ctl.stats.missing_metrics == {f"{NS}/chat": False}
 
 
 @dataclasses.dataclass
@@ -201,7 +203,7 @@ async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:
     assert conditions(api)["ScalingActive"][1] == "MissingMetrics"
     assert ctl.stats.errors["prometheus_unavailable"] >= 1
     (name,) = ctl.stats.missing_metrics
-    assert ctl.stats.missing_metrics[name] and ctl.stats.max_replicas[name] > 0
+    assert ctl.stats.missing_metrics[name] is True and ctl.stats.max_replicas[name] > 0
 
 
 async def test_it_refuses_to_fight_an_hpa(api: client.ApiClient, serving_pod: str) -> None:

@@ -90,7 +90,7 @@ def test_plugin_args_and_configs_parse(value_set, tmp_path, monkeypatch):
 
 def test_time_slicing_config_reaches_the_plugin(tmp_path, monkeypatch):
     objects = render(VALUE_SETS["time-slicing"][0], tmp_path=tmp_path)
-    (cm,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    (cm,) = [o for o in objects if o["kind"] == "ConfigMap" and "default" in o.get("data", {})]
     (tmp_path / "c.yaml").write_text(cm["data"]["default"])
     ctr = container(find(objects, "DaemonSet", "-plugin"), "plugin")
     settings = parse(PluginSettings, ctr, monkeypatch, CONFIG_FILE=str(tmp_path / "c.yaml"))

@@ -38,6 +38,12 @@ def test_the_engine_queues_beyond_its_batch_slots_and_prefills_one_at_a_time() -
     assert (
         'vllm:request_success_total{model_name="model",engine="0",finished_reason="stop"} 3' in text
     )
+    # Bucket bounds as prometheus_client formats them, so rules/slo.rules.yml's le="1.0" matches.
+    for le in ("0.001", "1.0", "2560.0", "+Inf"):
+        assert (
+            f'vllm:time_to_first_token_seconds_bucket{{model_name="model",engine="0",le="{le}"}}'
+            in text
+        )
 
 
 async def test_a_trace_replays_sped_up_on_ready_pods_and_prometheus_can_find_them(

@@ -1,0 +1,127 @@
+"""The autoscaler: replicas, decisions, the serving engine's demand signals, the TTFT SLO."""
+
+# ruff: noqa: E501 (a PromQL query reads best on one line)
+
+from gpufleet_dashboards.grafana import dashboard, panel, row, target, ts, variable
+
+W = '{workload=~"$workload"}'
+S = '{namespace=~"$namespace"}'
+
+
+def autoscaler() -> dict:
+    per_ns = "{{namespace}}"
+    panels = [
+        row("Replicas and decisions"),
+        ts(
+            "Replicas: desired, current, ready, max",
+            target(f"gpufleet_autoscaler_desired_replicas{W}", "{{workload}} desired"),
+            target(f"gpufleet_autoscaler_current_replicas{W}", "{{workload}} current"),
+            target(
+                f"count by (namespace) (count by (namespace, pod) (vllm:num_requests_running{S}))",
+                "{{namespace}} serving",
+            ),
+            target(f"gpufleet_autoscaler_max_replicas{W}", "{{workload}} max"),
+            description="Serving: pods whose vLLM metrics Prometheus scrapes, per namespace; the autoscaler exports no ready count (kube-state-metrics' kube_deployment_status_replicas_ready has it).",
+        ),
+        ts(
+            "Decisions by reason",
+            target(
+                f"sum by (workload, reason) (increase(gpufleet_autoscaler_decisions_total{W}[$__rate_interval]))",
+                "{{workload}} {{reason}}",
+            ),
+            stack=True,
+        ),
+        panel(
+            "state-timeline",
+            "Held on missing metrics",
+            target(f"gpufleet_autoscaler_missing_metrics{W}", "{{workload}}"),
+            w=12,
+            h=5,
+        ),
+        ts(
+            "Control loop: seconds per pass",
+            target(
+                "sum by (instance) (rate(gpufleet_autoscaler_reconcile_seconds_total[$__rate_interval]))"
+                " / sum by (instance) (rate(gpufleet_autoscaler_ticks_total[$__rate_interval]))",
+                "{{instance}}",
+            ),
+            target("gpufleet_autoscaler_leader", "{{instance}} leader"),
+            unit="s",
+            h=5,
+        ),
+        row("Demand and signals (the vLLM preset's)"),
+        ts(
+            "Demand: requests per second",
+            target(
+                f"sum by (namespace) (rate(vllm:time_to_first_token_seconds_count{S}[$__rate_interval]))",
+                per_ns + " admitted",
+            ),
+            target(
+                f"sum by (namespace) (rate(vllm:request_success_total{S}[$__rate_interval]))",
+                per_ns + " completed",
+            ),
+            unit="reqps",
+            w=8,
+        ),
+        ts(
+            "Queue and batch",
+            target(f"sum by (namespace) (vllm:num_requests_waiting{S})", per_ns + " waiting"),
+            target(f"sum by (namespace) (vllm:num_requests_running{S})", per_ns + " running"),
+            w=8,
+        ),
+        ts(
+            "Prompt tokens per second",
+            target(
+                f"sum by (namespace) (rate(vllm:prompt_tokens_total{S}[$__rate_interval]))", per_ns
+            ),
+            w=8,
+        ),
+        row("SLO"),
+        ts(
+            "Time to first token, p90",
+            target(
+                f"histogram_quantile(0.9, sum by (namespace, le) (rate(vllm:time_to_first_token_seconds_bucket{S}[$__rate_interval])))",
+                per_ns,
+            ),
+            unit="s",
+            w=8,
+        ),
+        ts(
+            "TTFT SLO attainment (first token within 1 s)",
+            target(
+                f"1 - namespace_model:ttft_slo_errors:ratio_rate5m{S}", per_ns + " {{model_name}}"
+            ),
+            unit="percentunit",
+            max=1,
+            w=8,
+            description="From rules/slo.rules.yml: the share of requests whose first token came within 1 s, over 5 minutes.",
+        ),
+        ts(
+            "Error budget burn rate (99% SLO)",
+            target(
+                f"namespace_model:ttft_slo_errors:ratio_rate1h{S} / 0.01",
+                per_ns + " {{model_name}} 1h",
+            ),
+            target(
+                f"namespace_model:ttft_slo_errors:ratio_rate5m{S} / 0.01",
+                per_ns + " {{model_name}} 5m",
+            ),
+            w=8,
+            description="1 spends the budget in exactly the SLO period; TTFTBudgetBurnFast pages at 14.4.",
+        ),
+    ]
+    variables = [
+        variable("workload", "label_values(gpufleet_autoscaler_desired_replicas, workload)"),
+        variable(
+            "namespace",
+            'label_values(gpufleet_autoscaler_desired_replicas{workload=~"$workload"}, workload)',
+            regex="/^([^/]+)\\//",
+        ),
+    ]
+    return dashboard(
+        "gpufleet-autoscaler",
+        "GPU autoscaler",
+        "GPUAutoscaler replicas, decisions, the serving engine's demand signals and the TTFT SLO.",
+        variables,
+        panels,
+    )
