@@ -17,6 +17,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpufleet import __version__
 from gpufleet.exporter.core import attribution
@@ -31,8 +32,11 @@ from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
 from gpufleet.exporter.http.store import ExpositionStore
 from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.exporter.nvml.xid import XidWatcher
-from gpufleet.exporter.pods.podresources import EMPTY_VIEW, PodResourcesWatcher
 from gpufleet.exporter.pods.procfs import PidPodMap
+from gpufleet.exporter.pods.view import EMPTY_VIEW
+
+if TYPE_CHECKING:  # grpc is loaded only with -k, by the daemon
+    from gpufleet.exporter.pods.podresources import PodResourcesWatcher
 
 log = logging.getLogger(__name__)
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -71,7 +75,7 @@ class Collector:
         reader: NvmlReader,
         config: CollectorConfig,
         store: ExpositionStore,
-        kubelet: PodResourcesWatcher | None = None,
+        kubelet: "PodResourcesWatcher | None" = None,
         pid_pods: PidPodMap | None = None,
         server_stats: ServerStats | None = None,
         clock: Callable[[], float] = time.monotonic,

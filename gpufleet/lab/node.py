@@ -11,17 +11,16 @@ import hashlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpufleet.core.device_ids import base_id, is_replica, replica_id
-from gpufleet.exporter.settings import ExporterSettings
-from gpufleet.lab.kubelet.kubelet import (
-    ContainerAllocation,
-    DeviceAllocation,
-    FakeKubelet,
-    PodAllocation,
-    RateLimit,
-)
 from gpufleet.lab.nvml.api import SimulatedNvml
+
+# The simulator side alone imports neither grpc nor pydantic: an exporter under benchmark
+# without -k, and a peer exporter in its own environment, hold just that side.
+if TYPE_CHECKING:
+    from gpufleet.exporter.settings import ExporterSettings
+    from gpufleet.lab.kubelet.kubelet import FakeKubelet, RateLimit
 
 # The benchmark's node (issue 2): 8 x H100, two of them MIG 7 x 1g.10gb.
 DEFAULT_FLEET = "6xH100+2xH100:mig=7x1g.10gb"
@@ -102,7 +101,7 @@ class SimNode:
         layout: NodeLayout | None = None,
         *,
         root: Path | None = None,
-        rate_limit: RateLimit | None = None,
+        rate_limit: "RateLimit | None" = None,
         with_kubelet: bool = True,
     ) -> None:
         self.layout = layout or NodeLayout()
@@ -114,9 +113,11 @@ class SimNode:
         # Without a kubelet, only the simulator side is built: layouts are deterministic, so
         # a process holding just the simulator (an exporter under benchmark) sees the same
         # GPUs, pids and pod UIDs as another process holding the kubelet side.
-        self.kubelet = (
-            FakeKubelet(self.root / "kubelet", rate_limit=rate_limit) if with_kubelet else None
-        )
+        self.kubelet: FakeKubelet | None = None
+        if with_kubelet:
+            from gpufleet.lab.kubelet import kubelet
+
+            self.kubelet = kubelet.FakeKubelet(self.root / "kubelet", rate_limit=rate_limit)
         self.pods: dict[tuple[str, str], SimPod] = {}
 
     def __enter__(self) -> "SimNode":
@@ -133,10 +134,12 @@ class SimNode:
         for index, (name, resource, ids) in enumerate(_plan(self.sim, self.layout)):
             self.add_pod(NAMESPACES[index % len(NAMESPACES)], name, resource, ids)
 
-    def exporter_settings(self, **overrides: object) -> ExporterSettings:
+    def exporter_settings(self, **overrides: object) -> "ExporterSettings":
         """Settings for an exporter attributing this node's pods: Kubernetes and pod_uid on,
         the kubelet socket and checkpoint and the proc root this node has. `overrides` are
         further `ExporterSettings` fields (and may replace these)."""
+        from gpufleet.exporter.settings import ExporterSettings
+
         fields: dict[str, object] = {
             "kubernetes": True,
             "kubernetes_enable_pod_uid": True,
@@ -169,6 +172,12 @@ class SimNode:
         )
         self.pods[(namespace, name)] = pod
         if self.kubelet:
+            from gpufleet.lab.kubelet.kubelet import (
+                ContainerAllocation,
+                DeviceAllocation,
+                PodAllocation,
+            )
+
             self.kubelet.add_pod(
                 PodAllocation(
                     namespace=namespace,

@@ -16,13 +16,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 import grpc
 
 from gpufleet.exporter.core.attribution import ContainerDevices
+from gpufleet.exporter.pods.view import EMPTY_VIEW, KubeletView
 from gpufleet.kubelet.api import podresources_v1_pb2 as pb
 from gpufleet.kubelet.api import podresources_v1_pb2_grpc as pb_grpc
 from gpufleet.kubelet.checkpoint import CheckpointEntry, CheckpointRead, read_checkpoint
@@ -52,19 +52,6 @@ _KIND_BY_CODE = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: KubeletErrorKind.RATE_LIMITED,
     grpc.StatusCode.DEADLINE_EXCEEDED: KubeletErrorKind.DEADLINE,
 }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KubeletView:
-    """One successful refresh: what `List` and the checkpoint said."""
-
-    containers: tuple[ContainerDevices, ...] = ()
-    checkpoint: tuple[CheckpointEntry, ...] = ()
-    refreshed_at: float | None = None  # wall-clock seconds of the List; None: no data
-    refreshed_monotonic: float | None = None
-
-
-EMPTY_VIEW = KubeletView()
 
 
 def containers_of(response: pb.ListPodResourcesResponse) -> tuple[ContainerDevices, ...]:
