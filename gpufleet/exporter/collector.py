@@ -34,6 +34,7 @@ from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.exporter.nvml.xid import XidWatcher
 from gpufleet.exporter.pods.procfs import PidPodMap
 from gpufleet.exporter.pods.view import EMPTY_VIEW
+from gpufleet.heap import release_free_heap
 
 if TYPE_CHECKING:  # grpc is loaded only with -k, by the daemon
     from gpufleet.exporter.pods.podresources import PodResourcesWatcher
@@ -285,6 +286,8 @@ class CollectorLoop:
     def _collect(self) -> None:
         try:
             self._collector.collect_once()
+            # The last snapshot's bytes are free now; without this RSS sits at the peak.
+            release_free_heap()
         except Exception:
             self._collector.count_error("unexpected")
             log.exception("collection failed")
