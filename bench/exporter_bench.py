@@ -108,7 +108,8 @@ async def running(
             )
         except (BenchError, OSError, TimeoutError, aiohttp.ClientError, loadgen.ScrapeError) as exc:
             raise BenchError(
-                f"{name}: {exc}\n--- {module} log tail ---\n{_tail(log_path)}"
+                f"{name}: {str(exc) or type(exc).__name__}\n"
+                f"--- {module} log tail ---\n{_tail(log_path)}"
             ) from exc
         finally:
             if proc.returncode is None:
@@ -250,6 +251,7 @@ async def run_exporter(
     headers: dict[str, str],
     gpufleet: bool,
     ready: Ready,
+    concurrency: tuple[int, ...],
 ) -> ExporterRun:
     """Warm up, check the output, then the idle phase and one closed-loop phase per
     concurrency level."""
@@ -269,10 +271,10 @@ async def run_exporter(
             loadgen.paced(child.url, seconds=options.idle_seconds, headers=headers),
         )
     phases = [idle]
-    for concurrency in options.concurrency:
-        async with loadgen.Clients(child.url, concurrency=concurrency, headers=headers) as clients:
+    for level in concurrency:
+        async with loadgen.Clients(child.url, concurrency=level, headers=headers) as clients:
             child.scrapes_sent += clients.warmup_scrapes
-            phases.append(await measure(child, f"{concurrency} concurrent", clients.run(scrapes)))
+            phases.append(await measure(child, f"{level} concurrent", clients.run(scrapes)))
     memory = procstat.memory_bytes(child.pid)
     smaps = procstat.smaps_rollup_bytes(child.pid)
     return ExporterRun(
@@ -307,7 +309,14 @@ async def run_all(options: argparse.Namespace) -> report.Results:
         k_args = [*socket_args, "--checkpoint", str(kubelet.checkpoint_path), *interval_args]
 
         async def measured(
-            name: str, module: str, args: list[str], *, scrapes: int, ready: Ready, **spawn: Any
+            name: str,
+            module: str,
+            args: list[str],
+            *,
+            scrapes: int,
+            ready: Ready,
+            concurrency: tuple[int, ...] = options.concurrency,
+            **spawn: Any,
         ) -> ExporterRun:
             async with running(name, module, args, log_dir, **spawn) as child:
                 return await run_exporter(
@@ -317,6 +326,7 @@ async def run_all(options: argparse.Namespace) -> report.Results:
                     headers=headers,
                     gpufleet=module == "bench.exporter_child",
                     ready=ready,
+                    concurrency=concurrency,
                 )
 
         gpufleet = "bench.exporter_child"
@@ -346,6 +356,7 @@ async def run_all(options: argparse.Namespace) -> report.Results:
                 ["--calls", str(calls_path), "--interval", str(INTERVAL_MS / 1000)],
                 scrapes=options.peer_scrapes,
                 ready=peer_collected,
+                concurrency=options.peer_concurrency,
                 python=options.peer_python,
                 env={**os.environ, "PYTHONPATH": str(REPO)},  # the simulator only
             )
@@ -448,6 +459,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--peer-scrapes",
         type=int,
         help=f"nvitop-exporter scrapes per phase (default {FULL['peer_scrapes']})",
+    )
+    parser.add_argument(
+        "--peer-concurrency",
+        type=_concurrency,
+        default=(1, 8),
+        help="the peer's concurrent clients per phase (default 1,8: prometheus-client's "
+        "server listens with a backlog of 5, so 50 clients wait on SYN retries, not on it)",
     )
     parser.add_argument(
         "--no-peer",

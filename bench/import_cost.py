@@ -4,16 +4,21 @@ Each number comes from a fresh interpreter, read from its own /proc/self/status 
 - floors: the bare interpreter, each library of the exporter's stack alone, and the stacks
   an exporter needs without and with `-k`, with and without the simulated node the
   benchmark's exporters hold;
-- the marginal cost of each top-level package when the exporter's daemon module is
-  imported, in the order `python -X importtime` says they finish (dependencies first, so
-  each package is charged only what it adds to what is already loaded), for the daemon as
-  it starts with no flags, with `-k` and with `--web-config-file`.
+- the own cost of every module the exporter's daemon imports, for the daemon as it starts
+  with no flags, with `-k` and with `--web-config-file`: an import hook reads RSS around
+  each module's loading (an extension module's creation included) and charges the module
+  what it added less what the imports it made added, summed by distribution (stdlib by
+  module). Where `python -X importtime` orders imports by time, this charges memory.
 
-Run from the repository root:  python3 -m bench.import_cost
+RSS grows in pages and allocator chunks, so a module's own cost is accurate to about
+0.1 MiB and the hook's own bookkeeping adds a little; the floors are the figures to quote.
+
+Run from the repository root:  python3 -m bench.import_cost [--min-mib 0.1]
 Prints a Markdown report on stdout. Numbers vary by a few hundred KiB from run to run.
 """
 
 import argparse
+import functools
 import json
 import platform
 import subprocess
@@ -132,8 +137,13 @@ def owner(module: str) -> str:
     top = module.partition(".")[0]
     if top in sys.stdlib_module_names or top.startswith("_"):
         return f"stdlib `{top.lstrip('_')}`"  # _ssl with ssl, _asyncio with asyncio
-    names = metadata.packages_distributions().get(top)
+    names = _distributions().get(top)
     return names[0] if names else top
+
+
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    return metadata.packages_distributions()
 
 
 def by_owner(own: dict[str, int]) -> list[tuple[str, int]]:

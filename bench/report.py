@@ -290,7 +290,8 @@ def memory_targets(results: Results, floors: Floors) -> list[str]:
             f"| {_verdict(run.rss_bytes_end <= target)} |"
         )
     if results.peer:
-        pairs = zip(results.ours.phases, results.peer.phases, strict=True)
+        peer_phases = {p.name: p for p in results.peer.phases}
+        pairs = [(p, peer_phases[p.name]) for p in results.ours.phases if p.name in peer_phases]
         for ours_phase, peer_phase in pairs:
             times = peer_phase.cpu_ms_per_scrape / max(ours_phase.cpu_ms_per_scrape, 1e-9)
             lines.append(
