@@ -1,16 +1,21 @@
-"""Benchmark of the exporter against a naive dcgm-exporter-shaped baseline (issue 2, section 6).
+"""Benchmark of the exporter against a naive dcgm-exporter-shaped baseline (issue 2, section 6)
+and the Python peer nvitop-exporter (issue 15, section 4).
 
 Workload: the simulated node `gpufleet.lab.node.NodeLayout()` (8 x H100, two of them split
 into 7 x 1g.10gb MIG slices, 104 pods, 88 of them on time-sliced GPUs) at a 1 s collection
 interval. This process runs the node's kubelet side (a FakeKubelet serving pod-resources
 with no rate limit, so the baseline's per-scrape `List` is never throttled) and the scrape
-client; each exporter runs alone in a child process (`bench.exporter_child`,
-`bench.naive_baseline`) and is measured from outside through /proc/<pid>. The two exporters
-run one after the other, never together, so neither steals CPU from the other.
+client; each exporter runs alone in a child process and is measured from outside through
+/proc/<pid>: gpufleet with `-k` and without (`bench.exporter_child`), the baseline
+(`bench.naive_baseline`) and nvitop-exporter in its own environment on the same simulator
+(`bench.peer_child`, `bench.peer_env`). They run one after the other, never together, so
+none steals CPU from another. The memory floors (the stack's libraries and the simulator
+in a fresh interpreter, `bench.import_cost`) are measured in the same run.
 
 Run from the repository root:  python3 -m bench.exporter_bench [--quick] [--json PATH]
 Prints a Markdown report on stdout. Exits 1 if the run fails or its output checks fail (no
 pod labels, different metric families). Loopback only; every phase is bounded in count.
+The first run installs the peer from PyPI (pip) into `.bench/`.
 """
 
 import argparse
@@ -18,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import platform
 import re
 import shlex
@@ -25,14 +31,15 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
-from bench import loadgen, procstat, report
-from bench.report import CollectionStats, ExporterRun, OutputStats, Phase
+from bench import import_cost, loadgen, peer_env, procstat, report
+from bench.report import CollectionStats, ExporterRun, Floors, OutputStats, Phase
 from gpufleet.lab.node import DEFAULT_FLEET, NodeLayout, SimNode
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,8 +50,9 @@ INTERVAL_MS = 1000
 STARTUP_TIMEOUT_SECONDS = 60.0
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 10.0
-QUICK = {"scrapes": 50, "baseline_scrapes": 10, "idle_seconds": 2.0}
-FULL = {"scrapes": 10_000, "baseline_scrapes": 300, "idle_seconds": 15.0}
+QUICK = {"scrapes": 50, "baseline_scrapes": 10, "peer_scrapes": 10, "idle_seconds": 2.0}
+FULL = {"scrapes": 10_000, "baseline_scrapes": 300, "peer_scrapes": 300, "idle_seconds": 15.0}
+PEER_SERIES = "process_gpu_memory_MiB{"  # nvitop has collected the GPU processes once
 
 
 class BenchError(Exception):
@@ -63,16 +71,26 @@ class Child:
 
 
 @contextlib.asynccontextmanager
-async def running(name: str, module: str, args: list[str], log_dir: Path) -> AsyncIterator[Child]:
+async def running(
+    name: str,
+    module: str,
+    args: list[str],
+    log_dir: Path,
+    *,
+    python: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> AsyncIterator[Child]:
     """Start `python -m module args`, read its JSON announcement, SIGTERM it on exit.
 
-    A failure while it runs becomes a BenchError carrying the tail of its log (stderr).
+    `python` defaults to this interpreter. A failure while it runs becomes a BenchError
+    carrying the tail of its log (stderr).
     """
     log_path = log_dir / f"{name}.log"
     with log_path.open("wb") as stderr:
         proc = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", module, *args),
+            *(str(python or sys.executable), "-m", module, *args),
             cwd=REPO,
+            env=env,
             stdout=asyncio.subprocess.PIPE,
             stderr=stderr,
         )
@@ -90,7 +108,8 @@ async def running(name: str, module: str, args: list[str], log_dir: Path) -> Asy
             )
         except (BenchError, OSError, TimeoutError, aiohttp.ClientError, loadgen.ScrapeError) as exc:
             raise BenchError(
-                f"{name}: {exc}\n--- {module} log tail ---\n{_tail(log_path)}"
+                f"{name}: {str(exc) or type(exc).__name__}\n"
+                f"--- {module} log tail ---\n{_tail(log_path)}"
             ) from exc
         finally:
             if proc.returncode is None:
@@ -156,9 +175,29 @@ async def measure(child: Child, name: str, load: Awaitable[loadgen.LoadResult | 
     )
 
 
-async def wait_ready(child: Child, *, min_collections: int) -> str:
-    """Poll /metrics until it answers with pod labels and `min_collections` collections
-    behind it (profiling rates need two); returns that text exposition."""
+Ready = Callable[[str, int], bool]  # (text exposition, scrapes seen) -> warmed up
+
+
+def collected(min_collections: int, *, pods: bool) -> Ready:
+    """Ready once `min_collections` collections are behind the exposition (profiling rates
+    need two) and, with `pods`, it has pod labels. An exporter that collects per scrape
+    (the baseline) has as many collections as scrapes."""
+
+    def ready(text: str, seen: int) -> bool:
+        collections = metric_value(text, "gpufleet_exporter_collections_total")
+        enough = (seen if collections is None else collections) >= min_collections
+        return enough and (not pods or bool(re.search(r'[{,]pod="[^"]', text)))
+
+    return ready
+
+
+def peer_collected(text: str, seen: int) -> bool:
+    """nvitop-exporter has read its GPU processes (its first collection is done)."""
+    return PEER_SERIES in text and seen >= 3
+
+
+async def wait_ready(child: Child, ready: Ready) -> str:
+    """Poll /metrics until `ready` says it is warm; returns that text exposition."""
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     seen = 0
     while True:
@@ -166,15 +205,10 @@ async def wait_ready(child: Child, *, min_collections: int) -> str:
             text = (await loadgen.fetch(child.url)).decode()
             child.scrapes_sent += 1
             seen += 1
-            collections = metric_value(text, "gpufleet_exporter_collections_total")
-            if collections is None:  # the baseline collects once per scrape
-                collections = seen
-            if collections >= min_collections and re.search(r'[{,]pod="[^"]', text):
+            if ready(text, seen):
                 return text
         if time.monotonic() > deadline:
-            raise BenchError(
-                f"{child.name}: no pod-labelled metrics after {READY_TIMEOUT_SECONDS:.0f} s"
-            )
+            raise BenchError(f"{child.name}: not warmed up after {READY_TIMEOUT_SECONDS:.0f} s")
         await asyncio.sleep(0.1)
 
 
@@ -216,10 +250,12 @@ async def run_exporter(
     scrapes: int,
     headers: dict[str, str],
     gpufleet: bool,
+    ready: Ready,
+    concurrency: tuple[int, ...],
 ) -> ExporterRun:
     """Warm up, check the output, then the idle phase and one closed-loop phase per
     concurrency level."""
-    text = await wait_ready(child, min_collections=3)
+    text = await wait_ready(child, ready)
     body = await loadgen.fetch(child.url, headers)
     output = output_stats(text, body)
     rss_warm = procstat.memory_bytes(child.pid)["VmRSS"]
@@ -235,11 +271,12 @@ async def run_exporter(
             loadgen.paced(child.url, seconds=options.idle_seconds, headers=headers),
         )
     phases = [idle]
-    for concurrency in options.concurrency:
-        async with loadgen.Clients(child.url, concurrency=concurrency, headers=headers) as clients:
+    for level in concurrency:
+        async with loadgen.Clients(child.url, concurrency=level, headers=headers) as clients:
             child.scrapes_sent += clients.warmup_scrapes
-            phases.append(await measure(child, f"{concurrency} concurrent", clients.run(scrapes)))
+            phases.append(await measure(child, f"{level} concurrent", clients.run(scrapes)))
     memory = procstat.memory_bytes(child.pid)
+    smaps = procstat.smaps_rollup_bytes(child.pid)
     return ExporterRun(
         name=child.name,
         output=output,
@@ -248,12 +285,15 @@ async def run_exporter(
         rss_bytes_warm=rss_warm,
         rss_bytes_end=memory["VmRSS"],
         peak_rss_bytes=memory["VmHWM"],
+        pss_bytes_end=smaps["Pss"],
+        pss_anon_bytes_end=smaps["Pss_Anon"],
+        pss_file_bytes_end=smaps["Pss_File"],
         scrapes_sent=child.scrapes_sent,
     )
 
 
-async def run_both(options: argparse.Namespace) -> tuple[ExporterRun, ExporterRun, int]:
-    """gpufleet, then the baseline, against one kubelet; returns both runs and the pod count."""
+async def run_all(options: argparse.Namespace) -> report.Results:
+    """gpufleet with and without -k, the baseline, then the peer, against one node."""
     headers = dict(loadgen.PROMETHEUS_HEADERS)
     if options.encoding == "identity":
         headers["Accept-Encoding"] = "identity"
@@ -263,21 +303,77 @@ async def run_both(options: argparse.Namespace) -> tuple[ExporterRun, ExporterRu
     ):
         kubelet = node.kubelet
         assert kubelet is not None
+        log_dir = Path(logs)
         socket_args = ["--kubelet-socket", str(kubelet.pod_resources_socket)]
-        child_args = [
-            *socket_args,
-            *("--checkpoint", str(kubelet.checkpoint_path)),
-            *("--interval-ms", str(INTERVAL_MS)),
-        ]
-        async with running("gpufleet", "bench.exporter_child", child_args, Path(logs)) as child:
-            ours = await run_exporter(
-                child, options, scrapes=options.scrapes, headers=headers, gpufleet=True
+        interval_args = ["--interval-ms", str(INTERVAL_MS)]
+        k_args = [*socket_args, "--checkpoint", str(kubelet.checkpoint_path), *interval_args]
+
+        async def measured(
+            name: str,
+            module: str,
+            args: list[str],
+            *,
+            scrapes: int,
+            ready: Ready,
+            concurrency: tuple[int, ...] = options.concurrency,
+            **spawn: Any,
+        ) -> ExporterRun:
+            async with running(name, module, args, log_dir, **spawn) as child:
+                return await run_exporter(
+                    child,
+                    options,
+                    scrapes=scrapes,
+                    headers=headers,
+                    gpufleet=module == "bench.exporter_child",
+                    ready=ready,
+                    concurrency=concurrency,
+                )
+
+        gpufleet = "bench.exporter_child"
+        ours = await measured(
+            "gpufleet", gpufleet, k_args, scrapes=options.scrapes, ready=collected(3, pods=True)
+        )
+        plain = await measured(
+            "gpufleet without -k",
+            gpufleet,
+            interval_args,
+            scrapes=options.scrapes,
+            ready=collected(3, pods=False),
+        )
+        base = await measured(
+            "baseline",
+            "bench.naive_baseline",
+            socket_args,
+            scrapes=options.baseline_scrapes,
+            ready=collected(3, pods=True),
+        )
+        peer = peer_calls = None
+        if options.peer_python:
+            calls_path = log_dir / "peer-calls.json"
+            peer = await measured(
+                "nvitop-exporter",
+                "bench.peer_child",
+                ["--calls", str(calls_path), "--interval", str(INTERVAL_MS / 1000)],
+                scrapes=options.peer_scrapes,
+                ready=peer_collected,
+                concurrency=options.peer_concurrency,
+                python=options.peer_python,
+                env={**os.environ, "PYTHONPATH": str(REPO)},  # the simulator only
             )
-        async with running("baseline", "bench.naive_baseline", socket_args, Path(logs)) as child:
-            base = await run_exporter(
-                child, options, scrapes=options.baseline_scrapes, headers=headers, gpufleet=False
-            )
-        return ours, base, len(node.pods)
+            peer_calls = report.PeerCalls(**json.loads(calls_path.read_text()))
+        return report.Results(
+            ours=ours, plain=plain, base=base, peer=peer, peer_calls=peer_calls, pods=len(node.pods)
+        )
+
+
+def floors() -> Floors:
+    """The memory floors: the stack's libraries and the simulated node, no exporter."""
+    sim = import_cost.SIM_NODE
+    return Floors(
+        interpreter=import_cost.rss_after(()),
+        stack=import_cost.rss_after(import_cost.STACK, setup=sim),
+        stack_k=import_cost.rss_after(import_cost.STACK_K, setup=sim),
+    )
 
 
 def environment(options: argparse.Namespace, command: str, pods: int) -> dict[str, str]:
@@ -301,8 +397,18 @@ def environment(options: argparse.Namespace, command: str, pods: int) -> dict[st
         "baseline": "prometheus-client Gauge per field, refreshed per scrape (NvmlReader, "
         "List on a new gRPC channel), generate_latest + gzip as make_wsgi_app, on aiohttp; "
         f"{options.baseline_scrapes} scrapes per phase",
+        "peer": (
+            f"{peer_env.PEER} in its own venv, on the same simulated NVML swapped in as "
+            f"`pynvml`, collecting every {INTERVAL_MS / 1000:g} s, prometheus-client's WSGI "
+            f"server; {options.peer_scrapes} scrapes per phase"
+            if options.peer_python
+            else "not run (--no-peer)"
+        ),
         "CPU": "the exporter process's CPU-time clock (ns, threads that ended included) over "
-        "the phase, divided by its scrapes (gpufleet's collections in the phase included)",
+        "the phase, divided by its scrapes (gpufleet's and the peer's collections in the "
+        "phase included)",
+        "memory": "VmRSS and VmHWM from /proc/<pid>/status, PSS from /proc/<pid>/smaps_rollup, "
+        "after the last phase; floors from fresh interpreters (`python3 -m bench.import_cost`)",
     }
 
 
@@ -349,14 +455,33 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default="gzip",
         help="Accept-Encoding of the scrapes (Prometheus sends gzip)",
     )
+    parser.add_argument(
+        "--peer-scrapes",
+        type=int,
+        help=f"nvitop-exporter scrapes per phase (default {FULL['peer_scrapes']})",
+    )
+    parser.add_argument(
+        "--peer-concurrency",
+        type=_concurrency,
+        default=(1, 8),
+        help="the peer's concurrent clients per phase (default 1,8: prometheus-client's "
+        "server listens with a backlog of 5, so 50 clients wait on SYN retries, not on it)",
+    )
+    parser.add_argument(
+        "--no-peer",
+        action="store_true",
+        help=f"leave out nvitop-exporter (else {peer_env.PEER} is installed from PyPI)",
+    )
     parser.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK}")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     options = parser.parse_args(argv)
     for key, value in (QUICK if options.quick else FULL).items():
         if getattr(options, key) is None:
             setattr(options, key, value)
-    if options.scrapes < 1 or options.baseline_scrapes < 1 or options.idle_seconds < 1:
-        parser.error("--scrapes and --baseline-scrapes must be >= 1, --idle-seconds >= 1")
+    if min(options.scrapes, options.baseline_scrapes, options.peer_scrapes) < 1:
+        parser.error("--scrapes, --baseline-scrapes and --peer-scrapes must be >= 1")
+    if options.idle_seconds < 1:
+        parser.error("--idle-seconds must be >= 1")
     return options
 
 
@@ -365,20 +490,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     command = shlex.join(["python3", "-m", "bench.exporter_bench", *argv])
     try:
-        ours, base, pods = asyncio.run(run_both(options))
-    except BenchError as exc:
+        options.peer_python = None if options.no_peer else peer_env.peer_python()
+        results = asyncio.run(run_all(options))
+    except (BenchError, peer_env.PeerEnvError) as exc:
         print(f"benchmark failed: {exc}", file=sys.stderr)
         return 1
-    problems = report.output_problems(ours, base)
-    env = environment(options, command, pods)
-    print(report.markdown(ours=ours, base=base, environment=env, problems=problems))
+    problems = report.output_problems(results.ours, results.base)
+    env = environment(options, command, results.pods)
+    print(report.markdown(results, floors=floors(), environment=env, problems=problems))
     if options.json:
-        results = {
+        runs = [results.ours, results.plain, results.base, results.peer]
+        data = {
             "environment": env,
             "problems": problems,
-            "runs": [dataclasses.asdict(ours), dataclasses.asdict(base)],
+            "runs": [dataclasses.asdict(run) for run in runs if run],
+            "peer_calls": results.peer_calls and dataclasses.asdict(results.peer_calls),
         }
-        options.json.write_text(json.dumps(results, indent=2) + "\n")
+        options.json.write_text(json.dumps(data, indent=2) + "\n")
     return 1 if problems else 0
 
 

@@ -44,6 +44,20 @@ def memory_bytes(pid: int) -> dict[str, int]:
     return values
 
 
+def smaps_rollup_bytes(pid: int) -> dict[str, int]:
+    """A process's memory summed over its mappings, from /proc/<pid>/smaps_rollup, in bytes.
+
+    Pss (proportional set size) charges each shared page to the processes sharing it in
+    equal parts, so a library another process also maps costs each of them half;
+    Pss_Anon is the heap and stacks, Pss_File the mapped files (code, shared libraries).
+    """
+    values = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        key, _, rest = line.partition(":")
+        values[key] = int(rest.split()[0]) * _KIB
+    return values
+
+
 def machine_info() -> dict[str, str | int]:
     """CPU model and logical core count of this machine."""
     model = "unknown"  # some architectures (arm64) have no "model name" line

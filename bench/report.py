@@ -1,10 +1,11 @@
-"""The benchmark's results as records, and their Markdown report with the issue's targets.
+"""The benchmark's results as records, and their Markdown report with the issues' targets.
 
 Pure: no I/O, no clock. Builds text from the numbers `exporter_bench` measured; judging a
 target is a comparison stated in the report, never a hidden threshold elsewhere.
 """
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 MIB = 1 << 20
 # Issue 2, section 6.
@@ -12,6 +13,9 @@ TARGET_P99_MS = 2.0
 TARGET_RSS_BYTES = 60 * MIB
 TARGET_COLLECTION_CORE_RATIO = 0.01
 TARGET_CPU_RATIO = 10.0
+# Issue 15, section 4.
+TARGET_RSS_K_BYTES = 56 * MIB
+TARGET_RSS_PLAIN_BYTES = 45 * MIB
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,7 +83,39 @@ class ExporterRun:
     rss_bytes_warm: int
     rss_bytes_end: int
     peak_rss_bytes: int
+    pss_bytes_end: int  # proportional: pages shared with other processes count in part
+    pss_anon_bytes_end: int  # heap and stacks
+    pss_file_bytes_end: int  # code and shared libraries
     scrapes_sent: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerCalls:
+    """NVML functions the peer called that the simulator lacks, and over how long."""
+
+    missing: dict[str, int] = field(default_factory=dict)  # function -> calls
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Floors:
+    """Resident bytes of fresh interpreters holding what every exporter here holds."""
+
+    interpreter: int  # nothing imported
+    stack: int  # aiohttp, pydantic-settings, nvidia-ml-py and the simulated node
+    stack_k: int  # the same and grpc (-k)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Results:
+    """One benchmark run: gpufleet with -k (ours) and without, the baseline and the peer."""
+
+    ours: ExporterRun
+    plain: ExporterRun
+    base: ExporterRun
+    peer: ExporterRun | None
+    peer_calls: PeerCalls | None
+    pods: int
 
 
 def _ms(value: float | None) -> str:
@@ -108,7 +144,7 @@ def output_problems(ours: ExporterRun, base: ExporterRun) -> list[str]:
     return problems
 
 
-def _output_table(runs: tuple[ExporterRun, ExporterRun]) -> list[str]:
+def _output_table(runs: Sequence[ExporterRun]) -> list[str]:
     lines = [
         "| output | " + " | ".join(r.name for r in runs) + " |",
         "|---|" + "---:|" * len(runs),
@@ -125,7 +161,7 @@ def _output_table(runs: tuple[ExporterRun, ExporterRun]) -> list[str]:
     return lines
 
 
-def _phase_table(runs: tuple[ExporterRun, ExporterRun]) -> list[str]:
+def _phase_table(runs: Sequence[ExporterRun]) -> list[str]:
     lines = [
         "| exporter | load | scrapes | p50 ms | p99 ms | max ms | scrapes/s "
         "| CPU ms/scrape | CPU % of a core | RSS after (MiB) | after N scrapes |",
@@ -207,20 +243,81 @@ def targets(ours: ExporterRun, base: ExporterRun) -> list[str]:
     return lines
 
 
+def _memory_table(runs: Sequence[ExporterRun]) -> list[str]:
+    lines = [
+        "| exporter | RSS warm | RSS end | peak RSS | PSS end | PSS anon | PSS file |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in runs:
+        values = (
+            r.rss_bytes_warm,
+            r.rss_bytes_end,
+            r.peak_rss_bytes,
+            r.pss_bytes_end,
+            r.pss_anon_bytes_end,
+            r.pss_file_bytes_end,
+        )
+        lines.append(f"| {r.name} | " + " | ".join(_mib(v) for v in values) + " |")
+    return lines
+
+
+def _floor_lines(floors: Floors) -> list[str]:
+    return [
+        "Floors, fresh interpreters holding no exporter (MiB): "
+        f"interpreter {_mib(floors.interpreter)}; aiohttp + pydantic-settings + nvidia-ml-py "
+        f"+ the simulated node {_mib(floors.stack)}; the same + grpc {_mib(floors.stack_k)}.",
+    ]
+
+
+def _peer_call_lines(calls: PeerCalls) -> list[str]:
+    if not calls.missing:
+        return [f"None: every NVML function it called in {calls.seconds:.0f} s is simulated."]
+    lines = ["| function | calls |", "|---|---:|"]
+    lines += [f"| `{name}` | {n} |" for name, n in sorted(calls.missing.items())]
+    return [*lines, "", f"over the peer's {calls.seconds:.0f} s."]
+
+
+def memory_targets(results: Results, floors: Floors) -> list[str]:
+    """Issue 15's targets: RSS with and without -k (over its floor), CPU against the peer."""
+    lines = ["| target | measured | result |", "|---|---|---|"]
+    for run, target, floor in (
+        (results.ours, TARGET_RSS_K_BYTES, floors.stack_k),
+        (results.plain, TARGET_RSS_PLAIN_BYTES, floors.stack),
+    ):
+        lines.append(
+            f"| RSS <= {_mib(target)} MiB ({run.name}) | {_mib(run.rss_bytes_end)} MiB; "
+            f"its floor {_mib(floor)}, so {_mib(run.rss_bytes_end - floor)} MiB is gpufleet's "
+            f"| {_verdict(run.rss_bytes_end <= target)} |"
+        )
+    if results.peer:
+        peer_phases = {p.name: p for p in results.peer.phases}
+        pairs = [(p, peer_phases[p.name]) for p in results.ours.phases if p.name in peer_phases]
+        for ours_phase, peer_phase in pairs:
+            times = peer_phase.cpu_ms_per_scrape / max(ours_phase.cpu_ms_per_scrape, 1e-9)
+            lines.append(
+                f"| less CPU per scrape than nvitop-exporter ({ours_phase.name}, "
+                "collections included) "
+                f"| {ours_phase.cpu_ms_per_scrape:.3f} vs {peer_phase.cpu_ms_per_scrape:.3f} "
+                f"ms = {times:.1f}x less | {_verdict(times > 1)} |"
+            )
+    return lines
+
+
 def markdown(
-    *, ours: ExporterRun, base: ExporterRun, environment: dict[str, str], problems: list[str]
+    results: Results, *, floors: Floors, environment: dict[str, str], problems: list[str]
 ) -> str:
     """The whole report."""
-    runs = (ours, base)
+    ours, base = results.ours, results.base
+    runs = [r for r in (ours, results.plain, base, results.peer) if r]
     lines = ["# gpufleet exporter benchmark", ""]
     lines += [f"- {key}: {value}" for key, value in environment.items()]
     lines += ["", "## Output", "", *_output_table(runs), ""]
     lines += [f"Output check: {'OK' if not problems else '; '.join(problems)}", ""]
     lines += ["## Scrape latency, CPU and memory", "", *_phase_table(runs), ""]
     lines += [
-        "Idle rows: one scrape per second, so gpufleet's CPU per scrape there is mostly its "
-        "1 s collection; latency is not sampled. CPU is the exporter process's alone; the "
-        "client's runs in the benchmark process, on the same cores.",
+        "Idle rows: one scrape per second, so gpufleet's and the peer's CPU per scrape there "
+        "is mostly their 1 s collection; latency is not sampled. CPU is the exporter "
+        "process's alone; the client's runs in the benchmark process, on the same cores.",
         "",
     ]
     if ours.collection:
@@ -235,4 +332,10 @@ def markdown(
             "",
         ]
     lines += ["## Targets (issue 2, section 6)", "", *targets(ours, base), ""]
+    lines += ["## Memory (MiB, after the last phase)", "", *_memory_table(runs), ""]
+    lines += [*_floor_lines(floors), ""]
+    if results.peer_calls:
+        lines += ["## NVML functions nvitop-exporter called that the simulator lacks", ""]
+        lines += [*_peer_call_lines(results.peer_calls), ""]
+    lines += ["## Targets (issue 15, section 4)", "", *memory_targets(results, floors), ""]
     return "\n".join(lines)

@@ -35,11 +35,13 @@ from gpufleet.exporter.http.store import ExpositionStore
 from gpufleet.exporter.kube.view import EMPTY_API_VIEW
 from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.exporter.nvml.xid import XidWatcher
-from gpufleet.exporter.pods.podresources import EMPTY_VIEW, PodResourcesWatcher
 from gpufleet.exporter.pods.procfs import PidPodMap
+from gpufleet.exporter.pods.view import EMPTY_VIEW
+from gpufleet.heap import release_free_heap
 
-if TYPE_CHECKING:  # imports the kubernetes client: only with pod labels or DRA
+if TYPE_CHECKING:  # grpc (-k) and the kubernetes client (pod labels, DRA) load only when used
     from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
+    from gpufleet.exporter.pods.podresources import PodResourcesWatcher
 
 log = logging.getLogger(__name__)
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -80,7 +82,7 @@ class Collector:
         reader: NvmlReader,
         config: CollectorConfig,
         store: ExpositionStore,
-        kubelet: PodResourcesWatcher | None = None,
+        kubelet: "PodResourcesWatcher | None" = None,
         kube: "KubeMetadataWatcher | None" = None,
         pid_pods: PidPodMap | None = None,
         server_stats: ServerStats | None = None,
@@ -332,6 +334,8 @@ class CollectorLoop:
     def _collect(self) -> None:
         try:
             self._collector.collect_once()
+            # The last snapshot's bytes are free now; without this RSS sits at the peak.
+            release_free_heap()
         except Exception:
             self._collector.count_error("unexpected")
             log.exception("collection failed")

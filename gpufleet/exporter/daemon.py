@@ -31,9 +31,7 @@ from gpufleet.exporter.core.selfmetrics import ServerStats
 from gpufleet.exporter.core.series import SeriesOptions
 from gpufleet.exporter.http.server import build_app, start_server
 from gpufleet.exporter.http.store import ExpositionStore
-from gpufleet.exporter.http.webconfig import WebConfig, WebConfigError, load_web_config
 from gpufleet.exporter.nvml.reader import NvmlReader
-from gpufleet.exporter.pods.podresources import PodResourcesWatcher
 from gpufleet.exporter.pods.procfs import PidPodMap
 from gpufleet.exporter.settings import (
     DCGM_DEFAULT_COLLECTORS,
@@ -45,10 +43,15 @@ from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.settings import settings_from_argv
 
-if TYPE_CHECKING:  # the kubernetes client is imported only where a flag needs it
+# Only some configurations need these: grpc with -k; YAML, bcrypt and the TLS setup with
+# --web-config-file; the kubernetes client where a flag needs it. They are imported where
+# those flags are handled (BENCHMARKS.md, issue 15).
+if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
+    from gpufleet.exporter.http.webconfig import WebConfig
     from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
+    from gpufleet.exporter.pods.podresources import PodResourcesWatcher
 
 log = logging.getLogger(__name__)
 SWITCH_INTERVAL_SECONDS = 0.001
@@ -91,7 +94,7 @@ class Prepared:
     label_allowlist: tuple[re.Pattern[str], ...]
     kube_api: "ApiClient | None"  # for pod labels and DRA (-k with either), else None
     devices: DeviceSelector
-    web_config: WebConfig | None
+    web_config: "WebConfig | None"
     host: str | None
     port: int
 
@@ -188,10 +191,14 @@ def prepare(settings: ExporterSettings) -> Prepared:
         devices = parse_devices(settings.devices)
     except ValueError as exc:
         raise StartupError(f"--devices {exc}") from None
-    try:
-        web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
-    except (WebConfigError, OSError) as exc:
-        raise StartupError(str(exc)) from None
+    web_config = None
+    if settings.web_config_file:
+        from gpufleet.exporter.http.webconfig import WebConfigError, load_web_config
+
+        try:
+            web_config = load_web_config(settings.web_config_file)
+        except (WebConfigError, OSError) as exc:
+            raise StartupError(str(exc)) from None
     if settings.configmap_data != "none":
         selection = load_configmap_selection(settings)
     else:
@@ -229,7 +236,7 @@ class Components:
 
     collector: Collector
     loop: CollectorLoop
-    kubelet: PodResourcesWatcher | None
+    kubelet: "PodResourcesWatcher | None"
     kube: "KubeMetadataWatcher | None"
     app: web.Application
 
@@ -241,6 +248,8 @@ def build(prepared: Prepared, lib: Any) -> Components:
     stats = ServerStats()
     kubelet = pid_pods = None
     if settings.kubernetes:
+        from gpufleet.exporter.pods.podresources import PodResourcesWatcher
+
         kubelet = PodResourcesWatcher(
             socket_path=settings.pod_resources_kubelet_socket,
             checkpoint_path=settings.kubelet_checkpoint,

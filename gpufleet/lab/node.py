@@ -15,21 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.core.device_ids import base_id, is_replica, replica_id
-from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.lab.dra import DRIVER, device_names, resource_slice
-from gpufleet.lab.kubelet.kubelet import (
-    ClaimAllocation,
-    ClaimDevice,
-    ContainerAllocation,
-    DeviceAllocation,
-    FakeKubelet,
-    PodAllocation,
-    RateLimit,
-)
 from gpufleet.lab.nvml.api import SimulatedNvml
 
-if TYPE_CHECKING:  # the kubernetes client is imported only by `publish`: the benchmark's
-    from kubernetes.client import ApiClient  # exporter process holds a SimNode too
+# The simulator side alone imports neither grpc, pydantic nor the kubernetes client: an
+# exporter under benchmark without -k, and a peer exporter in its own environment, hold
+# just that side.
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from gpufleet.exporter.settings import ExporterSettings
+    from gpufleet.lab.kubelet.kubelet import FakeKubelet, RateLimit
 
 # The benchmark's node (issue 2): 8 x H100, two of them MIG 7 x 1g.10gb.
 DEFAULT_FLEET = "6xH100+2xH100:mig=7x1g.10gb"
@@ -117,7 +113,7 @@ class SimNode:
         layout: NodeLayout | None = None,
         *,
         root: Path | None = None,
-        rate_limit: RateLimit | None = None,
+        rate_limit: "RateLimit | None" = None,
         with_kubelet: bool = True,
     ) -> None:
         self.layout = layout or NodeLayout()
@@ -129,9 +125,11 @@ class SimNode:
         # Without a kubelet, only the simulator side is built: layouts are deterministic, so
         # a process holding just the simulator (an exporter under benchmark) sees the same
         # GPUs, pids and pod UIDs as another process holding the kubelet side.
-        self.kubelet = (
-            FakeKubelet(self.root / "kubelet", rate_limit=rate_limit) if with_kubelet else None
-        )
+        self.kubelet: FakeKubelet | None = None
+        if with_kubelet:
+            from gpufleet.lab.kubelet import kubelet
+
+            self.kubelet = kubelet.FakeKubelet(self.root / "kubelet", rate_limit=rate_limit)
         self.pods: dict[tuple[str, str], SimPod] = {}
         self._core: Any = None  # a CoreV1Api, once `publish` was called
 
@@ -190,10 +188,12 @@ class SimNode:
             },
         )
 
-    def exporter_settings(self, **overrides: object) -> ExporterSettings:
+    def exporter_settings(self, **overrides: object) -> "ExporterSettings":
         """Settings for an exporter attributing this node's pods: Kubernetes and pod_uid on,
         the kubelet socket and checkpoint and the proc root this node has. `overrides` are
         further `ExporterSettings` fields (and may replace these)."""
+        from gpufleet.exporter.settings import ExporterSettings
+
         fields: dict[str, object] = {
             "kubernetes": True,
             "kubernetes_enable_pod_uid": True,
@@ -218,6 +218,12 @@ class SimNode:
         )
         uid = pod.uid
         if self.kubelet:
+            from gpufleet.lab.kubelet.kubelet import (
+                ContainerAllocation,
+                DeviceAllocation,
+                PodAllocation,
+            )
+
             self.kubelet.add_pod(
                 PodAllocation(
                     namespace=namespace,
@@ -239,6 +245,13 @@ class SimNode:
         """A pod whose one ResourceClaim (`<name>-gpu`, in its namespace) was allocated the
         `gpu.nvidia.com` devices with these UUIDs (whole GPUs or MIG devices, as the
         driver's ResourceSlice names them); its GPU process runs on the first."""
+        from gpufleet.lab.kubelet.kubelet import (
+            ClaimAllocation,
+            ClaimDevice,
+            ContainerAllocation,
+            PodAllocation,
+        )
+
         pod = self._start_pod(namespace, name, DRIVER, device_uuids, sm_share=0.9)
         uid = pod.uid
         names = device_names(self.sim)

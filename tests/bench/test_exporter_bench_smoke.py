@@ -1,11 +1,13 @@
 """Smoke test of the exporter benchmark: a tiny run completes and prints its report.
 
 Benchmarks are measured, not asserted: no timing or resource numbers are checked here,
-only that the benchmark runs end to end (both exporters, all phases) and says what it found.
+only that the benchmark runs end to end (every exporter, all phases) and says what it found.
 """
 
+import json
 from pathlib import Path
 
+import pytest
 from helpers.bench import run_bench
 
 HEADINGS = (
@@ -14,6 +16,8 @@ HEADINGS = (
     "## Scrape latency, CPU and memory",
     "## gpufleet collection",
     "## Targets (issue 2, section 6)",
+    "## Memory (MiB, after the last phase)",
+    "## Targets (issue 15, section 4)",
 )
 
 
@@ -22,11 +26,31 @@ def test_quick_run_prints_report(tmp_path: Path) -> None:
     run = run_bench(
         "exporter_bench",
         *("--quick", "--scrapes", "50", "--baseline-scrapes", "3", "--concurrency", "1,8"),
-        *("--json", str(results)),
-        timeout=60,
+        *("--no-peer", "--json", str(results)),
+        timeout=90,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     for heading in HEADINGS:
         assert heading in run.stdout
     assert "Output check: OK" in run.stdout
-    assert results.stat().st_size > 0
+    names = [r["name"] for r in json.loads(results.read_text())["runs"]]
+    assert names == ["gpufleet", "gpufleet without -k", "baseline"]
+
+
+def test_quick_run_with_the_peer(tmp_path: Path) -> None:
+    """nvitop-exporter runs in its own environment on the simulator (issue 15)."""
+    setup = run_bench("peer_env", timeout=600)  # what the benchmark does first; pip needs PyPI
+    if setup.returncode:
+        pytest.skip(setup.stderr.strip()[-500:])
+    results = tmp_path / "results.json"
+    run = run_bench(
+        "exporter_bench",
+        *("--quick", "--scrapes", "20", "--baseline-scrapes", "2", "--peer-scrapes", "2"),
+        *("--concurrency", "1", "--json", str(results)),
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "## NVML functions nvitop-exporter called that the simulator lacks" in run.stdout
+    data = json.loads(results.read_text())
+    assert data["runs"][-1]["name"] == "nvitop-exporter"
+    assert data["peer_calls"]["missing"] == {}  # the simulator answers all it calls

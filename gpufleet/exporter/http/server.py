@@ -16,12 +16,15 @@ Decisions:
   which also runs before the first request; the write side bounds sending the response.
 """
 
+from __future__ import annotations
+
 import asyncio
 import functools
 import logging
 import ssl
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
@@ -30,7 +33,9 @@ from gpufleet.core.ratelimit import TokenBucket
 from gpufleet.exporter.core.selfmetrics import ServerStats
 from gpufleet.exporter.http.abuse import AcceptErrorHandler, RequestErrorLog
 from gpufleet.exporter.http.store import ExpositionStore
-from gpufleet.exporter.http.webconfig import WebConfig
+
+if TYPE_CHECKING:  # loaded only with --web-config-file (YAML, bcrypt, TLS setup)
+    from gpufleet.exporter.http.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import grpc
 
 from gpufleet.exporter.core.attribution import ContainerDevices
 from gpufleet.exporter.core.dra import ClaimDevice
+from gpufleet.exporter.pods.view import EMPTY_VIEW, KubeletView
 from gpufleet.kubelet.api import podresources_v1_pb2 as pb
 from gpufleet.kubelet.api import podresources_v1_pb2_grpc as pb_grpc
 from gpufleet.kubelet.checkpoint import CheckpointEntry, CheckpointRead, read_checkpoint
@@ -55,18 +55,6 @@ _KIND_BY_CODE = {
 }
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KubeletView:
-    """One successful refresh: what `List` and the checkpoint said."""
-
-    containers: tuple[ContainerDevices, ...] = ()
-    checkpoint: tuple[CheckpointEntry, ...] = ()
-    claims: tuple[ClaimDevice, ...] = ()  # DRA devices (`dynamic_resources`), every driver
-    refreshed_at: float | None = None  # wall-clock seconds of the List; None: no data
-    refreshed_monotonic: float | None = None
-
-
-EMPTY_VIEW = KubeletView()
 _NO_PODS = pb.ListPodResourcesResponse()
 
 

@@ -168,6 +168,14 @@ class DeviceCalls:
         node = self._m.enter("nvmlDeviceGetPowerUsage", handle, mig_ok=False)
         return workload.power_mw(node.model, self._m.load(node).util)
 
+    def nvmlDeviceGetFanSpeed(self, handle: Any) -> int:
+        """NotSupported, as nvml.h answers "if the device does not have a fan": every
+        simulated model (H100 SXM, A100 SXM, L4) is passively cooled, and nvidia-smi shows
+        Fan "N/A" on H100 80GB HBM3 (driver 550.90.07 in wilicc/gpu-burn#114, 550.54.15 on
+        8 x H100 SXM in NVIDIA/nccl#1264)."""
+        self._m.enter("nvmlDeviceGetFanSpeed", handle, mig_ok=False)
+        raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
         return self._m.enter(
             "nvmlDeviceGetEnforcedPowerLimit", handle, mig_ok=False
@@ -231,6 +239,12 @@ class DeviceCalls:
         """pynvml friendly objects; a MIG parent lists every instance's processes."""
         node = self._m.enter("nvmlDeviceGetComputeRunningProcesses", handle)
         return [p.info for p in node.procs]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[Any]:
+        """Empty: simulated processes are CUDA compute contexts (nvidia-smi type "C"), which
+        NVML lists only among compute processes; graphics lists OpenGL/Vulkan contexts."""
+        self._m.enter("nvmlDeviceGetGraphicsRunningProcesses", handle)
+        return []
 
     def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
         """Latest c_nvmlProcessUtilizationSample_t per process newer than `timeStamp` (µs).

@@ -195,6 +195,15 @@ def test_utilization_is_not_supported_on_mig(sim: SimulatedNvml) -> None:
     assert sim.nvmlDeviceGetPowerUsage(parent) > 0
 
 
+def test_no_fans_on_any_model(sim: SimulatedNvml) -> None:
+    """H100 SXM, A100 SXM and L4 are passively cooled: NVML answers NotSupported (issue 15)."""
+    parent = sim.nvmlDeviceGetHandleByIndex(2)
+    handles = [sim.nvmlDeviceGetHandleByIndex(i) for i in range(sim.nvmlDeviceGetCount())]
+    for handle in [*handles, sim.nvmlDeviceGetMigDeviceHandleByIndex(parent, 0)]:
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            sim.nvmlDeviceGetFanSpeed(handle)
+
+
 def test_gpu_instance_profiles_and_info(sim: SimulatedNvml) -> None:
     parent = sim.nvmlDeviceGetHandleByIndex(2)
     expected = {
@@ -245,6 +254,9 @@ def test_processes_and_cgroup_files(sim: SimulatedNvml, clock: ManualClock) -> N
     assert [(p.pid, p.gpuInstanceId, p.computeInstanceId) for p in on_mig] == [(pids[2], 10, 0)]
     assert [p.pid for p in sim.nvmlDeviceGetComputeRunningProcesses(parent)] == [pids[2]]
     assert sim.nvmlDeviceGetComputeRunningProcesses(other_mig) == []
+    # CUDA processes are compute contexts only (issue 15: nvitop asks for both lists).
+    for handle in (h0, parent, mig_handle):
+        assert sim.nvmlDeviceGetGraphicsRunningProcesses(handle) == []
     assert sim.nvmlDeviceGetMemoryInfo(mig_handle).used == 1 << 30
     text = (sim.proc_root / str(pids[0]) / "cgroup").read_text()
     assert "pod" + POD in text or "pod" + POD.replace("-", "_") in text

@@ -99,6 +99,9 @@ REQUIRED = [
     "nvmlEventSetFree",
     "nvmlDeviceGetTopologyCommonAncestor",
     "nvmlDeviceGetP2PStatus",
+    # what nvitop-exporter calls on every collection (issue 15)
+    "nvmlDeviceGetFanSpeed",
+    "nvmlDeviceGetGraphicsRunningProcesses",
 ]
 
 

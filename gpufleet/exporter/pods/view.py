@@ -1,0 +1,25 @@
+"""The kubelet's view of GPU allocations, as plain data.
+
+Exists apart from `podresources` (the gRPC client that fills it) so the collector can hold an
+empty view without importing grpc: an exporter started without `-k` never loads it.
+"""
+
+from dataclasses import dataclass
+
+from gpufleet.exporter.core.attribution import ContainerDevices
+from gpufleet.exporter.core.dra import ClaimDevice
+from gpufleet.kubelet.checkpoint import CheckpointEntry
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubeletView:
+    """One successful refresh: what `List` and the checkpoint said."""
+
+    containers: tuple[ContainerDevices, ...] = ()
+    checkpoint: tuple[CheckpointEntry, ...] = ()
+    claims: tuple[ClaimDevice, ...] = ()  # DRA devices (`dynamic_resources`), every driver
+    refreshed_at: float | None = None  # wall-clock seconds of the List; None: no data
+    refreshed_monotonic: float | None = None
+
+
+EMPTY_VIEW = KubeletView()
