@@ -4,7 +4,6 @@ A gRPC server's socket file exists before it accepts connections; a plain connec
 the cheapest proof it does (~1 ms, where a gRPC `channel_ready_future` costs ~200 ms).
 """
 
-import contextlib
 import logging
 import socket
 import time
@@ -21,19 +20,26 @@ MAX_SOCKET_PATH_BYTES = 107  # sockaddr_un.sun_path is 108 bytes, NUL included
 _POLL_SECONDS = 0.005
 
 
-def wait_until_connectable(path: Path, *, timeout_seconds: float = READY_TIMEOUT_SECONDS) -> None:
+def wait_until_connectable(
+    path: Path, *, timeout_seconds: float = READY_TIMEOUT_SECONDS, missing_is_error: bool = False
+) -> None:
     """Block until the unix socket at `path` accepts a connection.
 
-    Raises RuntimeError naming the path after `timeout_seconds`.
+    Raises RuntimeError naming the path after `timeout_seconds`, or at once when the file
+    is absent and `missing_is_error` (a server that has bound it saw it deleted: a
+    restarting kubelet wipes the plugin directory).
     """
     deadline = time.monotonic() + timeout_seconds
     while True:
-        with (
-            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe,
-            contextlib.suppress(OSError),
-        ):
-            probe.connect(str(path))
-            return
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(path))
+                return
+            except FileNotFoundError:
+                if missing_is_error:
+                    raise RuntimeError(f"{path} was removed as it started serving") from None
+            except OSError:
+                pass
         if time.monotonic() > deadline:
             raise RuntimeError(f"{path} did not accept connections within {timeout_seconds} s")
         time.sleep(_POLL_SECONDS)

@@ -28,8 +28,8 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from gpufleet.core.listen import parse_listen_address
 from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
-from gpufleet.plugin.core.allocate import CDI_KIND, AllocateOptions, allocate
-from gpufleet.plugin.core.cdi import gpu_spec, imex_spec
+from gpufleet.plugin.core.allocate import CDI_KIND, CONTROL_DEVICES, AllocateOptions, allocate
+from gpufleet.plugin.core.cdi import gated_spec, gpu_spec, imex_spec
 from gpufleet.plugin.core.cdi_driver import without_hooks
 from gpufleet.plugin.core.config import ConfigError, PluginConfig
 from gpufleet.plugin.core.devices import AdvertiseError, advertise, health_groups
@@ -39,6 +39,7 @@ from gpufleet.plugin.core.options import (
     allocate_options,
     allocation_policy,
     cdi_options,
+    gated_modes,
     refuse_unsupported,
     resource_options,
     uses_cdi,
@@ -46,10 +47,12 @@ from gpufleet.plugin.core.options import (
 from gpufleet.plugin.core.preferred import preferred_allocation
 from gpufleet.plugin.host.cdi_dirs import CdiError, install
 from gpufleet.plugin.host.driver_files import read_driver_edits, visible_root
+from gpufleet.plugin.host.gated_files import gated_mounts, gated_nodes
 from gpufleet.plugin.host.host_devices import (
     MIG_MINORS_PATH,
     ImexError,
     imex_channels,
+    present_control_devices,
     read_mig_minors,
     with_cap_minors,
 )
@@ -82,15 +85,23 @@ def _allocator(devices: Mapping[str, AdvertisedDevice], options: AllocateOptions
     return lambda ids: to_response(allocate(ids, devices, options))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostDevices:
+    """What Allocate may name that NVML does not know: read from the host at startup."""
+
+    imex_channels: tuple[str, ...] = ()  # IDs of the configured IMEX channels present
+    control_devices: tuple[str, ...] = CONTROL_DEVICES  # those present on the host
+    cdi_gated: tuple[str, ...] = ()  # gds/mofed/gdrcopy modes whose CDI spec is in place
+
+
 def build_services(
     node: NodeGpus,
     config: PluginConfig,
     *,
     stats: RpcStats,
-    imex_channels: Sequence[str] = (),
+    host: HostDevices = HostDevices(),
 ) -> list[DevicePluginService]:
-    """One DevicePlugin service per advertised resource; `imex_channels` are the IDs of the
-    IMEX channels present on the host. Raises AdvertiseError."""
+    """One DevicePlugin service per advertised resource. Raises AdvertiseError."""
     services: dict[str, DevicePluginService] = {}
     policy = allocation_policy(config)
     for resource, devices in advertise(node, resource_options(config)).items():
@@ -103,12 +114,17 @@ def build_services(
                 available, must, size, by_id, node.links, policy=policy, unhealthy=unhealthy
             )
 
+        options = allocate_options(
+            config,
+            resource,
+            imex_channels=host.imex_channels,
+            control_devices=host.control_devices,
+            cdi_gated=host.cdi_gated,
+        )
         services[resource] = DevicePluginService(
             resource,
             devices,
-            allocator=_allocator(
-                by_id, allocate_options(config, resource, imex_channels=imex_channels)
-            ),
+            allocator=_allocator(by_id, options),
             preferrer=preferrer,
             stats=stats,
         )
@@ -266,6 +282,41 @@ def install_cdi_specs(
             )
 
 
+def install_gated_specs(settings: PluginSettings, config: PluginConfig) -> tuple[str, ...]:
+    """Put in place the CDI specs of the enabled GDS/MOFED/GDRCopy modes whose device nodes
+    exist, and return the modes that have a spec (ours or the operator's): Allocate names
+    only those, as NVIDIA does. Raises StartupError naming a file it cannot write."""
+    options = cdi_options(config)
+    container_root = Path(options.container_driver_root)
+    visible = visible_root(
+        container_driver_root=options.container_driver_root, driver_root=options.driver_root
+    )
+    specs = {}
+    for mode in gated_modes(config):
+        nodes = gated_nodes(mode, container_driver_root=container_root)
+        mounts = gated_mounts(mode, visible_root=visible, host_driver_root=options.driver_root)
+        spec = gated_spec(mode, nodes, mounts, options)
+        if spec is None:
+            log.warning(
+                "%s is enabled but no %s device exists: containers get no CDI %s "
+                "device, only NVIDIA_%s=enabled",
+                mode,
+                mode,
+                mode,
+                mode.upper(),
+            )
+            continue
+        specs[mode] = spec
+    try:
+        installed = install(list(specs.values()), spec_dirs(settings))
+    except CdiError as exc:
+        raise StartupError(str(exc)) from None
+    for spec in installed:
+        origin = "generated" if spec.generated else "installed by the operator, kept"
+        log.info("CDI spec for %s: %s (%s)", spec.kind, spec.path, origin)
+    return tuple(specs)
+
+
 def start_plugin(
     settings: PluginSettings,
     config: PluginConfig,
@@ -283,13 +334,21 @@ def start_plugin(
     node = discover(lib, errors=errors)
     node = with_cap_minors(node, read_mig_minors(mig_minors_path))
     stats = RpcStats()
+    container_root = Path(config.flags.plugin.container_driver_root)
     try:
         channels = imex_channels(
             config.imex.channel_ids,
             required=config.imex.required,
-            container_driver_root=Path(config.flags.plugin.container_driver_root),
+            container_driver_root=container_root,
         )
-        services = build_services(node, config, stats=stats, imex_channels=channels)
+        host = HostDevices(
+            imex_channels=channels,
+            control_devices=present_control_devices(
+                CONTROL_DEVICES, container_driver_root=container_root
+            ),
+            cdi_gated=install_gated_specs(settings, config) if uses_cdi(config) else (),
+        )
+        services = build_services(node, config, stats=stats, host=host)
     except (AdvertiseError, ImexError) as exc:
         raise StartupError(str(exc)) from None
     if uses_cdi(config):

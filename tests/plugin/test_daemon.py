@@ -8,20 +8,18 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import wait_for
+from helpers.plugin_daemon import FLEET
 from prometheus_client import CollectorRegistry
 
 from gpufleet.lab.kubelet.deviceplugins import AdmissionError
-from gpufleet.lab.kubelet.kubelet import FakeKubelet
 from gpufleet.lab.nvml.api import SimulatedNvml
 from gpufleet.plugin.core.config import ConfigError
 from gpufleet.plugin.daemon import (
-    Plugin,
     SelfMetrics,
     StartupError,
     check_config,
@@ -29,68 +27,6 @@ from gpufleet.plugin.daemon import (
 )
 from gpufleet.plugin.nvml.discovery import discover
 from gpufleet.plugin.settings import PluginSettings, resolve_config
-
-FLEET = "4xH100+1xH100:mig=7x1g.10gb"
-
-
-class Node:
-    """A fake kubelet, simulated GPUs, and the real plugin registered with it."""
-
-    def __init__(
-        self,
-        root: Path,
-        config_text: str | None,
-        *,
-        plugin_kwargs: dict[str, Any] | None = None,
-        **settings,
-    ) -> None:
-        self.kubelet = FakeKubelet(root / "k", rate_limit=None)
-        self.kubelet.start()
-        self.sim = SimulatedNvml(FLEET)
-        self.sim.nvmlInit()
-        socket = self.kubelet.device_plugins_dir / "kubelet.sock"
-        if config_text is not None:
-            (root / "config.yaml").write_text(config_text)
-            settings["config_file"] = str(root / "config.yaml")
-        self.settings = PluginSettings(kubelet_socket=str(socket), **settings)
-        self.config, _ = resolve_config(self.settings)
-        self.plugin: Plugin = self.start_plugin(**(plugin_kwargs or {}))
-
-    def start_plugin(self, lib: Any = None, **kwargs) -> Plugin:
-        """A new plugin process, as after a restart (stop the old one first)."""
-        self.plugin = start_plugin(
-            self.settings,
-            self.config,
-            lib or self.sim,
-            plugin_dir=self.kubelet.device_plugins_dir,
-            **kwargs,
-        )
-        return self.plugin
-
-    @property
-    def plugins(self):
-        return self.kubelet.device_plugins
-
-    def health(self, resource: str) -> dict[str, str]:
-        return {d.id: d.health for d in self.plugins.devices(resource)}
-
-    def close(self) -> None:
-        self.plugin.stop()
-        self.kubelet.stop()
-        self.sim.close()
-
-
-@pytest.fixture
-def make_node(tmp_path: Path) -> Iterator:
-    nodes: list[Node] = []
-
-    def make(config_text: str | None = None, **settings) -> Node:
-        nodes.append(Node(tmp_path, config_text, **settings))
-        return nodes[-1]
-
-    yield make
-    for node in nodes:
-        node.close()
 
 
 def test_registers_every_resource_with_its_devices(make_node):

@@ -369,7 +369,13 @@ class FakeDevicePlugins:
         with self._lock:
             generation = self._generation
         old: _Endpoint | None = None
-        channel = grpc.insecure_channel(f"unix://{self.directory / request.endpoint}")
+        # A fresh connection per dial, as the kubelet's grpc-go Dial makes: gRPC Python
+        # otherwise shares a subchannel per address process-wide, and one that failed (the
+        # plugin's socket wiped by a restart) sits in reconnect backoff for seconds.
+        channel = grpc.insecure_channel(
+            f"unix://{self.directory / request.endpoint}",
+            options=[("grpc.use_local_subchannel_pool", 1)],
+        )
         try:
             endpoint = _connect(request.resource_name, channel)
         except _ConnectError as exc:

@@ -16,8 +16,10 @@ env vars, mounts, annotations and CDI names, so they follow NVIDIA's plugin
   request: unknown device: <id>` naming the first unknown ID only (the kubelet may send
   thousands, and the text travels in gRPC metadata), checked before `maximum request size
   for shared resources is 1; found <n>`.
-- GDS/MOFED/GDRCopy: `NVIDIA_GDS`/`NVIDIA_MOFED`/`NVIDIA_GDRCOPY=enabled` with a non-CDI strategy,
-  `k8s.device-plugin.nvidia.com/{gds,mofed,gdrcopy}=all` CDI devices with a CDI one.
+- GDS/MOFED/GDRCopy: `NVIDIA_GDS`/`NVIDIA_MOFED`/`NVIDIA_GDRCOPY=enabled` whenever enabled,
+  whatever the strategies; with a CDI strategy also `k8s.device-plugin.nvidia.com/{gds,mofed,
+  gdrcopy}=all`, but only for those whose spec exists (`AllocateOptions.cdi_gated`), as NVIDIA
+  names only the specs it generated.
 - MPS: `CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe`, mounted from `<mps root>/<resource>/pipe`,
   and `/dev/shm` from `<mps root>/shm`.
 - IMEX channels (those configured and present, `AllocateOptions.imex_channels`):
@@ -131,6 +133,8 @@ class AllocateOptions:
     mofed_enabled: bool = False
     gdrcopy_enabled: bool = False
     imex_channels: tuple[str, ...] = ()  # IDs ("0") of the IMEX channels present on the host
+    # Which of gds/mofed/gdrcopy (enabled) have a CDI spec `<kind>=all` to name.
+    cdi_gated: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,8 +198,7 @@ def allocate(
             Mount(posixpath.join(VOLUME_MOUNTS_ROOT, "imex", c), VOLUME_MOUNTS_HOST_PATH, False)
             for c in options.imex_channels
         ]
-    if strategies - CDI_STRATEGIES:
-        envs.update(_extra_envs(options))
+    envs.update(_extra_envs(options))
     if options.mps:
         mps_envs, mps_mounts = _mps(physical, options.resource, options.mps)
         envs.update(mps_envs)
@@ -231,13 +234,7 @@ def visible_id(device: AdvertisedDevice, strategy: DeviceIdStrategy) -> str:
 def _cdi_names(visible: list[str], options: AllocateOptions) -> list[str]:
     names = [f"{CDI_KIND}={i}" for i in visible]
     names += [f"{CDI_IMEX_KIND}={c}" for c in options.imex_channels]
-    for enabled, kind in (
-        (options.gds_enabled, "gds"),
-        (options.mofed_enabled, "mofed"),
-        (options.gdrcopy_enabled, "gdrcopy"),
-    ):
-        if enabled:
-            names.append(f"{CDI_VENDOR}/{kind}=all")
+    names += [f"{CDI_VENDOR}/{mode}=all" for mode in options.cdi_gated]
     return names
 
 

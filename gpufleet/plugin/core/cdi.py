@@ -17,7 +17,11 @@ library); so do we, from the devices discovered through NVML, in the public CDI 
   sockets and firmware as bind mounts, read-only but for the sockets, and the
   create-symlinks and update-ldcache hooks), which make CUDA work in the container;
 - host paths under the dev root (omitted when it is `/`: CDI then uses `path`); mounts
-  always name their host path, under the driver root.
+  always name their host path, under the driver root;
+- GDS, MOFED and GDRCopy (nvidia-container-toolkit's gated modes): a spec of kind
+  `k8s.device-plugin.nvidia.com/<mode>` with one device, `all`, holding the mode's device
+  nodes found on the host (and GDS's udev and cufile.json mounts); none without nodes, as
+  NVIDIA drops a spec with empty edits and then names no such device.
 
 Without a driver in the driver root (the simulator) the spec has device nodes only, and
 the nvidia-ctk hooks need nvidia-ctk (or nvidia-cdi-hook) at the hook path on the host.
@@ -34,12 +38,13 @@ from typing import Any
 from gpufleet.plugin.core.allocate import (
     CDI_IMEX_KIND,
     CDI_KIND,
+    CDI_VENDOR,
     DeviceIdStrategy,
     device_nodes,
     imex_channel_node,
     visible_id,
 )
-from gpufleet.plugin.core.cdi_driver import NO_DRIVER_EDITS, DriverEdits
+from gpufleet.plugin.core.cdi_driver import NO_DRIVER_EDITS, DriverEdits, Mount
 from gpufleet.plugin.core.devices import device_order
 from gpufleet.plugin.core.model import AdvertisedDevice
 
@@ -111,6 +116,22 @@ def imex_spec(channels: Sequence[str], options: CdiOptions) -> Spec | None:
             }
             for channel in channels
         ],
+    }
+
+
+def gated_spec(
+    mode: str, nodes: Sequence[str], mounts: Sequence[Mount], options: CdiOptions
+) -> Spec | None:
+    """The spec of a gated mode (`gds`, `mofed`, `gdrcopy`): device `all` with `nodes`
+    (paths as the container sees them) and `mounts`; None without nodes."""
+    if not nodes:
+        return None
+    edits: Spec = {"deviceNodes": _nodes(nodes, options)}
+    edits |= _driver(DriverEdits(mounts=tuple(mounts)))
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": f"{CDI_VENDOR}/{mode}",
+        "devices": [{"name": "all", "containerEdits": edits}],
     }
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from gpufleet.plugin.core.allocate import (
     CDI_STRATEGIES,
+    CONTROL_DEVICES,
     AllocateOptions,
     DeviceIdStrategy,
     DeviceListStrategy,
@@ -35,10 +36,16 @@ def resource_options(config: PluginConfig) -> ResourceOptions:
 
 
 def allocate_options(
-    config: PluginConfig, resource: str, *, imex_channels: Sequence[str] = ()
+    config: PluginConfig,
+    resource: str,
+    *,
+    imex_channels: Sequence[str] = (),
+    control_devices: Sequence[str] = CONTROL_DEVICES,
+    cdi_gated: Sequence[str] = (),
 ) -> AllocateOptions:
     """How `allocate` answers for one advertised resource; `imex_channels` are the IDs of
-    the configured channels present on the host."""
+    the configured channels present on the host, `control_devices` the control devices
+    present, `cdi_gated` the `gated_modes` whose CDI spec is in place."""
     flags, plugin, sharing = config.flags, config.flags.plugin, config.sharing
     base = resource.removesuffix(SHARED_SUFFIX) if sharing.rename_by_default else resource
     replicas = {r.name: r.replicas for r in sharing.resources}
@@ -59,7 +66,20 @@ def allocate_options(
         mofed_enabled=flags.mofed_enabled,
         gdrcopy_enabled=flags.gdrcopy_enabled,
         imex_channels=tuple(imex_channels),
+        control_devices=tuple(control_devices),
+        cdi_gated=tuple(cdi_gated),
     )
+
+
+def gated_modes(config: PluginConfig) -> tuple[str, ...]:
+    """The enabled GDRCopy, GDS and MOFED modes (NVIDIA's order), by CDI class name."""
+    flags = config.flags
+    enabled = (
+        ("gdrcopy", flags.gdrcopy_enabled),
+        ("gds", flags.gds_enabled),
+        ("mofed", flags.mofed_enabled),
+    )
+    return tuple(mode for mode, on in enabled if on)
 
 
 def uses_cdi(config: PluginConfig) -> bool:

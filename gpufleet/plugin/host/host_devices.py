@@ -1,5 +1,5 @@
-"""Device nodes the driver creates outside NVML's view: MIG capability devices and IMEX
-channels.
+"""Device nodes the driver creates outside NVML's view: MIG capability devices, IMEX
+channels, and which control devices (`/dev/nvidiactl`, `/dev/nvidia-uvm`, ...) exist.
 
 NVML names a MIG device's GPU and compute instance but not the `/dev/nvidia-caps` nodes a
 container needs to open them; the driver lists their minors in
@@ -10,7 +10,9 @@ created by the IMEX driver. Both are read once at startup, as NVIDIA's plugin do
 
 Partial results: an unreadable or malformed mig-minors file means no capability devices
 (logged; Allocate then passes only the parent GPU's node), never a failed startup. A missing
-IMEX channel is skipped with a warning, or is a startup error under `imex.required`.
+IMEX channel is skipped with a warning, or is a startup error under `imex.required`. An
+absent control device is left out of device specs, as NVIDIA's passDeviceSpecs does: a spec
+naming a missing node fails container creation.
 """
 
 import dataclasses
@@ -88,12 +90,11 @@ def imex_channels(
     A channel exists if a character device is at its path under the container driver root
     (when that root has a /dev, as with the GPU operator's driver container) or at its own
     path. Raises ImexError naming the channel if one is missing and `required`."""
-    root = container_driver_root if (container_driver_root / "dev").is_dir() else Path("/")
     found = []
     for channel_id in channel_ids:
         channel = str(channel_id)
         path = imex_channel_node(channel)
-        candidates = dict.fromkeys((root / path.lstrip("/"), Path(path)))
+        candidates = _candidates(path, container_driver_root)
         if any(_is_char_device(p) for p in candidates):
             found.append(channel)
             continue
@@ -105,6 +106,21 @@ def imex_channels(
             )
         log.warning("ignoring requested IMEX channel channel%s: no device at %s", channel, where)
     return tuple(found)
+
+
+def present_control_devices(
+    paths: Sequence[str], *, container_driver_root: Path
+) -> tuple[str, ...]:
+    """The control devices in `paths` that exist (NVIDIA stats each one), looked up as
+    `imex_channels` looks up channels; order kept."""
+    return tuple(p for p in paths if any(c.exists() for c in _candidates(p, container_driver_root)))
+
+
+def _candidates(path: str, container_driver_root: Path) -> list[Path]:
+    """Where this process sees a host device node: under the container driver root when it
+    has a /dev (the GPU operator's driver container), and at its own path."""
+    root = container_driver_root if (container_driver_root / "dev").is_dir() else Path("/")
+    return list(dict.fromkeys((root / path.lstrip("/"), Path(path))))
 
 
 def _is_char_device(path: Path) -> bool:

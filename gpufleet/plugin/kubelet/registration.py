@@ -7,6 +7,11 @@ Detection is a stat() of kubelet.sock and of each plugin socket every 100 ms: tw
 calls per tick, no dependency, and a restart is noticed well within the 1 s target. A
 failed registration is retried with exponential backoff (0.1 s doubling to 5 s); the loop
 never spins.
+
+Register calls for every pending resource run at once, and a newer kubelet (its socket
+re-created) cancels them: a call to a kubelet that died mid-Register may otherwise hang
+until its 15 s deadline while the new kubelet waits (issue 16: 50 restarts 20 ms apart left
+the plugin unregistered 15-25 s).
 """
 
 import logging
@@ -29,6 +34,8 @@ log = logging.getLogger(__name__)
 
 VERSION = "v1beta1"
 POLL_SECONDS = 0.1
+CANCEL_POLL_SECONDS = 0.02  # how often an in-flight Register looks for a newer kubelet
+REGISTER_TIMEOUT_SECONDS = 15.0
 MIN_BACKOFF_SECONDS = 0.1
 MAX_BACKOFF_SECONDS = 5.0
 
@@ -86,12 +93,16 @@ class _Endpoint:
             server.add_insecure_port(f"unix://{self.path}")
             server.start()
             # Serving check before registering: the kubelet dials back inside Register.
-            wait_until_connectable(self.path)
+            wait_until_connectable(self.path, missing_is_error=True)
         except (RuntimeError, OSError):
             server.stop(grace=None)
             raise
         self._server = server
         self.identity = _identity(self.path)
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
 
     def stop(self) -> None:
         if self._server is not None:
@@ -110,10 +121,12 @@ class PluginRunner:
         kubelet_socket: Path | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._plugin_dir = plugin_dir
         self._endpoints = [_Endpoint(s, plugin_dir / socket_name(s.resource)) for s in services]
         self._kubelet_socket = kubelet_socket
         self._clock = clock
         self.state = RegistrationState()
+        self._lock = threading.Lock()  # serving an endpoint
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="plugin-registration", daemon=True)
 
@@ -132,23 +145,19 @@ class PluginRunner:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
-        for endpoint in self._endpoints:
-            endpoint.service.stop()
-            endpoint.stop()
-            endpoint.path.unlink(missing_ok=True)
+        with self._lock:
+            for endpoint in self._endpoints:
+                endpoint.service.stop()
+                endpoint.stop()
+                endpoint.path.unlink(missing_ok=True)
 
-    def _register(self, endpoint: _Endpoint) -> None:
-        assert self._kubelet_socket is not None
-        with grpc.insecure_channel(f"unix://{self._kubelet_socket}") as channel:
-            pb_grpc.RegistrationStub(channel).Register(
-                pb.RegisterRequest(
-                    version=VERSION,
-                    endpoint=endpoint.path.name,
-                    resource_name=endpoint.service.resource,
-                    options=pb.DevicePluginOptions(get_preferred_allocation_available=True),
-                ),
-                timeout=15,
-            )
+    def _request(self, endpoint: _Endpoint) -> pb.RegisterRequest:
+        return pb.RegisterRequest(
+            version=VERSION,
+            endpoint=endpoint.path.name,
+            resource_name=endpoint.service.resource,
+            options=pb.DevicePluginOptions(get_preferred_allocation_available=True),
+        )
 
     def _run(self) -> None:
         if self._kubelet_socket is None:  # NVIDIA's --kubelet-socket="": serve only
@@ -157,25 +166,29 @@ class PluginRunner:
         # a new incarnation, or an endpoint re-served after its socket was deleted, needs
         # registering again. Only what failed is retried, after a backoff that a new
         # kubelet cuts short.
-        registered: dict[int, tuple[int, int]] = {}
+        registered: dict[_Endpoint, tuple[int, int]] = {}
         backoff = MIN_BACKOFF_SECONDS
+        last: tuple[int, int] | None = None
         while not self._stop.is_set():
             kubelet = _identity(self._kubelet_socket)
+            if kubelet != last:  # a new kubelet owes nothing to the last one's failures
+                backoff, last = MIN_BACKOFF_SECONDS, kubelet
             failed = self._serve_missing(registered)
-            pending = [
-                (i, e) for i, e in enumerate(self._endpoints) if registered.get(i) != kubelet
-            ]
-            if kubelet is not None:
-                for index, endpoint in pending:
-                    if self._stop.is_set():
-                        return
-                    if self._register_one(endpoint):
-                        registered[index] = kubelet
-                    else:
-                        failed = True
-            self.state.registered = (
-                kubelet is not None and not failed and (len(registered) == len(self._endpoints))
+            with self._lock:
+                endpoints = list(self._endpoints)
+            for gone in set(registered) - set(endpoints):
+                del registered[gone]
+            pending = [e for e in endpoints if registered.get(e) != kubelet]
+            superseded = False
+            if kubelet is not None and pending:
+                done, superseded = self._register_all(pending, kubelet)
+                registered.update(dict.fromkeys(done, kubelet))
+                failed = failed or (len(done) < len(pending) and not superseded)
+            self.state.registered = kubelet is not None and all(
+                registered.get(e) == kubelet for e in endpoints
             )
+            if superseded:
+                continue  # a newer kubelet: register with it now
             if failed:
                 self._wait_for_change(backoff, kubelet)
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
@@ -183,26 +196,67 @@ class PluginRunner:
                 backoff = MIN_BACKOFF_SECONDS
                 self._stop.wait(POLL_SECONDS)
 
-    def _serve_missing(self, registered: dict[int, tuple[int, int]]) -> bool:
+    def _serve_missing(self, registered: dict[_Endpoint, tuple[int, int]]) -> bool:
         """Re-serve endpoints whose socket was deleted; True if one could not be served."""
         failed = False
-        for index, endpoint in enumerate(self._endpoints):
-            if _identity(endpoint.path) == endpoint.identity:
-                continue
-            registered.pop(index, None)
-            log.info("plugin socket %s was removed; serving it again", endpoint.path)
-            try:
-                endpoint.start()
-            except (RuntimeError, OSError) as exc:
-                failed = True
-                self.state.failures += 1
-                log.warning("cannot serve %s yet: %s", endpoint.path, exc)
+        with self._lock:
+            for endpoint in self._endpoints:
+                # identity None: the socket was wiped as it started, so serve it again.
+                current = _identity(endpoint.path)
+                if endpoint.serving and current is not None and current == endpoint.identity:
+                    continue
+                registered.pop(endpoint, None)
+                log.info("plugin socket %s was removed; serving it again", endpoint.path)
+                try:
+                    endpoint.start()
+                except (RuntimeError, OSError) as exc:
+                    failed = True
+                    self.state.failures += 1
+                    log.warning("cannot serve %s yet: %s", endpoint.path, exc)
         return failed
 
-    def _register_one(self, endpoint: _Endpoint) -> bool:
+    def _register_all(
+        self, endpoints: Sequence[_Endpoint], kubelet: tuple[int, int]
+    ) -> tuple[list[_Endpoint], bool]:
+        """Register `endpoints` with the kubelet at once; return those registered, and
+        whether a newer kubelet (or stopping) cancelled the calls still in flight."""
+        assert self._kubelet_socket is not None
+        finished = threading.Semaphore(0)
+        # A connection of its own: gRPC Python shares one per address process-wide, and
+        # one to a dead kubelet waits out a reconnect backoff of a second or more.
+        with grpc.insecure_channel(
+            f"unix://{self._kubelet_socket}", options=[("grpc.use_local_subchannel_pool", 1)]
+        ) as channel:
+            stub = pb_grpc.RegistrationStub(channel)
+            calls = {}
+            for endpoint in endpoints:
+                call = stub.Register.future(
+                    self._request(endpoint), timeout=REGISTER_TIMEOUT_SECONDS
+                )
+                call.add_done_callback(lambda _call: finished.release())
+                calls[endpoint] = call
+            superseded = False
+            for _ in calls:
+                while not finished.acquire(timeout=CANCEL_POLL_SECONDS):
+                    if self._stop.is_set() or _identity(self._kubelet_socket) != kubelet:
+                        superseded = True
+                        break
+                if superseded:
+                    for call in calls.values():
+                        call.cancel()
+                    break
+            return [e for e, call in calls.items() if self._done(e, call)], superseded
+
+    def _done(self, endpoint: _Endpoint, call: grpc.Future) -> bool:
+        """Whether a finished Register call succeeded; counts and logs it either way.
+        A call cancelled for a newer kubelet is neither."""
+        if call.cancelled():
+            return False
         try:
-            self._register(endpoint)
-        except (grpc.RpcError, OSError) as exc:
+            call.result()
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                return False
             self.state.failures += 1
             log.warning("registering %s failed: %s", endpoint.service.resource, exc)
             return False

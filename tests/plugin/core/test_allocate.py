@@ -145,12 +145,33 @@ ALLOCATE_CASES = [
     pytest.param(
         [G0],
         GPUS,
-        options(device_list_strategies=(S.CDI_CRI, S.ENVVAR), gds_enabled=True, mofed_enabled=True),
+        options(
+            device_list_strategies=(S.CDI_CRI, S.ENVVAR),
+            gds_enabled=True,
+            mofed_enabled=True,
+            cdi_gated=("gds", "mofed"),
+        ),
         ContainerAllocation(
             envs={"NVIDIA_VISIBLE_DEVICES": G0, "NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "enabled"},
             cdi_devices=(f"{CDI}/gpu={G0}", f"{CDI}/gds=all", f"{CDI}/mofed=all"),
         ),
         id="gds/mofed: envs with envvar, CDI devices with CDI",
+    ),
+    pytest.param(
+        [G0],
+        GPUS,
+        options(
+            device_list_strategies=(S.CDI_CRI,),
+            gds_enabled=True,
+            mofed_enabled=True,
+            gdrcopy_enabled=True,
+            cdi_gated=("gdrcopy",),
+        ),
+        ContainerAllocation(
+            envs={"NVIDIA_GDRCOPY": "enabled", "NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "enabled"},
+            cdi_devices=(f"{CDI}/gpu={G0}", f"{CDI}/gdrcopy=all"),
+        ),
+        id="issue 16: CDI only: envs kept, CDI names only for the specs that exist",
     ),
     pytest.param(
         [G0],

@@ -2,6 +2,7 @@
 under it, and kubelets coming and going while it backs off."""
 
 import shutil
+import time
 from pathlib import Path
 
 from helpers import wait_for
@@ -37,3 +38,21 @@ def test_runner_survives_a_failed_re_serve_and_registers_when_it_can(tmp_path: P
         plugin.stop()
         kubelet.stop()
         sim.close()
+
+
+def test_a_restart_storm_ends_registered_with_the_last_kubelet(make_node):
+    """Issue 16 §1.7: 50 restarts 20 ms apart once left the plugin unregistered for 15-25 s
+    (a Register hung on a dead kubelet); the last kubelet must get every resource."""
+    node = make_node(mig_strategy="mixed")
+    resources = ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb")
+    for resource in resources:
+        assert node.plugins.wait_for_registrations(resource, 1, timeout_seconds=10)
+    for _ in range(50):
+        node.kubelet.restart()
+        time.sleep(0.02)  # the storm's pace, not a wait for a condition
+    wait_for(
+        lambda: all(node.plugins.options(r) is not None for r in resources),
+        timeout=10,
+        what="every resource registered with the last kubelet",
+    )
+    wait_for(lambda: node.plugin.runner.state.registered, timeout=10, what="runner's view")
