@@ -39,6 +39,12 @@ def autoscaler() -> dict:
             h=5,
         ),
         ts(
+            "Node headroom: placeholder pods",
+            target(f"gpufleet_autoscaler_placeholder_replicas{W}", "{{workload}} placeholders"),
+            description="Placeholder pods kept for the replicas the policy expects to need within node provisioning plus a cold start; nodes are provisioned for them ahead, and replicas preempt them.",
+            h=5,
+        ),
+        ts(
             "Control loop: seconds per pass",
             target(
                 "sum by (instance) (rate(gpufleet_autoscaler_reconcile_seconds_total[$__rate_interval]))"
