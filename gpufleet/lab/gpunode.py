@@ -17,7 +17,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from gpufleet.core.listen import parse_listen_address
 from gpufleet.exporter.daemon import Prepared, serve
 from gpufleet.lab.node import SimNode
-from gpufleet.plugin.daemon import Plugin, SelfMetrics, start_plugin
+from gpufleet.lab.prometheus import LabProcessError
+from gpufleet.plugin.daemon import Plugin, SelfMetrics, StartupError, start_plugin
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,8 @@ class RunningPlugin:
 async def start_node_plugin(node: SimNode, address: str) -> RunningPlugin:
     """The device plugin on `node` (NVML initialised), registered with its fake kubelet,
     self-metrics on `address`. MIG slices are advertised as their own resources (`mixed`),
-    as the node's MIG pods ask for them. Raises OSError naming the address when it is taken."""
+    as the node's MIG pods ask for them. Raises OSError naming the address when it is taken,
+    LabProcessError when the plugin cannot start."""
     assert node.kubelet is not None
     settings = PluginSettings(
         kubelet_socket=str(node.kubelet.device_plugins_dir / "kubelet.sock"),
@@ -63,9 +65,13 @@ async def start_node_plugin(node: SimNode, address: str) -> RunningPlugin:
     except OSError as err:
         await runner.cleanup()
         raise OSError(f"--plugin-address: cannot listen on {address}: {err.strerror}") from None
-    plugin = await asyncio.to_thread(
-        start_plugin, settings, config, node.sim, plugin_dir=node.kubelet.device_plugins_dir
-    )
+    try:
+        plugin = await asyncio.to_thread(
+            start_plugin, settings, config, node.sim, plugin_dir=node.kubelet.device_plugins_dir
+        )
+    except StartupError as err:
+        await runner.cleanup()
+        raise LabProcessError(f"device plugin on {node.layout.node_name}: {err}") from None
     registry.register(SelfMetrics(plugin))
     return RunningPlugin(plugin=plugin, runner=runner, port=runner.addresses[0][1])
 

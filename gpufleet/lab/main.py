@@ -27,7 +27,7 @@ import logging
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,116 +40,16 @@ from gpufleet.autoscaler.replay.trace_file import TraceError, load_trace
 from gpufleet.core.device_ids import is_replica
 from gpufleet.core.listen import parse_listen_address
 from gpufleet.exporter.daemon import Prepared, StartupError, install_signal_handlers, prepare
+from gpufleet.lab import flags
 from gpufleet.lab import prometheus as prom
 from gpufleet.lab.gpunode import RunningPlugin, run_exporter, start_node_plugin
-from gpufleet.lab.node import DEFAULT_FLEET, NodeLayout, SimNode
+from gpufleet.lab.node import NodeLayout, SimNode
 from gpufleet.lab.web import page_app
 from gpufleet.lab.workload import ServingWorkload, WorkloadSpec, create_workload
 from gpufleet.logs import setup_logging
-from gpufleet.settings import OneLineParser, describe_validation_error
+from gpufleet.settings import describe_validation_error
 
 log = logging.getLogger(__name__)
-# rules/ beside the package, in a checkout (where ./dev lab runs).
-RULES = Path(__file__).resolve().parents[2] / "rules"
-
-
-def _at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
-    """An argparse type: a number of `kind` no smaller than `minimum`."""
-
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text} is below the minimum of {minimum}")
-        return value
-
-    return parse
-
-
-def _address(text: str) -> tuple[str, int]:
-    """An argparse type: host:port (host defaults to 127.0.0.1; port 0 picks a free one)."""
-    try:
-        host, port = parse_listen_address(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return host or "127.0.0.1", port
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="gpufleet lab",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    nodes = parser.add_argument_group("GPU nodes")
-    nodes.add_argument("--nodes", type=_at_least(1), default=2, help="simulated GPU nodes")
-    nodes.add_argument(
-        "--address", default="127.0.0.1:9400", help="the first node's exporter listen address"
-    )
-    nodes.add_argument(
-        "--plugin-address",
-        type=_address,
-        default="127.0.0.1:9500",
-        help="the first node's device plugin metrics address (the next nodes: next ports)",
-    )
-    nodes.add_argument("--fleet", default=DEFAULT_FLEET, help="simulated GPUs (fleet spec)")
-    nodes.add_argument(
-        "--replicas", type=_at_least(1), default=22, help="time-slicing replicas per GPU"
-    )
-    nodes.add_argument("--interval-ms", type=int, default=1000, help="collection interval")
-    nodes.add_argument(
-        "--dra",
-        type=_at_least(0),
-        default=0,
-        metavar="N",
-        help="give the first node's first N whole GPUs to pods through DRA claims of "
-        "gpu.nvidia.com, show its pods and the driver's ResourceSlice on the API server, and "
-        "serve pod labels and dra_* labels from it",
-    )
-    nodes.add_argument(
-        "--churn-seconds",
-        type=_at_least(0.0, float),
-        default=10.0,
-        help="replace one time-sliced pod of the first node this often (0: never)",
-    )
-    serving = parser.add_argument_group("serving and autoscaling")
-    load = serving.add_mutually_exclusive_group()
-    load.add_argument("--trace", help="replay this request trace CSV (gpufleet simulate's)")
-    load.add_argument(
-        "--workload", help="replay a generated workload, FAMILY[:key=value,...] (as simulate)"
-    )
-    serving.add_argument(
-        "--rate",
-        type=_at_least(0.0, float),
-        default=6.0,
-        help="Poisson requests per second without --trace or --workload (one pod serves ~4)",
-    )
-    serving.add_argument(
-        "--speed",
-        type=_at_least(0.001, float),
-        default=1.0,
-        help="replay the trace this many times faster (the pods get as much faster)",
-    )
-    serving.add_argument(
-        "--policy", choices=("gpufleet", "hpa", "keda"), default="gpufleet", help="its policy"
-    )
-    serving.add_argument("--max-replicas", type=_at_least(1), default=8, help="its maxReplicas")
-    ops = parser.add_argument_group("API server, Prometheus, page")
-    ops.add_argument("--api-address", type=_address, default="127.0.0.1:8001")
-    ops.add_argument("--autoscaler-address", type=_address, default="127.0.0.1:9402")
-    ops.add_argument("--prometheus-address", type=_address, default="127.0.0.1:9090")
-    ops.add_argument("--alertmanager-address", type=_address, default="127.0.0.1:9093")
-    ops.add_argument("--web-address", type=_address, default="127.0.0.1:8080")
-    ops.add_argument(
-        "--scrape-seconds",
-        type=_at_least(0.5, float),
-        default=2.0,
-        help="Prometheus' scrape and rule interval (the autoscaler is told it)",
-    )
-    ops.add_argument("--rules", type=Path, default=RULES, help="folder of *.rules.yml")
-    return parser
 
 
 async def _churn(node: SimNode, every_seconds: float) -> None:
@@ -344,11 +244,11 @@ async def _observe(args, lab: _Lab, api, server, trace, targets: Path, stop) -> 
     web_address = _free("--web-address", args.web_address)
     prom_address = _free("--prometheus-address", args.prometheus_address)
     autoscaler_address = _free("--autoscaler-address", args.autoscaler_address)
-    alertmanager = ""
+    alertmanager, am_child = "", None
     if prom.installed(prom.ALERTMANAGER):
         am_address = _free("--alertmanager-address", args.alertmanager_address)
-        child = prom.start_alertmanager(lab.workdir, host=am_address[0], port=am_address[1])
-        lab.children.append(child)
+        am_child = prom.start_alertmanager(lab.workdir, host=am_address[0], port=am_address[1])
+        lab.children.append(am_child)
         alertmanager = f"{am_address[0]}:{am_address[1]}"
     rules = sorted(args.rules.glob("*.rules.yml"))
     if not rules:
@@ -369,8 +269,8 @@ async def _observe(args, lab: _Lab, api, server, trace, targets: Path, stop) -> 
         lab.urls.append(("Prometheus", prometheus_url))
     else:
         log.warning("prometheus is not installed (./dev lab installs it): no metrics store")
-    if alertmanager:
-        await asyncio.to_thread(lab.children[0].wait_ready, "/-/ready")
+    if am_child:
+        await asyncio.to_thread(am_child.wait_ready, "/-/ready")
         lab.urls.append(("Alertmanager", f"http://{alertmanager}"))
     spec = WorkloadSpec(
         nodes=args.nodes,
@@ -421,7 +321,7 @@ async def _observe(args, lab: _Lab, api, server, trace, targets: Path, stop) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = flags.parser(__doc__).parse_args(argv)
     setup_logging(debug=False, json_format=False)
     try:
         asyncio.run(_run(args))

@@ -18,7 +18,8 @@ ALERTMANAGER = "prometheus-alertmanager"  # Debian's name for the binary
 
 
 class LabProcessError(Exception):
-    """A child the lab needs could not start; the message says which and why."""
+    """A part of the lab (a child process, a node's plugin) could not start; the message
+    says which and why."""
 
 
 def check_free(host: str, port: int, flag: str) -> None:
