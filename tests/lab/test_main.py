@@ -194,4 +194,6 @@ def test_the_page_draws_every_panel_in_chromium(lab: dict[str, str], tmp_path: P
             for x in range(left, min(left + w, width)):
                 r, g, b = row[x * bpp : x * bpp + 3]
                 coloured += max(r, g, b) - min(r, g, b) > 80  # a series, not text or frame
-        assert coloured > 100, f"{panel}: {coloured} coloured pixels"
+        # Inside the chart (legends excluded): a blank chart has none; a line of the lab's
+        # first minute, a few dozen.
+        assert coloured > 20, f"{panel}: {coloured} coloured pixels"

@@ -200,10 +200,10 @@ async function refresh() {
       note(section, "Prometheus: " + err);
     }
   }));
-  for (const id of Object.keys(PANELS)) {  // where each panel is, for a screenshot's reader
-    const box = document.getElementById(id).getBoundingClientRect();
-    document.getElementById(id).dataset.box =
-      [box.left, box.top, box.width, box.height].map(Math.round).join(",");
+  for (const id of Object.keys(PANELS)) {  // where each chart is, for a screenshot's reader
+    const section = document.getElementById(id);
+    const box = (section.querySelector("svg") || section).getBoundingClientRect();
+    section.dataset.box = [box.left, box.top, box.width, box.height].map(Math.round).join(",");
   }
   document.body.dataset.refreshed = String(Date.now());
 }
