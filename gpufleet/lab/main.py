@@ -30,6 +30,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -48,6 +49,11 @@ from gpufleet.lab.web import page_app
 from gpufleet.lab.workload import ServingWorkload, WorkloadSpec, create_workload
 from gpufleet.logs import setup_logging
 from gpufleet.settings import describe_validation_error
+
+if TYPE_CHECKING:  # loaded when the lab starts, after its flags are checked
+    from kubernetes.client import ApiClient
+
+    from gpufleet.lab.kubeapi.server import FakeApiServer
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +188,16 @@ async def _run(args: argparse.Namespace) -> None:
         stop = asyncio.Event()
         install_signal_handlers(stop)
         try:
-            await _serve(args, lab, nodes, prepared, server, api, trace, stop)
+            await _serve(
+                args,
+                lab,
+                nodes=nodes,
+                prepared=prepared,
+                server=server,
+                api=api,
+                trace=trace,
+                stop=stop,
+            )
         finally:
             for child in reversed(lab.children):
                 await asyncio.to_thread(child.stop)
@@ -193,10 +208,11 @@ async def _run(args: argparse.Namespace) -> None:
 async def _serve(
     args: argparse.Namespace,
     lab: _Lab,
+    *,
     nodes: list[SimNode],
     prepared: list[Prepared],
-    server,
-    api,
+    server: "FakeApiServer",
+    api: "ApiClient",
     trace: Trace | None,
     stop: asyncio.Event,
 ) -> None:
@@ -229,7 +245,7 @@ async def _serve(
             )
         if args.churn_seconds:
             churn = asyncio.create_task(_churn(nodes[0], args.churn_seconds))
-        await _observe(args, lab, api, server, trace, targets, stop)
+        await _observe(args, lab, api=api, server=server, trace=trace, targets=targets, stop=stop)
     finally:
         if churn:
             churn.cancel()
@@ -239,7 +255,16 @@ async def _serve(
                 await task
 
 
-async def _observe(args, lab: _Lab, api, server, trace, targets: Path, stop) -> None:
+async def _observe(
+    args: argparse.Namespace,
+    lab: _Lab,
+    *,
+    api: "ApiClient",
+    server: "FakeApiServer",
+    trace: Trace | None,
+    targets: Path,
+    stop: asyncio.Event,
+) -> None:
     """Prometheus, Alertmanager, the autoscaler, the workload and the page."""
     web_address = _free("--web-address", args.web_address)
     prom_address = _free("--prometheus-address", args.prometheus_address)
