@@ -46,7 +46,13 @@ from gpufleet.lab import prometheus as prom
 from gpufleet.lab.gpunode import RunningPlugin, run_exporter, start_node_plugin
 from gpufleet.lab.node import NodeLayout, SimNode
 from gpufleet.lab.web import page_app
-from gpufleet.lab.workload import ServingWorkload, WorkloadSpec, create_workload
+from gpufleet.lab.workload import (
+    NAME,
+    NAMESPACE,
+    ServingWorkload,
+    WorkloadSpec,
+    create_workload,
+)
 from gpufleet.logs import setup_logging
 from gpufleet.settings import describe_validation_error
 
@@ -140,10 +146,14 @@ class _Lab:
     children: list[prom.Child] = field(default_factory=list)
     plugins: list[RunningPlugin] = field(default_factory=list)
 
-    def print(self) -> None:
+    def print(self, load: str) -> None:
         width = max(len(name) for name, _ in self.urls)
         lines = [f"gpufleet lab running (Ctrl-C to stop); its files are in {self.workdir}"]
         lines += [f"  {name:<{width}}  {url}" for name, url in self.urls]
+        lines.append(
+            f"Deployment {NAMESPACE}/{NAME} serves {load}, scaled by the GPUAutoscaler "
+            f"{NAMESPACE}/{NAME}; its pods' targets: {self.workdir / 'targets' / 'serving.json'}"
+        )
         print("\n".join(lines), flush=True)
 
 
@@ -337,7 +347,11 @@ async def _observe(
             await web.TCPSite(runner, *web_address).start()
             lab.urls.insert(0, ("page", _url(web_address, "/")))
             log.info("lab running: open %s (Ctrl-C to stop)", lab.urls[0][1])
-            lab.print()
+            if trace is not None:
+                load = f"the trace {trace.name} ({len(trace)} requests) at {args.speed:g}x"
+            else:
+                load = f"Poisson load of {args.rate:g} requests/s"
+            lab.print(load)
             await stop.wait()
         finally:
             await runner.cleanup()
