@@ -9,7 +9,7 @@ commands:
   exporter   serve GPU metrics (a drop-in for NVIDIA's dcgm-exporter)
   plugin     advertise GPUs to the kubelet (a drop-in for NVIDIA's k8s-device-plugin)
   autoscaler scale GPU workloads (GPUAutoscaler resources) from Prometheus signals
-  lab        run the exporter on a simulated 8-GPU node with a fake kubelet and pods
+  lab        run the whole stack on simulated GPU nodes, with Prometheus and a web page
   simulate   replay a request trace through the autoscaling policies in a simulated cluster
 
 Run 'gpufleet <command> --help' for the command's options.

@@ -1,12 +1,22 @@
 """`gpufleet lab`: the whole stack on one machine, on simulated hardware.
 
-For now: a simulated node of 8 H100s (2 whole GPUs with a pod each, 4 time-sliced 22 ways,
-2 split into 7 MIG slices each), a fake kubelet with a pod on every GPU, share and slice
-(104 pods), and the real exporter attributing them, served at
-http://127.0.0.1:9400/metrics. Pods come and go every few seconds so attribution is visibly
-live. With `--dra N`, the first N whole GPUs go to pods through DRA claims instead, and a
-fake Kubernetes API server holds the pods and the gpu.nvidia.com ResourceSlice the exporter
-joins them with. Later issues add the plugin, Prometheus and the autoscaler.
+  - GPU nodes (--nodes, 2 by default), each a simulated node of 8 H100s (2 whole GPUs
+    with a pod each, 4 time-sliced 22 ways, 2 split into 7 MIG slices each) with a pod on
+    every GPU, share and slice (104 pods), a fake kubelet, the real device plugin
+    registered with it and the real exporter attributing the pods (the first at --address,
+    the next on the following ports);
+  - a fake Kubernetes API server with its deployment controller, priority scheduler and
+    node provisioner;
+  - simulated vLLM pods of a Deployment serving Poisson load (--rate), a trace (--trace) or
+    a generated workload (--workload), scaled by the real `gpufleet autoscaler` through a
+    GPUAutoscaler with placeholders on;
+  - real Prometheus with rules/ scraping all of it, and Alertmanager, when installed;
+  - a web page of the dashboards' key panels, drawn from Prometheus.
+
+Every URL is printed once all of it runs. Port 0 in any address picks a free port. Pods
+come and go every few seconds on the first node, so attribution is visibly live. With
+`--dra N`, the first node's first N whole GPUs go to pods through DRA claims instead, and
+the API server holds its pods and the gpu.nvidia.com ResourceSlice the exporter joins.
 """
 
 import argparse
@@ -14,63 +24,44 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+import socket
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from aiohttp import web
 from pydantic import ValidationError
 
+from gpufleet.autoscaler.replay.core.trace import Trace
+from gpufleet.autoscaler.replay.core.workloads import WorkloadError, workload_trace
+from gpufleet.autoscaler.replay.trace_file import TraceError, load_trace
 from gpufleet.core.device_ids import is_replica
-from gpufleet.exporter.daemon import StartupError, install_signal_handlers, prepare, serve
-from gpufleet.exporter.settings import ExporterSettings
-from gpufleet.lab.node import DEFAULT_FLEET, NodeLayout, SimNode
+from gpufleet.core.listen import parse_listen_address
+from gpufleet.exporter.daemon import Prepared, StartupError, install_signal_handlers, prepare
+from gpufleet.lab import flags
+from gpufleet.lab import prometheus as prom
+from gpufleet.lab.gpunode import RunningPlugin, run_exporter, start_node_plugin
+from gpufleet.lab.node import NodeLayout, SimNode
+from gpufleet.lab.web import page_app
+from gpufleet.lab.workload import (
+    NAME,
+    NAMESPACE,
+    ServingWorkload,
+    WorkloadSpec,
+    create_workload,
+)
 from gpufleet.logs import setup_logging
-from gpufleet.settings import OneLineParser, describe_validation_error
+from gpufleet.settings import describe_validation_error
+
+if TYPE_CHECKING:  # loaded when the lab starts, after its flags are checked
+    from kubernetes.client import ApiClient
+
+    from gpufleet.lab.kubeapi.server import FakeApiServer
 
 log = logging.getLogger(__name__)
-
-
-def _at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
-    """An argparse type: a number of `kind` no smaller than `minimum`."""
-
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text} is below the minimum of {minimum}")
-        return value
-
-    return parse
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="gpufleet lab",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--address", default="127.0.0.1:9400", help="exporter listen address")
-    parser.add_argument("--fleet", default=DEFAULT_FLEET, help="simulated GPUs (fleet spec)")
-    parser.add_argument(
-        "--replicas", type=_at_least(1), default=22, help="time-slicing replicas per GPU"
-    )
-    parser.add_argument("--interval-ms", type=int, default=1000, help="collection interval")
-    parser.add_argument(
-        "--dra",
-        type=_at_least(0),
-        default=0,
-        metavar="N",
-        help="give the first N whole GPUs to pods through DRA claims of gpu.nvidia.com, "
-        "run a fake Kubernetes API server with the pods and the driver's ResourceSlice, and "
-        "serve pod labels and dra_* labels from it (0: no API server)",
-    )
-    parser.add_argument(
-        "--churn-seconds",
-        type=_at_least(0.0, float),
-        default=10.0,
-        help="replace one time-sliced pod this often (0: never)",
-    )
-    return parser
 
 
 async def _churn(node: SimNode, every_seconds: float) -> None:
@@ -91,12 +82,22 @@ async def _churn(node: SimNode, every_seconds: float) -> None:
 _FLAGS = {"address": "--address", "collect_interval_ms": "--interval-ms"}
 
 
-def _settings(node: SimNode, args: argparse.Namespace, kube: dict[str, object]) -> ExporterSettings:
-    """The exporter's settings for the lab's node; a bad value is a StartupError naming
+def _exporter_address(address: str, index: int) -> str:
+    """Node `index`'s exporter address: the first's port plus `index` (0 stays 0)."""
+    if index == 0:
+        return address
+    host, port = parse_listen_address(address)  # the first node's settings checked it
+    return f"{f'[{host}]' if host and ':' in host else host or ''}:{port + index if port else 0}"
+
+
+def _prepare(
+    node: SimNode, args: argparse.Namespace, index: int, kube: dict[str, object]
+) -> Prepared:
+    """The exporter of node `index`, ready to serve; a bad value is a StartupError naming
     the lab's flag."""
     try:
-        return node.exporter_settings(
-            address=args.address,
+        settings = node.exporter_settings(
+            address=_exporter_address(args.address, index),
             collect_interval_ms=args.interval_ms,
             kubelet_refresh_seconds=1.0,
             node_name=node.layout.node_name,
@@ -104,66 +105,269 @@ def _settings(node: SimNode, args: argparse.Namespace, kube: dict[str, object]) 
         )
     except ValidationError as exc:
         raise StartupError(describe_validation_error(exc, flags=_FLAGS)) from None
+    return prepare(settings)
+
+
+def _trace(args: argparse.Namespace) -> Trace | None:
+    try:
+        if args.trace:
+            return load_trace(args.trace)
+        if args.workload:
+            return workload_trace(args.workload, seed=0)
+    except (TraceError, WorkloadError) as exc:
+        raise StartupError(f"--{'trace' if args.trace else 'workload'}: {exc}") from None
+    except OSError as exc:
+        raise StartupError(f"--trace: {args.trace}: {exc.strerror}") from None
+    return None
+
+
+def _free(flag: str, address: tuple[str, int]) -> tuple[str, int]:
+    """The address with port 0 replaced by a free port; OSError naming `flag` if taken."""
+    host, port = address
+    if port == 0:
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            return host, probe.getsockname()[1]
+    prom.check_free(host, port, flag)
+    return address
+
+
+def _url(address: tuple[str, int], path: str = "") -> str:
+    host, port = address
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}{path}"
+
+
+@dataclass(slots=True)
+class _Lab:
+    """What runs, for the printout and the shutdown."""
+
+    workdir: Path
+    urls: list[tuple[str, str]] = field(default_factory=list)
+    children: list[prom.Child] = field(default_factory=list)
+    plugins: list[RunningPlugin] = field(default_factory=list)
+
+    def print(self, load: str) -> None:
+        width = max(len(name) for name, _ in self.urls)
+        lines = [f"gpufleet lab running (Ctrl-C to stop); its files are in {self.workdir}"]
+        lines += [f"  {name:<{width}}  {url}" for name, url in self.urls]
+        lines.append(
+            f"Deployment {NAMESPACE}/{NAME} serves {load}, scaled by the GPUAutoscaler "
+            f"{NAMESPACE}/{NAME}; its pods' targets: {self.workdir / 'targets' / 'serving.json'}"
+        )
+        print("\n".join(lines), flush=True)
 
 
 async def _run(args: argparse.Namespace) -> None:
+    trace = _trace(args)
     try:
-        node = SimNode(NodeLayout(fleet=args.fleet, replicas=args.replicas, dra_gpus=args.dra))
+        nodes = [
+            SimNode(
+                NodeLayout(
+                    fleet=args.fleet,
+                    replicas=args.replicas,
+                    dra_gpus=args.dra if i == 0 else 0,
+                    seed=i,  # distinct GPU UUIDs and pod UIDs per node
+                    node_name=f"gpu-node-{i}",
+                )
+            )
+            for i in range(args.nodes)
+        ]
     except ValueError as exc:  # the fleet spec
         raise StartupError(f"--fleet: {exc}") from None
-    with node, contextlib.ExitStack() as stack:
-        kube = _kube_api(node, stack) if args.dra else {}
-        prepared = prepare(_settings(node, args, kube))
-        node.sim.nvmlInit()
-        stop = asyncio.Event()
-        install_signal_handlers(stop)
-        churn = (
-            asyncio.create_task(_churn(node, args.churn_seconds)) if args.churn_seconds else None
-        )
-
-        def listening(port: int) -> None:  # only now: a busy port must not say "running"
-            host = prepared.host or "localhost"
-            log.info(
-                "lab running: open http://%s:%d/metrics (Ctrl-C to stop)",
-                f"[{host}]" if ":" in host else host,
-                port,
-                extra={"fields": {"fleet": args.fleet, "pods": len(node.pods)}},
-            )
-
-        quiescent = False
-        try:
-            quiescent = await serve(prepared, node.sim, stop=stop, on_listening=listening)
-        finally:
-            if churn:
-                churn.cancel()
-            if quiescent:  # else a collection is still inside the simulator
-                node.sim.nvmlShutdown()
-
-
-def _kube_api(node: SimNode, stack: contextlib.ExitStack) -> dict[str, object]:
-    """Start a fake API server showing `node`; the exporter settings that read it."""
     from gpufleet.kube.connect import api_client
     from gpufleet.lab.kubeapi.server import FakeApiServer
 
-    server = stack.enter_context(FakeApiServer())
-    node.publish(stack.enter_context(api_client(url=server.url)))
-    log.info("fake Kubernetes API server at %s", server.url)
-    return {
-        "kube_url": server.url,
-        "kubernetes_enable_pod_labels": True,
-        "kubernetes_enable_dra": True,
-    }
+    api_address = _free("--api-address", args.api_address)
+    server = FakeApiServer(port=api_address[1])
+    kube = {"kube_url": server.url, "kubernetes_enable_pod_labels": True}
+    prepared = [
+        _prepare(n, args, i, {**kube, "kubernetes_enable_dra": True} if i == 0 and args.dra else {})
+        for i, n in enumerate(nodes)
+    ]
+    with (
+        contextlib.ExitStack() as stack,
+        tempfile.TemporaryDirectory(prefix="gpufleet-lab-") as tmp,
+    ):
+        lab = _Lab(workdir=Path(tmp))
+        for node in nodes:
+            stack.enter_context(node)
+        stack.enter_context(server)
+        api = stack.enter_context(api_client(url=server.url))
+        if args.dra:
+            nodes[0].publish(api)
+        stop = asyncio.Event()
+        install_signal_handlers(stop)
+        try:
+            await _serve(
+                args,
+                lab,
+                nodes=nodes,
+                prepared=prepared,
+                server=server,
+                api=api,
+                trace=trace,
+                stop=stop,
+            )
+        finally:
+            for child in reversed(lab.children):
+                await asyncio.to_thread(child.stop)
+            for plugin in lab.plugins:
+                await plugin.stop()
+
+
+async def _serve(
+    args: argparse.Namespace,
+    lab: _Lab,
+    *,
+    nodes: list[SimNode],
+    prepared: list[Prepared],
+    server: "FakeApiServer",
+    api: "ApiClient",
+    trace: Trace | None,
+    stop: asyncio.Event,
+) -> None:
+    """Start everything in dependency order, print the URLs, run until `stop`."""
+    targets = lab.workdir / "targets"
+    targets.mkdir()
+    exporters: list[asyncio.Task] = []
+    lab.urls.append(("Kubernetes API", server.url))
+    churn = None
+    try:
+        for i, (node, ready) in enumerate(zip(nodes, prepared, strict=True)):
+            node.sim.nvmlInit()
+            host, port = args.plugin_address
+            plugin = await start_node_plugin(node, f"{host}:{port + i if port else 0}")
+            lab.plugins.append(plugin)
+            listening: asyncio.Future = asyncio.get_running_loop().create_future()
+            task = asyncio.create_task(run_exporter(node, ready, stop=stop, listening=listening))
+            exporters.append(task)
+            await asyncio.wait({listening, task}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                task.result()  # its startup error
+            name = node.layout.node_name
+            exporter = (ready.host or "127.0.0.1", listening.result())
+            plugin_at = (host, plugin.port)
+            lab.urls.append((f"{name} exporter", _url(exporter, "/metrics")))
+            lab.urls.append((f"{name} plugin", _url(plugin_at, "/metrics")))
+            prom.write_targets(targets / f"exporter-{i}.json", [f"{exporter[0]}:{exporter[1]}"])
+            prom.write_targets(
+                targets / f"plugin-{i}.json", [f"{host}:{plugin.port}"], {"node": name}
+            )
+        if args.churn_seconds:
+            churn = asyncio.create_task(_churn(nodes[0], args.churn_seconds))
+        await _observe(args, lab, api=api, server=server, trace=trace, targets=targets, stop=stop)
+    finally:
+        if churn:
+            churn.cancel()
+        stop.set()
+        for task in exporters:
+            with contextlib.suppress(Exception):
+                await task
+
+
+async def _observe(
+    args: argparse.Namespace,
+    lab: _Lab,
+    *,
+    api: "ApiClient",
+    server: "FakeApiServer",
+    trace: Trace | None,
+    targets: Path,
+    stop: asyncio.Event,
+) -> None:
+    """Prometheus, Alertmanager, the autoscaler, the workload and the page."""
+    web_address = _free("--web-address", args.web_address)
+    prom_address = _free("--prometheus-address", args.prometheus_address)
+    autoscaler_address = _free("--autoscaler-address", args.autoscaler_address)
+    alertmanager, am_child = "", None
+    if prom.installed(prom.ALERTMANAGER):
+        am_address = _free("--alertmanager-address", args.alertmanager_address)
+        am_child = prom.start_alertmanager(lab.workdir, host=am_address[0], port=am_address[1])
+        lab.children.append(am_child)
+        alertmanager = f"{am_address[0]}:{am_address[1]}"
+    rules = sorted(args.rules.glob("*.rules.yml"))
+    if not rules:
+        log.warning("no rules in %s: Prometheus runs without alerts", args.rules)
+    prometheus_url = _url(prom_address)
+    if prom.installed(prom.PROMETHEUS):
+        child = prom.start_prometheus(
+            lab.workdir,
+            host=prom_address[0],
+            port=prom_address[1],
+            targets_dir=targets,
+            rule_files=rules,
+            scrape_seconds=args.scrape_seconds,
+            alertmanager=alertmanager,
+        )
+        lab.children.append(child)
+        await asyncio.to_thread(child.wait_ready, "/-/ready")
+        lab.urls.append(("Prometheus", prometheus_url))
+    else:
+        log.warning("prometheus is not installed (./dev lab installs it): no metrics store")
+    if am_child:
+        await asyncio.to_thread(am_child.wait_ready, "/-/ready")
+        lab.urls.append(("Alertmanager", f"http://{alertmanager}"))
+    spec = WorkloadSpec(
+        nodes=args.nodes,
+        max_replicas=args.max_replicas,
+        policy=args.policy,
+        rate_rps=args.rate,
+        trace=trace,
+        speed=args.speed,
+    )
+    create_workload(api, spec)
+    workload = ServingWorkload(server, spec, targets_file=targets / "serving.json")
+    try:
+        autoscaler = prom.Child(
+            [
+                sys.executable,
+                "-m",
+                "gpufleet.cli",
+                "autoscaler",
+                f"--kube-url={server.url}",
+                f"--prometheus-url={prometheus_url}",
+                "--leader-elect=false",
+                f"--metrics-address={autoscaler_address[0]}:{autoscaler_address[1]}",
+                f"--scrape-interval-seconds={args.scrape_seconds:g}",
+                f"--rate-window={max(4 * args.scrape_seconds, 10):g}s",
+            ],
+            lab.workdir / "autoscaler.log",
+            url=_url(autoscaler_address),
+            name="gpufleet autoscaler",
+        )
+        lab.children.append(autoscaler)
+        await asyncio.to_thread(autoscaler.wait_ready, "/metrics")
+        prom.write_targets(
+            targets / "autoscaler.json", [f"{autoscaler_address[0]}:{autoscaler_address[1]}"]
+        )
+        lab.urls.append(("autoscaler", _url(autoscaler_address, "/metrics")))
+        runner = web.AppRunner(page_app(prometheus_url), access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, *web_address).start()
+            lab.urls.insert(0, ("page", _url(web_address, "/")))
+            log.info("lab running: open %s (Ctrl-C to stop)", lab.urls[0][1])
+            if trace is not None:
+                load = f"the trace {trace.name} ({len(trace)} requests) at {args.speed:g}x"
+            else:
+                load = f"Poisson load of {args.rate:g} requests/s"
+            lab.print(load)
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+    finally:
+        await asyncio.to_thread(workload.stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = flags.parser(__doc__).parse_args(argv)
     setup_logging(debug=False, json_format=False)
     try:
         asyncio.run(_run(args))
     except StartupError as exc:  # a bad flag (the message names it)
         log.error("%s", exc)
         return 2
-    except OSError as exc:  # cannot listen: the port is taken
+    except (OSError, prom.LabProcessError) as exc:  # a port taken, a child that failed
         log.error("%s", exc)
         return 1
     return 0

@@ -12,6 +12,11 @@ import pytest
 from helpers import free_port, wait_for
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
+# The lab's other listeners on free ports, so a lab running beside the tests never clashes.
+LAB_PORTS = [
+    f"--{name}-address=127.0.0.1:0"
+    for name in ("plugin", "api", "autoscaler", "prometheus", "alertmanager", "web")
+]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
@@ -191,7 +196,7 @@ def test_sigterm_shuts_down_gracefully():
 def test_lab_serves_an_attributed_node():
     port = free_port()
     proc = subprocess.Popen(
-        [*GPUFLEET, "lab", "--address", f"127.0.0.1:{port}", "--churn-seconds", "0"],
+        [*GPUFLEET, "lab", "--address", f"127.0.0.1:{port}", "--churn-seconds", "0", *LAB_PORTS],
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
@@ -229,6 +234,17 @@ def test_lab_serves_an_attributed_node():
             ("--churn-seconds", "-1"), 2, "--churn-seconds: -1 is below", id="negative-churn"
         ),
         pytest.param(("--intervall-ms", "5"), 2, "(did you mean '--interval-ms'?)", id="flag-typo"),
+        # issue 19: the whole stack's flags
+        pytest.param(("--nodes", "0"), 2, "--nodes: 0 is below the minimum", id="no-nodes"),
+        pytest.param(
+            ("--web-address", "nonsense"), 2, "--web-address: listen address", id="bad-web"
+        ),
+        pytest.param(
+            ("--workload", "nosuch"), 2, "--workload: workload 'nosuch': unknown", id="workload"
+        ),
+        pytest.param(
+            ("--trace", "/nonexistent.csv"), 2, "--trace: /nonexistent.csv: cannot read", id="trace"
+        ),
     ],
 )
 def test_lab_bad_input_is_one_line_not_a_traceback(args, code: int, message: str):
@@ -255,12 +271,19 @@ def test_lab_help_describes_the_default_node():
     assert f"({len(pods)} pods)" in help_text
 
 
-def test_lab_on_a_busy_port_says_so_and_exits_1():
+@pytest.mark.parametrize(
+    "flag", ["--address", "--plugin-address", "--web-address", "--prometheus-address"]
+)
+def test_lab_on_a_busy_port_says_so_and_exits_1(flag: str):
+    """The exporter's port, and (issue 19) those of the plugin, the page and Prometheus."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = run("lab", "--address", f"127.0.0.1:{port}", "--churn-seconds", "0")
+        ports = [p for p in LAB_PORTS if not p.startswith(flag + "=")]
+        address = "--address=127.0.0.1:0" if flag != "--address" else ""
+        args = [a for a in (address, f"{flag}=127.0.0.1:{port}") if a]
+        result = run("lab", *args, "--churn-seconds", "0", *ports)
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr

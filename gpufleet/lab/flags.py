@@ -1,0 +1,130 @@
+"""`gpufleet lab`'s flags: each part's size, load and address, with defaults that run the
+whole stack on one machine. A bad value is argparse's one line naming the flag."""
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from gpufleet.core.listen import parse_listen_address
+from gpufleet.lab.node import DEFAULT_FLEET
+from gpufleet.settings import OneLineParser
+
+# rules/ beside the package, in a checkout (where ./dev lab runs).
+RULES = Path(__file__).resolve().parents[2] / "rules"
+
+
+def _at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
+    """An argparse type: a number of `kind` no smaller than `minimum`."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is below the minimum of {minimum}")
+        return value
+
+    return parse
+
+
+def _address(text: str) -> tuple[str, int]:
+    """An argparse type: host:port (host defaults to 127.0.0.1; port 0 picks a free one)."""
+    try:
+        host, port = parse_listen_address(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return host or "127.0.0.1", port
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """`gpufleet lab`'s flags, with `description` as its help's text."""
+    parser = OneLineParser(
+        prog="gpufleet lab",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    nodes = parser.add_argument_group("GPU nodes")
+    nodes.add_argument("--nodes", type=_at_least(1), default=2, help="simulated GPU nodes")
+    nodes.add_argument(
+        "--address", default="127.0.0.1:9400", help="the first node's exporter listen address"
+    )
+    nodes.add_argument(
+        "--plugin-address",
+        type=_address,
+        default="127.0.0.1:9500",
+        help="the first node's device plugin metrics address (the next nodes: next ports)",
+    )
+    nodes.add_argument("--fleet", default=DEFAULT_FLEET, help="simulated GPUs (fleet spec)")
+    nodes.add_argument(
+        "--replicas", type=_at_least(1), default=22, help="time-slicing replicas per GPU"
+    )
+    nodes.add_argument("--interval-ms", type=int, default=1000, help="collection interval")
+    nodes.add_argument(
+        "--dra",
+        type=_at_least(0),
+        default=0,
+        metavar="N",
+        help="give the first node's first N whole GPUs to pods through DRA claims of "
+        "gpu.nvidia.com, show its pods and the driver's ResourceSlice on the API server, and "
+        "serve pod labels and dra_* labels from it",
+    )
+    nodes.add_argument(
+        "--churn-seconds",
+        type=_at_least(0.0, float),
+        default=10.0,
+        help="replace one time-sliced pod of the first node this often (0: never)",
+    )
+    serving = parser.add_argument_group("serving and autoscaling")
+    load = serving.add_mutually_exclusive_group()
+    load.add_argument("--trace", help="replay this request trace CSV (gpufleet simulate's)")
+    load.add_argument(
+        "--workload", help="replay a generated workload, FAMILY[:key=value,...] (as simulate)"
+    )
+    serving.add_argument(
+        "--rate",
+        type=_at_least(0.0, float),
+        default=6.0,
+        help="Poisson requests per second without --trace or --workload (one pod serves ~4)",
+    )
+    serving.add_argument(
+        "--speed",
+        type=_at_least(0.001, float),
+        default=1.0,
+        help="replay the trace this many times faster (the pods get as much faster)",
+    )
+    serving.add_argument(
+        "--policy", choices=("gpufleet", "hpa", "keda"), default="gpufleet", help="its policy"
+    )
+    serving.add_argument("--max-replicas", type=_at_least(1), default=8, help="its maxReplicas")
+    ops = parser.add_argument_group("API server, Prometheus, page")
+    ops.add_argument(
+        "--api-address",
+        type=_address,
+        default="127.0.0.1:8001",
+        help="the fake Kubernetes API server (its port; it listens on 127.0.0.1 only)",
+    )
+    ops.add_argument(
+        "--autoscaler-address",
+        type=_address,
+        default="127.0.0.1:9402",
+        help="the autoscaler's metrics",
+    )
+    ops.add_argument("--prometheus-address", type=_address, default="127.0.0.1:9090")
+    ops.add_argument(
+        "--alertmanager-address",
+        type=_address,
+        default="127.0.0.1:9093",
+        help="Alertmanager, when prometheus-alertmanager is installed",
+    )
+    ops.add_argument(
+        "--web-address", type=_address, default="127.0.0.1:8080", help="the lab's web page"
+    )
+    ops.add_argument(
+        "--scrape-seconds",
+        type=_at_least(0.5, float),
+        default=2.0,
+        help="Prometheus' scrape and rule interval (the autoscaler is told it)",
+    )
+    ops.add_argument("--rules", type=Path, default=RULES, help="folder of *.rules.yml")
+    return parser

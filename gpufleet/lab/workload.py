@@ -1,0 +1,125 @@
+"""The lab's serving workload: a vLLM Deployment on the fake API server, scaled by a
+GPUAutoscaler, its pods simulated by `ServingFleet` and scheduled by `LabCluster`.
+
+Everything is created through the official client, as a user would; the cluster's
+controllers and the serving pods run on the API server's own loop (the store is not
+thread-safe).
+"""
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client
+
+from gpufleet.autoscaler.replay.core.trace import Trace
+from gpufleet.lab.kubeapi.cluster import ClusterTiming, LabCluster
+from gpufleet.lab.kubeapi.server import FakeApiServer
+from gpufleet.lab.serving import ServingFleet
+
+NAMESPACE = "llm"
+NAME = "vllm"
+LABELS = {"app": NAME}
+GPUS_PER_NODE = 8
+# The lab cluster's timings: cold starts and nodes in seconds, not minutes, so a scale-up
+# shows while you watch; the GPUAutoscaler is told the same.
+TIMING = dict(cold_start_seconds=5.0, node_provision_seconds=10.0, termination_seconds=1.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadSpec:
+    nodes: int
+    max_replicas: int
+    policy: str
+    rate_rps: float
+    trace: Trace | None
+    speed: float
+
+
+def autoscaler_spec(spec: WorkloadSpec) -> dict:
+    """The GPUAutoscaler of the vLLM Deployment: one GPU per replica, the lab's timings,
+    placeholders on (the policy's node headroom held as low-priority pods)."""
+    return {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
+        "minReplicas": 1,
+        "maxReplicas": spec.max_replicas,
+        "policy": spec.policy,
+        "batchSlots": 8,
+        "coldStartSeconds": TIMING["cold_start_seconds"],
+        "nodePool": {
+            "gpusPerNode": GPUS_PER_NODE,
+            "provisionSeconds": TIMING["node_provision_seconds"],
+            "placeholders": True,
+        },
+        "keda": {"queueTarget": 5, "pollingIntervalSeconds": 5},
+    }
+
+
+def create_workload(api: client.ApiClient, spec: WorkloadSpec) -> None:
+    """The namespace, the Deployment (one replica, one GPU each) and its GPUAutoscaler."""
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
+    container = {
+        "name": "vllm",
+        "image": "vllm/vllm-openai",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    }
+    client.AppsV1Api(api).create_namespaced_deployment(
+        NAMESPACE,
+        {
+            "metadata": {"name": NAME},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": LABELS},
+                "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [container]}},
+            },
+        },
+    )
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "autoscaling.gpufleet.dev",
+        "v1alpha1",
+        NAMESPACE,
+        "gpuautoscalers",
+        {
+            "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
+            "kind": "GPUAutoscaler",
+            "metadata": {"name": NAME},
+            "spec": autoscaler_spec(spec),
+        },
+    )
+
+
+class ServingWorkload:
+    """The cluster's controllers and the serving pods, on `server`'s loop."""
+
+    def __init__(self, server: FakeApiServer, spec: WorkloadSpec, *, targets_file: Path) -> None:
+        self._server = server
+        timing = ClusterTiming(
+            **TIMING,
+            node_idle_seconds=60.0,
+            gpus_per_node=GPUS_PER_NODE,
+            initial_nodes=spec.nodes,
+        )
+        self.fleet = ServingFleet(
+            server.store,
+            namespace=NAMESPACE,
+            labels=LABELS,
+            targets_file=targets_file,
+            rate_rps=spec.rate_rps,
+            trace=spec.trace,
+            speed=spec.speed,
+        )
+
+        async def start() -> LabCluster:
+            cluster = LabCluster(server.store, timing=timing, clock=time.time)
+            cluster.start()
+            self.fleet.start()
+            return cluster
+
+        self._cluster = server.run_async(start())
+
+    def stop(self) -> None:
+        async def stop() -> None:
+            await self.fleet.stop()
+            await self._cluster.stop()
+
+        self._server.run_async(stop())

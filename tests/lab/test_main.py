@@ -1,0 +1,199 @@
+"""`gpufleet lab` as a user runs it: the whole stack comes up, prints its URLs, Prometheus
+holds series from every part, the autoscaler scales the serving Deployment, and the page
+draws every panel in a real (headless) Chromium.
+
+One lab for all of it: it is the costliest thing the suite starts.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from helpers import wait_for
+from helpers.kube import api_client
+from helpers.png import read_png
+from kubernetes import client
+
+pytestmark = pytest.mark.prometheus
+ADDRESSES = ("address", "plugin", "api", "autoscaler", "prometheus", "alertmanager", "web")
+PANELS = ("util-node", "util-pod", "replicas", "idle-cost")  # charts that must show data
+WINDOW = (1000, 800)
+
+
+def _need(binary: str) -> None:
+    if shutil.which(binary):
+        return
+    message = f"{binary} is not installed (./dev test installs it)"
+    if os.environ.get("CI") or os.environ.get("GPUFLEET_REQUIRE_TOOLS"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The lab on free ports; its printed URLs by name."""
+    _need("prometheus")
+    log = tmp_path_factory.mktemp("lab") / "stderr"
+    flags = [f"--{a}-address" if a != "address" else "--address" for a in ADDRESSES]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpufleet.cli",
+            "lab",
+            *(arg for flag in flags for arg in (flag, "127.0.0.1:0")),
+            "--scrape-seconds=1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),  # a file: a pipe nobody reads would fill and stall the lab
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    urls: dict[str, str] = {}
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the banner, printed once everything runs
+            if line.startswith("gpufleet lab running"):
+                continue
+            match = re.fullmatch(r"  (.+?)\s{2,}(http://\S+)\n", line)
+            if not match:
+                break
+            urls[match[1]] = match[2]
+            if match[1] == "autoscaler":
+                break
+        assert "page" in urls, f"no banner: {urls}\n{log.read_text()[-3000:]}"
+        yield urls
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    err = log.read_text()
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err
+
+
+def test_it_prints_every_url(lab: dict[str, str]) -> None:
+    names = {"page", "Kubernetes API", "Prometheus", "autoscaler"}
+    names |= {f"gpu-node-{i} {part}" for i in (0, 1) for part in ("exporter", "plugin")}
+    if shutil.which("prometheus-alertmanager"):
+        names.add("Alertmanager")
+    assert set(lab) == names
+
+
+def _query(lab: dict[str, str], expr: str) -> list[dict]:
+    url = f"{lab['Prometheus']}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)["data"]["result"]
+
+
+@pytest.mark.parametrize(
+    ("part", "expr", "count"),
+    [
+        pytest.param("exporters", "count by (Hostname) (DCGM_FI_DEV_GPU_TEMP)", 2, id="exporter"),
+        pytest.param("plugins", "gpufleet_plugin_registered == 1", 2, id="plugin"),
+        pytest.param("serving pods", "count by (pod) (vllm:num_requests_running)", 1, id="vllm"),
+        pytest.param("autoscaler", "gpufleet_autoscaler_ticks_total > 0", 1, id="autoscaler"),
+        pytest.param("rules", "namespace:gpufleet_idle_gpu_cost:dollars_per_hour", 3, id="rules"),
+    ],
+)
+def test_prometheus_holds_every_parts_series(lab, part: str, expr: str, count: int) -> None:
+    wait_for(lambda: len(_query(lab, expr)) >= count, timeout=60, poll_seconds=0.5, what=f"{part}")
+
+
+def test_the_autoscaler_scales_the_serving_deployment(lab: dict[str, str]) -> None:
+    """6 requests/s on pods that serve 4 each: the Deployment grows past its one replica."""
+    with api_client(lab["Kubernetes API"]) as api:
+        apps = client.AppsV1Api(api)
+        wait_for(
+            lambda: apps.read_namespaced_deployment_scale("vllm", "llm").spec.replicas > 1,
+            timeout=120,
+            poll_seconds=1,
+            what="the autoscaler scaling llm/vllm up",
+        )
+        autoscaler = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "autoscaling.gpufleet.dev", "v1alpha1", "llm", "gpuautoscalers", "vllm"
+        )
+    assert autoscaler["spec"]["nodePool"]["placeholders"] is True
+
+
+class _Panels(HTMLParser):
+    """Each <section>'s data-* attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: dict[str, dict[str, str]] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {k: v or "" for k, v in attrs}
+        if tag == "section":
+            self.sections[values["id"]] = values
+
+
+def _chromium(tmp_path: Path, url: str, *args: str) -> str:
+    """Headless Chromium on `url` with the flags that work on a closed network."""
+    result = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--window-size={WINDOW[0]},{WINDOW[1]}",
+            "--virtual-time-budget=15000",  # the page's fetches and first draw
+            *args,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def _drawn(tmp_path: Path, lab: dict[str, str]) -> dict[str, dict[str, str]] | None:
+    parser = _Panels()
+    parser.feed(_chromium(tmp_path, lab["page"], "--dump-dom"))
+    sections = parser.sections
+    if all(int(sections.get(p, {}).get("data-points") or 0) > 0 for p in PANELS):
+        return sections
+    return None
+
+
+def test_the_page_draws_every_panel_in_chromium(lab: dict[str, str], tmp_path: Path) -> None:
+    _need("chromium")
+    wait_for(lambda: _query(lab, "gpufleet_autoscaler_desired_replicas"), timeout=60)
+    sections = wait_for(
+        lambda: _drawn(tmp_path, lab), timeout=120, poll_seconds=2, what="every panel drawn"
+    )
+    assert "data-error" not in sections["alerts"] and "data-points" in sections["alerts"]
+    _chromium(tmp_path, lab["page"], f"--screenshot={tmp_path / 'page.png'}")
+    width, height, rows = read_png((tmp_path / "page.png").read_bytes())
+    assert (width, height) == WINDOW
+    bpp = len(rows[0]) // width
+    for panel in PANELS:
+        left, top, w, h = (int(v) for v in sections[panel]["data-box"].split(","))
+        coloured = 0
+        for y in range(top, min(top + h, height)):
+            row = rows[y]
+            for x in range(left, min(left + w, width)):
+                r, g, b = row[x * bpp : x * bpp + 3]
+                coloured += max(r, g, b) - min(r, g, b) > 80  # a series, not text or frame
+        # Inside the chart (legends excluded): a blank chart has none; a line of the lab's
+        # first minute, a few dozen.
+        assert coloured > 20, f"{panel}: {coloured} coloured pixels"
