@@ -4,7 +4,8 @@ services, health watching, registration with the kubelet and self-metrics.
 Startup validates everything before serving: a bad flag, env var or config file is one
 line naming it and a non-zero exit. NVML failing to initialise exits non-zero when
 failOnInitError is set (NVIDIA's default) and otherwise serves no devices. SIGTERM and
-SIGINT shut down gracefully: streams end, sockets are removed.
+SIGINT shut down gracefully: streams end, sockets are removed. SIGHUP reloads the config
+file in process; a bad one is logged and the running config keeps serving.
 
 It must never advertise a device Healthy before its health is known: the services get the
 health watcher's first report (or, if none comes in time, all Unhealthy) before the first
@@ -14,6 +15,7 @@ socket is served.
 """
 
 import logging
+import queue
 import signal
 import threading
 from collections import Counter
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import start_http_server
-from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CollectorRegistry
 
 from gpufleet.core.listen import parse_listen_address
 from gpufleet.logs import setup_logging
@@ -59,6 +61,7 @@ from gpufleet.plugin.host.host_devices import (
 from gpufleet.plugin.kubelet.registration import PluginRunner
 from gpufleet.plugin.kubelet.server import DevicePluginService, RpcStats, to_response
 from gpufleet.plugin.labels import publish_labels
+from gpufleet.plugin.metrics import SelfMetrics
 from gpufleet.plugin.nvml.discovery import discover
 from gpufleet.plugin.nvml.health_watch import HealthWatcher
 from gpufleet.plugin.settings import PluginSettings, disabled_hooks, resolve_config
@@ -127,6 +130,7 @@ def build_services(
             allocator=_allocator(by_id, options),
             preferrer=preferrer,
             stats=stats,
+            spec=(devices, options, policy, dict(node.links)),
         )
     return list(services.values())
 
@@ -144,81 +148,6 @@ class Plugin:
     def stop(self) -> None:
         self.health.stop()
         self.runner.stop()
-
-
-class SelfMetrics:
-    """Prometheus collector of the plugin's own state (`gpufleet_plugin_*`)."""
-
-    def __init__(self, plugin: Plugin) -> None:
-        self._plugin = plugin
-
-    def collect(self):
-        state = self._plugin.runner.state
-        yield GaugeMetricFamily(
-            "gpufleet_plugin_registered",
-            "1 when every resource is registered with the kubelet.",
-            value=int(state.registered),
-        )
-        yield CounterMetricFamily(
-            "gpufleet_plugin_registrations",
-            "Successful registrations with the kubelet.",
-            value=state.registrations,
-        )
-        yield CounterMetricFamily(
-            "gpufleet_plugin_registration_failures",
-            "Failed registration attempts.",
-            value=state.failures,
-        )
-        devices = GaugeMetricFamily(
-            "gpufleet_plugin_devices",
-            "Advertised devices by resource and health.",
-            labels=["resource", "health"],
-        )
-        for service in self._plugin.services:
-            counts = Counter(h.value for h in service.health.values())
-            for health in Health:
-                devices.add_metric([service.resource, health.value], counts.get(health.value, 0))
-        yield devices
-        yield CounterMetricFamily(
-            "gpufleet_plugin_allocations",
-            "Containers allocated devices.",
-            value=self._plugin.stats.allocations,
-        )
-        yield CounterMetricFamily(
-            "gpufleet_plugin_preferred_allocation_fallbacks",
-            "Preferred allocations answered unaligned after an error.",
-            value=self._plugin.stats.preferred_fallbacks,
-        )
-        calls = CounterMetricFamily(
-            "gpufleet_plugin_rpc_requests", "RPCs served, by method.", labels=["method"]
-        )
-        seconds = CounterMetricFamily(
-            "gpufleet_plugin_rpc_seconds", "Time spent in RPCs, by method.", labels=["method"]
-        )
-        errors = CounterMetricFamily(
-            "gpufleet_plugin_rpc_errors", "RPCs answered with an error.", labels=["method"]
-        )
-        for method, count in sorted(self._plugin.stats.calls.items()):
-            calls.add_metric([method], count)
-            seconds.add_metric([method], self._plugin.stats.seconds.get(method, 0.0))
-            errors.add_metric([method], self._plugin.stats.errors.get(method, 0))
-        yield from (calls, seconds, errors)
-        yield self._errors()
-
-    def _errors(self) -> CounterMetricFamily:
-        # Kinds are prefixed by where they happen: the watcher's `registration` (XID
-        # events) is not the kubelet's.
-        kinds = {f"discovery_{k}": n for k, n in self._plugin.discovery_errors.items()}
-        kinds |= {f"health_{k}": n for k, n in self._plugin.health.errors.items()}
-        kinds["kubelet_registration"] = self._plugin.runner.state.failures
-        family = CounterMetricFamily(
-            "gpufleet_plugin_errors",
-            "Failures by kind: NVML discovery, health watching, kubelet registration.",
-            labels=["kind"],
-        )
-        for kind, count in sorted(kinds.items()):
-            family.add_metric([kind], count)
-        return family
 
 
 def check_config(settings: PluginSettings, config: PluginConfig) -> None:
@@ -317,23 +246,28 @@ def install_gated_specs(settings: PluginSettings, config: PluginConfig) -> tuple
     return tuple(specs)
 
 
-def start_plugin(
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Built:
+    """What discovery and the config give: the node and one service per resource."""
+
+    node: NodeGpus
+    services: list[DevicePluginService]
+    errors: Counter[str]
+
+
+def _build(
     settings: PluginSettings,
     config: PluginConfig,
     lib: Any,
     *,
-    plugin_dir: Path,
-    first_health_timeout_seconds: float = FIRST_HEALTH_TIMEOUT_SECONDS,
-    mig_minors_path: Path = MIG_MINORS_PATH,
-) -> Plugin:
-    """Discover, build and start everything (NVML must be initialised).
-
-    Registers only once the health watcher has reported (or `first_health_timeout_seconds`
-    passed, and then every device is advertised Unhealthy until it does)."""
+    stats: RpcStats,
+    mig_minors_path: Path,
+) -> _Built:
+    """Discover the node and build its services, with the CDI specs their names need in
+    place. Raises StartupError, having served nothing."""
     errors: Counter[str] = Counter()
     node = discover(lib, errors=errors)
     node = with_cap_minors(node, read_mig_minors(mig_minors_path))
-    stats = RpcStats()
     container_root = Path(config.flags.plugin.container_driver_root)
     try:
         channels = imex_channels(
@@ -353,9 +287,23 @@ def start_plugin(
         raise StartupError(str(exc)) from None
     if uses_cdi(config):
         install_cdi_specs(settings, config, services, channels, driver_version=node.driver_version)
+    return _Built(node=node, services=services, errors=errors)
+
+
+def _watch_health(
+    settings: PluginSettings,
+    lib: Any,
+    services: Sequence[DevicePluginService],
+    *,
+    unknown: Sequence[DevicePluginService],
+    first_health_timeout_seconds: float,
+) -> HealthWatcher:
+    """Start a health watcher publishing to `services`, and wait for its first report; if
+    none comes in time, the `unknown` services (those never reported on) turn Unhealthy
+    until it does."""
     groups = health_groups(d for s in services for d in s.devices)
     reported = threading.Event()
-    publishing = threading.Lock()  # a late first report must not be overwritten by startup
+    publishing = threading.Lock()  # a late first report must not be overwritten here
 
     def publish(health: Mapping[str, Health]) -> None:
         with publishing:
@@ -373,13 +321,6 @@ def start_plugin(
         on_change=publish,
         recovery_seconds=settings.health_recovery_seconds or None,
     )
-    kubelet = config.flags.plugin.kubelet_socket
-    try:
-        runner = PluginRunner(
-            services, plugin_dir=plugin_dir, kubelet_socket=Path(kubelet) if kubelet else None
-        )
-    except ValueError as exc:  # a socket path too long to bind
-        raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
     watcher.start()
     if not reported.wait(first_health_timeout_seconds):
         with publishing:
@@ -389,13 +330,12 @@ def start_plugin(
                     "until the health watcher reports",
                     first_health_timeout_seconds,
                 )
-                for service in services:
+                for service in unknown:
                     service.set_health(dict.fromkeys(service.health, Health.UNHEALTHY))
-    try:
-        runner.start()
-    except (RuntimeError, OSError) as exc:
-        watcher.stop()
-        raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
+    return watcher
+
+
+def _publish_labels(settings: PluginSettings, config: PluginConfig, node: NodeGpus) -> None:
     publish_labels(
         node,
         config,
@@ -405,6 +345,44 @@ def start_plugin(
         kube_url=settings.kube_url,
         kubeconfig=settings.kubeconfig,
     )
+
+
+def start_plugin(
+    settings: PluginSettings,
+    config: PluginConfig,
+    lib: Any,
+    *,
+    plugin_dir: Path,
+    first_health_timeout_seconds: float = FIRST_HEALTH_TIMEOUT_SECONDS,
+    mig_minors_path: Path = MIG_MINORS_PATH,
+) -> Plugin:
+    """Discover, build and start everything (NVML must be initialised).
+
+    Registers only once the health watcher has reported (or `first_health_timeout_seconds`
+    passed, and then every device is advertised Unhealthy until it does)."""
+    stats = RpcStats()
+    built = _build(settings, config, lib, stats=stats, mig_minors_path=mig_minors_path)
+    services = built.services
+    kubelet = config.flags.plugin.kubelet_socket
+    try:
+        runner = PluginRunner(
+            services, plugin_dir=plugin_dir, kubelet_socket=Path(kubelet) if kubelet else None
+        )
+    except ValueError as exc:  # a socket path too long to bind
+        raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
+    watcher = _watch_health(
+        settings,
+        lib,
+        services,
+        unknown=services,
+        first_health_timeout_seconds=first_health_timeout_seconds,
+    )
+    try:
+        runner.start()
+    except (RuntimeError, OSError) as exc:
+        watcher.stop()
+        raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
+    _publish_labels(settings, config, built.node)
     log.info(
         "plugin started",
         extra={"fields": {"resources": {s.resource: len(s.health) for s in services}}},
@@ -414,7 +392,47 @@ def start_plugin(
         runner=runner,
         health=watcher,
         stats=stats,
-        discovery_errors=errors,
+        discovery_errors=built.errors,
+    )
+
+
+def reload_plugin(
+    plugin: Plugin,
+    settings: PluginSettings,
+    config: PluginConfig,
+    lib: Any,
+    *,
+    first_health_timeout_seconds: float = FIRST_HEALTH_TIMEOUT_SECONDS,
+    mig_minors_path: Path = MIG_MINORS_PATH,
+) -> None:
+    """Apply `config` in process (SIGHUP): rediscover, keep serving every resource whose
+    service would be built the same (no re-registration, its pods' streams untouched), and
+    replace the others. Raises StartupError with the running plugin left as it was."""
+    built = _build(settings, config, lib, stats=plugin.stats, mig_minors_path=mig_minors_path)
+    running = {s.resource: s for s in plugin.services}
+    services = [
+        running[s.resource] if s.resource in running and running[s.resource].spec == s.spec else s
+        for s in built.services
+    ]
+    changed = [s for s in services if s is not running.get(s.resource)]
+    plugin.health.stop()
+    plugin.health = _watch_health(
+        settings,
+        lib,
+        services,
+        unknown=changed,
+        first_health_timeout_seconds=first_health_timeout_seconds,
+    )
+    plugin.runner.replace(services)
+    plugin.services = services
+    plugin.discovery_errors = built.errors
+    _publish_labels(settings, config, built.node)
+    kept = sorted(r for r, s in running.items() if s in services)
+    log.info(
+        "config reloaded: %s re-registered, %s kept, %s removed",
+        ", ".join(s.resource for s in changed) or "none",
+        ", ".join(kept) or "none",
+        ", ".join(sorted(set(running) - {s.resource for s in services})) or "none",
     )
 
 
@@ -423,6 +441,21 @@ def _open(settings: PluginSettings) -> NvmlBackend:
         return start_backend(settings.sim_fleet or None)
     except NvmlStartError as exc:
         raise StartupError(str(exc)) from None
+
+
+def _reload(settings: PluginSettings, plugin: Plugin, lib: Any) -> None:
+    """SIGHUP, as NVIDIA's plugin takes it (the config manager sends it when the node's
+    config label changes): re-read the config file and apply it. A bad config or a node
+    it cannot serve is one line, and the running config goes on serving."""
+    log.info("SIGHUP: reloading the config")
+    try:
+        config, warnings = resolve_config(settings)
+        for warning in warnings:
+            log.warning("%s", warning)
+        check_config(settings, config)
+        reload_plugin(plugin, settings, config, lib)
+    except (ConfigError, StartupError) as exc:
+        log.error("config reload failed, still serving the previous config: %s", exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -441,9 +474,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         log.error("%s", exc)
         return 1
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    # SimpleQueue.put is safe in a signal handler; the main thread waits on get().
+    signals: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: signals.put(signum))
     try:
         backend = _open(settings)
     except StartupError as exc:
@@ -452,7 +486,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         # NVIDIA's failOnInitError=false: stay up advertising nothing.
         log.warning("failOnInitError is false: serving no devices")
-        stop.wait()
+        while signals.get() == signal.SIGHUP:
+            log.warning("SIGHUP: no config to reload while NVML is unavailable")
         return 0
     kubelet = config.flags.plugin.kubelet_socket
     plugin_dir = Path(kubelet).parent if kubelet else Path("/var/lib/kubelet/device-plugins")
@@ -468,7 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         registry.register(SelfMetrics(plugin))
         host, port = metrics
         server, _thread = start_http_server(port, addr=host or "0.0.0.0", registry=registry)
-    stop.wait()
+    while signals.get() == signal.SIGHUP:
+        _reload(settings, plugin, backend.lib)
     log.info("shutting down")
     if server:
         server.shutdown()

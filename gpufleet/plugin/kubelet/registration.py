@@ -151,6 +151,32 @@ class PluginRunner:
                 endpoint.stop()
                 endpoint.path.unlink(missing_ok=True)
 
+    def replace(self, services: Sequence[DevicePluginService]) -> None:
+        """Serve `services` from now on (a config reload). A service that is the same object
+        as a running one keeps its socket, streams and registration; any other is served
+        (after the old one of its resource is stopped: they share a socket) and registered
+        by the loop. A resource no longer served has its socket removed. A socket that
+        cannot be served is logged and retried by the loop."""
+        with self._lock:
+            running = {id(e.service): e for e in self._endpoints}
+            endpoints = [
+                running.get(id(s)) or _Endpoint(s, self._plugin_dir / socket_name(s.resource))
+                for s in services
+            ]
+            for old in set(self._endpoints) - set(endpoints):
+                old.service.stop()
+                old.stop()
+                old.path.unlink(missing_ok=True)
+            for endpoint in endpoints:
+                if endpoint.serving:
+                    continue
+                try:
+                    endpoint.start()
+                except (RuntimeError, OSError) as exc:
+                    self.state.failures += 1
+                    log.warning("cannot serve %s yet: %s", endpoint.path, exc)
+            self._endpoints = endpoints
+
     def _request(self, endpoint: _Endpoint) -> pb.RegisterRequest:
         return pb.RegisterRequest(
             version=VERSION,
