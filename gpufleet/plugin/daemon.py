@@ -34,7 +34,12 @@ from gpufleet.plugin.core.allocate import CDI_KIND, CONTROL_DEVICES, AllocateOpt
 from gpufleet.plugin.core.cdi import gated_spec, gpu_spec, imex_spec
 from gpufleet.plugin.core.cdi_driver import without_hooks
 from gpufleet.plugin.core.config import ConfigError, PluginConfig
-from gpufleet.plugin.core.devices import AdvertiseError, advertise, health_groups
+from gpufleet.plugin.core.devices import (
+    AdvertiseError,
+    advertise,
+    health_groups,
+    mig_warnings,
+)
 from gpufleet.plugin.core.health import parse_health_policy
 from gpufleet.plugin.core.model import AdvertisedDevice, Health, NodeGpus
 from gpufleet.plugin.core.options import (
@@ -268,6 +273,8 @@ def _build(
     errors: Counter[str] = Counter()
     node = discover(lib, errors=errors)
     node = with_cap_minors(node, read_mig_minors(mig_minors_path))
+    for warning in mig_warnings(node, resource_options(config)):
+        log.warning("%s", warning)
     container_root = Path(config.flags.plugin.container_driver_root)
     try:
         channels = imex_channels(

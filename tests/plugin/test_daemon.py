@@ -4,6 +4,7 @@ restarts, lost GPUs, startup refusals, self-metrics, and the CDI specs and IMEX 
 behind what Allocate names."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -412,3 +413,18 @@ def test_a_plugin_directory_too_long_for_a_socket_is_a_startup_error_that_says_s
             start_plugin(settings, config, sim, plugin_dir=deep)
     finally:
         sim.close()
+
+
+def test_a_mig_enabled_gpu_without_instances_is_skipped_with_a_warning_under_mixed(
+    make_node, caplog
+):
+    """Issue 16 §1.4: it stopped startup (zero GPUs on the node); NVIDIA warns and serves
+    the other GPUs."""
+    with caplog.at_level(logging.WARNING, logger="gpufleet.plugin.daemon"):
+        node = make_node(fleet="2xH100+1xH100:mig=empty", mig_strategy="mixed")
+    assert node.plugins.wait_for_registrations("nvidia.com/gpu", 1, timeout_seconds=10)
+    wait_for(lambda: node.plugins.allocatable() == {"nvidia.com/gpu": 2}, what="2 GPUs")
+    assert [r.getMessage() for r in caplog.records if "no MIG devices" in r.getMessage()] == [
+        f"device 2 ({node.sim.nvmlDeviceGetUUID(node.sim.nvmlDeviceGetHandleByIndex(2))}) "
+        "has no MIG devices configured: it is not advertised"
+    ]
