@@ -51,7 +51,7 @@ from gpufleet.plugin.core.options import (
     resource_options,
     uses_cdi,
 )
-from gpufleet.plugin.core.preferred import preferred_allocation
+from gpufleet.plugin.core.preferred import AllocationPolicy, preferred_allocation
 from gpufleet.plugin.host.cdi_dirs import CdiError, install
 from gpufleet.plugin.host.driver_files import read_driver_edits, visible_root
 from gpufleet.plugin.host.gated_files import gated_mounts, gated_nodes
@@ -63,6 +63,7 @@ from gpufleet.plugin.host.host_devices import (
     read_mig_minors,
     with_cap_minors,
 )
+from gpufleet.plugin.host.mps_daemon import mps_daemon_problem
 from gpufleet.plugin.kubelet.registration import PluginRunner
 from gpufleet.plugin.kubelet.server import DevicePluginService, RpcStats, to_response
 from gpufleet.plugin.labels import publish_labels
@@ -102,6 +103,26 @@ class HostDevices:
     cdi_gated: tuple[str, ...] = ()  # gds/mofed/gdrcopy modes whose CDI spec is in place
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceSpec:
+    """What a resource's service is built from: equal specs serve the same answers."""
+
+    devices: tuple[AdvertisedDevice, ...]
+    options: AllocateOptions
+    policy: AllocationPolicy
+    links: Mapping[tuple[int, int], int]
+
+
+def mps_ready(service: DevicePluginService) -> str | None:
+    """The runner's readiness check: a resource shared with MPS waits for its MPS control
+    daemon to answer, as NVIDIA's plugin does; any other is ready."""
+    spec = service.spec
+    if not isinstance(spec, ServiceSpec) or spec.options.mps is None:
+        return None
+    problem = mps_daemon_problem(service.resource)
+    return None if problem is None else f"its MPS control daemon answers ({problem})"
+
+
 def build_services(
     node: NodeGpus,
     config: PluginConfig,
@@ -135,7 +156,7 @@ def build_services(
             allocator=_allocator(by_id, options),
             preferrer=preferrer,
             stats=stats,
-            spec=(devices, options, policy, dict(node.links)),
+            spec=ServiceSpec(devices=devices, options=options, policy=policy, links=node.links),
         )
     return list(services.values())
 
@@ -373,7 +394,10 @@ def start_plugin(
     kubelet = config.flags.plugin.kubelet_socket
     try:
         runner = PluginRunner(
-            services, plugin_dir=plugin_dir, kubelet_socket=Path(kubelet) if kubelet else None
+            services,
+            plugin_dir=plugin_dir,
+            kubelet_socket=Path(kubelet) if kubelet else None,
+            ready=mps_ready,
         )
     except ValueError as exc:  # a socket path too long to bind
         raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None

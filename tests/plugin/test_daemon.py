@@ -428,3 +428,53 @@ def test_a_mig_enabled_gpu_without_instances_is_skipped_with_a_warning_under_mix
         f"device 2 ({node.sim.nvmlDeviceGetUUID(node.sim.nvmlDeviceGetHandleByIndex(2))}) "
         "has no MIG devices configured: it is not advertised"
     ]
+
+
+MPS = """
+version: v1
+sharing:
+  mps:
+    resources: [{name: nvidia.com/gpu, replicas: 2}]
+"""
+# A stand-in for the driver's nvidia-cuda-mps-control: a real executable that records what
+# it was asked and answers only while the "daemon" (a marker file) is up.
+FAKE_MPS_CONTROL = """#!/bin/sh
+query=$(cat)
+echo "$CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY $query" >> {calls}
+if [ -e {up} ]; then echo 100.0; exit 0; fi
+echo "Cannot find MPS control daemon process" >&2
+exit 1
+"""
+
+
+def test_an_mps_resource_is_registered_only_once_its_control_daemon_answers(
+    make_node, tmp_path, monkeypatch, caplog
+):
+    """Issue 16 §1.6: MPS resources were registered whether or not a daemon served their
+    pipe directory; NVIDIA's plugin asks nvidia-cuda-mps-control first."""
+    bin_dir, calls, up = tmp_path / "bin", tmp_path / "calls", tmp_path / "daemon-up"
+    bin_dir.mkdir()
+    control = bin_dir / "nvidia-cuda-mps-control"
+    control.write_text(FAKE_MPS_CONTROL.format(calls=calls, up=up))
+    control.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    resource = "nvidia.com/gpu"
+
+    def waits() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "not registering" in r.getMessage()]
+
+    with caplog.at_level(logging.INFO, logger="gpufleet.plugin.kubelet.registration"):
+        node = make_node(MPS, fleet="2xH100", mps_root=str(tmp_path / "mps"))
+        wait_for(lambda: calls.exists() and len(calls.read_text().splitlines()) >= 2)
+        assert node.plugins.registrations(resource) == 0
+        up.touch()
+        assert node.plugins.wait_for_registrations(resource, 1, timeout_seconds=20)
+    wait_for(lambda: len(node.plugins.devices(resource)) == 4, what="2 replicas of 2 GPUs")
+    assert waits() == [
+        "not registering nvidia.com/gpu until its MPS control daemon answers "
+        "(nvidia-cuda-mps-control (/mps/nvidia.com/gpu/pipe) exited 1: Cannot find MPS "
+        "control daemon process); retrying"
+    ], "one line while it waits, not one per retry"
+    assert set(calls.read_text().splitlines()) == {
+        "/mps/nvidia.com/gpu/pipe /mps/nvidia.com/gpu/log get_default_active_thread_percentage"
+    }
