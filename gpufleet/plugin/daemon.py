@@ -22,9 +22,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry
 
 from gpufleet.core.listen import parse_listen_address
@@ -67,11 +66,14 @@ from gpufleet.plugin.host.mps_daemon import mps_daemon_problem
 from gpufleet.plugin.kubelet.registration import PluginRunner
 from gpufleet.plugin.kubelet.server import DevicePluginService, RpcStats, to_response
 from gpufleet.plugin.labels import publish_labels
-from gpufleet.plugin.metrics import SelfMetrics
+from gpufleet.plugin.metrics import MetricsServer, SelfMetrics
 from gpufleet.plugin.nvml.discovery import discover
 from gpufleet.plugin.nvml.health_watch import HealthWatcher
 from gpufleet.plugin.settings import PluginSettings, disabled_hooks, resolve_config
 from gpufleet.settings import settings_from_argv
+
+if TYPE_CHECKING:  # loaded only with --web-config-file (YAML, bcrypt, TLS setup)
+    from gpufleet.http.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
@@ -474,6 +476,19 @@ def _open(settings: PluginSettings) -> NvmlBackend:
         raise StartupError(str(exc)) from None
 
 
+def _web_config(settings: PluginSettings) -> "WebConfig | None":
+    """The metrics port's --web-config-file, validated (certificates included); the
+    modules load only when one is given. Raises StartupError naming the file and key."""
+    if settings.web_config_file is None:
+        return None
+    from gpufleet.http.webconfig import WebConfigError, load_web_config
+
+    try:
+        return load_web_config(settings.web_config_file)
+    except (WebConfigError, OSError) as exc:
+        raise StartupError(str(exc)) from None
+
+
 def _reload(settings: PluginSettings, plugin: Plugin, lib: Any) -> None:
     """SIGHUP, as NVIDIA's plugin takes it (the config manager sends it when the node's
     config label changes): re-read the config file and apply it. A bad config or a node
@@ -505,6 +520,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         log.error("%s", exc)
         return 1
+    try:
+        web_config = _web_config(settings)
+    except StartupError as exc:
+        log.error("%s", exc)
+        return 1
     # SimpleQueue.put is safe in a signal handler; the main thread waits on get().
     signals: queue.SimpleQueue[int] = queue.SimpleQueue()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -533,12 +553,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(SelfMetrics(plugin))
         host, port = metrics
-        server, _thread = start_http_server(port, addr=host or "0.0.0.0", registry=registry)
+        server = MetricsServer(registry, host=host, port=port, web_config=web_config)
+        try:
+            server.start()
+        except OSError as exc:
+            log.error("--metrics-address: %s", exc)
+            plugin.stop()
+            backend.close()
+            return 1
     while signals.get() == signal.SIGHUP:
         _reload(settings, plugin, backend.lib)
     log.info("shutting down")
     if server:
-        server.shutdown()
+        server.stop()
     plugin.stop()
     backend.close()
     return 0

@@ -1,16 +1,27 @@
 """The plugin's own metrics (`gpufleet_plugin_*`), read from the running parts at scrape
-time: counters and small maps, never NVML or the kubelet."""
+time (counters and small maps, never NVML or the kubelet), and the port that serves them."""
 
+import asyncio
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from aiohttp import hdrs, web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
+from gpufleet.http.server import RunningServer, new_app, plain, start_server
 from gpufleet.plugin.core.model import Health
 from gpufleet.plugin.kubelet.registration import PluginRunner
 from gpufleet.plugin.kubelet.server import DevicePluginService, RpcStats
 from gpufleet.plugin.nvml.health_watch import HealthWatcher
+
+if TYPE_CHECKING:  # loaded only with --web-config-file (YAML, bcrypt, TLS setup)
+    from gpufleet.http.webconfig import WebConfig
+
+# dcgm-exporter's read timeout, as the exporter's port: an idle connection is closed after it.
+READ_TIMEOUT_SECONDS = 10.0
 
 
 class Running(Protocol):
@@ -97,3 +108,79 @@ class SelfMetrics:
         for kind, count in sorted(kinds.items()):
             family.add_metric([kind], count)
         return family
+
+
+class MetricsServer:
+    """The self-metrics port: `/metrics` and `/health` on the server the exporter uses
+    (`gpufleet.http`: web config, 10 s read and write timeouts, 404 elsewhere), run on an
+    event loop thread of its own since the rest of the plugin is threads, not asyncio.
+
+    A scrape renders the registry: the plugin's numbers are a few dozen counters read
+    from memory, never NVML or the kubelet."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        host: str | None,
+        port: int,
+        web_config: "WebConfig | None" = None,
+        read_timeout_seconds: float = READ_TIMEOUT_SECONDS,
+    ) -> None:
+        self._registry = registry
+        self._host, self._port = host, port
+        self._web_config = web_config
+        self._read_timeout_seconds = read_timeout_seconds
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="plugin-metrics", daemon=True
+        )
+        self._server: RunningServer | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.port
+
+    def start(self) -> None:
+        """Listen; raises OSError naming the address when it cannot."""
+        self._thread.start()
+        try:
+            self._server = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(30)
+        except OSError:
+            self._stop_loop()
+            raise
+
+    def stop(self) -> None:
+        if self._server is not None:
+            asyncio.run_coroutine_threadsafe(self._server.close(), self._loop).result(30)
+            self._server = None
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    async def _start(self) -> RunningServer:
+        async def metrics(request: web.Request) -> web.Response:
+            body = generate_latest(self._registry)
+            return web.Response(body=body, headers={hdrs.CONTENT_TYPE: CONTENT_TYPE_LATEST})
+
+        async def health(request: web.Request) -> web.Response:
+            return plain(200, "OK")
+
+        app = new_app(
+            [web.get("/metrics", metrics), web.get("/health", health)],
+            web_config=self._web_config,
+        )
+        ssl_context = self._web_config.ssl_context() if self._web_config else None
+        return await start_server(
+            app,
+            host=self._host,
+            port=self._port,
+            ssl_context=ssl_context,
+            read_timeout_seconds=self._read_timeout_seconds,
+        )

@@ -271,3 +271,19 @@ def test_sighup_reloads_the_config_and_re_registers_only_what_changed(tmp_path: 
     assert len(failures) == 1, err
     assert str(path) in failures[0] and "replicas" in failures[0]
     assert "Traceback" not in err
+
+
+def test_a_bad_web_config_is_one_line_naming_the_file_and_key(tmp_path: Path):
+    path = tmp_path / "web.yml"
+    path.write_text("basic_auth_users:\n  prometheus: not-a-bcrypt-hash\n")
+    result = run(
+        "--sim-fleet",
+        "2xH100",
+        "--kubelet-socket",
+        str(tmp_path / "kubelet.sock"),
+        "--web-config-file",
+        str(path),
+    )
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert str(path) in line and "basic_auth_users" in line
