@@ -19,8 +19,9 @@ from prometheus_client import CollectorRegistry
 
 from gpufleet.lab.kubelet.deviceplugins import AdmissionError
 from gpufleet.lab.nvml.api import SimulatedNvml
+from gpufleet.plugin.cdi_setup import StartupError, check_config
 from gpufleet.plugin.core.config import ConfigError
-from gpufleet.plugin.daemon import StartupError, check_config, start_plugin
+from gpufleet.plugin.daemon import start_plugin
 from gpufleet.plugin.metrics import SelfMetrics
 from gpufleet.plugin.nvml.discovery import discover
 from gpufleet.plugin.settings import PluginSettings, resolve_config
