@@ -40,7 +40,7 @@ DAEMON = "gpufleet.exporter.daemon"
 CONFIGURATIONS = {
     "no flags": (DAEMON,),
     "-k": (DAEMON, "gpufleet.exporter.pods.podresources"),
-    "--web-config-file": (DAEMON, "gpufleet.exporter.http.webconfig"),
+    "--web-config-file": (DAEMON, "gpufleet.http.webconfig"),
 }
 
 _RSS = (

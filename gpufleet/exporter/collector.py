@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpufleet import __version__
+from gpufleet.core.server_stats import ServerStats
 from gpufleet.exporter.core import attribution
 from gpufleet.exporter.core.counters import Selection
 from gpufleet.exporter.core.dra import resolve_claims
@@ -28,7 +29,7 @@ from gpufleet.exporter.core.gpustatus import GpuStatus
 from gpufleet.exporter.core.render import Exposition, render
 from gpufleet.exporter.core.samples import Entity, EntitySample, NodeSample
 from gpufleet.exporter.core.selection import FLEX, DeviceSelector, select_entities, selected
-from gpufleet.exporter.core.selfmetrics import SelfStats, ServerStats, self_families
+from gpufleet.exporter.core.selfmetrics import SelfStats, self_families
 from gpufleet.exporter.core.series import SeriesOptions, build_families
 from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
 from gpufleet.exporter.http.store import ExpositionStore

@@ -21,13 +21,13 @@ import pynvml
 from aiohttp import web
 
 from gpufleet.core.listen import parse_listen_address
+from gpufleet.core.server_stats import ServerStats
 from gpufleet.exporter.collector import Collector, CollectorConfig, CollectorLoop
 from gpufleet.exporter.core.counters import CountersError, Selection, parse_counters, select_fields
 from gpufleet.exporter.core.fields import CATALOG
 from gpufleet.exporter.core.podmeta import parse_allowlist
 from gpufleet.exporter.core.profiles import HostnameLabel, Profile
 from gpufleet.exporter.core.selection import DeviceSelector, missing, parse_devices
-from gpufleet.exporter.core.selfmetrics import ServerStats
 from gpufleet.exporter.core.series import SeriesOptions
 from gpufleet.exporter.http.server import build_app, start_server
 from gpufleet.exporter.http.store import ExpositionStore
@@ -49,9 +49,9 @@ from gpufleet.settings import settings_from_argv
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-    from gpufleet.exporter.http.webconfig import WebConfig
     from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
     from gpufleet.exporter.pods.podresources import PodResourcesWatcher
+    from gpufleet.http.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 SWITCH_INTERVAL_SECONDS = 0.001
@@ -193,7 +193,7 @@ def prepare(settings: ExporterSettings) -> Prepared:
         raise StartupError(f"--devices {exc}") from None
     web_config = None
     if settings.web_config_file:
-        from gpufleet.exporter.http.webconfig import WebConfigError, load_web_config
+        from gpufleet.http.webconfig import WebConfigError, load_web_config
 
         try:
             web_config = load_web_config(settings.web_config_file)

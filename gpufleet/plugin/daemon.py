@@ -4,7 +4,8 @@ services, health watching, registration with the kubelet and self-metrics.
 Startup validates everything before serving: a bad flag, env var or config file is one
 line naming it and a non-zero exit. NVML failing to initialise exits non-zero when
 failOnInitError is set (NVIDIA's default) and otherwise serves no devices. SIGTERM and
-SIGINT shut down gracefully: streams end, sockets are removed.
+SIGINT shut down gracefully: streams end, sockets are removed. SIGHUP reloads the config
+file in process; a bad one is logged and the running config keeps serving.
 
 It must never advertise a device Healthy before its health is known: the services get the
 health watcher's first report (or, if none comes in time, all Unhealthy) before the first
@@ -14,40 +15,43 @@ socket is served.
 """
 
 import logging
+import queue
 import signal
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import start_http_server
-from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CollectorRegistry
 
 from gpufleet.core.listen import parse_listen_address
 from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
-from gpufleet.plugin.core.allocate import CDI_KIND, CONTROL_DEVICES, AllocateOptions, allocate
-from gpufleet.plugin.core.cdi import gated_spec, gpu_spec, imex_spec
-from gpufleet.plugin.core.cdi_driver import without_hooks
+from gpufleet.plugin.cdi_setup import (
+    StartupError,
+    check_config,
+    install_cdi_specs,
+    install_gated_specs,
+)
+from gpufleet.plugin.core.allocate import CONTROL_DEVICES, AllocateOptions, allocate
 from gpufleet.plugin.core.config import ConfigError, PluginConfig
-from gpufleet.plugin.core.devices import AdvertiseError, advertise, health_groups
+from gpufleet.plugin.core.devices import (
+    AdvertiseError,
+    advertise,
+    health_groups,
+    mig_warnings,
+)
 from gpufleet.plugin.core.health import parse_health_policy
 from gpufleet.plugin.core.model import AdvertisedDevice, Health, NodeGpus
 from gpufleet.plugin.core.options import (
     allocate_options,
     allocation_policy,
-    cdi_options,
-    gated_modes,
-    refuse_unsupported,
     resource_options,
     uses_cdi,
 )
-from gpufleet.plugin.core.preferred import preferred_allocation
-from gpufleet.plugin.host.cdi_dirs import CdiError, install
-from gpufleet.plugin.host.driver_files import read_driver_edits, visible_root
-from gpufleet.plugin.host.gated_files import gated_mounts, gated_nodes
+from gpufleet.plugin.core.preferred import AllocationPolicy, preferred_allocation
 from gpufleet.plugin.host.host_devices import (
     MIG_MINORS_PATH,
     ImexError,
@@ -56,13 +60,18 @@ from gpufleet.plugin.host.host_devices import (
     read_mig_minors,
     with_cap_minors,
 )
+from gpufleet.plugin.host.mps_daemon import mps_daemon_problem
 from gpufleet.plugin.kubelet.registration import PluginRunner
 from gpufleet.plugin.kubelet.server import DevicePluginService, RpcStats, to_response
 from gpufleet.plugin.labels import publish_labels
+from gpufleet.plugin.metrics import MetricsServer, SelfMetrics
 from gpufleet.plugin.nvml.discovery import discover
 from gpufleet.plugin.nvml.health_watch import HealthWatcher
-from gpufleet.plugin.settings import PluginSettings, disabled_hooks, resolve_config
+from gpufleet.plugin.settings import PluginSettings, resolve_config
 from gpufleet.settings import settings_from_argv
+
+if TYPE_CHECKING:  # loaded only with --web-config-file (YAML, bcrypt, TLS setup)
+    from gpufleet.http.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +86,6 @@ replica and MIG slice of a failing GPU goes unhealthy together, and preferred al
 never fails because a GPU is lost."""
 
 
-class StartupError(Exception):
-    """A startup problem; the message names the flag, env var or file."""
-
-
 def _allocator(devices: Mapping[str, AdvertisedDevice], options: AllocateOptions):
     return lambda ids: to_response(allocate(ids, devices, options))
 
@@ -92,6 +97,26 @@ class HostDevices:
     imex_channels: tuple[str, ...] = ()  # IDs of the configured IMEX channels present
     control_devices: tuple[str, ...] = CONTROL_DEVICES  # those present on the host
     cdi_gated: tuple[str, ...] = ()  # gds/mofed/gdrcopy modes whose CDI spec is in place
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceSpec:
+    """What a resource's service is built from: equal specs serve the same answers."""
+
+    devices: tuple[AdvertisedDevice, ...]
+    options: AllocateOptions
+    policy: AllocationPolicy
+    links: Mapping[tuple[int, int], int]
+
+
+def mps_ready(service: DevicePluginService) -> str | None:
+    """The runner's readiness check: a resource shared with MPS waits for its MPS control
+    daemon to answer, as NVIDIA's plugin does; any other is ready."""
+    spec = service.spec
+    if not isinstance(spec, ServiceSpec) or spec.options.mps is None:
+        return None
+    problem = mps_daemon_problem(service.resource)
+    return None if problem is None else f"its MPS control daemon answers ({problem})"
 
 
 def build_services(
@@ -127,6 +152,7 @@ def build_services(
             allocator=_allocator(by_id, options),
             preferrer=preferrer,
             stats=stats,
+            spec=ServiceSpec(devices=devices, options=options, policy=policy, links=node.links),
         )
     return list(services.values())
 
@@ -146,194 +172,30 @@ class Plugin:
         self.runner.stop()
 
 
-class SelfMetrics:
-    """Prometheus collector of the plugin's own state (`gpufleet_plugin_*`)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Built:
+    """What discovery and the config give: the node and one service per resource."""
 
-    def __init__(self, plugin: Plugin) -> None:
-        self._plugin = plugin
-
-    def collect(self):
-        state = self._plugin.runner.state
-        yield GaugeMetricFamily(
-            "gpufleet_plugin_registered",
-            "1 when every resource is registered with the kubelet.",
-            value=int(state.registered),
-        )
-        yield CounterMetricFamily(
-            "gpufleet_plugin_registrations",
-            "Successful registrations with the kubelet.",
-            value=state.registrations,
-        )
-        yield CounterMetricFamily(
-            "gpufleet_plugin_registration_failures",
-            "Failed registration attempts.",
-            value=state.failures,
-        )
-        devices = GaugeMetricFamily(
-            "gpufleet_plugin_devices",
-            "Advertised devices by resource and health.",
-            labels=["resource", "health"],
-        )
-        for service in self._plugin.services:
-            counts = Counter(h.value for h in service.health.values())
-            for health in Health:
-                devices.add_metric([service.resource, health.value], counts.get(health.value, 0))
-        yield devices
-        yield CounterMetricFamily(
-            "gpufleet_plugin_allocations",
-            "Containers allocated devices.",
-            value=self._plugin.stats.allocations,
-        )
-        yield CounterMetricFamily(
-            "gpufleet_plugin_preferred_allocation_fallbacks",
-            "Preferred allocations answered unaligned after an error.",
-            value=self._plugin.stats.preferred_fallbacks,
-        )
-        calls = CounterMetricFamily(
-            "gpufleet_plugin_rpc_requests", "RPCs served, by method.", labels=["method"]
-        )
-        seconds = CounterMetricFamily(
-            "gpufleet_plugin_rpc_seconds", "Time spent in RPCs, by method.", labels=["method"]
-        )
-        errors = CounterMetricFamily(
-            "gpufleet_plugin_rpc_errors", "RPCs answered with an error.", labels=["method"]
-        )
-        for method, count in sorted(self._plugin.stats.calls.items()):
-            calls.add_metric([method], count)
-            seconds.add_metric([method], self._plugin.stats.seconds.get(method, 0.0))
-            errors.add_metric([method], self._plugin.stats.errors.get(method, 0))
-        yield from (calls, seconds, errors)
-        yield self._errors()
-
-    def _errors(self) -> CounterMetricFamily:
-        # Kinds are prefixed by where they happen: the watcher's `registration` (XID
-        # events) is not the kubelet's.
-        kinds = {f"discovery_{k}": n for k, n in self._plugin.discovery_errors.items()}
-        kinds |= {f"health_{k}": n for k, n in self._plugin.health.errors.items()}
-        kinds["kubelet_registration"] = self._plugin.runner.state.failures
-        family = CounterMetricFamily(
-            "gpufleet_plugin_errors",
-            "Failures by kind: NVML discovery, health watching, kubelet registration.",
-            labels=["kind"],
-        )
-        for kind, count in sorted(kinds.items()):
-            family.add_metric([kind], count)
-        return family
+    node: NodeGpus
+    services: list[DevicePluginService]
+    errors: Counter[str]
 
 
-def check_config(settings: PluginSettings, config: PluginConfig) -> None:
-    """Refuse an effective config that cannot work on this node; the error names where the
-    value came from (flag or env var, else the config file). Raises ConfigError."""
-    if "device_list_strategy" in settings.model_fields_set:
-        where = "--device-list-strategy (DEVICE_LIST_STRATEGY)"
-    else:
-        where = f"{settings.config_file}: flags.plugin.deviceListStrategy"
-    refuse_unsupported(config, where=where, spec_dirs=spec_dirs(settings))
-
-
-def spec_dirs(settings: PluginSettings) -> list[Path]:
-    """--cdi-spec-dirs, in order."""
-    return [Path(d.strip()) for d in settings.cdi_spec_dirs.split(",") if d.strip()]
-
-
-def install_cdi_specs(
-    settings: PluginSettings,
-    config: PluginConfig,
-    services: Sequence[DevicePluginService],
-    channels: Sequence[str],
-    *,
-    driver_version: str = "",
-) -> None:
-    """Put the CDI specs Allocate's names need in place (the operator's win); raises
-    StartupError naming a file that cannot be written. `driver_version` is NVML's; ""
-    takes the one in libcuda's file name. No driver files is a warning, never an error."""
-    options = cdi_options(config)
-    driver = read_driver_edits(
-        visible_root(
-            container_driver_root=options.container_driver_root, driver_root=options.driver_root
-        ),
-        nvml_version=driver_version,
-        host_driver_root=options.driver_root,
-        hook_path=options.hook_path,
-    )
-    driver = without_hooks(driver, disabled_hooks(settings))
-    specs = [
-        spec
-        for spec in (
-            gpu_spec((d for s in services for d in s.devices), options, driver=driver),
-            imex_spec(channels, options),
-        )
-        if spec is not None
-    ]
-    try:
-        installed = install(specs, spec_dirs(settings))
-    except CdiError as exc:
-        raise StartupError(str(exc)) from None
-    for spec in installed:
-        origin = "generated" if spec.generated else "installed by the operator, kept"
-        log.info("CDI spec for %s: %s (%s)", spec.kind, spec.path, origin)
-        if spec.generated and spec.kind == CDI_KIND and driver.gap:
-            log.warning(
-                "CDI spec %s has device nodes only (%s: %s): CUDA containers need the "
-                "driver's libraries, from the spec `nvidia-ctk cdi generate` writes",
-                spec.path,
-                driver.gap,
-                driver.message,
-            )
-
-
-def install_gated_specs(settings: PluginSettings, config: PluginConfig) -> tuple[str, ...]:
-    """Put in place the CDI specs of the enabled GDS/MOFED/GDRCopy modes whose device nodes
-    exist, and return the modes that have a spec (ours or the operator's): Allocate names
-    only those, as NVIDIA does. Raises StartupError naming a file it cannot write."""
-    options = cdi_options(config)
-    container_root = Path(options.container_driver_root)
-    visible = visible_root(
-        container_driver_root=options.container_driver_root, driver_root=options.driver_root
-    )
-    specs = {}
-    for mode in gated_modes(config):
-        nodes = gated_nodes(mode, container_driver_root=container_root)
-        mounts = gated_mounts(mode, visible_root=visible, host_driver_root=options.driver_root)
-        spec = gated_spec(mode, nodes, mounts, options)
-        if spec is None:
-            log.warning(
-                "%s is enabled but no %s device exists: containers get no CDI %s "
-                "device, only NVIDIA_%s=enabled",
-                mode,
-                mode,
-                mode,
-                mode.upper(),
-            )
-            continue
-        specs[mode] = spec
-    try:
-        installed = install(list(specs.values()), spec_dirs(settings))
-    except CdiError as exc:
-        raise StartupError(str(exc)) from None
-    for spec in installed:
-        origin = "generated" if spec.generated else "installed by the operator, kept"
-        log.info("CDI spec for %s: %s (%s)", spec.kind, spec.path, origin)
-    return tuple(specs)
-
-
-def start_plugin(
+def _build(
     settings: PluginSettings,
     config: PluginConfig,
     lib: Any,
     *,
-    plugin_dir: Path,
-    first_health_timeout_seconds: float = FIRST_HEALTH_TIMEOUT_SECONDS,
-    mig_minors_path: Path = MIG_MINORS_PATH,
-) -> Plugin:
-    """Discover, build and start everything (NVML must be initialised).
-
-    Registers only once the health watcher has reported (or `first_health_timeout_seconds`
-    passed, and then every device is advertised Unhealthy until it does)."""
+    stats: RpcStats,
+    mig_minors_path: Path,
+) -> _Built:
+    """Discover the node and build its services, with the CDI specs their names need in
+    place. Raises StartupError, having served nothing."""
     errors: Counter[str] = Counter()
     node = discover(lib, errors=errors)
     node = with_cap_minors(node, read_mig_minors(mig_minors_path))
-    stats = RpcStats()
+    for warning in mig_warnings(node, resource_options(config)):
+        log.warning("%s", warning)
     container_root = Path(config.flags.plugin.container_driver_root)
     try:
         channels = imex_channels(
@@ -353,9 +215,23 @@ def start_plugin(
         raise StartupError(str(exc)) from None
     if uses_cdi(config):
         install_cdi_specs(settings, config, services, channels, driver_version=node.driver_version)
+    return _Built(node=node, services=services, errors=errors)
+
+
+def _watch_health(
+    settings: PluginSettings,
+    lib: Any,
+    services: Sequence[DevicePluginService],
+    *,
+    unknown: Sequence[DevicePluginService],
+    first_health_timeout_seconds: float,
+) -> HealthWatcher:
+    """Start a health watcher publishing to `services`, and wait for its first report; if
+    none comes in time, the `unknown` services (those never reported on) turn Unhealthy
+    until it does."""
     groups = health_groups(d for s in services for d in s.devices)
     reported = threading.Event()
-    publishing = threading.Lock()  # a late first report must not be overwritten by startup
+    publishing = threading.Lock()  # a late first report must not be overwritten here
 
     def publish(health: Mapping[str, Health]) -> None:
         with publishing:
@@ -373,13 +249,6 @@ def start_plugin(
         on_change=publish,
         recovery_seconds=settings.health_recovery_seconds or None,
     )
-    kubelet = config.flags.plugin.kubelet_socket
-    try:
-        runner = PluginRunner(
-            services, plugin_dir=plugin_dir, kubelet_socket=Path(kubelet) if kubelet else None
-        )
-    except ValueError as exc:  # a socket path too long to bind
-        raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
     watcher.start()
     if not reported.wait(first_health_timeout_seconds):
         with publishing:
@@ -389,13 +258,12 @@ def start_plugin(
                     "until the health watcher reports",
                     first_health_timeout_seconds,
                 )
-                for service in services:
+                for service in unknown:
                     service.set_health(dict.fromkeys(service.health, Health.UNHEALTHY))
-    try:
-        runner.start()
-    except (RuntimeError, OSError) as exc:
-        watcher.stop()
-        raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
+    return watcher
+
+
+def _publish_labels(settings: PluginSettings, config: PluginConfig, node: NodeGpus) -> None:
     publish_labels(
         node,
         config,
@@ -405,6 +273,47 @@ def start_plugin(
         kube_url=settings.kube_url,
         kubeconfig=settings.kubeconfig,
     )
+
+
+def start_plugin(
+    settings: PluginSettings,
+    config: PluginConfig,
+    lib: Any,
+    *,
+    plugin_dir: Path,
+    first_health_timeout_seconds: float = FIRST_HEALTH_TIMEOUT_SECONDS,
+    mig_minors_path: Path = MIG_MINORS_PATH,
+) -> Plugin:
+    """Discover, build and start everything (NVML must be initialised).
+
+    Registers only once the health watcher has reported (or `first_health_timeout_seconds`
+    passed, and then every device is advertised Unhealthy until it does)."""
+    stats = RpcStats()
+    built = _build(settings, config, lib, stats=stats, mig_minors_path=mig_minors_path)
+    services = built.services
+    kubelet = config.flags.plugin.kubelet_socket
+    try:
+        runner = PluginRunner(
+            services,
+            plugin_dir=plugin_dir,
+            kubelet_socket=Path(kubelet) if kubelet else None,
+            ready=mps_ready,
+        )
+    except ValueError as exc:  # a socket path too long to bind
+        raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
+    watcher = _watch_health(
+        settings,
+        lib,
+        services,
+        unknown=services,
+        first_health_timeout_seconds=first_health_timeout_seconds,
+    )
+    try:
+        runner.start()
+    except (RuntimeError, OSError) as exc:
+        watcher.stop()
+        raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
+    _publish_labels(settings, config, built.node)
     log.info(
         "plugin started",
         extra={"fields": {"resources": {s.resource: len(s.health) for s in services}}},
@@ -414,7 +323,47 @@ def start_plugin(
         runner=runner,
         health=watcher,
         stats=stats,
-        discovery_errors=errors,
+        discovery_errors=built.errors,
+    )
+
+
+def reload_plugin(
+    plugin: Plugin,
+    settings: PluginSettings,
+    config: PluginConfig,
+    lib: Any,
+    *,
+    first_health_timeout_seconds: float = FIRST_HEALTH_TIMEOUT_SECONDS,
+    mig_minors_path: Path = MIG_MINORS_PATH,
+) -> None:
+    """Apply `config` in process (SIGHUP): rediscover, keep serving every resource whose
+    service would be built the same (no re-registration, its pods' streams untouched), and
+    replace the others. Raises StartupError with the running plugin left as it was."""
+    built = _build(settings, config, lib, stats=plugin.stats, mig_minors_path=mig_minors_path)
+    running = {s.resource: s for s in plugin.services}
+    services = [
+        running[s.resource] if s.resource in running and running[s.resource].spec == s.spec else s
+        for s in built.services
+    ]
+    changed = [s for s in services if s is not running.get(s.resource)]
+    plugin.health.stop()
+    plugin.health = _watch_health(
+        settings,
+        lib,
+        services,
+        unknown=changed,
+        first_health_timeout_seconds=first_health_timeout_seconds,
+    )
+    plugin.runner.replace(services)
+    plugin.services = services
+    plugin.discovery_errors = built.errors
+    _publish_labels(settings, config, built.node)
+    kept = sorted(r for r, s in running.items() if s in services)
+    log.info(
+        "config reloaded: %s re-registered, %s kept, %s removed",
+        ", ".join(s.resource for s in changed) or "none",
+        ", ".join(kept) or "none",
+        ", ".join(sorted(set(running) - {s.resource for s in services})) or "none",
     )
 
 
@@ -423,6 +372,34 @@ def _open(settings: PluginSettings) -> NvmlBackend:
         return start_backend(settings.sim_fleet or None)
     except NvmlStartError as exc:
         raise StartupError(str(exc)) from None
+
+
+def _web_config(settings: PluginSettings) -> "WebConfig | None":
+    """The metrics port's --web-config-file, validated (certificates included); the
+    modules load only when one is given. Raises StartupError naming the file and key."""
+    if settings.web_config_file is None:
+        return None
+    from gpufleet.http.webconfig import WebConfigError, load_web_config
+
+    try:
+        return load_web_config(settings.web_config_file)
+    except (WebConfigError, OSError) as exc:
+        raise StartupError(str(exc)) from None
+
+
+def _reload(settings: PluginSettings, plugin: Plugin, lib: Any) -> None:
+    """SIGHUP, as NVIDIA's plugin takes it (the config manager sends it when the node's
+    config label changes): re-read the config file and apply it. A bad config or a node
+    it cannot serve is one line, and the running config goes on serving."""
+    log.info("SIGHUP: reloading the config")
+    try:
+        config, warnings = resolve_config(settings)
+        for warning in warnings:
+            log.warning("%s", warning)
+        check_config(settings, config)
+        reload_plugin(plugin, settings, config, lib)
+    except (ConfigError, StartupError) as exc:
+        log.error("config reload failed, still serving the previous config: %s", exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -441,9 +418,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         log.error("%s", exc)
         return 1
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    try:
+        web_config = _web_config(settings)
+    except StartupError as exc:
+        log.error("%s", exc)
+        return 1
+    # SimpleQueue.put is safe in a signal handler; the main thread waits on get().
+    signals: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: signals.put(signum))
     try:
         backend = _open(settings)
     except StartupError as exc:
@@ -452,7 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         # NVIDIA's failOnInitError=false: stay up advertising nothing.
         log.warning("failOnInitError is false: serving no devices")
-        stop.wait()
+        while signals.get() == signal.SIGHUP:
+            log.warning("SIGHUP: no config to reload while NVML is unavailable")
         return 0
     kubelet = config.flags.plugin.kubelet_socket
     plugin_dir = Path(kubelet).parent if kubelet else Path("/var/lib/kubelet/device-plugins")
@@ -467,11 +451,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(SelfMetrics(plugin))
         host, port = metrics
-        server, _thread = start_http_server(port, addr=host or "0.0.0.0", registry=registry)
-    stop.wait()
+        server = MetricsServer(registry, host=host, port=port, web_config=web_config)
+        try:
+            server.start()
+        except OSError as exc:
+            log.error("--metrics-address: %s", exc)
+            plugin.stop()
+            backend.close()
+            return 1
+    while signals.get() == signal.SIGHUP:
+        _reload(settings, plugin, backend.lib)
     log.info("shutting down")
     if server:
-        server.shutdown()
+        server.stop()
     plugin.stop()
     backend.close()
     return 0

@@ -287,8 +287,17 @@ class PluginSettings(BaseSettings):
         "GPUFLEET_PLUGIN_METRICS_ADDRESS",
         "--metrics-address",
         group=GPUFLEET,
-        help="[host]:port of the self-metrics (/metrics); empty disables them. 9401, next "
-        "to the exporter's 9400, so both fit on one host network.",
+        help="[host]:port of the self-metrics (/metrics, /health; any other path is 404); "
+        "empty disables them. 9401, next to the exporter's 9400, so both fit on one host "
+        "network.",
+    )
+    web_config_file: Path | None = setting(
+        None,
+        "GPUFLEET_PLUGIN_WEB_CONFIG_FILE",
+        "--web-config-file",
+        group=GPUFLEET,
+        help="Prometheus exporter-toolkit web config (TLS, basic auth) for the self-metrics "
+        "port, as the exporter's --web-config-file.",
     )
     health_recovery_seconds: float = setting(
         60.0,

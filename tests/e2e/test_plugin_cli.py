@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from helpers.kube import api_client
 from kubernetes import client
 
 from gpufleet.lab.kubeapi.server import FakeApiServer
+from gpufleet.lab.kubelet.kubelet import FakeKubelet
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli", "plugin"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -194,3 +196,94 @@ def test_serves_sockets_and_metrics_then_shuts_down_on_sigterm(tmp_path: Path):
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert not any(s.exists() for s in sockets), "sockets removed on shutdown"
+
+
+def _time_sliced(replicas: str) -> str:
+    return (
+        "version: v1\nflags: {migStrategy: mixed}\nsharing:\n  timeSlicing:\n    resources:\n"
+        f"    - {{name: nvidia.com/gpu, replicas: {replicas}}}\n"
+    )
+
+
+def test_sighup_reloads_the_config_and_re_registers_only_what_changed(tmp_path: Path):
+    """Issue 16 §1.5: SIGHUP (the config manager's, on a new node config label) used to kill
+    the plugin. It re-reads the file in process: the changed resource is re-registered with
+    its new devices, the unchanged one keeps its registration, and a bad config is one line
+    while the running one keeps serving."""
+    kubelet = FakeKubelet(tmp_path / "k", rate_limit=None)
+    kubelet.start()
+    plugins = kubelet.device_plugins
+    gpu, mig = "nvidia.com/gpu", "nvidia.com/mig-1g.10gb"
+    path = tmp_path / "config.yaml"
+    path.write_text(_time_sliced("4"))
+    proc = subprocess.Popen(
+        [
+            *GPUFLEET,
+            "--sim-fleet",
+            "2xH100+1xH100:mig=7x1g.10gb",
+            "--config-file",
+            str(path),
+            "--kubelet-socket",
+            str(plugins.socket_path),
+            "--metrics-address",
+            "",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+
+    assert proc.stderr is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+
+    def reload(text: str) -> None:
+        path.write_text(text)
+        proc.send_signal(signal.SIGHUP)
+
+    try:
+        wait_for(lambda: len(plugins.devices(gpu)) == 8, timeout=20, what="4 replicas of 2 GPUs")
+        assert plugins.wait_for_registrations(mig, 1, timeout_seconds=10)
+        reload(_time_sliced("8"))
+        wait_for(lambda: len(plugins.devices(gpu)) == 16, timeout=20, what="8 replicas")
+        assert plugins.allocatable()[gpu] == 16
+        reload(_time_sliced("many"))  # refused: the 8 replicas go on serving
+        wait_for(lambda: any("config reload failed" in line for line in lines), what="refusal")
+        assert len(plugins.devices(gpu)) == 16
+        reload(_time_sliced("2"))
+        wait_for(lambda: len(plugins.devices(gpu)) == 4, timeout=20, what="2 replicas")
+        assert plugins.registrations(gpu) == 3, "the bad config re-registered nothing"
+        reload(_time_sliced("2"))  # the same config: nothing to re-register
+        wait_for(lambda: any("none re-registered" in line for line in lines), what="no-op")
+        assert plugins.registrations(gpu) == 3
+        assert plugins.registrations(mig) == 1, "the unchanged resource kept its registration"
+        assert plugins.allocatable()[mig] == 7
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        reader.join(5)
+        kubelet.stop()
+    err = "".join(lines)
+    assert proc.returncode == 0, err
+    failures = [line for line in err.splitlines() if "config reload failed" in line]
+    assert len(failures) == 1, err
+    assert str(path) in failures[0] and "replicas" in failures[0]
+    assert "Traceback" not in err
+
+
+def test_a_bad_web_config_is_one_line_naming_the_file_and_key(tmp_path: Path):
+    path = tmp_path / "web.yml"
+    path.write_text("basic_auth_users:\n  prometheus: not-a-bcrypt-hash\n")
+    result = run(
+        "--sim-fleet",
+        "2xH100",
+        "--kubelet-socket",
+        str(tmp_path / "kubelet.sock"),
+        "--web-config-file",
+        str(path),
+    )
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert str(path) in line and "basic_auth_users" in line

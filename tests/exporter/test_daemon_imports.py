@@ -20,8 +20,8 @@ LAZY = {
     "gpufleet.exporter.pods.podresources": "-k",
     "yaml": "--web-config-file",
     "bcrypt": "--web-config-file",
-    "gpufleet.exporter.http.webconfig": "--web-config-file",
-    "gpufleet.exporter.http.tls": "--web-config-file",
+    "gpufleet.http.webconfig": "--web-config-file",
+    "gpufleet.http.tls": "--web-config-file",
     "kubernetes": "--kubernetes-enable-pod-labels, --kubernetes-enable-dra, -m",
 }
 

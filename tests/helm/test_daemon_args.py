@@ -11,8 +11,8 @@ from pydantic_settings import BaseSettings
 
 from gpufleet.autoscaler.settings import AutoscalerSettings
 from gpufleet.exporter.settings import ExporterSettings
+from gpufleet.plugin.cdi_setup import check_config
 from gpufleet.plugin.core.config import SharingKind
-from gpufleet.plugin.daemon import check_config
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 from gpufleet.settings import _env_names, build_parser, load_settings
 

@@ -24,11 +24,12 @@ class Node:
         config_text: str | None,
         *,
         plugin_kwargs: dict[str, Any] | None = None,
+        fleet: str = FLEET,
         **settings,
     ) -> None:
         self.kubelet = FakeKubelet(root / "k", rate_limit=None)
         self.kubelet.start()
-        self.sim = SimulatedNvml(FLEET)
+        self.sim = SimulatedNvml(fleet)
         self.sim.nvmlInit()
         socket = self.kubelet.device_plugins_dir / "kubelet.sock"
         if config_text is not None:
@@ -66,8 +67,8 @@ class Node:
 def make_node(tmp_path: Path) -> Iterator:
     nodes: list[Node] = []
 
-    def make(config_text: str | None = None, **settings) -> Node:
-        nodes.append(Node(tmp_path, config_text, **settings))
+    def make(config_text: str | None = None, *, fleet: str = FLEET, **settings) -> Node:
+        nodes.append(Node(tmp_path, config_text, fleet=fleet, **settings))
         return nodes[-1]
 
     yield make

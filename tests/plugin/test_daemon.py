@@ -4,6 +4,7 @@ restarts, lost GPUs, startup refusals, self-metrics, and the CDI specs and IMEX 
 behind what Allocate names."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -18,13 +19,10 @@ from prometheus_client import CollectorRegistry
 
 from gpufleet.lab.kubelet.deviceplugins import AdmissionError
 from gpufleet.lab.nvml.api import SimulatedNvml
+from gpufleet.plugin.cdi_setup import StartupError, check_config
 from gpufleet.plugin.core.config import ConfigError
-from gpufleet.plugin.daemon import (
-    SelfMetrics,
-    StartupError,
-    check_config,
-    start_plugin,
-)
+from gpufleet.plugin.daemon import start_plugin
+from gpufleet.plugin.metrics import SelfMetrics
 from gpufleet.plugin.nvml.discovery import discover
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 
@@ -33,8 +31,9 @@ def test_registers_every_resource_with_its_devices(make_node):
     node = make_node(mig_strategy="mixed")
     for resource in ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb"):
         assert node.plugins.wait_for_registrations(resource, 1, timeout_seconds=10)
-    wait_for(lambda: node.plugins.capacity().get("nvidia.com/mig-1g.10gb") == 7, what="MIG")
-    assert node.plugins.capacity()["nvidia.com/gpu"] == 4
+    # A registration is counted before its ListAndWatch stream delivers the devices.
+    expected = {"nvidia.com/gpu": 4, "nvidia.com/mig-1g.10gb": 7}
+    wait_for(lambda: node.plugins.capacity() == expected, what="every resource's devices")
     assert node.plugins.allocatable() == node.plugins.capacity()
 
 
@@ -416,3 +415,68 @@ def test_a_plugin_directory_too_long_for_a_socket_is_a_startup_error_that_says_s
             start_plugin(settings, config, sim, plugin_dir=deep)
     finally:
         sim.close()
+
+
+def test_a_mig_enabled_gpu_without_instances_is_skipped_with_a_warning_under_mixed(
+    make_node, caplog
+):
+    """Issue 16 §1.4: it stopped startup (zero GPUs on the node); NVIDIA warns and serves
+    the other GPUs."""
+    with caplog.at_level(logging.WARNING, logger="gpufleet.plugin.daemon"):
+        node = make_node(fleet="2xH100+1xH100:mig=empty", mig_strategy="mixed")
+    assert node.plugins.wait_for_registrations("nvidia.com/gpu", 1, timeout_seconds=10)
+    wait_for(lambda: node.plugins.allocatable() == {"nvidia.com/gpu": 2}, what="2 GPUs")
+    assert [r.getMessage() for r in caplog.records if "no MIG devices" in r.getMessage()] == [
+        f"device 2 ({node.sim.nvmlDeviceGetUUID(node.sim.nvmlDeviceGetHandleByIndex(2))}) "
+        "has no MIG devices configured: it is not advertised"
+    ]
+
+
+MPS = """
+version: v1
+sharing:
+  mps:
+    resources: [{name: nvidia.com/gpu, replicas: 2}]
+"""
+# A stand-in for the driver's nvidia-cuda-mps-control: a real executable that records what
+# it was asked and answers only while the "daemon" (a marker file) is up.
+FAKE_MPS_CONTROL = """#!/bin/sh
+query=$(cat)
+echo "$CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY $query" >> {calls}
+if [ -e {up} ]; then echo 100.0; exit 0; fi
+echo "Cannot find MPS control daemon process" >&2
+exit 1
+"""
+
+
+def test_an_mps_resource_is_registered_only_once_its_control_daemon_answers(
+    make_node, tmp_path, monkeypatch, caplog
+):
+    """Issue 16 §1.6: MPS resources were registered whether or not a daemon served their
+    pipe directory; NVIDIA's plugin asks nvidia-cuda-mps-control first."""
+    bin_dir, calls, up = tmp_path / "bin", tmp_path / "calls", tmp_path / "daemon-up"
+    bin_dir.mkdir()
+    control = bin_dir / "nvidia-cuda-mps-control"
+    control.write_text(FAKE_MPS_CONTROL.format(calls=calls, up=up))
+    control.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    resource = "nvidia.com/gpu"
+
+    def waits() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "not registering" in r.getMessage()]
+
+    with caplog.at_level(logging.INFO, logger="gpufleet.plugin.kubelet.registration"):
+        node = make_node(MPS, fleet="2xH100", mps_root=str(tmp_path / "mps"))
+        wait_for(lambda: calls.exists() and len(calls.read_text().splitlines()) >= 2)
+        assert node.plugins.registrations(resource) == 0
+        up.touch()
+        assert node.plugins.wait_for_registrations(resource, 1, timeout_seconds=20)
+    wait_for(lambda: len(node.plugins.devices(resource)) == 4, what="2 replicas of 2 GPUs")
+    assert waits() == [
+        "not registering nvidia.com/gpu until its MPS control daemon answers "
+        "(nvidia-cuda-mps-control (/mps/nvidia.com/gpu/pipe) exited 1: Cannot find MPS "
+        "control daemon process); retrying"
+    ], "one line while it waits, not one per retry"
+    assert set(calls.read_text().splitlines()) == {
+        "/mps/nvidia.com/gpu/pipe /mps/nvidia.com/gpu/log get_default_active_thread_percentage"
+    }

@@ -1,4 +1,5 @@
-"""Fleet specs: parse `8xH100`, `4xA100:mig=all-1g.10gb`, `6xH100+2xH100:mig=7x1g.10gb`.
+"""Fleet specs: parse `8xH100`, `4xA100:mig=all-1g.10gb`, `6xH100+2xH100:mig=7x1g.10gb`,
+`1xH100:mig=empty` (MIG mode on, no instances).
 
 Pure: no I/O, no clock, no randomness. Identities (UUIDs, serials, PCI bus ids, GPU instance
 ids) are derived from the seed and the GPU's index by hashing, so the same spec and seed
@@ -95,6 +96,8 @@ def _parse_layout(layout: str, model: GpuModel, part: str) -> tuple[tuple[MigPro
     if not model.mig_profiles:
         raise ValueError(f"{model.key} does not support MIG (in {part!r})")
     names: list[str] = []
+    if layout == "empty":  # MIG mode on, no instances created yet (`nvidia-smi -mig 1`)
+        return ()
     if layout.startswith("all-"):
         profile = _profile(model, layout[4:], part)
         names = [profile.name] * profile.max_count

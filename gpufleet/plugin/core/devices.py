@@ -10,9 +10,12 @@ exporter joins on those IDs. The rules, all NVIDIA's:
   advertises its GPUs as under `none` (NVIDIA's builder finds no MIG devices and keeps the GPUs).
 - MIG `mixed`: `nvidia.com/mig-<profile>` per profile, `+` replaced by `.`; other GPUs stay
   `nvidia.com/gpu`.
-- Under `single` and `mixed` a MIG-enabled GPU without MIG devices is an error. Under `mixed`
-  so is a MIG device whose compute instance is smaller than its GPU instance (`1c.2g.20gb`):
-  NVIDIA has no resource pattern for those; `single`'s pattern (`*`) takes them.
+- A MIG-enabled GPU without MIG devices is an error under `single`; under `mixed` it is
+  advertised as nothing and the other GPUs are served, with a warning (`mig_warnings`) for
+  the daemon to log, as NVIDIA's `assertAllMigDevicesAreValid` does.
+- Under `mixed` a MIG device whose compute instance is smaller than its GPU instance
+  (`1c.2g.20gb`) is an error: NVIDIA has no resource pattern for those; `single`'s pattern
+  (`*`) takes them.
 - Sharing: each device of a shared resource is advertised `replicas` times as `<id>::<n>`;
   `renameByDefault` moves them to `<name>.shared`. MPS cannot share MIG devices.
 
@@ -117,7 +120,7 @@ def health_groups(devices: Iterable[AdvertisedDevice]) -> dict[str, tuple[str, .
 def _unshared(node: NodeGpus, strategy: MigStrategy) -> dict[str, list[AdvertisedDevice]]:
     if strategy == MigStrategy.NONE:
         return _group(_whole(gpu, GPU_RESOURCE) for gpu in node.gpus)
-    _check_mig_configured(node.gpus, partial_compute=strategy == MigStrategy.SINGLE)
+    _check_mig_configured(node.gpus, strategy)
     whole = [gpu for gpu in node.gpus if not gpu.mig_enabled]
     migs = [(gpu, mig) for gpu in node.gpus if gpu.mig_enabled for mig in gpu.migs]
     if strategy == MigStrategy.SINGLE:
@@ -132,15 +135,30 @@ def _unshared(node: NodeGpus, strategy: MigStrategy) -> dict[str, list[Advertise
     )
 
 
-def _check_mig_configured(gpus: Iterable[GpuInfo], *, partial_compute: bool) -> None:
+def mig_warnings(node: NodeGpus, options: ResourceOptions) -> tuple[str, ...]:
+    """What `advertise` leaves out without failing: under `mixed`, each MIG-enabled GPU
+    with no MIG devices (NVIDIA's warning text, naming the GPU's UUID too)."""
+    if options.mig_strategy != MigStrategy.MIXED:
+        return ()
+    return tuple(
+        f"device {gpu.index} ({gpu.uuid}) has no MIG devices configured: it is not advertised"
+        for gpu in node.gpus
+        if gpu.mig_enabled and not gpu.migs
+    )
+
+
+def _check_mig_configured(gpus: Iterable[GpuInfo], strategy: MigStrategy) -> None:
+    single = strategy == MigStrategy.SINGLE
     for gpu in gpus:
-        if gpu.mig_enabled and not gpu.migs:
+        # `single` needs every MIG-enabled GPU configured; `mixed` skips it (mig_warnings).
+        if gpu.mig_enabled and not gpu.migs and single:
             raise AdvertiseError(
-                f"invalid MIG configuration: GPU {gpu.index} ({gpu.uuid}) has MIG enabled "
-                "but no MIG devices"
+                "invalid MIG configuration: at least one device with migEnabled=true was not "
+                f"configured correctly: device {gpu.index} ({gpu.uuid}) has no MIG devices "
+                "configured"
             )
         for mig in gpu.migs if gpu.mig_enabled else ():
-            if not partial_compute and _PARTIAL_COMPUTE_PROFILE.match(mig.profile):
+            if not single and _PARTIAL_COMPUTE_PROFILE.match(mig.profile):
                 raise AdvertiseError(
                     f"MIG profile {mig.profile!r} on GPU {gpu.index} does not match any resource "
                     "patterns: only MIG devices whose compute instance spans the whole GPU "

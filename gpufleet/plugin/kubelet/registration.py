@@ -110,8 +110,15 @@ class _Endpoint:
             self._server = None
 
 
+# (service) -> None when it may be registered, else what it waits for, as a clause ("its
+# MPS control daemon answers (...)"). Called on the registration thread before each
+# registration.
+Readiness = Callable[[DevicePluginService], str | None]
+
+
 class PluginRunner:
-    """Serves every resource and keeps each registered with the kubelet."""
+    """Serves every resource and keeps each registered with the kubelet; one whose
+    `ready` check fails is registered only once it passes (retried with the backoff)."""
 
     def __init__(
         self,
@@ -119,9 +126,12 @@ class PluginRunner:
         *,
         plugin_dir: Path,
         kubelet_socket: Path | None,
+        ready: Readiness = lambda _service: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._plugin_dir = plugin_dir
+        self._ready = ready
+        self._waiting: dict[_Endpoint, str] = {}  # endpoint -> why it is not ready (logged)
         self._endpoints = [_Endpoint(s, plugin_dir / socket_name(s.resource)) for s in services]
         self._kubelet_socket = kubelet_socket
         self._clock = clock
@@ -151,6 +161,32 @@ class PluginRunner:
                 endpoint.stop()
                 endpoint.path.unlink(missing_ok=True)
 
+    def replace(self, services: Sequence[DevicePluginService]) -> None:
+        """Serve `services` from now on (a config reload). A service that is the same object
+        as a running one keeps its socket, streams and registration; any other is served
+        (after the old one of its resource is stopped: they share a socket) and registered
+        by the loop. A resource no longer served has its socket removed. A socket that
+        cannot be served is logged and retried by the loop."""
+        with self._lock:
+            running = {id(e.service): e for e in self._endpoints}
+            endpoints = [
+                running.get(id(s)) or _Endpoint(s, self._plugin_dir / socket_name(s.resource))
+                for s in services
+            ]
+            for old in set(self._endpoints) - set(endpoints):
+                old.service.stop()
+                old.stop()
+                old.path.unlink(missing_ok=True)
+            for endpoint in endpoints:
+                if endpoint.serving:
+                    continue
+                try:
+                    endpoint.start()
+                except (RuntimeError, OSError) as exc:
+                    self.state.failures += 1
+                    log.warning("cannot serve %s yet: %s", endpoint.path, exc)
+            self._endpoints = endpoints
+
     def _request(self, endpoint: _Endpoint) -> pb.RegisterRequest:
         return pb.RegisterRequest(
             version=VERSION,
@@ -178,7 +214,13 @@ class PluginRunner:
                 endpoints = list(self._endpoints)
             for gone in set(registered) - set(endpoints):
                 del registered[gone]
+            for gone in set(self._waiting) - set(endpoints):
+                del self._waiting[gone]
             pending = [e for e in endpoints if registered.get(e) != kubelet]
+            if kubelet is not None:
+                unready = self._unready(pending)
+                pending = [e for e in pending if e not in unready]
+                failed = failed or bool(unready)
             superseded = False
             if kubelet is not None and pending:
                 done, superseded = self._register_all(pending, kubelet)
@@ -195,6 +237,23 @@ class PluginRunner:
             else:
                 backoff = MIN_BACKOFF_SECONDS
                 self._stop.wait(POLL_SECONDS)
+
+    def _unready(self, endpoints: Sequence[_Endpoint]) -> set[_Endpoint]:
+        """Those of `endpoints` whose readiness check fails; logs when one starts waiting
+        (or its reason changes) and when it is ready, not at every retry."""
+        unready = set()
+        for endpoint in endpoints:
+            why = self._ready(endpoint.service)
+            before = self._waiting.pop(endpoint, None)
+            if why is None:
+                if before is not None:
+                    log.info("%s is ready: registering it", endpoint.service.resource)
+                continue
+            unready.add(endpoint)
+            self._waiting[endpoint] = why
+            if why != before:
+                log.warning("not registering %s until %s; retrying", endpoint.service.resource, why)
+        return unready
 
     def _serve_missing(self, registered: dict[_Endpoint, tuple[int, int]]) -> bool:
         """Re-serve endpoints whose socket was deleted; True if one could not be served."""

@@ -84,8 +84,12 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         allocator: Allocator,
         preferrer: Preferrer,
         stats: RpcStats | None = None,
+        spec: object = None,
     ) -> None:
         self.resource = resource
+        # What the service was built from: a config reload keeps a running service whose
+        # spec equals the new one's (its socket, streams and registration untouched).
+        self.spec = spec
         self._devices = {d.id: d for d in devices}
         self._health = dict.fromkeys(self._devices, Health.HEALTHY)
         self._allocator = allocator

@@ -22,9 +22,9 @@ from aiohttp import web
 from helpers import free_port, wait_for
 from helpers.clock import ManualClock
 
-from gpufleet.exporter.http.abuse import LOG_BURST, LOG_EVERY_SECONDS, ThrottledLog
 from gpufleet.exporter.http.server import SERVER_STATS, build_app, start_server
 from gpufleet.exporter.http.store import ExpositionStore
+from gpufleet.http.abuse import LOG_BURST, LOG_EVERY_SECONDS, ThrottledLog
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
 MALFORMED = [
@@ -84,7 +84,7 @@ async def test_malformed_requests_are_counted_one_line_each_at_most_never_a_trac
     assert LOG_BURST <= len(warnings) <= LOG_BURST + intervals
     assert all(r.exc_info is None and "\n" not in r.getMessage() for r in caplog.records)
     assert all(len(r.getMessage()) < 400 for r in warnings)
-    assert all(r.name == "gpufleet.exporter.http.abuse" for r in warnings)
+    assert all(r.name == "gpufleet.http.abuse" for r in warnings)
 
 
 async def test_a_bug_in_a_handler_still_logs_its_traceback(caplog):

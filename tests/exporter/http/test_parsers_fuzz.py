@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.exporter.http.server import accepts_gzip, wants_openmetrics
-from gpufleet.exporter.http.webconfig import WebConfigError, parse_web_config
+from gpufleet.http.webconfig import WebConfigError, parse_web_config
 
 FUZZ = settings(max_examples=300, deadline=None)
 SOURCE = Path("/nonexistent-dir/web.yml")

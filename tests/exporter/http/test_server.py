@@ -31,7 +31,7 @@ from gpufleet.exporter.http.server import (
     wants_openmetrics,
 )
 from gpufleet.exporter.http.store import TEXT_GZIP_DEMAND_SECONDS, ExpositionStore
-from gpufleet.exporter.http.webconfig import WebConfig, load_web_config
+from gpufleet.http.webconfig import WebConfig, load_web_config
 
 TEXT = b'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 41\n'
 OPENMETRICS = b'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 41\n# EOF\n'

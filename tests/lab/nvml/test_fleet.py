@@ -33,6 +33,7 @@ MIG_UUID_RE = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-
         ("1xA100:mig=all-1g.20gb", ["A100"], [[("1g.20gb", gi) for gi in (3, 4, 5, 6)]]),
         ("1xA100:mig=4g.40gb,3g.40gb", ["A100"], [[("4g.40gb", 1), ("3g.40gb", 2)]]),
         ("1xH100:mig=7g.80gb", ["H100"], [[("7g.80gb", 0)]]),
+        ("1xH100:mig=empty", ["H100"], [[]]),  # MIG mode on, no instances (issue 16 §1.4)
         (
             " 6xH100 + 2xH100:mig=7x1g.10gb ",
             ["H100"] * 8,
@@ -46,7 +47,7 @@ def test_valid_specs(spec: str, models: list[str], mig: list[list[tuple[str, int
     assert [g.model for g in gpus] == models
     assert [[(m.profile, m.gi_id) for m in g.mig] for g in gpus] == mig
     assert [g.index for g in gpus] == list(range(len(gpus)))
-    assert all(g.mig_enabled == bool(g.mig) for g in gpus)
+    assert all(g.mig_enabled == (bool(g.mig) or "mig=empty" in spec) for g in gpus)
     for g in gpus:
         assert [m.index for m in g.mig] == list(range(len(g.mig)))
         assert all(m.ci_id == 0 for m in g.mig)

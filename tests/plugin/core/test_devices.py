@@ -11,6 +11,7 @@ from gpufleet.plugin.core.devices import (
     SharingOptions,
     advertise,
     health_groups,
+    mig_warnings,
 )
 from gpufleet.plugin.core.model import NodeGpus
 
@@ -150,10 +151,12 @@ ERROR_CASES = [
         id="single: non-uniform profiles",
     ),
     pytest.param(
-        node(gpu(0, profiles=())),
-        ResourceOptions(mig_strategy=MigStrategy.MIXED),
-        "GPU 0 (GPU-00000000-0000-0000-0000-000000000000) has MIG enabled but no MIG devices",
-        id="mixed: MIG enabled without MIG devices",
+        node(gpu(0, profiles=()), gpu(1, profiles=("1g.10gb",))),
+        ResourceOptions(mig_strategy=MigStrategy.SINGLE),
+        "invalid MIG configuration: at least one device with migEnabled=true was not "
+        "configured correctly: device 0 (GPU-00000000-0000-0000-0000-000000000000) has no MIG "
+        "devices configured",
+        id="single: MIG enabled without MIG devices (NVIDIA's error)",
     ),
     pytest.param(
         node(gpu(0, profiles=("1c.2g.20gb",))),
@@ -230,3 +233,27 @@ def test_simulated_fleet_under_mixed() -> None:
         "nvidia.com/mig-1g.10gb": 14,
     }
     assert [d.id for d in result["nvidia.com/gpu"]] == [g.uuid for g in fleet.gpus[:6]]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "advertised", "warnings"),
+    [
+        (
+            MigStrategy.MIXED,
+            {"nvidia.com/gpu": [gpu_uuid(0)], "nvidia.com/mig-1g.10gb": [mig_uuid(2, 0)]},
+            [
+                "device 1 (GPU-00000000-0000-0000-0000-000000000001) has no MIG devices "
+                "configured: it is not advertised"
+            ],
+        ),
+        (MigStrategy.NONE, {"nvidia.com/gpu": [gpu_uuid(0), gpu_uuid(1), gpu_uuid(2)]}, []),
+    ],
+    ids=["mixed: the GPU is skipped with a warning", "none: advertised whole, no warning"],
+)
+def test_a_mig_enabled_gpu_without_mig_devices(strategy, advertised, warnings) -> None:
+    """Issue 16 §1.4: under `mixed` it stopped startup; NVIDIA's `assertAllMigDevicesAreValid`
+    warns and serves the other GPUs."""
+    gpus = node(gpu(0), gpu(1, profiles=()), gpu(2, profiles=("1g.10gb",)))
+    options = ResourceOptions(mig_strategy=strategy)
+    assert ids(advertise(gpus, options)) == advertised
+    assert list(mig_warnings(gpus, options)) == warnings

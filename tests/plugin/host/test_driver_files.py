@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from helpers.plugin_node import gpu, node
 
+from gpufleet.plugin.cdi_setup import install_cdi_specs
 from gpufleet.plugin.core.cdi_driver import DriverGap, EntryKind
 from gpufleet.plugin.core.config import Flags, PluginConfig, PluginFlags
-from gpufleet.plugin.daemon import build_services, install_cdi_specs
+from gpufleet.plugin.daemon import build_services
 from gpufleet.plugin.host.driver_files import read_driver_edits, read_listing, visible_root
 from gpufleet.plugin.kubelet.server import RpcStats
 from gpufleet.plugin.settings import PluginSettings

@@ -35,7 +35,7 @@ import bcrypt
 import yaml
 
 from gpufleet.core.messages import shown
-from gpufleet.exporter.http.tls import (
+from gpufleet.http.tls import (
     CIPHER_SUITES,
     CLIENT_AUTH_ALIASES,
     CURVES,

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp.http_exceptions import HttpProcessingError
 
 from gpufleet.core.ratelimit import TokenBucket
-from gpufleet.exporter.core.selfmetrics import ServerStats
+from gpufleet.core.server_stats import ServerStats
 
 log = logging.getLogger(__name__)
 

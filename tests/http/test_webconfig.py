@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from gpufleet.exporter.http.tls import ClientAuth
-from gpufleet.exporter.http.webconfig import (
+from gpufleet.http.tls import ClientAuth
+from gpufleet.http.webconfig import (
     RateLimit,
     WebConfigError,
     load_web_config,
@@ -390,7 +390,7 @@ def test_ignored_settings_are_noted_once_at_load(
         "  curve_preferences: [X25519, CurveP256]\n",
     )
 
-    with caplog.at_level(logging.WARNING, logger="gpufleet.exporter.http.webconfig"):
+    with caplog.at_level(logging.WARNING, logger="gpufleet.http.webconfig"):
         load_web_config(path)
 
     assert [r.getMessage() for r in caplog.records] == [

@@ -1,0 +1,36 @@
+"""`mps_daemon_problem`: NVIDIA's MPS health query, run as a real subprocess against
+stand-in `nvidia-cuda-mps-control` executables; every failure is a phrase, never a raise."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gpufleet.plugin.host.mps_daemon import mps_daemon_problem
+
+
+@pytest.mark.parametrize(
+    ("script", "problem"),
+    [
+        (None, "nvidia-cuda-mps-control is not on PATH"),
+        ('[ "$(cat)" = get_default_active_thread_percentage ] && echo 100.0', None),
+        (
+            "echo 'Cannot find MPS control daemon process' >&2; exit 1",
+            "nvidia-cuda-mps-control (/mps/nvidia.com/gpu/pipe) exited 1: Cannot find MPS "
+            "control daemon process",
+        ),
+        ("exit 3", "nvidia-cuda-mps-control (/mps/nvidia.com/gpu/pipe) exited 3"),
+        (
+            "exec sleep 30",
+            "nvidia-cuda-mps-control (/mps/nvidia.com/gpu/pipe) did not answer within 0.5 s",
+        ),
+    ],
+    ids=["not installed", "answers", "no daemon", "fails silently", "hangs"],
+)
+def test_mps_daemon_problem(tmp_path: Path, monkeypatch, script: str | None, problem: str | None):
+    if script is not None:
+        control = tmp_path / "nvidia-cuda-mps-control"
+        control.write_text(f"#!/bin/sh\n{script}\n")
+        control.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/usr/bin:/bin")
+    assert mps_daemon_problem("nvidia.com/gpu", timeout_seconds=0.5) == problem
