@@ -18,7 +18,8 @@ from gpufleet.core.listen import parse_listen_address
 from gpufleet.exporter.daemon import Prepared, serve
 from gpufleet.lab.node import SimNode
 from gpufleet.lab.prometheus import LabProcessError
-from gpufleet.plugin.daemon import Plugin, SelfMetrics, StartupError, start_plugin
+from gpufleet.plugin.daemon import Plugin, StartupError, start_plugin
+from gpufleet.plugin.metrics import SelfMetrics
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 
 log = logging.getLogger(__name__)
