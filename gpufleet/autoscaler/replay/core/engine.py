@@ -386,6 +386,7 @@ class _Run:
             policy=self.policy.name,
             trace=self.trace,
             workload=self.workload,
+            prefill_tokens_per_second=self.prefill_rate,
             ttft=np.array(self.ttft),
             e2e=np.array(self.e2e),
             replica_gpu_seconds=self.cluster.replica_gpu_seconds,
