@@ -15,6 +15,7 @@ a default or a policy change by what the held-out columns say.
 Run from the repository root:
     python3 -m bench.heldout_bench [--families flash-short,longctx,...] [--scales 1,4,10]
         [--duration 3600] [--jobs 2] [--target 0.99] [--json PATH]
+        [--no-chunked-prefill] [--long-prefill-token-threshold N]
 Prints a Markdown report on stdout (one table per family and scale).
 """
 
@@ -57,11 +58,18 @@ def _spec(family: str, duration: int) -> str:
 
 
 def _specs(
-    family: str, scale: int, seeds: Sequence[int], policy: str, duration: int
+    family: str,
+    scale: int,
+    seeds: Sequence[int],
+    policy: str,
+    duration: int,
+    service: dict[str, object],
 ) -> list[sweep.RunSpec]:
     """Every knob value of `policy` on each seed's trace, planned as `gpufleet simulate
-    --sweep` plans them with its defaults (warm start included)."""
-    defaults = SimulateSettings.model_construct()  # the defaults, without reading env vars
+    --sweep` plans them with its defaults (warm start included), `service` the settings
+    that differ from them (--no-chunked-prefill, --long-prefill-token-threshold)."""
+    # The defaults, without reading env vars.
+    defaults = SimulateSettings.model_construct(**service)  # type: ignore[arg-type]
     return sweep.plan(
         [workload_trace(_spec(family, duration), seed=seed, scale=scale) for seed in seeds],
         [policy],
@@ -94,6 +102,15 @@ def _mean_by_knob(results: Sequence[RunResult]) -> dict[str, tuple[float, float]
     }
 
 
+def _mean_feasible_by_knob(results: Sequence[RunResult]) -> dict[str, float]:
+    """knob label -> mean attainment over feasible requests (prompts one replica can
+    prefill within the SLO), over seeds."""
+    grouped: dict[str, list[float]] = {}
+    for result in results:
+        grouped.setdefault(result.knob, []).append(result.feasible_attainment)
+    return {knob: statistics.fmean(values) for knob, values in grouped.items()}
+
+
 def choose_knob(tuned: dict[str, tuple[float, float]], target: float) -> str:
     """The cheapest knob reaching `target` mean attainment, else the most attaining one."""
     reaching = [(gpu_h, knob) for knob, (att, gpu_h) in tuned.items() if att >= target]
@@ -102,13 +119,23 @@ def choose_knob(tuned: dict[str, tuple[float, float]], target: float) -> str:
     return max(tuned.items(), key=lambda kv: (kv[1][0], -kv[1][1]))[0]
 
 
-def evaluate(family: str, scale: int, *, duration: int, jobs: int, target: float) -> dict:
+def evaluate(
+    family: str,
+    scale: int,
+    *,
+    duration: int,
+    jobs: int,
+    target: float,
+    service: dict[str, object] | None = None,
+) -> dict:
     rows = []
     fronts: dict[str, tuple[sweep.Point, ...]] = {}
+    service = service or {}
     for policy in POLICIES:
-        tuned = _mean_by_knob(_run_all(_specs(family, scale, TUNING_SEEDS, policy, duration), jobs))
+        tuning = _specs(family, scale, TUNING_SEEDS, policy, duration, service)
+        tuned = _mean_by_knob(_run_all(tuning, jobs))
         chosen = choose_knob(tuned, target)
-        held = _run_all(_specs(family, scale, HELDOUT_SEEDS, policy, duration), jobs)
+        held = _run_all(_specs(family, scale, HELDOUT_SEEDS, policy, duration, service), jobs)
         by_knob = _mean_by_knob(held)
         fronts[policy] = sweep.pareto_front(
             sweep.Point(att, gpu_h, knob) for knob, (att, gpu_h) in by_knob.items()
@@ -119,6 +146,7 @@ def evaluate(family: str, scale: int, *, duration: int, jobs: int, target: float
                 "chosen": chosen,
                 "tuning": tuned[chosen],
                 "heldout": by_knob[chosen],
+                "heldout_feasible": _mean_feasible_by_knob(held)[chosen],
             }
         )
     ours = fronts[policies.GPUFLEET]
@@ -131,14 +159,14 @@ def markdown(result: dict) -> str:
         f"### {result['family']} at --scale {result['scale']}",
         "",
         "| policy | knob (chosen on tuning seeds) | tuning: attainment / GPU-h "
-        "| held-out: attainment / GPU-h |",
-        "|---|---|---:|---:|",
+        "| held-out: attainment / GPU-h | held-out: feasible attainment |",
+        "|---|---|---:|---:|---:|",
     ]
     for row in result["rows"]:
         (t_att, t_gpu), (h_att, h_gpu) = row["tuning"], row["heldout"]
         lines.append(
             f"| {row['policy']} | {row['chosen']} | {t_att:.2%} / {t_gpu:.2f} "
-            f"| {h_att:.2%} / {h_gpu:.2f} |"
+            f"| {h_att:.2%} / {h_gpu:.2f} | {row['heldout_feasible']:.2%} |"
         )
     verdicts = ", ".join(
         f"{'dominates' if won else 'does not dominate'} {policy}'s"
@@ -156,14 +184,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--target", type=float, default=0.99, help="attainment to tune for")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--chunked-prefill",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the simulator's --chunked-prefill (on by default)",
+    )
+    parser.add_argument(
+        "--long-prefill-token-threshold",
+        type=int,
+        default=0,
+        help="the simulator's --long-prefill-token-threshold (0: vLLM's default, no cap)",
+    )
     args = parser.parse_args(argv)
     families = [f for f in args.families.split(",") if f]
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         parser.error(f"unknown family {unknown[0]!r}; known: {', '.join(FAMILIES)}")
     scales = [int(s) for s in args.scales.split(",") if s]
+    service = {
+        "chunked_prefill": args.chunked_prefill,
+        "long_prefill_token_threshold": args.long_prefill_token_threshold,
+    }
     results = [
-        evaluate(family, scale, duration=args.duration, jobs=args.jobs, target=args.target)
+        evaluate(
+            family,
+            scale,
+            duration=args.duration,
+            jobs=args.jobs,
+            target=args.target,
+            service=service,
+        )
         for family in families
         for scale in scales
     ]

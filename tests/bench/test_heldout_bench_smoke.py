@@ -32,4 +32,6 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
     (result,) = json.loads(out.read_text())
     assert [row["policy"] for row in result["rows"]] == ["hpa", "keda", "gpufleet"]
     assert all("=" in row["chosen"] for row in result["rows"])
+    assert all(0.0 <= row["heldout_feasible"] <= 1.0 for row in result["rows"])
+    assert "| held-out: feasible attainment |" in run.stdout
     assert set(result["dominates"]) == {"hpa", "keda"}

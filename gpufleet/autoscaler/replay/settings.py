@@ -8,7 +8,7 @@ dataclasses `workload()`, `sim_config()` and `tuning()` build. Not pure (pydanti
 
 import shlex
 
-from pydantic import field_validator
+from pydantic import ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.autoscaler.core import factory as policies
@@ -215,6 +215,32 @@ class SimulateSettings(BaseSettings):
         "batch, as memory-bound decode does.",
         gt=0,
     )
+    chunked_prefill: bool = setting(
+        _SERVICE.chunked_prefill,
+        "GPUFLEET_SIM_CHUNKED_PREFILL",
+        "--chunked-prefill",
+        group=SERVICE,
+        help="Split prefills into chunks under a per-step token budget shared with the "
+        "decodes, as vLLM V1 does; off: one prompt at a time, FIFO.",
+    )
+    max_num_batched_tokens: int = setting(
+        _SERVICE.max_num_batched_tokens,
+        "GPUFLEET_SIM_MAX_NUM_BATCHED_TOKENS",
+        "--max-num-batched-tokens",
+        group=SERVICE,
+        help="Tokens per engine step with chunked prefill (vLLM max_num_batched_tokens; its "
+        "V1 default for the OpenAI server on an 80 GB GPU); must exceed --batch-slots.",
+        ge=2,
+    )
+    long_prefill_token_threshold: int = setting(
+        _SERVICE.long_prefill_token_threshold,
+        "GPUFLEET_SIM_LONG_PREFILL_TOKEN_THRESHOLD",
+        "--long-prefill-token-threshold",
+        group=SERVICE,
+        help="Most tokens one prompt's chunk takes per step (vLLM long_prefill_token_threshold), "
+        "leaving the rest to the prompts behind it; 0: no cap.",
+        ge=0,
+    )
     scrape_interval_seconds: float = setting(
         _PIPELINE.scrape_interval_seconds,
         "GPUFLEET_SIM_SCRAPE_INTERVAL_SECONDS",
@@ -277,6 +303,15 @@ class SimulateSettings(BaseSettings):
         policies.check_names(names)
         return ",".join(names)
 
+    @field_validator("max_num_batched_tokens")
+    @classmethod
+    def _budget_above_slots(cls, value: int, info: ValidationInfo) -> int:
+        # vLLM refuses the same: the decodes alone would fill every step.
+        slots = info.data.get("batch_slots", _SERVICE.batch_slots)
+        if info.data.get("chunked_prefill", True) and value <= slots:
+            raise ValueError(f"must exceed --batch-slots ({slots}) with chunked prefill")
+        return value
+
     @property
     def trace_paths(self) -> tuple[str, ...]:
         return _split(self.trace)
@@ -307,6 +342,9 @@ class SimulateSettings(BaseSettings):
                 batch_slots=self.batch_slots,
                 prefill_tokens_per_second=self.prefill_tokens_per_second,
                 decode_seconds_per_token=self.decode_seconds_per_token,
+                chunked_prefill=self.chunked_prefill,
+                max_num_batched_tokens=self.max_num_batched_tokens,
+                long_prefill_token_threshold=self.long_prefill_token_threshold,
             ),
             cluster=ClusterModel(
                 cold_start_seconds=self.cold_start_seconds,

@@ -10,7 +10,7 @@ from gpufleet.autoscaler.replay import main as sim_main
 from gpufleet.autoscaler.replay.core.result import RunResult
 from gpufleet.cli import main
 
-HEADER = "| policy | SLO attainment | TTFT p50 / p99 (s) |"
+HEADER = "| policy | SLO attainment | feasible | TTFT p50 / p99 (s) |"
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +75,10 @@ def test_without_report_the_table_goes_to_stdout(trace, capsys):
         (["--trace", "{trace}", "--bogus"], "unrecognized arguments: --bogus"),
         (["--trace", "{dir}/missing.csv"], "invalid flag --trace: {dir}/missing.csv: cannot read"),
         (["--trace", "{bad}"], "invalid flag --trace: {bad}:3: ContextTokens 'many' is not"),
+        (
+            ["--trace", "{trace}", "--max-num-batched-tokens", "64"],
+            "invalid flag --max-num-batched-tokens: must exceed --batch-slots (64) with chunked",
+        ),
     ],
     ids=[
         "no trace",
@@ -84,6 +88,7 @@ def test_without_report_the_table_goes_to_stdout(trace, capsys):
         "unknown flag",
         "missing file",
         "bad line",
+        "token budget within the batch",
     ],
 )
 def test_bad_input_exits_2_naming_the_flag_or_line(argv, message, trace, tmp_path, capsys):

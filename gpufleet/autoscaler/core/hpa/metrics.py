@@ -5,8 +5,11 @@ the replica calculator's inputs and returns the proposal with an operator-readab
 sentence. An empty `Series`, a NaN, or a ready pod without telemetry is a missing metric.
 
 Mapping onto the controller's view of pods: a READY replica is a Running, Ready pod; a
-STARTING replica is a Pending pod (excluded from the average, idle on a scale-up); a
-TERMINATING one has a deletion timestamp and is ignored. Telemetry for pods that are not
+STARTING replica with telemetry is a Running pod not yet Ready (a vLLM pod loading its
+weights: the GPU exporter already reports it), whose value a Pods metric counts like any
+other, since `groupPods` sets pods aside as unready only for CPU; a STARTING replica without
+telemetry is a Pending pod (excluded from the average, idle on a scale-up); a TERMINATING
+one has a deletion timestamp and is ignored. Telemetry for pods that are not
 in `Observation.replicas` is ignored (the controller only reads pods its selector lists).
 """
 
@@ -100,16 +103,17 @@ def _finite(value: float | None) -> float | None:
 
 
 def _pod_values(obs: Observation, source: MetricSource) -> tuple[list[float | None], int]:
-    """Running pods' samples (None = missing) and the number of pending pods."""
+    """Running pods' samples (None = missing), unready ones included, and the number of
+    pending pods."""
     field = _POD_FIELDS[source]
     telemetry = {t.pod: t for t in obs.pods}
     values: list[float | None] = []
     pending = 0
     for replica in obs.replicas:
-        if replica.state is ReplicaState.STARTING:
+        sample = telemetry.get(replica.name)
+        if replica.state is ReplicaState.STARTING and sample is None:
             pending += 1
-        elif replica.state is ReplicaState.READY:
-            sample = telemetry.get(replica.name)
+        elif replica.state in (ReplicaState.READY, ReplicaState.STARTING):
             values.append(None if sample is None else _finite(getattr(sample, field)))
     return values, pending
 

@@ -51,6 +51,9 @@ class ReplayReplica:
     __slots__ = (
         "busy_seconds",
         "busy_since",
+        "chunk_at",
+        "chunk_version",
+        "chunks",
         "created",
         "decoding",
         "gpu_since",
@@ -76,6 +79,11 @@ class ReplayReplica:
         self.prefilling = 0  # of which waiting for or in the prefill stage
         self.decoding = 0  # of which decoding
         self.prefill_free_at = 0.0  # when the prefill stage finishes the prompts it has
+        # Chunked prefill: [request, tokens left, tokens/s, first chunk at] per prompt in the
+        # stage, arrival order; the rates hold from chunk_at until the stage next changes.
+        self.chunks: list[list[float]] = []
+        self.chunk_at = 0.0
+        self.chunk_version = 0  # a PREFILL_DONE posted for an older version is stale
         self.busy_seconds = 0.0  # time with in_flight >= 1, up to busy_since when busy
         self.busy_since = 0.0
 

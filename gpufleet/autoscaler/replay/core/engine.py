@@ -8,15 +8,22 @@ and a policy tick sees the state after everything else at that instant.
 
 Service model (per replica; `ServiceModel`): requests wait in one central FIFO queue at the
 router and go to the READY replica with the fewest in flight (ties: lowest index) that has a
-free batch slot. The replica's single prefill stage serves prompts FIFO at
-`prefill_tokens_per_second`; the first token comes when a request's prefill ends (TTFT =
-prefill end - arrival). Decoding then takes output_tokens x (decode_seconds_per_token +
-decode_seconds_per_token_per_sequence x (occupancy - 1)), where occupancy is the number of
-sequences decoding on the replica when this one starts decoding, itself included. Fixing the
-per-token time at decode start is the one approximation: a sequence that starts in a quiet
-batch keeps its fast pace when the batch later fills (and the reverse). It keeps one event
-per phase instead of re-timing every sequence on every batch change, and is exact in steady
-state. The slot frees when decoding ends (e2e = decode end - arrival).
+free batch slot. The replica's prefill stage runs at `prefill_tokens_per_second`; the first
+token comes when a request's prefill ends (TTFT = prefill end - arrival). Without chunked
+prefill it serves prompts FIFO, one at a time. With it (the default, as vLLM V1) each engine
+step's token budget goes first to the decoding sequences (one token each), then to prompt
+chunks in arrival order (each capped at `long_prefill_token_threshold` when set), and a step
+takes its tokens' worth of prefill time: a prompt's rate is its chunk's share of the step's
+tokens times `prefill_tokens_per_second`. The stage is re-timed (a fluid approximation of
+the steps, exact for prompts that fit one step) whenever its prompts or the replica's
+decoding count change, and only then. Decoding then takes output_tokens x
+(decode_seconds_per_token + decode_seconds_per_token_per_sequence x (occupancy - 1)), where
+occupancy is the number of sequences decoding on the replica when this one starts decoding,
+itself included. Fixing the per-token time at decode start is the other approximation: a
+sequence that starts in a quiet batch keeps its fast pace when the batch later fills (and
+the reverse). It keeps one event per phase instead of re-timing every sequence on every
+batch change, and is exact in steady state. The slot frees when decoding ends (e2e = decode
+end - arrival).
 
 Requests are never dropped: with no replica they wait, and the run continues past the end
 of the trace (the policy still ticking) until every request has completed.
@@ -43,6 +50,9 @@ TIMELINE_STEP_SECONDS = 10.0
 # A policy that leaves requests queued with no replica for this long after the trace ends
 # would hang the run; it is a policy bug, reported as SimulationError.
 MAX_OVERRUN_SECONDS = 86_400.0
+# A prompt whose tokens left are within this of zero when its PREFILL_DONE fires is done:
+# float rounding of (left - rate * (left / rate)), far below one token.
+_CHUNK_EPSILON_TOKENS = 1e-6
 
 
 class SimulationError(RuntimeError):
@@ -127,8 +137,14 @@ class _Run:
         self.prefill_rate = svc.prefill_tokens_per_second
         self.decode_base = svc.decode_seconds_per_token
         self.decode_per_seq = svc.decode_seconds_per_token_per_sequence
+        self.chunked = svc.chunked_prefill
+        self.budget = svc.max_num_batched_tokens
+        self.chunk_cap = svc.long_prefill_token_threshold or math.inf
         if self.slots < 1 or self.prefill_rate <= 0:
             raise ValueError("batch_slots must be >= 1 and prefill_tokens_per_second > 0")
+        if self.chunked and self.budget <= self.slots:
+            # vLLM refuses the same: decodes alone would fill every step.
+            raise ValueError("max_num_batched_tokens must be > batch_slots with chunked prefill")
 
     # --- event plumbing ---
 
@@ -209,6 +225,11 @@ class _Run:
             r.busy_since = now
         r.in_flight += 1
         r.prefilling += 1
+        if self.chunked:
+            self._advance_chunks(r)
+            r.chunks.append([i, float(self.prompts[i]), 0.0, math.nan])
+            self._retime_chunks(r)
+            return
         start = r.prefill_free_at if r.prefill_free_at > now else now
         end = start + self.prompts[i] / self.prefill_rate
         r.prefill_free_at = end
@@ -216,19 +237,67 @@ class _Run:
 
     def _prefill_done(self, payload: object) -> None:
         i, r = payload  # type: ignore[misc]
+        if self.chunked:
+            self._chunks_done(r, i)
+        else:
+            self._first_token(i, r, self.prompts[i] / self.prefill_rate)
+
+    def _first_token(self, i: int, r: ReplayReplica, prefill_seconds: float) -> None:
         now = self.now
         assert math.isnan(self.ttft[i]), f"request {i} prefilled twice"
         ttft = now - self.arrivals[i]
         self.ttft[i] = ttft
         self.pipeline.first_token(
-            ttft,
-            prompt_tokens=self.prompts[i],
-            prefill_seconds=self.prompts[i] / self.prefill_rate,
+            ttft, prompt_tokens=self.prompts[i], prefill_seconds=prefill_seconds
         )
         r.prefilling -= 1
         r.decoding += 1
         per_token = self.decode_base + self.decode_per_seq * (r.decoding - 1)
         self._post(now + self.outputs[i] * per_token, _Kind.DECODE_DONE, (i, r))
+
+    # --- chunked prefill ---
+
+    def _advance_chunks(self, r: ReplayReplica) -> None:
+        """Bring the stage's tokens-left up to now at the rates set at `chunk_at`."""
+        elapsed = self.now - r.chunk_at
+        r.chunk_at = self.now
+        if elapsed > 0:
+            for chunk in r.chunks:
+                chunk[1] -= chunk[2] * elapsed
+
+    def _retime_chunks(self, r: ReplayReplica) -> None:
+        """Share one step's budget as vLLM V1 does and post the next prompt to finish."""
+        r.chunk_version += 1
+        if not r.chunks:
+            return
+        left = self.budget - r.decoding
+        shares = []
+        for chunk in r.chunks:
+            share = min(chunk[1], self.chunk_cap, left) if left > 0 else 0.0
+            left -= share
+            shares.append(share)
+        step_tokens = r.decoding + sum(shares)
+        end = math.inf
+        for chunk, share in zip(r.chunks, shares, strict=True):
+            chunk[2] = self.prefill_rate * share / step_tokens
+            if share > 0:
+                if math.isnan(chunk[3]):
+                    chunk[3] = self.now
+                end = min(end, self.now + chunk[1] / chunk[2])
+        self._post(end, _Kind.PREFILL_DONE, (r.chunk_version, r))
+
+    def _chunks_done(self, r: ReplayReplica, version: int) -> None:
+        """The stage's first prompt(s) finished, unless the stage changed since (stale)."""
+        if version != r.chunk_version:
+            return
+        self._advance_chunks(r)
+        # The prompt the event was timed for is at ~0 left (rounding); others due at the
+        # same instant finish with it.
+        done = [c for c in r.chunks if c[2] > 0 and c[1] <= _CHUNK_EPSILON_TOKENS]
+        r.chunks = [c for c in r.chunks if not (c[2] > 0 and c[1] <= _CHUNK_EPSILON_TOKENS)]
+        for chunk in done:
+            self._first_token(int(chunk[0]), r, self.now - chunk[3])
+        self._retime_chunks(r)
 
     def _decode_done(self, payload: object) -> None:
         i, r = payload  # type: ignore[misc]
@@ -236,7 +305,12 @@ class _Run:
         self.e2e[i] = now - self.arrivals[i]
         self.completed += 1
         self.pipeline.completed()
-        r.decoding -= 1
+        if r.chunks:
+            self._advance_chunks(r)
+            r.decoding -= 1
+            self._retime_chunks(r)
+        else:
+            r.decoding -= 1
         r.in_flight -= 1
         if r.in_flight == 0:
             r.busy_seconds += now - r.busy_since
@@ -304,12 +378,15 @@ class _Run:
         assert 0 <= self.head <= self.arrived <= self.n
         for r in self.cluster.replicas:
             assert 0 <= r.in_flight <= self.slots, f"{r.name}: {r.in_flight} in flight"
+            if self.chunked:
+                assert r.prefilling == len(r.chunks), f"{r.name}: prefill stage out of step"
 
     def result(self) -> RunResult:
         return build_result(
             policy=self.policy.name,
             trace=self.trace,
             workload=self.workload,
+            prefill_tokens_per_second=self.prefill_rate,
             ttft=np.array(self.ttft),
             e2e=np.array(self.e2e),
             replica_gpu_seconds=self.cluster.replica_gpu_seconds,

@@ -12,16 +12,27 @@ from dataclasses import dataclass, field
 class ServiceModel:
     """One replica: a prefill stage shared by all its requests, then batch-slot decode.
 
-    A request takes a batch slot, waits for the replica's prefill stage (one prompt at a
-    time, compute-bound), gets its first token when its prefill ends, then decodes its output
-    tokens while holding the slot. Time per output token grows with the replica's batch
-    occupancy, as memory-bound decode does.
+    A request takes a batch slot, waits for the replica's prefill stage (compute-bound),
+    gets its first token when its prefill ends, then decodes its output tokens while holding
+    the slot. Time per output token grows with the replica's batch occupancy, as
+    memory-bound decode does.
+
+    Without chunked prefill the stage serves one prompt at a time, FIFO. With it (vLLM V1's
+    scheduler, its default) every engine step has a budget of `max_num_batched_tokens`:
+    each decoding sequence takes one token of it, then the prompts being prefilled take
+    chunks in arrival order, each at most `long_prefill_token_threshold` tokens (0: no
+    cap), so short prompts share a step with a long one's chunk instead of waiting for all
+    of it. A step costs its tokens at `prefill_tokens_per_second`.
     """
 
     batch_slots: int = 64  # concurrent sequences per replica (vLLM max_num_seqs-like)
     prefill_tokens_per_second: float = 15_000.0  # compute-bound prefill throughput
     decode_seconds_per_token: float = 0.008  # time per output token with one sequence
     decode_seconds_per_token_per_sequence: float = 0.0002  # added per other sequence in batch
+    chunked_prefill: bool = True  # vLLM V1 always chunks prefills
+    # vLLM V1's default for its OpenAI server on a GPU with >= 70 GiB (EngineArgs).
+    max_num_batched_tokens: int = 8192
+    long_prefill_token_threshold: int = 0  # vLLM's default: a running prefill takes the rest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,7 +6,7 @@ with fixed precision so two runs with the same seed give the same bytes.
 """
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core.factory import Tuning
@@ -16,14 +16,17 @@ from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.core.result import RunResult
 
 _HEADER = (
-    "| policy | SLO attainment | TTFT p50 / p99 (s) | e2e p50 / p99 (s) | replica GPU-h "
-    "| billed node GPU-h | x oracle (billed) | scale events | node events |\n"
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    "| policy | SLO attainment | feasible | TTFT p50 / p99 (s) | e2e p50 / p99 (s) "
+    "| replica GPU-h | billed node GPU-h | x oracle (billed) | scale events | node events |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 )
 _SWEEP_HEADER = (
-    "| policy | knob | SLO attainment | billed node GPU-h | x oracle (billed) | on front |\n"
-    "|---|---|---:|---:|---:|---|\n"
+    "| policy | knob | SLO attainment | feasible | billed node GPU-h | x oracle (billed) "
+    "| on front |\n"
+    "|---|---|---:|---:|---:|---:|---|\n"
 )
+# The x oracle cell when the oracle's replay missed its own target.
+_NOT_MEANINGFUL = "not meaningful"
 
 
 def by_trace(results: Iterable[RunResult]) -> dict[str, list[RunResult]]:
@@ -39,31 +42,64 @@ def oracle_gpu_hours(results: Iterable[RunResult]) -> float | None:
     return next((r.node_gpu_hours for r in results if r.policy == policies.ORACLE), None)
 
 
+def oracle_valid(results: Iterable[RunResult]) -> bool:
+    """False when the oracle ran and its replay missed its own target: it is then no
+    yardstick, and every x oracle ratio against it is not meaningful."""
+    return all(r.oracle.valid for r in results if r.oracle is not None)
+
+
 def results_table(results: Sequence[RunResult]) -> str:
     """One trace's table, one row per run, with each run's billed GPU-hours over the oracle's."""
-    oracle = oracle_gpu_hours(results)
+    ratio = _ratios(results)
     rows = [
-        f"| {r.policy} | {_percent(r.slo_attainment)} "
+        f"| {r.policy} | {_percent(r.slo_attainment)} | {_percent(r.feasible_attainment)} "
         f"| {r.ttft_p50_seconds:.2f} / {r.ttft_p99_seconds:.2f} "
         f"| {r.e2e_p50_seconds:.2f} / {r.e2e_p99_seconds:.2f} "
         f"| {r.replica_gpu_hours:.2f} | {r.node_gpu_hours:.2f} "
-        f"| {_ratio(r.node_gpu_hours, oracle)} "
+        f"| {ratio(r.node_gpu_hours)} "
         f"| {r.scale_events} | {r.node_events} |\n"
         for r in results
     ]
-    return _HEADER + "".join(rows) + _oracle_note(results)
+    return _HEADER + "".join(rows) + _feasible_note(results) + _oracle_note(results)
+
+
+def _ratios(results: Sequence[RunResult]) -> Callable[[float], str]:
+    """The x oracle cell for a run's billed GPU-hours among `results` (one trace's)."""
+    oracle = oracle_gpu_hours(results)
+    if not oracle_valid(results):
+        return lambda _: _NOT_MEANINGFUL
+    return lambda gpu_hours: _ratio(gpu_hours, oracle)
+
+
+def _feasible_note(results: Sequence[RunResult]) -> str:
+    """Below a table: how many requests the feasible column counts."""
+    if not results:
+        return ""
+    first = results[0]
+    return (
+        f"\nfeasible: attainment over the {first.feasible_requests:,} of {first.requests:,} "
+        f"requests whose prompt one idle replica can prefill within the "
+        f"{first.slo_ttft_seconds:g} s SLO.\n"
+    )
 
 
 def _oracle_note(results: Iterable[RunResult]) -> str:
     """Below a table with the oracle: the bound its replay started from, which the replay
-    (what `x oracle` divides by) is not."""
+    (what `x oracle` divides by) is not, and whether the replay met its target."""
     bound = next((r.oracle for r in results if r.oracle is not None), None)
     if bound is None:
         return ""
+    target = _percent(bound.target_attainment)
+    met = (
+        ""
+        if bound.valid
+        else f" That is short of its {target} target (its repairs ran out), so the oracle is "
+        f"no yardstick here and x oracle is not meaningful."
+    )
     return (
         f"\nx oracle divides by the oracle's replay: the cheapest clairvoyant schedule found "
-        f"that meets the SLO for 99% of the requests it is judged on (after the warm-up, "
-        f"prompts that fit the SLO); it met {_percent(bound.judged_attainment)} of them. "
+        f"that meets the SLO for {target} of the requests it is judged on (after the warm-up, "
+        f"prompts that fit the SLO); it met {_percent(bound.judged_attainment)} of them.{met} "
         f"The lower bound it was built from (necessary conditions only, before repairs): "
         f"{bound.replica_gpu_hours:.2f} replica GPU-h, {bound.node_gpu_hours:.2f} billed "
         f"node GPU-h.\n"
@@ -126,15 +162,16 @@ def sweep_report(
 
 def sweep_table(results: Sequence[RunResult]) -> str:
     """One trace's sweep points, one row each, marking those on their policy's front."""
-    oracle = oracle_gpu_hours(results)
+    ratio = _ratios(results)
     on_front = {(key[1], p) for key, front in sweep.fronts(results).items() for p in front}
     rows = [
         f"| {r.policy} | {r.knob or '-'} | {_percent(r.slo_attainment)} "
-        f"| {r.node_gpu_hours:.2f} | {_ratio(r.node_gpu_hours, oracle)} "
+        f"| {_percent(r.feasible_attainment)} "
+        f"| {r.node_gpu_hours:.2f} | {ratio(r.node_gpu_hours)} "
         f"| {'yes' if (r.policy, sweep.point(r)) in on_front else ''} |\n"
         for r in results
     ]
-    return _SWEEP_HEADER + "".join(rows) + _oracle_note(results)
+    return _SWEEP_HEADER + "".join(rows) + _feasible_note(results) + _oracle_note(results)
 
 
 def dominance(results: Sequence[RunResult]) -> str:

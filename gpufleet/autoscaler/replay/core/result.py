@@ -34,6 +34,12 @@ class OracleBound:
     replica_gpu_hours: float
     node_gpu_hours: float
     judged_attainment: float  # requests after the warm-up whose prompt fits the SLO
+    target_attainment: float  # what the replay was repaired towards
+
+    @property
+    def valid(self) -> bool:
+        """Whether the replay met its own target: only then is it a yardstick (x oracle)."""
+        return self.judged_attainment >= self.target_attainment
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +49,10 @@ class RunResult:
     requests: int
     slo_ttft_seconds: float
     slo_attainment: float  # fraction of requests with TTFT <= SLO
+    # Requests whose prompt one replica can prefill within the SLO (`stats.feasible`), and
+    # the fraction of those within it: what no schedule can lose to prompt length alone.
+    feasible_requests: int
+    feasible_attainment: float
     ttft_p50_seconds: float
     ttft_p99_seconds: float
     e2e_p50_seconds: float

@@ -99,6 +99,11 @@ PODS_UTILIZATION = [
     # Target above 100%: missing count as the target, 150: avg(30, 30, 150, 150) = 90
     # -> 0.6 -> ceil(2.4) = 3.
     pytest.param(4, [30.0, 30.0, None, None], 150, 3, id="missing-as-target-above-100"),
+    # replica_calculator_test.go TestReplicaCalcScaleUp: usage 300m, 500m, 700m over 1-core
+    # requests is total usage over total requests, 1500m / 3000m = 50% (expectedUtilization
+    # 50) -> 50/30 = 1.67 -> ceil(5.0) = 5. Every GPU pod requests the same one GPU, so
+    # each value in percent of its request sums the same way.
+    pytest.param(3, [30.0, 50.0, 70.0], 30, 5, id="k8s-ScaleUp-total-over-requests"),
 ]
 
 

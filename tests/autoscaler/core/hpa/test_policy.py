@@ -216,6 +216,40 @@ def _drive(policy, util_at, *, start, until, step=15):
     return changes
 
 
+def _with_unready(ready, unready):
+    """READY pods r0.. with `ready` values, then Running-but-unready (STARTING with
+    telemetry: a vLLM pod loading its weights) pods u0.. with `unready` values."""
+    replicas = [
+        Replica(name=f"r{i}", state=ReplicaState.READY, since=0, created=0)
+        for i in range(len(ready))
+    ]
+    replicas += [
+        Replica(name=f"u{i}", state=ReplicaState.STARTING, since=0, created=0)
+        for i in range(len(unready))
+    ]
+    pods = [PodTelemetry(pod=f"r{i}", gpu_util_percent=v) for i, v in enumerate(ready)]
+    pods += [PodTelemetry(pod=f"u{i}", gpu_util_percent=v) for i, v in enumerate(unready)]
+    return Observation(now=0.0, pods=tuple(pods), replicas=tuple(replicas))
+
+
+@pytest.mark.parametrize(
+    ("ready", "unready", "desired"),
+    [
+        # TestReplicaCalcScaleUpCMUnreadyHotCpuNoLessScale: a Pods metric counts an unready
+        # pod's value (readiness only matters for CPU): avg(50, 10, 30) = 30 over target 15
+        # -> ratio 2 -> 6. Treated as pending it would be avg(50, 10, 0) = 20 -> 4.
+        pytest.param([50.0, 10.0], [30.0], 6, id="CMUnreadyHotCpuNoLessScale"),
+        # TestReplicaCalcScaleUpCMUnreadyHotCpuScaleWouldScaleDown: avg(15, 50, 30) =
+        # 31.666 -> ratio 2.11 -> ceil(6.33) = 7 (as pending: 15 vs 15, no change).
+        pytest.param([15.0], [50.0, 30.0], 7, id="CMUnreadyHotCpuScaleWouldScaleDown"),
+    ],
+)
+def test_pods_metric_counts_running_but_unready_pods(ready, unready, desired):
+    spec = MetricSpec(source=PODS_GPU_UTIL, target=AverageValue(15))
+    decision = _hpa((spec,), max_replicas=10).decide(_with_unready(ready, unready))
+    assert decision.desired == desired
+
+
 def test_scale_down_waits_for_the_300s_window():
     # Util 35 -> raw ceil(0.5 x n). The seeded 4 and every raw 2 recorded at t=0 leave the
     # window at t=300 (age exactly 300); the new 2 is then held until 600 by the raw 2s.

@@ -99,6 +99,7 @@ def test_lone_request_ttft_is_prompt_over_prefill_rate() -> None:
 
 def test_prefill_is_fifo_and_decode_slows_with_occupancy() -> None:
     service = ServiceModel(
+        chunked_prefill=False,
         prefill_tokens_per_second=1000.0,
         decode_seconds_per_token=0.01,
         decode_seconds_per_token_per_sequence=0.005,
@@ -113,7 +114,7 @@ def test_prefill_is_fifo_and_decode_slows_with_occupancy() -> None:
 def test_prefill_seconds_exclude_the_wait_that_ttft_includes() -> None:
     # Two 1000-token prompts at once, 1000 tokens/s: TTFTs 1 s and 2 s (3 s summed), yet
     # each prefilled for 1 s (2 s summed), as vllm:request_prefill_time_seconds counts.
-    service = ServiceModel(prefill_tokens_per_second=1000.0)
+    service = ServiceModel(chunked_prefill=False, prefill_tokens_per_second=1000.0)
     policy = fixed(1)
     run(trace_from_arrays([0.0, 0.0, 30.0], [1000, 1000, 1], [1, 1, 1]), policy, service=service)
     obs = policy.seen[-1]
@@ -121,6 +122,65 @@ def test_prefill_seconds_exclude_the_wait_that_ttft_includes() -> None:
     assert sum(obs.ttft_sum_rate.values) * interval == pytest.approx(3.0, abs=0.01)
     assert sum(obs.prefill_sum_rate.values) * interval == pytest.approx(2.0, abs=0.01)
     assert obs.prefill_sum_rate.times == obs.prompt_tokens_rate.times
+
+
+def test_chunked_prefill_batches_prompts_that_fit_one_step() -> None:
+    # vLLM V1: both 1000-token prompts fit one 8192-token step of 2000 tokens at 1000
+    # tokens/s, so both get their first token at 2 s (FIFO gives 1 s and 2 s).
+    service = ServiceModel(prefill_tokens_per_second=1000.0)
+    result = run(trace_from_arrays([0.0, 0.0], [1000, 1000], [1, 1]), fixed(1), service=service)
+    assert result.ttft_seconds.tolist() == pytest.approx([2.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    ("threshold", "ttfts"),
+    [
+        # No cap (vLLM's default): the running long prompt takes every step's budget; the
+        # short one waits for it, as without chunking.
+        pytest.param(0, [20.0, 20.0], id="no-threshold"),
+        # Capped at 1000 tokens a step, the long prompt leaves room: the short one's 100
+        # tokens share a 1100-token step (1.1 s); the long one loses 100 tokens of pace
+        # meanwhile and still ends at 20.1 s.
+        pytest.param(1000, [20.1, 1.1], id="threshold-1000"),
+    ],
+)
+def test_chunked_prefill_lets_a_short_prompt_pass_a_long_one_only_under_a_threshold(
+    threshold: int, ttfts: list[float]
+) -> None:
+    service = ServiceModel(prefill_tokens_per_second=1000.0, long_prefill_token_threshold=threshold)
+    trace = trace_from_arrays([0.0, 0.1], [20_000, 100], [1, 1])
+    result = run(trace, fixed(1), service=service)
+    # Within 1 ms: the long one's single decode token shares the short one's last step.
+    assert result.ttft_seconds.tolist() == pytest.approx(ttfts, abs=1e-3)
+
+
+def test_chunked_prefill_shares_the_step_budget_with_decodes() -> None:
+    # A budget of 3 tokens a step: the decoding sequence takes one, the prompt two, so the
+    # prompt runs at 2/3 of 1000 tokens/s: 1.5 s for 1000 tokens.
+    service = ServiceModel(
+        batch_slots=2, max_num_batched_tokens=3, prefill_tokens_per_second=1000.0
+    )
+    trace = trace_from_arrays([0.0, 1.0], [1, 1000], [10_000, 1])
+    result = run(trace, fixed(1), service=service)
+    assert result.ttft_seconds[1] == pytest.approx(1.5)
+    off = run(trace, fixed(1), service=dataclasses.replace(service, chunked_prefill=False))
+    assert off.ttft_seconds[1] == pytest.approx(1.0)
+
+
+def test_chunked_prefill_needs_a_budget_above_the_batch_slots() -> None:
+    service = ServiceModel(batch_slots=8, max_num_batched_tokens=8)
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        run(trace_from_arrays([0.0], [1], [1]), fixed(1), service=service)
+
+
+def test_attainment_is_also_reported_over_the_feasible_requests() -> None:
+    # 45,000 tokens take 3 s on an idle replica at 15,000 tokens/s: past the 2 s SLO under
+    # any schedule, so it counts against attainment but not against feasible attainment.
+    trace = trace_from_arrays([0.0, 10.0, 20.0], [45_000, 100, 100], [1, 1, 1])
+    result = run(trace, fixed(1))
+    assert result.feasible_requests == 2
+    assert result.slo_attainment == pytest.approx(2 / 3)
+    assert result.feasible_attainment == 1.0
 
 
 def test_batch_slots_bound_concurrency() -> None:
@@ -198,8 +258,9 @@ def test_queued_requests_wait_for_activation_from_zero() -> None:
 
     policy.decide = activate  # type: ignore[method-assign]
     result = run(trace, policy, initial_replicas=0)
-    # Scraped at 5 s, visible at 6.5, acted on at the 10 s tick; node 180 s, cold start 60 s.
-    assert result.ttft_seconds[0] == pytest.approx(10 + 180 + 60 + 0.01)
+    # Scraped at 5 s, visible at 6.5, acted on at the 10 s tick; node 180 s, cold start 60 s;
+    # then both prompts share one 300-token step.
+    assert result.ttft_seconds[0] == pytest.approx(10 + 180 + 60 + 0.02)
     assert result.node_events == 1
 
 
