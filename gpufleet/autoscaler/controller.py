@@ -1,7 +1,8 @@
 """The live control loop: gather from Prometheus and the API, decide with the policy, act.
 
-Every tick it reads the cluster in six list calls (GPUAutoscalers, pods, Deployments,
-StatefulSets, HPAs, ScaledObjects; a Deployment's scale is its replicas and selector),
+Every tick it reads the cluster in seven list calls (GPUAutoscalers, pods, Deployments,
+StatefulSets, HPAs, ScaledObjects, CapacityBuffers; a Deployment's scale is its replicas and
+selector),
 reads the scale subresource of any other kind of target, asks Prometheus one range query
 per distinct signal query (not per workload) for the samples since the last tick, and adds
 them to each workload's `SignalHistory`, the one the replay fills. A workload's policy
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.autoscaler.core.buffers import capacity_buffer, pod_template
 from gpufleet.autoscaler.core.extmetrics import (
     MetricsSnapshot,
     SnapshotFeed,
@@ -110,6 +112,7 @@ class Stats:
     current: dict[str, int] = field(default_factory=dict)
     max_replicas: dict[str, int] = field(default_factory=dict)
     placeholders: dict[str, int] = field(default_factory=dict)  # placeholder pods kept
+    buffers: dict[str, int] = field(default_factory=dict)  # CapacityBuffer chunks kept
     missing_metrics: dict[str, bool] = field(default_factory=dict)  # held on missing data
     queries: int = 0
     query_seconds: float = 0.0
@@ -128,6 +131,8 @@ class _Tick:
     previous_status: dict[str, Any] = field(default_factory=dict)
     template: dict[str, Any] | None = None  # the target's pod template spec, where known
     placeholders: int | None = None  # the placeholder Deployment's replicas; None: none yet
+    buffers: bool = False  # the CapacityBuffer CRD is installed: headroom goes there
+    buffer: int | None = None  # its CapacityBuffer's replicas; None: none yet
 
 
 class Controller:
@@ -272,6 +277,8 @@ class Controller:
         t.template = view.templates.get(key)
         own = view.scales.get((spec.namespace, "Deployment", placeholder_name(spec.name)))
         t.placeholders = own.replicas if own is not None else None
+        t.buffers = view.buffers is not None
+        t.buffer = (view.buffers or {}).get((spec.namespace, placeholder_name(spec.name)))
         competitor = view.competitors.get(key, "")
         t.health = _replace(t.health, competitor=competitor)
         try:
@@ -407,7 +414,7 @@ class Controller:
         if act:
             await self._scale(t, current, desired, node_pods, now)
         if leader and w.decision is not None and not t.health.scale_error:
-            await self._keep_placeholders(t, w.decision.headroom)
+            await self._keep_headroom(t, w.decision.headroom)
         if desired is not None:
             self.stats.desired[name] = desired
         self.stats.max_replicas[name] = spec.workload.max_replicas
@@ -428,14 +435,42 @@ class Controller:
             now=now,
         )
 
-    async def _keep_placeholders(self, t: _Tick, headroom: int) -> None:
-        """Keep `headroom` placeholder pods standing for the target's replicas (see
-        `core.placeholders`); none when the spec says so, another autoscaler owns the
-        target, or its pod template is unknown (kinds other than Deployment and
-        StatefulSet). A failure costs only the placeholders, counted and logged."""
+    async def _keep_headroom(self, t: _Tick, headroom: int) -> None:
+        """Keep `headroom` replicas' worth of GPU capacity ahead of the target: as a
+        CapacityBuffer where its CRD is installed (see `core.buffers`; placeholder pods
+        left from before go to zero), else as placeholder pods (see `core.placeholders`).
+        None when the spec says so, another autoscaler owns the target, or its pod
+        template is unknown (kinds other than Deployment and StatefulSet). A failure
+        costs only the headroom, counted and logged."""
+        spec = t.workload.spec
+        want = max(0, headroom) if spec.placeholders and not t.health.competitor else 0
+        if t.buffers:
+            await self._keep_buffer(t, want)
+            want = 0
+        await self._keep_placeholders(t, want)
+
+    async def _keep_buffer(self, t: _Tick, want: int) -> None:
         spec = t.workload.spec
         name = f"{spec.namespace}/{spec.name}"
-        want = max(0, headroom) if spec.placeholders and not t.health.competitor else 0
+        if t.template is None or t.buffer == want or (t.buffer is None and not want):
+            self.stats.buffers[name] = t.buffer or 0
+            return
+        owner = {"namespace": spec.namespace, "autoscaler": spec.name, "autoscaler_uid": spec.uid}
+        template = pod_template(**owner, template_spec=t.template)
+        buffer = capacity_buffer(**owner, replicas=want)
+        try:
+            await asyncio.to_thread(
+                self._cluster.write_buffer, template, buffer, exists=t.buffer is not None
+            )
+        except KubeError as err:
+            self.stats.errors[f"kube_{err.kind}"] += 1
+            log.warning("%s: cannot keep a CapacityBuffer of %d: %s", name, want, err)
+            return
+        self.stats.buffers[name] = want
+
+    async def _keep_placeholders(self, t: _Tick, want: int) -> None:
+        spec = t.workload.spec
+        name = f"{spec.namespace}/{spec.name}"
         if t.template is None or t.placeholders == want or (t.placeholders is None and not want):
             self.stats.placeholders[name] = t.placeholders or 0
             return

@@ -16,6 +16,7 @@ from kubernetes import client
 
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.core.observation import Observation
+from gpufleet.autoscaler.core.placeholders import placeholder_deployment
 from gpufleet.autoscaler.core.policy import Decision, Policy
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
@@ -185,10 +186,71 @@ async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
         priority = client.SchedulingV1Api(api).read_priority_class("gpufleet-placeholder")
         assert (priority.value, priority.preemption_policy) == (-10, "Never")
         assert ctl.stats.placeholders["llm/chat"] == 3
+        assert buffer(api) is None  # no CapacityBuffer CRD in this cluster
         policy.headroom = 0  # the forecast no longer needs nodes ahead: give them back
         await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 0)
     finally:
         await prom.close()
+
+
+BUFFERS = ("autoscaling.x-k8s.io", "v1beta1", NS, "capacitybuffers")
+
+
+def buffer(api: client.ApiClient) -> dict | None:
+    try:
+        return client.CustomObjectsApi(api).get_namespaced_custom_object(
+            *BUFFERS, "chat-placeholder"
+        )
+    except client.ApiException:
+        return None
+
+
+async def test_where_the_capacity_buffer_crd_is_installed_headroom_is_a_buffer(
+    serving_pod: str, prometheus_for
+) -> None:
+    """Cluster Autoscaler's CapacityBuffer instead of placeholder pods: a PodTemplate of
+    one replica's GPUs and a buffer of `headroom` chunks naming it; placeholder pods left
+    from before the CRD was installed go to zero."""
+    with FakeApiServer(install=("capacitybuffers.autoscaling.x-k8s.io",)) as server:
+        config = client.Configuration()
+        config.host = server.url
+        with client.ApiClient(config) as api:
+            deploy(api, gpus=2)
+            prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
+            autoscaler(api, KEDA_SPEC)
+            ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+            try:
+                await ctl.tick()
+                (workload,) = ctl._workloads.values()
+                old = placeholder_deployment(
+                    namespace=NS,
+                    autoscaler="chat",
+                    autoscaler_uid=workload.spec.uid,
+                    replicas=2,
+                    template_spec={},
+                )
+                client.AppsV1Api(api).create_namespaced_deployment(NS, old)
+                workload.policy = policy = WithHeadroom(workload.policy, 3)
+                workload.next_decision_at = 0.0
+                await ticks_until(ctl, lambda: buffer(api) is not None)
+                made = buffer(api)
+                assert made["spec"] == {
+                    "provisioningStrategy": "buffer.x-k8s.io/active-capacity",
+                    "podTemplateRef": {"name": "chat-placeholder"},
+                    "replicas": 3,
+                }
+                template = client.CoreV1Api(api).read_namespaced_pod_template(
+                    "chat-placeholder", NS
+                )
+                limits = template.template.spec.containers[0].resources.limits
+                assert limits == {"nvidia.com/gpu": "2"}  # one replica's
+                assert placeholder(api).spec.replicas == 0
+                assert ctl.stats.buffers["llm/chat"] == 3
+                policy.headroom = 1
+                await ticks_until(ctl, lambda: buffer(api)["spec"]["replicas"] == 1)
+                assert placeholder(api).spec.replicas == 0
+            finally:
+                await prom.close()
 
 
 async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:

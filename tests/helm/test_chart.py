@@ -195,6 +195,8 @@ def test_rbac_is_least_privilege(tmp_path):
             ("apps", "deployments/scale", ("get", "patch"), ()),
             ("apps", "deployments", ("create", "patch"), ()),
             ("scheduling.k8s.io", "priorityclasses", ("get", "create"), ()),
+            ("autoscaling.x-k8s.io", "capacitybuffers", ("list", "create", "patch"), ()),
+            ("", "podtemplates", ("create", "patch"), ()),
             ("apps", "statefulsets/scale", ("get", "patch"), ()),
             ("", "pods", ("list", "patch"), ()),
             ("autoscaling", "horizontalpodautoscalers", ("list",), ()),

@@ -7,6 +7,7 @@ from typing import Any
 
 from kubernetes import client
 
+from gpufleet.autoscaler.core.buffers import BUFFER_GROUP, BUFFER_PLURAL, BUFFER_VERSION
 from gpufleet.autoscaler.core.replicas import DELETION_COST, PodState
 from gpufleet.autoscaler.core.spec import GROUP, PLURAL, VERSION, TargetRef
 from gpufleet.core.selectors import selector_string
@@ -44,6 +45,9 @@ class ClusterView:
     # (namespace, kind, name) -> the pod template's spec, for Deployments and StatefulSets:
     # what one replica asks for, which its placeholders copy
     templates: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    # (namespace, name) -> spec.replicas of each CapacityBuffer; None where the CRD is not
+    # installed (then headroom is held as placeholder pods)
+    buffers: dict[tuple[str, str], int] | None = None
 
 
 APPS_KINDS = ("Deployment", "StatefulSet")
@@ -62,8 +66,8 @@ class Cluster:
     # --- reads ---
 
     def view(self) -> ClusterView:
-        """Everything a tick reads, in six list calls (the ScaledObject list is skipped
-        when KEDA is not installed)."""
+        """Everything a tick reads, in seven list calls (the ScaledObject and
+        CapacityBuffer lists answer 404 where their CRD is not installed)."""
         scales: dict[tuple[str, str, str], ScaleView] = {}
         templates: dict[tuple[str, str, str], dict[str, Any]] = {}
         for kind, call in (
@@ -81,7 +85,26 @@ class Cluster:
             scales=scales,
             competitors=self._competitors(),
             templates=templates,
+            buffers=self._buffers(),
         )
+
+    def _buffers(self) -> dict[tuple[str, str], int] | None:
+        try:
+            answer = kube_call(
+                lambda: self._custom.list_cluster_custom_object(
+                    BUFFER_GROUP, BUFFER_VERSION, BUFFER_PLURAL
+                )
+            )
+        except KubeError as err:
+            if err.kind is KubeErrorKind.NOT_FOUND:  # no CapacityBuffer CRD
+                return None
+            raise
+        out = {}
+        for buffer in answer.get("items") or []:
+            meta = buffer.get("metadata") or {}
+            replicas = (buffer.get("spec") or {}).get("replicas")
+            out[(meta.get("namespace", ""), meta.get("name", ""))] = int(replicas or 0)
+        return out
 
     def _competitors(self) -> dict[tuple[str, str, str], str]:
         out: dict[tuple[str, str, str], str] = {}
@@ -183,6 +206,37 @@ class Cluster:
             )
         else:
             kube_call(lambda: self._apps.create_namespaced_deployment(meta["namespace"], body))
+
+    def write_buffer(
+        self, template: dict[str, Any], buffer: dict[str, Any], *, exists: bool
+    ) -> None:
+        """Create or update a CapacityBuffer and the PodTemplate it names (first, so the
+        buffer never names a template that is not there)."""
+        meta = template["metadata"]
+        try:
+            kube_call(
+                lambda: self._core.create_namespaced_pod_template(meta["namespace"], template)
+            )
+        except KubeError as err:
+            if err.kind is not KubeErrorKind.CONFLICT:
+                raise
+            kube_call(
+                lambda: self._core.patch_namespaced_pod_template(
+                    meta["name"],
+                    meta["namespace"],
+                    {"template": template["template"]},
+                    _content_type=MERGE_PATCH,
+                )
+            )
+        args = (BUFFER_GROUP, BUFFER_VERSION, meta["namespace"], BUFFER_PLURAL)
+        if exists:
+            kube_call(
+                lambda: self._custom.patch_namespaced_custom_object(
+                    *args, meta["name"], {"spec": buffer["spec"]}, _content_type=MERGE_PATCH
+                )
+            )
+        else:
+            kube_call(lambda: self._custom.create_namespaced_custom_object(*args, buffer))
 
     def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None:
         patch = {"metadata": {"annotations": {DELETION_COST: str(cost)}}}
