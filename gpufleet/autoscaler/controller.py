@@ -1,8 +1,8 @@
 """The live control loop: gather from Prometheus and the API, decide with the policy, act.
 
-Every tick it reads the cluster in seven list calls (GPUAutoscalers, pods, Deployments,
-StatefulSets, HPAs, ScaledObjects, CapacityBuffers; a Deployment's scale is its replicas and
-selector),
+Every tick it reads the cluster in eight list calls (GPUAutoscalers, pods, Deployments,
+StatefulSets, HPAs, ScaledObjects, CapacityBuffers, NodePools; a Deployment's scale is its
+replicas and selector),
 reads the scale subresource of any other kind of target, asks Prometheus one range query
 per distinct signal query (not per workload) for the samples since the last tick, and adds
 them to each workload's `SignalHistory`, the one the replay fills. A workload's policy
@@ -41,6 +41,7 @@ from gpufleet.autoscaler.core.gather import (
     workload_sums,
 )
 from gpufleet.autoscaler.core.history import SignalHistory
+from gpufleet.autoscaler.core.nodepools import PoolDemand, on_nodepool, pool_headroom
 from gpufleet.autoscaler.core.observation import (
     PodTelemetry,
     ReplicaState,
@@ -133,6 +134,8 @@ class _Tick:
     placeholders: int | None = None  # the placeholder Deployment's replicas; None: none yet
     buffers: bool = False  # the CapacityBuffer CRD is installed: headroom goes there
     buffer: int | None = None  # its CapacityBuffer's replicas; None: none yet
+    desired: int | None = None  # the replicas decided this tick
+    headroom: int = 0  # the replicas' worth of capacity to keep ahead, NodePool limits applied
 
 
 class Controller:
@@ -174,11 +177,13 @@ class Controller:
         leader = self._is_leader()
         self.stats.leader = leader
         node_pods = Counter(p.node for p in pods if p.node and p.deleting_since is None)
-        published: list[WorkloadMetrics] = []
         for t in ticks:
             if missing:
                 t.health = _replace(t.health, missing_metrics=missing)
-            published.append(await self._decide_and_act(t, now, leader, node_pods))
+            await self._decide_and_scale(t, now, leader, node_pods)
+        if view.nodepools is not None:
+            self._fit_headroom_to_nodepools(ticks, view.nodepools)
+        published = [await self._finish(t, now, leader) for t in ticks]
         if self._feed is not None:
             self._feed.publish(MetricsSnapshot(published))
         self.stats.ticks += 1
@@ -387,10 +392,10 @@ class Controller:
 
     # --- decide and act ---
 
-    async def _decide_and_act(
+    async def _decide_and_scale(
         self, t: _Tick, now: float, leader: bool, node_pods: Counter[str]
-    ) -> WorkloadMetrics:
-        """Decide, scale and write status; returns what the metrics servers serve of it."""
+    ) -> None:
+        """Decide at the policy's interval and write the scale when the count changes."""
         w, spec = t.workload, t.workload.spec
         name = f"{spec.namespace}/{spec.name}"
         replicas = tuple(replica_of(p) for p in t.pods)
@@ -413,8 +418,44 @@ class Controller:
         )
         if act:
             await self._scale(t, current, desired, node_pods, now)
+        t.desired = desired
+        if w.decision is not None and spec.placeholders and not t.health.competitor:
+            t.headroom = max(0, w.decision.headroom)
+
+    def _fit_headroom_to_nodepools(self, ticks: list[_Tick], nodepools: list[dict]) -> None:
+        """Cut each workload's headroom to what its Karpenter NodePool's limits leave,
+        planning every workload's replicas and headroom together (see `core.nodepools`)."""
+        demands = [
+            PoolDemand(
+                workload=f"{t.workload.spec.namespace}/{t.workload.spec.name}",
+                node_pool=t.workload.spec.node_pool,
+                shape=t.workload.spec.workload.shape,
+                replicas=t.desired or 0,
+                headroom=t.headroom,
+                gpus_per_node=t.workload.spec.workload.gpus_per_node,
+            )
+            for t in ticks
+        ]
+        fitted = pool_headroom(nodepools, demands)
+        for t, d in zip(ticks, demands, strict=True):
+            if not on_nodepool(d, nodepools):
+                continue
+            held = fitted[d.workload]
+            t.headroom = held.granted
+            t.health = _replace(
+                t.health,
+                node_pool=held.node_pool or d.node_pool or "by weight",
+                node_pool_limit=held.message,
+            )
+
+    async def _finish(self, t: _Tick, now: float, leader: bool) -> WorkloadMetrics:
+        """Keep the headroom, write status; returns what the metrics servers serve of it."""
+        w, spec = t.workload, t.workload.spec
+        name = f"{spec.namespace}/{spec.name}"
+        desired = t.desired
         if leader and w.decision is not None and not t.health.scale_error:
-            await self._keep_headroom(t, w.decision.headroom)
+            await self._keep_headroom(t, t.headroom)
+        replicas = tuple(replica_of(p) for p in t.pods)
         if desired is not None:
             self.stats.desired[name] = desired
         self.stats.max_replicas[name] = spec.workload.max_replicas
@@ -439,11 +480,10 @@ class Controller:
         """Keep `headroom` replicas' worth of GPU capacity ahead of the target: as a
         CapacityBuffer where its CRD is installed (see `core.buffers`; placeholder pods
         left from before go to zero), else as placeholder pods (see `core.placeholders`).
-        None when the spec says so, another autoscaler owns the target, or its pod
-        template is unknown (kinds other than Deployment and StatefulSet). A failure
-        costs only the headroom, counted and logged."""
-        spec = t.workload.spec
-        want = max(0, headroom) if spec.placeholders and not t.health.competitor else 0
+        None when the spec says so, another autoscaler owns the target (`t.headroom` is 0
+        then), or its pod template is unknown (kinds other than Deployment and
+        StatefulSet). A failure costs only the headroom, counted and logged."""
+        want = headroom
         if t.buffers:
             await self._keep_buffer(t, want)
             want = 0

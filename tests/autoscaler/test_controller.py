@@ -253,6 +253,46 @@ async def test_where_the_capacity_buffer_crd_is_installed_headroom_is_a_buffer(
                 await prom.close()
 
 
+NODEPOOLS = ("karpenter.sh", "v1", "nodepools")
+
+
+async def test_a_nodepool_limit_caps_the_headroom_and_says_so(
+    api: client.ApiClient, serving_pod: str, prometheus_for
+) -> None:
+    """Karpenter launches no node past `spec.limits`: placeholders beyond it would pend
+    forever. The controller keeps what the limit leaves after the replicas, with a
+    NodeHeadroom condition saying why, and all of it once the limit is raised."""
+    custom = client.CustomObjectsApi(api)
+    pool = {"metadata": {"name": "h100"}, "spec": {"limits": {"nvidia.com/gpu": "2"}}}
+    custom.create_cluster_custom_object(*NODEPOOLS, pool)
+    deploy(api, gpus=2)
+    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
+    autoscaler(api, {**KEDA_SPEC, "nodePool": {"name": "h100", "gpusPerNode": 2}})
+    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    try:
+        await ctl.tick()
+        (workload,) = ctl._workloads.values()
+        workload.policy = WithHeadroom(workload.policy, 3)
+        workload.next_decision_at = 0.0
+        # one node of 2 GPUs, taken by the replicas: no room for any placeholder
+        await ticks_until(
+            ctl, lambda: conditions(api).get("NodeHeadroom") == ("False", "NodePoolLimit")
+        )
+        (limited,) = [c for c in status(api)["conditions"] if c["type"] == "NodeHeadroom"]
+        assert "h100 has room for 0 of 3" in limited["message"]
+        assert placeholder(api) is None
+        desired = status(api)["desiredReplicas"]
+        limit = {"spec": {"limits": {"nvidia.com/gpu": str(2 * (desired + 3))}}}
+        custom.patch_cluster_custom_object(*NODEPOOLS, "h100", limit)
+        await ticks_until(ctl, lambda: placeholder(api) is not None)
+        assert placeholder(api).spec.replicas == 3
+        await ticks_until(
+            ctl, lambda: conditions(api)["NodeHeadroom"] == ("True", "WithinNodePoolLimits")
+        )
+    finally:
+        await prom.close()
+
+
 async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:
     deploy(api, replicas=3)
     autoscaler(api, KEDA_SPEC)

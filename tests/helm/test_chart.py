@@ -197,6 +197,7 @@ def test_rbac_is_least_privilege(tmp_path):
             ("scheduling.k8s.io", "priorityclasses", ("get", "create"), ()),
             ("autoscaling.x-k8s.io", "capacitybuffers", ("list", "create", "patch"), ()),
             ("", "podtemplates", ("create", "patch"), ()),
+            ("karpenter.sh", "nodepools", ("list",), ()),
             ("apps", "statefulsets/scale", ("get", "patch"), ()),
             ("", "pods", ("list", "patch"), ()),
             ("autoscaling", "horizontalpodautoscalers", ("list",), ()),

@@ -15,6 +15,7 @@ from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
 
 MERGE_PATCH = "application/merge-patch+json"
 KEDA = ("keda.sh", "v1alpha1", "scaledobjects")
+NODEPOOLS = ("karpenter.sh", "v1", "nodepools")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +49,8 @@ class ClusterView:
     # (namespace, name) -> spec.replicas of each CapacityBuffer; None where the CRD is not
     # installed (then headroom is held as placeholder pods)
     buffers: dict[tuple[str, str], int] | None = None
+    # Karpenter's NodePools; None where Karpenter is not installed
+    nodepools: list[dict[str, Any]] | None = None
 
 
 APPS_KINDS = ("Deployment", "StatefulSet")
@@ -66,8 +69,8 @@ class Cluster:
     # --- reads ---
 
     def view(self) -> ClusterView:
-        """Everything a tick reads, in seven list calls (the ScaledObject and
-        CapacityBuffer lists answer 404 where their CRD is not installed)."""
+        """Everything a tick reads, in eight list calls (the ScaledObject, CapacityBuffer
+        and NodePool lists answer 404 where their CRD is not installed)."""
         scales: dict[tuple[str, str, str], ScaleView] = {}
         templates: dict[tuple[str, str, str], dict[str, Any]] = {}
         for kind, call in (
@@ -86,21 +89,27 @@ class Cluster:
             competitors=self._competitors(),
             templates=templates,
             buffers=self._buffers(),
+            nodepools=self._installed_list(*NODEPOOLS),
         )
 
-    def _buffers(self) -> dict[tuple[str, str], int] | None:
+    def _installed_list(self, group: str, version: str, plural: str) -> list[dict] | None:
+        """Every object of a custom resource; None where its CRD is not installed."""
         try:
             answer = kube_call(
-                lambda: self._custom.list_cluster_custom_object(
-                    BUFFER_GROUP, BUFFER_VERSION, BUFFER_PLURAL
-                )
+                lambda: self._custom.list_cluster_custom_object(group, version, plural)
             )
         except KubeError as err:
-            if err.kind is KubeErrorKind.NOT_FOUND:  # no CapacityBuffer CRD
+            if err.kind is KubeErrorKind.NOT_FOUND:
                 return None
             raise
+        return list(answer.get("items") or [])
+
+    def _buffers(self) -> dict[tuple[str, str], int] | None:
+        buffers = self._installed_list(BUFFER_GROUP, BUFFER_VERSION, BUFFER_PLURAL)
+        if buffers is None:
+            return None
         out = {}
-        for buffer in answer.get("items") or []:
+        for buffer in buffers:
             meta = buffer.get("metadata") or {}
             replicas = (buffer.get("spec") or {}).get("replicas")
             out[(meta.get("namespace", ""), meta.get("name", ""))] = int(replicas or 0)
@@ -113,13 +122,7 @@ class Cluster:
             meta = hpa["metadata"]
             key = (meta.get("namespace", ""), ref.get("kind", ""), ref.get("name", ""))
             out.setdefault(key, f"HorizontalPodAutoscaler/{meta['name']}")
-        try:
-            objects = kube_call(lambda: self._custom.list_cluster_custom_object(*KEDA))
-        except KubeError as err:
-            if err.kind is KubeErrorKind.NOT_FOUND:  # KEDA is not installed
-                return out
-            raise
-        for so in objects.get("items") or []:
+        for so in self._installed_list(*KEDA) or []:
             ref = (so.get("spec") or {}).get("scaleTargetRef") or {}
             meta = so.get("metadata") or {}
             key = (meta.get("namespace", ""), ref.get("kind", "Deployment"), ref.get("name", ""))
