@@ -1,8 +1,8 @@
 """The live control loop: gather from Prometheus and the API, decide with the policy, act.
 
 Every tick it reads the cluster in eight list calls (GPUAutoscalers, pods, Deployments,
-StatefulSets, HPAs, ScaledObjects, CapacityBuffers, NodePools; a Deployment's scale is its
-replicas and selector),
+StatefulSets, HPAs, ScaledObjects, CapacityBuffers, NodePools; with NodePools also Kueue's
+Workloads and ResourceFlavors; a Deployment's scale is its replicas and selector),
 reads the scale subresource of any other kind of target, asks Prometheus one range query
 per distinct signal query (not per workload) for the samples since the last tick, and adds
 them to each workload's `SignalHistory`, the one the replay fills. A workload's policy
@@ -41,6 +41,7 @@ from gpufleet.autoscaler.core.gather import (
     workload_sums,
 )
 from gpufleet.autoscaler.core.history import SignalHistory
+from gpufleet.autoscaler.core.kueue import pending_demands
 from gpufleet.autoscaler.core.nodepools import PoolDemand, on_nodepool, pool_headroom
 from gpufleet.autoscaler.core.observation import (
     PodTelemetry,
@@ -182,7 +183,8 @@ class Controller:
                 t.health = _replace(t.health, missing_metrics=missing)
             await self._decide_and_scale(t, now, leader, node_pods)
         if view.nodepools is not None:
-            self._fit_headroom_to_nodepools(ticks, view.nodepools)
+            queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
+            self._fit_headroom_to_nodepools(ticks, view.nodepools, queued)
         published = [await self._finish(t, now, leader) for t in ticks]
         if self._feed is not None:
             self._feed.publish(MetricsSnapshot(published))
@@ -422,9 +424,12 @@ class Controller:
         if w.decision is not None and spec.placeholders and not t.health.competitor:
             t.headroom = max(0, w.decision.headroom)
 
-    def _fit_headroom_to_nodepools(self, ticks: list[_Tick], nodepools: list[dict]) -> None:
+    def _fit_headroom_to_nodepools(
+        self, ticks: list[_Tick], nodepools: list[dict], queued: list[PoolDemand]
+    ) -> None:
         """Cut each workload's headroom to what its Karpenter NodePool's limits leave,
-        planning every workload's replicas and headroom together (see `core.nodepools`)."""
+        planning every workload's replicas and headroom together with Kueue's pending
+        Workloads (`queued`; see `core.nodepools`, `core.kueue`)."""
         demands = [
             PoolDemand(
                 workload=f"{t.workload.spec.namespace}/{t.workload.spec.name}",
@@ -436,7 +441,7 @@ class Controller:
             )
             for t in ticks
         ]
-        fitted = pool_headroom(nodepools, demands)
+        fitted = pool_headroom(nodepools, demands + queued)
         for t, d in zip(ticks, demands, strict=True):
             if not on_nodepool(d, nodepools):
                 continue

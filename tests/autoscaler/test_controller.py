@@ -267,7 +267,9 @@ async def test_a_nodepool_limit_caps_the_headroom_and_says_so(
     custom.create_cluster_custom_object(*NODEPOOLS, pool)
     deploy(api, gpus=2)
     prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
-    autoscaler(api, {**KEDA_SPEC, "nodePool": {"name": "h100", "gpusPerNode": 2}})
+    autoscaler(
+        api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
+    )
     ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
     try:
         await ctl.tick()
@@ -289,6 +291,65 @@ async def test_a_nodepool_limit_caps_the_headroom_and_says_so(
         await ticks_until(
             ctl, lambda: conditions(api)["NodeHeadroom"] == ("True", "WithinNodePoolLimits")
         )
+    finally:
+        await prom.close()
+
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2", NS, "workloads")
+
+
+async def test_pending_kueue_workloads_take_their_gpus_from_the_headroom(
+    api: client.ApiClient, serving_pod: str, prometheus_for
+) -> None:
+    """A queued training job's GPUs count in its NodePool's limit as soon as it is queued:
+    the headroom shrinks to what is left, and comes back once Kueue admits it (its pods
+    are then ordinary pods the plan does not double count)."""
+    custom = client.CustomObjectsApi(api)
+    deploy(api, gpus=2)
+    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
+    autoscaler(
+        api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
+    )
+    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    try:
+        await ctl.tick()
+        (workload,) = ctl._workloads.values()
+        workload.policy = WithHeadroom(workload.policy, 3)
+        workload.next_decision_at = 0.0
+        await ticks_until(ctl, lambda: status(api).get("desiredReplicas") is not None)
+        desired = status(api)["desiredReplicas"]
+        limit = {"nvidia.com/gpu": str(2 * (desired + 3))}  # room for all 3 placeholders
+        pool = {"metadata": {"name": "h100"}, "spec": {"limits": limit}}
+        custom.create_cluster_custom_object(*NODEPOOLS, pool)
+        await ticks_until(ctl, lambda: placeholder(api) is not None)
+        assert placeholder(api).spec.replicas == 3
+        gpus = {"nvidia.com/gpu": "2"}
+        job = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "train"},
+            "spec": {
+                "queueName": "batch",
+                "podSets": [
+                    {
+                        "name": "main",
+                        "count": 2,
+                        "template": {
+                            "spec": {
+                                "nodeSelector": {"karpenter.sh/nodepool": "h100"},
+                                "containers": [{"name": "t", "resources": {"limits": gpus}}],
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+        custom.create_namespaced_custom_object(*KUEUE, job)
+        await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 1)
+        assert conditions(api)["NodeHeadroom"] == ("False", "NodePoolLimit")
+        admitted = {"status": {"conditions": [{"type": "Admitted", "status": "True"}]}}
+        custom.patch_namespaced_custom_object_status(*KUEUE, "train", admitted)
+        await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 3)
     finally:
         await prom.close()
 

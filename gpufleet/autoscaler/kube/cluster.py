@@ -16,6 +16,8 @@ from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
 MERGE_PATCH = "application/merge-patch+json"
 KEDA = ("keda.sh", "v1alpha1", "scaledobjects")
 NODEPOOLS = ("karpenter.sh", "v1", "nodepools")
+KUEUE_WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
+KUEUE_FLAVORS = ("kueue.x-k8s.io", "v1beta2", "resourceflavors")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +53,9 @@ class ClusterView:
     buffers: dict[tuple[str, str], int] | None = None
     # Karpenter's NodePools; None where Karpenter is not installed
     nodepools: list[dict[str, Any]] | None = None
+    # Kueue's Workloads and ResourceFlavors, read only when there are NodePools to plan on
+    kueue_workloads: list[dict[str, Any]] = field(default_factory=list)
+    kueue_flavors: list[dict[str, Any]] = field(default_factory=list)
 
 
 APPS_KINDS = ("Deployment", "StatefulSet")
@@ -69,8 +74,9 @@ class Cluster:
     # --- reads ---
 
     def view(self) -> ClusterView:
-        """Everything a tick reads, in eight list calls (the ScaledObject, CapacityBuffer
-        and NodePool lists answer 404 where their CRD is not installed)."""
+        """Everything a tick reads, in eight list calls, ten where Karpenter is installed
+        (Kueue's Workloads and ResourceFlavors); the lists of a CRD that is not installed
+        answer 404 and count as none."""
         scales: dict[tuple[str, str, str], ScaleView] = {}
         templates: dict[tuple[str, str, str], dict[str, Any]] = {}
         for kind, call in (
@@ -89,8 +95,16 @@ class Cluster:
             competitors=self._competitors(),
             templates=templates,
             buffers=self._buffers(),
-            nodepools=self._installed_list(*NODEPOOLS),
+            **self._node_plan_inputs(),
         )
+
+    def _node_plan_inputs(self) -> dict[str, Any]:
+        nodepools = self._installed_list(*NODEPOOLS)
+        if nodepools is None:
+            return {}
+        workloads = self._installed_list(*KUEUE_WORKLOADS) or []
+        flavors = (self._installed_list(*KUEUE_FLAVORS) or []) if workloads else []
+        return {"nodepools": nodepools, "kueue_workloads": workloads, "kueue_flavors": flavors}
 
     def _installed_list(self, group: str, version: str, plural: str) -> list[dict] | None:
         """Every object of a custom resource; None where its CRD is not installed."""

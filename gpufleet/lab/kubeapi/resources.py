@@ -1,8 +1,8 @@
 """The resources the fake API server serves: group, version, names, scope and subresources.
 
-Facts from the Kubernetes API (and the CRDs' own manifests for KEDA, Karpenter, Cluster
-Autoscaler's CapacityBuffer and gpufleet), so discovery, URL paths and kinds are what the
-official client and kubectl expect. Pure data.
+Facts from the Kubernetes API (and the CRDs' own manifests for KEDA, Karpenter, Kueue,
+Cluster Autoscaler's CapacityBuffer and gpufleet), so discovery, URL paths and kinds are
+what the official client and kubectl expect. Pure data.
 """
 
 from dataclasses import dataclass
@@ -211,6 +211,25 @@ RESOURCES: tuple[Resource, ...] = (
         singular="gpuautoscaler",
         short_names=("gpa",),
         status=True,
+    ),
+    # kubernetes-sigs/kueue config/components/crd/bases (v1beta2: the storage version)
+    _crd(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "workloads",
+        "Workload",
+        singular="workload",
+        short_names=("kwl", "kueueworkload", "kueueworkloads"),
+        status=True,
+    ),
+    _crd(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "resourceflavors",
+        "ResourceFlavor",
+        namespaced=False,
+        singular="resourceflavor",
+        short_names=("flavor", "flavors", "rf"),
     ),
     # kubernetes/autoscaler cluster-autoscaler/apis/capacitybuffer/autoscaling.x-k8s.io/v1beta1
     _crd(
