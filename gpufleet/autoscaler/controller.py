@@ -54,6 +54,7 @@ from gpufleet.autoscaler.core.placeholders import (
 )
 from gpufleet.autoscaler.core.policy import Decision, Learns, Policy, Reason
 from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
+from gpufleet.autoscaler.core.schedules import floor_at
 from gpufleet.autoscaler.core.signals import (
     GPU_TELEMETRY,
     SignalQuery,
@@ -137,6 +138,7 @@ class _Tick:
     buffer: int | None = None  # its CapacityBuffer's replicas; None: none yet
     desired: int | None = None  # the replicas decided this tick
     headroom: int = 0  # the replicas' worth of capacity to keep ahead, NodePool limits applied
+    scheduled: str = ""  # which scheduled windows raised the count this tick
 
 
 class Controller:
@@ -408,6 +410,15 @@ class Controller:
             self.stats.decisions[(name, str(w.decision.reason))] += 1
         current = t.scale.replicas if t.scale is not None else None
         desired = spec.workload.clamp(w.wanted) if w.wanted is not None else current
+        headroom = w.decision.headroom if w.decision is not None else 0
+        if spec.schedules and desired is not None:
+            lead = spec.workload.node_provision_seconds + spec.workload.cold_start_seconds
+            floor = floor_at(spec.schedules, now, lead_seconds=lead)
+            raised, headroom = floor.merge(
+                desired=desired, headroom=headroom, maximum=spec.workload.max_replicas
+            )
+            t.scheduled = floor.why if raised > desired else ""
+            desired = raised
         if t.health.missing_metrics and current is not None and desired is not None:
             desired = max(desired, current)  # never lower the count on missing data
         act = (
@@ -422,7 +433,7 @@ class Controller:
             await self._scale(t, current, desired, node_pods, now)
         t.desired = desired
         if w.decision is not None and spec.placeholders and not t.health.competitor:
-            t.headroom = max(0, w.decision.headroom)
+            t.headroom = max(0, headroom)
 
     def _fit_headroom_to_nodepools(
         self, ticks: list[_Tick], nodepools: list[dict], queued: list[PoolDemand]
@@ -561,6 +572,8 @@ class Controller:
         decision = w.decision
         reason = str(decision.reason) if decision else "Scaled"
         message = decision.message if decision else ""
+        if t.scheduled:
+            reason, message = "ScheduledWindow", f"{t.scheduled}; the policy: {message}"
         await self._event(
             spec,
             "Normal",

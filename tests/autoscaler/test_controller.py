@@ -369,6 +369,25 @@ async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:
     assert ctl.stats.missing_metrics[name] is True and ctl.stats.max_replicas[name] > 0
 
 
+async def test_an_open_scheduled_window_sets_the_floor(api: client.ApiClient) -> None:
+    """`spec.schedules`: a window open now raises the count to its minReplicas even with
+    no signal at all (the forecast's count is only ever raised), with an Event saying
+    which window."""
+    deploy(api, replicas=1)
+    always = {"name": "office", "schedule": "* * * * *", "duration": "1h", "minReplicas": 3}
+    autoscaler(api, {**KEDA_SPEC, "schedules": [always]})
+    ctl, prom = controller(api, "http://127.0.0.1:9")  # no metrics: the count is held
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert scale(api) == 3
+    events = client.EventsV1Api(api).list_namespaced_event(NS).items
+    (event,) = [e for e in events if e.action == "Scale" and e.type == "Normal"]
+    assert event.reason == "ScheduledWindow"
+    assert event.note.startswith("1 -> 3 replicas: schedule office open")
+
+
 async def test_it_refuses_to_fight_an_hpa(api: client.ApiClient, serving_pod: str) -> None:
     deploy(api)
     client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(
