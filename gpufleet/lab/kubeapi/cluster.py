@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpufleet.autoscaler.core.buffers import ACTIVE_CAPACITY  # the default strategy
 from gpufleet.core.selectors import selector_string
 from gpufleet.lab.kubeapi.objects import ApiError
 from gpufleet.lab.kubeapi.resources import RESOURCES
@@ -44,7 +45,6 @@ DEPLOYMENTS, PODS, NODES = _RES[("apps", "deployments")], _RES[("", "pods")], _R
 PRIORITY_CLASSES = _RES[("scheduling.k8s.io", "priorityclasses")]
 POD_TEMPLATES = _RES[("", "podtemplates")]
 BUFFERS = _RES[("autoscaling.x-k8s.io", "capacitybuffers")]
-ACTIVE_CAPACITY = "buffer.x-k8s.io/active-capacity"  # the default provisioningStrategy
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 GPU = "nvidia.com/gpu"
 
