@@ -1,7 +1,8 @@
 """The live control loop: gather from Prometheus and the API, decide with the policy, act.
 
-Every tick it reads the cluster in six list calls (GPUAutoscalers, pods, Deployments,
-StatefulSets, HPAs, ScaledObjects; a Deployment's scale is its replicas and selector),
+Every tick it reads the cluster in eight list calls (GPUAutoscalers, pods, Deployments,
+StatefulSets, HPAs, ScaledObjects, CapacityBuffers, NodePools; with NodePools also Kueue's
+Workloads and ResourceFlavors; a Deployment's scale is its replicas and selector),
 reads the scale subresource of any other kind of target, asks Prometheus one range query
 per distinct signal query (not per workload) for the samples since the last tick, and adds
 them to each workload's `SignalHistory`, the one the replay fills. A workload's policy
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.autoscaler.core.buffers import capacity_buffer, pod_template
 from gpufleet.autoscaler.core.extmetrics import (
     MetricsSnapshot,
     SnapshotFeed,
@@ -39,6 +41,8 @@ from gpufleet.autoscaler.core.gather import (
     workload_sums,
 )
 from gpufleet.autoscaler.core.history import SignalHistory
+from gpufleet.autoscaler.core.kueue import pending_demands
+from gpufleet.autoscaler.core.nodepools import PoolDemand, on_nodepool, pool_headroom
 from gpufleet.autoscaler.core.observation import (
     PodTelemetry,
     ReplicaState,
@@ -50,6 +54,7 @@ from gpufleet.autoscaler.core.placeholders import (
 )
 from gpufleet.autoscaler.core.policy import Decision, Learns, Policy, Reason
 from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
+from gpufleet.autoscaler.core.schedules import floor_at
 from gpufleet.autoscaler.core.signals import (
     GPU_TELEMETRY,
     SignalQuery,
@@ -110,6 +115,7 @@ class Stats:
     current: dict[str, int] = field(default_factory=dict)
     max_replicas: dict[str, int] = field(default_factory=dict)
     placeholders: dict[str, int] = field(default_factory=dict)  # placeholder pods kept
+    buffers: dict[str, int] = field(default_factory=dict)  # CapacityBuffer chunks kept
     missing_metrics: dict[str, bool] = field(default_factory=dict)  # held on missing data
     queries: int = 0
     query_seconds: float = 0.0
@@ -128,6 +134,11 @@ class _Tick:
     previous_status: dict[str, Any] = field(default_factory=dict)
     template: dict[str, Any] | None = None  # the target's pod template spec, where known
     placeholders: int | None = None  # the placeholder Deployment's replicas; None: none yet
+    buffers: bool = False  # the CapacityBuffer CRD is installed: headroom goes there
+    buffer: int | None = None  # its CapacityBuffer's replicas; None: none yet
+    desired: int | None = None  # the replicas decided this tick
+    headroom: int = 0  # the replicas' worth of capacity to keep ahead, NodePool limits applied
+    scheduled: str = ""  # which scheduled windows raised the count this tick
 
 
 class Controller:
@@ -169,11 +180,14 @@ class Controller:
         leader = self._is_leader()
         self.stats.leader = leader
         node_pods = Counter(p.node for p in pods if p.node and p.deleting_since is None)
-        published: list[WorkloadMetrics] = []
         for t in ticks:
             if missing:
                 t.health = _replace(t.health, missing_metrics=missing)
-            published.append(await self._decide_and_act(t, now, leader, node_pods))
+            await self._decide_and_scale(t, now, leader, node_pods)
+        if view.nodepools is not None:
+            queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
+            self._fit_headroom_to_nodepools(ticks, view.nodepools, queued)
+        published = [await self._finish(t, now, leader) for t in ticks]
         if self._feed is not None:
             self._feed.publish(MetricsSnapshot(published))
         self.stats.ticks += 1
@@ -272,6 +286,8 @@ class Controller:
         t.template = view.templates.get(key)
         own = view.scales.get((spec.namespace, "Deployment", placeholder_name(spec.name)))
         t.placeholders = own.replicas if own is not None else None
+        t.buffers = view.buffers is not None
+        t.buffer = (view.buffers or {}).get((spec.namespace, placeholder_name(spec.name)))
         competitor = view.competitors.get(key, "")
         t.health = _replace(t.health, competitor=competitor)
         try:
@@ -380,10 +396,10 @@ class Controller:
 
     # --- decide and act ---
 
-    async def _decide_and_act(
+    async def _decide_and_scale(
         self, t: _Tick, now: float, leader: bool, node_pods: Counter[str]
-    ) -> WorkloadMetrics:
-        """Decide, scale and write status; returns what the metrics servers serve of it."""
+    ) -> None:
+        """Decide at the policy's interval and write the scale when the count changes."""
         w, spec = t.workload, t.workload.spec
         name = f"{spec.namespace}/{spec.name}"
         replicas = tuple(replica_of(p) for p in t.pods)
@@ -394,6 +410,15 @@ class Controller:
             self.stats.decisions[(name, str(w.decision.reason))] += 1
         current = t.scale.replicas if t.scale is not None else None
         desired = spec.workload.clamp(w.wanted) if w.wanted is not None else current
+        headroom = w.decision.headroom if w.decision is not None else 0
+        if spec.schedules and desired is not None:
+            lead = spec.workload.node_provision_seconds + spec.workload.cold_start_seconds
+            floor = floor_at(spec.schedules, now, lead_seconds=lead)
+            raised, headroom = floor.merge(
+                desired=desired, headroom=headroom, maximum=spec.workload.max_replicas
+            )
+            t.scheduled = floor.why if raised > desired else ""
+            desired = raised
         if t.health.missing_metrics and current is not None and desired is not None:
             desired = max(desired, current)  # never lower the count on missing data
         act = (
@@ -406,8 +431,47 @@ class Controller:
         )
         if act:
             await self._scale(t, current, desired, node_pods, now)
+        t.desired = desired
+        if w.decision is not None and spec.placeholders and not t.health.competitor:
+            t.headroom = max(0, headroom)
+
+    def _fit_headroom_to_nodepools(
+        self, ticks: list[_Tick], nodepools: list[dict], queued: list[PoolDemand]
+    ) -> None:
+        """Cut each workload's headroom to what its Karpenter NodePool's limits leave,
+        planning every workload's replicas and headroom together with Kueue's pending
+        Workloads (`queued`; see `core.nodepools`, `core.kueue`)."""
+        demands = [
+            PoolDemand(
+                workload=f"{t.workload.spec.namespace}/{t.workload.spec.name}",
+                node_pool=t.workload.spec.node_pool,
+                shape=t.workload.spec.workload.shape,
+                replicas=t.desired or 0,
+                headroom=t.headroom,
+                gpus_per_node=t.workload.spec.workload.gpus_per_node,
+            )
+            for t in ticks
+        ]
+        fitted = pool_headroom(nodepools, demands + queued)
+        for t, d in zip(ticks, demands, strict=True):
+            if not on_nodepool(d, nodepools):
+                continue
+            held = fitted[d.workload]
+            t.headroom = held.granted
+            t.health = _replace(
+                t.health,
+                node_pool=held.node_pool or d.node_pool or "by weight",
+                node_pool_limit=held.message,
+            )
+
+    async def _finish(self, t: _Tick, now: float, leader: bool) -> WorkloadMetrics:
+        """Keep the headroom, write status; returns what the metrics servers serve of it."""
+        w, spec = t.workload, t.workload.spec
+        name = f"{spec.namespace}/{spec.name}"
+        desired = t.desired
         if leader and w.decision is not None and not t.health.scale_error:
-            await self._keep_placeholders(t, w.decision.headroom)
+            await self._keep_headroom(t, t.headroom)
+        replicas = tuple(replica_of(p) for p in t.pods)
         if desired is not None:
             self.stats.desired[name] = desired
         self.stats.max_replicas[name] = spec.workload.max_replicas
@@ -428,14 +492,41 @@ class Controller:
             now=now,
         )
 
-    async def _keep_placeholders(self, t: _Tick, headroom: int) -> None:
-        """Keep `headroom` placeholder pods standing for the target's replicas (see
-        `core.placeholders`); none when the spec says so, another autoscaler owns the
-        target, or its pod template is unknown (kinds other than Deployment and
-        StatefulSet). A failure costs only the placeholders, counted and logged."""
+    async def _keep_headroom(self, t: _Tick, headroom: int) -> None:
+        """Keep `headroom` replicas' worth of GPU capacity ahead of the target: as a
+        CapacityBuffer where its CRD is installed (see `core.buffers`; placeholder pods
+        left from before go to zero), else as placeholder pods (see `core.placeholders`).
+        None when the spec says so, another autoscaler owns the target (`t.headroom` is 0
+        then), or its pod template is unknown (kinds other than Deployment and
+        StatefulSet). A failure costs only the headroom, counted and logged."""
+        want = headroom
+        if t.buffers:
+            await self._keep_buffer(t, want)
+            want = 0
+        await self._keep_placeholders(t, want)
+
+    async def _keep_buffer(self, t: _Tick, want: int) -> None:
         spec = t.workload.spec
         name = f"{spec.namespace}/{spec.name}"
-        want = max(0, headroom) if spec.placeholders and not t.health.competitor else 0
+        if t.template is None or t.buffer == want or (t.buffer is None and not want):
+            self.stats.buffers[name] = t.buffer or 0
+            return
+        owner = {"namespace": spec.namespace, "autoscaler": spec.name, "autoscaler_uid": spec.uid}
+        template = pod_template(**owner, template_spec=t.template)
+        buffer = capacity_buffer(**owner, replicas=want)
+        try:
+            await asyncio.to_thread(
+                self._cluster.write_buffer, template, buffer, exists=t.buffer is not None
+            )
+        except KubeError as err:
+            self.stats.errors[f"kube_{err.kind}"] += 1
+            log.warning("%s: cannot keep a CapacityBuffer of %d: %s", name, want, err)
+            return
+        self.stats.buffers[name] = want
+
+    async def _keep_placeholders(self, t: _Tick, want: int) -> None:
+        spec = t.workload.spec
+        name = f"{spec.namespace}/{spec.name}"
         if t.template is None or t.placeholders == want or (t.placeholders is None and not want):
             self.stats.placeholders[name] = t.placeholders or 0
             return
@@ -481,6 +572,8 @@ class Controller:
         decision = w.decision
         reason = str(decision.reason) if decision else "Scaled"
         message = decision.message if decision else ""
+        if t.scheduled:
+            reason, message = "ScheduledWindow", f"{t.scheduled}; the policy: {message}"
         await self._event(
             spec,
             "Normal",

@@ -30,6 +30,11 @@ class SelfMetrics:
             s.placeholders,
         )
         yield _per_workload(
+            "capacity_buffer_replicas",
+            "CapacityBuffer chunks kept for the node headroom the policy asked for.",
+            s.buffers,
+        )
+        yield _per_workload(
             "missing_metrics",
             "1 while the workload is held because its signals are missing.",
             {name: int(held) for name, held in s.missing_metrics.items()},

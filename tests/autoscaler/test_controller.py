@@ -16,6 +16,7 @@ from kubernetes import client
 
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.core.observation import Observation
+from gpufleet.autoscaler.core.placeholders import placeholder_deployment
 from gpufleet.autoscaler.core.policy import Decision, Policy
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
@@ -185,8 +186,170 @@ async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
         priority = client.SchedulingV1Api(api).read_priority_class("gpufleet-placeholder")
         assert (priority.value, priority.preemption_policy) == (-10, "Never")
         assert ctl.stats.placeholders["llm/chat"] == 3
+        assert buffer(api) is None  # no CapacityBuffer CRD in this cluster
         policy.headroom = 0  # the forecast no longer needs nodes ahead: give them back
         await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 0)
+    finally:
+        await prom.close()
+
+
+BUFFERS = ("autoscaling.x-k8s.io", "v1beta1", NS, "capacitybuffers")
+
+
+def buffer(api: client.ApiClient) -> dict | None:
+    try:
+        return client.CustomObjectsApi(api).get_namespaced_custom_object(
+            *BUFFERS, "chat-placeholder"
+        )
+    except client.ApiException:
+        return None
+
+
+async def test_where_the_capacity_buffer_crd_is_installed_headroom_is_a_buffer(
+    serving_pod: str, prometheus_for
+) -> None:
+    """Cluster Autoscaler's CapacityBuffer instead of placeholder pods: a PodTemplate of
+    one replica's GPUs and a buffer of `headroom` chunks naming it; placeholder pods left
+    from before the CRD was installed go to zero."""
+    with FakeApiServer(install=("capacitybuffers.autoscaling.x-k8s.io",)) as server:
+        config = client.Configuration()
+        config.host = server.url
+        with client.ApiClient(config) as api:
+            deploy(api, gpus=2)
+            prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
+            autoscaler(api, KEDA_SPEC)
+            ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+            try:
+                await ctl.tick()
+                (workload,) = ctl._workloads.values()
+                old = placeholder_deployment(
+                    namespace=NS,
+                    autoscaler="chat",
+                    autoscaler_uid=workload.spec.uid,
+                    replicas=2,
+                    template_spec={},
+                )
+                client.AppsV1Api(api).create_namespaced_deployment(NS, old)
+                workload.policy = policy = WithHeadroom(workload.policy, 3)
+                workload.next_decision_at = 0.0
+                await ticks_until(ctl, lambda: buffer(api) is not None)
+                made = buffer(api)
+                assert made["spec"] == {
+                    "provisioningStrategy": "buffer.x-k8s.io/active-capacity",
+                    "podTemplateRef": {"name": "chat-placeholder"},
+                    "replicas": 3,
+                }
+                template = client.CoreV1Api(api).read_namespaced_pod_template(
+                    "chat-placeholder", NS
+                )
+                limits = template.template.spec.containers[0].resources.limits
+                assert limits == {"nvidia.com/gpu": "2"}  # one replica's
+                assert placeholder(api).spec.replicas == 0
+                assert ctl.stats.buffers["llm/chat"] == 3
+                policy.headroom = 1
+                await ticks_until(ctl, lambda: buffer(api)["spec"]["replicas"] == 1)
+                assert placeholder(api).spec.replicas == 0
+            finally:
+                await prom.close()
+
+
+NODEPOOLS = ("karpenter.sh", "v1", "nodepools")
+
+
+async def test_a_nodepool_limit_caps_the_headroom_and_says_so(
+    api: client.ApiClient, serving_pod: str, prometheus_for
+) -> None:
+    """Karpenter launches no node past `spec.limits`: placeholders beyond it would pend
+    forever. The controller keeps what the limit leaves after the replicas, with a
+    NodeHeadroom condition saying why, and all of it once the limit is raised."""
+    custom = client.CustomObjectsApi(api)
+    pool = {"metadata": {"name": "h100"}, "spec": {"limits": {"nvidia.com/gpu": "2"}}}
+    custom.create_cluster_custom_object(*NODEPOOLS, pool)
+    deploy(api, gpus=2)
+    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
+    autoscaler(
+        api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
+    )
+    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    try:
+        await ctl.tick()
+        (workload,) = ctl._workloads.values()
+        workload.policy = WithHeadroom(workload.policy, 3)
+        workload.next_decision_at = 0.0
+        # one node of 2 GPUs, taken by the replicas: no room for any placeholder
+        await ticks_until(
+            ctl, lambda: conditions(api).get("NodeHeadroom") == ("False", "NodePoolLimit")
+        )
+        (limited,) = [c for c in status(api)["conditions"] if c["type"] == "NodeHeadroom"]
+        assert "h100 has room for 0 of 3" in limited["message"]
+        assert placeholder(api) is None
+        desired = status(api)["desiredReplicas"]
+        limit = {"spec": {"limits": {"nvidia.com/gpu": str(2 * (desired + 3))}}}
+        custom.patch_cluster_custom_object(*NODEPOOLS, "h100", limit)
+        await ticks_until(ctl, lambda: placeholder(api) is not None)
+        assert placeholder(api).spec.replicas == 3
+        await ticks_until(
+            ctl, lambda: conditions(api)["NodeHeadroom"] == ("True", "WithinNodePoolLimits")
+        )
+    finally:
+        await prom.close()
+
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2", NS, "workloads")
+
+
+async def test_pending_kueue_workloads_take_their_gpus_from_the_headroom(
+    api: client.ApiClient, serving_pod: str, prometheus_for
+) -> None:
+    """A queued training job's GPUs count in its NodePool's limit as soon as it is queued:
+    the headroom shrinks to what is left, and comes back once Kueue admits it (its pods
+    are then ordinary pods the plan does not double count)."""
+    custom = client.CustomObjectsApi(api)
+    deploy(api, gpus=2)
+    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
+    autoscaler(
+        api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
+    )
+    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    try:
+        await ctl.tick()
+        (workload,) = ctl._workloads.values()
+        workload.policy = WithHeadroom(workload.policy, 3)
+        workload.next_decision_at = 0.0
+        await ticks_until(ctl, lambda: status(api).get("desiredReplicas") is not None)
+        desired = status(api)["desiredReplicas"]
+        limit = {"nvidia.com/gpu": str(2 * (desired + 3))}  # room for all 3 placeholders
+        pool = {"metadata": {"name": "h100"}, "spec": {"limits": limit}}
+        custom.create_cluster_custom_object(*NODEPOOLS, pool)
+        await ticks_until(ctl, lambda: placeholder(api) is not None)
+        assert placeholder(api).spec.replicas == 3
+        gpus = {"nvidia.com/gpu": "2"}
+        job = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "train"},
+            "spec": {
+                "queueName": "batch",
+                "podSets": [
+                    {
+                        "name": "main",
+                        "count": 2,
+                        "template": {
+                            "spec": {
+                                "nodeSelector": {"karpenter.sh/nodepool": "h100"},
+                                "containers": [{"name": "t", "resources": {"limits": gpus}}],
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+        custom.create_namespaced_custom_object(*KUEUE, job)
+        await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 1)
+        assert conditions(api)["NodeHeadroom"] == ("False", "NodePoolLimit")
+        admitted = {"status": {"conditions": [{"type": "Admitted", "status": "True"}]}}
+        custom.patch_namespaced_custom_object_status(*KUEUE, "train", admitted)
+        await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 3)
     finally:
         await prom.close()
 
@@ -204,6 +367,25 @@ async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:
     assert ctl.stats.errors["prometheus_unavailable"] >= 1
     (name,) = ctl.stats.missing_metrics
     assert ctl.stats.missing_metrics[name] is True and ctl.stats.max_replicas[name] > 0
+
+
+async def test_an_open_scheduled_window_sets_the_floor(api: client.ApiClient) -> None:
+    """`spec.schedules`: a window open now raises the count to its minReplicas even with
+    no signal at all (the forecast's count is only ever raised), with an Event saying
+    which window."""
+    deploy(api, replicas=1)
+    always = {"name": "office", "schedule": "* * * * *", "duration": "1h", "minReplicas": 3}
+    autoscaler(api, {**KEDA_SPEC, "schedules": [always]})
+    ctl, prom = controller(api, "http://127.0.0.1:9")  # no metrics: the count is held
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert scale(api) == 3
+    events = client.EventsV1Api(api).list_namespaced_event(NS).items
+    (event,) = [e for e in events if e.action == "Scale" and e.type == "Normal"]
+    assert event.reason == "ScheduledWindow"
+    assert event.note.startswith("1 -> 3 replicas: schedule office open")
 
 
 async def test_it_refuses_to_fight_an_hpa(api: client.ApiClient, serving_pod: str) -> None:

@@ -70,9 +70,23 @@ def placeholder_deployment(
     target's pod template spec): their GPUs and placement, none of their work. Owned by
     the GPUAutoscaler, so deleting it deletes them."""
     labels = {OWNER_LABEL: autoscaler}
+    spec = {"priorityClassName": PRIORITY_CLASS, **placeholder_pod_spec(template_spec)}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": owned_metadata(namespace=namespace, autoscaler=autoscaler, uid=autoscaler_uid),
+        "spec": {
+            "replicas": max(0, replicas),
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
+
+
+def placeholder_pod_spec(template_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """One placeholder: a pause container holding one replica's GPUs, placed as it is."""
     requests = gpu_requests(template_spec)
     spec: dict[str, Any] = {
-        "priorityClassName": PRIORITY_CLASS,
         "terminationGracePeriodSeconds": 0,  # give the GPUs back at once when preempted
         "automountServiceAccountToken": False,
         "containers": [
@@ -84,26 +98,23 @@ def placeholder_deployment(
         ],
     }
     spec.update({k: template_spec[k] for k in _PLACEMENT if k in template_spec})
+    return spec
+
+
+def owned_metadata(*, namespace: str, autoscaler: str, uid: str) -> dict[str, Any]:
+    """Metadata of an object holding a GPUAutoscaler's headroom: named for it, labelled,
+    owned by it (deleting the GPUAutoscaler deletes the object)."""
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": placeholder_name(autoscaler),
-            "namespace": namespace,
-            "labels": {**labels, "app.kubernetes.io/managed-by": "gpufleet"},
-            "ownerReferences": [
-                {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": KIND,
-                    "name": autoscaler,
-                    "uid": autoscaler_uid,
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": {
-            "replicas": max(0, replicas),
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": spec},
-        },
+        "name": placeholder_name(autoscaler),
+        "namespace": namespace,
+        "labels": {OWNER_LABEL: autoscaler, "app.kubernetes.io/managed-by": "gpufleet"},
+        "ownerReferences": [
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": autoscaler,
+                "uid": uid,
+                "controller": True,
+            }
+        ],
     }

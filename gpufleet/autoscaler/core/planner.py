@@ -14,9 +14,15 @@ The three steps:
    (or the node group's layout); time-sliced replicas pack `shares_per_gpu` per GPU.
    Workloads sharing a shape and a node group share GPUs.
 2. **Units -> nodes.** First-fit decreasing on GPUs per node, per node group, up to the
-   group's `max_nodes`; what does not fit is reported, not dropped silently.
+   group's cap (`max_nodes`, and a Karpenter NodePool's `spec.limits`); what does not fit
+   is reported, not dropped silently.
 3. **Headroom.** Placeholder replicas go through the same packing after the real ones, so
-   the node count includes the nodes they keep warm.
+   the node count includes the nodes they keep warm. Under a cap, real replicas come
+   first and placeholders get what is left, one replica at a time round the workloads:
+   a plan never holds capacity the group cannot provide.
+
+A demand that names no group goes to the highest-`weight` group offering its shape, as
+Karpenter tries NodePools.
 """
 
 import math
@@ -40,6 +46,16 @@ class NodeGroup:
     # mixed strategy, re-partitioned per GPU), at INSTANCES_PER_GPU_80GB. False with no layout:
     # whole GPUs, which also serve time-sliced shares.
     mig_per_profile: bool = False
+    weight: int = 0  # Karpenter's spec.weight: higher is tried first
+    max_gpus: int | None = None  # Karpenter's spec.limits nvidia.com/gpu; None: no limit
+
+    @property
+    def node_cap(self) -> int:
+        """The most nodes the group can have: max_nodes, and no more nodes than keep its
+        GPU capacity within `max_gpus` (Karpenter launches no node past a limit)."""
+        if self.max_gpus is None:
+            return self.max_nodes
+        return min(self.max_nodes, self.max_gpus // max(1, self.gpus_per_node))
 
     @property
     def is_mig(self) -> bool:
@@ -70,13 +86,14 @@ class PlaceholderPods:
     workload: str
     node_group: str
     shape: GpuShape
-    replicas: int
+    replicas: int  # what the group has room for
+    wanted: int  # what the policy asked for
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeGroupPlan:
     name: str
-    nodes: int  # nodes the demand and placeholders need (capped at max_nodes)
+    nodes: int  # nodes the demand and placeholders need (capped at node_cap)
     gpus_needed: int  # GPUs the units need, placeholders included
     gpus_for_replicas: int  # of which for real replicas
     unplaced_gpus: int  # GPUs that did not fit under max_nodes
@@ -103,22 +120,37 @@ def plan_capacity(
     reasons: list[str] = []
     chosen: dict[str, list[WorkloadDemand]] = {g.name: [] for g in groups}
     by_name = {g.name: g for g in groups}
+    by_weight = tuple(sorted(groups, key=lambda g: -g.weight))  # stable: list order within
     for d in demands:
-        group = _group_for(d, groups, by_name)
+        group = _group_for(d, by_weight, by_name)
         if group is None:
             reasons.append(f"{d.name}: no node group offers {_shape_label(d.shape)}; skipped")
         else:
             chosen[group.name].append(d)
-    plans = [_plan_group(g, chosen[g.name], reasons) for g in groups]
-    placeholders = tuple(
-        PlaceholderPods(
-            workload=d.name, node_group=g.name, shape=d.shape, replicas=d.headroom_replicas
+    plans, placeholders = [], []
+    for g in groups:
+        granted = _grant_headroom(g, chosen[g.name])
+        plans.append(_plan_group(g, chosen[g.name], granted, reasons))
+        placeholders.extend(
+            PlaceholderPods(
+                workload=d.name,
+                node_group=g.name,
+                shape=d.shape,
+                replicas=granted[d.name],
+                wanted=d.headroom_replicas,
+            )
+            for d in chosen[g.name]
+            if d.headroom_replicas > 0
         )
-        for g in groups
-        for d in chosen[g.name]
-        if d.headroom_replicas > 0
+        reasons.extend(
+            f"{d.name}: {g.name} has room for {granted[d.name]} of {d.headroom_replicas} "
+            f"placeholder replicas ({_cap_label(g)})"
+            for d in chosen[g.name]
+            if granted[d.name] < d.headroom_replicas
+        )
+    return CapacityPlan(
+        node_groups=tuple(plans), placeholders=tuple(placeholders), reasons=tuple(reasons)
     )
-    return CapacityPlan(node_groups=tuple(plans), placeholders=placeholders, reasons=tuple(reasons))
 
 
 def gpu_units(counts: dict[GpuShape, int], group: NodeGroup) -> list[int]:
@@ -178,24 +210,50 @@ def _offers(group: NodeGroup, shape: GpuShape) -> bool:
     return shape.kind is ShapeKind.SHARED or 1 <= shape.gpus <= group.gpus_per_node
 
 
+def _grant_headroom(group: NodeGroup, demands: list[WorkloadDemand]) -> dict[str, int]:
+    """Placeholder replicas per workload that fit under the group's cap after every real
+    replica: all of them when they fit, else one at a time round the workloads (in
+    order) while the packing stays within the cap."""
+    granted = {d.name: d.headroom_replicas for d in demands}
+
+    def fits() -> bool:
+        units = _units(group, demands, granted)
+        return len(pack_nodes(units, gpus_per_node=group.gpus_per_node)) <= group.node_cap
+
+    if fits():
+        return granted
+    granted = dict.fromkeys(granted, 0)
+    growing = [d for d in demands if d.headroom_replicas > 0]
+    while growing:
+        for d in list(growing):
+            granted[d.name] += 1
+            if not fits():
+                granted[d.name] -= 1
+                growing.remove(d)
+            elif granted[d.name] == d.headroom_replicas:
+                growing.remove(d)
+    return granted
+
+
 def _plan_group(
-    group: NodeGroup, demands: list[WorkloadDemand], reasons: list[str]
+    group: NodeGroup, demands: list[WorkloadDemand], granted: dict[str, int], reasons: list[str]
 ) -> NodeGroupPlan:
-    """Pack real replicas first, then placeholders; cap at max_nodes."""
-    real = _units(group, demands, placeholders=False)
-    total = _units(group, demands, placeholders=True)
+    """Pack real replicas first, then the placeholders granted; cap at node_cap."""
+    real = _units(group, demands, {})
+    total = _units(group, demands, granted)
     gpus_real = sum(real)
     gpus_total = sum(total)
     used = pack_nodes(total, gpus_per_node=group.gpus_per_node)  # GPUs used per node
     nodes = len(used)
     unplaced = 0
-    if nodes > group.max_nodes:
-        unplaced = gpus_total - sum(used[: group.max_nodes])
+    cap = group.node_cap
+    if nodes > cap:
+        unplaced = gpus_total - sum(used[:cap])
+        limit = f"max_nodes {group.max_nodes}" if cap == group.max_nodes else _cap_label(group)
         reasons.append(
-            f"{group.name}: needs {nodes} nodes, capped at max_nodes {group.max_nodes}; "
-            f"{unplaced} GPUs unplaced"
+            f"{group.name}: needs {nodes} nodes, capped at {limit}; {unplaced} GPUs unplaced"
         )
-        nodes = group.max_nodes
+        nodes = cap
     if demands:
         reasons.append(
             f"{group.name}: {gpus_real} GPUs for replicas + {gpus_total - gpus_real} for "
@@ -210,13 +268,23 @@ def _plan_group(
     )
 
 
-def _units(group: NodeGroup, demands: list[WorkloadDemand], *, placeholders: bool) -> list[int]:
-    """GPU units for the group; workloads of one shape share GPUs (MIG slices, shares)."""
+def _units(group: NodeGroup, demands: list[WorkloadDemand], headroom: dict[str, int]) -> list[int]:
+    """GPU units for the group's replicas plus `headroom` placeholders per workload;
+    workloads of one shape share GPUs (MIG slices, shares)."""
     counts: dict[GpuShape, int] = {}
     for d in demands:
-        n = d.replicas + (d.headroom_replicas if placeholders else 0)
+        n = d.replicas + headroom.get(d.name, 0)
         counts[d.shape] = counts.get(d.shape, 0) + n
     return gpu_units(counts, group)
+
+
+def _cap_label(group: NodeGroup) -> str:
+    if group.max_gpus is not None and group.node_cap < group.max_nodes:
+        return (
+            f"limit nvidia.com/gpu {group.max_gpus}: {group.node_cap} nodes of "
+            f"{group.gpus_per_node}"
+        )
+    return f"max_nodes {group.max_nodes}"
 
 
 def _shape_label(shape: GpuShape) -> str:

@@ -11,6 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.autoscaler.core.schedules import (
+    ScheduleError,
+    Window,
+    parse_cron,
+    parse_duration,
+    zone,
+)
 from gpufleet.autoscaler.core.workload import (
     Behavior,
     GpuShape,
@@ -105,6 +112,14 @@ FIELDS: dict[str, Rule] = {
     "keda": Rule("object"),
     "keda.queueTarget": Rule("number", default=10, minimum=0.001),
     "keda.pollingIntervalSeconds": Rule("integer", default=30, minimum=1),
+    "schedules": Rule("array"),
+    "schedules[]": Rule("object"),
+    "schedules[].name": Rule("string", required=True),
+    "schedules[].schedule": Rule("string", required=True),
+    "schedules[].duration": Rule("string", required=True),
+    "schedules[].timeZone": Rule("string", default="UTC"),
+    "schedules[].minReplicas": Rule("integer", default=0, minimum=0),
+    "schedules[].headroomReplicas": Rule("integer", default=0, minimum=0),
 }
 
 
@@ -148,6 +163,7 @@ class AutoscalerSpec:
     keda_queue_target: float = 10.0
     keda_polling_interval_seconds: float = 30.0
     custom_behavior: bool = False  # spec.behavior is set: the operator's, for any policy
+    schedules: tuple[Window, ...] = ()  # spec.schedules: cron windows' floors
 
 
 def parse_spec(obj: Mapping[str, Any]) -> AutoscalerSpec:
@@ -200,7 +216,42 @@ def parse_spec(obj: Mapping[str, Any]) -> AutoscalerSpec:
         keda_queue_target=float(values["keda.queueTarget"]),
         keda_polling_interval_seconds=float(values["keda.pollingIntervalSeconds"]),
         custom_behavior=bool(spec.get("behavior")),
+        schedules=_windows(spec.get("schedules") or (), maximum=hi),
     )
+
+
+def _windows(items: Any, *, maximum: int) -> tuple[Window, ...]:
+    """`spec.schedules` (already checked against FIELDS) -> Windows; a cron, duration or
+    zone that cannot be read, or a floor above maxReplicas, names its item's field."""
+    windows = []
+    for i, item in enumerate(items):
+        where = f"spec.schedules[{i}]"
+        try:
+            cron = parse_cron(item["schedule"])
+        except ScheduleError as err:
+            raise SpecError(f"{where}.schedule", str(err)) from None
+        try:
+            duration = parse_duration(item["duration"])
+        except ScheduleError as err:
+            raise SpecError(f"{where}.duration", str(err)) from None
+        try:
+            time_zone = zone(item.get("timeZone", FIELDS["schedules[].timeZone"].default))
+        except ScheduleError as err:
+            raise SpecError(f"{where}.timeZone", str(err)) from None
+        floor = item.get("minReplicas", 0)
+        if floor > maximum:
+            raise SpecError(f"{where}.minReplicas", f"{floor} is more than maxReplicas {maximum}")
+        windows.append(
+            Window(
+                name=item["name"],
+                cron=cron,
+                duration_seconds=duration,
+                time_zone=time_zone,
+                min_replicas=floor,
+                headroom_replicas=item.get("headroomReplicas", 0),
+            )
+        )
+    return tuple(windows)
 
 
 def _check(prefix: str, node: Mapping[str, Any], where: str | None = None) -> dict[str, Any]:

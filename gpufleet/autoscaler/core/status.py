@@ -7,6 +7,9 @@
   failed: the count is held, never lowered), else True `ValidMetricFound`.
 - `ScalingLimited`: True `TooFewReplicas`/`TooManyReplicas` when min or max bound the
   policy's wish, `RateLimited` when the workload's behavior did, else False.
+- `NodeHeadroom`, for a workload planned on Karpenter NodePools: False `NodePoolLimit`
+  when a pool's `spec.limits` leave room for less headroom than the policy asked (the
+  message says how much), else True `WithinNodePoolLimits`.
 A condition keeps its `lastTransitionTime` while its status stays the same. Pure.
 """
 
@@ -31,6 +34,8 @@ class Health:
     scale_error: str = ""  # "FailedGetScale: ..." or "FailedUpdateScale: ..."
     competitor: str = ""  # "HorizontalPodAutoscaler/name"
     missing_metrics: str = ""
+    node_pool: str = ""  # the Karpenter NodePool the headroom was planned on; "": none
+    node_pool_limit: str = ""  # why it holds less headroom than asked
 
 
 def conditions(
@@ -42,7 +47,8 @@ def conditions(
     maximum: int,
     rate_limited: bool,
 ) -> tuple[Condition, ...]:
-    """The three conditions for one tick; `wanted` is the policy's count before bounds."""
+    """The conditions for one tick (`NodeHeadroom` only where a NodePool was planned);
+    `wanted` is the policy's count before bounds."""
     if health.scale_error:
         reason, _, message = health.scale_error.partition(": ")
         able = Condition("AbleToScale", "False", reason, message)
@@ -91,7 +97,18 @@ def conditions(
             "DesiredWithinRange",
             f"the desired count {desired} is within range",
         )
-    return able, active, limited
+    if not health.node_pool:
+        return able, active, limited
+    if health.node_pool_limit:
+        headroom = Condition("NodeHeadroom", "False", "NodePoolLimit", health.node_pool_limit)
+    else:
+        headroom = Condition(
+            "NodeHeadroom",
+            "True",
+            "WithinNodePoolLimits",
+            f"NodePool {health.node_pool} has room for the headroom the policy asked for",
+        )
+    return able, active, limited, headroom
 
 
 def condition_list(

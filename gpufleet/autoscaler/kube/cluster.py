@@ -7,6 +7,7 @@ from typing import Any
 
 from kubernetes import client
 
+from gpufleet.autoscaler.core.buffers import BUFFER_GROUP, BUFFER_PLURAL, BUFFER_VERSION
 from gpufleet.autoscaler.core.replicas import DELETION_COST, PodState
 from gpufleet.autoscaler.core.spec import GROUP, PLURAL, VERSION, TargetRef
 from gpufleet.core.selectors import selector_string
@@ -14,6 +15,9 @@ from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
 
 MERGE_PATCH = "application/merge-patch+json"
 KEDA = ("keda.sh", "v1alpha1", "scaledobjects")
+NODEPOOLS = ("karpenter.sh", "v1", "nodepools")
+KUEUE_WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
+KUEUE_FLAVORS = ("kueue.x-k8s.io", "v1beta2", "resourceflavors")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +48,14 @@ class ClusterView:
     # (namespace, kind, name) -> the pod template's spec, for Deployments and StatefulSets:
     # what one replica asks for, which its placeholders copy
     templates: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    # (namespace, name) -> spec.replicas of each CapacityBuffer; None where the CRD is not
+    # installed (then headroom is held as placeholder pods)
+    buffers: dict[tuple[str, str], int] | None = None
+    # Karpenter's NodePools; None where Karpenter is not installed
+    nodepools: list[dict[str, Any]] | None = None
+    # Kueue's Workloads and ResourceFlavors, read only when there are NodePools to plan on
+    kueue_workloads: list[dict[str, Any]] = field(default_factory=list)
+    kueue_flavors: list[dict[str, Any]] = field(default_factory=list)
 
 
 APPS_KINDS = ("Deployment", "StatefulSet")
@@ -62,8 +74,9 @@ class Cluster:
     # --- reads ---
 
     def view(self) -> ClusterView:
-        """Everything a tick reads, in six list calls (the ScaledObject list is skipped
-        when KEDA is not installed)."""
+        """Everything a tick reads, in eight list calls, ten where Karpenter is installed
+        (Kueue's Workloads and ResourceFlavors); the lists of a CRD that is not installed
+        answer 404 and count as none."""
         scales: dict[tuple[str, str, str], ScaleView] = {}
         templates: dict[tuple[str, str, str], dict[str, Any]] = {}
         for kind, call in (
@@ -81,7 +94,40 @@ class Cluster:
             scales=scales,
             competitors=self._competitors(),
             templates=templates,
+            buffers=self._buffers(),
+            **self._node_plan_inputs(),
         )
+
+    def _node_plan_inputs(self) -> dict[str, Any]:
+        nodepools = self._installed_list(*NODEPOOLS)
+        if nodepools is None:
+            return {}
+        workloads = self._installed_list(*KUEUE_WORKLOADS) or []
+        flavors = (self._installed_list(*KUEUE_FLAVORS) or []) if workloads else []
+        return {"nodepools": nodepools, "kueue_workloads": workloads, "kueue_flavors": flavors}
+
+    def _installed_list(self, group: str, version: str, plural: str) -> list[dict] | None:
+        """Every object of a custom resource; None where its CRD is not installed."""
+        try:
+            answer = kube_call(
+                lambda: self._custom.list_cluster_custom_object(group, version, plural)
+            )
+        except KubeError as err:
+            if err.kind is KubeErrorKind.NOT_FOUND:
+                return None
+            raise
+        return list(answer.get("items") or [])
+
+    def _buffers(self) -> dict[tuple[str, str], int] | None:
+        buffers = self._installed_list(BUFFER_GROUP, BUFFER_VERSION, BUFFER_PLURAL)
+        if buffers is None:
+            return None
+        out = {}
+        for buffer in buffers:
+            meta = buffer.get("metadata") or {}
+            replicas = (buffer.get("spec") or {}).get("replicas")
+            out[(meta.get("namespace", ""), meta.get("name", ""))] = int(replicas or 0)
+        return out
 
     def _competitors(self) -> dict[tuple[str, str, str], str]:
         out: dict[tuple[str, str, str], str] = {}
@@ -90,13 +136,7 @@ class Cluster:
             meta = hpa["metadata"]
             key = (meta.get("namespace", ""), ref.get("kind", ""), ref.get("name", ""))
             out.setdefault(key, f"HorizontalPodAutoscaler/{meta['name']}")
-        try:
-            objects = kube_call(lambda: self._custom.list_cluster_custom_object(*KEDA))
-        except KubeError as err:
-            if err.kind is KubeErrorKind.NOT_FOUND:  # KEDA is not installed
-                return out
-            raise
-        for so in objects.get("items") or []:
+        for so in self._installed_list(*KEDA) or []:
             ref = (so.get("spec") or {}).get("scaleTargetRef") or {}
             meta = so.get("metadata") or {}
             key = (meta.get("namespace", ""), ref.get("kind", "Deployment"), ref.get("name", ""))
@@ -183,6 +223,37 @@ class Cluster:
             )
         else:
             kube_call(lambda: self._apps.create_namespaced_deployment(meta["namespace"], body))
+
+    def write_buffer(
+        self, template: dict[str, Any], buffer: dict[str, Any], *, exists: bool
+    ) -> None:
+        """Create or update a CapacityBuffer and the PodTemplate it names (first, so the
+        buffer never names a template that is not there)."""
+        meta = template["metadata"]
+        try:
+            kube_call(
+                lambda: self._core.create_namespaced_pod_template(meta["namespace"], template)
+            )
+        except KubeError as err:
+            if err.kind is not KubeErrorKind.CONFLICT:
+                raise
+            kube_call(
+                lambda: self._core.patch_namespaced_pod_template(
+                    meta["name"],
+                    meta["namespace"],
+                    {"template": template["template"]},
+                    _content_type=MERGE_PATCH,
+                )
+            )
+        args = (BUFFER_GROUP, BUFFER_VERSION, meta["namespace"], BUFFER_PLURAL)
+        if exists:
+            kube_call(
+                lambda: self._custom.patch_namespaced_custom_object(
+                    *args, meta["name"], {"spec": buffer["spec"]}, _content_type=MERGE_PATCH
+                )
+            )
+        else:
+            kube_call(lambda: self._custom.create_namespaced_custom_object(*args, buffer))
 
     def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None:
         patch = {"metadata": {"annotations": {DELETION_COST: str(cost)}}}

@@ -12,6 +12,11 @@
   (each pod takes the `nvidia.com/gpu` its container limits ask, 1 by default) makes new
   nodes of `gpus_per_node` GPUs appear after `node_provision_seconds`; a node empty for
   `node_idle_seconds` goes.
+- Cluster Autoscaler's CapacityBuffers (autoscaling.x-k8s.io/v1beta1, where served): each
+  holds `spec.replicas` chunks shaped like its PodTemplate as free GPUs. Like CA's virtual
+  buffer pods they are never bound; they only make nodes appear (what fits nowhere counts
+  as pending) and keep the nodes they fill from going idle. The buffer controller's
+  status (replicas, podTemplateRef, ReadyForProvisioning) follows.
 - A kubelet: a pod bound to a ready node turns Ready `cold_start_seconds` later; a deleted
   pod terminates for `termination_seconds` (with a deletionTimestamp) before it goes.
 
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpufleet.autoscaler.core.buffers import ACTIVE_CAPACITY  # the default strategy
 from gpufleet.core.selectors import selector_string
 from gpufleet.lab.kubeapi.objects import ApiError
 from gpufleet.lab.kubeapi.resources import RESOURCES
@@ -37,6 +43,8 @@ log = logging.getLogger(__name__)
 _RES = {(r.group, r.plural): r for r in RESOURCES}
 DEPLOYMENTS, PODS, NODES = _RES[("apps", "deployments")], _RES[("", "pods")], _RES[("", "nodes")]
 PRIORITY_CLASSES = _RES[("scheduling.k8s.io", "priorityclasses")]
+POD_TEMPLATES = _RES[("", "podtemplates")]
+BUFFERS = _RES[("autoscaling.x-k8s.io", "capacitybuffers")]
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 GPU = "nvidia.com/gpu"
 
@@ -69,6 +77,7 @@ class LabCluster:
         self._node_ready_at: dict[str, float] = {}
         self._node_empty_since: dict[str, float] = {}
         self._nominated: dict[tuple[str, str], str] = {}  # preemptor -> node being freed
+        self._buffered: set[str] = set()  # nodes whose free GPUs hold buffer chunks
         self._next_node = 0
         self._task: asyncio.Task | None = None
         now = clock()
@@ -207,12 +216,77 @@ class LabCluster:
                 self._nominated[key] = node
                 continue
             pending_gpus += need
+        pending_gpus += self._hold_buffers(free, now)
         coming = sum(1 for at in self._node_ready_at.values() if at > now)
         needed = math.ceil(pending_gpus / self.timing.gpus_per_node) - coming
         for _ in range(max(0, needed)):
             if len(self._node_ready_at) >= self.timing.max_nodes:
                 break
             self._add_node(now, ready_at=now + self.timing.node_provision_seconds)
+
+    def _hold_buffers(self, free: dict[str, int], now: float) -> int:
+        """Place every active CapacityBuffer's chunks on the GPUs left free (fullest node
+        first, as pods bind); returns the GPUs of the chunks that fit nowhere."""
+        self._buffered = set()
+        unplaced = 0
+        for buffer in self.store.list(BUFFERS, None):
+            spec, meta = buffer.get("spec") or {}, buffer["metadata"]
+            strategy = spec.get("provisioningStrategy") or ACTIVE_CAPACITY
+            ref = (spec.get("podTemplateRef") or {}).get("name", "")
+            try:
+                template = self.store.get(POD_TEMPLATES, meta["namespace"], ref)
+            except ApiError:
+                template = None
+            if strategy != ACTIVE_CAPACITY or template is None:
+                self._buffer_status(buffer, None, now)
+                continue
+            need = _gpus(template.get("template") or {})
+            chunks = max(0, int(spec.get("replicas") or 0))
+            for _ in range(chunks):
+                fits = [n for n, f in free.items() if f >= need]
+                if fits:
+                    node = min(fits, key=lambda n: (free[n], n))
+                    free[node] -= need
+                    self._buffered.add(node)
+                else:
+                    unplaced += need
+            self._buffer_status(buffer, chunks, now)
+        return unplaced
+
+    def _buffer_status(self, buffer: dict[str, Any], chunks: int | None, now: float) -> None:
+        """What CA's buffer controller reports: the chunks it provisions for, or why none."""
+        spec, meta = buffer.get("spec") or {}, buffer["metadata"]
+        ready = chunks is not None
+        status: dict[str, Any] = {
+            "provisioningStrategy": spec.get("provisioningStrategy") or ACTIVE_CAPACITY,
+            "conditions": [
+                {
+                    "type": "ReadyForProvisioning",
+                    "status": "True" if ready else "False",
+                    "reason": "AttributesSetSuccessfully" if ready else "PodTemplateNotFound",
+                    "message": "" if ready else "no PodTemplate of that name, or another strategy",
+                    "lastTransitionTime": timestamp(now),
+                }
+            ],
+        }
+        # null removes a field in a merge patch: a buffer that is no longer ready has none
+        status["replicas"] = chunks
+        status["podTemplateRef"] = dict(spec["podTemplateRef"]) if ready else None
+        old = buffer.get("status") or {}
+
+        def fields(s: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in s.items() if k != "conditions" and v is not None}
+
+        was = [c.get("status") for c in old.get("conditions") or ()]
+        if fields(old) != fields(status) or was != [c["status"] for c in status["conditions"]]:
+            self.store.patch(
+                BUFFERS,
+                meta["namespace"],
+                meta["name"],
+                {"status": status},
+                content_type="application/merge-patch+json",
+                subresource="status",
+            )
 
     def _bind(self, pod: dict[str, Any], node: str, now: float) -> None:
         meta = pod["metadata"]
@@ -289,6 +363,7 @@ class LabCluster:
 
     def _scale_nodes(self, now: float) -> None:
         used = {(p.get("spec") or {}).get("nodeName") for p in self.store.list(PODS, None)}
+        used |= self._buffered
         for name, ready_at in list(self._node_ready_at.items()):
             if ready_at > now or name in used or len(self._node_ready_at) <= 1:
                 self._node_empty_since.pop(name, None)

@@ -1,8 +1,8 @@
 """The resources the fake API server serves: group, version, names, scope and subresources.
 
-Facts from the Kubernetes API (and the CRDs' own manifests for KEDA, Karpenter and
-gpufleet), so discovery, URL paths and kinds are what the official client and kubectl
-expect. Pure data.
+Facts from the Kubernetes API (and the CRDs' own manifests for KEDA, Karpenter, Kueue,
+Cluster Autoscaler's CapacityBuffer and gpufleet), so discovery, URL paths and kinds are
+what the official client and kubectl expect. Pure data.
 """
 
 from dataclasses import dataclass
@@ -24,6 +24,9 @@ class Resource:
     # Strategic merge patch is served for built-in types only; a real API server answers 415
     # for it on a custom resource, which a client must not find out in production first.
     builtin: bool = True
+    # A CRD a cluster may lack (its presence changes what clients do): served only by a
+    # server told it is installed.
+    optional: bool = False
 
     @property
     def group_version(self) -> str:
@@ -79,6 +82,13 @@ RESOURCES: tuple[Resource, ...] = (
         singular="service",
         short_names=("svc",),
         status=True,
+    ),
+    Resource(
+        group="",
+        version="v1",
+        plural="podtemplates",
+        kind="PodTemplate",
+        singular="podtemplate",
     ),
     Resource(
         group="",
@@ -201,6 +211,36 @@ RESOURCES: tuple[Resource, ...] = (
         singular="gpuautoscaler",
         short_names=("gpa",),
         status=True,
+    ),
+    # kubernetes-sigs/kueue config/components/crd/bases (v1beta2: the storage version)
+    _crd(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "workloads",
+        "Workload",
+        singular="workload",
+        short_names=("kwl", "kueueworkload", "kueueworkloads"),
+        status=True,
+    ),
+    _crd(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "resourceflavors",
+        "ResourceFlavor",
+        namespaced=False,
+        singular="resourceflavor",
+        short_names=("flavor", "flavors", "rf"),
+    ),
+    # kubernetes/autoscaler cluster-autoscaler/apis/capacitybuffer/autoscaling.x-k8s.io/v1beta1
+    _crd(
+        "autoscaling.x-k8s.io",
+        "v1beta1",
+        "capacitybuffers",
+        "CapacityBuffer",
+        singular="capacitybuffer",
+        short_names=("cb",),
+        status=True,
+        optional=True,
     ),
     _crd(
         "leaderworkerset.x-k8s.io",

@@ -76,6 +76,7 @@ class _Target:
 @dataclass(slots=True)
 class _State:
     store: ObjectStore
+    resources: dict[tuple[str, str], Resource]  # (group/version, plural) -> what is served
     faults: Faults = field(default_factory=Faults)
     requests: list[RequestRecord] = field(default_factory=list)
 
@@ -92,10 +93,20 @@ class FakeApiServer:
         clock: Callable[[], float] | None = None,
         port: int = 0,
         event_history: int = EVENT_HISTORY,
+        install: tuple[str, ...] = (),
     ) -> None:
-        """`event_history`: how many writes a watch can resume across (older: 410)."""
+        """`event_history`: how many writes a watch can resume across (older: 410).
+        `install`: optional CRDs to serve, as `{plural}.{group}` (a CRD's name)."""
         self.store = ObjectStore(clock=clock or time.time, event_history=event_history)
-        self._state = _State(store=self.store)
+        unknown = set(install) - {f"{r.plural}.{r.group}" for r in RESOURCES if r.optional}
+        if unknown:
+            raise ValueError(f"install: no optional CRD {sorted(unknown)}")
+        served = {
+            (r.group_version, r.plural): r
+            for r in RESOURCES
+            if not r.optional or f"{r.plural}.{r.group}" in install
+        }
+        self._state = _State(store=self.store, resources=served)
         self._port = port
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -218,7 +229,7 @@ class FakeApiServer:
         return web.json_response(body, status=status)
 
     async def _watch(self, request: web.Request) -> web.StreamResponse:
-        target = _target([s for s in request.path.split("/") if s])
+        target = _target(self._state, [s for s in request.path.split("/") if s])
         if target is None or target.name:
             raise ApiError(
                 code=404, reason="NotFound", message="watch needs a collection of a resource"
@@ -255,11 +266,11 @@ async def _answer(state: _State, request: web.Request) -> dict[str, Any]:
             ],
         }
     if segments == ["apis"]:
-        return _group_list()
+        return _group_list(state)
     if segments[:1] == ["api"] and len(segments) == 2:
-        return _resource_list(segments[1])
+        return _resource_list(state, segments[1])
     if segments[:1] == ["apis"] and len(segments) == 3:
-        return _resource_list(f"{segments[1]}/{segments[2]}")
+        return _resource_list(state, f"{segments[1]}/{segments[2]}")
     if segments == ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]:
         if request.method != "POST":
             raise _not_allowed(request.method)
@@ -268,7 +279,7 @@ async def _answer(state: _State, request: web.Request) -> dict[str, Any]:
             await _json(request) or {},
             lambda plural, ns: store.list(_BY_PATH[(_RBAC, plural)], ns),
         )
-    target = _target(segments)
+    target = _target(state, segments)
     if target is None:
         raise ApiError(
             code=404, reason="NotFound", message="the server could not find the requested resource"
@@ -334,7 +345,7 @@ async def _serve_target(state: _State, request: web.Request, t: _Target) -> dict
     raise _not_allowed(method)
 
 
-def _target(segments: list[str]) -> _Target | None:
+def _target(state: _State, segments: list[str]) -> _Target | None:
     """Parse a resource path: `/api/v1/...` or `/apis/{group}/{version}/...`."""
     if segments[:1] == ["api"] and len(segments) > 2:
         gv, rest = segments[1], segments[2:]
@@ -342,12 +353,13 @@ def _target(segments: list[str]) -> _Target | None:
         gv, rest = f"{segments[1]}/{segments[2]}", segments[3:]
     else:
         return None
-    if rest[0] == "namespaces" and len(rest) >= 3 and (gv, rest[2]) in _BY_PATH:
-        res = _BY_PATH[(gv, rest[2])]
+    served = state.resources
+    if rest[0] == "namespaces" and len(rest) >= 3 and (gv, rest[2]) in served:
+        res = served[(gv, rest[2])]
         if not res.namespaced or len(rest) > 5:
             return None
         return _Target(res=res, namespace=rest[1], name=_at(rest, 3), subresource=_at(rest, 4))
-    res = _BY_PATH.get((gv, rest[0]))
+    res = served.get((gv, rest[0]))
     if res is None or len(rest) > 3:
         return None
     if res.namespaced and len(rest) > 1:
@@ -374,9 +386,9 @@ def _not_allowed(method: str) -> ApiError:
     )
 
 
-def _group_list() -> dict[str, Any]:
+def _group_list(state: _State) -> dict[str, Any]:
     groups: dict[str, list[str]] = {}
-    for r in RESOURCES:
+    for r in state.resources.values():
         if r.group and r.version not in groups.setdefault(r.group, []):
             groups[r.group].append(r.version)
     return {
@@ -393,8 +405,8 @@ def _group_list() -> dict[str, Any]:
     }
 
 
-def _resource_list(group_version: str) -> dict[str, Any]:
-    resources = [r for r in RESOURCES if r.group_version == group_version]
+def _resource_list(state: _State, group_version: str) -> dict[str, Any]:
+    resources = [r for r in state.resources.values() if r.group_version == group_version]
     if not resources:
         raise ApiError(code=404, reason="NotFound", message=f"no group version {group_version}")
     entries: list[dict[str, Any]] = []

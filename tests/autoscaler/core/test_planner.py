@@ -179,3 +179,78 @@ def test_plan_reason_splits_replicas_and_placeholders() -> None:
     assert plan.reasons == ("h100: 9 GPUs for replicas + 3 for placeholders -> 2 nodes of 8",)
     (g,) = plan.node_groups
     assert (g.gpus_for_replicas, g.gpus_needed) == (9, 12)
+
+
+LIMITED = NodeGroup(name="h100", gpus_per_node=8, max_nodes=10, max_gpus=16)  # 2 nodes
+
+
+@pytest.mark.parametrize(
+    ("demands", "groups", "want_placeholders", "want_nodes"),
+    [
+        pytest.param(
+            (WorkloadDemand(name="a", replicas=8, headroom_replicas=8),),
+            (LIMITED,),
+            {"a": 8},
+            {"h100": 2},
+            id="headroom-within-the-gpu-limit-is-all-held",
+        ),
+        pytest.param(
+            (WorkloadDemand(name="a", replicas=12, headroom_replicas=8),),
+            (LIMITED,),
+            {"a": 4},
+            {"h100": 2},
+            id="replicas-first-placeholders-get-what-the-limit-leaves",
+        ),
+        pytest.param(
+            (
+                WorkloadDemand(name="a", replicas=4, headroom_replicas=8),
+                WorkloadDemand(name="b", replicas=4, headroom_replicas=8),
+            ),
+            (LIMITED,),
+            {"a": 4, "b": 4},
+            {"h100": 2},
+            id="the-limits-room-is-shared-round-the-workloads",
+        ),
+        pytest.param(
+            (WorkloadDemand(name="a", replicas=20, headroom_replicas=2),),
+            (LIMITED,),
+            {"a": 0},
+            {"h100": 2},
+            id="replicas-past-the-limit-leave-no-headroom",
+        ),
+        pytest.param(
+            (WorkloadDemand(name="a", shape=gpu(3), replicas=0, headroom_replicas=6),),
+            (NodeGroup(name="h100", gpus_per_node=8, max_gpus=20),),
+            {"a": 4},
+            {"h100": 2},
+            id="a-limit-caps-whole-nodes-tp3-packs-two-per-node",
+        ),
+        pytest.param(
+            (WorkloadDemand(name="a", replicas=1, headroom_replicas=1),),
+            (NodeGroup(name="spot", weight=10), NodeGroup(name="reserved", weight=50)),
+            {"a": 1},
+            {"spot": 0, "reserved": 1},
+            id="an-unnamed-demand-goes-to-the-highest-weight",
+        ),
+    ],
+)
+def test_plan_honours_nodepool_limits_and_weights(
+    demands: tuple[WorkloadDemand, ...],
+    groups: tuple[NodeGroup, ...],
+    want_placeholders: dict[str, int],
+    want_nodes: dict[str, int],
+) -> None:
+    plan = plan_capacity(demands, groups)
+    assert {p.workload: p.replicas for p in plan.placeholders} == want_placeholders
+    assert {g.name: g.nodes for g in plan.node_groups} == want_nodes
+    assert {p.workload: p.wanted for p in plan.placeholders} == {
+        d.name: d.headroom_replicas for d in demands if d.headroom_replicas
+    }
+
+
+def test_a_capped_headroom_is_named_in_the_reasons() -> None:
+    plan = plan_capacity((WorkloadDemand(name="a", replicas=12, headroom_replicas=8),), (LIMITED,))
+    assert (
+        "a: h100 has room for 4 of 8 placeholder replicas (limit nvidia.com/gpu 16: 2 nodes of 8)"
+        in plan.reasons
+    )

@@ -113,6 +113,17 @@ def test_a_full_spec() -> None:
     assert (spec.keda_queue_target, spec.keda_polling_interval_seconds) == (4.0, 10.0)
 
 
+OFFICE = {"name": "office", "schedule": "0 8 * * mon-fri", "duration": "10h", "minReplicas": 2}
+
+
+def test_schedules_are_read_with_their_defaults() -> None:
+    spec = parse_spec(gpa({**MINIMAL, "schedules": [OFFICE]}))
+    (window,) = spec.schedules
+    assert (window.name, window.duration_seconds, window.min_replicas) == ("office", 36000, 2)
+    assert (window.time_zone.key, window.headroom_replicas) == ("UTC", 0)
+    assert window.cron.weekdays == frozenset({1, 2, 3, 4, 5})
+
+
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
@@ -146,6 +157,31 @@ def test_a_full_spec() -> None:
             {**MINIMAL, "signals": {"queries": {"queue": "x"}}},
             "spec.signals.queries.queue",
             id="unknown-signal",
+        ),
+        pytest.param(
+            {**MINIMAL, "schedules": [{**OFFICE, "schedule": "0 8 * *"}]},
+            "spec.schedules[0].schedule",
+            id="schedule-cron",
+        ),
+        pytest.param(
+            {**MINIMAL, "schedules": [OFFICE, {**OFFICE, "duration": "10"}]},
+            "spec.schedules[1].duration",
+            id="schedule-duration",
+        ),
+        pytest.param(
+            {**MINIMAL, "schedules": [{**OFFICE, "timeZone": "Mars/Base"}]},
+            "spec.schedules[0].timeZone",
+            id="schedule-zone",
+        ),
+        pytest.param(
+            {**MINIMAL, "schedules": [{**OFFICE, "minReplicas": 99}]},
+            "spec.schedules[0].minReplicas",
+            id="schedule-floor-over-max",
+        ),
+        pytest.param(
+            {**MINIMAL, "schedules": [{"name": "x", "schedule": "@daily"}]},
+            "spec.schedules[0].duration",
+            id="schedule-without-duration",
         ),
     ],
 )

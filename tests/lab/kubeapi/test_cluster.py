@@ -7,10 +7,13 @@ from typing import Any
 
 from helpers.clock import ManualClock
 
+from gpufleet.autoscaler.core.buffers import capacity_buffer, pod_template
 from gpufleet.autoscaler.core.placeholders import placeholder_deployment, priority_class
 from gpufleet.lab.kubeapi.cluster import (
+    BUFFERS,
     DEPLOYMENTS,
     NODES,
+    POD_TEMPLATES,
     PODS,
     PRIORITY_CLASSES,
     ClusterTiming,
@@ -41,7 +44,7 @@ def _deployment(name: str, replicas: int) -> dict[str, Any]:
     }
 
 
-def _world(placeholders: int) -> tuple[ObjectStore, LabCluster, ManualClock]:
+def _world(placeholders: int, *, buffer: int = 0) -> tuple[ObjectStore, LabCluster, ManualClock]:
     clock = ManualClock()
     store = ObjectStore(clock=clock)
     store.create(NAMESPACES, "", {"metadata": {"name": NS}})
@@ -56,6 +59,10 @@ def _world(placeholders: int) -> tuple[ObjectStore, LabCluster, ManualClock]:
             template_spec=TEMPLATE,
         )
         store.create(DEPLOYMENTS, NS, body)
+    if buffer:
+        owner = {"namespace": NS, "autoscaler": "vllm", "autoscaler_uid": "u"}
+        store.create(POD_TEMPLATES, NS, pod_template(**owner, template_spec=TEMPLATE))
+        store.create(BUFFERS, NS, capacity_buffer(**owner, replicas=buffer))
     cluster = LabCluster(store, timing=TIMING, clock=clock)
     return store, cluster, clock
 
@@ -69,9 +76,9 @@ def _ready(store: ObjectStore, app: str) -> int:
     return sum(1 for p in store.list(PODS, NS, label_selector=f"app={app}") if is_ready(p))
 
 
-def _burst_ready_after(placeholders: int) -> float:
+def _burst_ready_after(placeholders: int, *, buffer: int = 0) -> float:
     """Seconds from a scale-up of 4 replicas (a second node's worth) to all 8 Ready."""
-    store, cluster, clock = _world(placeholders)
+    store, cluster, clock = _world(placeholders, buffer=buffer)
     _run(cluster, clock, 400)  # steady: 4 replicas Ready; placeholders on a second node
     assert _ready(store, "vllm") == 4
     store.patch(
@@ -133,3 +140,41 @@ def test_a_placeholder_never_preempts_anything() -> None:
     store.create(DEPLOYMENTS, NS, body)
     _run(cluster, clock, 5)
     assert _ready(store, "vllm") == 4  # nothing evicted
+
+
+def test_a_capacity_buffer_makes_the_provisioner_add_nodes_and_keep_them() -> None:
+    """Cluster Autoscaler's CapacityBuffer: its chunks are never pods, yet a node comes up
+    for them and stays while the buffer asks for it; the status says what CA holds."""
+    store, cluster, clock = _world(placeholders=0, buffer=4)
+    _run(cluster, clock, 400)  # past node_idle_seconds: an unheld empty node would be gone
+    assert len(store.list(NODES, None)) == 2
+    assert len(store.list(PODS, NS)) == 4  # the replicas only
+    status = store.get(BUFFERS, NS, "vllm-placeholder")["status"]
+    assert (status["replicas"], status["podTemplateRef"]) == (4, {"name": "vllm-placeholder"})
+    assert status["conditions"][0]["type"] == "ReadyForProvisioning"
+    store.patch(
+        BUFFERS,
+        NS,
+        "vllm-placeholder",
+        {"spec": {"replicas": 0}},
+        content_type="application/merge-patch+json",
+    )
+    _run(cluster, clock, 100)
+    assert len(store.list(NODES, None)) == 1  # the headroom given back
+
+
+def test_replicas_bind_to_a_buffers_nodes_without_preempting_anything() -> None:
+    with_buffer = _burst_ready_after(placeholders=0, buffer=4)
+    # No node provisioning, no placeholder to evict: a cold start.
+    assert with_buffer <= 60 + 5
+    assert with_buffer < _burst_ready_after(placeholders=0) - 150
+
+
+def test_a_buffer_without_its_pod_template_holds_nothing() -> None:
+    store, cluster, clock = _world(placeholders=0)
+    owner = {"namespace": NS, "autoscaler": "vllm", "autoscaler_uid": "u"}
+    store.create(BUFFERS, NS, capacity_buffer(**owner, replicas=4))
+    _run(cluster, clock, 400)
+    assert len(store.list(NODES, None)) == 1
+    (condition,) = store.get(BUFFERS, NS, "vllm-placeholder")["status"]["conditions"]
+    assert (condition["type"], condition["status"]) == ("ReadyForProvisioning", "False")

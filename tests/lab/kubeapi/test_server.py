@@ -329,3 +329,25 @@ def test_kubectl_drives_it(server: FakeApiServer, tmp_path: Path) -> None:
     kubectl("scale", "deployment/vllm-a", "--replicas=6")
     assert kubectl("get", "deployment", "vllm-a", "-o", "jsonpath={.spec.replicas}") == "6"
     assert "vllm-a" in kubectl("get", "deploy", "-n", "default")
+
+
+def test_an_optional_crd_is_served_only_where_installed() -> None:
+    """A cluster without Cluster Autoscaler's CapacityBuffer CRD answers 404 for it, as a
+    real one does: what a client's discovery of the CRD relies on."""
+    buffers = ("autoscaling.x-k8s.io", "v1beta1", "capacitybuffers")
+    for install, listed in (((), False), (("capacitybuffers.autoscaling.x-k8s.io",), True)):
+        with FakeApiServer(install=install) as s:
+            config = client.Configuration()
+            config.host = s.url
+            with client.ApiClient(config) as api:
+                groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
+                assert ("autoscaling.x-k8s.io" in groups) is listed
+                custom = client.CustomObjectsApi(api)
+                if listed:
+                    assert custom.list_cluster_custom_object(*buffers)["items"] == []
+                else:
+                    with pytest.raises(ApiException) as err:
+                        custom.list_cluster_custom_object(*buffers)
+                    assert err.value.status == 404
+    with pytest.raises(ValueError, match="no optional CRD"):
+        FakeApiServer(install=("nodepools.karpenter.sh",))

@@ -1,0 +1,84 @@
+"""Kueue's pending Workloads as GPU demand: which count, on which pool, and how they move
+the node plan (Kueue's v1beta2 field names)."""
+
+import pytest
+
+from gpufleet.autoscaler.core.kueue import pending_demands
+from gpufleet.autoscaler.core.nodepools import PoolDemand, pool_headroom
+from gpufleet.autoscaler.core.workload import GpuShape
+
+
+def workload(
+    name: str = "train",
+    *,
+    gpus: object = "4",
+    pods: int = 2,
+    conditions: tuple[str, ...] = (),
+    pool: str = "",
+    flavor: str = "",
+    active: bool | None = None,
+) -> dict:
+    spec: dict = {
+        "containers": [{"name": "t", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]
+    }
+    if pool:
+        spec["nodeSelector"] = {"karpenter.sh/nodepool": pool}
+    body: dict = {
+        "metadata": {"namespace": "ml", "name": name},
+        "spec": {"podSets": [{"name": "main", "count": pods, "template": {"spec": spec}}]},
+        "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]},
+    }
+    if active is not None:
+        body["spec"]["active"] = active
+    if flavor:
+        body["status"]["admission"] = {
+            "clusterQueue": "cq",
+            "podSetAssignments": [{"name": "main", "flavors": {"nvidia.com/gpu": flavor}}],
+        }
+    return body
+
+
+FLAVORS = [
+    {"metadata": {"name": "h100-flavor"}, "spec": {"nodeLabels": {"karpenter.sh/nodepool": "h100"}}}
+]
+
+
+@pytest.mark.parametrize(
+    ("wl", "want"),
+    [
+        pytest.param(workload(), [("kueue:ml/train/main", "", 4, 2)], id="pending-counts"),
+        pytest.param(workload(conditions=("Admitted",)), [], id="admitted-has-its-pods"),
+        pytest.param(workload(conditions=("Finished",)), [], id="finished"),
+        pytest.param(workload(active=False), [], id="deactivated"),
+        pytest.param(
+            workload(conditions=("QuotaReserved",), flavor="h100-flavor"),
+            [("kueue:ml/train/main", "h100", 4, 2)],
+            id="quota-reserved-not-admitted-on-its-flavors-pool",
+        ),
+        pytest.param(workload(pool="a100"), [("kueue:ml/train/main", "a100", 4, 2)], id="pinned"),
+        pytest.param(workload(gpus=None), [], id="no-gpus-no-demand"),
+        pytest.param(workload(gpus="x"), [], id="unreadable-quantity-skipped"),
+        pytest.param({"spec": {"podSets": ["bad"]}}, [], id="malformed-skipped"),
+    ],
+)
+def test_pending_workloads_are_demand(wl: dict, want: list) -> None:
+    got = pending_demands([wl], FLAVORS)
+    assert [(d.workload, d.node_pool, d.shape.gpus, d.replicas) for d in got] == want
+
+
+def test_kueue_workloads_move_the_node_plan() -> None:
+    """16 GPUs of limit: a serving workload's 8 replicas leave 8 for its headroom, until a
+    queued training job wants 8 of them."""
+    pools = [{"metadata": {"name": "h100"}, "spec": {"limits": {"nvidia.com/gpu": "16"}}}]
+    serving = PoolDemand(
+        workload="llm/chat",
+        node_pool="h100",
+        shape=GpuShape(),
+        replicas=8,
+        headroom=8,
+        gpus_per_node=8,
+    )
+    assert pool_headroom(pools, [serving])["llm/chat"].granted == 8
+    queued = pending_demands([workload(gpus="4", pods=2, pool="h100")], [])
+    held = pool_headroom(pools, [serving, *queued])["llm/chat"]
+    assert (held.granted, held.wanted) == (0, 8)
