@@ -113,6 +113,7 @@ class Stats:
     errors: Counter[str] = field(default_factory=Counter)  # kind
     desired: dict[str, int] = field(default_factory=dict)
     current: dict[str, int] = field(default_factory=dict)
+    ready: dict[str, int] = field(default_factory=dict)  # serving: Ready and not terminating
     max_replicas: dict[str, int] = field(default_factory=dict)
     placeholders: dict[str, int] = field(default_factory=dict)  # placeholder pods kept
     buffers: dict[str, int] = field(default_factory=dict)  # CapacityBuffer chunks kept
@@ -478,6 +479,7 @@ class Controller:
         self.stats.missing_metrics[name] = bool(t.health.missing_metrics)  # the reason, or ''
         running = sum(1 for r in replicas if r.state is not ReplicaState.TERMINATING)
         self.stats.current[name] = running
+        self.stats.ready[name] = sum(1 for r in replicas if r.state is ReplicaState.READY)
         if leader:
             await self._write_status(t, running, desired, now)
         return workload_metrics(

@@ -19,6 +19,7 @@ class SelfMetrics:
         s = self._stats()
         yield _per_workload("desired_replicas", "Replicas the last decision asked for.", s.desired)
         yield _per_workload("current_replicas", "Replicas starting or ready.", s.current)
+        yield _per_workload("ready_replicas", "Replicas Ready and serving.", s.ready)
         yield _per_workload(
             "max_replicas",
             "The workload's maxReplicas (alerts: pinned at the ceiling).",

@@ -16,12 +16,9 @@ def autoscaler() -> dict:
             "Replicas: desired, current, ready, max",
             target(f"gpufleet_autoscaler_desired_replicas{W}", "{{workload}} desired"),
             target(f"gpufleet_autoscaler_current_replicas{W}", "{{workload}} current"),
-            target(
-                f"count by (namespace) (count by (namespace, pod) (vllm:num_requests_running{S}))",
-                "{{namespace}} serving",
-            ),
+            target(f"gpufleet_autoscaler_ready_replicas{W}", "{{workload}} ready"),
             target(f"gpufleet_autoscaler_max_replicas{W}", "{{workload}} max"),
-            description="Serving: pods whose vLLM metrics Prometheus scrapes, per namespace; the autoscaler exports no ready count (kube-state-metrics' kube_deployment_status_replicas_ready has it).",
+            description="Current: replicas starting or ready; ready: Ready and serving.",
         ),
         ts(
             "Decisions by reason",

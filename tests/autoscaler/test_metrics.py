@@ -10,6 +10,7 @@ def test_per_workload_gauges_give_the_alert_rules_what_they_need() -> None:
     stats = Stats(
         desired={"ml/chat": 8},
         current={"ml/chat": 8},
+        ready={"ml/chat": 6},
         max_replicas={"ml/chat": 8},
         missing_metrics={"ml/chat": True},
     )
@@ -19,6 +20,7 @@ def test_per_workload_gauges_give_the_alert_rules_what_they_need() -> None:
     for line in (
         'gpufleet_autoscaler_desired_replicas{workload="ml/chat"} 8.0',
         'gpufleet_autoscaler_current_replicas{workload="ml/chat"} 8.0',
+        'gpufleet_autoscaler_ready_replicas{workload="ml/chat"} 6.0',
         'gpufleet_autoscaler_max_replicas{workload="ml/chat"} 8.0',
         'gpufleet_autoscaler_missing_metrics{workload="ml/chat"} 1.0',
     ):
