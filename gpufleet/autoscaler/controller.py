@@ -509,48 +509,61 @@ class Controller:
 
     async def _keep_buffer(self, t: _Tick, want: int) -> None:
         spec = t.workload.spec
-        name = f"{spec.namespace}/{spec.name}"
-        if t.template is None or t.buffer == want or (t.buffer is None and not want):
-            self.stats.buffers[name] = t.buffer or 0
-            return
         owner = {"namespace": spec.namespace, "autoscaler": spec.name, "autoscaler_uid": spec.uid}
-        template = pod_template(**owner, template_spec=t.template)
-        buffer = capacity_buffer(**owner, replicas=want)
-        try:
-            await asyncio.to_thread(
-                self._cluster.write_buffer, template, buffer, exists=t.buffer is not None
+
+        def write() -> None:
+            self._cluster.write_buffer(
+                pod_template(**owner, template_spec=t.template),
+                capacity_buffer(**owner, replicas=want),
+                exists=t.buffer is not None,
             )
-        except KubeError as err:
-            self.stats.errors[f"kube_{err.kind}"] += 1
-            log.warning("%s: cannot keep a CapacityBuffer of %d: %s", name, want, err)
-            return
-        self.stats.buffers[name] = want
+
+        await self._keep(t, want, t.buffer, self.stats.buffers, "a CapacityBuffer of {}", write)
 
     async def _keep_placeholders(self, t: _Tick, want: int) -> None:
         spec = t.workload.spec
-        name = f"{spec.namespace}/{spec.name}"
-        if t.template is None or t.placeholders == want or (t.placeholders is None and not want):
-            self.stats.placeholders[name] = t.placeholders or 0
-            return
-        body = placeholder_deployment(
-            namespace=spec.namespace,
-            autoscaler=spec.name,
-            autoscaler_uid=spec.uid,
-            replicas=want,
-            template_spec=t.template,
-        )
-        try:
+
+        def write() -> None:
             if not self._priority_class_ready:
-                await asyncio.to_thread(self._cluster.ensure_priority_class, priority_class())
+                self._cluster.ensure_priority_class(priority_class())
                 self._priority_class_ready = True
-            await asyncio.to_thread(
-                self._cluster.write_placeholders, body, exists=t.placeholders is not None
+            body = placeholder_deployment(
+                namespace=spec.namespace,
+                autoscaler=spec.name,
+                autoscaler_uid=spec.uid,
+                replicas=want,
+                template_spec=t.template,
             )
+            self._cluster.write_placeholders(body, exists=t.placeholders is not None)
+
+        await self._keep(
+            t, want, t.placeholders, self.stats.placeholders, "{} placeholder pods", write
+        )
+
+    async def _keep(
+        self,
+        t: _Tick,
+        want: int,
+        current: int | None,
+        kept: dict[str, int],
+        what: str,
+        write: Callable[[], None],
+    ) -> None:
+        """What both forms of headroom share: `write` (in a thread) only when `want`
+        differs from what the cluster holds (`current`; None: no object yet) and the
+        target's pod template is known; a failure is counted and logged, never raised."""
+        spec = t.workload.spec
+        name = f"{spec.namespace}/{spec.name}"
+        if t.template is None or current == want or (current is None and not want):
+            kept[name] = current or 0
+            return
+        try:
+            await asyncio.to_thread(write)
         except KubeError as err:
             self.stats.errors[f"kube_{err.kind}"] += 1
-            log.warning("%s: cannot keep %d placeholder pods: %s", name, want, err)
+            log.warning("%s: cannot keep %s: %s", name, what.format(want), err)
             return
-        self.stats.placeholders[name] = want
+        kept[name] = want
 
     async def _scale(
         self, t: _Tick, current: int, desired: int, node_pods: Counter[str], now: float
