@@ -12,11 +12,11 @@ KEDA hands the trigger's metadata map to every call as `ScaledObjectRef.scalerMe
   semantics.
 """
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpufleet.autoscaler.core.extmetrics import DESIRED_REPLICAS, METRICS
+from gpufleet.core.numbers import finite_float
 
 
 class MetadataError(ValueError):
@@ -57,9 +57,6 @@ def parse_metadata(metadata: Mapping[str, str]) -> ScalerTrigger:
 def _number(metadata: Mapping[str, str], key: str) -> float:
     text = metadata[key]
     try:
-        value = float(text)
-    except ValueError:
-        raise MetadataError(f"scalerMetadata.{key}: {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise MetadataError(f"scalerMetadata.{key}: {text!r} is not a finite number")
-    return value
+        return finite_float(text)
+    except ValueError as err:
+        raise MetadataError(f"scalerMetadata.{key}: {text!r} {err}") from None

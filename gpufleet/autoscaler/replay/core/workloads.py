@@ -21,6 +21,7 @@ import numpy as np
 
 from gpufleet.autoscaler.replay.core.trace import Trace, scale_trace, trace_from_arrays
 from gpufleet.core.messages import did_you_mean
+from gpufleet.core.numbers import finite_float
 
 # Keys every family takes: its length, base rate and request sizes.
 SIZE_KEYS: Mapping[str, float] = {
@@ -164,12 +165,9 @@ def _parse_mix(spec: str, pairs: Mapping[str, str]) -> Workload:
 
 def _number(spec: str, key: str, text: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        raise WorkloadError(f"workload {spec!r}: {key}={text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise WorkloadError(f"workload {spec!r}: {key}={text!r} is not a finite number")
-    return value
+        return finite_float(text)
+    except ValueError as err:
+        raise WorkloadError(f"workload {spec!r}: {key}={text!r} {err}") from None
 
 
 # Keys that may be negative (-1: "choose for me"), and those that may be 0.
