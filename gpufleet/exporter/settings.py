@@ -191,7 +191,9 @@ class ExporterSettings(BaseSettings):
         group=DCGM,
         help="Which entities to report: 'f' (every GPU and MIG instance; a MIG GPU keeps its "
         "whole-GPU fields, its instances their own), 'g[:range]' GPUs only, 'i[:range]' MIG "
-        "instances only (no whole-GPU fields); range like 0-3,5.",
+        "instances only (no whole-GPU fields); range like 0-3,5, of GPU indexes for 'g' and "
+        "of DCGM GPU-instance entity ids for 'i' (as dcgm-exporter: GPU n's instances from n "
+        "times its MIG device count, e.g. 7 for an H100's GPU 1).",
     )
     switch_devices: str = setting(
         "f",
