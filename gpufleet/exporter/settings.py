@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpufleet.settings import setting
+from gpufleet.settings import kube_url_setting, kubeconfig_setting, setting
 
 # Where dcgm-exporter's image keeps its CSV; when this default is absent, the embedded copy
 # of the same default list is used, so the exporter starts anywhere with no file.
@@ -159,22 +159,8 @@ class ExporterSettings(BaseSettings):
         "series go within one refresh. 5 s is 0.2 calls/s against the kubelet's 100/s limit.",
         gt=0,
     )
-    kube_url: str = setting(
-        "",
-        "GPUFLEET_KUBE_URL",
-        "--kube-url",
-        group=K8S,
-        help="Kubernetes API server URL with no authentication (the lab's fake API server), "
-        "for pod labels, DRA and -m. Empty: --kubeconfig, else the in-cluster service "
-        "account, else ~/.kube/config.",
-    )
-    kubeconfig: str = setting(
-        "",
-        "KUBECONFIG",
-        "--kubeconfig",
-        group=K8S,
-        help="kubeconfig file to use instead of the in-cluster service account.",
-    )
+    kube_url: str = kube_url_setting(group=K8S, used_for="for pod labels, DRA and -m")
+    kubeconfig: str = kubeconfig_setting(group=K8S)
     proc_root: Path = setting(
         Path("/proc"),
         "GPUFLEET_PROC_ROOT",
