@@ -73,6 +73,17 @@ def kubeconfig_setting(*, group: str) -> Any:
     )
 
 
+def sim_fleet_setting(*, group: str) -> Any:
+    """The `--sim-fleet` field of the daemons that read NVML (exporter, plugin)."""
+    return setting(
+        "",
+        "GPUFLEET_SIM_FLEET",
+        "--sim-fleet",
+        group=group,
+        help="Run on simulated NVML with this fleet, e.g. 8xH100 or 4xA100:mig=all-1g.10gb.",
+    )
+
+
 def _flags(info: FieldInfo) -> list[str]:
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     return list(extra.get("flags", []))

@@ -11,6 +11,7 @@ from gpufleet.settings import (
     kube_url_setting,
     kubeconfig_setting,
     load_settings,
+    sim_fleet_setting,
 )
 
 
@@ -306,3 +307,16 @@ def test_kube_connection_fields_read_flags_and_kubectl_env(monkeypatch):
     monkeypatch.setenv("GPUFLEET_KUBE_URL", "http://127.0.0.1:1")
     settings = load(["--kube-url", "http://127.0.0.1:2"], monkeypatch)
     assert (settings.kube_url, settings.kubeconfig) == ("http://127.0.0.1:2", "/k/config")
+
+
+@pytest.mark.parametrize(
+    "settings_cls", [ExporterSettings, PluginSettings], ids=["exporter", "plugin"]
+)
+def test_sim_fleet_is_the_shared_definition(settings_cls):
+    declared = settings_cls.model_fields["sim_fleet"]
+    made = sim_fleet_setting(group=declared.json_schema_extra["group"])
+    assert (declared.validation_alias, declared.description, declared.json_schema_extra) == (
+        made.validation_alias,
+        made.description,
+        made.json_schema_extra,
+    )

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpufleet.settings import kube_url_setting, kubeconfig_setting, setting
+from gpufleet.settings import kube_url_setting, kubeconfig_setting, setting, sim_fleet_setting
 
 # Where dcgm-exporter's image keeps its CSV; when this default is absent, the embedded copy
 # of the same default list is used, so the exporter starts anywhere with no file.
@@ -395,13 +395,7 @@ class ExporterSettings(BaseSettings):
         group=GPUFLEET,
         help="Hostname label value; defaults to the machine's hostname.",
     )
-    sim_fleet: str = setting(
-        "",
-        "GPUFLEET_SIM_FLEET",
-        "--sim-fleet",
-        group=GPUFLEET,
-        help="Run on simulated NVML with this fleet, e.g. 8xH100 or 4xA100:mig=all-1g.10gb.",
-    )
+    sim_fleet: str = sim_fleet_setting(group=GPUFLEET)
     stale_after_seconds: float = setting(
         0.0,
         "GPUFLEET_STALE_AFTER",

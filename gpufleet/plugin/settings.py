@@ -25,7 +25,7 @@ from gpufleet.plugin.core.config import (
 )
 from gpufleet.plugin.core.config_parse import parse_config
 from gpufleet.plugin.host.nfd_features import DEFAULT_FEATURES_FILE
-from gpufleet.settings import kube_url_setting, kubeconfig_setting, setting
+from gpufleet.settings import kube_url_setting, kubeconfig_setting, setting, sim_fleet_setting
 
 NVIDIA = "k8s-device-plugin compatible"
 GPUFLEET = "gpufleet"
@@ -262,13 +262,7 @@ class PluginSettings(BaseSettings):
     )
     kube_url: str = kube_url_setting(group=LABELS)
     kubeconfig: str = kubeconfig_setting(group=LABELS)
-    sim_fleet: str = setting(
-        "",
-        "GPUFLEET_SIM_FLEET",
-        "--sim-fleet",
-        group=GPUFLEET,
-        help="Run on simulated NVML with this fleet, e.g. 8xH100 or 4xA100:mig=all-1g.10gb.",
-    )
+    sim_fleet: str = sim_fleet_setting(group=GPUFLEET)
     metrics_address: str = setting(
         ":9401",
         "GPUFLEET_PLUGIN_METRICS_ADDRESS",
