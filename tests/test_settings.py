@@ -2,8 +2,17 @@
 
 import pytest
 
+from gpufleet.autoscaler.settings import AutoscalerSettings
 from gpufleet.exporter.settings import ExporterSettings
-from gpufleet.settings import SettingsError, build_parser, load_settings
+from gpufleet.plugin.settings import PluginSettings
+from gpufleet.settings import (
+    SettingsError,
+    build_parser,
+    kube_url_setting,
+    kubeconfig_setting,
+    load_settings,
+    sim_fleet_setting,
+)
 
 
 def load(argv, monkeypatch, env=None):
@@ -264,3 +273,50 @@ DCGM_FLAGS = [
 def test_every_dcgm_exporter_flag_is_known(flags):
     parser = build_parser(ExporterSettings, prog="gpufleet exporter", description="")
     assert [flag for flag in flags if flag not in parser._option_string_actions] == []
+
+
+@pytest.mark.parametrize(
+    ("settings_cls", "used_for"),
+    [
+        (ExporterSettings, "for pod labels, DRA and -m"),
+        (PluginSettings, ""),
+        (AutoscalerSettings, ""),
+    ],
+    ids=["exporter", "plugin", "autoscaler"],
+)
+def test_kube_connection_fields_are_the_shared_definition(settings_cls, used_for):
+    """--kube-url and --kubeconfig come from one factory in every daemon: same flags, env
+    vars, default and help (the exporter adds when it reads them), in the daemon's group."""
+    fields = settings_cls.model_fields
+    group = fields["kube_url"].json_schema_extra["group"]
+    for name, made in (
+        ("kube_url", kube_url_setting(group=group, used_for=used_for)),
+        ("kubeconfig", kubeconfig_setting(group=group)),
+    ):
+        declared = fields[name]
+        assert (declared.default, declared.validation_alias, declared.description) == (
+            made.default,
+            made.validation_alias,
+            made.description,
+        )
+        assert declared.json_schema_extra == made.json_schema_extra
+
+
+def test_kube_connection_fields_read_flags_and_kubectl_env(monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", "/k/config")
+    monkeypatch.setenv("GPUFLEET_KUBE_URL", "http://127.0.0.1:1")
+    settings = load(["--kube-url", "http://127.0.0.1:2"], monkeypatch)
+    assert (settings.kube_url, settings.kubeconfig) == ("http://127.0.0.1:2", "/k/config")
+
+
+@pytest.mark.parametrize(
+    "settings_cls", [ExporterSettings, PluginSettings], ids=["exporter", "plugin"]
+)
+def test_sim_fleet_is_the_shared_definition(settings_cls):
+    declared = settings_cls.model_fields["sim_fleet"]
+    made = sim_fleet_setting(group=declared.json_schema_extra["group"])
+    assert (declared.validation_alias, declared.description, declared.json_schema_extra) == (
+        made.validation_alias,
+        made.description,
+        made.json_schema_extra,
+    )

@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import AliasChoices
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpufleet.settings import setting
+from gpufleet.settings import kube_url_setting, kubeconfig_setting, setting
 
 SOURCES = "sources"
 LOOP = "control loop"
@@ -26,21 +26,8 @@ class AutoscalerSettings(BaseSettings):
         group=SOURCES,
         help="Prometheus to read the signals from (its HTTP API).",
     )
-    kube_url: str = setting(
-        "",
-        "GPUFLEET_KUBE_URL",
-        "--kube-url",
-        group=SOURCES,
-        help="Kubernetes API server URL with no authentication (the lab's fake API server). "
-        "Empty: --kubeconfig, else the in-cluster service account, else ~/.kube/config.",
-    )
-    kubeconfig: str = setting(
-        "",
-        "KUBECONFIG",
-        "--kubeconfig",
-        group=SOURCES,
-        help="kubeconfig file to use instead of the in-cluster service account.",
-    )
+    kube_url: str = kube_url_setting(group=SOURCES)
+    kubeconfig: str = kubeconfig_setting(group=SOURCES)
     tick_seconds: float = setting(
         1.0,
         "GPUFLEET_AUTOSCALER_TICK_SECONDS",

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpufleet.settings import setting
+from gpufleet.settings import kube_url_setting, kubeconfig_setting, setting, sim_fleet_setting
 
 # Where dcgm-exporter's image keeps its CSV; when this default is absent, the embedded copy
 # of the same default list is used, so the exporter starts anywhere with no file.
@@ -159,22 +159,8 @@ class ExporterSettings(BaseSettings):
         "series go within one refresh. 5 s is 0.2 calls/s against the kubelet's 100/s limit.",
         gt=0,
     )
-    kube_url: str = setting(
-        "",
-        "GPUFLEET_KUBE_URL",
-        "--kube-url",
-        group=K8S,
-        help="Kubernetes API server URL with no authentication (the lab's fake API server), "
-        "for pod labels, DRA and -m. Empty: --kubeconfig, else the in-cluster service "
-        "account, else ~/.kube/config.",
-    )
-    kubeconfig: str = setting(
-        "",
-        "KUBECONFIG",
-        "--kubeconfig",
-        group=K8S,
-        help="kubeconfig file to use instead of the in-cluster service account.",
-    )
+    kube_url: str = kube_url_setting(group=K8S, used_for="for pod labels, DRA and -m")
+    kubeconfig: str = kubeconfig_setting(group=K8S)
     proc_root: Path = setting(
         Path("/proc"),
         "GPUFLEET_PROC_ROOT",
@@ -191,7 +177,9 @@ class ExporterSettings(BaseSettings):
         group=DCGM,
         help="Which entities to report: 'f' (every GPU and MIG instance; a MIG GPU keeps its "
         "whole-GPU fields, its instances their own), 'g[:range]' GPUs only, 'i[:range]' MIG "
-        "instances only (no whole-GPU fields); range like 0-3,5.",
+        "instances only (no whole-GPU fields); range like 0-3,5, of GPU indexes for 'g' and "
+        "of DCGM GPU-instance entity ids for 'i' (as dcgm-exporter: GPU n's instances from n "
+        "times its MIG device count, e.g. 7 for an H100's GPU 1).",
     )
     switch_devices: str = setting(
         "f",
@@ -407,13 +395,7 @@ class ExporterSettings(BaseSettings):
         group=GPUFLEET,
         help="Hostname label value; defaults to the machine's hostname.",
     )
-    sim_fleet: str = setting(
-        "",
-        "GPUFLEET_SIM_FLEET",
-        "--sim-fleet",
-        group=GPUFLEET,
-        help="Run on simulated NVML with this fleet, e.g. 8xH100 or 4xA100:mig=all-1g.10gb.",
-    )
+    sim_fleet: str = sim_fleet_setting(group=GPUFLEET)
     stale_after_seconds: float = setting(
         0.0,
         "GPUFLEET_STALE_AFTER",

@@ -52,6 +52,7 @@ from gpufleet.lab.workload import (
     ServingWorkload,
     WorkloadSpec,
     create_workload,
+    lab_timing,
 )
 from gpufleet.logs import setup_logging
 from gpufleet.settings import describe_validation_error
@@ -316,7 +317,14 @@ async def _observe(
         speed=args.speed,
     )
     create_workload(api, spec)
-    workload = ServingWorkload(server, spec, targets_file=targets / "serving.json")
+    workload = ServingWorkload(
+        server,
+        timing=lab_timing(spec),
+        targets_file=targets / "serving.json",
+        rate_rps=spec.rate_rps,
+        trace=spec.trace,
+        speed=spec.speed,
+    )
     try:
         autoscaler = prom.Child(
             [

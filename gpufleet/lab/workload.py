@@ -88,25 +88,42 @@ def create_workload(api: client.ApiClient, spec: WorkloadSpec) -> None:
     )
 
 
-class ServingWorkload:
-    """The cluster's controllers and the serving pods, on `server`'s loop."""
+def lab_timing(spec: WorkloadSpec) -> ClusterTiming:
+    """The lab's cluster timings (TIMING) with the spec's initial nodes."""
+    return ClusterTiming(
+        **TIMING,
+        node_idle_seconds=60.0,
+        gpus_per_node=GPUS_PER_NODE,
+        initial_nodes=spec.nodes,
+    )
 
-    def __init__(self, server: FakeApiServer, spec: WorkloadSpec, *, targets_file: Path) -> None:
+
+class ServingWorkload:
+    """The cluster's controllers and the serving pods of the Deployment's pods (LABELS in
+    NAMESPACE), on `server`'s loop, until `stop`. The lab and the closed-loop tests run
+    this one setup; `rate_rps`, `trace`, `speed` and `seed` go to the ServingFleet."""
+
+    def __init__(
+        self,
+        server: FakeApiServer,
+        *,
+        timing: ClusterTiming,
+        targets_file: Path,
+        rate_rps: float,
+        trace: Trace | None = None,
+        speed: float = 1.0,
+        seed: int = 0,
+    ) -> None:
         self._server = server
-        timing = ClusterTiming(
-            **TIMING,
-            node_idle_seconds=60.0,
-            gpus_per_node=GPUS_PER_NODE,
-            initial_nodes=spec.nodes,
-        )
         self.fleet = ServingFleet(
             server.store,
             namespace=NAMESPACE,
             labels=LABELS,
             targets_file=targets_file,
-            rate_rps=spec.rate_rps,
-            trace=spec.trace,
-            speed=spec.speed,
+            rate_rps=rate_rps,
+            seed=seed,
+            trace=trace,
+            speed=speed,
         )
 
         async def start() -> LabCluster:

@@ -44,6 +44,9 @@ class NvmlMig:
     profile: str  # NVIDIA's profile name; "" when NVML names none
     gi_id: int  # GPU instance id: dcgm's GPU_I_ID label
     ci_id: int
+    # Position of its GPU-instance profile in NVML's profile table (None when NVML names
+    # none): DCGM numbers a GPU's instances profile by profile in this order.
+    profile_rank: int | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,9 +114,8 @@ def _mig_device(lib: Any, handle: Any, index: int, profiles: Mapping[int, str]) 
     except pynvml.NVMLError_NotFound:
         return None
     gi_id = lib.nvmlDeviceGetGpuInstanceId(mig_handle)
-    profile = profiles.get(profile_id(lib, handle, gi_id)) or mig_profile_name(
-        text(lib.nvmlDeviceGetName(mig_handle))
-    )
+    pid = profile_id(lib, handle, gi_id)
+    profile = profiles.get(pid) or mig_profile_name(text(lib.nvmlDeviceGetName(mig_handle)))
     return NvmlMig(
         index=index,
         handle=mig_handle,
@@ -121,6 +123,7 @@ def _mig_device(lib: Any, handle: Any, index: int, profiles: Mapping[int, str]) 
         profile=profile or "",
         gi_id=gi_id,
         ci_id=lib.nvmlDeviceGetComputeInstanceId(mig_handle),
+        profile_rank=list(profiles).index(pid) if pid in profiles else None,
     )
 
 
@@ -139,7 +142,8 @@ def mig_profile_name(nvml_name: str) -> str | None:
 
 
 def profile_names(lib: Any, handle: Any) -> dict[int, str]:
-    """GPU-instance profile id -> NVIDIA's profile name, from NVML's profile table."""
+    """GPU-instance profile id -> NVIDIA's profile name, from NVML's profile table, in
+    the table's order."""
     names = {}
     for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
         try:

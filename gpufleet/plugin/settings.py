@@ -25,7 +25,7 @@ from gpufleet.plugin.core.config import (
 )
 from gpufleet.plugin.core.config_parse import parse_config
 from gpufleet.plugin.host.nfd_features import DEFAULT_FEATURES_FILE
-from gpufleet.settings import setting
+from gpufleet.settings import kube_url_setting, kubeconfig_setting, setting, sim_fleet_setting
 
 NVIDIA = "k8s-device-plugin compatible"
 GPUFLEET = "gpufleet"
@@ -260,28 +260,9 @@ class PluginSettings(BaseSettings):
         help="The DMI (SMBIOS) product name behind nvidia.com/gpu.machine, GFD's flag and "
         "default; unreadable or empty: 'unknown'.",
     )
-    kube_url: str = setting(
-        "",
-        "GPUFLEET_KUBE_URL",
-        "--kube-url",
-        group=LABELS,
-        help="Kubernetes API server URL with no authentication (the lab's fake API server). "
-        "Empty: --kubeconfig, else the in-cluster service account, else ~/.kube/config.",
-    )
-    kubeconfig: str = setting(
-        "",
-        "KUBECONFIG",
-        "--kubeconfig",
-        group=LABELS,
-        help="kubeconfig file to use instead of the in-cluster service account.",
-    )
-    sim_fleet: str = setting(
-        "",
-        "GPUFLEET_SIM_FLEET",
-        "--sim-fleet",
-        group=GPUFLEET,
-        help="Run on simulated NVML with this fleet, e.g. 8xH100 or 4xA100:mig=all-1g.10gb.",
-    )
+    kube_url: str = kube_url_setting(group=LABELS)
+    kubeconfig: str = kubeconfig_setting(group=LABELS)
+    sim_fleet: str = sim_fleet_setting(group=GPUFLEET)
     metrics_address: str = setting(
         ":9401",
         "GPUFLEET_PLUGIN_METRICS_ADDRESS",

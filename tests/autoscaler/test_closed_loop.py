@@ -20,12 +20,13 @@ from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.kube.events import EventRecorder
-from gpufleet.lab.kubeapi.cluster import ClusterTiming, LabCluster
+from gpufleet.lab.kubeapi.cluster import ClusterTiming
 from gpufleet.lab.kubeapi.server import FakeApiServer
 from gpufleet.lab.serving import ServingFleet
+from gpufleet.lab.workload import NAMESPACE as NS
+from gpufleet.lab.workload import ServingWorkload
 
 pytestmark = pytest.mark.prometheus
-NS = "llm"
 
 
 @pytest.fixture
@@ -39,33 +40,15 @@ def lab(tmp_path: Path) -> Iterator[tuple[FakeApiServer, ServingFleet, Prometheu
         )
         # A pod prefills 2,000 tokens/s: 4 requests/s of 500 tokens; 6/s needs two. The load
         # starts once the first pod serves (the test sets the rate).
-        fleet = ServingFleet(
-            server.store,
-            namespace=NS,
-            labels={"app": "vllm"},
-            targets_file=targets,
-            rate_rps=0.0,
-            seed=1,
+        workload = ServingWorkload(
+            server, timing=timing, targets_file=targets, rate_rps=0.0, seed=1
         )
-
-        async def start() -> LabCluster:
-            cluster = LabCluster(server.store, timing=timing, clock=time.time)
-            cluster.start()
-            fleet.start()
-            return cluster
-
-        cluster = server.run_async(start())
         prometheus = Prometheus(tmp_path / "prom", file_sd=targets)
         try:
-            yield server, fleet, prometheus
+            yield server, workload.fleet, prometheus
         finally:
             prometheus.stop()
-
-            async def stop() -> None:
-                await fleet.stop()
-                await cluster.stop()
-
-            server.run_async(stop())
+            workload.stop()
 
 
 def test_load_scales_the_deployment_and_the_new_pods_drain_the_queue(lab) -> None:

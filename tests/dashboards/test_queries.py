@@ -12,7 +12,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,13 +21,13 @@ from helpers.e2e import Prometheus, RunningExporter, node_settings
 from helpers.grafana import PromApi, dashboards, expand, panels, resolve, targets
 from helpers.kube import api_client, create_autoscaler, create_vllm
 
-from gpufleet.lab.kubeapi.cluster import ClusterTiming, LabCluster
+from gpufleet.lab.kubeapi.cluster import ClusterTiming
 from gpufleet.lab.kubeapi.server import FakeApiServer
 from gpufleet.lab.node import NodeLayout, SimNode
-from gpufleet.lab.serving import ServingFleet
+from gpufleet.lab.workload import NAMESPACE as NS
+from gpufleet.lab.workload import ServingWorkload
 
 pytestmark = pytest.mark.prometheus
-NS = "llm"
 # Fields outside dcgm-exporter's default CSV that the node dashboard shows (README,
 # "Dashboards": users add them with -f).
 EXTRA_FIELDS = (
@@ -79,22 +78,9 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromApi]:
         timing = ClusterTiming(
             cold_start_seconds=1, node_provision_seconds=1, termination_seconds=1, gpus_per_node=8
         )
-        fleet = ServingFleet(
-            server.store,
-            namespace=NS,
-            labels={"app": "vllm"},
-            targets_file=sd / "serving.json",
-            rate_rps=6.0,
-            seed=1,
+        workload = ServingWorkload(
+            server, timing=timing, targets_file=sd / "serving.json", rate_rps=6.0, seed=1
         )
-
-        async def start() -> LabCluster:
-            cluster = LabCluster(server.store, timing=timing, clock=time.time)
-            cluster.start()
-            fleet.start()
-            return cluster
-
-        cluster = server.run_async(start())
         api = api_client(server.url)
         create_vllm(api, NS, gpus=1)
         spec = {
@@ -134,12 +120,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromApi]:
             autoscaler.wait(15)
             prometheus.stop()
             api.close()
-
-            async def stop() -> None:
-                await fleet.stop()
-                await cluster.stop()
-
-            server.run_async(stop())
+            workload.stop()
             exporter.stop()
 
 

@@ -90,12 +90,13 @@ def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
         (
             ["--fake-gpus", "-a", "127.0.0.1:0", "-d", "g:0-99"],
             1,
-            "--devices 'g:0-99': no GPU 8-99 on this node (GPUs: 0-7)",
+            "--devices 'g:0-99': couldn't find requested GPU ID '8' (missing: 8-99; GPUs on "
+            "this node: 0-7)",
         ),
         (
             ["--fake-gpus", "-a", "127.0.0.1:0", "-d", "i:5"],
             1,
-            "--devices 'i:5': no MIG instances on GPU 5 on this node",
+            "--devices 'i:5': couldn't find requested GPU instance ID '5'",
         ),
         (["--fake-gpus", "--address", "nope"], 1, "--address"),
         (["--sim-fleet", "8xH900"], 1, "H900"),

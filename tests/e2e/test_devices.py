@@ -36,12 +36,14 @@ def slices(node) -> set[tuple[str, str | None]]:
         ("g", lambda node: WHOLE | MIG_PARENT),
         ("i", slices),
         ("g:1,4", lambda node: {("1", None), ("4", None)}),
+        ("i:29-30", lambda node: set(sorted(slices(node), key=lambda s: int(s[1]))[1:3])),
     ],
     ids=[
         "flex-default-mig-parents-keep-only-whole-gpu-fields",
         "g-whole-gpus-including-mig-parents",
         "i-mig-instances-only",
         "g-with-a-range",
+        "i-range-names-dcgm-ids-gpu-4-of-7-slots-from-28",
     ],
 )
 def test_devices_selects_the_reported_entities(node, exporter_for, devices, expected):
@@ -57,10 +59,18 @@ def test_devices_selects_the_reported_entities(node, exporter_for, devices, expe
 @pytest.mark.parametrize(
     ("devices", "problem"),
     [
-        ("g:0-99", "--devices 'g:0-99': no GPU 5-99 on this node (GPUs: 0-4)"),
-        ("i:0-4", "--devices 'i:0-4': no MIG instances on GPU 0-3 on this node"),
+        (
+            "g:0-99",
+            "--devices 'g:0-99': couldn't find requested GPU ID '5' "
+            "(missing: 5-99; GPUs on this node: 0-4)",
+        ),
+        (
+            "i:0-4",
+            "--devices 'i:0-4': couldn't find requested GPU instance ID '0' "
+            "(missing: 0-4; DCGM GPU instance IDs on this node: 28-34)",
+        ),
     ],
-    ids=["issue 15: past the last GPU", "issue 15: instances of GPUs without MIG"],
+    ids=["issue 15: past the last GPU", "issue 15: GPU indexes are not DCGM instance ids"],
 )
 def test_a_range_naming_what_the_node_lacks_stops_startup(node, devices, problem):
     exporter = RunningExporter(node_settings(node, devices=devices), node.sim)

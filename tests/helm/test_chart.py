@@ -102,6 +102,11 @@ def test_crd_schema_check_catches_a_bad_field():
             "autoscaler.externalMetrics.tlsSecret is required",
             id="external-metrics-without-certificate",
         ),
+        pytest.param(
+            {"devicePlugin": {"webConfig": {"secrets": "web"}}},
+            "devicePlugin.webConfig: Additional property secrets",
+            id="plugin-web-config",
+        ),
     ],
 )
 def test_a_typo_in_values_fails_naming_the_field(values, named, tmp_path):

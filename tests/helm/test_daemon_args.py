@@ -135,3 +135,52 @@ def test_config_manager_signals_the_plugin_as_nvidia_chart_does(tmp_path):
         m["mountPath"]
         for m in container(find(objects, "DaemonSet", "-plugin"), "plugin")["volumeMounts"]
     }
+
+
+def _web_config(objects, monkeypatch, suffix, settings_cls) -> tuple[Any, str | None]:
+    """The daemon's parsed --web-config-file and the Secret mounted where it points."""
+    workload = find(objects, "DaemonSet", f"-{suffix}")
+    ctr = container(workload, suffix)
+    settings = parse(settings_cls, ctr, monkeypatch)
+    if settings.web_config_file is None:
+        assert "web-config" not in {
+            v["name"] for v in workload["spec"]["template"]["spec"]["volumes"]
+        }
+        return None, None
+    (mount,) = [m for m in ctr["volumeMounts"] if m["name"] == "web-config"]
+    assert mount["readOnly"] and settings.web_config_file.parent == Path(mount["mountPath"])
+    (volume,) = [
+        v for v in workload["spec"]["template"]["spec"]["volumes"] if v["name"] == "web-config"
+    ]
+    return settings.web_config_file.name, volume["secret"]["secretName"]
+
+
+def test_web_config_secret_reaches_both_daemons_and_their_scrapes(tmp_path, monkeypatch):
+    objects = render(VALUE_SETS["web-config"][0], tmp_path=tmp_path)
+    assert _web_config(objects, monkeypatch, "exporter", ExporterSettings) == (
+        "web-config.yml",
+        "exporter-web",
+    )
+    assert _web_config(objects, monkeypatch, "plugin", PluginSettings) == (
+        "web-config.yml",
+        "plugin-web",
+    )
+    exporter = container(find(objects, "DaemonSet", "-exporter"), "exporter")
+    # basic auth would answer the kubelet's httpGet with 401: the probes open the port
+    assert exporter["livenessProbe"]["tcpSocket"] == {"port": "metrics"}
+    assert exporter["readinessProbe"]["tcpSocket"] == {"port": "metrics"}
+    (endpoint,) = find(objects, "ServiceMonitor", "-exporter")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["basicAuth"]["username"]["key"] == "user"
+    (pod_endpoint,) = find(objects, "PodMonitor", "-plugin")["spec"]["podMetricsEndpoints"]
+    assert pod_endpoint["scheme"] == "https"
+
+
+def test_no_web_config_by_default_nor_without_the_plugin_metrics_port(tmp_path, monkeypatch):
+    objects = render({}, tmp_path=tmp_path)
+    assert _web_config(objects, monkeypatch, "exporter", ExporterSettings) == (None, None)
+    assert _web_config(objects, monkeypatch, "plugin", PluginSettings) == (None, None)
+    exporter = container(find(objects, "DaemonSet", "-exporter"), "exporter")
+    assert exporter["livenessProbe"]["httpGet"] == {"path": "/health", "port": "metrics"}
+    values = {"devicePlugin": {"metricsAddress": "", "webConfig": {"secret": "plugin-web"}}}
+    objects = render(values, tmp_path=tmp_path)
+    assert _web_config(objects, monkeypatch, "plugin", PluginSettings) == (None, None)

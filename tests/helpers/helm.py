@@ -129,6 +129,28 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         {"exporter": {"podLabels": True, "podLabelAllowlist": "app,team", "dra": True}},
         (PROMETHEUS_OPERATOR,),
     ),
+    # TLS and basic auth on both daemons' /metrics, and how Prometheus then scrapes them
+    "web-config": (
+        {
+            "exporter": {
+                "webConfig": {
+                    "secret": "exporter-web",
+                    "scrape": {
+                        "scheme": "https",
+                        "tlsConfig": {"ca": {"secret": {"name": "exporter-web", "key": "ca.crt"}}},
+                        "basicAuth": {
+                            "username": {"name": "scrape-auth", "key": "user"},
+                            "password": {"name": "scrape-auth", "key": "password"},
+                        },
+                    },
+                }
+            },
+            "devicePlugin": {
+                "webConfig": {"secret": "plugin-web", "scrape": {"scheme": "https"}},
+            },
+        },
+        (PROMETHEUS_OPERATOR,),
+    ),
     # everything off by default turned on, and the exporter without pod attribution
     "all-options": (
         {

@@ -19,6 +19,7 @@ class MigInstance:
     gi_id: int  # NVML GPU instance id: dcgm's GPU_I_ID label
     ci_id: int
     uuid: str  # "MIG-<uuid>", the device ID the device plugin advertises
+    dcgm_id: int  # DCGM's GPU-instance entity id: what `-d i:<range>` names (selection)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

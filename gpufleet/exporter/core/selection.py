@@ -3,10 +3,14 @@
 `f` (flex, the default): every GPU and every MIG instance. dcgm-exporter's flex drops a
 MIG-enabled GPU for its instances and copies the GPU's own quantities onto each; here the
 GPU keeps them once (see `series`), and its instances serve the rest.
-`g[:range]`: whole GPUs only. `i[:range]`: MIG instances only. A range is a comma list of
-GPU indexes and spans, e.g. `0-3,5`; for `i` it selects the instances of those GPUs.
+`g[:range]`: whole GPUs only; the range names GPU indexes. `i[:range]`: MIG instances
+only; the range names DCGM GPU-instance entity ids, as dcgm-exporter's does (not NVML's
+GPU_I_ID, nor the GPU index): DCGM numbers GPU g's instances from g times the GPU's MIG
+device count (`dcgm_instance_ids`), so on H100s GPU 1's first instance is 7. A range is
+a comma list of ids and spans, e.g. `0-3,5`.
 A range names what must exist: as dcgm-exporter refuses to start on "couldn't find
-requested GPU ID", `missing` says what a range names that the node lacks.
+requested GPU ID" (or "GPU instance ID"), `missing` says what a range names that the node
+lacks, in dcgm-exporter's words.
 Pure: no I/O.
 """
 
@@ -28,11 +32,23 @@ class DeviceSelectorError(ValueError):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceSelector:
     kind: str  # "f", "g" or "i"
-    spans: tuple[tuple[int, int], ...] | None = None  # inclusive GPU index spans; None: all
+    # inclusive spans of GPU indexes (`g`) or DCGM GPU-instance ids (`i`); None: all
+    spans: tuple[tuple[int, int], ...] | None = None
 
-    def names(self, gpu: int) -> bool:
-        """Whether the range (if any) includes GPU index `gpu`."""
-        return self.spans is None or any(low <= gpu <= high for low, high in self.spans)
+    def names(self, entity: Entity) -> bool:
+        """Whether the range (if any) includes the entity's GPU index, or for `i` its
+        instance's DCGM id."""
+        if self.spans is None:
+            return True
+        number = _number(self.kind, entity)
+        return number is not None and any(low <= number <= high for low, high in self.spans)
+
+
+def _number(kind: str, entity: Entity) -> int | None:
+    """What a `kind` range numbers the entity by: its DCGM instance id for `i`."""
+    if kind == "i":
+        return entity.mig.dcgm_id if entity.mig else None
+    return entity.gpu
 
 
 FLEX = DeviceSelector(kind="f")  # dcgm-exporter's default
@@ -49,9 +65,7 @@ def parse_devices(text: str) -> DeviceSelector:
     for part in spec.split(","):
         low, dash, high = part.strip().partition("-")
         if not _INDEX.fullmatch(low) or (dash and not _INDEX.fullmatch(high)):
-            raise DeviceSelectorError(
-                f"{text!r}: bad range {part!r}; expected GPU indexes like 0-3,5"
-            )
+            raise DeviceSelectorError(f"{text!r}: bad range {part!r}; expected ids like 0-3,5")
         span = (int(low), int(high) if dash else int(low))
         if span[0] > span[1]:
             raise DeviceSelectorError(f"{text!r}: range {part!r} is empty")
@@ -63,7 +77,7 @@ def selected(entities: Iterable[Entity], selector: DeviceSelector) -> tuple[Enti
     """The entities the selector reports, in order."""
 
     def keep(e: Entity) -> bool:
-        if not selector.names(e.gpu):
+        if not selector.names(e):
             return False
         if selector.kind == "g":
             return e.mig is None
@@ -84,21 +98,39 @@ def select_entities(
 
 
 def missing(selector: DeviceSelector, entities: Iterable[Entity]) -> str | None:
-    """What the selector's range names that `entities` (a discovery) lacks, as a phrase
-    ("no GPU 8-99 on this node (GPUs 0-7)"), or None: nothing, or no range given."""
+    """What the selector's range names that `entities` (a discovery) lacks, in
+    dcgm-exporter's words for the first gap and then all of them ("couldn't find requested
+    GPU ID '8' (missing: 8-99; GPUs on this node: 0-7)"), or None: nothing, or no range."""
     if selector.spans is None:
         return None
-    entities = tuple(entities)
     if selector.kind == "i":
-        have = sorted({e.gpu for e in entities if e.mig is not None})
-        what, there = "MIG instances on GPU", "GPUs with MIG instances"
+        what, there = "GPU instance ID", "DCGM GPU instance IDs"
+        have = sorted({e.mig.dcgm_id for e in entities if e.mig is not None})
     else:
+        what, there = "GPU ID", "GPUs"
         have = sorted({e.gpu for e in entities if e.mig is None})
-        what, there = "GPU", "GPUs"
     gaps = [gap for span in selector.spans for gap in _gaps(span, have)]
     if not gaps:
         return None
-    return f"no {what} {_spans_text(gaps)} on this node ({there}: {_spans_text(_runs(have))})"
+    return (
+        f"couldn't find requested {what} '{gaps[0][0]}' "
+        f"(missing: {_spans_text(gaps)}; {there} on this node: {_spans_text(_runs(have))})"
+    )
+
+
+def dcgm_instance_ids(
+    gpu: int, *, slots: int, instances: Iterable[tuple[int | None, int]]
+) -> dict[int, int]:
+    """DCGM's GPU-instance entity id of each of GPU `gpu`'s instances, by NVML GI id.
+
+    DCGM (DcgmCacheManager::InitializeGpuInstances) numbers them `gpu * slots + n`, with
+    `slots` the GPU's nvmlDeviceGetMaxMigDeviceCount and `n` counting the instances in the
+    order it walks them: profile by profile in NVML's profile table order, then each
+    profile's instances (taken here in GI id order). `instances` are (profile rank or None
+    when unknown, which sorts last; GI id) pairs.
+    """
+    ordered = sorted(instances, key=lambda pair: (pair[0] is None, pair[0] or 0, pair[1]))
+    return {gi_id: gpu * slots + n for n, (_, gi_id) in enumerate(ordered)}
 
 
 def _gaps(span: tuple[int, int], have: list[int]) -> list[tuple[int, int]]:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpufleet.exporter.core.samples import Entity, MigInstance
+from gpufleet.exporter.core.selection import dcgm_instance_ids
 from gpufleet.exporter.nvml.calls import MISSING, UNSUPPORTED, NvmlCalls
 from gpufleet.nvml.discovery import NvmlGpu, gpu_device, mig_devices, mig_enabled
 from gpufleet.nvml.values import error_kind, text
@@ -127,6 +128,12 @@ def _discover_migs(
             err,
             exc=kind == "unexpected",
         )
+    # Numbered over all found instances, as DCGM counts the ones left out below too.
+    dcgm_ids = dcgm_instance_ids(
+        device.index,
+        slots=lib.nvmlDeviceGetMaxMigDeviceCount(device.handle),
+        instances=[(mig.profile_rank, mig.gi_id) for mig in found],
+    )
     migs = []
     for mig in found:
         if not mig.profile:
@@ -138,7 +145,13 @@ def _discover_migs(
                 parent.key,
             )
             continue
-        instance = MigInstance(profile=mig.profile, gi_id=mig.gi_id, ci_id=mig.ci_id, uuid=mig.uuid)
+        instance = MigInstance(
+            profile=mig.profile,
+            gi_id=mig.gi_id,
+            ci_id=mig.ci_id,
+            uuid=mig.uuid,
+            dcgm_id=dcgm_ids[mig.gi_id],
+        )
         migs.append(
             Target(
                 entity=dataclasses.replace(parent.entity, mig=instance),

@@ -169,3 +169,29 @@ volumeMounts:
   - name: config
     mountPath: /config
 {{- end -}}
+
+{{/* --web-config-file from a daemon's webConfig value (exporter.webConfig,
+devicePlugin.webConfig): its flag, its mount and its volume, each empty without a secret.
+Call with the value; a secret's files sit beside the web config, as its relative paths
+expect. */}}
+{{- define "gpufleet.webConfigArg" -}}
+{{- if .secret -}}
+- --web-config-file=/etc/gpufleet/web/web-config.yml
+{{- end -}}
+{{- end -}}
+
+{{- define "gpufleet.webConfigMount" -}}
+{{- if .secret -}}
+- name: web-config
+  mountPath: /etc/gpufleet/web
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{- define "gpufleet.webConfigVolume" -}}
+{{- if .secret -}}
+- name: web-config
+  secret:
+    secretName: {{ .secret }}
+{{- end -}}
+{{- end -}}

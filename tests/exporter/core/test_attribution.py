@@ -47,7 +47,7 @@ def _mig_uuid(gpu: int, gi: int) -> str:
 def _entity(gpu: int, gi: int | None = None) -> Entity:
     mig = None
     if gi is not None:
-        mig = MigInstance(profile="1g.10gb", gi_id=gi, ci_id=0, uuid=_mig_uuid(gpu, gi))
+        mig = MigInstance(profile="1g.10gb", gi_id=gi, ci_id=0, uuid=_mig_uuid(gpu, gi), dcgm_id=gi)
     return Entity(
         gpu=gpu,
         uuid=_gpu_uuid(gpu),

@@ -40,7 +40,11 @@ def test_counters_csv_raises_only_counters_error(text: str) -> None:
 
 
 def _entity(gpu: int, gi: int | None) -> Entity:
-    mig = MigInstance(profile="1g.10gb", gi_id=gi, ci_id=0, uuid=f"MIG-{gpu}-{gi}") if gi else None
+    mig = (
+        MigInstance(profile="1g.10gb", gi_id=gi, ci_id=0, uuid=f"MIG-{gpu}-{gi}", dcgm_id=gi)
+        if gi
+        else None
+    )
     return Entity(gpu=gpu, uuid=f"GPU-{gpu}", pci_bus_id="0", model_name="m", mig=mig)
 
 
@@ -66,5 +70,5 @@ def test_devices_raise_only_device_selector_error(text: str) -> None:
         return
     chosen = selected(_NODE, selector)
     problem = missing(selector, _NODE)
-    assert problem is None or problem.startswith("no ")
+    assert problem is None or problem.startswith("couldn't find requested GPU ")
     assert set(chosen) <= set(_NODE)

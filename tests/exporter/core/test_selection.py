@@ -7,39 +7,50 @@ import pytest
 from gpufleet.exporter.core.samples import Entity, EntitySample, MigInstance
 from gpufleet.exporter.core.selection import (
     DeviceSelectorError,
+    dcgm_instance_ids,
     missing,
     parse_devices,
     select_entities,
 )
 
 
-def sample(gpu: int, gi: int | None = None) -> EntitySample:
-    mig = MigInstance(profile="1g.10gb", gi_id=gi, ci_id=0, uuid=f"MIG-{gpu}-{gi}") if gi else None
+def sample(gpu: int, gi: int | None = None, dcgm: int | None = None) -> EntitySample:
+    mig = None
+    if gi is not None and dcgm is not None:
+        mig = MigInstance(
+            profile="1g.10gb", gi_id=gi, ci_id=0, uuid=f"MIG-{gpu}-{gi}", dcgm_id=dcgm
+        )
     entity = Entity(gpu=gpu, uuid=f"GPU-{gpu}", pci_bus_id="0", model_name="m", mig=mig)
     return EntitySample(entity=entity, values={})
 
 
-# GPU 0 whole, GPU 1 MIG-enabled with instances 7 and 8 (the reader reports the parent too).
-NODE = (sample(0), sample(1), sample(1, 7), sample(1, 8))
+# dcgm-exporter's SpoofGPUDeviceInfo (internal/pkg/deviceinfo/device_info_test.go): GPU 0
+# with a GPU instance of DCGM entity id 0, GPU 1 with one of NVML instance id 1 and DCGM
+# entity id 14; plus GPU 2 whole. The reader reports MIG parents too.
+NODE = (sample(0), sample(0, 0, 0), sample(1), sample(1, 1, 14), sample(2))
 
 
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ("f", [(0, None), (1, None), (1, 7), (1, 8)]),
-        ("g", [(0, None), (1, None)]),
-        ("i", [(1, 7), (1, 8)]),
+        ("f", [(0, None), (0, 0), (1, None), (1, 1), (2, None)]),
+        ("g", [(0, None), (1, None), (2, None)]),
+        ("i", [(0, 0), (1, 1)]),
         ("g:1", [(1, None)]),
-        ("i:0", []),
         ("g:0-1", [(0, None), (1, None)]),
+        ("i:14", [(1, 1)]),
+        ("i:0,14", [(0, 0), (1, 1)]),
+        ("i:1", []),
     ],
     ids=[
         "flex keeps MIG parents, for their whole-GPU fields",
-        "gpus only",
-        "instances only",
+        "dcgm Major -1: all GPUs, MIG parents included",
+        "dcgm Minor -1: all GPU instances",
         "gpu range",
-        "instance range",
         "span",
+        "dcgm Minor 14: a DCGM GPU-instance entity id",
+        "ids on two GPUs",
+        "a range names DCGM entity ids, not GPU indexes nor NVML instance ids",
     ],
 )
 def test_select(spec, expected):
@@ -68,7 +79,7 @@ def test_bad_spec_names_itself(spec):
         parse_devices(spec)
 
 
-# The NODE above as discovered: GPU 0 whole, GPU 1 MIG-enabled with instances 7 and 8.
+# The NODE above as discovered.
 ENTITIES = tuple(s.entity for s in NODE)
 
 
@@ -79,22 +90,36 @@ ENTITIES = tuple(s.entity for s in NODE)
         ("g", None),
         ("i", None),
         ("g:0-1", None),
-        ("i:1", None),
-        ("g:0-99", "no GPU 2-99 on this node (GPUs: 0-1)"),
-        ("g:0,5,7-9", "no GPU 5,7-9 on this node (GPUs: 0-1)"),
-        ("i:0", "no MIG instances on GPU 0 on this node (GPUs with MIG instances: 1)"),
-        ("i:0-3", "no MIG instances on GPU 0,2-3 on this node (GPUs with MIG instances: 1)"),
+        ("i:0,14", None),
+        (
+            "g:0-99",
+            "couldn't find requested GPU ID '3' (missing: 3-99; GPUs on this node: 0-2)",
+        ),
+        (
+            "g:10",
+            "couldn't find requested GPU ID '10' (missing: 10; GPUs on this node: 0-2)",
+        ),
+        (
+            "i:10",
+            "couldn't find requested GPU instance ID '10' "
+            "(missing: 10; DCGM GPU instance IDs on this node: 0,14)",
+        ),
+        (
+            "i:0-3,14",
+            "couldn't find requested GPU instance ID '1' "
+            "(missing: 1-3; DCGM GPU instance IDs on this node: 0,14)",
+        ),
     ],
     ids=[
         "flex",
         "all gpus",
         "all instances",
         "range present",
-        "instances present",
+        "dcgm TestVerifyDevicePresence: instances 0 and 14 exist",
         "issue 15: past the last GPU",
-        "several gaps",
-        "issue 15: instances of a GPU without MIG",
-        "gaps on both sides",
+        "dcgm TestVerifyDevicePresence: GPU 10 does not exist",
+        "dcgm TestVerifyDevicePresence: GPU instance 10 does not exist",
+        "gaps inside a range",
     ],
 )
 def test_missing_names_what_a_range_asks_for_and_the_node_lacks(spec, problem):
@@ -102,6 +127,28 @@ def test_missing_names_what_a_range_asks_for_and_the_node_lacks(spec, problem):
 
 
 def test_missing_without_mig_anywhere():
-    whole = tuple(e for e in ENTITIES if e.gpu == 0)
-    expected = "no MIG instances on GPU 5 on this node (GPUs with MIG instances: none)"
+    whole = tuple(e for e in ENTITIES if e.mig is None)
+    expected = (
+        "couldn't find requested GPU instance ID '5' "
+        "(missing: 5; DCGM GPU instance IDs on this node: none)"
+    )
     assert missing(parse_devices("i:5"), whole) == expected
+
+
+@pytest.mark.parametrize(
+    ("gpu", "slots", "instances", "expected"),
+    [
+        (0, 7, [(0, 9), (0, 10)], {9: 0, 10: 1}),
+        (1, 7, [(0, gi) for gi in range(13, 6, -1)], {gi: gi for gi in range(7, 14)}),
+        (2, 7, [(2, 1), (0, 9), (0, 10)], {9: 14, 10: 15, 1: 16}),
+        (1, 8, [(None, 3), (4, 0)], {0: 8, 3: 9}),
+    ],
+    ids=[
+        "GPU 0 counts from 0",
+        "GPU g counts from g times its MIG device count, in instance order",
+        "profile by profile in NVML's table order first",
+        "an instance of unknown profile last",
+    ],
+)
+def test_dcgm_instance_ids(gpu, slots, instances, expected):
+    assert dcgm_instance_ids(gpu, slots=slots, instances=instances) == expected

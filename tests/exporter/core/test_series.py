@@ -125,7 +125,7 @@ def test_mig_labels_match_dcgm_exporter_issue_544() -> None:
         uuid="GPU-153bdcb7-0000-0000-0000-000000000000",
         pci_bus_id="00000000:00:06.0",
         model_name="NVIDIA H100 NVL",
-        mig=MigInstance(profile="1g.12gb", gi_id=7, ci_id=0, uuid="MIG-aaaa"),
+        mig=MigInstance(profile="1g.12gb", gi_id=7, ci_id=0, uuid="MIG-aaaa", dcgm_id=7),
     )
     families = _build(
         [EntitySample(entity=parent, values={"DCGM_FI_DEV_FB_USED": 12})],
@@ -347,7 +347,7 @@ def test_family_order_is_csv_order_and_samples_follow_entity_then_pod() -> None:
             uuid=UUID1,
             pci_bus_id="b",
             model_name="m",
-            mig=MigInstance(profile="1g.10gb", gi_id=gi, ci_id=0, uuid=f"MIG-{gi}"),
+            mig=MigInstance(profile="1g.10gb", gi_id=gi, ci_id=0, uuid=f"MIG-{gi}", dcgm_id=gi),
         )
         for gi in (13, 5)
     ]
@@ -470,7 +470,7 @@ def test_xids_go_on_the_gpu_series_only() -> None:
         uuid=UUID0,
         pci_bus_id="b",
         model_name="m",
-        mig=MigInstance(profile="1g.10gb", gi_id=9, ci_id=0, uuid="MIG-9"),
+        mig=MigInstance(profile="1g.10gb", gi_id=9, ci_id=0, uuid="MIG-9", dcgm_id=9),
     )
     state = {0: XidState(last=48, counts={48: 2}), 1: XidState(last=0, counts={})}
     entities = [
@@ -502,7 +502,7 @@ def test_mig_gpu_keeps_whole_gpu_fields_once_and_instances_their_own() -> None:
             uuid=UUID0,
             pci_bus_id="b",
             model_name="m",
-            mig=MigInstance(profile="1g.10gb", gi_id=gi, ci_id=0, uuid=f"MIG-{gi}"),
+            mig=MigInstance(profile="1g.10gb", gi_id=gi, ci_id=0, uuid=f"MIG-{gi}", dcgm_id=gi),
         )
         for gi in (7, 8)
     ]

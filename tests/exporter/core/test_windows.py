@@ -84,7 +84,7 @@ def test_clock_event_bits_are_nvmls() -> None:
 # --- series -------------------------------------------------------------------------------------
 
 GPU0 = Entity(gpu=0, uuid="GPU-a", pci_bus_id="00000000:01:00.0", model_name="NVIDIA H100")
-MIG = MigInstance(profile="1g.10gb", gi_id=9, ci_id=0, uuid="MIG-b")
+MIG = MigInstance(profile="1g.10gb", gi_id=9, ci_id=0, uuid="MIG-b", dcgm_id=9)
 GPU1 = Entity(gpu=1, uuid="GPU-c", pci_bus_id="00000000:02:00.0", model_name="NVIDIA H100")
 GPU1_MIG = Entity(
     gpu=1, uuid="GPU-c", pci_bus_id="00000000:02:00.0", model_name="NVIDIA H100", mig=MIG
