@@ -12,8 +12,11 @@ Each number comes from a fresh interpreter, read from its own /proc/self/status 
 
 RSS grows in pages and allocator chunks, so a module's own cost is accurate to about
 0.1 MiB and the hook's own bookkeeping adds a little; the floors are the figures to quote.
+`--traced` charges tracemalloc's traced bytes instead of RSS: the live Python objects each
+module's loading left, free of page and pymalloc pool granularity (C allocations of
+extension modules are not seen), the figure for comparing small modules.
 
-Run from the repository root:  python3 -m bench.import_cost [--min-mib 0.1]
+Run from the repository root:  python3 -m bench.import_cost [--min-mib 0.1] [--traced]
 Prints a Markdown report on stdout. Numbers vary by a few hundred KiB from run to run.
 """
 
@@ -125,10 +128,20 @@ def rss_after(modules: Sequence[str], *, setup: str = "", python: str = sys.exec
     return int(_python(f"{imports}{setup}{_RSS}print(rss())", python=python))
 
 
-def own_costs(modules: Sequence[str]) -> tuple[int, dict[str, int]]:
-    """The interpreter's resident bytes before importing `modules`, and each module's own
-    cost (what loading it added, less its own imports), over every module they import."""
-    result = json.loads(_python(_METER, *modules))
+# The meter with tracemalloc's traced bytes standing in for RSS.
+_TRACED_METER = _METER.replace(
+    "def rss():",
+    "import tracemalloc\ntracemalloc.start()\n\n\ndef rss():\n"
+    "    return tracemalloc.get_traced_memory()[0]\n\n\ndef _rss():",
+    1,
+)
+
+
+def own_costs(modules: Sequence[str], *, traced: bool = False) -> tuple[int, dict[str, int]]:
+    """The interpreter's resident bytes (traced bytes with `traced`) before importing
+    `modules`, and each module's own cost (what loading it added, less its own imports),
+    over every module they import."""
+    result = json.loads(_python(_TRACED_METER if traced else _METER, *modules))
     return result["interpreter"], result["modules"]
 
 
@@ -180,12 +193,14 @@ def _table(rows: list[tuple[str, int]], min_bytes: float, *, head: str) -> list[
     return lines
 
 
-def markdown(min_mib: float) -> str:
+def markdown(min_mib: float, *, traced: bool = False) -> str:
     lines = [
         "# Exporter import cost",
         "",
         f"- python: {platform.python_implementation()} {platform.python_version()}",
-        f"- command: `python3 -m bench.import_cost --min-mib {min_mib:g}`",
+        f"- command: `python3 -m bench.import_cost --min-mib {min_mib:g}"
+        f"{' --traced' if traced else ''}`",
+        f"- own costs in {'traced bytes (tracemalloc)' if traced else 'RSS'}",
         "",
         "## Floors (RSS of a fresh interpreter each)",
         "",
@@ -194,7 +209,7 @@ def markdown(min_mib: float) -> str:
     ]
     lines += [f"| {what} | {rss / MIB:.1f} |" for what, rss in floors()]
     for name, modules in CONFIGURATIONS.items():
-        interpreter, own = own_costs(modules)
+        interpreter, own = own_costs(modules, traced=traced)
         total = interpreter + sum(own.values())
         lines += [
             "",
@@ -223,8 +238,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--min-mib", type=float, default=0.1, help="list distributions costing at least this"
     )
+    parser.add_argument(
+        "--traced",
+        action="store_true",
+        help="charge own costs in tracemalloc's traced bytes instead of RSS",
+    )
     options = parser.parse_args(argv)
-    print(markdown(options.min_mib))
+    print(markdown(options.min_mib, traced=options.traced))
     return 0
 
 

@@ -5,11 +5,18 @@ KiB a collection) frees as much as it allocates, yet glibc keeps freed chunks in
 arenas, so resident memory sits at the worst fragmentation seen. `malloc_trim(0)` returns
 every arena's free pages (measured in BENCHMARKS.md, issue 15). C libraries without it
 (musl) are left alone. Never raises.
+
+glibc also gives each new thread that allocates an arena of its own (up to 8 per core),
+each holding its own free pages; the exporter's threads (a fresh one per collection,
+gRPC core's, the watchers') mostly allocate under the GIL, so one arena costs them little
+contention and saves its RSS (BENCHMARKS.md, issue 15).
 """
 
 import ctypes
 import functools
 from collections.abc import Callable
+
+_M_ARENA_MAX = -8  # mallopt's parameter, glibc's malloc.h
 
 
 @functools.cache
@@ -30,3 +37,15 @@ def release_free_heap() -> bool:
         return False
     trim(0)
     return True
+
+
+def limit_arenas(count: int) -> bool:
+    """Let threads created from now on share at most `count` malloc arenas. False if the
+    libc has no mallopt or refuses."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return mallopt(_M_ARENA_MAX, count) == 1

@@ -5,7 +5,6 @@ everywhere and no input (an alias-expanded YAML value, a megabyte header) can ma
 larger than a line. Pure.
 """
 
-import difflib
 import reprlib
 from collections.abc import Iterable
 
@@ -20,6 +19,8 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = _REPR.maxfrozens
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """` (did you mean 'x'?)` for the closest choice, or "" when none is close."""
+    import difflib  # only on a bad input: a running daemon need not hold it (issue 15)
+
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -39,6 +39,7 @@ from gpufleet.exporter.settings import (
     IGNORED,
     ExporterSettings,
 )
+from gpufleet.heap import limit_arenas
 from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.settings import settings_from_argv
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SWITCH_INTERVAL_SECONDS = 0.001
+MALLOC_ARENAS = 1  # see gpufleet.heap
 
 DESCRIPTION = """Serve NVML GPU metrics in Prometheus format: a drop-in for NVIDIA's dcgm-exporter
 (same metric names, labels, counters CSV, flags and env vars), with per-pod values on
@@ -319,6 +321,7 @@ async def run(
 ) -> bool:
     """Check -d against the node, listen, start the parts, wait for `stop`, then stop
     them; see `serve`. Raises StartupError when a -d range names what the node lacks."""
+    limit_arenas(MALLOC_ARENAS)  # before any of the exporter's threads starts
     check_devices(parts.collector, prepared)
     # A collection holds the interpreter for ~10 ms of Python; with the default 5 ms
     # switch interval a scrape arriving then waits up to 5 ms. 1 ms bounds that wait

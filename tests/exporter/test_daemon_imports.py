@@ -1,6 +1,6 @@
 """What the exporter loads depends on its flags (issue 15, section 4).
 
-grpc and protobuf serve only `-k`; YAML, bcrypt and the web config's TLS setup only
+grpc serves only `-k`; YAML, bcrypt and the web config's TLS setup only
 `--web-config-file`; the Kubernetes client only the flags that read the API. Each costs
 resident memory on every GPU node (BENCHMARKS.md), so a plain exporter must not load them.
 The exporter runs as users start it, in a fresh interpreter, until its first collection is
@@ -16,7 +16,6 @@ from helpers import free_port
 
 LAZY = {
     "grpc": "-k",
-    "google.protobuf": "-k",
     "gpufleet.exporter.pods.podresources": "-k",
     "yaml": "--web-config-file",
     "bcrypt": "--web-config-file",
@@ -24,6 +23,9 @@ LAZY = {
     "gpufleet.http.tls": "--web-config-file",
     "kubernetes": "--kubernetes-enable-pod-labels, --kubernetes-enable-dra, -m",
 }
+# Loaded by no configuration: `-k` decodes the kubelet's answer itself (listwire), gzip
+# comes from zlib, did-you-mean hints load difflib only on a bad input.
+NEVER = ("google.protobuf", "gzip", "difflib")
 
 # Runs the daemon's own main() on simulated GPUs; a thread waits for a 200 from /metrics (the
 # first collection is in), prints which LAZY modules are loaded, and stops the daemon as
@@ -37,7 +39,7 @@ watched, port, args = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 def served():
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
-            conn.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            conn.sendall(b"GET /metrics HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n")
             return conn.recv(12).endswith(b" 200")
     except OSError:
         return False
@@ -59,7 +61,7 @@ sys.exit(daemon.main(["--fake-gpus", "-a", f"127.0.0.1:{port}", *args]))
 def loaded_modules(*args: str) -> set[str]:
     """The LAZY modules an exporter started with `args` holds once it serves metrics."""
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(sorted(LAZY)), str(free_port()), *args],
+        [sys.executable, "-c", CHILD, json.dumps(sorted([*LAZY, *NEVER])), str(free_port()), *args],
         capture_output=True,
         text=True,
         timeout=90,

@@ -15,8 +15,8 @@ ever serves text.
 Pure: no I/O, no clock, no logging; the collection times are passed in.
 """
 
-import gzip
 import math
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -68,7 +68,9 @@ def render(
 
 
 def _gzip(data: bytes) -> bytes:
-    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+    # The gzip container straight from zlib (wbits 31, mtime 0): the same bytes as
+    # gzip.compress(data, mtime=0) without holding the gzip module (issue 15).
+    return zlib.compress(data, level=GZIP_LEVEL, wbits=31)
 
 
 def render_text(families: Iterable[MetricFamily]) -> bytes:

@@ -21,11 +21,8 @@ from pathlib import Path
 
 import grpc
 
-from gpufleet.exporter.core.attribution import ContainerDevices
-from gpufleet.exporter.core.dra import ClaimDevice
+from gpufleet.exporter.pods.listwire import Listed, decode_list
 from gpufleet.exporter.pods.view import EMPTY_VIEW, KubeletView
-from gpufleet.kubelet.api import podresources_v1_pb2 as pb
-from gpufleet.kubelet.api import podresources_v1_pb2_grpc as pb_grpc
 from gpufleet.kubelet.checkpoint import CheckpointEntry, CheckpointRead, read_checkpoint
 
 log = logging.getLogger(__name__)
@@ -55,44 +52,11 @@ _KIND_BY_CODE = {
 }
 
 
-_NO_PODS = pb.ListPodResourcesResponse()
-
-
-def containers_of(response: pb.ListPodResourcesResponse) -> tuple[ContainerDevices, ...]:
-    """Flatten a `List` response into one record per (container, device group)."""
-    return tuple(
-        ContainerDevices(
-            namespace=pod.namespace,
-            pod=pod.name,
-            container=container.name,
-            resource_name=devices.resource_name,
-            device_ids=tuple(devices.device_ids),
-        )
-        for pod in response.pod_resources
-        for container in pod.containers
-        for devices in container.devices
-        if devices.device_ids
-    )
-
-
-def claims_of(response: pb.ListPodResourcesResponse) -> tuple[ClaimDevice, ...]:
-    """Flatten a `List` response's DRA devices: one record per container claim device."""
-    return tuple(
-        ClaimDevice(
-            namespace=pod.namespace,
-            pod=pod.name,
-            container=container.name,
-            claim_name=dynamic.claim_name,
-            claim_namespace=dynamic.claim_namespace,
-            driver=resource.driver_name,
-            pool=resource.pool_name,
-            device=resource.device_name,
-        )
-        for pod in response.pod_resources
-        for container in pod.containers
-        for dynamic in container.dynamic_resources
-        for resource in dynamic.claim_resources
-    )
+# The kubelet's method; its request is empty and its response is decoded by `listwire`,
+# so the exporter never loads the protobuf runtime (1.2 MiB, BENCHMARKS.md issue 15).
+LIST_METHOD = "/v1.PodResourcesLister/List"
+_EMPTY_REQUEST = b""  # ListPodResourcesRequest has no fields
+_NO_PODS: Listed = ((), ())
 
 
 def next_wait_seconds(
@@ -144,7 +108,7 @@ class PodResourcesWatcher:
         self._errors_lock = threading.Lock()
         self._refresh_lock = threading.Lock()  # one refresh at a time; guards the channel
         self._channel: grpc.Channel | None = None
-        self._lister: pb_grpc.PodResourcesListerStub | None = None
+        self._lister: grpc.UnaryUnaryMultiCallable | None = None
         self._state = "starting"  # "ok" or a failure kind: what was last logged
         self._checkpoint_state: KubeletErrorKind | None = None
         self._checkpoint_skipped: tuple[str, ...] = ()  # what was last logged
@@ -212,7 +176,7 @@ class PodResourcesWatcher:
         """List, read the checkpoint, publish. Returns the List failure kind, if any."""
         if self._stopping.is_set():
             return None
-        response, failure, detail = self._list()
+        (containers, claims), failure, detail = self._list()
         if self._stopping.is_set():
             return None  # a List cancelled by stop() is not a kubelet failure
         if failure is not None:
@@ -222,9 +186,9 @@ class PodResourcesWatcher:
         checkpoint = self._read_checkpoint()
         self._last_success_at = self._wall_clock()
         self._view = KubeletView(
-            containers=containers_of(response),
+            containers=containers,
             checkpoint=checkpoint,
-            claims=claims_of(response),
+            claims=claims,
             refreshed_at=self._last_success_at,
             refreshed_monotonic=self._clock(),
         )
@@ -236,15 +200,13 @@ class PodResourcesWatcher:
             self._state = "ok"
         return None
 
-    def _list(self) -> tuple[pb.ListPodResourcesResponse, KubeletErrorKind | None, str]:
+    def _list(self) -> tuple[Listed, KubeletErrorKind | None, str]:
         if not self._socket_path.exists():
             self._close_channel()
             return _NO_PODS, KubeletErrorKind.SOCKET_MISSING, "socket not found"
         try:
-            response = self._stub().List(
-                pb.ListPodResourcesRequest(), timeout=self._call_timeout_seconds
-            )
-            return response, None, ""
+            response = self._stub()(_EMPTY_REQUEST, timeout=self._call_timeout_seconds)
+            return decode_list(response), None, ""
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else None
             kind = _KIND_BY_CODE.get(code, KubeletErrorKind.ERROR)
@@ -303,7 +265,7 @@ class PodResourcesWatcher:
         with self._errors_lock:
             self._errors[kind] += n
 
-    def _stub(self) -> pb_grpc.PodResourcesListerStub:
+    def _stub(self) -> grpc.UnaryUnaryMultiCallable:
         if self._lister is None:
             self._channel = grpc.insecure_channel(
                 f"unix://{self._socket_path.absolute()}",
@@ -312,7 +274,8 @@ class PodResourcesWatcher:
                     ("grpc.enable_http_proxy", 0),
                 ],
             )
-            self._lister = pb_grpc.PodResourcesListerStub(self._channel)
+            # No (de)serializers: bytes in, bytes out.
+            self._lister = self._channel.unary_unary(LIST_METHOD, _registered_method=True)
         return self._lister
 
     def _close_channel(self) -> None:
