@@ -36,7 +36,9 @@ def fold(state: FeedbackState, *samples: Sample) -> FeedbackState:
 
 
 def test_queue_wait_credits_less_than_the_learned_rate() -> None:
-    # 0.5 s mean wait, over 0.1 x SLO: the latency probe stopped at 1.0, this goes under it.
+    # 0.5 s mean wait, over 0.05 x SLO: the latency probe stopped at 1.0, this goes under it.
+    # 0.15 s of mean wait at a 2-s SLO is pressure already: most requests wait nothing.
+    assert fold(FeedbackState(), sample(0.0, wait=0.15)).ratio == S.backoff
     state = fold(FeedbackState(), *(sample(t, wait=0.5) for t in range(5)))
     assert state.ratio == pytest.approx(S.backoff**5)
     state = fold(state, *(sample(10.0 + t, wait=0.5) for t in range(100)))
