@@ -8,11 +8,12 @@ provisioning (the lead time), so the requests of that first stretch are lost ali
 any policy. This splits attainment over feasible requests (prompts one idle replica
 prefills within the SLO) at the lead time: before it, the warm start's; after it, the
 policy's. Each policy runs at the knob `bench.heldout_bench` chooses on the tuning seeds
-(0, 1), judged on the held-out seeds (1000, 1001).
+(0, 1), or with `--defaults` at its default setting (HPA 70%, KEDA 10, gpufleet's own
+headroom), judged on the held-out seeds (1000, 1001).
 
 Run from the repository root:
     python3 -m bench.warmup_bench [--families longctx] [--scales 1,4] [--duration 1800]
-        [--jobs 2]
+        [--jobs 2] [--defaults]
 Prints a Markdown table on stdout.
 """
 
@@ -24,6 +25,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from bench import heldout_bench
+from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core.factory import Tuning
+from gpufleet.autoscaler.core.gpufleet_policy import GpufleetSettings
 from gpufleet.autoscaler.replay.core.result import RunResult
 from gpufleet.autoscaler.replay.core.stats import feasible
 from gpufleet.autoscaler.replay.core.sweep import RunSpec
@@ -46,15 +50,28 @@ def split(spec: RunSpec, result: RunResult) -> tuple[float, float]:
     )
 
 
-def evaluate(family: str, scale: int, *, duration: int, jobs: int, target: float) -> list[str]:
+# Each policy's default setting, as `gpufleet simulate` runs it without a sweep.
+DEFAULTS = {
+    policies.HPA: Tuning().hpa_target_util,
+    policies.KEDA: Tuning().keda_queue_target,
+    policies.GPUFLEET: GpufleetSettings().headroom,
+}
+
+
+def evaluate(
+    family: str, scale: int, *, duration: int, jobs: int, target: float, defaults: bool
+) -> list[str]:
     rows = []
     for policy in heldout_bench.POLICIES:
-        tuning = heldout_bench._specs(
-            family, scale, heldout_bench.TUNING_SEEDS, policy, duration, {}
-        )
-        chosen = heldout_bench.choose_knob(
-            heldout_bench._mean_by_knob(heldout_bench._run_all(tuning, jobs)), target
-        )
+        if defaults:
+            chosen = policies.knob_label(policy, DEFAULTS[policy])
+        else:
+            tuning = heldout_bench._specs(
+                family, scale, heldout_bench.TUNING_SEEDS, policy, duration, {}
+            )
+            chosen = heldout_bench.choose_knob(
+                heldout_bench._mean_by_knob(heldout_bench._run_all(tuning, jobs)), target
+            )
         held = [
             s
             for s in heldout_bench._specs(
@@ -81,6 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=int, default=1800, help="seconds of each trace")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--target", type=float, default=0.99, help="attainment to tune for")
+    parser.add_argument(
+        "--defaults", action="store_true", help="each policy at its default, no tuning"
+    )
     args = parser.parse_args(argv)
     families = [f for f in args.families.split(",") if f]
     unknown = [f for f in families if f not in heldout_bench.FAMILIES]
@@ -94,7 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for family in families:
         for scale in (int(s) for s in args.scales.split(",") if s):
             lines += evaluate(
-                family, scale, duration=args.duration, jobs=args.jobs, target=args.target
+                family,
+                scale,
+                duration=args.duration,
+                jobs=args.jobs,
+                target=args.target,
+                defaults=args.defaults,
             )
     print("\n".join(lines))
     return 0
