@@ -5,8 +5,13 @@ Every tick it turns late signals into a replica count:
 1. **Capacity.** Requests/s (and prompt tokens/s) one replica sustains, learned online
    from saturated samples (`capacity`), behind a conservative prior until learned; while
    unlearned, a scale-up is capped at `unlearned_max_scale_up_ratio` x the ready replicas.
-   A latency probe credits more than the estimate while p90 TTFT stays within half the SLO
-   at load (`probe_*`), so a fleet that never saturates still shrinks toward its capacity.
+   Closed-loop SLO feedback (`slo_feedback`) scales the learned rate by what the service
+   shows: when the requests' mean wait for prefill (TTFT minus prefill time) exceeds a
+   tenth of the SLO, each replica is credited less at once (down to a quarter), and the
+   credit comes back slowly while the wait stays low; pressure while replicas start or
+   at max_replicas changes nothing. As the latency probe it also credits more than the
+   estimate while p90 TTFT stays within half the SLO at load, so a fleet that never
+   saturates still shrinks toward its capacity.
 2. **Steady demand.** The arrival rate forecast over the lead time (cold start plus one
    tick, from the newest sample's age; `forecast`), plus the backlog that must drain within
    `backlog_drain_seconds`. Replicas = demand x (1 + headroom) / learned rate.
@@ -35,7 +40,7 @@ signals it has). `Decision.headroom` asks for warm placeholder replicas for the 
 rate (`RateForecast.sustained`, bursts left out) the trend predicts within node
 provisioning plus cold start, so the nodes are there when replicas are. Pure: no clock
 (`obs.now`), no I/O; the state is the learned capacity, the recommendation window, the
-surge's hold, the panic, the last placeholders and the idle timestamp.
+surge's hold, the panic, the last placeholders, the idle timestamp and the SLO feedback.
 """
 
 import dataclasses
@@ -57,6 +62,13 @@ from gpufleet.autoscaler.core.capacity import (
 from gpufleet.autoscaler.core.forecast import ForecastSettings, RateForecast, forecast_rate
 from gpufleet.autoscaler.core.observation import Observation, ReplicaState, Series
 from gpufleet.autoscaler.core.policy import Decision, Reason
+from gpufleet.autoscaler.core.slo_feedback import (
+    FeedbackSettings,
+    FeedbackState,
+    clamp,
+    newest_sample,
+    update,
+)
 from gpufleet.autoscaler.core.workload import ShapeKind, WorkloadConfig
 
 
@@ -124,20 +136,10 @@ class GpufleetSettings:
     # node (the rounding stays within the nodes the unrounded need requires). Off by
     # default: only right where no other workload could use those GPUs.
     fill_nodes: bool = False
-    # Latency probe. A fleet that never saturates learns its capacity only from lower
-    # bounds (the duty cycle, the TTFT bound), which sit near the load it already carries,
-    # so it would stay as large as it started. While the newest p90 TTFT is within
-    # `probe_ttft_share` x SLO and the replicas carry at least `probe_min_load` of the rate
-    # they are credited with, the credited rate grows by `probe_growth` per sample (a test
-    # the service is passing); each sample over the threshold shrinks it by `probe_backoff`.
-    # Growth is bounded by the load carried (1 / probe_min_load x it), so the credit never
-    # runs ahead of evidence, and never exceeds `probe_max_ratio` x the learned estimate.
-    # 0.5 of the SLO leaves the other half for a burst's queueing.
-    probe_ttft_share: float = 0.5
-    probe_min_load: float = 0.7
-    probe_growth: float = 0.03
-    probe_backoff: float = 0.85
-    probe_max_ratio: float = 4.0
+    # Closed-loop SLO feedback and the latency probe (`slo_feedback`): observed prefill
+    # wait and p90 TTFT scale the learned per-replica rate, down quickly on pressure, up
+    # slowly while the SLO passes at load.
+    feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
     capacity: CapacitySettings = field(default_factory=CapacitySettings)
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
 
@@ -147,7 +149,8 @@ class Demand:
     """One tick's sizing, in requests/s and replicas; what the message reports."""
 
     capacity: CapacityEstimate
-    per_replica_rps: float  # sustained, learned, at 100% utilization
+    per_replica_rps: float  # sustained, learned, at 100% utilization, x `feedback`
+    feedback: float  # the SLO feedback's credited / learned ratio (`slo_feedback`)
     forecast: RateForecast  # over the replica lead time
     queue: float
     backlog_rps: float  # queue / backlog_drain_seconds
@@ -192,8 +195,7 @@ class GpufleetPolicy:
         self._last_active: float | None = None  # last arrival, queue or work
         self._desired: int | None = None
         self._scale_history = History()  # scale events, for the workload's rate policies
-        self._probe = 1.0  # credited / learned per-replica rate (the latency probe)
-        self._probe_seen = -math.inf  # newest TTFT sample the probe has read
+        self._feedback = FeedbackState()  # credited / learned per-replica rate
 
     def learned(self) -> dict[str, float]:
         """What the policy has learned, as plain numbers (the capacity learner's sums and
@@ -201,7 +203,7 @@ class GpufleetPolicy:
         or failed-over controller resumes warm instead of relearning."""
         state = dataclasses.asdict(self._capacity)
         out = {k: float(v) for k, v in state.items() if math.isfinite(v)}
-        out["probe"] = self._probe
+        out["probe"] = self._feedback.ratio
         return out
 
     def resume(self, learned: Mapping[str, Any]) -> None:
@@ -220,7 +222,8 @@ class GpufleetPolicy:
         self._capacity = dataclasses.replace(CapacityState(), **values)
         probe = learned.get("probe")
         if isinstance(probe, int | float) and math.isfinite(probe):
-            self._probe = min(self.settings.probe_max_ratio, max(1.0, float(probe)))
+            ratio = clamp(float(probe), self.settings.feedback)
+            self._feedback = FeedbackState(ratio=ratio)
 
     def decide(self, obs: Observation) -> Decision:
         s, now = self.settings, obs.now
@@ -238,7 +241,7 @@ class GpufleetPolicy:
             self._capacity, obs, s.capacity, batch_slots=self.workload.batch_slots
         )
         demand = self._demand(obs, arrivals_ok=arrivals_ok)
-        self._update_probe(obs, demand)
+        self._update_feedback(obs, demand)
         active = self._note_activity(obs)
         self._remember(obs, demand)
         desired, reason = self._target(obs, demand)
@@ -319,8 +322,9 @@ class GpufleetPolicy:
         s, w = self.settings, self.workload
         tpr = tokens_per_request(obs)
         est = estimate(self._capacity, s.capacity, tokens_per_request=tpr)
-        unit = max(1e-9, est.per_replica_rps(tpr)) * self._probe
-        prefill = max(unit, self._probe * est.prompt_tokens_per_second / tpr if tpr else unit)
+        ratio = self._feedback.ratio
+        unit = max(1e-9, est.per_replica_rps(tpr)) * ratio
+        prefill = max(unit, ratio * est.prompt_tokens_per_second / tpr if tpr else unit)
         grow = 1.0 + s.headroom
         arrivals = obs.arrival_rate if arrivals_ok else Series()
         lead = w.cold_start_seconds + s.interval_seconds
@@ -353,6 +357,7 @@ class GpufleetPolicy:
         return Demand(
             capacity=est,
             per_replica_rps=unit,
+            feedback=ratio,
             forecast=fc,
             queue=queue,
             backlog_rps=backlog,
@@ -366,20 +371,20 @@ class GpufleetPolicy:
             placeholders=math.ceil(fc.sustained * grow / unit),
         )
 
-    def _update_probe(self, obs: Observation, d: Demand) -> None:
-        """Grow the credited rate while latency passes at load; back off when it fails."""
-        s = self.settings
-        ttft = obs.ttft_p90_seconds
-        if not ttft.times or ttft.times[-1] <= self._probe_seen:
-            return
-        self._probe_seen = ttft.times[-1]
-        if ttft.values[-1] > s.probe_ttft_share * self.workload.slo_ttft_seconds:
-            self._probe = max(1.0, self._probe * s.probe_backoff)
-            return
+    def _update_feedback(self, obs: Observation, d: Demand) -> None:
+        """Fold the newest TTFT sample into the SLO feedback (`slo_feedback`)."""
         ready = obs.count(ReplicaState.READY)
         load = d.forecast.level / max(1, ready)
-        if ready and load >= s.probe_min_load * d.per_replica_rps:
-            self._probe = min(s.probe_max_ratio, self._probe * (1.0 + s.probe_growth))
+        loaded = ready > 0 and load >= self.settings.feedback.min_load * d.per_replica_rps
+        sample = newest_sample(
+            obs,
+            tokens_per_request=tokens_per_request(obs),
+            loaded=loaded,
+            at_max=obs.current_replicas >= self.workload.max_replicas,
+        )
+        self._feedback = update(
+            self._feedback, sample, self.settings.feedback, slo=self.workload.slo_ttft_seconds
+        )
 
     def _remember(self, obs: Observation, d: Demand) -> None:
         """Window the steady recommendation; start or extend a surge's hold."""
@@ -484,6 +489,9 @@ def _message(d: Demand, current: int, desired: int, reason: Reason, s: GpufleetS
     fc = d.forecast
     est = d.capacity
     learned = f"learned, {est.samples} samples" if est.learned else f"prior, {est.samples} samples"
+    if d.feedback != 1.0:
+        learned += f"; x{d.feedback:.2f} by SLO feedback"
+    learned_rps = d.per_replica_rps / d.feedback
     drain = d.queue / max(1e-9, max(desired, 1) * d.per_replica_rps)
     peak = dict(fc.peaks).get(d.burst_window_seconds, 0.0)
     surge = ""
@@ -492,7 +500,7 @@ def _message(d: Demand, current: int, desired: int, reason: Reason, s: GpufleetS
     text = (
         f"arrivals {fc.latest:.1f}/s (level {fc.level:.1f}/s, usual peak {peak:.1f}/s over "
         f"{d.burst_window_seconds:g} s) forecast {fc.predicted:.1f}/s in "
-        f"{fc.horizon_seconds:.0f} s lead; capacity {d.per_replica_rps:.1f}/s per replica "
+        f"{fc.horizon_seconds:.0f} s lead; capacity {learned_rps:.1f}/s per replica "
         f"({learned}); backlog {d.queue:.0f} drains in {drain:.1f} s; needs {d.stable} steady, "
         f"{d.burst} for bursts{surge} at headroom {s.headroom:g}: {current} -> {desired}"
     )

@@ -490,4 +490,46 @@ def test_what_the_policy_learned_survives_a_restart() -> None:
     again = second.learned()
     assert again["sat_tokens"] == 180_000.0 and again["samples"] == 40
     assert again["sat_weight"] == 0.0  # a non-number is ignored, not trusted
-    assert again["probe"] == GpufleetPolicy(WorkloadConfig(name="w")).settings.probe_max_ratio
+    assert again["probe"] == GpufleetPolicy(WorkloadConfig(name="w")).settings.feedback.max_ratio
+
+
+def with_latency(obs: Observation, *, wait: float) -> Observation:
+    """`obs` with TTFT signals whose first tokens each waited `wait` s for 0.1 s of prefill."""
+    t = obs.completion_rate.times
+    first_tokens = obs.completion_rate.values  # requests/s, one first token each
+    return replace(
+        obs,
+        ttft_p90_seconds=Series(t, tuple(wait + 0.1 for _ in t)),
+        ttft_sum_rate=Series(t, tuple(n * (wait + 0.1) for n in first_tokens)),
+        prefill_sum_rate=Series(t, tuple(n * 0.1 for n in first_tokens)),
+    )
+
+
+def test_queue_wait_scales_up_beyond_the_learned_capacity_and_persists() -> None:
+    """Requests waiting 1 s for prefill at the learned size: the SLO feedback credits each
+    replica less, so the policy asks for more; the correction survives a restart."""
+    p = policy()
+    calm = p.decide(with_latency(observe(1000.0, const(20.0), ready=3), wait=0.0))
+    assert calm.desired == 3
+    desired = [
+        p.decide(with_latency(observe(1000.0 + 5 * i, const(20.0), ready=3), wait=1.0)).desired
+        for i in range(1, 6)
+    ]
+    assert desired[-1] > 3 and desired == sorted(desired)
+    assert (
+        "by SLO feedback"
+        in p.decide(with_latency(observe(1030.0, const(20.0), ready=3), wait=1.0)).message
+    )
+    learned = p.learned()
+    assert learned["probe"] < 1.0
+    again = policy()
+    again.resume(learned)
+    assert again.decide(observe(1000.0, const(20.0), ready=3)).desired > 3
+
+
+def test_queue_wait_while_replicas_start_asks_for_no_more() -> None:
+    """The replicas asked for have not served yet: waiting is expected, not new evidence."""
+    p = policy()
+    for i in range(6):
+        obs = with_latency(observe(1000.0 + 5 * i, const(20.0), ready=2, starting=1), wait=1.0)
+        assert p.decide(obs).desired == 3
