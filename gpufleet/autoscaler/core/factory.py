@@ -26,13 +26,16 @@ class Tuning:
     """The baselines' settings; the defaults are how the field configures them.
 
     HPA on average GPU utilization at 70% and KEDA on queue length 10 with 30 s polling are
-    the configurations issue 4 measures against. `gpufleet_headroom` None keeps our
-    policy's own default (GpufleetSettings.headroom).
+    the configurations issue 4 measures against. `keda_min_replica_count` None gives KEDA
+    the workload's floor like every other policy; 0 lets it scale to zero (its own
+    default), as deployed where traffic has quiet periods. `gpufleet_headroom` None keeps
+    our policy's own default (GpufleetSettings.headroom).
     """
 
     hpa_target_util: float = 70.0
     keda_queue_target: float = 10.0
     keda_polling_interval_seconds: float = 30.0
+    keda_min_replica_count: int | None = None
     gpufleet_headroom: float | None = None
     gpufleet_fill_nodes: bool = False  # GpufleetSettings.fill_nodes
 
@@ -103,6 +106,8 @@ def make_policy(
         from gpufleet.autoscaler.core.keda import field_keda
 
         target = tuning.keda_queue_target if knob_value is None else knob_value
+        if tuning.keda_min_replica_count is not None:
+            workload = dataclasses.replace(workload, min_replicas=tuning.keda_min_replica_count)
         return field_keda(
             workload,
             queue_target=target,

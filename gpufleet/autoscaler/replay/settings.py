@@ -275,6 +275,15 @@ class SimulateSettings(BaseSettings):
         help="KEDA pollingInterval.",
         gt=0,
     )
+    keda_min_replica_count: int | None = setting(
+        None,
+        "GPUFLEET_SIM_KEDA_MIN_REPLICA_COUNT",
+        "--keda-min-replica-count",
+        group=POLICIES,
+        help="KEDA minReplicaCount; 0 scales to zero after cooldownPeriod (300 s) without "
+        "work. Unset: --min-replicas, as for every policy.",
+        ge=0,
+    )
 
     gpufleet_fill_nodes: bool = setting(
         True,
@@ -362,6 +371,7 @@ class SimulateSettings(BaseSettings):
             hpa_target_util=self.hpa_target_util,
             keda_queue_target=self.keda_queue_target,
             keda_polling_interval_seconds=self.keda_polling_interval_seconds,
+            keda_min_replica_count=self.keda_min_replica_count,
             gpufleet_headroom=self.gpufleet_headroom,
             gpufleet_fill_nodes=self.gpufleet_fill_nodes,
         )

@@ -26,6 +26,8 @@ def load(argv, monkeypatch, env=None) -> SimulateSettings:
         ([], {"GPUFLEET_SIM_PROGRESS": "false"}, "progress", False),
         (["--sweep"], {}, "sweep", True),
         (["--scale", "3"], {"GPUFLEET_SIM_SCALE": "2"}, "scale", 3),
+        ([], {}, "keda_min_replica_count", None),
+        (["--keda-min-replica-count", "0"], {}, "keda_min_replica_count", 0),
     ],
     ids=[
         "all four policies by default",
@@ -38,6 +40,8 @@ def load(argv, monkeypatch, env=None) -> SimulateSettings:
         "progress env var",
         "sweep",
         "flag beats env",
+        "keda takes the workload's floor by default",
+        "keda scale to zero",
     ],
 )
 def test_settings(argv, env, attr, expected, monkeypatch):

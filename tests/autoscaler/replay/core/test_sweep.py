@@ -5,6 +5,7 @@ import pytest
 
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core.factory import Tuning
+from gpufleet.autoscaler.core.observation import Observation, Replica, ReplicaState, Series
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core import sweep
 from gpufleet.autoscaler.replay.core.model import ReplayConfig
@@ -135,6 +136,20 @@ def test_gpufleet_sweep_point_sets_its_headroom():
 
 
 @pytest.mark.parametrize(
+    ("min_replica_count", "desired"),
+    [(None, 1), (0, 0)],
+    ids=["the workload's floor by default", "minReplicaCount 0 scales to zero"],
+)
+def test_keda_min_replica_count(min_replica_count, desired):
+    # Idle since creation (initialCooldownPeriod 0): the first poll deactivates if allowed.
+    tuning = Tuning(keda_min_replica_count=min_replica_count)
+    policy = policies.make_policy("keda", WORKLOAD, tuning)
+    replica = Replica(name="r0", state=ReplicaState.READY, since=0, created=0)
+    obs = Observation(now=0, queue_depth=Series((0,), (0.0,)), replicas=(replica,))
+    assert policy.decide(obs).desired == desired
+
+
+@pytest.mark.parametrize(
     ("name", "message"),
     [("oracle", "policy 'oracle' has no knob"), ("vpa", "policy 'vpa' has no knob")],
     ids=["oracle has no knob", "unknown"],
@@ -160,3 +175,38 @@ def test_warm_start_gives_each_trace_its_own_initial_replicas_for_every_policy()
     initial = [(s.trace.name, s.config.initial_replicas) for s in specs]
     assert initial[0] == initial[1] and initial[0][1] > 1
     assert initial[2:] == [("t", 1), ("t", 1)]
+
+
+@pytest.mark.parametrize(
+    ("front", "attainment", "expected"),
+    [
+        (pts((0.9, 10), (0.99, 20)), 0.9, 10.0),
+        (pts((0.9, 10), (0.99, 20)), 0.8, 10.0),
+        (pts((0.9, 10), (0.99, 20)), 0.945, 15.0),
+        (pts((0.9, 10), (0.99, 20)), 0.99, 20.0),
+        (pts((0.9, 10), (0.99, 20)), 0.995, None),
+        ([], 0.5, None),
+    ],
+    ids=[
+        "on a point",
+        "below the cheapest point costs the cheapest",
+        "halfway between two points is linear",
+        "on the last point",
+        "above the front is unreachable",
+        "empty front reaches nothing",
+    ],
+)
+def test_cost_at(front, attainment, expected):
+    cost = sweep.cost_at(front, attainment)
+    assert cost == (None if expected is None else pytest.approx(expected))
+
+
+def test_savings_at_equal_attainment():
+    ours = pts((0.9, 4), (0.945, 12), (0.999, 30))
+    theirs = pts((0.9, 10), (0.99, 20))
+    # Ours at 0.9 costs 4 where theirs costs 10; at 0.945 theirs interpolates to 15;
+    # theirs never reaches 0.999, so that point has no comparison.
+    assert [(s.ours.label, pytest.approx(s.gpu_hours)) for s in sweep.savings(ours, theirs)] == [
+        ("p0", 6.0),
+        ("p1", 3.0),
+    ]
