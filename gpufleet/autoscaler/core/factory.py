@@ -36,6 +36,7 @@ class Tuning:
     keda_queue_target: float = 10.0
     keda_polling_interval_seconds: float = 30.0
     keda_min_replica_count: int | None = None
+    keda_metric_type: str = "AverageValue"  # keda.MetricType: AverageValue or Value
     gpufleet_headroom: float | None = None
     gpufleet_fill_nodes: bool = False  # GpufleetSettings.fill_nodes
 
@@ -103,7 +104,7 @@ def make_policy(
         behavior = workload.behavior if hpa_workload_behavior else None
         return field_hpa(workload, target_util=target, behavior=behavior)
     if name == KEDA:
-        from gpufleet.autoscaler.core.keda import field_keda
+        from gpufleet.autoscaler.core.keda import MetricType, field_keda
 
         target = tuning.keda_queue_target if knob_value is None else knob_value
         if tuning.keda_min_replica_count is not None:
@@ -112,6 +113,7 @@ def make_policy(
             workload,
             queue_target=target,
             polling_interval_s=tuning.keda_polling_interval_seconds,
+            metric_type=MetricType(tuning.keda_metric_type),
         )
     if name == GPUFLEET:
         headroom = tuning.gpufleet_headroom if knob_value is None else knob_value

@@ -150,6 +150,21 @@ def test_keda_min_replica_count(min_replica_count, desired):
 
 
 @pytest.mark.parametrize(
+    ("metric_type", "desired"),
+    # Queue 25 on 2 ready replicas. AverageValue: 25 / (10 x 2) = 1.25 -> ceil(25/10) = 3.
+    # Value: 25/10 = 2.5 -> ceil(2.5 x 2) = 5, capped at max(2 x 2, 4) = 4.
+    [("AverageValue", 3), ("Value", 4)],
+)
+def test_keda_metric_type(metric_type, desired):
+    policy = policies.make_policy("keda", WORKLOAD, Tuning(keda_metric_type=metric_type))
+    replicas = tuple(
+        Replica(name=f"r{i}", state=ReplicaState.READY, since=0, created=0) for i in range(2)
+    )
+    obs = Observation(now=0, queue_depth=Series((0,), (25.0,)), replicas=replicas)
+    assert policy.decide(obs).desired == desired
+
+
+@pytest.mark.parametrize(
     ("name", "message"),
     [("oracle", "policy 'oracle' has no knob"), ("vpa", "policy 'vpa' has no knob")],
     ids=["oracle has no knob", "unknown"],
