@@ -320,11 +320,24 @@ def _merge(parser: argparse.ArgumentParser, paths: Sequence[Path]) -> int:
     results = []
     for path in paths:
         try:
-            results += json.loads(path.read_text())
+            loaded = json.loads(path.read_text())
         except (OSError, ValueError) as e:
             parser.error(f"--merge {path}: {e}")
+        if not isinstance(loaded, list) or not all(_is_result(r) for r in loaded):
+            parser.error(f"--merge {path}: not the --json of python3 -m bench.heldout_bench")
+        results += loaded
     print(report(results))
     return 0
+
+
+def _is_result(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and value.get("family") in FAMILIES
+        and isinstance(value.get("scale"), int)
+        and isinstance(value.get("rows"), list)
+        and {row.get("policy") for row in value["rows"] if isinstance(row, dict)} >= set(POLICIES)
+    )
 
 
 if __name__ == "__main__":

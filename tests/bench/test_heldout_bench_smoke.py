@@ -44,12 +44,22 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
     assert merged.stdout.count("### quiet") == 1 and merged.stdout.count("- x1: ") == 2
 
 
-def test_merge_names_a_bad_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{", "Expecting property name"),
+        ('{"family": "quiet"}', "not the --json of python3 -m bench.heldout_bench"),
+        ('[{"family": "nope", "scale": 1, "rows": []}]', "not the --json of"),
+    ],
+    ids=["not json", "not a list", "unknown family"],
+)
+def test_merge_names_a_bad_file(tmp_path: Path, text: str, says: str) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text("{")
+    bad.write_text(text)
     run = run_bench("heldout_bench", "--merge", str(bad), timeout=60)
     assert run.returncode == 2
-    assert f"--merge {bad}: " in run.stderr and "Traceback" not in run.stderr
+    assert f"--merge {bad}: " in run.stderr and says in run.stderr
+    assert "Traceback" not in run.stderr
 
 
 # (ours, theirs, sentence): the front comparison's words, from the fronts alone.
