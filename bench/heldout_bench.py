@@ -234,7 +234,13 @@ def markdown(results: Sequence[dict]) -> str:
                 f"| {t_att:.2%} / {t_gpu:.2f} | {h_att:.2%} / {h_gpu:.2f} "
                 f"| {row['heldout_feasible']:.2%} | {mean_s:.2f} / {max_s:.2f} |"
             )
-    lines += ["", "Held-out fronts, gpufleet's against each baseline's:", ""]
+    lines += [
+        "",
+        "Held-out fronts, gpufleet's against each baseline's (the baseline's GPU-h at each "
+        "gpufleet front point's attainment: linear between the two baseline front points "
+        "around it):",
+        "",
+    ]
     for result in results:
         ours = _front(result, policies.GPUFLEET)
         sentences = [compare(ours, _front(result, b), b) for b in BASELINES]
