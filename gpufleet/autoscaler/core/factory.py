@@ -83,6 +83,14 @@ def knob_label(name: str, value: float) -> str:
     return f"{knob(name).name}={value:g}"
 
 
+def run_workload(name: str, workload: WorkloadConfig, tuning: Tuning) -> WorkloadConfig:
+    """The workload policy `name` runs under: the shared one, but with KEDA's own
+    minReplicaCount when `tuning` sets one (the simulator clamps every decision to it)."""
+    if name == KEDA and tuning.keda_min_replica_count is not None:
+        return dataclasses.replace(workload, min_replicas=tuning.keda_min_replica_count)
+    return workload
+
+
 def make_policy(
     name: str,
     workload: WorkloadConfig,
@@ -107,8 +115,6 @@ def make_policy(
         from gpufleet.autoscaler.core.keda import MetricType, field_keda
 
         target = tuning.keda_queue_target if knob_value is None else knob_value
-        if tuning.keda_min_replica_count is not None:
-            workload = dataclasses.replace(workload, min_replicas=tuning.keda_min_replica_count)
         return field_keda(
             workload,
             queue_target=target,

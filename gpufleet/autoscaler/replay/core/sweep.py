@@ -82,7 +82,7 @@ def plan(
                 RunSpec(
                     trace=trace,
                     policy=name,
-                    workload=workload,
+                    workload=policies.run_workload(name, workload, tuning),
                     config=trace_config,
                     tuning=tuning,
                     knob_value=value,

@@ -1,5 +1,7 @@
 """Sweeps: Pareto fronts, front dominance and the run plan (pure, no simulation)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -136,17 +138,35 @@ def test_gpufleet_sweep_point_sets_its_headroom():
 
 
 @pytest.mark.parametrize(
-    ("min_replica_count", "desired"),
-    [(None, 1), (0, 0)],
+    ("min_replica_count", "keda_min", "reaches_zero"),
+    [(None, 1, False), (0, 0, True)],
     ids=["the workload's floor by default", "minReplicaCount 0 scales to zero"],
 )
-def test_keda_min_replica_count(min_replica_count, desired):
-    # Idle since creation (initialCooldownPeriod 0): the first poll deactivates if allowed.
+def test_keda_min_replica_count(min_replica_count, keda_min, reaches_zero):
+    # Work for 10 s, then none: with minReplicaCount 0 KEDA deactivates after the
+    # cooldown (300 s since the last active poll), and the run must let it (the engine
+    # clamps every decision to the run's workload). Other policies keep the floor.
+    trace = trace_from_arrays(
+        np.arange(0.0, 10.0, 0.5), np.full(20, 100), np.full(20, 20), name="burst"
+    )
     tuning = Tuning(keda_min_replica_count=min_replica_count)
-    policy = policies.make_policy("keda", WORKLOAD, tuning)
-    replica = Replica(name="r0", state=ReplicaState.READY, since=0, created=0)
-    obs = Observation(now=0, queue_depth=Series((0,), (0.0,)), replicas=(replica,))
-    assert policy.decide(obs).desired == desired
+    specs = sweep.plan(
+        [trace], ["hpa", "keda"], workload=WORKLOAD, config=ReplayConfig(), tuning=tuning,
+        sweep=False,
+    )  # fmt: skip
+    assert [s.workload.min_replicas for s in specs] == [1, keda_min]
+    result = sweep.run(dataclasses.replace(specs[1], trace=_padded(trace, 900.0)))
+    assert (min(d.desired for d in result.decisions) == 0) is reaches_zero
+
+
+def _padded(trace, until):
+    """The trace with one tiny request at `until`, so the run lasts that long."""
+    return trace_from_arrays(
+        np.append(trace.arrival_seconds, until),
+        np.append(trace.prompt_tokens, 1),
+        np.append(trace.output_tokens, 1),
+        name=trace.name,
+    )
 
 
 @pytest.mark.parametrize(
