@@ -5,9 +5,14 @@ family (`replay.core.workloads`) and scale, every policy's knob is chosen on the
 seeds (the cheapest knob value whose mean SLO attainment there reaches `--target`, else the
 one with the highest attainment), then that one setting is run on the HELD-OUT seeds, which
 no choice ever looked at. Everything else is `gpufleet simulate`'s defaults (warm start,
-gpufleet filling the nodes it pays for). The held-out seeds also get every knob value, for
-the Pareto fronts that the dominance line compares; fronts choose nothing, so they may be
-drawn there.
+gpufleet filling the nodes it pays for), except that KEDA runs with `minReplicaCount: 0`
+on the families with quiet periods (`FAMILY_TUNING`), as it is deployed for them. The
+held-out seeds also get every knob value, for the Pareto fronts that the front comparison
+uses; fronts choose nothing, so they may be drawn there.
+
+Front comparison: at each point of gpufleet's held-out front, the GPU-hours a baseline's
+front needs for the same attainment, linear between the two baseline points around it
+(`sweep.cost_at`); gpufleet is strictly better where that is more than its own cost.
 
 Tuning seeds: 0 and 1. Held-out seeds: 1000 and 1001. Never swap them, never choose a knob,
 a default or a policy change by what the held-out columns say.
@@ -16,16 +21,22 @@ Run from the repository root:
     python3 -m bench.heldout_bench [--families flash-short,longctx,...] [--scales 1,4,10]
         [--duration 3600] [--jobs 2] [--target 0.99] [--json PATH]
         [--no-chunked-prefill] [--long-prefill-token-threshold N]
-Prints a Markdown report on stdout (one table per family and scale).
+    python3 -m bench.heldout_bench --merge a.json b.json ...
+Prints a Markdown report on stdout: one table per family (every scale and policy, with the
+simulator's CPU seconds per policy-hour), then the front comparison per scale. The full grid
+(7 families x 3 scales) is long on a small machine; shard it with --families/--scales and
+--json, and print one report from the shards with --merge.
 """
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import os
 import shlex
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,9 +49,14 @@ from gpufleet.autoscaler.replay.settings import SimulateSettings
 TUNING_SEEDS = (0, 1)
 HELDOUT_SEEDS = (1000, 1001)
 POLICIES = (policies.HPA, policies.KEDA, policies.GPUFLEET)
+BASELINES = (policies.HPA, policies.KEDA)
+# A saving smaller than the report's last digit is not one: equal runs differ by float noise.
+_VISIBLE_GPU_HOURS = 0.005
 
 # The families the issue names. Lead time is a cold start (60 s) plus node provisioning
-# (180 s): flash-short is over before new capacity could serve it, flash-long is not.
+# (180 s): flash-short is over before new capacity could serve it, flash-long is not. The
+# mix is a diurnal day with a flash crowd on top, and longctx's heavy prompt tail (3% of
+# prompts from a Pareto tail over 30k tokens) under a chat-sized body.
 FAMILIES = {
     "flash-short": "flash:height=10,length=180",
     "flash-long": "flash:height=10,length=1200",
@@ -48,8 +64,10 @@ FAMILIES = {
     "onoff": "onoff:height=5,on=60,off=300",
     "quiet": "quiet:busy=600,idle=1200",
     "longctx": "longctx",
-    "mix": "mix:of=diurnal+flash,flash.height=8",
+    "mix": "mix:of=diurnal+flash,flash.height=8,tail=0.03,tail_alpha=1.3",
 }
+# Tuning that differs by family: KEDA scales to zero where traffic stops (issue 17, §2).
+FAMILY_TUNING: dict[str, dict[str, object]] = {"quiet": {"keda_min_replica_count": 0}}
 
 
 def _spec(family: str, duration: int) -> str:
@@ -70,22 +88,32 @@ def _specs(
     that differ from them (--no-chunked-prefill, --long-prefill-token-threshold)."""
     # The defaults, without reading env vars.
     defaults = SimulateSettings.model_construct(**service)  # type: ignore[arg-type]
+    tuning = dataclasses.replace(defaults.tuning(), **FAMILY_TUNING.get(family, {}))
     return sweep.plan(
         [workload_trace(_spec(family, duration), seed=seed, scale=scale) for seed in seeds],
         [policy],
         workload=defaults.workload(),
         config=defaults.sim_config(),
-        tuning=defaults.tuning(),
+        tuning=tuning,
         sweep=True,
         warm_start=defaults.warm_start,
     )
 
 
-def _run_all(specs: list[sweep.RunSpec], jobs: int) -> list[RunResult]:
+def _timed_run(spec: sweep.RunSpec) -> tuple[RunResult, float]:
+    # CPU seconds of this worker, not wall: the simulator is single-threaded, and on a
+    # shared machine wall time measures the neighbours' load as much as the simulator.
+    started = time.process_time()
+    result = sweep.run(spec)
+    return result, time.process_time() - started
+
+
+def _run_all(specs: list[sweep.RunSpec], jobs: int) -> list[tuple[RunResult, float]]:
+    """Each spec's result and its CPU seconds (the run alone, in its worker)."""
     if jobs <= 1:
-        return [sweep.run(spec) for spec in specs]
+        return [_timed_run(spec) for spec in specs]
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(sweep.run, specs))
+        return list(pool.map(_timed_run, specs))
 
 
 def _mean_by_knob(results: Sequence[RunResult]) -> dict[str, tuple[float, float]]:
@@ -128,18 +156,21 @@ def evaluate(
     target: float,
     service: dict[str, object] | None = None,
 ) -> dict:
+    """One family at one scale: each policy's tuned knob, its held-out numbers, its held-out
+    front, and the simulator's CPU seconds per policy-hour over all its runs (mean, max)."""
     rows = []
-    fronts: dict[str, tuple[sweep.Point, ...]] = {}
     service = service or {}
     for policy in POLICIES:
-        tuning = _specs(family, scale, TUNING_SEEDS, policy, duration, service)
-        tuned = _mean_by_knob(_run_all(tuning, jobs))
+        tuning = _run_all(_specs(family, scale, TUNING_SEEDS, policy, duration, service), jobs)
+        tuned = _mean_by_knob([r for r, _ in tuning])
         chosen = choose_knob(tuned, target)
-        held = _run_all(_specs(family, scale, HELDOUT_SEEDS, policy, duration, service), jobs)
+        timed = _run_all(_specs(family, scale, HELDOUT_SEEDS, policy, duration, service), jobs)
+        held = [r for r, _ in timed]
         by_knob = _mean_by_knob(held)
-        fronts[policy] = sweep.pareto_front(
+        front = sweep.pareto_front(
             sweep.Point(att, gpu_h, knob) for knob, (att, gpu_h) in by_knob.items()
         )
+        per_hour = [seconds * 3600 / duration for _, seconds in tuning + timed]
         rows.append(
             {
                 "policy": policy,
@@ -147,33 +178,84 @@ def evaluate(
                 "tuning": tuned[chosen],
                 "heldout": by_knob[chosen],
                 "heldout_feasible": _mean_feasible_by_knob(held)[chosen],
+                "front": [list(p) for p in front],
+                "seconds_per_policy_hour": (statistics.fmean(per_hour), max(per_hour)),
             }
         )
-    ours = fronts[policies.GPUFLEET]
-    dominance = {p: sweep.dominates(ours, fronts[p]) for p in POLICIES if p != policies.GPUFLEET}
-    return {"family": family, "scale": scale, "rows": rows, "dominates": dominance}
+    return {"family": family, "scale": scale, "rows": rows}
 
 
-def markdown(result: dict) -> str:
-    lines = [
-        f"### {result['family']} at --scale {result['scale']}",
-        "",
-        "| policy | knob (chosen on tuning seeds) | tuning: attainment / GPU-h "
-        "| held-out: attainment / GPU-h | held-out: feasible attainment |",
-        "|---|---|---:|---:|---:|",
-    ]
-    for row in result["rows"]:
-        (t_att, t_gpu), (h_att, h_gpu) = row["tuning"], row["heldout"]
-        lines.append(
-            f"| {row['policy']} | {row['chosen']} | {t_att:.2%} / {t_gpu:.2f} "
-            f"| {h_att:.2%} / {h_gpu:.2f} | {row['heldout_feasible']:.2%} |"
+def _front(result: dict, policy: str) -> tuple[sweep.Point, ...]:
+    (row,) = (r for r in result["rows"] if r["policy"] == policy)
+    return tuple(sweep.Point(*p) for p in row["front"])
+
+
+def compare(ours: Sequence[sweep.Point], theirs: Sequence[sweep.Point], name: str) -> str:
+    """One sentence: does our front dominate theirs, where is it strictly cheaper at equal
+    attainment and by how much, and what of theirs it does not reach."""
+    uncovered = sweep.uncovered(ours, theirs)
+    verdict = "dominates" if not uncovered else "does not dominate"
+    saved = sweep.savings(ours, theirs)
+    better = [s for s in saved if s.gpu_hours >= _VISIBLE_GPU_HOURS]
+    if better:
+        best = max(better, key=lambda s: s.gpu_hours)
+        share = best.gpu_hours / best.theirs_gpu_hours
+        cheaper = (
+            f"strictly cheaper at {len(better)} of its {len(saved)} points that {name} "
+            f"reaches, by up to {best.gpu_hours:.2f} GPU-h ({share:.0%}) at "
+            f"{best.ours.attainment:.2%} ({best.ours.label})"
         )
-    verdicts = ", ".join(
-        f"{'dominates' if won else 'does not dominate'} {policy}'s"
-        for policy, won in result["dominates"].items()
-    )
-    lines += ["", f"Held-out fronts: gpufleet's {verdicts}.", ""]
-    return "\n".join(lines)
+    elif saved:
+        cheaper = f"not cheaper than {name} at equal attainment"
+    else:
+        cheaper = f"{name} reaches none of its attainments"
+    missed = ""
+    if uncovered:
+        points = ", ".join(f"{p.attainment:.2%} / {p.gpu_hours:.2f} ({p.label})" for p in uncovered)
+        missed = f"; not matched: {points}"
+    return f"vs {name}: {verdict}, {cheaper}{missed}"
+
+
+def markdown(results: Sequence[dict]) -> str:
+    """One family's table (every scale and policy), then its front comparison per scale."""
+    family = results[0]["family"]
+    lines = [
+        f"### {family} (`{FAMILIES[family]}`)",
+        "",
+        "| scale | policy | knob (chosen on tuning seeds) | tuning: attainment / GPU-h "
+        "| held-out: attainment / GPU-h | held-out: feasible attainment "
+        "| sim CPU s per policy-hour (mean / max) |",
+        "|---:|---|---|---:|---:|---:|---:|",
+    ]
+    for result in results:
+        for row in result["rows"]:
+            (t_att, t_gpu), (h_att, h_gpu) = row["tuning"], row["heldout"]
+            mean_s, max_s = row["seconds_per_policy_hour"]
+            lines.append(
+                f"| {result['scale']} | {row['policy']} | {row['chosen']} "
+                f"| {t_att:.2%} / {t_gpu:.2f} | {h_att:.2%} / {h_gpu:.2f} "
+                f"| {row['heldout_feasible']:.2%} | {mean_s:.2f} / {max_s:.2f} |"
+            )
+    lines += [
+        "",
+        "Held-out fronts, gpufleet's against each baseline's (the baseline's GPU-h at each "
+        "gpufleet front point's attainment: linear between the two baseline front points "
+        "around it):",
+        "",
+    ]
+    for result in results:
+        ours = _front(result, policies.GPUFLEET)
+        sentences = [compare(ours, _front(result, b), b) for b in BASELINES]
+        lines.append(f"- x{result['scale']}: " + "; ".join(sentences) + ".")
+    return "\n".join([*lines, ""])
+
+
+def report(results: Sequence[dict]) -> str:
+    """Every family's section, families in `FAMILIES` order, scales ascending."""
+    by_family: dict[str, list[dict]] = {}
+    for result in sorted(results, key=lambda r: (list(FAMILIES).index(r["family"]), r["scale"])):
+        by_family.setdefault(result["family"], []).append(result)
+    return "\n".join(markdown(rs) for rs in by_family.values())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -184,6 +266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--target", type=float, default=0.99, help="attainment to tune for")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="print one report from the --json files of earlier (sharded) runs; runs nothing",
+    )
     parser.add_argument(
         "--chunked-prefill",
         action=argparse.BooleanOptionalAction,
@@ -197,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the simulator's --long-prefill-token-threshold (0: vLLM's default, no cap)",
     )
     args = parser.parse_args(argv)
+    if args.merge:
+        return _merge(parser, args.merge)
     families = [f for f in args.families.split(",") if f]
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
@@ -206,6 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "chunked_prefill": args.chunked_prefill,
         "long_prefill_token_threshold": args.long_prefill_token_threshold,
     }
+    started = time.perf_counter()
     results = [
         evaluate(
             family,
@@ -218,18 +310,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         for family in families
         for scale in scales
     ]
+    minutes = (time.perf_counter() - started) / 60
     command = shlex.join(["python3", "-m", "bench.heldout_bench", *(argv or sys.argv[1:])])
-    print(f"Reproduce: `{command}`\n")
+    print(f"Reproduce: `{command}` ({minutes:.1f} min wall with --jobs {args.jobs})\n")
     print(
         f"Tuning seeds {', '.join(map(str, TUNING_SEEDS))}; held-out seeds "
         f"{', '.join(map(str, HELDOUT_SEEDS))}; target {args.target:.1%}; "
         f"{args.duration} s per trace.\n"
     )
-    for result in results:
-        print(markdown(result))
+    print(report(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
+
+
+def _merge(parser: argparse.ArgumentParser, paths: Sequence[Path]) -> int:
+    results = []
+    for path in paths:
+        try:
+            loaded = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            parser.error(f"--merge {path}: {e}")
+        if not isinstance(loaded, list) or not all(_is_result(r) for r in loaded):
+            parser.error(f"--merge {path}: not the --json of python3 -m bench.heldout_bench")
+        results += loaded
+    print(report(results))
+    return 0
+
+
+def _is_result(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and value.get("family") in FAMILIES
+        and isinstance(value.get("scale"), int)
+        and isinstance(value.get("rows"), list)
+        and {row.get("policy") for row in value["rows"] if isinstance(row, dict)} >= set(POLICIES)
+    )
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ protocol and the report names the knob each policy was given. Nothing is timed."
 import json
 from pathlib import Path
 
+import pytest
 from helpers.bench import run_bench
 
-from bench.heldout_bench import HELDOUT_SEEDS, TUNING_SEEDS, choose_knob
+from bench.heldout_bench import HELDOUT_SEEDS, TUNING_SEEDS, choose_knob, compare
+from gpufleet.autoscaler.replay.core.sweep import Point
 
 
 def test_the_tuning_and_heldout_seeds_never_overlap() -> None:
@@ -28,10 +30,70 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
         timeout=600,
     )
     assert run.returncode == 0, run.stderr
-    assert "### quiet at --scale 1" in run.stdout
+    assert "### quiet (`quiet:busy=600,idle=1200`)" in run.stdout
     (result,) = json.loads(out.read_text())
     assert [row["policy"] for row in result["rows"]] == ["hpa", "keda", "gpufleet"]
     assert all("=" in row["chosen"] for row in result["rows"])
     assert all(0.0 <= row["heldout_feasible"] <= 1.0 for row in result["rows"])
-    assert "| held-out: feasible attainment |" in run.stdout
-    assert set(result["dominates"]) == {"hpa", "keda"}
+    assert all(row["front"] for row in result["rows"])
+    assert "| sim CPU s per policy-hour (mean / max) |" in run.stdout
+    assert "- x1: vs hpa: " in run.stdout and "; vs keda: " in run.stdout
+    # The shards of a grid print as one report again.
+    merged = run_bench("heldout_bench", "--merge", str(out), str(out), timeout=60)
+    assert merged.returncode == 0, merged.stderr
+    assert merged.stdout.count("### quiet") == 1 and merged.stdout.count("- x1: ") == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{", "Expecting property name"),
+        ('{"family": "quiet"}', "not the --json of python3 -m bench.heldout_bench"),
+        ('[{"family": "nope", "scale": 1, "rows": []}]', "not the --json of"),
+    ],
+    ids=["not json", "not a list", "unknown family"],
+)
+def test_merge_names_a_bad_file(tmp_path: Path, text: str, says: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    run = run_bench("heldout_bench", "--merge", str(bad), timeout=60)
+    assert run.returncode == 2
+    assert f"--merge {bad}: " in run.stderr and says in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+# (ours, theirs, sentence): the front comparison's words, from the fronts alone.
+P = Point
+COMPARE = [
+    pytest.param(
+        [P(0.9, 4, "h=0"), P(0.99, 12, "h=1")],
+        [P(0.9, 10, "t=50"), P(0.99, 20, "t=20")],
+        "vs hpa: dominates, strictly cheaper at 2 of its 2 points that hpa reaches, "
+        "by up to 8.00 GPU-h (40%) at 99.00% (h=1)",
+        id="dominates-and-cheaper",
+    ),
+    pytest.param(
+        [P(0.9, 4, "h=0")],
+        [P(0.8, 2, "t=90"), P(0.999, 4.5, "t=20")],
+        "vs hpa: does not dominate, not cheaper than hpa at equal attainment; "
+        "not matched: 80.00% / 2.00 (t=90), 99.90% / 4.50 (t=20)",
+        id="interpolated-cost-below-ours",
+    ),
+    pytest.param(
+        [P(0.99, 5.001, "h=0")],
+        [P(0.99, 5.003, "t=20")],
+        "vs hpa: dominates, not cheaper than hpa at equal attainment",
+        id="float-noise-is-not-a-saving",
+    ),
+    pytest.param(
+        [P(0.9999, 4, "h=0")],
+        [P(0.99, 5, "t=20")],
+        "vs hpa: dominates, hpa reaches none of its attainments",
+        id="out-of-reach",
+    ),
+]
+
+
+@pytest.mark.parametrize(("ours", "theirs", "sentence"), COMPARE)
+def test_compare(ours, theirs, sentence) -> None:
+    assert compare(ours, theirs, "hpa") == sentence

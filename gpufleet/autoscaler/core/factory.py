@@ -26,13 +26,17 @@ class Tuning:
     """The baselines' settings; the defaults are how the field configures them.
 
     HPA on average GPU utilization at 70% and KEDA on queue length 10 with 30 s polling are
-    the configurations issue 4 measures against. `gpufleet_headroom` None keeps our
-    policy's own default (GpufleetSettings.headroom).
+    the configurations issue 4 measures against. `keda_min_replica_count` None gives KEDA
+    the workload's floor like every other policy; 0 lets it scale to zero (its own
+    default), as deployed where traffic has quiet periods. `gpufleet_headroom` None keeps
+    our policy's own default (GpufleetSettings.headroom).
     """
 
     hpa_target_util: float = 70.0
     keda_queue_target: float = 10.0
     keda_polling_interval_seconds: float = 30.0
+    keda_min_replica_count: int | None = None
+    keda_metric_type: str = "AverageValue"  # keda.MetricType: AverageValue or Value
     gpufleet_headroom: float | None = None
     gpufleet_fill_nodes: bool = False  # GpufleetSettings.fill_nodes
 
@@ -79,6 +83,14 @@ def knob_label(name: str, value: float) -> str:
     return f"{knob(name).name}={value:g}"
 
 
+def run_workload(name: str, workload: WorkloadConfig, tuning: Tuning) -> WorkloadConfig:
+    """The workload policy `name` runs under: the shared one, but with KEDA's own
+    minReplicaCount when `tuning` sets one (the simulator clamps every decision to it)."""
+    if name == KEDA and tuning.keda_min_replica_count is not None:
+        return dataclasses.replace(workload, min_replicas=tuning.keda_min_replica_count)
+    return workload
+
+
 def make_policy(
     name: str,
     workload: WorkloadConfig,
@@ -100,13 +112,14 @@ def make_policy(
         behavior = workload.behavior if hpa_workload_behavior else None
         return field_hpa(workload, target_util=target, behavior=behavior)
     if name == KEDA:
-        from gpufleet.autoscaler.core.keda import field_keda
+        from gpufleet.autoscaler.core.keda import MetricType, field_keda
 
         target = tuning.keda_queue_target if knob_value is None else knob_value
         return field_keda(
             workload,
             queue_target=target,
             polling_interval_s=tuning.keda_polling_interval_seconds,
+            metric_type=MetricType(tuning.keda_metric_type),
         )
     if name == GPUFLEET:
         headroom = tuning.gpufleet_headroom if knob_value is None else knob_value

@@ -3,19 +3,27 @@
 KEDA splits the job in two, and so does this policy. KEDA's own loop polls the trigger
 every `pollingInterval` and owns activation: 0 -> 1 when the value is above
 `activationThreshold`, 1 -> 0 once `cooldownPeriod` has passed since the trigger was last
-active (and only when minReplicaCount is 0). Between 1 and N, the HPA that KEDA creates
-does the scaling on its own 15 s sync, with the trigger as an External `AverageValue`
-metric; that part is `HpaPolicy`, unchanged. No I/O, no clock: time is `Observation.now`.
+active (and only when minReplicaCount is 0, or to `idleReplicaCount` when that is set).
+Between 1 and N, the HPA that KEDA creates does the scaling on its own 15 s sync, with the
+trigger as an External metric of the trigger's `metricType` (`AverageValue`, KEDA's
+default, or `Value`); that part is `HpaPolicy`, unchanged. No I/O, no clock: time is
+`Observation.now`. Facts from KEDA's `pkg/scaling/executor/scale_scaledobjects.go`
+(`RequestScale`) and `pkg/fallback/fallback.go` (`keda_fallback`).
 
 Missing data: the Prometheus scaler's `ignoreNullValues` defaults to true, turning an empty
 or NaN result into 0. KEDA serves that 0 to the HPA too, so the HPA never sees a failed
 metric and its own missing-metric hold does not apply: a gap reads as an empty queue on
 both paths (the HPA's 300 s downscale window still damps it). With `ignore_null_values`
-False a gap is a trigger error instead: KEDA changes nothing, and the HPA holds.
+False a gap is a trigger error instead: KEDA changes nothing, and the HPA holds, unless
+a `fallback` is set: once more reads in a row have failed than its `failureThreshold`,
+KEDA serves the HPA a value standing for the fallback replicas and counts the trigger
+active (`keda_fallback` says how). A fallback with 0 replicas lets an erroring, inactive
+trigger scale to zero after the cooldown; any other keeps the count where it is.
 """
 
 import math
 from dataclasses import replace
+from enum import StrEnum
 
 from gpufleet.autoscaler.core.hpa.policy import (
     DEFAULT_SYNC_PERIOD_SECONDS,
@@ -23,8 +31,10 @@ from gpufleet.autoscaler.core.hpa.policy import (
     AverageValue,
     HpaPolicy,
     MetricSpec,
+    Value,
 )
-from gpufleet.autoscaler.core.observation import Observation, Series
+from gpufleet.autoscaler.core.keda_fallback import Fallback, fallback_value
+from gpufleet.autoscaler.core.observation import Observation, ReplicaState, Series
 from gpufleet.autoscaler.core.policy import Decision, Reason
 from gpufleet.autoscaler.core.workload import Behavior, WorkloadConfig
 
@@ -34,12 +44,21 @@ DEFAULT_QUEUE_TARGET = 10.0  # a common per-replica waiting-requests target for 
 _EPSILON_SECONDS = 1e-9  # float slack when a poll falls due exactly on a sync tick
 
 
+class MetricType(StrEnum):
+    """A trigger's `metricType`: the External metric target type KEDA gives the HPA."""
+
+    AVERAGE_VALUE = "AverageValue"  # value / replicas against the target (KEDA's default)
+    VALUE = "Value"  # the value itself against the target, scaling the ready pods
+
+
 class KedaPolicy:
     """KEDA's scale loop plus the HPA it manages, for one workload.
 
     Replica bounds come from the workload (KEDA's own defaults are min 0, max 100; the
     simulator passes the workload's so every policy runs under the same bounds). The
-    managed HPA gets min max(1, min_replicas), as KEDA sets it. `hpa_behavior` None models
+    managed HPA gets min max(1, min_replicas), as KEDA sets it; `idle_replica_count` must be
+    below that, as KEDA's webhook requires (KEDA documents 0 as the only value that works:
+    the HPA raises any other back to its min). `hpa_behavior` None models
     a ScaledObject without `advanced.horizontalPodAutoscalerConfig.behavior`: KEDA then
     leaves the HPA's behavior unset, so the controller's legacy normalization applies.
 
@@ -52,10 +71,14 @@ class KedaPolicy:
         "_activation_threshold",
         "_cooldown_seconds",
         "_created_at",
+        "_failures",
+        "_fallback",
         "_hpa",
+        "_idle_replica_count",
         "_ignore_null_values",
         "_initial_cooldown_seconds",
         "_last_active_at",
+        "_metric_type",
         "_next_poll_at",
         "_polling_interval_seconds",
         "_queue_target",
@@ -75,9 +98,18 @@ class KedaPolicy:
         ignore_null_values: bool = True,
         hpa_behavior: Behavior | None = None,
         hpa_sync_period_seconds: float = DEFAULT_SYNC_PERIOD_SECONDS,
+        metric_type: MetricType = MetricType.AVERAGE_VALUE,
+        fallback: Fallback | None = None,
+        idle_replica_count: int | None = None,
     ) -> None:
         if polling_interval_seconds <= 0:
             raise ValueError("polling_interval_seconds must be positive")
+        hpa_min = max(1, workload.min_replicas)
+        if idle_replica_count is not None and not 0 <= idle_replica_count < hpa_min:
+            # KEDA's ValidateMinReplicasAndIdleReplicas text.
+            raise ValueError(
+                f"IdleReplicaCount={idle_replica_count} must be less than MinReplicaCount={hpa_min}"
+            )
         self.interval_seconds = hpa_sync_period_seconds
         self._workload = workload
         self._queue_target = queue_target
@@ -86,14 +118,23 @@ class KedaPolicy:
         self._cooldown_seconds = cooldown_seconds
         self._initial_cooldown_seconds = initial_cooldown_seconds
         self._ignore_null_values = ignore_null_values
+        self._metric_type = metric_type
+        self._fallback = fallback
+        self._idle_replica_count = idle_replica_count
+        self._failures = 0  # consecutive failed reads of the trigger (KEDA's health status)
+        target = (
+            AverageValue(queue_target)
+            if metric_type is MetricType.AVERAGE_VALUE
+            else Value(queue_target)
+        )
         hpa_workload = replace(
             workload,
-            min_replicas=max(1, workload.min_replicas),
+            min_replicas=hpa_min,
             behavior=hpa_behavior if hpa_behavior is not None else workload.behavior,
         )
         self._hpa = HpaPolicy(
             hpa_workload,
-            (MetricSpec(source=QUEUE_DEPTH, target=AverageValue(queue_target)),),
+            (MetricSpec(source=QUEUE_DEPTH, target=target),),
             sync_period_seconds=hpa_sync_period_seconds,
             without_behavior=hpa_behavior is None,
         )
@@ -106,10 +147,13 @@ class KedaPolicy:
         if self._created_at is None:
             self._created_at = obs.now
         value = self._trigger_value(obs)
-        # The HPA syncs on its own schedule against the current scale, as in a cluster.
-        hpa = self._hpa.decide(self._hpa_view(obs, value))
+        # The HPA syncs on its own schedule against the current scale, as in a cluster,
+        # reading the trigger through KEDA's metrics server: one read, fallback applied.
+        served, _ = self._read(obs, value)
+        hpa = self._hpa.decide(self._hpa_view(obs, served))
         if self._poll_due(obs.now):
-            keda = self._poll(obs, value)
+            polled, fallback_active = self._read(obs, value)  # the poll is a read of its own
+            keda = self._poll(obs, polled, fallback_active=fallback_active)
             if keda is not None:
                 return keda
         if obs.current_replicas == 0:
@@ -123,9 +167,34 @@ class KedaPolicy:
         return (
             value is not None
             and value <= self._activation_threshold
-            and self._workload.min_replicas == 0
+            and self._scales_in()
             and self._last_active_at is not None
         )
+
+    def _scales_in(self) -> bool:
+        """Whether KEDA itself takes an inactive target below the HPA's min."""
+        return self._idle_replica_count is not None or self._workload.min_replicas == 0
+
+    def _read(self, obs: Observation, value: float | None) -> tuple[float | None, bool]:
+        """One read of the trigger as KEDA serves it: (value or None for an error, whether
+        it is the fallback's). Counts failures and resets them, as KEDA's health status."""
+        if value is not None:
+            self._failures = 0
+            return value, False
+        if self._fallback is None:
+            return None, False
+        self._failures += 1
+        if not self._fallback.exceeded(self._failures):
+            return None, False
+        ready = sum(1 for r in obs.replicas if r.state is ReplicaState.READY)
+        served = fallback_value(
+            self._fallback,
+            target=self._queue_target,
+            per_replica=self._metric_type is MetricType.AVERAGE_VALUE,
+            current_replicas=obs.current_replicas,
+            ready_replicas=ready,
+        )
+        return served, served is not None
 
     def _trigger_value(self, obs: Observation) -> float | None:
         """What the scaler returns: None only for an error (a gap with ignoreNullValues off)."""
@@ -135,8 +204,11 @@ class KedaPolicy:
         return 0.0 if self._ignore_null_values else None
 
     def _hpa_view(self, obs: Observation, value: float | None) -> Observation:
-        # KEDA's metrics server hands the HPA the scaler's value, nulls already zeroed.
-        if value is None or obs.queue_depth.latest() == value:
+        # KEDA's metrics server hands the HPA the scaler's value, nulls already zeroed or
+        # the fallback's value; an error stays one.
+        if value is None:
+            return replace(obs, queue_depth=Series())
+        if obs.queue_depth.latest() == value:
             return obs
         return replace(obs, queue_depth=Series((obs.now,), (value,)))
 
@@ -149,32 +221,46 @@ class KedaPolicy:
         self._next_poll_at = due
         return True
 
-    def _poll(self, obs: Observation, value: float | None) -> Decision | None:
-        """`RequestScale`: KEDA's own write for this poll, or None when it leaves it to the HPA."""
+    def _poll(
+        self, obs: Observation, value: float | None, *, fallback_active: bool
+    ) -> Decision | None:
+        """`RequestScale`: KEDA's own write for this poll, or None when it leaves it to the HPA.
+
+        `value` None is a trigger error; a trigger on its fallback counts as active.
+        """
         now, current = obs.now, obs.current_replicas
-        minimum = self._workload.min_replicas
-        if value is None:
-            return None  # trigger error without fallback: KEDA only sets a condition
+        minimum, idle = self._workload.min_replicas, self._idle_replica_count
         threshold = self._activation_threshold
-        if value > threshold:
+        if fallback_active or (value is not None and value > threshold):
             self._last_active_at = now
-            if current == 0:
+            if current == 0 or (idle is not None and current < minimum):
                 desired = minimum if minimum > 0 else 1
+                why = (
+                    "queue_depth failing, fallback active"
+                    if fallback_active
+                    else f"queue_depth {value:.1f} > activation {threshold:g}"
+                )
                 return Decision(
                     desired=desired,
                     reason=Reason.ACTIVATE,
-                    message=f"queue_depth {value:.1f} > activation {threshold:g}: 0 -> {desired}",
+                    message=f"{why}: {current} -> {desired}",
                 )
             return None
-        if current > 0 and minimum == 0 and self._cooled_down(now):
+        if value is None and (self._fallback is None or self._fallback.replicas != 0):
+            return None  # trigger error: KEDA only sets a condition (or waits for fallback)
+        floor = minimum if idle is None else idle
+        if (idle is not None and current > idle) or (current > 0 and minimum == 0):
+            if not self._cooled_down(now):
+                return None
             since = "creation" if self._last_active_at is None else "last active"
+            shown = "failing" if value is None else f"{value:.1f}"
             return Decision(
-                desired=0,
+                desired=floor,
                 reason=Reason.DEACTIVATE,
-                message=f"queue_depth {value:.1f} <= activation {threshold:g} and cooldown"
-                f" passed since {since}: {current} -> 0",
+                message=f"queue_depth {shown} <= activation {threshold:g} and cooldown"
+                f" passed since {since}: {current} -> {floor}",
             )
-        if current < minimum:
+        if idle is None and current < minimum:
             return Decision(
                 desired=minimum,
                 reason=Reason.BOUNDED,
@@ -210,8 +296,12 @@ def field_keda(
     *,
     queue_target: float = DEFAULT_QUEUE_TARGET,
     polling_interval_s: float = DEFAULT_POLLING_INTERVAL_SECONDS,
+    metric_type: MetricType = MetricType.AVERAGE_VALUE,
 ) -> KedaPolicy:
     """KEDA as typically deployed for vLLM: Prometheus trigger on waiting requests, defaults."""
     return KedaPolicy(
-        workload, queue_target=queue_target, polling_interval_seconds=polling_interval_s
+        workload,
+        queue_target=queue_target,
+        polling_interval_seconds=polling_interval_s,
+        metric_type=metric_type,
     )

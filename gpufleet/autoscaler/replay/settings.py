@@ -7,6 +7,7 @@ dataclasses `workload()`, `sim_config()` and `tuning()` build. Not pure (pydanti
 """
 
 import shlex
+from typing import Literal
 
 from pydantic import ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -275,6 +276,23 @@ class SimulateSettings(BaseSettings):
         help="KEDA pollingInterval.",
         gt=0,
     )
+    keda_min_replica_count: int | None = setting(
+        None,
+        "GPUFLEET_SIM_KEDA_MIN_REPLICA_COUNT",
+        "--keda-min-replica-count",
+        group=POLICIES,
+        help="KEDA minReplicaCount; 0 scales to zero after cooldownPeriod (300 s) without "
+        "work. Unset: --min-replicas, as for every policy.",
+        ge=0,
+    )
+    keda_metric_type: Literal["AverageValue", "Value"] = setting(
+        "AverageValue",
+        "GPUFLEET_SIM_KEDA_METRIC_TYPE",
+        "--keda-metric-type",
+        group=POLICIES,
+        help="KEDA trigger metricType: AverageValue (queue per replica, KEDA's default) or "
+        "Value (the whole queue against the target, scaling the ready replicas).",
+    )
 
     gpufleet_fill_nodes: bool = setting(
         True,
@@ -362,6 +380,8 @@ class SimulateSettings(BaseSettings):
             hpa_target_util=self.hpa_target_util,
             keda_queue_target=self.keda_queue_target,
             keda_polling_interval_seconds=self.keda_polling_interval_seconds,
+            keda_min_replica_count=self.keda_min_replica_count,
+            keda_metric_type=self.keda_metric_type,
             gpufleet_headroom=self.gpufleet_headroom,
             gpufleet_fill_nodes=self.gpufleet_fill_nodes,
         )

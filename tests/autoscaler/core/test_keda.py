@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from gpufleet.autoscaler.core.keda import KedaPolicy, field_keda
+from gpufleet.autoscaler.core.keda import KedaPolicy, MetricType, field_keda
+from gpufleet.autoscaler.core.keda_fallback import Fallback
 from gpufleet.autoscaler.core.observation import Observation, Replica, ReplicaState, Series
 from gpufleet.autoscaler.core.policy import Reason
 from gpufleet.autoscaler.core.workload import Behavior, WorkloadConfig
@@ -152,6 +153,100 @@ MISSING = [
 @pytest.mark.parametrize(("policy", "queue_at", "start", "until", "expected"), MISSING)
 def test_missing_data(policy, queue_at, start, until, expected):
     assert _drive(policy, queue_at, start=start, until=until) == expected
+
+
+def _failing(**kw):
+    return _keda(ignore_null_values=False, **kw)
+
+
+# Fallback, idleReplicaCount and the Value metric type. Each sync is one read of the
+# trigger by the HPA, and each poll (0, 30, ...) one more, as KEDA's metrics server and
+# its scale loop both read it. (policy, queue(t), start, until, expected changes)
+KEDA_SPEC = [
+    # failureThreshold 3: reads fail at 0 (HPA, poll), 15 (HPA); the HPA's read at 30 is
+    # the 4th: KEDA serves 6 x 10 = 60, ceil(60/10) = 6, legacy cap max(2 x 2, 4) = 4;
+    # then 6 at 45.
+    pytest.param(
+        _failing(min_replicas=1, fallback=Fallback(failure_threshold=3, replicas=6)),
+        lambda t: None, 2, 60, [(30, 4, Reason.RATE_LIMITED), (45, 6, Reason.SCALE_UP)],
+        id="fallback-static-after-threshold",
+    ),
+    # At 0 replicas the HPA does nothing; the poll at 30 sees the trigger on its fallback,
+    # counts it active and activates; the HPA then takes it to the fallback's 3.
+    pytest.param(
+        _failing(fallback=Fallback(failure_threshold=3, replicas=3)),
+        lambda t: None, 0, 60, [(30, 1, ACT), (45, 3, Reason.SCALE_UP)],
+        id="fallback-activates-from-zero",
+    ),
+    # A good read resets the count: failures never run 4 in a row, so no fallback.
+    pytest.param(
+        _failing(min_replicas=1, fallback=Fallback(failure_threshold=3, replicas=6)),
+        lambda t: None if t % 45 else 10.0, 2, 120, [],
+        id="fallback-count-resets-on-success",
+    ),
+    # An erroring, inactive trigger with fallback.replicas 0 falls through to the
+    # scale-in case: 0 after the cooldown since last active (60); with replicas 2 it holds.
+    pytest.param(
+        _failing(fallback=Fallback(failure_threshold=100, replicas=0)),
+        lambda t: 5.0 if t <= 60 else None, 3, 400, [(360, 0, DEACT)],
+        id="error-with-fallback-zero-scales-in",
+    ),
+    pytest.param(
+        _failing(fallback=Fallback(failure_threshold=100, replicas=2)),
+        lambda t: 5.0 if t <= 60 else None, 3, 400, [],
+        id="error-with-fallback-holds",
+    ),
+    # idleReplicaCount 0 with minReplicaCount 2: inactive -> 0 after the cooldown, active
+    # again -> minReplicaCount.
+    pytest.param(
+        _keda(min_replicas=2, idle_replica_count=0),
+        lambda t: 5.0 if t <= 60 or t >= 420 else 0.0, 2, 450, [(360, 0, DEACT), (420, 2, ACT)],
+        id="idle-replica-count",
+    ),
+    pytest.param(
+        _keda(min_replicas=2), lambda t: 5.0 if t <= 60 else 0.0, 2, 450, [],
+        id="no-idle-replica-count-keeps-min",
+    ),
+    # Value: the whole queue against the target, times the ready pods. 45/10 = 4.5 ->
+    # ceil(4.5 x 1) = 5, cap 4; ceil(4.5 x 4) = 18, cap 8; ... the queue never divides by
+    # the replicas, so a standing queue keeps growing the count (AverageValue stops at 5).
+    pytest.param(
+        _keda(min_replicas=1, metric_type=MetricType.VALUE), lambda t: 45.0, 1, 30,
+        [(0, 4, Reason.RATE_LIMITED), (15, 8, Reason.RATE_LIMITED), (30, 16, Reason.RATE_LIMITED)],
+        id="value-metric-type",
+    ),
+    # Value: 5/10 = 0.5 -> ceil(0.5 x 4) = 2, after the 300 s downscale window.
+    pytest.param(
+        _keda(min_replicas=1, metric_type=MetricType.VALUE), lambda t: 5.0, 4, 330,
+        [(300, 2, Reason.SCALE_DOWN)],
+        id="value-metric-type-scale-down",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("policy", "queue_at", "start", "until", "expected"), KEDA_SPEC)
+def test_fallback_idle_and_value(policy, queue_at, start, until, expected):
+    assert _drive(policy, queue_at, start=start, until=until) == expected
+
+
+def test_fallback_activation_is_explained():
+    policy = _failing(fallback=Fallback(failure_threshold=0, replicas=3))
+    decision = policy.decide(_obs(0, None, 0))
+    assert (decision.desired, decision.reason) == (1, ACT)
+    assert decision.message == "queue_depth failing, fallback active: 0 -> 1"
+
+
+@pytest.mark.parametrize(
+    ("min_replicas", "idle", "message"),
+    [
+        (0, 1, "IdleReplicaCount=1 must be less than MinReplicaCount=1"),
+        (2, 2, "IdleReplicaCount=2 must be less than MinReplicaCount=2"),
+    ],
+    ids=["idle-at-hpa-min", "idle-equal-to-min"],
+)
+def test_idle_replica_count_below_min(min_replicas, idle, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        _keda(min_replicas=min_replicas, idle_replica_count=idle)
 
 
 def test_trigger_error_is_reported_as_missing_metrics():

@@ -26,6 +26,9 @@ def load(argv, monkeypatch, env=None) -> SimulateSettings:
         ([], {"GPUFLEET_SIM_PROGRESS": "false"}, "progress", False),
         (["--sweep"], {}, "sweep", True),
         (["--scale", "3"], {"GPUFLEET_SIM_SCALE": "2"}, "scale", 3),
+        ([], {}, "keda_min_replica_count", None),
+        (["--keda-min-replica-count", "0"], {}, "keda_min_replica_count", 0),
+        (["--keda-metric-type", "Value"], {}, "keda_metric_type", "Value"),
     ],
     ids=[
         "all four policies by default",
@@ -38,6 +41,9 @@ def load(argv, monkeypatch, env=None) -> SimulateSettings:
         "progress env var",
         "sweep",
         "flag beats env",
+        "keda takes the workload's floor by default",
+        "keda scale to zero",
+        "keda Value metric type",
     ],
 )
 def test_settings(argv, env, attr, expected, monkeypatch):
@@ -51,9 +57,17 @@ def test_settings(argv, env, attr, expected, monkeypatch):
         (["--policy", ","], {}, "invalid flag --policy: no policy given"),
         (["--scale", "0"], {}, "invalid flag --scale: Input should be greater than or equal to 1"),
         (["--hpa-target-util", "120"], {}, "invalid flag --hpa-target-util"),
+        (["--keda-metric-type", "Utilization"], {}, "invalid flag --keda-metric-type"),
         ([], {"GPUFLEET_SIM_BATCH_SLOTS": "many"}, "invalid env var GPUFLEET_SIM_BATCH_SLOTS"),
     ],
-    ids=["unknown policy", "empty policy list", "scale below 1", "util over 100", "bad env var"],
+    ids=[
+        "unknown policy",
+        "empty policy list",
+        "scale below 1",
+        "util over 100",
+        "keda metric type",
+        "bad env var",
+    ],
 )
 def test_bad_values_name_the_flag(argv, env, message, monkeypatch):
     with pytest.raises(SettingsError, match="^" + message.replace("(", r"\(")):

@@ -82,7 +82,7 @@ def plan(
                 RunSpec(
                     trace=trace,
                     policy=name,
-                    workload=workload,
+                    workload=policies.run_workload(name, workload, tuning),
                     config=trace_config,
                     tuning=tuning,
                     knob_value=value,
@@ -150,6 +150,46 @@ def dominates(front_a: Sequence[Point], front_b: Sequence[Point]) -> bool:
     Vacuously true for an empty b; an empty a dominates nothing else.
     """
     return not uncovered(front_a, front_b)
+
+
+def cost_at(front: Sequence[Point], attainment: float) -> float | None:
+    """The GPU-hours `front` needs to reach `attainment`, or None when no point reaches it.
+
+    `front` as `pareto_front` orders it (attainment strictly rising). Linear between the
+    two front points around `attainment` (the straight line between two measured settings,
+    not a measured one); the cheapest point's cost below its attainment, since no knob
+    value of the sweep is cheaper.
+    """
+    for i, p in enumerate(front):
+        if p.attainment >= attainment:
+            if i == 0:
+                return p.gpu_hours
+            low = front[i - 1]
+            share = (attainment - low.attainment) / (p.attainment - low.attainment)
+            return low.gpu_hours + share * (p.gpu_hours - low.gpu_hours)
+    return None
+
+
+class Saving(NamedTuple):
+    """One point of front a against front b at a's attainment."""
+
+    ours: Point
+    theirs_gpu_hours: float  # `cost_at(front_b, ours.attainment)`
+
+    @property
+    def gpu_hours(self) -> float:
+        """GPU-hours a saves at equal attainment; negative where a costs more."""
+        return self.theirs_gpu_hours - self.ours.gpu_hours
+
+
+def savings(front_a: Sequence[Point], front_b: Sequence[Point]) -> tuple[Saving, ...]:
+    """Each point of `front_a` that `front_b` reaches, with b's cost at its attainment."""
+    out = []
+    for p in front_a:
+        cost = cost_at(front_b, p.attainment)
+        if cost is not None:
+            out.append(Saving(p, cost))
+    return tuple(out)
 
 
 def fronts(results: Iterable[RunResult]) -> dict[tuple[str, str], tuple[Point, ...]]:

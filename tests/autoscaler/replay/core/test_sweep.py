@@ -1,10 +1,13 @@
 """Sweeps: Pareto fronts, front dominance and the run plan (pure, no simulation)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core.factory import Tuning
+from gpufleet.autoscaler.core.observation import Observation, Replica, ReplicaState, Series
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core import sweep
 from gpufleet.autoscaler.replay.core.model import ReplayConfig
@@ -135,6 +138,53 @@ def test_gpufleet_sweep_point_sets_its_headroom():
 
 
 @pytest.mark.parametrize(
+    ("min_replica_count", "keda_min", "reaches_zero"),
+    [(None, 1, False), (0, 0, True)],
+    ids=["the workload's floor by default", "minReplicaCount 0 scales to zero"],
+)
+def test_keda_min_replica_count(min_replica_count, keda_min, reaches_zero):
+    # Work for 10 s, then none: with minReplicaCount 0 KEDA deactivates after the
+    # cooldown (300 s since the last active poll), and the run must let it (the engine
+    # clamps every decision to the run's workload). Other policies keep the floor.
+    trace = trace_from_arrays(
+        np.arange(0.0, 10.0, 0.5), np.full(20, 100), np.full(20, 20), name="burst"
+    )
+    tuning = Tuning(keda_min_replica_count=min_replica_count)
+    specs = sweep.plan(
+        [trace], ["hpa", "keda"], workload=WORKLOAD, config=ReplayConfig(), tuning=tuning,
+        sweep=False,
+    )  # fmt: skip
+    assert [s.workload.min_replicas for s in specs] == [1, keda_min]
+    result = sweep.run(dataclasses.replace(specs[1], trace=_padded(trace, 900.0)))
+    assert (min(d.desired for d in result.decisions) == 0) is reaches_zero
+
+
+def _padded(trace, until):
+    """The trace with one tiny request at `until`, so the run lasts that long."""
+    return trace_from_arrays(
+        np.append(trace.arrival_seconds, until),
+        np.append(trace.prompt_tokens, 1),
+        np.append(trace.output_tokens, 1),
+        name=trace.name,
+    )
+
+
+@pytest.mark.parametrize(
+    ("metric_type", "desired"),
+    # Queue 25 on 2 ready replicas. AverageValue: 25 / (10 x 2) = 1.25 -> ceil(25/10) = 3.
+    # Value: 25/10 = 2.5 -> ceil(2.5 x 2) = 5, capped at max(2 x 2, 4) = 4.
+    [("AverageValue", 3), ("Value", 4)],
+)
+def test_keda_metric_type(metric_type, desired):
+    policy = policies.make_policy("keda", WORKLOAD, Tuning(keda_metric_type=metric_type))
+    replicas = tuple(
+        Replica(name=f"r{i}", state=ReplicaState.READY, since=0, created=0) for i in range(2)
+    )
+    obs = Observation(now=0, queue_depth=Series((0,), (25.0,)), replicas=replicas)
+    assert policy.decide(obs).desired == desired
+
+
+@pytest.mark.parametrize(
     ("name", "message"),
     [("oracle", "policy 'oracle' has no knob"), ("vpa", "policy 'vpa' has no knob")],
     ids=["oracle has no knob", "unknown"],
@@ -160,3 +210,38 @@ def test_warm_start_gives_each_trace_its_own_initial_replicas_for_every_policy()
     initial = [(s.trace.name, s.config.initial_replicas) for s in specs]
     assert initial[0] == initial[1] and initial[0][1] > 1
     assert initial[2:] == [("t", 1), ("t", 1)]
+
+
+@pytest.mark.parametrize(
+    ("front", "attainment", "expected"),
+    [
+        (pts((0.9, 10), (0.99, 20)), 0.9, 10.0),
+        (pts((0.9, 10), (0.99, 20)), 0.8, 10.0),
+        (pts((0.9, 10), (0.99, 20)), 0.945, 15.0),
+        (pts((0.9, 10), (0.99, 20)), 0.99, 20.0),
+        (pts((0.9, 10), (0.99, 20)), 0.995, None),
+        ([], 0.5, None),
+    ],
+    ids=[
+        "on a point",
+        "below the cheapest point costs the cheapest",
+        "halfway between two points is linear",
+        "on the last point",
+        "above the front is unreachable",
+        "empty front reaches nothing",
+    ],
+)
+def test_cost_at(front, attainment, expected):
+    cost = sweep.cost_at(front, attainment)
+    assert cost == (None if expected is None else pytest.approx(expected))
+
+
+def test_savings_at_equal_attainment():
+    ours = pts((0.9, 4), (0.945, 12), (0.999, 30))
+    theirs = pts((0.9, 10), (0.99, 20))
+    # Ours at 0.9 costs 4 where theirs costs 10; at 0.945 theirs interpolates to 15;
+    # theirs never reaches 0.999, so that point has no comparison.
+    assert [(s.ours.label, pytest.approx(s.gpu_hours)) for s in sweep.savings(ours, theirs)] == [
+        ("p0", 6.0),
+        ("p1", 3.0),
+    ]
