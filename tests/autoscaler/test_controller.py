@@ -369,6 +369,29 @@ async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:
     assert ctl.stats.missing_metrics[name] is True and ctl.stats.max_replicas[name] > 0
 
 
+async def test_the_spec_tells_the_policy_of_placeholders_and_the_idle_period(
+    api: client.ApiClient,
+) -> None:
+    """Without placeholders the policy must not count GPUs they would hold as taken (the
+    simulator runs it so, issue 18 §5); idleSecondsToZero is its scale-to-zero period."""
+    deploy(api)
+    spec = {
+        **KEDA_SPEC,
+        "policy": "gpufleet",
+        "minReplicas": 0,
+        "idleSecondsToZero": 45,
+        "nodePool": {"placeholders": False},
+    }
+    autoscaler(api, spec)
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    settings = ctl._workloads[(NS, "chat")].policy.settings
+    assert (settings.placeholders, settings.idle_seconds_to_zero) == (False, 45.0)
+
+
 async def test_an_open_scheduled_window_sets_the_floor(api: client.ApiClient) -> None:
     """`spec.schedules`: a window open now raises the count to its minReplicas even with
     no signal at all (the forecast's count is only ever raised), with an Event saying
