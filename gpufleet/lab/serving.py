@@ -301,7 +301,7 @@ class ServingFleet:
         if self._next_arrival is None or self.rate_rps <= 0:
             self._next_arrival = now
         while self.rate_rps > 0 and self._next_arrival <= now:
-            self._dispatch(self._next_arrival)
+            self.send(self._next_arrival)
             self._next_arrival += self._rng.expovariate(self.rate_rps)
 
     def _replay(self, now: float) -> None:
@@ -314,12 +314,14 @@ class ServingFleet:
             at = self._trace_start + float(trace.arrival_seconds[i]) / self._speed
             if at > now:
                 break
-            self._dispatch(at, int(trace.prompt_tokens[i]), int(trace.output_tokens[i]))
+            self.send(at, int(trace.prompt_tokens[i]), int(trace.output_tokens[i]))
             self._trace_next += 1
 
-    def _dispatch(
+    def send(
         self, t: float, prompt_tokens: int | None = None, output_tokens: int | None = None
     ) -> None:
+        """One request arriving at `t` (the fleet's prompt and output sizes by default): to the
+        ready pod with the fewest in flight, else to the gateway, else dropped."""
         prompt = self._prompt if prompt_tokens is None else prompt_tokens
         output = self._output if output_tokens is None else output_tokens
         ready = [p for p in self.pods.values() if not p.deleting]

@@ -123,4 +123,4 @@ def test_idle_to_zero_then_a_queued_request_activates_it(tmp_path: Path) -> None
 
 
 async def _send_one(fleet, at: float) -> None:
-    fleet._dispatch(at, 500, 20)
+    fleet.send(at, 500, 20)

@@ -112,7 +112,7 @@ async def test_the_gateway_holds_requests_until_a_pod_is_ready_and_counts_their_
     try:
         await fleet.step(0.0)
         for t in (0.0, 0.1, 0.2):  # the third finds the gateway full: dropped, counted
-            fleet._dispatch(t, 500, 10)
+            fleet.send(t, 500, 10)
         (group,) = json.loads(targets.read_text())
         assert group["labels"] == {"namespace": "llm", "job": "gateway"}
         url = f"http://{group['targets'][0]}/metrics"
