@@ -309,7 +309,9 @@ async def _observe(
         lab.urls.append(("Alertmanager", f"http://{alertmanager}"))
     spec = WorkloadSpec(
         nodes=args.nodes,
+        min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
+        idle_seconds_to_zero=args.idle_seconds_to_zero,
         policy=args.policy,
         rate_rps=args.rate,
         trace=trace,
