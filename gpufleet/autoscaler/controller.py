@@ -5,7 +5,9 @@ StatefulSets, HPAs, ScaledObjects, CapacityBuffers, NodePools; with NodePools al
 Workloads and ResourceFlavors; a Deployment's scale is its replicas and selector),
 reads the scale subresource of any other kind of target, asks Prometheus one range query
 per distinct signal query (not per workload) for the samples since the last tick, and adds
-them to each workload's `SignalHistory`, the one the replay fills. A workload's policy
+them to each workload's `SignalHistory`, the one the replay fills; a workload's
+`signals.gatewayQueueDepth` is one more query, all of its series the workload's, summed
+into its queue depth (at zero replicas no pod reports one). A workload's policy
 (one instance per GPUAutoscaler, kept across ticks) decides at its own interval on that
 history; the controller writes the scale subresource only when the count changes, status
 only when it says something new, and an Event. Only the leader writes; a follower gathers
