@@ -39,13 +39,15 @@ GPA = ("autoscaling.gpufleet.dev", "v1alpha1")
 GPA_PLURAL = "gpuautoscalers"
 
 
-def start_prometheus(workdir: Path, targets: list[Path]) -> tuple[subprocess.Popen, int]:
+def start_prometheus(
+    workdir: Path, targets: list[Path], *, scrape_seconds: float = 1.0
+) -> tuple[subprocess.Popen, int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     files = json.dumps([str(t) for t in targets])
     (workdir / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"global: {{scrape_interval: {scrape_seconds:g}s, evaluation_interval: 1s}}\n"
         f"scrape_configs:\n- job_name: pods\n  file_sd_configs: [{{files: {files}, "
         "refresh_interval: 1s}]\n"
     )

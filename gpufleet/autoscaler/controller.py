@@ -5,7 +5,9 @@ StatefulSets, HPAs, ScaledObjects, CapacityBuffers, NodePools; with NodePools al
 Workloads and ResourceFlavors; a Deployment's scale is its replicas and selector),
 reads the scale subresource of any other kind of target, asks Prometheus one range query
 per distinct signal query (not per workload) for the samples since the last tick, and adds
-them to each workload's `SignalHistory`, the one the replay fills. A workload's policy
+them to each workload's `SignalHistory`, the one the replay fills; a workload's
+`signals.gatewayQueueDepth` is one more query, all of its series the workload's, summed
+into its queue depth (at zero replicas no pod reports one). A workload's policy
 (one instance per GPUAutoscaler, kept across ticks) decides at its own interval on that
 history; the controller writes the scale subresource only when the count changes, status
 only when it says something new, and an Event. Only the leader writes; a follower gathers
@@ -241,6 +243,8 @@ class Controller:
             keda_queue_target=spec.keda_queue_target,
             keda_polling_interval_seconds=spec.keda_polling_interval_seconds,
             gpufleet_headroom=self._config.gpufleet_headroom,
+            gpufleet_placeholders=spec.placeholders,
+            idle_seconds_to_zero=spec.idle_seconds_to_zero,
         )
         history = (
             old.history
@@ -309,6 +313,10 @@ class Controller:
         owners: dict[str, dict[tuple[str, str], Key]] = {}
         wanted: dict[str, tuple[SignalQuery, list[tuple[Key, str]]]] = {}
         all_pods = {}
+        # A workload with a gateway: its queue depth is its pods' plus what the gateway
+        # holds, summed per sample time here and added once every answer is in.
+        gateways: dict[str, list[Key]] = {}
+        queued: dict[Key, dict[float, float]] = {}
         for t in ticks:
             spec = t.workload.spec
             key = (spec.namespace, spec.name)
@@ -319,6 +327,11 @@ class Controller:
                 text = query.render(selector=selector, window=self._config.rate_window)
                 wanted.setdefault(text, (query, []))[1].append((key, signal))
                 owners.setdefault(text, {}).update(pods)
+            if spec.signals.gateway_queue_depth:
+                gateway = SignalQuery(spec.signals.gateway_queue_depth)
+                text = gateway.render(selector=selector, window=self._config.rate_window)
+                gateways.setdefault(text, []).append(key)
+                queued[key] = {}
         # A policy sees only the newest pods' telemetry, so only the newest is kept:
         # workload -> (time, pod -> field -> value).
         telemetry: dict[Key, tuple[float, dict[str, dict[str, float]]]] = {}
@@ -334,7 +347,21 @@ class Controller:
                 for key, signal in users:
                     history = self._workloads[key].history
                     for ts, value in joined.get(key, ()):
-                        history.add(signal, ts, value * query.scale)
+                        if signal == "queue_depth" and key in queued:
+                            acc = queued[key]
+                            acc[ts] = acc.get(ts, 0.0) + value * query.scale
+                        else:
+                            history.add(signal, ts, value * query.scale)
+
+            return add
+
+        def add_gateway(text: str) -> Callable[[tuple[RangeSeries, ...]], None]:
+            def add(answer: tuple[RangeSeries, ...]) -> None:
+                for series in answer:  # the workload's own query: every series is its
+                    for key in gateways[text]:
+                        acc = queued[key]
+                        for ts, value in series.samples:
+                            acc[ts] = acc.get(ts, 0.0) + value
 
             return add
 
@@ -353,6 +380,7 @@ class Controller:
 
         jobs = [(text, add_signal(text)) for text in wanted]
         jobs += [(text, add_telemetry(name)) for name, text in GPU_TELEMETRY.items()]
+        jobs += [(text, add_gateway(text)) for text in gateways]
         limit = asyncio.Semaphore(QUERY_CONCURRENCY)
 
         async def fetch(text: str, consume: Callable[[tuple[RangeSeries, ...]], None]) -> str:
@@ -360,6 +388,9 @@ class Controller:
                 return await self._fetch(text, consume, end, step)
 
         failures = await asyncio.gather(*(fetch(text, consume) for text, consume in jobs))
+        for key, acc in queued.items():
+            for ts in sorted(acc):
+                self._workloads[key].history.add("queue_depth", ts, acc[ts])
         for key, (ts, pods) in telemetry.items():
             self._workloads[key].history.add_pods(
                 ts, tuple(PodTelemetry(pod=name, **pods[name]) for name in sorted(pods))

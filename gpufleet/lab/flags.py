@@ -96,7 +96,20 @@ def parser(description: str) -> argparse.ArgumentParser:
     serving.add_argument(
         "--policy", choices=("gpufleet", "hpa", "keda"), default="gpufleet", help="its policy"
     )
+    serving.add_argument(
+        "--min-replicas",
+        type=_at_least(0),
+        default=1,
+        help="its minReplicas; 0 scales it to zero when idle, and the first request the "
+        "gateway holds activates it",
+    )
     serving.add_argument("--max-replicas", type=_at_least(1), default=8, help="its maxReplicas")
+    serving.add_argument(
+        "--idle-seconds-to-zero",
+        type=_at_least(0),
+        default=300,
+        help="with --min-replicas 0: idle this long, it goes to zero",
+    )
     ops = parser.add_argument_group("API server, Prometheus, page")
     ops.add_argument(
         "--api-address",

@@ -310,7 +310,9 @@ async def _observe(
         lab.urls.append(("Alertmanager", f"http://{alertmanager}"))
     spec = WorkloadSpec(
         nodes=args.nodes,
+        min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
+        idle_seconds_to_zero=args.idle_seconds_to_zero,
         policy=args.policy,
         rate_rps=args.rate,
         trace=trace,
@@ -324,6 +326,7 @@ async def _observe(
         rate_rps=spec.rate_rps,
         trace=spec.trace,
         speed=spec.speed,
+        gateway=True,
     )
     try:
         autoscaler = prom.Child(

@@ -9,6 +9,14 @@ pod with the fewest requests; a pod being deleted takes no new ones and drains. 
 are Poisson at a rate the caller sets (and may change), or a request trace's (the format
 `gpufleet simulate` replays), in real time or sped up.
 
+With `gateway`, the load balancer is a gateway that holds the requests that find no ready
+pod (a Deployment at zero replicas), up to `max_held`, and sends them on, arrival times
+kept, as soon as one is Ready, as an activator in front of a scaled-to-zero workload does.
+It serves the count it holds as `lab_gateway_requests_waiting` (the lab's own name: no
+gateway's metric is a standard) on its own port, a target without a `pod` label: the
+signal a GPUAutoscaler's `signals.gatewayQueueDepth` reads. Without it, such requests are
+dropped and counted in `unserved`.
+
 Prometheus finds the pods through a file_sd targets file this module rewrites as pods come
 and go, each target labelled with its `namespace` and `pod`, as Kubernetes service
 discovery labels them.
@@ -120,9 +128,15 @@ class VllmEngine:
     def in_flight(self) -> int:
         return self.running + len(self._waiting)
 
-    def submit(self, now: float, prompt_tokens: int, output_tokens: int) -> None:
+    def submit(
+        self, now: float, prompt_tokens: int, output_tokens: int, *, arrival: float | None = None
+    ) -> None:
+        """A request reaching the engine at `now`; `arrival` (default `now`) is when it was
+        sent, earlier for one a gateway held: its TTFT counts from then."""
         self.advance(now)
-        self._waiting.append(_Request(now, prompt_tokens, output_tokens))
+        self._waiting.append(
+            _Request(now if arrival is None else arrival, prompt_tokens, output_tokens)
+        )
         self._admit(now)
 
     def advance(self, now: float) -> None:
@@ -206,6 +220,8 @@ class ServingFleet:
         trace: Trace | None = None,
         speed: float = 1.0,
         clock: Callable[[], float] = time.time,
+        gateway: bool = False,
+        max_held: int = 10_000,
     ) -> None:
         """Arrivals are Poisson at `rate_rps` (prompt and output tokens fixed), or `trace`'s
         requests from the first `step` on. `speed` > 1 replays the trace that many times
@@ -234,7 +250,12 @@ class ServingFleet:
         self._rng = random.Random(seed)
         self._clock = clock
         self.pods: dict[str, _Pod] = {}
-        self.unserved = 0  # arrivals with no ready pod to take them
+        self.unserved = 0  # arrivals with no ready pod to take them (nor room at the gateway)
+        self._gateway = gateway
+        self._max_held = max_held
+        self.held: deque[tuple[float, int, int]] = deque()  # (arrival, prompt, output)
+        self._gateway_address = ""  # where the gateway's metrics are served, once started
+        self._gateway_runner: web.AppRunner | None = None
         self._next_arrival: float | None = None
         self._task: asyncio.Task | None = None
         self._write_targets()
@@ -255,6 +276,9 @@ class ServingFleet:
         for pod in self.pods.values():
             await pod.runner.cleanup()
         self.pods.clear()
+        if self._gateway_runner is not None:
+            await self._gateway_runner.cleanup()
+            self._gateway_runner = None
 
     @property
     def trace_done(self) -> bool:
@@ -262,7 +286,10 @@ class ServingFleet:
         return self._trace is not None and self._trace_next >= len(self._trace)
 
     async def step(self, now: float) -> None:
+        if self._gateway and self._gateway_runner is None:
+            await self._serve_gateway()
         await self._sync_pods()
+        self._release_held(now)
         if self._trace is not None:
             self._replay(now)
         else:
@@ -274,7 +301,7 @@ class ServingFleet:
         if self._next_arrival is None or self.rate_rps <= 0:
             self._next_arrival = now
         while self.rate_rps > 0 and self._next_arrival <= now:
-            self._dispatch(self._next_arrival)
+            self.send(self._next_arrival)
             self._next_arrival += self._rng.expovariate(self.rate_rps)
 
     def _replay(self, now: float) -> None:
@@ -287,22 +314,49 @@ class ServingFleet:
             at = self._trace_start + float(trace.arrival_seconds[i]) / self._speed
             if at > now:
                 break
-            self._dispatch(at, int(trace.prompt_tokens[i]), int(trace.output_tokens[i]))
+            self.send(at, int(trace.prompt_tokens[i]), int(trace.output_tokens[i]))
             self._trace_next += 1
 
-    def _dispatch(
+    def send(
         self, t: float, prompt_tokens: int | None = None, output_tokens: int | None = None
     ) -> None:
+        """One request arriving at `t` (the fleet's prompt and output sizes by default): to the
+        ready pod with the fewest in flight, else to the gateway, else dropped."""
+        prompt = self._prompt if prompt_tokens is None else prompt_tokens
+        output = self._output if output_tokens is None else output_tokens
         ready = [p for p in self.pods.values() if not p.deleting]
         if not ready:
-            self.unserved += 1
+            if self._gateway and len(self.held) < self._max_held:
+                self.held.append((t, prompt, output))
+            else:
+                self.unserved += 1
             return
         target = min(ready, key=lambda p: p.engine.in_flight)
-        target.engine.submit(
-            t,
-            self._prompt if prompt_tokens is None else prompt_tokens,
-            self._output if output_tokens is None else output_tokens,
-        )
+        target.engine.submit(t, prompt, output)
+
+    def _release_held(self, now: float) -> None:
+        """Send what the gateway holds to the ready pods, oldest first, fewest in flight."""
+        ready = [p for p in self.pods.values() if not p.deleting]
+        while ready and self.held:
+            arrival, prompt, output = self.held.popleft()
+            target = min(ready, key=lambda p: p.engine.in_flight)
+            target.engine.submit(now, prompt, output, arrival=arrival)
+
+    async def _serve_gateway(self) -> None:
+        async def metrics(_: web.Request) -> web.Response:
+            text = (
+                "# TYPE lab_gateway_requests_waiting gauge\n"
+                f"lab_gateway_requests_waiting {len(self.held)}\n"
+            )
+            return web.Response(text=text, content_type="text/plain")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        self._gateway_runner = web.AppRunner(app, access_log=None)
+        await self._gateway_runner.setup()
+        await web.TCPSite(self._gateway_runner, "127.0.0.1", 0).start()
+        self._gateway_address = f"127.0.0.1:{self._gateway_runner.addresses[0][1]}"
+        self._write_targets()
 
     async def _sync_pods(self) -> None:
         selector = selector_string(self._labels)
@@ -341,6 +395,9 @@ class ServingFleet:
             {"targets": [pod.address], "labels": {"namespace": self._namespace, "pod": name}}
             for name, pod in sorted(self.pods.items())
         ]
+        if self._gateway_address:
+            labels = {"namespace": self._namespace, "job": "gateway"}
+            groups.append({"targets": [self._gateway_address], "labels": labels})
         tmp = self._targets_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(groups))
         tmp.replace(self._targets_file)  # atomic: Prometheus never reads half a file

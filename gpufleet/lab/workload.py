@@ -29,7 +29,9 @@ TIMING = dict(cold_start_seconds=5.0, node_provision_seconds=10.0, termination_s
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadSpec:
     nodes: int
+    min_replicas: int
     max_replicas: int
+    idle_seconds_to_zero: int
     policy: str
     rate_rps: float
     trace: Trace | None
@@ -38,11 +40,13 @@ class WorkloadSpec:
 
 def autoscaler_spec(spec: WorkloadSpec) -> dict:
     """The GPUAutoscaler of the vLLM Deployment: one GPU per replica, the lab's timings,
-    placeholders on (the policy's node headroom held as low-priority pods)."""
+    placeholders on (the policy's node headroom held as low-priority pods), and the
+    gateway's held requests as queue (what activates it from zero)."""
     return {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
-        "minReplicas": 1,
+        "minReplicas": spec.min_replicas,
         "maxReplicas": spec.max_replicas,
+        "idleSecondsToZero": spec.idle_seconds_to_zero,
         "policy": spec.policy,
         "batchSlots": 8,
         "coldStartSeconds": TIMING["cold_start_seconds"],
@@ -52,6 +56,9 @@ def autoscaler_spec(spec: WorkloadSpec) -> dict:
             "placeholders": True,
         },
         "keda": {"queueTarget": 5, "pollingIntervalSeconds": 5},
+        "signals": {
+            "gatewayQueueDepth": f'sum(lab_gateway_requests_waiting{{namespace="{NAMESPACE}"}})'
+        },
     }
 
 
@@ -101,7 +108,8 @@ def lab_timing(spec: WorkloadSpec) -> ClusterTiming:
 class ServingWorkload:
     """The cluster's controllers and the serving pods of the Deployment's pods (LABELS in
     NAMESPACE), on `server`'s loop, until `stop`. The lab and the closed-loop tests run
-    this one setup; `rate_rps`, `trace`, `speed` and `seed` go to the ServingFleet."""
+    this one setup; `rate_rps`, `trace`, `speed`, `seed` and `gateway` (requests that find
+    no ready pod wait at the gateway) go to the ServingFleet."""
 
     def __init__(
         self,
@@ -113,6 +121,7 @@ class ServingWorkload:
         trace: Trace | None = None,
         speed: float = 1.0,
         seed: int = 0,
+        gateway: bool = False,
     ) -> None:
         self._server = server
         self.fleet = ServingFleet(
@@ -124,6 +133,7 @@ class ServingWorkload:
             seed=seed,
             trace=trace,
             speed=speed,
+            gateway=gateway,
         )
 
         async def start() -> LabCluster:

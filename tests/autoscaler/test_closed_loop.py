@@ -6,7 +6,6 @@ status, the pods' Ready condition, and Prometheus' own answers.
 """
 
 import asyncio
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,41 +13,23 @@ from pathlib import Path
 import pytest
 from helpers.e2e import Prometheus
 from helpers.kube import api_client, create_autoscaler, create_vllm
+from helpers.lab import NS, closed_loop
 from kubernetes import client
 
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.kube.events import EventRecorder
-from gpufleet.lab.kubeapi.cluster import ClusterTiming
 from gpufleet.lab.kubeapi.server import FakeApiServer
 from gpufleet.lab.serving import ServingFleet
-from gpufleet.lab.workload import NAMESPACE as NS
-from gpufleet.lab.workload import ServingWorkload
 
 pytestmark = pytest.mark.prometheus
 
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[tuple[FakeApiServer, ServingFleet, Prometheus]]:
-    if not shutil.which("prometheus"):
-        pytest.skip("prometheus is not installed (./dev test installs it)")
-    targets = tmp_path / "targets.json"
-    with FakeApiServer() as server:
-        timing = ClusterTiming(
-            cold_start_seconds=2, node_provision_seconds=3, termination_seconds=1, gpus_per_node=8
-        )
-        # A pod prefills 2,000 tokens/s: 4 requests/s of 500 tokens; 6/s needs two. The load
-        # starts once the first pod serves (the test sets the rate).
-        workload = ServingWorkload(
-            server, timing=timing, targets_file=targets, rate_rps=0.0, seed=1
-        )
-        prometheus = Prometheus(tmp_path / "prom", file_sd=targets)
-        try:
-            yield server, workload.fleet, prometheus
-        finally:
-            prometheus.stop()
-            workload.stop()
+    with closed_loop(tmp_path) as world:
+        yield world
 
 
 def test_load_scales_the_deployment_and_the_new_pods_drain_the_queue(lab) -> None:

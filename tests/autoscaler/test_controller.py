@@ -136,6 +136,29 @@ async def test_it_scales_a_deployment_on_vllm_queue_depth(
     assert ctl.stats.missing_metrics == {f"{NS}/chat": False}
 
 
+async def test_a_gateways_queue_adds_to_the_pods_queue(
+    api: client.ApiClient, prometheus_for
+) -> None:
+    """Issue 18 §3: signals.gatewayQueueDepth is the workload's whole (no pod label joins
+    it), summed into the queue depth with its pods' 200 waiting."""
+    pod_queue = vllm_queue()
+    server = MetricsServer(
+        lambda: pod_queue() + "# TYPE gateway_waiting gauge\ngateway_waiting 7\n"
+    )
+    try:
+        deploy(api)
+        prometheus = await scraped(prometheus_for(server.address, labels=POD_LABELS))
+        autoscaler(api, {**KEDA_SPEC, "signals": {"gatewayQueueDepth": "sum(gateway_waiting)"}})
+        ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+        try:
+            await ticks_until(ctl, lambda: "queue_depth" in status(api).get("signals", {}))
+        finally:
+            await prom.close()
+    finally:
+        server.stop()
+    assert status(api)["signals"]["queue_depth"] == 207.0
+
+
 @dataclasses.dataclass
 class WithHeadroom:
     """The workload's own policy, its decisions asking for `headroom` placeholder pods: the
@@ -367,6 +390,29 @@ async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:
     assert ctl.stats.errors["prometheus_unavailable"] >= 1
     (name,) = ctl.stats.missing_metrics
     assert ctl.stats.missing_metrics[name] is True and ctl.stats.max_replicas[name] > 0
+
+
+async def test_the_spec_tells_the_policy_of_placeholders_and_the_idle_period(
+    api: client.ApiClient,
+) -> None:
+    """Without placeholders the policy must not count GPUs they would hold as taken (the
+    simulator runs it so, issue 18 §5); idleSecondsToZero is its scale-to-zero period."""
+    deploy(api)
+    spec = {
+        **KEDA_SPEC,
+        "policy": "gpufleet",
+        "minReplicas": 0,
+        "idleSecondsToZero": 45,
+        "nodePool": {"placeholders": False},
+    }
+    autoscaler(api, spec)
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    settings = ctl._workloads[(NS, "chat")].policy.settings
+    assert (settings.placeholders, settings.idle_seconds_to_zero) == (False, 45.0)
 
 
 async def test_an_open_scheduled_window_sets_the_floor(api: client.ApiClient) -> None:

@@ -101,3 +101,20 @@ def test_extmetrics_bench_prints_both_servers_for_each_size(tmp_path: Path) -> N
     rows = json.loads(results.read_text())
     # both answered every request, with the same value
     assert [r["mismatched_values"] for r in rows] == [0, 0]
+
+
+@pytest.mark.prometheus
+def test_zero_bench_prints_a_row_per_method() -> None:
+    if not shutil.which("prometheus"):
+        pytest.skip("prometheus is not installed (./dev test installs it)")
+    run = run_bench(
+        "zero_bench",
+        "--rounds=1",
+        "--methods=gpufleet,keda-push",
+        "--scrape-seconds=1",
+        "--calm-seconds=5",
+        "--window-seconds=60",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "| gpufleet | " in run.stdout and "| keda-push | " in run.stdout
+    assert "none" not in run.stdout  # every step of both was seen

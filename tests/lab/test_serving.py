@@ -88,3 +88,51 @@ async def test_a_trace_replays_sped_up_on_ready_pods_and_prometheus_can_find_the
         b'vllm:request_success_total{model_name="model",engine="0",finished_reason="stop"} 5'
         in text
     )
+
+
+async def test_the_gateway_holds_requests_until_a_pod_is_ready_and_counts_their_wait(
+    tmp_path: Path,
+) -> None:
+    """Issue 18 §3, scale to zero: with no ready pod the gateway holds the requests (its
+    gauge says how many, on a target without a pod label) and sends them on when a pod
+    turns Ready; their TTFT counts from their arrival, the wait for the pod included."""
+    store = ObjectStore(clock=lambda: 0.0)
+    store.create(RES[("", "namespaces")], "", {"metadata": {"name": "llm"}})
+    targets = tmp_path / "targets.json"
+    fleet = ServingFleet(
+        store,
+        namespace="llm",
+        labels={"app": "vllm"},
+        targets_file=targets,
+        model=MODEL,
+        rate_rps=0.0,
+        gateway=True,
+        max_held=2,
+    )
+    try:
+        await fleet.step(0.0)
+        for t in (0.0, 0.1, 0.2):  # the third finds the gateway full: dropped, counted
+            fleet.send(t, 500, 10)
+        (group,) = json.loads(targets.read_text())
+        assert group["labels"] == {"namespace": "llm", "job": "gateway"}
+        url = f"http://{group['targets'][0]}/metrics"
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+        assert b"\nlab_gateway_requests_waiting 2\n" in text
+        assert fleet.unserved == 1
+        store.create(
+            RES[("", "pods")],
+            "llm",
+            {
+                "metadata": {"name": "vllm-0", "labels": {"app": "vllm"}},
+                "spec": {"containers": [{"name": "vllm", "image": "x"}]},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            },
+        )
+        await fleet.step(10.0)  # Ready at 10: both go to it
+        assert not fleet.held
+        engine = fleet.pods["vllm-0"].engine
+        engine.advance(20.0)
+        # First token at 10.5 and 11.0, counted from arrivals at 0.0 and 0.1.
+        assert (engine.ttft.n, round(engine.ttft.total, 6)) == (2, 10.5 + 10.9)
+    finally:
+        await fleet.stop()

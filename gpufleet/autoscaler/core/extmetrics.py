@@ -25,7 +25,7 @@ GROUP_VERSION = f"{GROUP}/{VERSION}"
 
 # Signal -> metric: what the controller gathers per workload, then the policy's answer.
 SIGNAL_METRICS = {
-    "queue_depth": "gpufleet_queue_depth",  # requests waiting, summed over the pods
+    "queue_depth": "gpufleet_queue_depth",  # requests waiting: the pods' and a gateway's
     "arrival_rate": "gpufleet_arrival_rate",  # requests/s
     "ttft_p90_seconds": "gpufleet_ttft_p90_seconds",
     "in_flight": "gpufleet_in_flight",

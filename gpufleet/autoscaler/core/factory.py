@@ -39,6 +39,10 @@ class Tuning:
     keda_metric_type: str = "AverageValue"  # keda.MetricType: AverageValue or Value
     gpufleet_headroom: float | None = None
     gpufleet_fill_nodes: bool = False  # GpufleetSettings.fill_nodes
+    gpufleet_placeholders: bool = True  # GpufleetSettings.placeholders: node headroom kept
+    # min 0: idle this long -> 0 (gpufleet's idle_seconds_to_zero, KEDA's cooldownPeriod);
+    # None keeps each policy's default (300 s both).
+    idle_seconds_to_zero: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,17 +124,22 @@ def make_policy(
             queue_target=target,
             polling_interval_s=tuning.keda_polling_interval_seconds,
             metric_type=MetricType(tuning.keda_metric_type),
+            cooldown_seconds=tuning.idle_seconds_to_zero,
         )
     if name == GPUFLEET:
         headroom = tuning.gpufleet_headroom if knob_value is None else knob_value
-        return _make_gpufleet(workload, headroom, fill_nodes=tuning.gpufleet_fill_nodes)
+        return _make_gpufleet(workload, headroom, tuning)
     raise ValueError(f"no policy factory for {name!r} (known: {', '.join(POLICIES)})")
 
 
-def _make_gpufleet(workload: WorkloadConfig, value: float | None, *, fill_nodes: bool) -> Policy:
+def _make_gpufleet(workload: WorkloadConfig, value: float | None, tuning: Tuning) -> Policy:
     from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy, GpufleetSettings
 
-    settings = GpufleetSettings(fill_nodes=fill_nodes)
+    settings = GpufleetSettings(
+        fill_nodes=tuning.gpufleet_fill_nodes, placeholders=tuning.gpufleet_placeholders
+    )
     if value is not None:
         settings = dataclasses.replace(settings, headroom=value)
+    if tuning.idle_seconds_to_zero is not None:
+        settings = dataclasses.replace(settings, idle_seconds_to_zero=tuning.idle_seconds_to_zero)
     return GpufleetPolicy(workload, settings=settings)

@@ -297,11 +297,14 @@ def field_keda(
     queue_target: float = DEFAULT_QUEUE_TARGET,
     polling_interval_s: float = DEFAULT_POLLING_INTERVAL_SECONDS,
     metric_type: MetricType = MetricType.AVERAGE_VALUE,
+    cooldown_seconds: float | None = None,
 ) -> KedaPolicy:
-    """KEDA as typically deployed for vLLM: Prometheus trigger on waiting requests, defaults."""
+    """KEDA as typically deployed for vLLM: Prometheus trigger on waiting requests, defaults
+    (`cooldown_seconds` None: KEDA's cooldownPeriod default)."""
     return KedaPolicy(
         workload,
         queue_target=queue_target,
         polling_interval_seconds=polling_interval_s,
         metric_type=metric_type,
+        cooldown_seconds=DEFAULT_COOLDOWN_SECONDS if cooldown_seconds is None else cooldown_seconds,
     )

@@ -94,6 +94,7 @@ FIELDS: dict[str, Rule] = {
     "gpu.sharesPerGpu": Rule("integer", default=1, minimum=1),
     "batchSlots": Rule("integer", default=0, minimum=0),
     "coldStartSeconds": Rule("number", default=60, minimum=0),
+    "idleSecondsToZero": Rule("integer", default=300, minimum=0),
     "nodePool": Rule("object"),
     "nodePool.name": Rule("string"),
     "nodePool.gpusPerNode": Rule("integer", default=0, minimum=0),
@@ -106,6 +107,7 @@ FIELDS: dict[str, Rule] = {
     "signals.preset": Rule("string", default="vllm", enum=PRESETS),
     "signals.model": Rule("string"),
     "signals.queries": Rule("object"),
+    "signals.gatewayQueueDepth": Rule("string"),
     **{f"signals.queries.{key}": Rule("string") for key in QUERY_SIGNALS},
     "hpa": Rule("object"),
     "hpa.targetGPUUtilization": Rule("integer", default=70, minimum=1, maximum=100),
@@ -144,6 +146,9 @@ class Signals:
     preset: str
     model: str = ""
     queries: Mapping[str, str] = field(default_factory=dict)  # Observation field -> PromQL
+    # Requests held for the workload outside its pods (a gateway's or a queue's), summed
+    # over every series and added to the queue depth: all a workload at zero reports.
+    gateway_queue_depth: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,6 +169,7 @@ class AutoscalerSpec:
     keda_polling_interval_seconds: float = 30.0
     custom_behavior: bool = False  # spec.behavior is set: the operator's, for any policy
     schedules: tuple[Window, ...] = ()  # spec.schedules: cron windows' floors
+    idle_seconds_to_zero: float = 300.0  # minReplicas 0: idle this long -> 0 replicas
 
 
 def parse_spec(obj: Mapping[str, Any]) -> AutoscalerSpec:
@@ -208,6 +214,7 @@ def parse_spec(obj: Mapping[str, Any]) -> AutoscalerSpec:
             preset=values["signals.preset"],
             model=values.get("signals.model") or "",
             queries={QUERY_SIGNALS[k]: v for k, v in queries.items()},
+            gateway_queue_depth=values.get("signals.gatewayQueueDepth") or "",
         ),
         node_pool=values.get("nodePool.name") or "",
         placeholders=values["nodePool.placeholders"],
@@ -217,6 +224,7 @@ def parse_spec(obj: Mapping[str, Any]) -> AutoscalerSpec:
         keda_polling_interval_seconds=float(values["keda.pollingIntervalSeconds"]),
         custom_behavior=bool(spec.get("behavior")),
         schedules=_windows(spec.get("schedules") or (), maximum=hi),
+        idle_seconds_to_zero=float(values["idleSecondsToZero"]),
     )
 
 

@@ -302,6 +302,16 @@ class SimulateSettings(BaseSettings):
         help="Let gpufleet fill the idle GPUs of the nodes its replicas need anyway with warm "
         "replicas (the simulated workload owns its nodes, and a node bills all its GPUs).",
     )
+    gpufleet_placeholders: bool = setting(
+        _TUNING.gpufleet_placeholders,
+        "GPUFLEET_SIM_GPUFLEET_PLACEHOLDERS",
+        "--gpufleet-placeholders",
+        group=POLICIES,
+        help="Let gpufleet keep node headroom as placeholder pods (the live controller's "
+        "nodePool.placeholders): low-priority pods holding one replica's GPUs each, so nodes "
+        "launch before the replicas need them and replicas preempt them; off: purely "
+        "reactive nodes.",
+    )
     gpufleet_headroom: float | None = setting(
         None,
         "GPUFLEET_SIM_GPUFLEET_HEADROOM",
@@ -384,6 +394,7 @@ class SimulateSettings(BaseSettings):
             keda_metric_type=self.keda_metric_type,
             gpufleet_headroom=self.gpufleet_headroom,
             gpufleet_fill_nodes=self.gpufleet_fill_nodes,
+            gpufleet_placeholders=self.gpufleet_placeholders,
         )
 
 

@@ -11,7 +11,7 @@
 - A node provisioner, like Karpenter or Cluster Autoscaler: a pod that fits on no node
   (each pod takes the `nvidia.com/gpu` its container limits ask, 1 by default) makes new
   nodes of `gpus_per_node` GPUs appear after `node_provision_seconds`; a node empty for
-  `node_idle_seconds` goes.
+  `node_idle_seconds` goes, down to `min_nodes`.
 - Cluster Autoscaler's CapacityBuffers (autoscaling.x-k8s.io/v1beta1, where served): each
   holds `spec.replicas` chunks shaped like its PodTemplate as free GPUs. Like CA's virtual
   buffer pods they are never bound; they only make nodes appear (what fits nowhere counts
@@ -57,6 +57,9 @@ class ClusterTiming:
     termination_seconds: float = 1.0
     gpus_per_node: int = 8
     initial_nodes: int = 1
+    # Nodes the provisioner never removes when idle: a cluster keeps its system pool. 0: every
+    # GPU node can go, as a GPU NodePool does at night once its workloads are at zero.
+    min_nodes: int = 1
     max_nodes: int = 16
 
 
@@ -365,7 +368,7 @@ class LabCluster:
         used = {(p.get("spec") or {}).get("nodeName") for p in self.store.list(PODS, None)}
         used |= self._buffered
         for name, ready_at in list(self._node_ready_at.items()):
-            if ready_at > now or name in used or len(self._node_ready_at) <= 1:
+            if ready_at > now or name in used or len(self._node_ready_at) <= self.timing.min_nodes:
                 self._node_empty_since.pop(name, None)
                 continue
             since = self._node_empty_since.setdefault(name, now)

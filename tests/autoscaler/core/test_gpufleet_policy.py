@@ -401,6 +401,14 @@ def test_activation_from_zero(rate: float, queue: float, want: int) -> None:
     assert (d.desired, d.reason) == (want, Reason.ACTIVATE)
 
 
+def test_a_gateway_queue_activates_a_workload_with_no_pods_to_report_arrivals() -> None:
+    # Issue 18 §3: at zero no pod reports arrivals; the gateway's held requests are the
+    # queue depth the controller sees, and they alone activate it, with no node headroom.
+    obs = observe(1000.0, const(0.0), ready=0, queue=const(2.0), missing=("arrival_rate",))
+    d = idle_policy().decide(obs)
+    assert (d.desired, d.reason, d.headroom) == (1, Reason.ACTIVATE, 0)
+
+
 def test_zero_holds_when_metrics_are_missing() -> None:
     obs = observe(1000.0, const(0.0), ready=0, missing=("arrival_rate", "queue_depth"))
     assert idle_policy().decide(obs).desired == 0

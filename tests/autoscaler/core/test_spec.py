@@ -70,6 +70,7 @@ def test_a_minimal_spec_takes_the_documented_defaults() -> None:
     assert w.shape.kind is ShapeKind.GPU and w.shape.gpus == 1
     assert spec.signals.preset == "vllm" and dict(spec.signals.queries) == {}
     assert (spec.hpa_target_gpu_utilization, spec.keda_queue_target) == (70.0, 10.0)
+    assert (spec.idle_seconds_to_zero, spec.signals.gateway_queue_depth) == (300.0, "")
 
 
 def test_a_full_spec() -> None:
@@ -93,7 +94,9 @@ def test_a_full_spec() -> None:
                     "preset": "tgi",
                     "model": "llama",
                     "queries": {"queueDepth": "sum by (namespace, pod) (my_queue{{{selector}}})"},
+                    "gatewayQueueDepth": "sum(held{{{selector}}})",
                 },
+                "idleSecondsToZero": 60,
                 "keda": {"queueTarget": 4, "pollingIntervalSeconds": 10},
             }
         )
@@ -111,6 +114,8 @@ def test_a_full_spec() -> None:
         "queue_depth": "sum by (namespace, pod) (my_queue{{{selector}}})"
     }
     assert (spec.keda_queue_target, spec.keda_polling_interval_seconds) == (4.0, 10.0)
+    assert spec.signals.gateway_queue_depth == "sum(held{{{selector}}})"
+    assert spec.idle_seconds_to_zero == 60.0
 
 
 OFFICE = {"name": "office", "schedule": "0 8 * * mon-fri", "duration": "10h", "minReplicas": 2}

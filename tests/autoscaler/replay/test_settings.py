@@ -2,6 +2,7 @@
 
 import pytest
 
+from gpufleet.autoscaler.core.factory import make_policy
 from gpufleet.autoscaler.replay.settings import SimulateSettings, command_line, merge_repeated
 from gpufleet.settings import SettingsError, build_parser, load_settings
 
@@ -135,3 +136,12 @@ def test_command_line_reproduces_the_numbers(argv, env, expected, monkeypatch):
 )
 def test_merge_repeated(argv, expected):
     assert merge_repeated(argv, "--trace") == expected
+
+
+def test_no_gpufleet_placeholders_runs_gpufleet_without_node_headroom(monkeypatch) -> None:
+    """Issue 18 §5: the simulator runs with and without node headroom, as the live
+    controller does with nodePool.placeholders true or false."""
+    on, off = load([], monkeypatch), load(["--no-gpufleet-placeholders"], monkeypatch)
+    assert command_line(off) == "gpufleet simulate --no-gpufleet-placeholders"
+    assert make_policy("gpufleet", on.workload(), on.tuning()).settings.placeholders is True
+    assert make_policy("gpufleet", off.workload(), off.tuning()).settings.placeholders is False

@@ -3,6 +3,7 @@ for the placeholders, real replicas preempt them and turn Ready long before a ne
 could have arrived. Driven by a manual clock through `reconcile`, read through the store
 (what the API server serves)."""
 
+import dataclasses
 from typing import Any
 
 from helpers.clock import ManualClock
@@ -178,3 +179,15 @@ def test_a_buffer_without_its_pod_template_holds_nothing() -> None:
     assert len(store.list(NODES, None)) == 1
     (condition,) = store.get(BUFFERS, NS, "vllm-placeholder")["status"]["conditions"]
     assert (condition["type"], condition["status"]) == ("ReadyForProvisioning", "False")
+
+
+def test_idle_nodes_go_down_to_min_nodes() -> None:
+    """Issue 18 §3: a workload scaled to zero leaves no GPU node when min_nodes is 0; the
+    default keeps one (a cluster's system pool)."""
+    for min_nodes, left in ((1, 1), (0, 0)):
+        clock = ManualClock()
+        store = ObjectStore(clock=clock)
+        timing = dataclasses.replace(TIMING, initial_nodes=2, min_nodes=min_nodes)
+        cluster = LabCluster(store, timing=timing, clock=clock)
+        _run(cluster, clock, TIMING.node_idle_seconds + 2)
+        assert len(store.list(NODES, None)) == left

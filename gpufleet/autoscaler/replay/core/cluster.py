@@ -12,6 +12,12 @@ nodes can go. Pending pods (replicas, then placeholders) make the cluster launch
 nodes for all of them at once, as Karpenter does, up to `max_nodes`; how many is the capacity
 planner's own packing (`core.planner.pack_nodes`), so the live planner and the replay count
 nodes alike.
+
+Placeholders are the live controller's (`core.placeholders`): one replica's GPUs each, at a
+priority below every replica, so a replica that fits nowhere preempts one (the newest on
+the first node that has one, as the scheduler picks the lowest-priority, newest victim);
+when the policy asks for fewer, the newest go first, as their Deployment's ReplicaSet
+deletes them (unscheduled ones first, which here are the ones not placed yet).
 """
 
 from collections.abc import Callable
@@ -129,6 +135,7 @@ class Cluster:
         self.replicas: list[ReplayReplica] = []  # not gone, in creation order
         self.ready: list[ReplayReplica] = []  # READY, in creation order
         self.headroom = 0  # placeholder pods wanted
+        self._placeholders: list[ReplayNode] = []  # each bound placeholder's node, oldest first
         self.next_index = 0
         self.replica_gpu_seconds = 0.0
         self.node_gpu_seconds = 0.0
@@ -224,6 +231,7 @@ class Cluster:
                 break
             node.placeholders += 1
             node.used_gpus += g
+            self._placeholders.append(node)
             bound += 1
         self._launch_for(pending, now)
         for node in self.nodes:
@@ -315,23 +323,23 @@ class Cluster:
         """Free a placeholder's GPU for a replica (pause pods have the lowest priority)."""
         for node in self.nodes:
             if node.up(now) and node.placeholders:
-                node.placeholders -= 1
-                node.used_gpus -= self.model.gpus_per_replica
+                self._unbind_placeholder(node)
                 return node
         return None
 
     def _evict_placeholders(self, count: int, now: float) -> None:
-        # Emptiest nodes first, newest first: frees whole nodes for idle removal soonest.
-        order = sorted(
-            (n for n in self.nodes if n.removed is None and n.placeholders),
-            key=lambda n: (n.used_gpus, -n.index),
-        )
-        for node in order:
-            while count > 0 and node.placeholders:
-                node.placeholders -= 1
-                node.used_gpus -= self.model.gpus_per_replica
-                count -= 1
+        """The `count` newest placeholders go (the ReplicaSet's order for pods alike)."""
+        for _ in range(max(0, count)):
+            node = self._placeholders[-1]
+            self._unbind_placeholder(node)
             self._refresh_empty(node, now)
+
+    def _unbind_placeholder(self, node: ReplayNode) -> None:
+        """Free the GPUs of the newest placeholder on `node`."""
+        i = len(self._placeholders) - 1 - self._placeholders[::-1].index(node)
+        del self._placeholders[i]
+        node.placeholders -= 1
+        node.used_gpus -= self.model.gpus_per_replica
 
     def _launch_for(self, pending: int, now: float) -> None:
         """Launch the nodes `pending` pods need beyond the nodes already coming."""

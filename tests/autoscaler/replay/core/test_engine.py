@@ -402,3 +402,25 @@ def test_pending_replicas_that_do_not_divide_a_node_launch_every_node_at_once() 
     cluster.place(0.0)
     assert len(cluster.nodes) == 3
     assert [kind for _, kind, _ in posted].count(Timer.NODE_READY) == 3
+
+
+def test_fewer_placeholders_evict_the_newest_as_their_replicaset_does() -> None:
+    """Issue 18 §5: the replay keeps placeholders as the live controller's Deployment does.
+    Asked for fewer, its ReplicaSet deletes the newest pod (the lab's deployment controller
+    alike), not the one on the emptiest node, which the replay used to pick."""
+    posted: list[tuple[float, Timer, object]] = []
+    model = ClusterModel(gpus_per_node=2, node_provision_seconds=10.0)
+    cluster = Cluster(model, prefix="w", post=lambda *a: posted.append(a))
+    cluster.bootstrap(1)  # node 0: one replica
+    cluster.set_headroom(1)
+    cluster.place(0.0)  # the oldest placeholder fills node 0
+    cluster.set_headroom(3)
+    cluster.place(1.0)  # two more: none fit, a node launches for them
+    (node_ready,) = [p for p in posted if p[1] is Timer.NODE_READY]
+    cluster.on_timer(Timer.NODE_READY, node_ready[2], 11.0)
+    assert [n.placeholders for n in cluster.nodes] == [1, 2]
+    cluster.set_desired(0, 12.0)  # node 0 keeps only its old placeholder: the emptiest
+    cluster.set_headroom(2)
+    cluster.place(12.0)
+    assert [n.placeholders for n in cluster.nodes] == [1, 1]
+    cluster.check(12.0)
