@@ -241,6 +241,7 @@ class Controller:
             keda_queue_target=spec.keda_queue_target,
             keda_polling_interval_seconds=spec.keda_polling_interval_seconds,
             gpufleet_headroom=self._config.gpufleet_headroom,
+            gpufleet_fill_nodes=False,  # a real pool may be shared (GpufleetSettings)
         )
         history = (
             old.history

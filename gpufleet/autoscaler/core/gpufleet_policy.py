@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.autoscaler.core import knob
 from gpufleet.autoscaler.core.behavior import Bounds, History, limit_with_behavior, record_scale
 from gpufleet.autoscaler.core.binding import Term, binding
 from gpufleet.autoscaler.core.capacity import (
@@ -63,7 +64,8 @@ from gpufleet.autoscaler.core.workload import ShapeKind, WorkloadConfig
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpufleetSettings:
-    """Every constant of the policy; `headroom` is the knob a sweep varies.
+    """Every constant of the policy. The knob users set is a target attainment
+    (`WorkloadConfig.target_attainment`), which `knob.apply` maps onto these.
 
     Defaults were tuned once for both Azure 2023 traces (bursty code, smooth conversation)
     at 1x and 10x in the simulator. The comments say why each is where it is; the
@@ -195,6 +197,9 @@ class GpufleetPolicy:
     def __init__(self, workload: WorkloadConfig, *, settings: GpufleetSettings | None = None):
         self.workload = workload
         self.settings = settings or GpufleetSettings()
+        if workload.target_attainment is not None:
+            # The workload's target owns every setting the knob moves.
+            self.settings = knob.apply(self.settings, workload.target_attainment)
         if self.settings.headroom < 0:
             raise ValueError("headroom must be >= 0")
         self.interval_seconds = self.settings.interval_seconds
