@@ -621,6 +621,8 @@ class Controller:
         if decision is not None:
             status["reason"] = str(decision.reason)
             status["message"] = decision.message
+            if decision.bound_by is not None:
+                status["boundBy"] = str(decision.bound_by)  # the term that set the count
         if w.last_scale_time:
             status["lastScaleTime"] = w.last_scale_time
         if isinstance(w.policy, Learns):
