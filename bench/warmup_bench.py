@@ -26,8 +26,8 @@ import numpy as np
 
 from bench import heldout_bench
 from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core import knob
 from gpufleet.autoscaler.core.factory import Tuning
-from gpufleet.autoscaler.core.gpufleet_policy import GpufleetSettings
 from gpufleet.autoscaler.replay.core.result import RunResult
 from gpufleet.autoscaler.replay.core.stats import feasible
 from gpufleet.autoscaler.replay.core.sweep import RunSpec
@@ -54,7 +54,7 @@ def split(spec: RunSpec, result: RunResult) -> tuple[float, float]:
 DEFAULTS = {
     policies.HPA: Tuning().hpa_target_util,
     policies.KEDA: Tuning().keda_queue_target,
-    policies.GPUFLEET: GpufleetSettings().headroom,
+    policies.GPUFLEET: knob.DEFAULT_TARGET,
 }
 
 
@@ -70,7 +70,8 @@ def evaluate(
                 family, scale, heldout_bench.TUNING_SEEDS, policy, duration, {}
             )
             chosen = heldout_bench.choose_knob(
-                heldout_bench._mean_by_knob(heldout_bench._run_all(tuning, jobs)), target
+                heldout_bench._mean_by_knob([r for r, _ in heldout_bench._run_all(tuning, jobs)]),
+                target,
             )
         held = [
             s
@@ -79,7 +80,7 @@ def evaluate(
             )
             if s.knob == chosen
         ]
-        results = heldout_bench._run_all(held, jobs)
+        results = [r for r, _ in heldout_bench._run_all(held, jobs)]
         parts = [split(s, r) for s, r in zip(held, results, strict=True)]
         rows.append(
             f"| {family} | {scale} | {policy} ({chosen}) "

@@ -245,6 +245,7 @@ class Controller:
             gpufleet_headroom=self._config.gpufleet_headroom,
             gpufleet_placeholders=spec.placeholders,
             idle_seconds_to_zero=spec.idle_seconds_to_zero,
+            gpufleet_fill_nodes=False,  # a real pool may be shared (GpufleetSettings)
         )
         history = (
             old.history
@@ -651,6 +652,8 @@ class Controller:
         if decision is not None:
             status["reason"] = str(decision.reason)
             status["message"] = decision.message
+            if decision.bound_by is not None:
+                status["boundBy"] = str(decision.bound_by)  # the term that set the count
         if w.last_scale_time:
             status["lastScaleTime"] = w.last_scale_time
         if isinstance(w.policy, Learns):

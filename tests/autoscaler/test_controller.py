@@ -562,6 +562,23 @@ async def test_a_restarted_controller_resumes_what_the_policy_learned(
     assert resumed["samples"] >= 500 and resumed["probe"] == 1.25  # not relearning from 0
 
 
+async def test_status_names_the_term_that_bound_the_decision(api: client.ApiClient) -> None:
+    # Issue 17: gpufleet's decision says which term set the count; the spec's knob is
+    # accepted as the CRD declares it.
+    deploy(api, replicas=3)
+    spec = {k: v for k, v in KEDA_SPEC.items() if k not in ("policy", "keda")}
+    autoscaler(api, {**spec, "slo": {"ttftSeconds": 2, "targetAttainment": 0.999}})
+    ctl, prom = controller(api, "http://127.0.0.1:9")  # nothing listens: signals missing
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    s = status(api)
+    assert (s["reason"], s["boundBy"]) == ("MissingMetrics", "missing signals")
+    assert s["message"].endswith("; bound by missing signals")
+    assert conditions(api)["ScalingActive"][1] == "MissingMetrics"  # not InvalidSpec
+
+
 async def test_any_kind_with_a_scale_subresource_a_leaderworkerset(api: client.ApiClient) -> None:
     """A custom resource's scale subresource, found through discovery."""
     deploy(api)

@@ -25,7 +25,11 @@ def test_defaults_skip_tuning_and_name_each_default() -> None:
         timeout=600,
     )
     assert run.returncode == 0, run.stderr
-    for knob in ("hpa (target_util=70)", "keda (queue_target=10)", "gpufleet (headroom=0.4)"):
+    for knob in (
+        "hpa (target_util=70)",
+        "keda (queue_target=10)",
+        "gpufleet (target_attainment=0.99)",
+    ):
         assert knob in run.stdout
 
 

@@ -15,7 +15,10 @@ decides how to combine them:
   minutes to arrive;
 - `peaks`: for each of a few averaging windows (5 s to a minute), how high bursts usually
   get: a high quantile of the per-minute highest means within the peak memory, the
-  standing capacity bursty traffic needs (see `ForecastSettings.peak_quantile`).
+  standing capacity bursty traffic needs (see `ForecastSettings.peak_quantile`); a crowd
+  that is over is forgotten by evidence, not only by age (`ForecastSettings.forget_*`);
+- `base`: a low quantile of the samples within the peak memory, the rate the traffic
+  returns to between its bursts (what a standing reserve is sized on).
 """
 
 from dataclasses import dataclass
@@ -57,6 +60,19 @@ class ForecastSettings:
     peak_memory_seconds: float = 1800.0
     peak_block_seconds: float = 60.0
     peak_quantile: float = 0.9
+    # Forget a crowd by evidence (issue 17): when the newest `forget_after_blocks` blocks'
+    # highest means all sit below `forget_below_ratio` x the remembered peak, and the
+    # caller says nothing waits (`forecast_rate(quiet=True)`: an empty queue), the older
+    # blocks are forgotten and the peak is the quiet blocks' own. Without it a crowd kept
+    # ~3x the needed replicas for the whole half hour after it was over. Five minutes far
+    # below the peak (the scale-down window's length, so forgetting never outruns it): a
+    # bursty service keeps its burst capacity through a lull of a few minutes. A third of
+    # the peak is "far": ordinary minutes of bursty traffic sit above it. 0 never forgets.
+    forget_after_blocks: int = 5
+    forget_below_ratio: float = 1 / 3
+    # The base rate is this quantile of the samples within the peak memory: low enough that
+    # a crowd filling most of the memory does not become the base.
+    base_quantile: float = 0.25
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +85,7 @@ class RateForecast:
     predicted: float  # level plus capped trend growth at the horizon, >= 0
     sustained: float  # the median plus capped trend growth at the sustained horizon, >= 0
     peaks: tuple[tuple[float, float], ...]  # (averaging window s, its usual peak mean rate)
+    base: float  # the `base_quantile` of the samples within the peak memory
     horizon_seconds: float
     points: int  # samples the trend used
 
@@ -81,10 +98,12 @@ def forecast_rate(
     horizon_seconds: float,
     settings: ForecastSettings,
     sustained_horizon_seconds: float | None = None,
+    quiet: bool = False,
 ) -> RateForecast:
     """Forecast the rate at `now + horizon_seconds` from samples at `times` (oldest first);
     `sustained` at `now + sustained_horizon_seconds` (default: the same horizon), for
-    capacity with a longer lead (nodes).
+    capacity with a longer lead (nodes). `quiet` (nothing queued) lets the peaks forget a
+    crowd that is over (`ForecastSettings.forget_after_blocks`).
 
     Samples older than the longest window are ignored, and so are non-finite ones (a NaN
     from a failed query must not turn every estimate into NaN). An empty series forecasts
@@ -102,6 +121,7 @@ def forecast_rate(
             predicted=0.0,
             sustained=0.0,
             peaks=tuple((w, 0.0) for w in settings.peak_averaging_seconds),
+            base=0.0,
             horizon_seconds=horizon_seconds,
             points=0,
         )
@@ -121,7 +141,9 @@ def forecast_rate(
     )
     sustained_growth = slope * (now + sustained_at - middle)
     sustained = max(0.0, median + min(sustained_growth, settings.max_trend_growth_ratio * median))
-    peaks = _peaks(t, v, now=now, settings=settings)
+    peaks = _peaks(t, v, now=now, settings=settings, quiet=quiet)
+    memory = v[t > now - settings.peak_memory_seconds]
+    base = _quantile(memory, settings.base_quantile) if memory.size else 0.0
     return RateForecast(
         latest=float(v[-1]),
         level=level,
@@ -129,6 +151,7 @@ def forecast_rate(
         predicted=predicted,
         sustained=sustained,
         peaks=peaks,
+        base=base,
         horizon_seconds=horizon_seconds,
         points=points,
     )
@@ -157,11 +180,12 @@ def _trend(tw: np.ndarray, vw: np.ndarray, *, settings: ForecastSettings) -> tup
 
 
 def _peaks(
-    t: np.ndarray, v: np.ndarray, *, now: float, settings: ForecastSettings
+    t: np.ndarray, v: np.ndarray, *, now: float, settings: ForecastSettings, quiet: bool
 ) -> tuple[tuple[float, float], ...]:
     """Per averaging window, the `peak_quantile` of the per-block highest rolling means
-    within the peak memory. Blocks are aligned to absolute time, so a tick that moves `now`
-    does not regroup the samples (and jolt the quantile)."""
+    within the peak memory (only the newest blocks when `quiet` and they show the crowd is
+    over: `_forget`). Blocks are aligned to absolute time, so a tick that moves `now` does
+    not regroup the samples (and jolt the quantile)."""
     mask = t > now - settings.peak_memory_seconds
     tw, vw = t[mask], v[mask]
     if vw.size == 0:
@@ -175,8 +199,23 @@ def _peaks(
         means = (sums[width:] - sums[:-width]) / width
         ends = block[width - 1 :]  # each mean is known at its newest sample, in time order
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(ends)) + 1))
-        out.append((window, _quantile(np.maximum.reduceat(means, firsts), settings.peak_quantile)))
+        highest = np.maximum.reduceat(means, firsts)
+        if quiet:
+            highest = _forget(highest, settings)
+        out.append((window, _quantile(highest, settings.peak_quantile)))
     return tuple(out)
+
+
+def _forget(highest: np.ndarray, settings: ForecastSettings) -> np.ndarray:
+    """The blocks' highest means (oldest first), without those before a trailing run of at
+    least `forget_after_blocks` blocks below `forget_below_ratio` x the remembered peak."""
+    if settings.forget_after_blocks < 1 or highest.size <= settings.forget_after_blocks:
+        return highest
+    low = highest < settings.forget_below_ratio * _quantile(highest, settings.peak_quantile)
+    if low.all():
+        return highest
+    run = highest.size - 1 - int(np.flatnonzero(~low)[-1])  # trailing quiet blocks
+    return highest[-run:] if run >= settings.forget_after_blocks else highest
 
 
 def _quantile(x: np.ndarray, q: float) -> float:

@@ -50,7 +50,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.autoscaler.core import knob
 from gpufleet.autoscaler.core.behavior import Bounds, History, limit_with_behavior, record_scale
+from gpufleet.autoscaler.core.binding import Term, binding
 from gpufleet.autoscaler.core.capacity import (
     CapacityEstimate,
     CapacitySettings,
@@ -74,7 +76,8 @@ from gpufleet.autoscaler.core.workload import ShapeKind, WorkloadConfig
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpufleetSettings:
-    """Every constant of the policy; `headroom` is the knob a sweep varies.
+    """Every constant of the policy. The knob users set is a target attainment
+    (`WorkloadConfig.target_attainment`), which `knob.apply` maps onto these.
 
     Defaults were tuned once for both Azure 2023 traces (bursty code, smooth conversation)
     at 1x and 10x in the simulator. The comments say why each is where it is; the
@@ -114,6 +117,13 @@ class GpufleetSettings:
     # stable window; about a cold start, so they serve before the ordinary scale-down
     # judges them), and a panic holds every replica as long.
     panic_hold_seconds: float = 60.0
+    # Standing reserve: replicas for `reserve_ratio` x the base rate (`RateForecast.base`)
+    # at the learned per-replica rate, whatever the history shows. A crowd shorter than
+    # the lead time (node boot plus cold start) is served only by what stands when it
+    # starts, and a history without one has no usual peak for it; `headroom` cannot buy
+    # it once whole nodes round the need up (issue 17). 0: none; the target-attainment
+    # knob (`knob`) raises it above a 99% target.
+    reserve_ratio: float = 0.0
     # Until capacity is learned, scale up to at most this many times the replicas serving
     # (at least +4): the prior is deliberately low, and a fleet sized on it alone would
     # launch nodes that the first saturated samples show are not needed.
@@ -158,6 +168,7 @@ class Demand:
     burst_rps: float  # that peak, discounted by the SLO slack
     stable: int  # replicas for max(level, forecast) + backlog, with headroom
     burst: int  # replicas for the usual peaks within the SLO, with headroom
+    reserve: int  # replicas for reserve_ratio x the base rate
     # The newest sample needs more than the replicas asked for (`surge` may still be 0: no
     # idle paid GPUs to take).
     surges: bool
@@ -167,9 +178,18 @@ class Demand:
     panic: bool  # the surge needs `panic_ratio` x the ready replicas
     placeholders: int  # replicas for the sustained rate at the node lead, with headroom
 
+    def candidates(self) -> dict[Term, int]:
+        """Each sizing term's replicas; a new term reports itself by adding its entry."""
+        return {
+            Term.FORECAST: self.stable,
+            Term.USUAL_PEAK: self.burst,
+            Term.RESERVE: self.reserve,
+            Term.SURGE: self.surge,
+        }
+
     @property
     def raw(self) -> int:
-        return max(self.stable, self.burst, self.surge)
+        return binding(self.candidates())[1]
 
 
 class GpufleetPolicy:
@@ -180,6 +200,9 @@ class GpufleetPolicy:
     def __init__(self, workload: WorkloadConfig, *, settings: GpufleetSettings | None = None):
         self.workload = workload
         self.settings = settings or GpufleetSettings()
+        if workload.target_attainment is not None:
+            # The workload's target owns every setting the knob moves.
+            self.settings = knob.apply(self.settings, workload.target_attainment)
         if self.settings.headroom < 0:
             raise ValueError("headroom must be >= 0")
         self.interval_seconds = self.settings.interval_seconds
@@ -236,7 +259,10 @@ class GpufleetPolicy:
                 f"{s.stale_after_seconds:g} s: holding {current}"
             )
             held = self.workload.clamp(current)
-            return self._finish(obs, held, Reason.MISSING_METRICS, message, headroom=0)
+            message += f"; bound by {Term.MISSING}"
+            return self._finish(
+                obs, held, Reason.MISSING_METRICS, message, headroom=0, term=Term.MISSING
+            )
         self._capacity = learn(
             self._capacity, obs, s.capacity, batch_slots=self.workload.batch_slots
         )
@@ -244,20 +270,23 @@ class GpufleetPolicy:
         self._update_feedback(obs, demand)
         active = self._note_activity(obs)
         self._remember(obs, demand)
-        desired, reason = self._target(obs, demand)
+        desired, reason, term = self._target(obs, demand)
         if not (arrivals_ok and queue_ok) and desired < current:
-            desired, reason = current, Reason.MISSING_METRICS
-        desired, reason = self._zero(obs, desired, reason, active=active)
+            desired, reason, term = current, Reason.MISSING_METRICS, Term.MISSING
+        zeroed, reason = self._zero(obs, desired, reason, active=active)
+        if reason in (Reason.ACTIVATE, Reason.DEACTIVATE) or zeroed != desired:
+            term = Term.ZERO
+        desired = zeroed
         bounded = self.workload.clamp(desired)
         if bounded != desired or (0 < demand.raw < bounded == self.workload.min_replicas):
-            desired, reason = bounded, Reason.BOUNDED
+            desired, reason, term = bounded, Reason.BOUNDED, Term.FLOOR
         needed, desired = desired, self._fill_paid_nodes(desired)
         previous = current if self._desired is None else self._desired
         limited, note = self._rate_limit(now, previous, desired)
         # The message explains the policy's own reason; the behavior's limit is added after.
         message_reason, desired = reason, limited
         if note:
-            reason = Reason.RATE_LIMITED
+            reason, term = Reason.RATE_LIMITED, Term.BEHAVIOR
         headroom = max(0, min(demand.placeholders, self.workload.max_replicas) - desired)
         if not s.placeholders or desired == 0:
             headroom = 0
@@ -266,6 +295,7 @@ class GpufleetPolicy:
             message += f" (needs {needed}; filled to {desired}: idle GPUs on nodes paid for)"
         if note:
             message += f" (the workload's behavior allows {desired}: {note})"
+        message += f"; bound by {term}"
         self._scale_history = record_scale(
             self._scale_history,
             now=now,
@@ -273,7 +303,7 @@ class GpufleetPolicy:
             new=desired,
             behavior=self.workload.behavior,
         )
-        return self._finish(obs, desired, reason, message, headroom=headroom)
+        return self._finish(obs, desired, reason, message, headroom=headroom, term=term)
 
     def _rate_limit(self, now: float, previous: int, desired: int) -> tuple[int, str]:
         """`desired` within the workload's behavior rate policies (Pods/Percent per period,
@@ -328,6 +358,7 @@ class GpufleetPolicy:
         grow = 1.0 + s.headroom
         arrivals = obs.arrival_rate if arrivals_ok else Series()
         lead = w.cold_start_seconds + s.interval_seconds
+        queue = obs.queue_depth.latest() or 0.0
         fc = forecast_rate(
             arrivals.times,
             arrivals.values,
@@ -335,12 +366,12 @@ class GpufleetPolicy:
             horizon_seconds=lead,
             settings=s.forecast,
             sustained_horizon_seconds=lead + w.node_provision_seconds,  # placeholders' lead
+            quiet=obs.queue_depth.latest() == 0,  # a crowd is over only once nothing waits
         )
         slack = s.burst_slo_share * w.slo_ttft_seconds
         window, burst_rps = max(
             ((L, peak * L / (L + slack)) for L, peak in fc.peaks), key=lambda p: p[1]
         )
-        queue = obs.queue_depth.latest() or 0.0
         backlog = queue / s.backlog_drain_seconds
         # The newest sample's span is one scrape: the spacing of the last two samples.
         times = arrivals.times
@@ -365,6 +396,7 @@ class GpufleetPolicy:
             burst_rps=burst_rps,
             stable=math.ceil((max(fc.level, fc.predicted) + backlog) * grow / unit),
             burst=math.ceil(burst_rps * grow / prefill),
+            reserve=math.ceil(fc.base * s.reserve_ratio / unit),
             surges=surges,
             surge=surge,
             panic=panic,
@@ -407,24 +439,38 @@ class GpufleetPolicy:
         if d.panic:
             self._panic_until = now + s.panic_hold_seconds
 
-    def _target(self, obs: Observation, d: Demand) -> tuple[int, Reason]:
-        """Scale up at once; scale down slowly; never below a surge's hold while it lasts."""
+    def _target(self, obs: Observation, d: Demand) -> tuple[int, Reason, Term]:
+        """Scale up at once; scale down slowly; never below a surge's hold while it lasts.
+        Returns the count, its reason and the term that bound it."""
         s, now = self.settings, obs.now
         current = obs.current_replicas
-        if d.raw > current:
+        term, raw = binding(d.candidates())
+        if raw > current:
             if not d.capacity.learned:
                 # Reported as what drove it; the message says it was capped.
-                return min(d.raw, max(current, self._unlearned_limit(obs))), _up_reason(d)
-            return d.raw, _up_reason(d)
+                return min(raw, max(current, self._unlearned_limit(obs))), _up_reason(d, term), term
+            return raw, _up_reason(d, term), term
         held = self._surge_held if now < self._surge_until else 0
         if now < self._panic_until or held >= current:
-            return current, Reason.BURST
-        floor = max(self._window[0][1], d.burst, held)
+            return current, Reason.BURST, Term.SURGE
+        # The scale-down window is the policy's own smoothing: it binds when it holds more
+        # than the forecast asks now.
+        window = Term.BEHAVIOR if self._window[0][1] > d.stable else Term.FORECAST
+        floor_term, floor = binding(
+            {
+                window: self._window[0][1],
+                Term.USUAL_PEAK: d.burst,
+                Term.RESERVE: d.reserve,
+                Term.SURGE: held,
+            }
+        )
         if floor >= current:
-            return current, (Reason.STEADY if d.raw >= current else Reason.STABILIZED)
+            if raw >= current:
+                return current, Reason.STEADY, term
+            return current, Reason.STABILIZED, floor_term
         if now - self._last_change < s.scale_down_step_seconds:
-            return current, Reason.RATE_LIMITED
-        return floor, Reason.SCALE_DOWN
+            return current, Reason.RATE_LIMITED, Term.BEHAVIOR
+        return floor, Reason.SCALE_DOWN, floor_term
 
     def _unlearned_limit(self, obs: Observation) -> int:
         serving = obs.count(ReplicaState.READY)
@@ -460,18 +506,30 @@ class GpufleetPolicy:
         return max(1, desired), reason
 
     def _finish(
-        self, obs: Observation, desired: int, reason: Reason, message: str, *, headroom: int
+        self,
+        obs: Observation,
+        desired: int,
+        reason: Reason,
+        message: str,
+        *,
+        headroom: int,
+        term: Term,
     ) -> Decision:
         if self._desired is not None and desired != self._desired:
             self._last_change = obs.now
         self._desired = desired
         self._placeholders = headroom
-        return Decision(desired=desired, reason=reason, message=message, headroom=headroom)
+        return Decision(
+            desired=desired, reason=reason, message=message, headroom=headroom, bound_by=term
+        )
 
 
-def _up_reason(d: Demand) -> Reason:
-    """Which part of the demand asked for more."""
-    if max(d.burst, d.surge) > d.stable:
+def _up_reason(d: Demand, term: Term) -> Reason:
+    """The reason for a scale-up that `term` bound (the reasons predate the terms: a burst
+    or a surge is `Burst`, the forecast is `Backlog`, `Forecast` or `ScaleUp`)."""
+    if term is Term.SLO_FEEDBACK:
+        return Reason.SLO_FEEDBACK
+    if term is not Term.FORECAST:
         return Reason.BURST
     if d.backlog_rps > max(d.forecast.level, d.forecast.predicted):
         return Reason.BACKLOG
@@ -497,6 +555,8 @@ def _message(d: Demand, current: int, desired: int, reason: Reason, s: GpufleetS
     surge = ""
     if d.surge:
         surge = f", {d.surge} for a surge" + (" (panic)" if d.panic else " on idle paid GPUs")
+    if d.reserve:
+        surge = f", {d.reserve} in reserve" + surge
     text = (
         f"arrivals {fc.latest:.1f}/s (level {fc.level:.1f}/s, usual peak {peak:.1f}/s over "
         f"{d.burst_window_seconds:g} s) forecast {fc.predicted:.1f}/s in "

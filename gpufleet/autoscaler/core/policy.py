@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from gpufleet.autoscaler.core.binding import Term
 from gpufleet.autoscaler.core.observation import Observation
 
 
@@ -28,6 +29,9 @@ class Reason(StrEnum):
     RATE_LIMITED = "RateLimited"  # held by a scale-up or scale-down rate policy
     BOUNDED = "Bounded"  # clamped to min or max replicas
     MISSING_METRICS = "MissingMetrics"  # held: never scale down on missing data
+    # Observed TTFT / queue wait corrected the sizing upward (issue 17's SLO feedback term,
+    # `binding.Term.SLO_FEEDBACK`); reserved so the name is fixed before the term lands.
+    SLO_FEEDBACK = "SLOFeedback"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +40,9 @@ class Decision:
     reason: Reason
     message: str  # one human-readable sentence with the numbers behind the decision
     headroom: int = 0  # extra warm placeholder replicas for demand due within node provisioning
+    # The term that set `desired` (the message names it too); None for policies that do not
+    # say (the baselines: their reason is their one term).
+    bound_by: Term | None = None
 
 
 class Policy(Protocol):

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.autoscaler.core import knob
 from gpufleet.autoscaler.core.schedules import (
     ScheduleError,
     Window,
@@ -87,6 +88,8 @@ FIELDS: dict[str, Rule] = {
     "policy": Rule("string", default="gpufleet", enum=("gpufleet", "hpa", "keda")),
     "slo": Rule("object"),
     "slo.ttftSeconds": Rule("number", default=2.0, minimum=0.001),
+    # gpufleet's one knob (`knob`); unset keeps the policy's own settings.
+    "slo.targetAttainment": Rule("number", minimum=knob.MIN_TARGET, maximum=knob.MAX_TARGET),
     "gpu": Rule("object"),
     "gpu.kind": Rule("string", default="gpu", enum=("gpu", "mig", "shared")),
     "gpu.count": Rule("integer", default=1, minimum=1),
@@ -189,6 +192,9 @@ def parse_spec(obj: Mapping[str, Any]) -> AutoscalerSpec:
         min_replicas=lo,
         max_replicas=hi,
         slo_ttft_seconds=float(values["slo.ttftSeconds"]),
+        target_attainment=(
+            None if "slo.targetAttainment" not in values else float(values["slo.targetAttainment"])
+        ),
         shape=shape,
         behavior=Behavior(
             scale_up=_scaling_rules(spec, "scaleUp", default_scale_up()),

@@ -90,6 +90,9 @@ class WorkloadConfig:
     # Requests one replica runs at once (vLLM's --max-num-seqs); 0 when unknown. It tells a
     # replica whose batch slots were full from one that only queued for its prefill.
     batch_slots: int = 0
+    # The share of requests that must meet the TTFT SLO (`slo.targetAttainment`), the one
+    # knob of the gpufleet policy (`knob`); None keeps the policy's own settings, as before.
+    target_attainment: float | None = None
 
     def clamp(self, replicas: int) -> int:
         return max(self.min_replicas, min(self.max_replicas, replicas))

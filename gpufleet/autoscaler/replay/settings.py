@@ -13,6 +13,7 @@ from pydantic import ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core import knob
 from gpufleet.autoscaler.core.factory import Tuning
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core.model import (
@@ -100,8 +101,8 @@ class SimulateSettings(BaseSettings):
         "GPUFLEET_SIM_SWEEP",
         "--sweep",
         group=RUN,
-        help="Vary each policy's main knob (HPA target, KEDA queue target, our headroom) and "
-        "report SLO attainment against billed GPU-hours as Pareto fronts.",
+        help="Vary each policy's main knob (HPA target, KEDA queue target, our target "
+        "attainment) and report SLO attainment against billed GPU-hours as Pareto fronts.",
     )
     jobs: int = setting(
         0,
@@ -295,7 +296,7 @@ class SimulateSettings(BaseSettings):
     )
 
     gpufleet_fill_nodes: bool = setting(
-        True,
+        _TUNING.gpufleet_fill_nodes,
         "GPUFLEET_SIM_GPUFLEET_FILL_NODES",
         "--gpufleet-fill-nodes",
         group=POLICIES,
@@ -321,6 +322,17 @@ class SimulateSettings(BaseSettings):
         "their learned rate); unset keeps the policy's default (0.4).",
         ge=0,
     )
+    gpufleet_target_attainment: float | None = setting(
+        None,
+        "GPUFLEET_SIM_GPUFLEET_TARGET_ATTAINMENT",
+        "--gpufleet-target-attainment",
+        group=POLICIES,
+        help="gpufleet's one knob: the share of requests that must meet the TTFT SLO "
+        "(0.99: its default settings; 0.999 stands capacity for crowds it has not seen). "
+        "It sets the headroom too, so not with --gpufleet-headroom.",
+        ge=knob.MIN_TARGET,
+        le=knob.MAX_TARGET,
+    )
 
     @field_validator("policy")
     @classmethod
@@ -330,6 +342,13 @@ class SimulateSettings(BaseSettings):
             raise ValueError("no policy given")
         policies.check_names(names)
         return ",".join(names)
+
+    @field_validator("gpufleet_target_attainment")
+    @classmethod
+    def _one_gpufleet_knob(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and info.data.get("gpufleet_headroom") is not None:
+            raise ValueError("sets the headroom itself: give it or --gpufleet-headroom")
+        return value
 
     @field_validator("max_num_batched_tokens")
     @classmethod
@@ -393,6 +412,7 @@ class SimulateSettings(BaseSettings):
             keda_min_replica_count=self.keda_min_replica_count,
             keda_metric_type=self.keda_metric_type,
             gpufleet_headroom=self.gpufleet_headroom,
+            gpufleet_target_attainment=self.gpufleet_target_attainment,
             gpufleet_fill_nodes=self.gpufleet_fill_nodes,
             gpufleet_placeholders=self.gpufleet_placeholders,
         )

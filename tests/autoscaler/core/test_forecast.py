@@ -126,3 +126,21 @@ def test_a_nan_sample_is_ignored_not_spread() -> None:
     fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S)
     assert (fc.level, fc.predicted, fc.sustained) == pytest.approx((6.0, 6.0, 6.0))
     assert all(p == pytest.approx(6.0) for _, p in fc.peaks)
+
+
+@pytest.mark.parametrize(
+    ("quiet_minutes", "quiet", "forgotten"),
+    [
+        pytest.param(6, True, True, id="six-quiet-minutes-empty-queue-forget"),
+        pytest.param(6, False, False, id="a-queue-keeps-the-crowd"),
+        pytest.param(3, True, False, id="a-short-lull-keeps-the-crowd"),
+    ],
+)
+def test_a_crowd_is_forgotten_by_evidence(quiet_minutes: int, quiet: bool, forgotten: bool) -> None:
+    # Issue 17: 10 minutes at 100/s, then 10/s; the memory (30 min) still holds the crowd.
+    end = NOW - 60.0 * quiet_minutes
+    t, v = series(lambda x: 100.0 if end - 600.0 <= x < end else 10.0, seconds=1200.0)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S, quiet=quiet)
+    peak = dict(fc.peaks)[60.0]
+    assert peak == (pytest.approx(10.0) if forgotten else pytest.approx(100.0))
+    assert fc.base == pytest.approx(10.0)  # a low quantile: the crowd is not the base

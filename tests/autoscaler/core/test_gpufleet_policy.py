@@ -8,10 +8,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from gpufleet.autoscaler.core.binding import Term, binding
 from gpufleet.autoscaler.core.capacity import CapacitySettings
-from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy, GpufleetSettings
+from gpufleet.autoscaler.core.gpufleet_policy import (
+    GpufleetPolicy,
+    GpufleetSettings,
+    _up_reason,
+)
 from gpufleet.autoscaler.core.observation import Observation, Replica, ReplicaState, Series
-from gpufleet.autoscaler.core.policy import Reason
+from gpufleet.autoscaler.core.policy import Decision, Reason
 from gpufleet.autoscaler.core.workload import (
     Behavior,
     RateKind,
@@ -541,3 +546,122 @@ def test_queue_wait_while_replicas_start_asks_for_no_more() -> None:
     for i in range(6):
         obs = with_latency(observe(1000.0 + 5 * i, const(20.0), ready=2, starting=1), wait=1.0)
         assert p.decide(obs).desired == 3
+
+
+# Issue 17: each decision names the term that bound it, in `bound_by` and in its message.
+def _burst_then_quiet(t: float) -> float:
+    return 60.0 if t < 1200.0 and t % 60 < 30 else 5.0
+
+
+def _surge_decision() -> Decision:
+    rate = lambda t: 10.0 if t < 1000.0 else 60.0  # noqa: E731
+    p = policy()
+    for t in np.arange(900.0, 1006.0, 2.0):
+        p.decide(observe(t, rate, ready=2))
+    return p.decide(observe(1006.5, rate, ready=2))
+
+
+def _usual_peak_decision() -> Decision:
+    s = replace(SETTINGS, scale_down_window_seconds=0.0)
+    memory = s.forecast.peak_memory_seconds
+    p = policy(s)
+    p.decide(observe(1400.0, _burst_then_quiet, ready=12, history_seconds=memory))
+    return p.decide(observe(1402.0, _burst_then_quiet, ready=12, history_seconds=memory))
+
+
+def _window_decision() -> Decision:
+    p = policy()
+    p.decide(observe(1000.0, const(20.0), ready=10))
+    return p.decide(observe(1002.0, const(20.0), ready=10))
+
+
+def _rate_limited_decision() -> Decision:
+    up = ScalingRules(stabilization_window_seconds=0, policies=(RatePolicy(RateKind.PODS, 1, 60),))
+    p = policy(behavior=Behavior(scale_up=up, scale_down=UNLIMITED.scale_down))
+    return p.decide(observe(1000.0, const(80.0), ready=2))
+
+
+@pytest.mark.parametrize(
+    ("decide", "term", "reason"),
+    [
+        pytest.param(
+            lambda: policy().decide(observe(1000.0, const(20.0), ready=1)),
+            Term.FORECAST,
+            Reason.SCALE_UP,
+            id="forecast",
+        ),
+        pytest.param(_usual_peak_decision, Term.USUAL_PEAK, Reason.SCALE_DOWN, id="usual-peak"),
+        pytest.param(
+            lambda: policy(replace(SETTINGS, reserve_ratio=4.0)).decide(
+                observe(1000.0, const(20.0), ready=1)
+            ),
+            Term.RESERVE,
+            Reason.BURST,
+            id="reserve",
+        ),
+        pytest.param(_surge_decision, Term.SURGE, Reason.BURST, id="surge"),
+        pytest.param(
+            lambda: policy(min_replicas=4).decide(observe(1000.0, const(0.5), ready=4)),
+            Term.FLOOR,
+            Reason.BOUNDED,
+            id="floor",
+        ),
+        pytest.param(_window_decision, Term.BEHAVIOR, Reason.STABILIZED, id="behavior-window"),
+        pytest.param(
+            _rate_limited_decision, Term.BEHAVIOR, Reason.RATE_LIMITED, id="behavior-rate"
+        ),
+        pytest.param(
+            lambda: policy().decide(
+                observe(1000.0, const(5.0), ready=3, missing=("arrival_rate", "queue_depth"))
+            ),
+            Term.MISSING,
+            Reason.MISSING_METRICS,
+            id="missing",
+        ),
+        pytest.param(
+            lambda: idle_policy().decide(observe(1000.0, const(0.2), ready=0)),
+            Term.ZERO,
+            Reason.ACTIVATE,
+            id="zero",
+        ),
+    ],
+)
+def test_each_decision_names_the_term_that_bound_it(
+    decide: Callable[[], Decision], term: Term, reason: Reason
+) -> None:
+    d = decide()
+    assert (d.bound_by, d.reason) == (term, reason), d.message
+    assert d.message.endswith(f"; bound by {term}")
+
+
+def test_slo_feedback_reports_itself_with_its_reserved_reason() -> None:
+    # Engineer A's SLO-feedback term joins `Demand.candidates`; when it binds a scale-up,
+    # binding names it and the reason is the reserved `SLOFeedback`.
+    demand = policy()._demand(observe(1000.0, const(20.0), ready=3), arrivals_ok=True)
+    assert binding({**demand.candidates(), Term.SLO_FEEDBACK: 9}) == (Term.SLO_FEEDBACK, 9)
+    assert _up_reason(demand, Term.SLO_FEEDBACK) is Reason.SLO_FEEDBACK
+    assert str(Reason.SLO_FEEDBACK) == "SLOFeedback"
+
+
+# Issue 17: a crowd that is over is forgotten by evidence, not held for the peak memory.
+def _first_near_need(settings: GpufleetSettings, need: int) -> float:
+    """When the policy first recommends <= need + 1 after a 10x crowd of ten minutes that
+    ended at t=1200 s; inf when not within 20 minutes of it."""
+    crowd = lambda t: 100.0 if 600.0 <= t < 1200.0 else 10.0  # noqa: E731
+    memory = settings.forecast.peak_memory_seconds
+    p = policy(settings)
+    for t in np.arange(600.0, 1200.0 + 1200.0, 2.0):
+        d = p.decide(observe(t, crowd, ready=13, history_seconds=memory))
+        if t > 1200.0 and d.desired <= need + 1:
+            return float(t) - 1200.0
+    return float("inf")
+
+
+def test_a_crowd_is_forgotten_minutes_after_it_is_over() -> None:
+    need = policy().decide(observe(1000.0, const(10.0), ready=2)).desired  # 2
+    # Five quiet minutes of evidence (the scale-down window runs alongside), then the
+    # usual peak is the quiet minutes' own: back near the need within six minutes.
+    assert _first_near_need(SETTINGS, need) <= 360.0
+    # Without the evidence rule the memory kept the crowd's 13 for the next 20 minutes.
+    remembering = replace(SETTINGS.forecast, forget_after_blocks=0)
+    assert _first_near_need(replace(SETTINGS, forecast=remembering), need) == float("inf")

@@ -71,6 +71,13 @@ def test_a_minimal_spec_takes_the_documented_defaults() -> None:
     assert spec.signals.preset == "vllm" and dict(spec.signals.queries) == {}
     assert (spec.hpa_target_gpu_utilization, spec.keda_queue_target) == (70.0, 10.0)
     assert (spec.idle_seconds_to_zero, spec.signals.gateway_queue_depth) == (300.0, "")
+    assert w.target_attainment is None  # unset: the policy's own settings, as before
+
+
+def test_slo_target_attainment_is_the_policys_knob() -> None:
+    # Issue 17: the one knob, an optional field beside the SLO it is a target for.
+    spec = parse_spec(gpa({**MINIMAL, "slo": {"ttftSeconds": 1.0, "targetAttainment": 0.999}}))
+    assert spec.workload.target_attainment == 0.999
 
 
 def test_a_full_spec() -> None:
@@ -182,6 +189,16 @@ def test_schedules_are_read_with_their_defaults() -> None:
             {**MINIMAL, "schedules": [{**OFFICE, "minReplicas": 99}]},
             "spec.schedules[0].minReplicas",
             id="schedule-floor-over-max",
+        ),
+        pytest.param(
+            {**MINIMAL, "slo": {"targetAttainment": 0.5}},
+            "spec.slo.targetAttainment",
+            id="target-attainment-below-range",
+        ),
+        pytest.param(
+            {**MINIMAL, "slo": {"targetAttainment": 1}},
+            "spec.slo.targetAttainment",
+            id="target-attainment-of-one",
         ),
         pytest.param(
             {**MINIMAL, "schedules": [{"name": "x", "schedule": "@daily"}]},

@@ -5,12 +5,16 @@ import re
 import numpy as np
 import pytest
 
+from gpufleet.autoscaler.core.factory import Tuning
 from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
 from gpufleet.autoscaler.core.policy import Reason
 from gpufleet.autoscaler.core.workload import WorkloadConfig
+from gpufleet.autoscaler.replay.core import sweep
 from gpufleet.autoscaler.replay.core.engine import simulate
 from gpufleet.autoscaler.replay.core.model import PipelineModel, ReplayConfig
 from gpufleet.autoscaler.replay.core.trace import trace_from_arrays
+from gpufleet.autoscaler.replay.core.workloads import workload_trace
+from gpufleet.autoscaler.replay.settings import SimulateSettings
 
 PROMPT = 2000  # tokens: prefill-bound at the default 15k tokens/s, 7.5 requests/s per replica
 OUTPUT = 20
@@ -72,3 +76,24 @@ def test_steady_traffic_meets_the_slo_within_bounds() -> None:
     assert result.slo_attainment >= 0.99
     assert all(2 <= d.desired <= 6 for d in result.decisions)
     assert max(d.desired for d in result.decisions[-60:]) <= 5  # not pinned at max
+
+
+def test_a_higher_target_attainment_never_attains_less_on_a_flash_crowd() -> None:
+    # Issue 17: the knob buys standing capacity monotonically. A 10x crowd of two minutes,
+    # shorter than the lead time, on a seeded tuning trace (seed 0, never a held-out one).
+    defaults = SimulateSettings.model_construct()
+    trace = workload_trace("flash:height=10,length=120,duration=600", seed=0, scale=4)
+    attained = []
+    for target in (0.9, 0.99, 0.999):
+        (spec,) = sweep.plan(
+            [trace],
+            ["gpufleet"],
+            workload=defaults.workload(),
+            config=defaults.sim_config(),
+            tuning=Tuning(gpufleet_target_attainment=target),
+            sweep=False,
+            warm_start=True,
+        )
+        attained.append(sweep.run(spec).slo_attainment)
+    assert attained == sorted(attained)
+    assert attained[-1] >= 0.99 > attained[0]  # the top stands for the crowd; 90% does not

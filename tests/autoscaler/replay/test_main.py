@@ -79,6 +79,21 @@ def test_without_report_the_table_goes_to_stdout(trace, capsys):
             ["--trace", "{trace}", "--max-num-batched-tokens", "64"],
             "invalid flag --max-num-batched-tokens: must exceed --batch-slots (64) with chunked",
         ),
+        (
+            [
+                "--trace",
+                "{trace}",
+                "--gpufleet-headroom",
+                "1",
+                "--gpufleet-target-attainment",
+                "0.999",
+            ],
+            "invalid flag --gpufleet-target-attainment: sets the headroom itself",
+        ),
+        (
+            ["--trace", "{trace}", "--gpufleet-target-attainment", "1"],
+            "invalid flag --gpufleet-target-attainment",
+        ),
     ],
     ids=[
         "no trace",
@@ -89,6 +104,8 @@ def test_without_report_the_table_goes_to_stdout(trace, capsys):
         "missing file",
         "bad line",
         "token budget within the batch",
+        "two gpufleet knobs",
+        "target attainment of one",
     ],
 )
 def test_bad_input_exits_2_naming_the_flag_or_line(argv, message, trace, tmp_path, capsys):

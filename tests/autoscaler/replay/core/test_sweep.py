@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core import knob
 from gpufleet.autoscaler.core.factory import Tuning
+from gpufleet.autoscaler.core.gpufleet_policy import GpufleetSettings
 from gpufleet.autoscaler.core.observation import Observation, Replica, ReplicaState, Series
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core import sweep
@@ -130,11 +132,15 @@ def test_factory_builds_the_named_policy_with_a_fresh_object(name):
     assert first is not second
 
 
-def test_gpufleet_sweep_point_sets_its_headroom():
+def test_gpufleet_sweep_point_sets_its_target_attainment():
     policy = policies.make_policy("gpufleet", WORKLOAD, Tuning(gpufleet_headroom=0.1))
     assert policy.settings.headroom == 0.1
-    policy = policies.make_policy("gpufleet", WORKLOAD, Tuning(), knob_value=0.6)
-    assert policy.settings.headroom == 0.6
+    # Issue 17: the sweep varies the target attainment, which owns the headroom.
+    policy = policies.make_policy("gpufleet", WORKLOAD, Tuning(), knob_value=0.999)
+    assert policy.workload.target_attainment == 0.999
+    assert policy.settings == knob.apply(GpufleetSettings(fill_nodes=True), 0.999)
+    default = policies.make_policy("gpufleet", WORKLOAD, Tuning(gpufleet_target_attainment=0.99))
+    assert default.settings == GpufleetSettings(fill_nodes=True)  # 99% is the defaults
 
 
 @pytest.mark.parametrize(
