@@ -167,9 +167,8 @@ def test_two_replicas_one_writer_and_a_warm_takeover(
             assert (scale_writes(apiserver, "a"), scale_writes(apiserver, "b")) == (1, 0)
             a.send_signal(signal.SIGKILL)
             a.wait(10)
-            killed = time.monotonic()
-            wait_for(lambda: holder() == "b", timeout=10, what="b to take the lease")
-            assert time.monotonic() - killed < 3 + 2  # the lease duration, plus a retry and slack
+            # b takes over once the 3 s lease lapses (no duration asserted: never a timed test)
+            wait_for(lambda: holder() == "b", timeout=30, what="b to take the lease")
             apps.patch_namespaced_deployment_scale("vllm", NS, {"spec": {"replicas": 1}})
             wait_for(lambda: scale_writes(apiserver, "b") >= 1, timeout=25, what="b's first write")
             assert scale_writes(apiserver, "a") == 1  # no double actuation
