@@ -208,3 +208,34 @@ def test_other_pods_nodes_count_against_the_nodes_limit() -> None:
     held = pool_headroom([nodepool("h100", nodes=2)], [d], used)["llm/a"]
     assert held.granted == 0
     assert "max_nodes 2, 1 used by other pods" in held.message
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["h100", "a100", ""]),
+            st.one_of(st.none(), st.text(max_size=6), st.integers(-3, 16)),
+        ),
+        max_size=6,
+    ),
+    st.lists(
+        st.tuples(st.integers(0, 7), st.integers(0, 9), st.booleans(), st.booleans()),
+        max_size=12,
+    ),
+)
+def test_pool_use_never_raises_and_stays_within_the_nodes(nodes_in, pods_in) -> None:
+    """Any label and capacity text: only pools where other pods hold GPUs appear, and a
+    pool never counts more nodes than it has."""
+    nodes = []
+    for i, (pool, capacity) in enumerate(nodes_in):
+        status = {} if capacity is None else {"capacity": {"nvidia.com/gpu": capacity}}
+        nodes.append({"metadata": {"name": f"n{i}", "labels": {POOL_LABEL: pool}}, **status})
+    pods = [
+        PodState(namespace="x", name=f"p{j}", node=f"n{n}", gpus=g, finished=done)
+        for j, (n, g, done, _) in enumerate(pods_in)
+    ]
+    ours = {("x", f"p{j}") for j, (*_, mine) in enumerate(pods_in) if mine}
+    used = pool_use(nodes, pods, ours)
+    for pool, use in used.items():
+        assert pool and use.gpus > 0
+        assert 0 <= use.nodes <= sum(1 for p, _ in nodes_in if p == pool)
