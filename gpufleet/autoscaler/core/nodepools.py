@@ -74,7 +74,8 @@ class Headroom:
 
     granted: int
     wanted: int
-    node_pool: str = ""  # where the plan put it; "" when it holds none there
+    # the pools holding it ("a, b"), else the first it was planned on; "": not planned
+    node_pool: str = ""
     message: str = ""
 
 
@@ -103,12 +104,12 @@ def pool_use(
     docstring); `ours` are gpufleet's pods as (namespace, name). Finished pods hold
     nothing; a node without a readable GPU capacity counts its pods' requests."""
     others: dict[str, int] = {}
-    shared: set[str] = set()
+    ours_on: set[str] = set()  # nodes holding any of gpufleet's pods
     for pod in pods:
         if not pod.node or pod.finished:
             continue
         if (pod.namespace, pod.name) in ours:
-            shared.add(pod.node)
+            ours_on.add(pod.node)
         elif pod.gpus > 0:
             others[pod.node] = others.get(pod.node, 0) + pod.gpus
     out: dict[str, PoolUse] = {}
@@ -120,7 +121,7 @@ def pool_use(
             continue
         status = node.get("status") or {}
         capacity = count((status.get("capacity") or {}).get(GPU, "")) or requested
-        whole = meta.get("name", "") not in shared
+        whole = meta.get("name", "") not in ours_on
         use = out.get(pool, PoolUse())
         out[pool] = PoolUse(
             gpus=use.gpus + (max(capacity, requested) if whole else min(capacity, requested)),
