@@ -1,8 +1,9 @@
 """The live control loop: gather from Prometheus and the API, decide with the policy, act.
 
 Every tick it reads the cluster in eight list calls (GPUAutoscalers, pods, Deployments,
-StatefulSets, HPAs, ScaledObjects, CapacityBuffers, NodePools; with NodePools also Kueue's
-Workloads and ResourceFlavors; a Deployment's scale is its replicas and selector),
+StatefulSets, HPAs, ScaledObjects, CapacityBuffers, NodePools; with NodePools also their
+nodes and Kueue's Workloads and ResourceFlavors; a Deployment's scale is its replicas and
+selector),
 reads the scale subresource of any other kind of target, asks Prometheus one range query
 per distinct signal query (not per workload) for the samples since the last tick, and adds
 them to each workload's `SignalHistory`, the one the replay fills; a workload's
@@ -44,12 +45,13 @@ from gpufleet.autoscaler.core.gather import (
 )
 from gpufleet.autoscaler.core.history import SignalHistory
 from gpufleet.autoscaler.core.kueue import pending_demands
-from gpufleet.autoscaler.core.nodepools import PoolDemand, on_nodepool, pool_headroom
+from gpufleet.autoscaler.core.nodepools import PoolDemand, on_nodepool, pool_headroom, pool_use
 from gpufleet.autoscaler.core.observation import (
     PodTelemetry,
     ReplicaState,
 )
 from gpufleet.autoscaler.core.placeholders import (
+    OWNER_LABEL,
     placeholder_deployment,
     placeholder_name,
     priority_class,
@@ -189,7 +191,7 @@ class Controller:
             await self._decide_and_scale(t, now, leader, node_pods)
         if view.nodepools is not None:
             queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
-            self._fit_headroom_to_nodepools(ticks, view.nodepools, queued)
+            self._fit_headroom_to_nodepools(ticks, view, queued)
         published = [await self._finish(t, now, leader) for t in ticks]
         if self._feed is not None:
             self._feed.publish(MetricsSnapshot(published))
@@ -469,11 +471,13 @@ class Controller:
             t.headroom = max(0, headroom)
 
     def _fit_headroom_to_nodepools(
-        self, ticks: list[_Tick], nodepools: list[dict], queued: list[PoolDemand]
+        self, ticks: list[_Tick], view: ClusterView, queued: list[PoolDemand]
     ) -> None:
         """Cut each workload's headroom to what its Karpenter NodePool's limits leave,
         planning every workload's replicas and headroom together with Kueue's pending
-        Workloads (`queued`; see `core.nodepools`, `core.kueue`)."""
+        Workloads (`queued`), after what other pods' nodes use of the limits (see
+        `core.nodepools`, `core.kueue`)."""
+        nodepools = view.nodepools or []
         demands = [
             PoolDemand(
                 workload=f"{t.workload.spec.namespace}/{t.workload.spec.name}",
@@ -485,7 +489,15 @@ class Controller:
             )
             for t in ticks
         ]
-        fitted = pool_headroom(nodepools, demands + queued)
+        ours = {
+            (p.namespace, p.name)
+            for t, d in zip(ticks, demands, strict=True)
+            if on_nodepool(d, nodepools)
+            for p in t.pods
+        }
+        ours |= {(p.namespace, p.name) for p in view.pods if OWNER_LABEL in p.labels}
+        used = pool_use(view.pool_nodes, view.pods, ours)
+        fitted = pool_headroom(nodepools, demands + queued, used)
         for t, d in zip(ticks, demands, strict=True):
             if not on_nodepool(d, nodepools):
                 continue

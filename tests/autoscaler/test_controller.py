@@ -377,6 +377,53 @@ async def test_pending_kueue_workloads_take_their_gpus_from_the_headroom(
         await prom.close()
 
 
+async def test_another_teams_node_in_the_pool_takes_its_gpus_from_the_headroom(
+    api: client.ApiClient, serving_pod: str, prometheus_for
+) -> None:
+    """Karpenter counts every node of a NodePool against its limits, not just gpufleet's:
+    another team's training pod on a node of the pool leaves the placeholders less room,
+    and the NodeHeadroom condition says how much of the limit the others use."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    deploy(api, gpus=2)
+    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
+    autoscaler(
+        api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
+    )
+    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    try:
+        await ctl.tick()
+        (workload,) = ctl._workloads.values()
+        workload.policy = WithHeadroom(workload.policy, 3)
+        workload.next_decision_at = 0.0
+        await ticks_until(ctl, lambda: status(api).get("desiredReplicas") is not None)
+        limit = 2 * (status(api)["desiredReplicas"] + 3)  # room for all 3 placeholders
+        pool = {"metadata": {"name": "h100"}, "spec": {"limits": {"nvidia.com/gpu": str(limit)}}}
+        custom.create_cluster_custom_object(*NODEPOOLS, pool)
+        await ticks_until(ctl, lambda: placeholder(api) is not None)
+        assert placeholder(api).spec.replicas == 3
+        node = {"metadata": {"name": "train-node", "labels": {"karpenter.sh/nodepool": "h100"}}}
+        core.create_node(node)
+        core.patch_node_status("train-node", {"status": {"capacity": {"nvidia.com/gpu": "2"}}})
+        core.create_namespace({"metadata": {"name": "research"}})
+        gpus = {"limits": {"nvidia.com/gpu": "1"}}
+        train = {"name": "t", "image": "trainer", "resources": gpus}
+        pod = {
+            "metadata": {"name": "train-0"},
+            "spec": {"nodeName": "train-node", "containers": [train]},
+        }
+        core.create_namespaced_pod("research", pod)
+        await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 2)
+        (limited,) = [c for c in status(api)["conditions"] if c["type"] == "NodeHeadroom"]
+        assert (limited["status"], limited["reason"]) == ("False", "NodePoolLimit")
+        assert "h100 has room for 2 of 3" in limited["message"]
+        assert f"limit nvidia.com/gpu {limit}, 2 used by other pods' nodes" in limited["message"]
+        done = {"status": {"phase": "Succeeded"}}  # a finished job holds no GPUs
+        core.patch_namespaced_pod_status("train-0", "research", done)
+        await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 3)
+    finally:
+        await prom.close()
+
+
 async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:
     deploy(api, replicas=3)
     autoscaler(api, KEDA_SPEC)

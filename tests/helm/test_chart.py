@@ -203,6 +203,7 @@ def test_rbac_is_least_privilege(tmp_path):
             ("autoscaling.x-k8s.io", "capacitybuffers", ("list", "create", "patch"), ()),
             ("", "podtemplates", ("create", "patch"), ()),
             ("karpenter.sh", "nodepools", ("list",), ()),
+            ("", "nodes", ("list",), ()),
             ("kueue.x-k8s.io", "workloads", ("list",), ()),
             ("kueue.x-k8s.io", "resourceflavors", ("list",), ()),
             ("apps", "statefulsets/scale", ("get", "patch"), ()),

@@ -14,10 +14,8 @@ Pure: plain dicts in, `PoolDemand`s out.
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.autoscaler.core.nodepools import GPU, PoolDemand, count
+from gpufleet.autoscaler.core.nodepools import GPU, POOL_LABEL, PoolDemand, pod_gpus
 from gpufleet.autoscaler.core.workload import GpuShape
-
-POOL_LABEL = "karpenter.sh/nodepool"
 
 
 def pending_demands(
@@ -47,7 +45,7 @@ def pending_demands(
             if not isinstance(pod_set, dict):
                 continue
             spec = (pod_set.get("template") or {}).get("spec") or {}
-            gpus = _gpus(spec)
+            gpus = pod_gpus(spec)
             replicas = pod_set.get("count")
             if not gpus or not isinstance(replicas, int) or replicas <= 0:
                 continue
@@ -77,13 +75,3 @@ def _pending(wl: Mapping[str, Any]) -> bool:
         for c in (wl.get("status") or {}).get("conditions") or ()
         if isinstance(c, dict)
     )
-
-
-def _gpus(pod_spec: Mapping[str, Any]) -> int:
-    """`nvidia.com/gpu` one pod asks for: each container's limit, else its request."""
-    total = 0
-    for container in pod_spec.get("containers") or ():
-        resources = (container or {}).get("resources") or {}
-        value = (resources.get("limits") or {}).get(GPU, (resources.get("requests") or {}).get(GPU))
-        total += (count(value) or 0) if value is not None else 0
-    return total

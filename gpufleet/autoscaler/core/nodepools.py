@@ -7,22 +7,41 @@ headroom planned beyond it would be placeholder pods pending forever (or a buffe
 filled): the controller plans every workload's replicas and headroom per pool with
 `core.planner`, keeps only the headroom the plan grants, and says why in a condition.
 
-What the plan does not see: other pods in the same pool (only gpufleet's workloads are
-counted), and the node size where no GPUAutoscaler names it (`nodePool.gpusPerNode`
-unset: one replica's GPUs per node, the most optimistic packing).
+Other pods share the pools (other teams' training jobs, notebooks), and Karpenter counts
+their nodes against the same limits: it compares `spec.limits` with the summed capacity
+of the pool's nodes (what `status.resources` reports), not with pod requests. So
+`pool_use` counts nodes, those labelled `karpenter.sh/nodepool`: a node holding other
+pods' GPUs and none of gpufleet's is theirs whole (all its GPUs, and one of `nodes`); on a
+node shared with gpufleet's pods only their GPU requests are theirs. Empty nodes are
+nobody's: a node Karpenter just launched for gpufleet's pending placeholders is empty
+too, and counting it as others' would cut the headroom that asked for it.
+`status.resources` is not read for the same reason: it counts NodeClaims still
+launching, whoever they are for. gpufleet's pods are the planned workloads' pods and its
+placeholder pods; a Kueue Workload's pods count as others' once admitted (pending, it is
+demand in the plan).
+
+What the plan does not see: the node size where no GPUAutoscaler names it
+(`nodePool.gpusPerNode` unset: one replica's GPUs per node, the most optimistic packing).
 
 Pure: plain dicts in, frozen results out.
 """
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.autoscaler.core.planner import NodeGroup, WorkloadDemand, plan_capacity
+from gpufleet.autoscaler.core.planner import (
+    NodeGroup,
+    PlaceholderPods,
+    WorkloadDemand,
+    plan_capacity,
+)
+from gpufleet.autoscaler.core.replicas import PodState
 from gpufleet.autoscaler.core.workload import GpuShape, ShapeKind
 
 GPU = "nvidia.com/gpu"
+POOL_LABEL = "karpenter.sh/nodepool"  # on each node: the NodePool that launched it
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(k|M|G|T|Ki|Mi|Gi|Ti)?$")
 _SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _SUFFIX |= {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -55,13 +74,70 @@ class Headroom:
 
     granted: int
     wanted: int
-    node_pool: str = ""  # where the plan put it; "" when it holds none there
+    # the pools holding it ("a, b"), else the first it was planned on; "": not planned
+    node_pool: str = ""
     message: str = ""
 
 
-def node_groups(nodepools: Sequence[Mapping[str, Any]], demands: Sequence[PoolDemand]):
-    """The NodePools as node groups; a pool's node size is the largest any GPUAutoscaler
-    naming it gives, else the largest replica planned there."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolUse:
+    """What other pods' nodes count against one NodePool's limits."""
+
+    gpus: int = 0
+    nodes: int = 0
+
+
+def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
+    """`nvidia.com/gpu` one pod asks for: each container's limit, else its request."""
+    total = 0
+    for container in pod_spec.get("containers") or ():
+        resources = (container or {}).get("resources") or {}
+        value = (resources.get("limits") or {}).get(GPU, (resources.get("requests") or {}).get(GPU))
+        total += (count(value) or 0) if value is not None else 0
+    return total
+
+
+def pool_use(
+    nodes: Sequence[Mapping[str, Any]], pods: Sequence[PodState], ours: Set[tuple[str, str]]
+) -> dict[str, PoolUse]:
+    """NodePool -> what nodes holding other pods' GPUs use of its limits (see the module
+    docstring); `ours` are gpufleet's pods as (namespace, name). Finished pods hold
+    nothing; a node without a readable GPU capacity counts its pods' requests."""
+    others: dict[str, int] = {}
+    ours_on: set[str] = set()  # nodes holding any of gpufleet's pods
+    for pod in pods:
+        if not pod.node or pod.finished:
+            continue
+        if (pod.namespace, pod.name) in ours:
+            ours_on.add(pod.node)
+        elif pod.gpus > 0:
+            others[pod.node] = others.get(pod.node, 0) + pod.gpus
+    out: dict[str, PoolUse] = {}
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        pool = (meta.get("labels") or {}).get(POOL_LABEL, "")
+        requested = others.get(meta.get("name", ""), 0)
+        if not pool or requested == 0:
+            continue
+        status = node.get("status") or {}
+        capacity = count((status.get("capacity") or {}).get(GPU, "")) or requested
+        whole = meta.get("name", "") not in ours_on
+        use = out.get(pool, PoolUse())
+        out[pool] = PoolUse(
+            gpus=use.gpus + (max(capacity, requested) if whole else min(capacity, requested)),
+            nodes=use.nodes + whole,
+        )
+    return out
+
+
+def node_groups(
+    nodepools: Sequence[Mapping[str, Any]],
+    demands: Sequence[PoolDemand],
+    used: Mapping[str, PoolUse] | None = None,
+):
+    """The NodePools as node groups, less what `used` says other pods' nodes hold; a
+    pool's node size is the largest any GPUAutoscaler naming it gives, else the largest
+    replica planned there."""
     sizes: dict[str, int] = {}
     for d in demands:
         size = d.gpus_per_node or _replica_gpus(d.shape)
@@ -74,6 +150,7 @@ def node_groups(nodepools: Sequence[Mapping[str, Any]], demands: Sequence[PoolDe
         per_node = sizes.get(name) or max(sizes.values(), default=1)
         max_nodes = count(limits["nodes"]) if "nodes" in limits else None
         weight = spec.get("weight")
+        use = (used or {}).get(name, PoolUse())
         groups.append(
             NodeGroup(
                 name=name,
@@ -81,19 +158,25 @@ def node_groups(nodepools: Sequence[Mapping[str, Any]], demands: Sequence[PoolDe
                 max_nodes=max_nodes if max_nodes is not None else 1_000_000,
                 weight=weight if isinstance(weight, int) else 0,
                 max_gpus=count(limits[GPU]) if GPU in limits else None,
+                used_gpus=use.gpus,
+                used_nodes=use.nodes,
             )
         )
     return tuple(groups)
 
 
 def pool_headroom(
-    nodepools: Sequence[Mapping[str, Any]], demands: Sequence[PoolDemand]
+    nodepools: Sequence[Mapping[str, Any]],
+    demands: Sequence[PoolDemand],
+    used: Mapping[str, PoolUse] | None = None,
 ) -> dict[str, Headroom]:
     """Workload -> the headroom its NodePool's limits leave it, from one plan of every
-    workload's replicas and headroom. A workload `on_nodepool` does not cover keeps all
-    it asked for (a pool that is not there may be a Cluster Autoscaler node group)."""
+    workload's replicas and headroom, after what other pods' nodes `used` (`pool_use`).
+    A workload naming no pool may hold headroom in several (the plan spills it down the
+    weights). A workload `on_nodepool` does not cover keeps all it asked for (a pool that
+    is not there may be a Cluster Autoscaler node group)."""
     planned = [d for d in demands if on_nodepool(d, nodepools)]
-    groups = node_groups(nodepools, planned)
+    groups = node_groups(nodepools, planned, used)
     plan = plan_capacity(
         tuple(
             WorkloadDemand(
@@ -108,15 +191,23 @@ def pool_headroom(
         groups,
     )
     out = {d.workload: Headroom(granted=d.headroom, wanted=d.headroom) for d in demands}
+    held: dict[str, list[PlaceholderPods]] = {}
     for p in plan.placeholders:
+        held.setdefault(p.workload, []).append(p)
+    for workload, parts in held.items():
+        granted = sum(p.replicas for p in parts)
+        wanted = out[workload].wanted
         message = ""
-        if p.replicas < p.wanted:
-            message = next(
-                (r for r in plan.reasons if r.startswith(f"{p.workload}: {p.node_group} ")), ""
+        if granted < wanted:  # every pool tried says why it held less
+            message = "; ".join(
+                r
+                for p in parts
+                if p.replicas < p.wanted
+                for r in plan.reasons
+                if r.startswith(f"{workload}: {p.node_group} has room")
             )
-        out[p.workload] = Headroom(
-            granted=p.replicas, wanted=p.wanted, node_pool=p.node_group, message=message
-        )
+        pools = ", ".join(p.node_group for p in parts if p.replicas) or parts[0].node_group
+        out[workload] = Headroom(granted=granted, wanted=wanted, node_pool=pools, message=message)
     for reason in plan.reasons:  # a shape no pool offers: nothing to hold it on
         workload, _, rest = reason.partition(": ")
         if rest.startswith("no node group offers") and workload in out:

@@ -22,7 +22,9 @@ The three steps:
    a plan never holds capacity the group cannot provide.
 
 A demand that names no group goes to the highest-`weight` group offering its shape, as
-Karpenter tries NodePools.
+Karpenter tries NodePools; the headroom that group cannot hold goes on to the next group
+by weight offering the shape (once all its replicas fit), as Karpenter launches a pending
+pod's node in the next NodePool when the first is at its limit.
 """
 
 import math
@@ -48,14 +50,19 @@ class NodeGroup:
     mig_per_profile: bool = False
     weight: int = 0  # Karpenter's spec.weight: higher is tried first
     max_gpus: int | None = None  # Karpenter's spec.limits nvidia.com/gpu; None: no limit
+    # What nodes outside the plan (other pods') already count against those limits.
+    used_gpus: int = 0
+    used_nodes: int = 0
 
     @property
     def node_cap(self) -> int:
-        """The most nodes the group can have: max_nodes, and no more nodes than keep its
-        GPU capacity within `max_gpus` (Karpenter launches no node past a limit)."""
+        """The most nodes the plan may give the group: max_nodes, and no more nodes than
+        keep its GPU capacity within `max_gpus`, less what is used outside the plan
+        (Karpenter launches no node past a limit)."""
+        nodes = max(0, self.max_nodes - self.used_nodes)
         if self.max_gpus is None:
-            return self.max_nodes
-        return min(self.max_nodes, self.max_gpus // max(1, self.gpus_per_node))
+            return nodes
+        return min(nodes, max(0, self.max_gpus - self.used_gpus) // max(1, self.gpus_per_node))
 
     @property
     def is_mig(self) -> bool:
@@ -127,10 +134,13 @@ def plan_capacity(
             reasons.append(f"{d.name}: no node group offers {_shape_label(d.shape)}; skipped")
         else:
             chosen[group.name].append(d)
-    plans, placeholders = [], []
-    for g in groups:
+    plans: dict[str, NodeGroupPlan] = {}
+    placeholders = []
+    for i, g in enumerate(by_weight):  # spill-over only flows to lower weights
         granted = _grant_headroom(g, chosen[g.name])
-        plans.append(_plan_group(g, chosen[g.name], granted, reasons))
+        plans[g.name] = plan = _plan_group(g, chosen[g.name], granted, reasons)
+        if plan.unplaced_gpus == 0:
+            _spill(chosen, g, granted, by_weight[i + 1 :])
         placeholders.extend(
             PlaceholderPods(
                 workload=d.name,
@@ -149,8 +159,29 @@ def plan_capacity(
             if granted[d.name] < d.headroom_replicas
         )
     return CapacityPlan(
-        node_groups=tuple(plans), placeholders=tuple(placeholders), reasons=tuple(reasons)
+        node_groups=tuple(plans[g.name] for g in groups),
+        placeholders=tuple(placeholders),
+        reasons=tuple(reasons),
     )
+
+
+def _spill(
+    chosen: dict[str, list[WorkloadDemand]],
+    group: NodeGroup,
+    granted: dict[str, int],
+    lower: tuple[NodeGroup, ...],
+) -> None:
+    """Hand the headroom `group` cannot hold of each demand naming no group to the next
+    lower-weight group offering its shape, as placeholders alone (its replicas are here)."""
+    for d in chosen[group.name]:
+        left = d.headroom_replicas - granted[d.name]
+        if d.node_group or left <= 0:
+            continue
+        nxt = next((g for g in lower if _offers(g, d.shape)), None)
+        if nxt is not None:
+            chosen[nxt.name].append(
+                WorkloadDemand(name=d.name, shape=d.shape, headroom_replicas=left)
+            )
 
 
 def gpu_units(counts: dict[GpuShape, int], group: NodeGroup) -> list[int]:
@@ -249,7 +280,7 @@ def _plan_group(
     cap = group.node_cap
     if nodes > cap:
         unplaced = gpus_total - sum(used[:cap])
-        limit = f"max_nodes {group.max_nodes}" if cap == group.max_nodes else _cap_label(group)
+        limit = _cap_label(group)
         reasons.append(
             f"{group.name}: needs {nodes} nodes, capped at {limit}; {unplaced} GPUs unplaced"
         )
@@ -279,12 +310,15 @@ def _units(group: NodeGroup, demands: list[WorkloadDemand], headroom: dict[str, 
 
 
 def _cap_label(group: NodeGroup) -> str:
-    if group.max_gpus is not None and group.node_cap < group.max_nodes:
+    """Which cap binds, and what nodes outside the plan use of it."""
+    if group.max_gpus is not None and group.node_cap < group.max_nodes - group.used_nodes:
+        used = f", {group.used_gpus} used by other pods' nodes" if group.used_gpus else ""
         return (
-            f"limit nvidia.com/gpu {group.max_gpus}: {group.node_cap} nodes of "
+            f"limit nvidia.com/gpu {group.max_gpus}{used}: {group.node_cap} nodes of "
             f"{group.gpus_per_node}"
         )
-    return f"max_nodes {group.max_nodes}"
+    used = f", {group.used_nodes} used by other pods" if group.used_nodes else ""
+    return f"max_nodes {group.max_nodes}{used}"
 
 
 def _shape_label(shape: GpuShape) -> str:

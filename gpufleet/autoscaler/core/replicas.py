@@ -28,6 +28,8 @@ class PodState:
     ready_since: float | None = None  # the Ready condition's last transition to True
     deleting_since: float | None = None  # metadata.deletionTimestamp
     deletion_cost: int | None = None  # the annotation, when set
+    gpus: int = 0  # nvidia.com/gpu it asks for (`nodepools.pod_gpus`)
+    finished: bool = False  # status.phase Succeeded or Failed: it holds nothing
 
 
 def replica_of(pod: PodState) -> Replica:

@@ -8,6 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from gpufleet.autoscaler.core.buffers import BUFFER_GROUP, BUFFER_PLURAL, BUFFER_VERSION
+from gpufleet.autoscaler.core.nodepools import POOL_LABEL, pod_gpus
 from gpufleet.autoscaler.core.replicas import DELETION_COST, PodState
 from gpufleet.autoscaler.core.spec import GROUP, PLURAL, VERSION, TargetRef
 from gpufleet.core.selectors import selector_string
@@ -53,6 +54,8 @@ class ClusterView:
     buffers: dict[tuple[str, str], int] | None = None
     # Karpenter's NodePools; None where Karpenter is not installed
     nodepools: list[dict[str, Any]] | None = None
+    # the nodes labelled karpenter.sh/nodepool, read only when there are NodePools
+    pool_nodes: list[dict[str, Any]] = field(default_factory=list)
     # Kueue's Workloads and ResourceFlavors, read only when there are NodePools to plan on
     kueue_workloads: list[dict[str, Any]] = field(default_factory=list)
     kueue_flavors: list[dict[str, Any]] = field(default_factory=list)
@@ -75,8 +78,8 @@ class Cluster:
 
     def view(self) -> ClusterView:
         """Everything a tick reads, in eight list calls, ten where Karpenter is installed
-        (Kueue's Workloads and ResourceFlavors); the lists of a CRD that is not installed
-        answer 404 and count as none."""
+        (Kueue's Workloads and ResourceFlavors), eleven where it has NodePools (their
+        nodes); the lists of a CRD that is not installed answer 404 and count as none."""
         scales: dict[tuple[str, str, str], ScaleView] = {}
         templates: dict[tuple[str, str, str], dict[str, Any]] = {}
         for kind, call in (
@@ -102,9 +105,19 @@ class Cluster:
         nodepools = self._installed_list(*NODEPOOLS)
         if nodepools is None:
             return {}
+        nodes = (
+            _items(lambda **kw: self._core.list_node(label_selector=POOL_LABEL, **kw))
+            if nodepools
+            else []
+        )
         workloads = self._installed_list(*KUEUE_WORKLOADS) or []
         flavors = (self._installed_list(*KUEUE_FLAVORS) or []) if workloads else []
-        return {"nodepools": nodepools, "kueue_workloads": workloads, "kueue_flavors": flavors}
+        return {
+            "nodepools": nodepools,
+            "pool_nodes": nodes,
+            "kueue_workloads": workloads,
+            "kueue_flavors": flavors,
+        }
 
     def _installed_list(self, group: str, version: str, plural: str) -> list[dict] | None:
         """Every object of a custom resource; None where its CRD is not installed."""
@@ -358,4 +371,6 @@ def _pod_state(pod: dict[str, Any]) -> PodState:
         ready_since=ready_since,
         deleting_since=_seconds(meta.get("deletionTimestamp")),
         deletion_cost=int(cost) if cost is not None and cost.lstrip("-").isdigit() else None,
+        gpus=pod_gpus(spec),
+        finished=status.get("phase") in ("Succeeded", "Failed"),
     )

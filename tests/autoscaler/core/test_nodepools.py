@@ -5,7 +5,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.autoscaler.core.nodepools import PoolDemand, count, node_groups, pool_headroom
+from gpufleet.autoscaler.core.nodepools import (
+    POOL_LABEL,
+    PoolDemand,
+    PoolUse,
+    count,
+    node_groups,
+    pool_headroom,
+    pool_use,
+)
+from gpufleet.autoscaler.core.replicas import PodState
 from gpufleet.autoscaler.core.workload import GpuShape, ShapeKind
 
 
@@ -98,7 +107,135 @@ def test_what_the_plan_does_not_cover_keeps_its_headroom(d: PoolDemand) -> None:
 
 
 def test_an_unnamed_pool_is_the_highest_weight() -> None:
-    pools = [nodepool("spot", gpus=8, weight=10), nodepool("reserved", gpus=0, weight=90)]
+    pools = [nodepool("spot", gpus=8, weight=10), nodepool("reserved", gpus=16, weight=90)]
     held = pool_headroom(pools, [demand("llm/a", "", replicas=0, headroom=2)])["llm/a"]
+    assert (held.granted, held.node_pool, held.message) == (2, "reserved", "")
+
+
+@pytest.mark.parametrize(
+    ("reserved_gpus", "want_granted", "want_pools"),
+    [
+        pytest.param(8, 3, "spot", id="the-first-pool-full-the-next-holds-it-all"),
+        pytest.param(10, 3, "reserved, spot", id="what-the-first-cannot-hold-goes-on"),
+        pytest.param(16, 3, "reserved", id="the-first-holds-it-all"),
+    ],
+)
+def test_headroom_naming_no_pool_spills_down_the_weights(
+    reserved_gpus: int, want_granted: int, want_pools: str
+) -> None:
+    """Issue 18 §3: Karpenter launches a pending pod's node in the next NodePool by
+    weight once the first is at its limit; the placeholders of a workload naming no pool
+    do the same, so its headroom is planned there."""
+    pools = [
+        nodepool("spot", gpus=16, weight=10),
+        nodepool("reserved", gpus=reserved_gpus, weight=90),
+    ]
+    d = demand("llm/a", "", replicas=4, headroom=3, shape=GpuShape(gpus=2), gpus_per_node=2)
+    held = pool_headroom(pools, [d])["llm/a"]
+    assert (held.granted, held.wanted, held.node_pool) == (want_granted, 3, want_pools)
+
+
+def test_headroom_pinned_to_a_full_pool_does_not_spill() -> None:
+    pools = [nodepool("spot", gpus=16, weight=10), nodepool("reserved", gpus=8, weight=90)]
+    d = demand("llm/a", "reserved", replicas=4, headroom=3, shape=GpuShape(gpus=2))
+    held = pool_headroom(pools, [d])["llm/a"]
     assert (held.granted, held.node_pool) == (0, "reserved")
-    assert "reserved has room for 0 of 2" in held.message
+    assert "reserved has room for 0 of 3" in held.message
+
+
+def gpu_node(name: str, pool: str, gpus: int = 8) -> dict:
+    return {
+        "metadata": {"name": name, "labels": {POOL_LABEL: pool}},
+        "status": {"capacity": {"nvidia.com/gpu": str(gpus)}},
+    }
+
+
+def pod(name: str, node: str, gpus: int, ns: str = "research", **kw) -> PodState:
+    return PodState(namespace=ns, name=name, node=node, gpus=gpus, **kw)
+
+
+@pytest.mark.parametrize(
+    ("pods", "want"),
+    [
+        pytest.param(
+            [pod("train-0", "n1", 1)], {"h100": PoolUse(gpus=8, nodes=1)}, id="a-node-whole"
+        ),
+        pytest.param(
+            [pod("train-0", "n1", 2), pod("vllm-0", "n1", 4, ns="llm")],
+            {"h100": PoolUse(gpus=2, nodes=0)},
+            id="a-node-shared-with-gpufleet-its-requests",
+        ),
+        pytest.param([pod("vllm-0", "n1", 4, ns="llm")], {}, id="gpufleet-alone"),
+        pytest.param([], {}, id="an-empty-node-is-nobodys"),
+        pytest.param(
+            [pod("train-0", "n1", 8, finished=True)], {}, id="a-finished-pod-holds-nothing"
+        ),
+        pytest.param([pod("sidecar", "n1", 0)], {}, id="a-pod-without-gpus"),
+        pytest.param([pod("train-0", "cpu-1", 8)], {}, id="a-node-in-no-pool"),
+        pytest.param(
+            [pod("train-0", "n1", 8), pod("train-1", "n2", 8), pod("nb", "a1", 1)],
+            {"h100": PoolUse(gpus=16, nodes=2), "a100": PoolUse(gpus=4, nodes=1)},
+            id="per-pool",
+        ),
+    ],
+)
+def test_other_pods_nodes_count_against_the_limits(pods: list, want: dict) -> None:
+    """Karpenter compares spec.limits with its nodes' capacity, not pod requests."""
+    nodes = [
+        gpu_node("n1", "h100"),
+        gpu_node("n2", "h100"),
+        gpu_node("a1", "a100", gpus=4),
+        {"metadata": {"name": "cpu-1"}},
+    ]
+    assert pool_use(nodes, pods, {("llm", "vllm-0")}) == want
+
+
+def test_other_pods_nodes_leave_less_headroom_and_say_how_much() -> None:
+    """A pool at its limit with another team's node: the headroom shrinks and the
+    message names what the others use of the limit."""
+    nodes = [gpu_node("n1", "h100"), gpu_node("n2", "h100")]
+    used = pool_use(nodes, [pod("train-0", "n2", 8)], set())
+    d = demand("llm/a", replicas=8, headroom=8)
+    held = pool_headroom([nodepool("h100", gpus=16)], [d], used)["llm/a"]
+    assert (held.granted, held.wanted) == (0, 8)
+    assert "limit nvidia.com/gpu 16, 8 used by other pods' nodes" in held.message
+    assert pool_headroom([nodepool("h100", gpus=16)], [d])["llm/a"].granted == 8
+
+
+def test_other_pods_nodes_count_against_the_nodes_limit() -> None:
+    used = {"h100": PoolUse(gpus=8, nodes=1)}
+    d = demand("llm/a", replicas=8, headroom=8)
+    held = pool_headroom([nodepool("h100", nodes=2)], [d], used)["llm/a"]
+    assert held.granted == 0
+    assert "max_nodes 2, 1 used by other pods" in held.message
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["h100", "a100", ""]),
+            st.one_of(st.none(), st.text(max_size=6), st.integers(-3, 16)),
+        ),
+        max_size=6,
+    ),
+    st.lists(
+        st.tuples(st.integers(0, 7), st.integers(0, 9), st.booleans(), st.booleans()),
+        max_size=12,
+    ),
+)
+def test_pool_use_never_raises_and_stays_within_the_nodes(nodes_in, pods_in) -> None:
+    """Any label and capacity text: only pools where other pods hold GPUs appear, and a
+    pool never counts more nodes than it has."""
+    nodes = []
+    for i, (pool, capacity) in enumerate(nodes_in):
+        status = {} if capacity is None else {"capacity": {"nvidia.com/gpu": capacity}}
+        nodes.append({"metadata": {"name": f"n{i}", "labels": {POOL_LABEL: pool}}, **status})
+    pods = [
+        PodState(namespace="x", name=f"p{j}", node=f"n{n}", gpus=g, finished=done)
+        for j, (n, g, done, _) in enumerate(pods_in)
+    ]
+    ours = {("x", f"p{j}") for j, (*_, mine) in enumerate(pods_in) if mine}
+    used = pool_use(nodes, pods, ours)
+    for pool, use in used.items():
+        assert pool and use.gpus > 0
+        assert 0 <= use.nodes <= sum(1 for p, _ in nodes_in if p == pool)

@@ -254,3 +254,29 @@ def test_a_capped_headroom_is_named_in_the_reasons() -> None:
         "a: h100 has room for 4 of 8 placeholder replicas (limit nvidia.com/gpu 16: 2 nodes of 8)"
         in plan.reasons
     )
+
+
+def test_headroom_naming_no_group_spills_to_the_next_weight() -> None:
+    """Issue 18 §3: what a full higher-weight group cannot hold of an unnamed demand's
+    headroom is planned on the next group by weight, with the nodes it keeps there."""
+    groups = (
+        NodeGroup(name="spot", gpus_per_node=8, weight=10),
+        NodeGroup(name="reserved", gpus_per_node=8, weight=50, max_gpus=16),
+    )
+    plan = plan_capacity((WorkloadDemand(name="a", replicas=12, headroom_replicas=8),), groups)
+    held = {(p.node_group, p.replicas, p.wanted) for p in plan.placeholders}
+    assert held == {("reserved", 4, 8), ("spot", 4, 4)}
+    assert {g.name: g.nodes for g in plan.node_groups} == {"spot": 1, "reserved": 2}
+
+
+def test_capacity_used_outside_the_plan_counts_against_the_limits() -> None:
+    group = NodeGroup(name="h100", gpus_per_node=8, max_gpus=32, used_gpus=12, max_nodes=4)
+    assert group.node_cap == 2  # (32 - 12) // 8
+    plan = plan_capacity((WorkloadDemand(name="a", replicas=8, headroom_replicas=16),), (group,))
+    assert plan.placeholders[0].replicas == 8
+    assert (
+        "a: h100 has room for 8 of 16 placeholder replicas "
+        "(limit nvidia.com/gpu 32, 12 used by other pods' nodes: 2 nodes of 8)"
+    ) in plan.reasons
+    nodes = NodeGroup(name="h100", gpus_per_node=8, max_nodes=3, used_nodes=2)
+    assert nodes.node_cap == 1
