@@ -5,8 +5,16 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpufleet.autoscaler.controller import Stats
+from gpufleet.autoscaler.prom.client import PromErrorKind
+from gpufleet.kube.errors import KubeErrorKind
 
 P = "gpufleet_autoscaler_"
+# Every kind the controller counts, served as 0 until it happens: an alert on
+# `increase(errors_total[...])` sees nothing from a series that appears only with its first
+# error (the Prometheus client libraries' advice for known label values).
+ERROR_KINDS = tuple(f"kube_{k}" for k in KubeErrorKind) + tuple(
+    f"prometheus_{k}" for k in PromErrorKind
+)
 
 
 class SelfMetrics:
@@ -47,7 +55,7 @@ class SelfMetrics:
             decisions.add_metric([name, reason], value)
         yield decisions
         errors = CounterMetricFamily(f"{P}errors", "Errors by kind.", labels=["kind"])
-        for kind, value in sorted(s.errors.items()):
+        for kind, value in sorted((dict.fromkeys(ERROR_KINDS, 0) | s.errors).items()):
             errors.add_metric([kind], value)
         yield errors
         yield CounterMetricFamily(f"{P}ticks", "Control loop passes.", value=s.ticks)
