@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from gpufleet.autoscaler.core.buffers import capacity_buffer, pod_template
 from gpufleet.autoscaler.core.extmetrics import (
@@ -48,6 +48,7 @@ from gpufleet.autoscaler.core.kueue import pending_demands
 from gpufleet.autoscaler.core.nodepools import PoolDemand, on_nodepool, pool_headroom, pool_use
 from gpufleet.autoscaler.core.observation import (
     PodTelemetry,
+    Replica,
     ReplicaState,
 )
 from gpufleet.autoscaler.core.placeholders import (
@@ -101,6 +102,15 @@ class Workload:
     generation: int
     policy: Policy
     history: SignalHistory
+    # Derived from the spec once, not every tick: (rendered PromQL, its query, the signal)
+    # and whether the policy learns (a runtime Protocol check costs as much as a decision's
+    # tenth).
+    queries: tuple[tuple[str, SignalQuery, str], ...] = ()
+    gateway_query: str = ""  # signals.gatewayQueueDepth, rendered; "" when unset
+    learns: bool = False
+    # The target's selector as last parsed: re-parsed only when its text changes.
+    selector_text: str | None = None
+    selector: tuple[Requirement, ...] | SelectorError = ()
     next_decision_at: float = -math.inf
     last_scale_time: str = ""
     decision: Decision | None = None
@@ -135,6 +145,7 @@ class _Tick:
     workload: Workload
     scale: ScaleView | None = None
     pods: list[PodState] = field(default_factory=list)
+    replicas: tuple[Replica, ...] = ()  # the pods as the policy sees them
     health: Health = field(default_factory=Health)
     previous_status: dict[str, Any] = field(default_factory=dict)
     template: dict[str, Any] | None = None  # the target's pod template spec, where known
@@ -194,7 +205,7 @@ class Controller:
             self._fit_headroom_to_nodepools(ticks, view, queued)
         published = [await self._finish(t, now, leader) for t in ticks]
         if self._feed is not None:
-            self._feed.publish(MetricsSnapshot(published))
+            self._feed.publish(MetricsSnapshot(m for m in published if m is not None))
         self.stats.ticks += 1
         self.stats.reconcile_seconds += time.monotonic() - started
 
@@ -259,16 +270,30 @@ class Controller:
         )
         learned = (
             old.policy.learned()
-            if old is not None and isinstance(old.policy, Learns)
+            if old is not None and old.learns
             else previous_status.get("learned")
         )
-        if isinstance(policy, Learns) and isinstance(learned, dict):
+        learns = isinstance(policy, Learns)
+        if learns and isinstance(learned, dict):
             policy.resume(learned)
+        selector = model_selector(spec.signals.preset, spec.signals.model)
+        queries = tuple(
+            (query.render(selector=selector, window=self._config.rate_window), query, signal)
+            for signal, query in queries_for(spec.signals.preset, spec.signals.queries).items()
+        )
+        gateway = spec.signals.gateway_queue_depth
+        if gateway:
+            gateway = SignalQuery(gateway).render(
+                selector=selector, window=self._config.rate_window
+            )
         return Workload(
             spec=spec,
             generation=generation,
             policy=policy,
             history=history,
+            queries=queries,
+            gateway_query=gateway,
+            learns=learns,
         )
 
     async def _read_target(self, t: _Tick, view: ClusterView, index: "_PodIndex") -> None:
@@ -297,16 +322,23 @@ class Controller:
         t.buffers = view.buffers is not None
         t.buffer = (view.buffers or {}).get((spec.namespace, placeholder_name(spec.name)))
         competitor = view.competitors.get(key, "")
-        t.health = _replace(t.health, competitor=competitor)
-        try:
-            selector = parse_selector(t.scale.selector)
-        except SelectorError as err:
-            t.health = _replace(t.health, scale_error=f"FailedGetScale: selector {err}")
+        if competitor:
+            t.health = _replace(t.health, competitor=competitor)
+        w = t.workload
+        if w.selector_text != t.scale.selector:
+            w.selector_text = t.scale.selector
+            try:
+                w.selector = parse_selector(t.scale.selector)
+            except SelectorError as err:
+                w.selector = err
+        if isinstance(w.selector, SelectorError):
+            t.health = _replace(t.health, scale_error=f"FailedGetScale: selector {w.selector}")
             return
-        if not selector:  # an empty selector would take every pod of the namespace
+        if not w.selector:  # an empty selector would take every pod of the namespace
             t.health = _replace(t.health, scale_error="FailedGetScale: the target has no selector")
             return
-        t.pods = index.select(spec.namespace, selector)
+        t.pods = index.select(spec.namespace, w.selector)
+        t.replicas = tuple(replica_of(p) for p in t.pods)
 
     async def _gather(self, ticks: list[_Tick], now: float) -> str:
         """Add the samples since the last tick to each workload's history (signals, and the
@@ -325,15 +357,11 @@ class Controller:
             key = (spec.namespace, spec.name)
             pods = {(p.namespace, p.name): key for p in t.pods}
             all_pods.update(pods)
-            selector = model_selector(spec.signals.preset, spec.signals.model)
-            for signal, query in queries_for(spec.signals.preset, spec.signals.queries).items():
-                text = query.render(selector=selector, window=self._config.rate_window)
+            for text, query, signal in t.workload.queries:
                 wanted.setdefault(text, (query, []))[1].append((key, signal))
                 owners.setdefault(text, {}).update(pods)
-            if spec.signals.gateway_queue_depth:
-                gateway = SignalQuery(spec.signals.gateway_queue_depth)
-                text = gateway.render(selector=selector, window=self._config.rate_window)
-                gateways.setdefault(text, []).append(key)
+            if t.workload.gateway_query:
+                gateways.setdefault(t.workload.gateway_query, []).append(key)
                 queued[key] = {}
         # A policy sees only the newest pods' telemetry, so only the newest is kept:
         # workload -> (time, pod -> field -> value).
@@ -437,10 +465,9 @@ class Controller:
         """Decide at the policy's interval and write the scale when the count changes."""
         w, spec = t.workload, t.workload.spec
         name = f"{spec.namespace}/{spec.name}"
-        replicas = tuple(replica_of(p) for p in t.pods)
         if t.scale is not None and now >= w.next_decision_at:
             w.next_decision_at = now + w.policy.interval_seconds
-            w.decision = w.policy.decide(w.history.observe(now, replicas))
+            w.decision = w.policy.decide(w.history.observe(now, t.replicas))
             w.wanted = w.decision.desired
             self.stats.decisions[(name, str(w.decision.reason))] += 1
         current = t.scale.replicas if t.scale is not None else None
@@ -509,14 +536,15 @@ class Controller:
                 node_pool_limit=held.message,
             )
 
-    async def _finish(self, t: _Tick, now: float, leader: bool) -> WorkloadMetrics:
-        """Keep the headroom, write status; returns what the metrics servers serve of it."""
+    async def _finish(self, t: _Tick, now: float, leader: bool) -> WorkloadMetrics | None:
+        """Keep the headroom, write status; returns what the metrics servers serve of it
+        (None when none is served)."""
         w, spec = t.workload, t.workload.spec
         name = f"{spec.namespace}/{spec.name}"
         desired = t.desired
         if leader and w.decision is not None and not t.health.scale_error:
             await self._keep_headroom(t, t.headroom)
-        replicas = tuple(replica_of(p) for p in t.pods)
+        replicas = t.replicas
         if desired is not None:
             self.stats.desired[name] = desired
         self.stats.max_replicas[name] = spec.workload.max_replicas
@@ -526,6 +554,8 @@ class Controller:
         self.stats.ready[name] = sum(1 for r in replicas if r.state is ReplicaState.READY)
         if leader:
             await self._write_status(t, running, desired, now)
+        if self._feed is None:
+            return None
         return workload_metrics(
             namespace=spec.namespace,
             name=spec.name,
@@ -659,23 +689,25 @@ class Controller:
             "conditions": condition_list(
                 conds, t.previous_status.get("conditions") or [], _timestamp(now)
             ),
-            "signals": {s: round(v, 6) for s, v in w.history.latest(now).items()},
         }
         if decision is not None:
             status["reason"] = str(decision.reason)
-            status["message"] = decision.message
             if decision.bound_by is not None:
                 status["boundBy"] = str(decision.bound_by)  # the term that set the count
         if w.last_scale_time:
             status["lastScaleTime"] = w.last_scale_time
-        if isinstance(w.policy, Learns):
-            status["learned"] = dict(w.policy.learned())
         await self._warn_on_new_problems(t, conds)
         if (
             _same(status, t.previous_status)
             and now - w.signals_written_at < SIGNALS_REFRESH_SECONDS
         ):
             return  # nothing but the signal values moved: no write every tick for each workload
+        # What moves every sample is built only for a write (most ticks write nothing).
+        status["signals"] = {s: round(v, 6) for s, v in w.history.latest(now).items()}
+        if decision is not None:
+            status["message"] = decision.message
+        if w.learns:
+            status["learned"] = dict(cast(Learns, w.policy).learned())
         try:
             await asyncio.to_thread(self._cluster.write_status, spec.namespace, spec.name, status)
             w.signals_written_at = now

@@ -1,19 +1,31 @@
-"""The autoscaler's own metrics, `gpufleet_autoscaler_*`, from the controller's `Stats`."""
+"""The autoscaler's own metrics, `gpufleet_autoscaler_*`, from the controller's `Stats`
+and the metrics port's `ServerStats`."""
 
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpufleet.autoscaler.controller import Stats
+from gpufleet.autoscaler.prom.client import PromErrorKind
+from gpufleet.core.server_stats import ServerStats
+from gpufleet.kube.errors import KubeErrorKind
 
 P = "gpufleet_autoscaler_"
+# Every kind the controller counts, served as 0 until it happens: an alert on
+# `increase(errors_total[...])` sees nothing from a series that appears only with its first
+# error (the Prometheus client libraries' advice for known label values).
+ERROR_KINDS = tuple(f"kube_{k}" for k in KubeErrorKind) + tuple(
+    f"prometheus_{k}" for k in PromErrorKind
+)
 
 
 class SelfMetrics:
-    """A prometheus_client collector; reads `Stats` at scrape time (the loop writes it)."""
+    """A prometheus_client collector; reads `Stats` at scrape time (the loop writes it)
+    and, when given, the counters of the server that serves it."""
 
-    def __init__(self, stats: Callable[[], Stats]) -> None:
+    def __init__(self, stats: Callable[[], Stats], *, server: ServerStats | None = None) -> None:
         self._stats = stats
+        self._server = server
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats()
@@ -47,7 +59,7 @@ class SelfMetrics:
             decisions.add_metric([name, reason], value)
         yield decisions
         errors = CounterMetricFamily(f"{P}errors", "Errors by kind.", labels=["kind"])
-        for kind, value in sorted(s.errors.items()):
+        for kind, value in sorted((dict.fromkeys(ERROR_KINDS, 0) | s.errors).items()):
             errors.add_metric([kind], value)
         yield errors
         yield CounterMetricFamily(f"{P}ticks", "Control loop passes.", value=s.ticks)
@@ -59,6 +71,43 @@ class SelfMetrics:
             f"{P}reconcile_seconds", "Time spent in control loop passes.", value=s.reconcile_seconds
         )
         yield GaugeMetricFamily(f"{P}leader", "1 while this replica writes.", value=int(s.leader))
+        if self._server is not None:
+            yield from _http(self._server)
+
+
+def _http(server: ServerStats) -> Iterator[Metric]:
+    """The metrics port's counters, named as the exporter's `gpufleet_exporter_http_*`."""
+    requests = CounterMetricFamily(
+        f"{P}http_requests",
+        "HTTP requests served, by route and status code.",
+        labels=["route", "code"],
+    )
+    for (route, code), value in sorted(server.requests_total.items()):
+        requests.add_metric([route, str(code)], value)
+    yield requests
+    seconds = CounterMetricFamily(
+        f"{P}http_request_seconds", "Time spent serving HTTP requests, by route.", labels=["route"]
+    )
+    for route, value in sorted(server.request_seconds_total.items()):
+        seconds.add_metric([route], value)
+    yield seconds
+    yield CounterMetricFamily(
+        f"{P}http_write_timeouts",
+        "Responses abandoned because the client did not read them within the write timeout.",
+        value=server.write_timeouts_total,
+    )
+    yield CounterMetricFamily(
+        f"{P}http_bad_requests",
+        "Requests refused with a 4xx because their request line or headers did not parse; "
+        "logged as rate-limited one-line warnings.",
+        value=server.bad_requests_total,
+    )
+    yield CounterMetricFamily(
+        f"{P}http_accept_errors",
+        "Connections that could not be accepted for want of file descriptors or memory "
+        "(retried after 1 s); logged as rate-limited one-line warnings.",
+        value=server.accept_errors_total,
+    )
 
 
 def _per_workload(name: str, help_text: str, values: Mapping[str, int]) -> GaugeMetricFamily:

@@ -231,6 +231,53 @@ def test_metrics_and_healthz_while_it_runs(apiserver: FakeApiServer) -> None:
         daemon.kill()
 
 
+def test_a_request_that_does_not_parse_is_one_line_and_counted(apiserver: FakeApiServer) -> None:
+    # Issue 18: aiohttp logged each malformed request on :9402 with a traceback.
+    port = free_port()
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpufleet.cli",
+            "autoscaler",
+            "--kube-url",
+            apiserver.url,
+            "--prometheus-url",
+            "http://127.0.0.1:9",
+            "--leader-elect=false",
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def metrics() -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                return r.read().decode()
+        except OSError:
+            return ""
+
+    try:
+        wait_for(lambda: metrics() != "", timeout=30, what="the metrics port")
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
+            assert b" 400 " in conn.recv(64)[:20]
+        text = metrics()  # still serving
+        assert "gpufleet_autoscaler_http_bad_requests_total 1.0" in text.splitlines()
+        assert 'gpufleet_autoscaler_http_requests_total{code="200",route="/metrics"}' in text
+        daemon.send_signal(signal.SIGTERM)
+        _, stderr = daemon.communicate(timeout=15)
+    finally:
+        daemon.kill()
+    assert daemon.returncode == 0
+    assert "Traceback" not in stderr
+    refused = [line for line in stderr.splitlines() if "refused with 400" in line]
+    assert len(refused) == 1, stderr
+
+
 def test_a_busy_metrics_port_is_one_line_and_exit_1() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

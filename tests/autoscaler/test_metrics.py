@@ -25,3 +25,28 @@ def test_per_workload_gauges_give_the_alert_rules_what_they_need() -> None:
         'gpufleet_autoscaler_missing_metrics{workload="ml/chat"} 1.0',
     ):
         assert line in text.splitlines(), line
+
+
+def test_every_error_kind_is_served_as_zero_before_its_first_error() -> None:
+    # An alert on increase(gpufleet_autoscaler_errors_total[...]) needs the series before
+    # the first error, or that error's increase is lost.
+    stats = Stats()
+    stats.errors["kube_conflict"] += 2
+    registry = CollectorRegistry()
+    registry.register(SelfMetrics(lambda: stats))
+    lines = [
+        line
+        for line in generate_latest(registry).decode().splitlines()
+        if line.startswith("gpufleet_autoscaler_errors_total{")
+    ]
+    assert lines == [
+        'gpufleet_autoscaler_errors_total{kind="kube_conflict"} 2.0',
+        'gpufleet_autoscaler_errors_total{kind="kube_forbidden"} 0.0',
+        'gpufleet_autoscaler_errors_total{kind="kube_invalid"} 0.0',
+        'gpufleet_autoscaler_errors_total{kind="kube_not_found"} 0.0',
+        'gpufleet_autoscaler_errors_total{kind="kube_unavailable"} 0.0',
+        'gpufleet_autoscaler_errors_total{kind="prometheus_bad_query"} 0.0',
+        'gpufleet_autoscaler_errors_total{kind="prometheus_bad_response"} 0.0',
+        'gpufleet_autoscaler_errors_total{kind="prometheus_timeout"} 0.0',
+        'gpufleet_autoscaler_errors_total{kind="prometheus_unavailable"} 0.0',
+    ]

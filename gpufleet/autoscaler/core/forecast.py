@@ -134,8 +134,8 @@ def forecast_rate(
     predicted = max(0.0, level + growth)
     # A median ignores bursts that a mean (and a 30-s level) would carry for minutes; the
     # line runs from the window's middle, where its median sits, to the horizon.
-    median = float(np.median(v[recent])) if recent.any() else float(v[-1])
-    middle = float(t[recent].mean()) if recent.any() else float(t[-1])
+    median = _median(v[recent]) if recent.any() else float(v[-1])
+    middle = _mean(t[recent]) if recent.any() else float(t[-1])
     sustained_at = (
         horizon_seconds if sustained_horizon_seconds is None else sustained_horizon_seconds
     )
@@ -160,7 +160,7 @@ def forecast_rate(
 def _window_mean(t: np.ndarray, v: np.ndarray, *, since: float) -> float:
     """Mean of the samples after `since`; the newest sample when none is that recent."""
     mask = t > since
-    return float(v[mask].mean()) if mask.any() else float(v[-1])
+    return _mean(v[mask]) if mask.any() else float(v[-1])
 
 
 def _trend(tw: np.ndarray, vw: np.ndarray, *, settings: ForecastSettings) -> tuple[float, int]:
@@ -176,7 +176,7 @@ def _trend(tw: np.ndarray, vw: np.ndarray, *, settings: ForecastSettings) -> tup
     upper = dt > 0
     if not upper.any():
         return 0.0, points
-    return float(np.median((vw[None, :] - vw[:, None])[upper] / dt[upper])), points
+    return _median((vw[None, :] - vw[:, None])[upper] / dt[upper]), points
 
 
 def _peaks(
@@ -190,7 +190,7 @@ def _peaks(
     tw, vw = t[mask], v[mask]
     if vw.size == 0:
         return tuple((w, 0.0) for w in settings.peak_averaging_seconds)
-    step = float(np.median(np.diff(tw))) if vw.size > 1 else 1.0
+    step = _median(tw[1:] - tw[:-1]) if vw.size > 1 else 1.0
     sums = np.concatenate(([0.0], np.cumsum(vw)))
     block = np.floor(tw / settings.peak_block_seconds)
     out = []
@@ -216,6 +216,23 @@ def _forget(highest: np.ndarray, settings: ForecastSettings) -> np.ndarray:
         return highest
     run = highest.size - 1 - int(np.flatnonzero(~low)[-1])  # trailing quiet blocks
     return highest[-run:] if run >= settings.forget_after_blocks else highest
+
+
+def _median(x: np.ndarray) -> float:
+    """np.median of a non-empty 1-D array of finite numbers, to the bit, without its
+    per-call overhead (its NaN checks, axis handling): a decision takes three, and at
+    1,000 workloads they were a fifth of a tick."""
+    half = x.size // 2
+    if x.size % 2:
+        return float(np.partition(x, half)[half])
+    low, high = np.partition(x, (half - 1, half))[half - 1 : half + 1]
+    return float((low + high) / 2)
+
+
+def _mean(x: np.ndarray) -> float:
+    """np.mean of a non-empty 1-D array, to the bit (the same pairwise sum, divided by
+    the count), without its per-call overhead."""
+    return float(x.sum() / x.size)
 
 
 def _quantile(x: np.ndarray, q: float) -> float:

@@ -91,14 +91,20 @@ def parse_matrix(data: Any) -> tuple[RangeSeries, ...]:
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         raise PromError(PromErrorKind.BAD_RESPONSE, "expected a matrix result")
     out = []
+    isfinite = math.isfinite
     try:
+        # A tick parses a sample per pod and signal: one pass, and the decoded label dict
+        # kept as it came (the answer is ours alone).
         for item in data.get("result") or ():
-            samples = []
-            for t, v in item.get("values") or ():
-                value = float(v)
-                if math.isfinite(value):
-                    samples.append((float(t), value))
-            out.append(RangeSeries(labels=dict(item.get("metric") or {}), samples=tuple(samples)))
+            samples = tuple(
+                (float(t), value)
+                for t, v in item.get("values") or ()
+                if isfinite(value := float(v))
+            )
+            labels = item.get("metric") or {}
+            if not isinstance(labels, dict):
+                raise TypeError("metric is not an object")
+            out.append(RangeSeries(labels=labels, samples=samples))
     except (TypeError, ValueError, AttributeError) as err:
         raise PromError(PromErrorKind.BAD_RESPONSE, f"malformed matrix: {err}") from None
     return tuple(out)

@@ -38,13 +38,23 @@ def test_a_sample_not_newer_than_the_last_is_dropped() -> None:
     assert h.latest_time("queue_depth") == 25.0 and h.latest_time("in_flight") is None
 
 
-def test_forgetting_old_samples_changes_no_window() -> None:
-    h = filled()
-    before = h.observe(25.0, ())
-    h.forget_before(5.0)
-    assert h.observe(25.0, ()) == before
-    h.forget_before(30.0)
-    assert h.observe(25.0, ()).queue_depth == Series()
+@pytest.mark.parametrize("delay", [0.0, 3.0], ids=["no-delay", "delayed"])
+def test_a_history_that_runs_for_days_keeps_two_windows_and_sees_the_same(delay: float) -> None:
+    # Issue 18: the live controller never forgot a sample (about 9 GB a day at 1,000
+    # workloads). Every window at or after the newest sample must stay the same.
+    kept = SignalHistory(history_seconds=20.0, delay_seconds=delay)
+    for t in range(0, 1000, 5):
+        kept.add("queue_depth", float(t), t / 5)
+        kept.add_pods(float(t), (PodTelemetry(pod=f"p{t}"),))
+        recent = SignalHistory(history_seconds=20.0, delay_seconds=delay)
+        for old in range(max(0, t - 60), t + 5, 5):
+            recent.add("queue_depth", float(old), old / 5)
+            recent.add_pods(float(old), (PodTelemetry(pod=f"p{old}"),))
+        for now in (float(t), t + 2.5, t + 10.0):
+            assert kept.observe(now, ()) == recent.observe(now, ())
+    # Forgotten: a window long before the newest sample finds nothing (memory is bounded).
+    assert kept.observe(500.0, ()).queue_depth == Series()
+    assert kept.observe(500.0, ()).pods == ()
 
 
 def test_an_unknown_signal_is_a_key_error() -> None:
