@@ -125,12 +125,6 @@ async def _respond(
         )
 
 
-def _plain(status: int, text: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(
-        status=status, body=text.encode(), headers={hdrs.CONTENT_TYPE: _PLAIN, **(headers or {})}
-    )
-
-
 def plain(status: int, text: str, headers: dict[str, str] | None = None) -> web.Response:
     """A short text/plain answer."""
     return web.Response(
