@@ -8,6 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from gpufleet.autoscaler.controller import Stats
 from gpufleet.autoscaler.prom.client import PromErrorKind
 from gpufleet.core.server_stats import ServerStats
+from gpufleet.http.metrics import http_families
 from gpufleet.kube.errors import KubeErrorKind
 
 P = "gpufleet_autoscaler_"
@@ -72,42 +73,7 @@ class SelfMetrics:
         )
         yield GaugeMetricFamily(f"{P}leader", "1 while this replica writes.", value=int(s.leader))
         if self._server is not None:
-            yield from _http(self._server)
-
-
-def _http(server: ServerStats) -> Iterator[Metric]:
-    """The metrics port's counters, named as the exporter's `gpufleet_exporter_http_*`."""
-    requests = CounterMetricFamily(
-        f"{P}http_requests",
-        "HTTP requests served, by route and status code.",
-        labels=["route", "code"],
-    )
-    for (route, code), value in sorted(server.requests_total.items()):
-        requests.add_metric([route, str(code)], value)
-    yield requests
-    seconds = CounterMetricFamily(
-        f"{P}http_request_seconds", "Time spent serving HTTP requests, by route.", labels=["route"]
-    )
-    for route, value in sorted(server.request_seconds_total.items()):
-        seconds.add_metric([route], value)
-    yield seconds
-    yield CounterMetricFamily(
-        f"{P}http_write_timeouts",
-        "Responses abandoned because the client did not read them within the write timeout.",
-        value=server.write_timeouts_total,
-    )
-    yield CounterMetricFamily(
-        f"{P}http_bad_requests",
-        "Requests refused with a 4xx because their request line or headers did not parse; "
-        "logged as rate-limited one-line warnings.",
-        value=server.bad_requests_total,
-    )
-    yield CounterMetricFamily(
-        f"{P}http_accept_errors",
-        "Connections that could not be accepted for want of file descriptors or memory "
-        "(retried after 1 s); logged as rate-limited one-line warnings.",
-        value=server.accept_errors_total,
-    )
+            yield from http_families(P, self._server)
 
 
 def _per_workload(name: str, help_text: str, values: Mapping[str, int]) -> GaugeMetricFamily:

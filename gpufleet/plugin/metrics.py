@@ -11,6 +11,8 @@ from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
+from gpufleet.core.server_stats import ServerStats
+from gpufleet.http.metrics import http_families
 from gpufleet.http.server import RunningServer, new_app, plain, start_server
 from gpufleet.plugin.core.model import Health
 from gpufleet.plugin.kubelet.registration import PluginRunner
@@ -110,6 +112,16 @@ class SelfMetrics:
         return family
 
 
+class _HttpMetrics:
+    """The metrics port's own counters, `gpufleet_plugin_http_*`."""
+
+    def __init__(self, stats: ServerStats) -> None:
+        self._stats = stats
+
+    def collect(self):
+        yield from http_families("gpufleet_plugin_", self._stats)
+
+
 class MetricsServer:
     """The self-metrics port: `/metrics` and `/health` on the server the exporter uses
     (`gpufleet.http`: web config, 10 s read and write timeouts, 404 elsewhere), run on an
@@ -128,6 +140,8 @@ class MetricsServer:
         read_timeout_seconds: float = READ_TIMEOUT_SECONDS,
     ) -> None:
         self._registry = registry
+        self._stats = ServerStats()
+        registry.register(_HttpMetrics(self._stats))
         self._host, self._port = host, port
         self._web_config = web_config
         self._read_timeout_seconds = read_timeout_seconds
@@ -175,6 +189,7 @@ class MetricsServer:
         app = new_app(
             [web.get("/metrics", metrics), web.get("/health", health)],
             web_config=self._web_config,
+            stats=self._stats,
         )
         ssl_context = self._web_config.ssl_context() if self._web_config else None
         return await start_server(

@@ -92,3 +92,13 @@ def test_a_web_config_brings_tls_and_basic_auth(serve, tmp_path: Path):
     assert status == 200 and b"gpufleet_plugin_registered" in body
     with pytest.raises(OSError):  # plain HTTP is not served (the server hangs up)
         get(f"http://127.0.0.1:{server.port}/metrics")
+
+
+def test_a_request_that_does_not_parse_is_counted_on_the_port(serve):
+    """The port's own counters, named as the exporter's and the autoscaler's."""
+    server = serve()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        assert b" 400 " in conn.recv(1024).split(b"\r\n")[0]
+    _, body = get(f"http://127.0.0.1:{server.port}/metrics")
+    assert b"gpufleet_plugin_http_bad_requests_total 1.0" in body
