@@ -33,6 +33,7 @@ from gpufleet.kube.events import EventRecorder
 from gpufleet.lab.kubeapi.cluster import ClusterTiming, LabCluster
 from gpufleet.lab.kubeapi.server import FakeApiServer
 from gpufleet.lab.serving import ServingFleet
+from gpufleet.lab.workload import create_deployment
 
 POLICIES = ("gpufleet", "keda")  # keda: an HPA on the queue, 15 s sync
 GPA = ("autoscaling.gpufleet.dev", "v1alpha1")
@@ -77,20 +78,7 @@ def first_queued_sample(port: int, namespace: str, since: float) -> float | None
 
 def create_workload(api: client.ApiClient, namespace: str, policy: str) -> None:
     """A namespace with a one-replica vLLM Deployment and its GPUAutoscaler."""
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
-    labels = {"app": "vllm"}
-    container = {"name": "vllm", "image": "vllm/vllm-openai"}
-    client.AppsV1Api(api).create_namespaced_deployment(
-        namespace,
-        {
-            "metadata": {"name": "vllm"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
-            },
-        },
-    )
+    create_deployment(api, namespace, replicas=1, gpus=None)
     spec = {
         "scaleTargetRef": {"kind": "Deployment", "name": "vllm"},
         "maxReplicas": 8,

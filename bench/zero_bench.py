@@ -51,41 +51,20 @@ from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.kube.events import EventRecorder
 from gpufleet.lab.kubeapi.cluster import ClusterTiming, LabCluster
 from gpufleet.lab.kubeapi.server import FakeApiServer
-from gpufleet.lab.serving import ServingFleet
-from gpufleet.lab.workload import TIMING
+from gpufleet.lab.serving import ServingFleet, gateway_queue_query
+from gpufleet.lab.workload import LABELS, TIMING, create_deployment
 
 METHODS = ("gpufleet", "keda-push", "keda-poll")
 STEPS = ("scrape", "decision", "node", "cold start", "first Ready", "first token")
 GPA = ("autoscaling.gpufleet.dev", "v1alpha1")
-LABELS = {"app": "vllm"}
 # The ScaledObject's external-push trigger (scalerAddress aside): active above 0 queued.
 TRIGGER = {"autoscaler": "chat", "metric": "queue_depth", "targetValue": "5"}
-
-
-def gateway_query(namespace: str) -> str:
-    return f'sum(lab_gateway_requests_waiting{{namespace="{namespace}"}})'
 
 
 def create(api: client.ApiClient, namespace: str, method: str, scaler: str) -> None:
     """A Deployment at zero replicas (one GPU a pod), its GPUAutoscaler, and for
     keda-push the ScaledObject that makes KEDA its owner."""
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
-    container = {
-        "name": "vllm",
-        "image": "vllm/vllm-openai",
-        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-    }
-    client.AppsV1Api(api).create_namespaced_deployment(
-        namespace,
-        {
-            "metadata": {"name": "vllm"},
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": LABELS},
-                "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [container]}},
-            },
-        },
-    )
+    create_deployment(api, namespace, replicas=0)
     spec = {
         "scaleTargetRef": {"kind": "Deployment", "name": "vllm"},
         "minReplicas": 0,
@@ -94,7 +73,7 @@ def create(api: client.ApiClient, namespace: str, method: str, scaler: str) -> N
         "batchSlots": 8,
         "coldStartSeconds": TIMING["cold_start_seconds"],
         "nodePool": {"gpusPerNode": 8, "provisionSeconds": TIMING["node_provision_seconds"]},
-        "signals": {"gatewayQueueDepth": gateway_query(namespace)},
+        "signals": {"gatewayQueueDepth": gateway_queue_query(namespace)},
         "keda": {"queueTarget": 5},  # pollingIntervalSeconds: KEDA's default, 30
     }
     crd = client.CustomObjectsApi(api)

@@ -202,6 +202,12 @@ class _Pod:
     deleting: bool = False
 
 
+def gateway_queue_query(namespace: str) -> str:
+    """PromQL for the requests the gateway holds for `namespace`: a GPUAutoscaler's
+    `signals.gatewayQueueDepth` in the lab."""
+    return f'sum(lab_gateway_requests_waiting{{namespace="{namespace}"}})'
+
+
 class ServingFleet:
     """The serving pods of one Deployment's label selector in one namespace."""
 

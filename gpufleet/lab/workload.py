@@ -15,7 +15,7 @@ from kubernetes import client
 from gpufleet.autoscaler.replay.core.trace import Trace
 from gpufleet.lab.kubeapi.cluster import ClusterTiming, LabCluster
 from gpufleet.lab.kubeapi.server import FakeApiServer
-from gpufleet.lab.serving import ServingFleet
+from gpufleet.lab.serving import ServingFleet, gateway_queue_query
 
 NAMESPACE = "llm"
 NAME = "vllm"
@@ -56,31 +56,36 @@ def autoscaler_spec(spec: WorkloadSpec) -> dict:
             "placeholders": True,
         },
         "keda": {"queueTarget": 5, "pollingIntervalSeconds": 5},
-        "signals": {
-            "gatewayQueueDepth": f'sum(lab_gateway_requests_waiting{{namespace="{NAMESPACE}"}})'
-        },
+        "signals": {"gatewayQueueDepth": gateway_queue_query(NAMESPACE)},
     }
 
 
-def create_workload(api: client.ApiClient, spec: WorkloadSpec) -> None:
-    """The namespace, the Deployment (one replica, one GPU each) and its GPUAutoscaler."""
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
-    container = {
-        "name": "vllm",
-        "image": "vllm/vllm-openai",
-        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-    }
+def create_deployment(
+    api: client.ApiClient, namespace: str, *, replicas: int, gpus: int | None = 1
+) -> dict:
+    """The namespace and the Deployment NAME (pods labelled LABELS, `gpus` GPUs each; None
+    requests none); returns its container, for a caller adding pods of its own."""
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+    container: dict = {"name": "vllm", "image": "vllm/vllm-openai"}
+    if gpus is not None:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
     client.AppsV1Api(api).create_namespaced_deployment(
-        NAMESPACE,
+        namespace,
         {
             "metadata": {"name": NAME},
             "spec": {
-                "replicas": 1,
+                "replicas": replicas,
                 "selector": {"matchLabels": LABELS},
                 "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [container]}},
             },
         },
     )
+    return container
+
+
+def create_workload(api: client.ApiClient, spec: WorkloadSpec) -> None:
+    """The namespace, the Deployment (one replica, one GPU each) and its GPUAutoscaler."""
+    create_deployment(api, NAMESPACE, replicas=1)
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         "autoscaling.gpufleet.dev",
         "v1alpha1",

@@ -2,7 +2,7 @@
 
 from kubernetes import client
 
-LABELS = {"app": "vllm"}
+from gpufleet.lab.workload import LABELS, create_deployment
 
 
 def api_client(url: str) -> client.ApiClient:
@@ -22,22 +22,8 @@ def create_vllm(
 ) -> None:
     """The namespace and a Deployment `vllm` (pods labelled app=vllm); with `ready_pod`, one
     such pod already Ready on `node`, for tests that run no lab cluster."""
+    container = create_deployment(api, namespace, replicas=replicas, gpus=gpus)
     core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": namespace}})
-    container: dict = {"name": "vllm", "image": "vllm/vllm-openai"}
-    if gpus is not None:
-        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-    client.AppsV1Api(api).create_namespaced_deployment(
-        namespace,
-        {
-            "metadata": {"name": "vllm"},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": LABELS},
-                "template": {"metadata": {"labels": LABELS}, "spec": {"containers": [container]}},
-            },
-        },
-    )
     if ready_pod:
         core.create_namespaced_pod(
             namespace,
