@@ -373,6 +373,7 @@ def floors() -> Floors:
         interpreter=import_cost.rss_after(()),
         stack=import_cost.rss_after(import_cost.STACK, setup=sim),
         stack_k=import_cost.rss_after(import_cost.STACK_K, setup=sim),
+        stack_h2=import_cost.rss_after(import_cost.STACK_H2, setup=sim),
     )
 
 

@@ -5,7 +5,7 @@ the real daemon code, `prepare` then `serve`, against the kubelet the parent pro
 node layouts are deterministic, so GPU UUIDs, pids and pod UIDs agree on both sides. Being
 its own process makes /proc/<pid> readings (CPU, RSS) the exporter's alone. Without
 `--kubelet-socket` it runs as `gpufleet exporter` without `-k` does: no pod attribution,
-and grpc never imported.
+and h2 never imported (grpc is never imported by the exporter).
 
 Protocol with the parent: exactly one JSON line on stdout once listening,
 `{"port": N, "threads": {name: native thread id}}`, then serving until SIGTERM or SIGINT.

@@ -8,7 +8,7 @@ every arena's free pages (measured in BENCHMARKS.md, issue 15). C libraries with
 
 glibc also gives each new thread that allocates an arena of its own (up to 8 per core),
 each holding its own free pages; the exporter's threads (a fresh one per collection,
-gRPC core's, the watchers') mostly allocate under the GIL, so one arena costs them little
+the watchers') mostly allocate under the GIL, so one arena costs them little
 contention and saves its RSS (BENCHMARKS.md, issue 15).
 """
 

@@ -40,7 +40,7 @@ from gpufleet.exporter.pods.procfs import PidPodMap
 from gpufleet.exporter.pods.view import EMPTY_VIEW
 from gpufleet.heap import release_free_heap
 
-if TYPE_CHECKING:  # grpc (-k) and the kubernetes client (pod labels, DRA) load only when used
+if TYPE_CHECKING:  # h2 (-k) and the kubernetes client (pod labels, DRA) load only when used
     from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
     from gpufleet.exporter.pods.podresources import PodResourcesWatcher
 

@@ -44,7 +44,7 @@ from gpufleet.logs import setup_logging
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.settings import settings_from_argv
 
-# Only some configurations need these: grpc with -k; YAML, bcrypt and the TLS setup with
+# Only some configurations need these: h2 with -k; YAML, bcrypt and the TLS setup with
 # --web-config-file; the kubernetes client where a flag needs it. They are imported where
 # those flags are handled (BENCHMARKS.md, issue 15).
 if TYPE_CHECKING:

@@ -1,10 +1,11 @@
 """What the exporter loads depends on its flags (issue 15, section 4).
 
-grpc serves only `-k`; YAML, bcrypt and the web config's TLS setup only
-`--web-config-file`; the Kubernetes client only the flags that read the API. Each costs
-resident memory on every GPU node (BENCHMARKS.md), so a plain exporter must not load them.
-The exporter runs as users start it, in a fresh interpreter, until its first collection is
-served; then it reports which of these modules it holds.
+h2 (the pod-resources List over HTTP/2) serves only `-k`, and grpc none: the exporter
+never loads it; YAML, bcrypt and the web config's TLS setup only `--web-config-file`; the
+Kubernetes client only the flags that read the API. Each costs resident memory on every
+GPU node (BENCHMARKS.md), so a plain exporter must not load them. The exporter runs as
+users start it, in a fresh interpreter, until its first collection is served; then it
+reports which of these modules it holds.
 """
 
 import json
@@ -15,7 +16,7 @@ from pathlib import Path
 from helpers import free_port
 
 LAZY = {
-    "grpc": "-k",
+    "h2": "-k",
     "gpufleet.exporter.pods.podresources": "-k",
     "yaml": "--web-config-file",
     "bcrypt": "--web-config-file",
@@ -23,9 +24,10 @@ LAZY = {
     "gpufleet.http.tls": "--web-config-file",
     "kubernetes": "--kubernetes-enable-pod-labels, --kubernetes-enable-dra, -m",
 }
-# Loaded by no configuration: `-k` decodes the kubelet's answer itself (listwire), gzip
-# comes from zlib, did-you-mean hints load difflib only on a bad input.
-NEVER = ("google.protobuf", "gzip", "difflib")
+# Loaded by no configuration: `-k` makes its gRPC call with h2 (grpcunary) and decodes
+# the kubelet's answer itself (listwire), gzip comes from zlib, did-you-mean hints load
+# difflib only on a bad input.
+NEVER = ("grpc", "google.protobuf", "gzip", "difflib")
 
 # Runs the daemon's own main() on simulated GPUs; a thread waits for a 200 from /metrics (the
 # first collection is in), prints which LAZY modules are loaded, and stops the daemon as
@@ -75,7 +77,7 @@ def test_plain_exporter_loads_none_of_them() -> None:
     assert loaded_modules() == set()
 
 
-def test_kubernetes_loads_grpc_only(tmp_path: Path) -> None:
+def test_kubernetes_loads_h2_only_never_grpc(tmp_path: Path) -> None:
     loaded = loaded_modules(
         "-k",
         *("--pod-resources-kubelet-socket", str(tmp_path / "kubelet.sock")),

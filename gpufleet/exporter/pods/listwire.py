@@ -2,10 +2,11 @@
 
 The exporter needs a few strings per device group of the kubelet's answer; the protobuf
 runtime that would parse it costs 1.2 MiB resident on every GPU node (BENCHMARKS.md,
-issue 15), so the exporter's gRPC channel hands the raw bytes here. Field numbers are the
-kubelet's pod-resources v1 API (kubernetes/kubelet `pkg/apis/podresources/v1/api.proto`,
-copied in `gpufleet/kubelet/proto/podresources_v1.proto`). As in protobuf, unknown fields
-are skipped (a newer kubelet's additions are harmless) and the last value of a repeated
+issue 15), so the exporter's gRPC call (`grpcunary`) hands the raw bytes here. Field
+numbers are the kubelet's pod-resources v1 API (kubernetes/kubelet
+`pkg/apis/podresources/v1/api.proto`, copied in
+`gpufleet/kubelet/proto/podresources_v1.proto`). As in protobuf, unknown fields are
+skipped (a newer kubelet's additions are harmless) and the last value of a repeated
 singular field wins. Pure.
 """
 

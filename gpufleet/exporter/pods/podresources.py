@@ -1,8 +1,9 @@
 """The kubelet's view of GPU allocations, refreshed in the background.
 
-Calls pod-resources v1 `List` on the kubelet socket every few seconds over one persistent
-gRPC channel, reads the device manager's checkpoint (for pod UIDs), and publishes an
-immutable `KubeletView` by swapping one reference, so the collector reads it without a lock.
+Calls pod-resources v1 `List` on the kubelet socket every few seconds (gRPC over HTTP/2 by
+`grpcunary`, one connection per call: grpcio is never loaded), reads the device manager's
+checkpoint (for pod UIDs), and publishes an immutable `KubeletView` by swapping one
+reference, so the collector reads it without a lock.
 
 Rules: never called per scrape or per collection (dcgm-exporter's per-scrape `List` is the
 root of its CPU and latency complaints); never calls `Get` (gated off on many kubelets);
@@ -19,8 +20,8 @@ from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
-import grpc
-
+from gpufleet.exporter.pods.grpcunary import UnaryClient
+from gpufleet.exporter.pods.grpcwire import CallError, StatusCode
 from gpufleet.exporter.pods.listwire import Listed, decode_list
 from gpufleet.exporter.pods.view import EMPTY_VIEW, KubeletView
 from gpufleet.kubelet.checkpoint import CheckpointEntry, CheckpointRead, read_checkpoint
@@ -46,9 +47,9 @@ class KubeletErrorKind(StrEnum):
 
 
 _KIND_BY_CODE = {
-    grpc.StatusCode.UNAVAILABLE: KubeletErrorKind.UNAVAILABLE,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: KubeletErrorKind.RATE_LIMITED,
-    grpc.StatusCode.DEADLINE_EXCEEDED: KubeletErrorKind.DEADLINE,
+    StatusCode.UNAVAILABLE: KubeletErrorKind.UNAVAILABLE,
+    StatusCode.RESOURCE_EXHAUSTED: KubeletErrorKind.RATE_LIMITED,
+    StatusCode.DEADLINE_EXCEEDED: KubeletErrorKind.DEADLINE,
 }
 
 
@@ -106,9 +107,8 @@ class PodResourcesWatcher:
         self._last_success_at: float | None = None
         self._errors = dict.fromkeys(KubeletErrorKind, 0)
         self._errors_lock = threading.Lock()
-        self._refresh_lock = threading.Lock()  # one refresh at a time; guards the channel
-        self._channel: grpc.Channel | None = None
-        self._lister: grpc.UnaryUnaryMultiCallable | None = None
+        self._refresh_lock = threading.Lock()  # one refresh at a time
+        self._client = UnaryClient(socket_path.absolute(), max_receive_bytes=MAX_RECEIVE_BYTES)
         self._state = "starting"  # "ok" or a failure kind: what was last logged
         self._checkpoint_state: KubeletErrorKind | None = None
         self._checkpoint_skipped: tuple[str, ...] = ()  # what was last logged
@@ -147,13 +147,9 @@ class PodResourcesWatcher:
     def stop(self, timeout_seconds: float = 5.0) -> None:
         """Stop the thread; an in-flight List is cancelled, so this returns promptly."""
         self._stopping.set()
-        channel = self._channel
-        if channel is not None:
-            channel.close()  # cancels a List in flight
+        self._client.close()  # cancels a List in flight
         if self._thread is not None:
             self._thread.join(timeout_seconds)
-        with self._refresh_lock:
-            self._close_channel()
 
     def refresh_now(self) -> KubeletView:
         """Refresh in the caller's thread and return the resulting view. Never raises."""
@@ -202,19 +198,14 @@ class PodResourcesWatcher:
 
     def _list(self) -> tuple[Listed, KubeletErrorKind | None, str]:
         if not self._socket_path.exists():
-            self._close_channel()
             return _NO_PODS, KubeletErrorKind.SOCKET_MISSING, "socket not found"
         try:
-            response = self._stub()(_EMPTY_REQUEST, timeout=self._call_timeout_seconds)
+            response = self._client.call(
+                LIST_METHOD, _EMPTY_REQUEST, timeout_seconds=self._call_timeout_seconds
+            )
             return decode_list(response), None, ""
-        except grpc.RpcError as exc:
-            code = exc.code() if isinstance(exc, grpc.Call) else None
-            kind = _KIND_BY_CODE.get(code, KubeletErrorKind.ERROR)
-            if kind is KubeletErrorKind.UNAVAILABLE:
-                # A fresh channel connects at once; the old one may sit in reconnect backoff.
-                self._close_channel()
-            details = exc.details() if isinstance(exc, grpc.Call) else ""
-            return _NO_PODS, kind, f"{code}: {details}"
+        except CallError as exc:
+            return _NO_PODS, _KIND_BY_CODE.get(exc.code, KubeletErrorKind.ERROR), str(exc)
         except Exception as exc:  # never into the collector: counted as "error"
             return _NO_PODS, KubeletErrorKind.ERROR, repr(exc)
 
@@ -264,21 +255,3 @@ class PodResourcesWatcher:
     def _count(self, kind: KubeletErrorKind, n: int = 1) -> None:
         with self._errors_lock:
             self._errors[kind] += n
-
-    def _stub(self) -> grpc.UnaryUnaryMultiCallable:
-        if self._lister is None:
-            self._channel = grpc.insecure_channel(
-                f"unix://{self._socket_path.absolute()}",
-                options=[
-                    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-                    ("grpc.enable_http_proxy", 0),
-                ],
-            )
-            # No (de)serializers: bytes in, bytes out.
-            self._lister = self._channel.unary_unary(LIST_METHOD, _registered_method=True)
-        return self._lister
-
-    def _close_channel(self) -> None:
-        channel, self._channel, self._lister = self._channel, None, None
-        if channel is not None:
-            channel.close()

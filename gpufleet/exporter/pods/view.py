@@ -1,7 +1,7 @@
 """The kubelet's view of GPU allocations, as plain data.
 
 Exists apart from `podresources` (the gRPC client that fills it) so the collector can hold an
-empty view without importing grpc: an exporter started without `-k` never loads it.
+empty view without importing h2: an exporter started without `-k` never loads it.
 """
 
 from dataclasses import dataclass

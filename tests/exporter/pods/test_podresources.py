@@ -150,7 +150,7 @@ def test_socket_missing_then_restarted_recovers(
 def test_kubelet_restart_while_connected_recovers(
     kubelet: FakeKubelet, watcher: PodResourcesWatcher
 ) -> None:
-    """The persistent channel loses its connection; the watcher reconnects without help."""
+    """The kubelet restarts between Lists; the next List connects to the new one."""
     assert _pods(watcher.refresh_now()) == {"a", "b"}
     kubelet.restart()
     kubelet.remove_pod("ml", "a")
