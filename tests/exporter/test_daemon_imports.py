@@ -1,6 +1,6 @@
 """What the exporter loads depends on its flags (issue 15, section 4).
 
-grpc serves only `-k`; YAML, bcrypt and the web config's TLS setup only
+grpc and the kubelet's view serve only `-k`; YAML, bcrypt and the web config's TLS setup only
 `--web-config-file`; the Kubernetes client only the flags that read the API. Each costs
 resident memory on every GPU node (BENCHMARKS.md), so a plain exporter must not load them.
 The exporter runs as users start it, in a fresh interpreter, until its first collection is
@@ -17,11 +17,16 @@ from helpers import free_port
 LAZY = {
     "grpc": "-k",
     "gpufleet.exporter.pods.podresources": "-k",
+    # The kubelet's view and checkpoint and the /proc pid-to-pod map (0.1 MiB of code).
+    "gpufleet.exporter.pods.view": "-k",
+    "gpufleet.exporter.pods.procfs": "-k",
+    "gpufleet.kubelet.checkpoint": "-k",
     "yaml": "--web-config-file",
     "bcrypt": "--web-config-file",
     "gpufleet.http.webconfig": "--web-config-file",
     "gpufleet.http.tls": "--web-config-file",
     "kubernetes": "--kubernetes-enable-pod-labels, --kubernetes-enable-dra, -m",
+    "gpufleet.exporter.kube.view": "--kubernetes-enable-pod-labels, --kubernetes-enable-dra",
 }
 # Loaded by no configuration: `-k` decodes the kubelet's answer itself (listwire), gzip
 # comes from zlib, did-you-mean hints load difflib only on a bad input.
