@@ -11,7 +11,6 @@ whether one is, and the owner then leaks them deliberately rather than free them
 import dataclasses
 import logging
 import os
-import resource
 import threading
 import time
 from collections import Counter, deque
@@ -47,13 +46,15 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 def _process_stats() -> tuple[int | None, float]:
-    """(resident bytes, CPU seconds) of this process; RSS None where /proc is absent."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+    """(resident bytes, CPU seconds) of this process; RSS None where /proc is absent.
+
+    CPU from the process clock (user + system, ended threads included, as getrusage), so
+    no `resource` extension module is loaded for it (issue 15)."""
     try:
         rss = int(Path("/proc/self/statm").read_text().split()[1]) * _PAGE_BYTES
     except (OSError, IndexError, ValueError):
         rss = None
-    return rss, usage.ru_utime + usage.ru_stime
+    return rss, time.process_time()
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

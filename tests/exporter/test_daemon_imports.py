@@ -29,8 +29,9 @@ LAZY = {
     "gpufleet.exporter.kube.view": "--kubernetes-enable-pod-labels, --kubernetes-enable-dra",
 }
 # Loaded by no configuration: `-k` decodes the kubelet's answer itself (listwire), gzip
-# comes from zlib, did-you-mean hints load difflib only on a bad input.
-NEVER = ("google.protobuf", "gzip", "difflib")
+# comes from zlib, did-you-mean hints load difflib only on a bad input, the process's CPU
+# comes from time.process_time, not the `resource` extension module.
+NEVER = ("google.protobuf", "gzip", "difflib", "resource")
 
 # Runs the daemon's own main() on simulated GPUs; a thread waits for a 200 from /metrics (the
 # first collection is in), prints which LAZY modules are loaded, and stops the daemon as
