@@ -13,7 +13,7 @@ from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import AliasChoices, Field, ValidationError
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from gpufleet import __version__
 from gpufleet.core.messages import did_you_mean, shown
@@ -107,6 +107,44 @@ def _env_names(info: FieldInfo) -> list[str]:
     if isinstance(alias, AliasChoices):
         return [c for c in alias.choices if isinstance(c, str)]
     return []
+
+
+class ScalarEnvSource(PydanticBaseSettingsSource):
+    """pydantic-settings' env source, for settings whose fields are all scalars (str, int,
+    float, bool, Path, Literal, X | None) under the config every daemon uses
+    (`populate_by_name`, case-insensitive names, no prefix, no .env file).
+
+    It gives what `EnvSettingsSource` gives for such a class (tested against it): per field,
+    the first of its env var names, then its field name, set in the environment in any case,
+    keyed by the first env var name (by the field name when found under it), the value as
+    the string it is. `EnvSettingsSource` also asks of each field's type whether it is a
+    model, mapping or sequence, with `issubclass` against collections.abc; the answers stay
+    in the ABCs' caches, 0.2 MiB for the exporter's 45 fields (BENCHMARKS.md, issue 15).
+    """
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        environ = {key.lower(): value for key, value in os.environ.items()}
+        return self._lookup(environ, field, field_name)
+
+    @staticmethod
+    def _lookup(
+        environ: Mapping[str, str], field: FieldInfo, field_name: str
+    ) -> tuple[str | None, str, bool]:
+        names = _env_names(field)
+        for name in (*names, field_name):
+            value = environ.get(name.lower())
+            if value is not None:
+                return value, field_name if name == field_name else names[0], False
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        environ = {key.lower(): value for key, value in os.environ.items()}
+        data = {}
+        for name, info in self.settings_cls.model_fields.items():
+            value, key, _ = self._lookup(environ, info, name)
+            if value is not None:
+                data[key] = value
+        return data
 
 
 def _env_name(info: FieldInfo) -> str | None:

@@ -1,16 +1,29 @@
 """Flags, env vars and defaults: precedence and error messages (dcgm-exporter names)."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from pydantic import AliasChoices
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from gpufleet.autoscaler.settings import AutoscalerSettings
 from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.plugin.settings import PluginSettings
 from gpufleet.settings import (
+    ScalarEnvSource,
     SettingsError,
     build_parser,
     kube_url_setting,
     kubeconfig_setting,
     load_settings,
+    setting,
     sim_fleet_setting,
 )
 
@@ -320,3 +333,63 @@ def test_sim_fleet_is_the_shared_definition(settings_cls):
         made.description,
         made.json_schema_extra,
     )
+
+
+class _Choices(BaseSettings):
+    """A scalar settings class using what ExporterSettings does not: several env var names
+    for one field, no env var, Optional."""
+
+    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid")
+
+    both: str = setting("", AliasChoices("FIRST_NAME", "SECOND_NAME"), group="g", help="h")
+    nameless: int = setting(0, None, "--nameless", group="g", help="h")
+    maybe: Path | None = setting(None, "MAYBE_PATH", group="g", help="h")
+
+
+def _env_keys(settings_cls: type[BaseSettings]) -> list[str]:
+    names = [*settings_cls.model_fields]
+    for info in settings_cls.model_fields.values():
+        alias = info.validation_alias
+        names += alias.choices if isinstance(alias, AliasChoices) else [alias] if alias else []
+    return names
+
+
+_ENV_KEY = st.sampled_from([*_env_keys(ExporterSettings), *_env_keys(_Choices), "OTHER"]).flatmap(
+    lambda name: st.sampled_from([name, name.lower(), name.upper(), name.title()])
+)
+_ENV_VALUE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"))
+
+
+@pytest.mark.parametrize("settings_cls", [ExporterSettings, _Choices], ids=["exporter", "choices"])
+@given(env=st.dictionaries(_ENV_KEY, _ENV_VALUE, max_size=12))
+@hypothesis_settings(max_examples=200)
+def test_scalar_env_source_reads_what_pydantic_settings_reads(settings_cls, env):
+    """Issue 15: the exporter's light env source gives the state pydantic-settings' own env
+    source gives, for any environment: the same names in any case, the field name too, the
+    same precedence between them and the same keys (which name errors and precedence)."""
+    with mock.patch.dict(os.environ, env, clear=True):
+        assert ScalarEnvSource(settings_cls)() == EnvSettingsSource(settings_cls)()
+
+
+# In a fresh interpreter: does building ExporterSettings leave answers in the ABCs' caches?
+_ABC_CHILD = """
+import abc, collections.abc, pathlib
+from gpufleet.exporter.settings import ExporterSettings
+
+def cached():
+    return sum(len(abc._get_dump(cls)[2]) for cls in (collections.abc.Mapping,
+        collections.abc.Sequence, collections.abc.Set))
+
+before = cached()
+ExporterSettings(address="127.0.0.1:0")
+print(cached() - before)
+"""
+
+
+def test_exporter_settings_leave_no_abc_cache_entries():
+    """Issue 15: pydantic-settings' env source asked each field's type whether it is a
+    Mapping, Sequence or Set; the ABCs kept every answer, 0.2 MiB in each exporter."""
+    out = subprocess.run(
+        [sys.executable, "-c", _ABC_CHILD], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "0"

@@ -11,7 +11,6 @@ whether one is, and the owner then leaks them deliberately rather than free them
 import dataclasses
 import logging
 import os
-import resource
 import threading
 import time
 from collections import Counter, deque
@@ -33,29 +32,29 @@ from gpufleet.exporter.core.selfmetrics import SelfStats, self_families
 from gpufleet.exporter.core.series import SeriesOptions, build_families
 from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
 from gpufleet.exporter.http.store import ExpositionStore
-from gpufleet.exporter.kube.view import EMPTY_API_VIEW
 from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.exporter.nvml.xid import XidWatcher
-from gpufleet.exporter.pods.procfs import PidPodMap
-from gpufleet.exporter.pods.view import EMPTY_VIEW
 from gpufleet.heap import release_free_heap
 
 if TYPE_CHECKING:  # h2 (-k) and the kubernetes client (pod labels, DRA) load only when used
     from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
     from gpufleet.exporter.pods.podresources import PodResourcesWatcher
+    from gpufleet.exporter.pods.procfs import PidPodMap
 
 log = logging.getLogger(__name__)
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 def _process_stats() -> tuple[int | None, float]:
-    """(resident bytes, CPU seconds) of this process; RSS None where /proc is absent."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+    """(resident bytes, CPU seconds) of this process; RSS None where /proc is absent.
+
+    CPU from the process clock (user + system, ended threads included, as getrusage), so
+    no `resource` extension module is loaded for it (issue 15)."""
     try:
         rss = int(Path("/proc/self/statm").read_text().split()[1]) * _PAGE_BYTES
     except (OSError, IndexError, ValueError):
         rss = None
-    return rss, usage.ru_utime + usage.ru_stime
+    return rss, time.process_time()
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,7 +84,7 @@ class Collector:
         store: ExpositionStore,
         kubelet: "PodResourcesWatcher | None" = None,
         kube: "KubeMetadataWatcher | None" = None,
-        pid_pods: PidPodMap | None = None,
+        pid_pods: "PidPodMap | None" = None,
         server_stats: ServerStats | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -144,8 +143,10 @@ class Collector:
         self._selected = len(selected(entities, self._config.devices))
 
     def _attribution_index(self) -> attribution.AttributionIndex:
-        view = self._kubelet.view() if self._kubelet else EMPTY_VIEW
-        api = self._kube.view() if self._kube else EMPTY_API_VIEW
+        # Without -k there is no view (None): the kubelet's and the API's view modules are
+        # then never loaded (issue 15), and the index places the entities only.
+        view = self._kubelet.view() if self._kubelet else None
+        api = self._kube.view() if self._kube else None
         key = (view, api, self._entities)
         if (
             self._index_key is None
@@ -154,14 +155,14 @@ class Collector:
             or key[2] != self._index_key[2]
         ):
             claims, unknown = ((), 0)
-            if self._config.dra:
+            if self._config.dra and view and api:
                 claims, unknown = resolve_claims(view.claims, api.devices)
             index = attribution.build_index(
-                view.containers,
-                view.checkpoint,
+                view.containers if view else (),
+                view.checkpoint if view else (),
                 self._entities,
                 extra_resource_names=self._config.extra_resource_names,
-                pods=api.pods,
+                pods=api.pods if api else None,
                 claims=claims,
             )
             unknown += index.stats.unknown_device_ids

@@ -32,7 +32,6 @@ from gpufleet.exporter.core.series import SeriesOptions
 from gpufleet.exporter.http.server import build_app, start_server
 from gpufleet.exporter.http.store import ExpositionStore
 from gpufleet.exporter.nvml.reader import NvmlReader
-from gpufleet.exporter.pods.procfs import PidPodMap
 from gpufleet.exporter.settings import (
     DCGM_DEFAULT_COLLECTORS,
     EMBEDDED_COLLECTORS,
@@ -251,6 +250,7 @@ def build(prepared: Prepared, lib: Any) -> Components:
     kubelet = pid_pods = None
     if settings.kubernetes:
         from gpufleet.exporter.pods.podresources import PodResourcesWatcher
+        from gpufleet.exporter.pods.procfs import PidPodMap
 
         kubelet = PodResourcesWatcher(
             socket_path=settings.pod_resources_kubelet_socket,

@@ -1,11 +1,11 @@
 """What the exporter loads depends on its flags (issue 15, section 4).
 
-h2 (the pod-resources List over HTTP/2) serves only `-k`, and grpc none: the exporter
-never loads it; YAML, bcrypt and the web config's TLS setup only `--web-config-file`; the
-Kubernetes client only the flags that read the API. Each costs resident memory on every
-GPU node (BENCHMARKS.md), so a plain exporter must not load them. The exporter runs as
-users start it, in a fresh interpreter, until its first collection is served; then it
-reports which of these modules it holds.
+h2 (the pod-resources List over HTTP/2) and the kubelet's view serve only `-k`, and grpc
+none: the exporter never loads it; YAML, bcrypt and the web config's TLS setup only
+`--web-config-file`; the Kubernetes client only the flags that read the API. Each costs
+resident memory on every GPU node (BENCHMARKS.md), so a plain exporter must not load them.
+The exporter runs as users start it, in a fresh interpreter, until its first collection is
+served; then it reports which of these modules it holds.
 """
 
 import json
@@ -18,16 +18,22 @@ from helpers import free_port
 LAZY = {
     "h2": "-k",
     "gpufleet.exporter.pods.podresources": "-k",
+    # The kubelet's view and checkpoint and the /proc pid-to-pod map (0.1 MiB of code).
+    "gpufleet.exporter.pods.view": "-k",
+    "gpufleet.exporter.pods.procfs": "-k",
+    "gpufleet.kubelet.checkpoint": "-k",
     "yaml": "--web-config-file",
     "bcrypt": "--web-config-file",
     "gpufleet.http.webconfig": "--web-config-file",
     "gpufleet.http.tls": "--web-config-file",
     "kubernetes": "--kubernetes-enable-pod-labels, --kubernetes-enable-dra, -m",
+    "gpufleet.exporter.kube.view": "--kubernetes-enable-pod-labels, --kubernetes-enable-dra",
 }
 # Loaded by no configuration: `-k` makes its gRPC call with h2 (grpcunary) and decodes
 # the kubelet's answer itself (listwire), gzip comes from zlib, did-you-mean hints load
-# difflib only on a bad input.
-NEVER = ("grpc", "google.protobuf", "gzip", "difflib")
+# difflib only on a bad input, the process's CPU comes from time.process_time, not the
+# `resource` extension module.
+NEVER = ("grpc", "google.protobuf", "gzip", "difflib", "resource")
 
 # Runs the daemon's own main() on simulated GPUs; a thread waits for a 200 from /metrics (the
 # first collection is in), prints which LAZY modules are loaded, and stops the daemon as
