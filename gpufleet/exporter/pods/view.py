@@ -1,7 +1,8 @@
 """The kubelet's view of GPU allocations, as plain data.
 
-Exists apart from `podresources` (the gRPC client that fills it) so the collector can hold an
-empty view without importing h2: an exporter started without `-k` never loads it.
+Plain data apart from `podresources` (the client that fills it over the kubelet's socket), so
+what the collector reads carries no I/O. Only `-k` loads it: without a watcher the collector
+passes empties itself.
 """
 
 from dataclasses import dataclass
