@@ -6,12 +6,22 @@ requests within the SLO at <= 1.15x the oracle's billed GPU-hours. Which familie
 predictable is argued here, one line each, from their definitions in
 `gpufleet.autoscaler.replay.core.workloads` and `heldout_bench.FAMILIES`; the oracle's
 validity is `replay.core.report.oracle_valid` of its held-out replays, decided where they
-ran. Pure: judges and renders numbers, runs nothing.
+ran. Every run starts warm with the replicas the oracle's bound gives for the first
+minutes, which on some families is fewer than the engine needs, and no policy's replicas
+serve before a cold start: so the table also gives attainment over the feasible requests
+after the lead time (cold start plus node provisioning), the ones the oracle is judged on,
+and a miss that is the warm start's says so. Pure: judges and renders numbers, runs
+nothing.
 """
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from gpufleet.autoscaler.replay.core import report
+from gpufleet.autoscaler.replay.core.result import RunResult
+from gpufleet.autoscaler.replay.core.stats import feasible
+from gpufleet.autoscaler.replay.core.sweep import RunSpec
 
 MIN_FEASIBLE_ATTAINMENT = 0.99
 MAX_X_ORACLE = 1.15
@@ -48,6 +58,24 @@ PREDICTABLE: dict[str, tuple[bool, str]] = {
 }
 
 
+def split(spec: RunSpec, result: RunResult) -> tuple[float, float]:
+    """Attainment over feasible requests arriving before and after the lead time (cold
+    start plus node provisioning: the oracle's warm-up)."""
+    trace, config = spec.trace, spec.config
+    lead = config.cluster.cold_start_seconds + config.cluster.node_provision_seconds
+    slo = result.slo_ttft_seconds
+    can = feasible(
+        np.asarray(trace.prompt_tokens),
+        prefill_tokens_per_second=config.service.prefill_tokens_per_second,
+        slo_seconds=slo,
+    )
+    late = np.asarray(trace.arrival_seconds) >= lead
+    met = result.ttft_seconds <= slo
+    return tuple(  # type: ignore[return-value]
+        float(np.mean(met[can & part])) if np.any(can & part) else 1.0 for part in (~late, late)
+    )
+
+
 def x_oracle(gpu_hours: float, oracle_gpu_hours: float, *, valid: bool) -> float | None:
     """Billed GPU-hours over the oracle's; None where the oracle is no yardstick (it missed
     its own target on some seed, or billed nothing)."""
@@ -60,11 +88,13 @@ def verdict(
     family: str,
     *,
     feasible_attainment: float,
+    after_lead_time: float,
     gpu_hours: float,
     oracle_gpu_hours: float,
     oracle_valid: bool,
 ) -> str:
-    """ "met", "missed: ..." naming each bound missed, or "not judged: ..." with why."""
+    """ "met", "missed: ..." naming each bound missed, or "not judged: ..." with why. An
+    attainment miss that the requests after the lead time do not show is the warm start's."""
     if not PREDICTABLE[family][0]:
         return "not judged: not predictable"
     ratio = x_oracle(gpu_hours, oracle_gpu_hours, valid=oracle_valid)
@@ -72,7 +102,8 @@ def verdict(
         return "not judged: the oracle is not valid"
     misses = []
     if feasible_attainment < MIN_FEASIBLE_ATTAINMENT:
-        misses.append(f"attainment {feasible_attainment:.2%} < {MIN_FEASIBLE_ATTAINMENT:.0%}")
+        warm = " (the warm start's)" if after_lead_time >= MIN_FEASIBLE_ATTAINMENT else ""
+        misses.append(f"attainment {feasible_attainment:.2%} < {MIN_FEASIBLE_ATTAINMENT:.0%}{warm}")
     if ratio > MAX_X_ORACLE:
         misses.append(f"cost {ratio:.3f}x > {MAX_X_ORACLE:g}x")
     return "missed: " + ", ".join(misses) if misses else "met"
@@ -89,8 +120,8 @@ def markdown(results: Sequence[dict]) -> str:
         "replay met its own target on every seed):",
         "",
         "| family | scale | predictable | oracle: judged attainment per seed / billed GPU-h "
-        "| gpufleet default: feasible attainment / billed GPU-h | x oracle (billed) "
-        "| section 4 |",
+        "| gpufleet default: feasible attainment (after the lead time) / billed GPU-h "
+        "| x oracle (billed) | section 4 |",
         "|---|---:|---|---:|---:|---:|---|",
     ]
     families: list[str] = []
@@ -105,6 +136,7 @@ def markdown(results: Sequence[dict]) -> str:
         said = verdict(
             family,
             feasible_attainment=default["heldout_feasible"],
+            after_lead_time=default["heldout_feasible_after_lead_time"],
             gpu_hours=gpu_hours,
             oracle_gpu_hours=oracle_gpu_hours,
             oracle_valid=oracle["valid"],
@@ -112,7 +144,9 @@ def markdown(results: Sequence[dict]) -> str:
         lines.append(
             f"| {family} | {result['scale']} | {'yes' if PREDICTABLE[family][0] else 'no'} "
             f"| {judged}{valid} / {oracle_gpu_hours:.2f} "
-            f"| {default['heldout_feasible']:.2%} / {gpu_hours:.2f} | {cell} | {said} |"
+            f"| {default['heldout_feasible']:.2%} "
+            f"({default['heldout_feasible_after_lead_time']:.2%}) / {gpu_hours:.2f} "
+            f"| {cell} | {said} |"
         )
         families += [] if family in families else [family]
     lines += ["", "Predictable from its history (no crowd shorter than the lead time)?", ""]

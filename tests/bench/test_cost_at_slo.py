@@ -38,22 +38,25 @@ def test_x_oracle_is_none_where_the_oracle_is_no_yardstick(gpu_hours, oracle, va
 
 
 @pytest.mark.parametrize(
-    ("family", "feasible", "gpu_hours", "valid", "said"),
+    ("family", "feasible", "after", "gpu_hours", "valid", "said"),
     [
-        ("diurnal", 0.995, 11.5, True, "met"),
-        ("diurnal", 0.99, 11.5, True, "met"),  # the bounds are inclusive
-        ("diurnal", 0.995, 12.0, True, "missed: cost 1.200x > 1.15x"),
-        ("quiet", 0.9841, 9.0, True, "missed: attainment 98.41% < 99%"),
-        ("quiet", 0.98, 13.3, True, "missed: attainment 98.00% < 99%, cost 1.330x > 1.15x"),
-        ("longctx", 0.90, 30.0, False, "not judged: the oracle is not valid"),
-        ("flash-short", 0.999, 10.0, True, "not judged: not predictable"),
+        ("diurnal", 0.995, 0.996, 11.5, True, "met"),
+        ("diurnal", 0.99, 0.99, 11.5, True, "met"),  # the bounds are inclusive
+        ("diurnal", 0.995, 0.996, 12.0, True, "missed: cost 1.200x > 1.15x"),
+        ("quiet", 0.9841, 0.985, 9.0, True, "missed: attainment 98.41% < 99%"),
+        # Met by the requests after the lead time: the warm start's first minutes missed.
+        ("quiet", 0.9858, 0.9995, 9.0, True, "missed: attainment 98.58% < 99% (the warm start's)"),
+        ("quiet", 0.98, 0.98, 13.3, True, "missed: attainment 98.00% < 99%, cost 1.330x > 1.15x"),
+        ("longctx", 0.90, 0.95, 30.0, False, "not judged: the oracle is not valid"),
+        ("flash-short", 0.999, 0.999, 10.0, True, "not judged: not predictable"),
     ],
 )
-def test_verdict(family, feasible, gpu_hours, valid, said) -> None:
+def test_verdict(family, feasible, after, gpu_hours, valid, said) -> None:
     assert (
         verdict(
             family,
             feasible_attainment=feasible,
+            after_lead_time=after,
             gpu_hours=gpu_hours,
             oracle_gpu_hours=10.0,
             oracle_valid=valid,
@@ -65,6 +68,7 @@ def test_verdict(family, feasible, gpu_hours, valid, said) -> None:
 def _result(family: str, scale: int, *, valid: bool) -> dict:
     default = {"knob": "target_attainment=0.99", "tuning": [0.99, 5.0]}
     default |= {"heldout": [0.995, 12.0], "heldout_feasible": 0.996}
+    default |= {"heldout_feasible_after_lead_time": 0.998}
     return {
         "family": family,
         "scale": scale,
@@ -80,11 +84,11 @@ def _result(family: str, scale: int, *, valid: bool) -> dict:
 def test_markdown_rows_and_reasons() -> None:
     text = markdown([_result("diurnal", 10, valid=True), _result("longctx", 4, valid=False)])
     assert (
-        "| diurnal | 10 | yes | 99.50%, 99.20% / 10.00 | 99.60% / 12.00 | 1.20x "
+        "| diurnal | 10 | yes | 99.50%, 99.20% / 10.00 | 99.60% (99.80%) / 12.00 | 1.20x "
         "| missed: cost 1.200x > 1.15x |"
     ) in text
     assert (
-        "| longctx | 4 | yes | 99.50%, 98.00% (not valid) / 10.00 | 99.60% / 12.00 "
+        "| longctx | 4 | yes | 99.50%, 98.00% (not valid) / 10.00 | 99.60% (99.80%) / 12.00 "
         "| not meaningful | not judged: the oracle is not valid |"
     ) in text
     assert f"- diurnal: yes, {PREDICTABLE['diurnal'][1]}." in text

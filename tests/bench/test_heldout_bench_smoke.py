@@ -44,6 +44,7 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
     assert len(oracle["judged"]) == len(HELDOUT_SEEDS) and isinstance(oracle["valid"], bool)
     (ours,) = (row for row in result["rows"] if row["policy"] == "gpufleet")
     assert ours["default"]["knob"] == "target_attainment=0.99"
+    assert 0.0 <= ours["default"]["heldout_feasible_after_lead_time"] <= 1.0
     assert "| held-out: x oracle (billed) |" in run.stdout
     assert "| 1 | gpufleet (default) | target_attainment=0.99 | " in run.stdout
     assert "| 1 | oracle | - (judged: " in run.stdout
