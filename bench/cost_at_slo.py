@@ -34,8 +34,8 @@ PREDICTABLE: dict[str, tuple[bool, str]] = {
     "flash-long": (
         False,
         "one 10x step up within a 10-s ramp, which nothing in its history announces: the "
-        "crowd outlasts the lead time, but its first 240 s (a fifth of its requests) are a "
-        "crowd no online policy sees coming",
+        "crowd outlasts the lead time, but its first 240 s are a crowd no online policy "
+        "sees coming",
     ),
     "diurnal": (
         True,
