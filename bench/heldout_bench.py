@@ -10,6 +10,10 @@ on the families with quiet periods (`FAMILY_TUNING`), as it is deployed for them
 held-out seeds also get every knob value, for the Pareto fronts that the front comparison
 uses; fronts choose nothing, so they may be drawn there.
 
+The oracle's replay runs on the held-out seeds too (it chooses nothing), so every chosen
+setting gets an "x oracle (billed)", and gpufleet at its default target (0.99) is judged
+against issue 17's "Cost at the SLO" (`bench.cost_at_slo`).
+
 Front comparison: at each point of gpufleet's held-out front, the GPU-hours a baseline's
 front needs for the same attainment, linear between the two baseline points around it
 (`sweep.cost_at`); gpufleet is strictly better where that is more than its own cost.
@@ -22,8 +26,9 @@ Run from the repository root:
         [--duration 3600] [--jobs 2] [--target 0.99] [--json PATH]
         [--no-chunked-prefill] [--long-prefill-token-threshold N]
     python3 -m bench.heldout_bench --merge a.json b.json ...
-Prints a Markdown report on stdout: one table per family (every scale and policy, with the
-simulator's CPU seconds per policy-hour), then the front comparison per scale. The full grid
+Prints a Markdown report on stdout: one table per family (every scale and policy, the
+oracle and gpufleet's default included, with the simulator's CPU seconds per policy-hour),
+then the front comparison per scale, then the section-4 verdicts. The full grid
 (7 families x 3 scales) is long on a small machine; shard it with --families/--scales and
 --json, and print one report from the shards with --merge.
 """
@@ -40,7 +45,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench import cost_at_slo
 from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core import knob
+from gpufleet.autoscaler.replay.core import report as sim_report
 from gpufleet.autoscaler.replay.core import sweep
 from gpufleet.autoscaler.replay.core.result import RunResult
 from gpufleet.autoscaler.replay.core.workloads import workload_trace
@@ -164,25 +172,59 @@ def evaluate(
         tuning = _run_all(_specs(family, scale, TUNING_SEEDS, policy, duration, service), jobs)
         tuned = _mean_by_knob([r for r, _ in tuning])
         chosen = choose_knob(tuned, target)
-        timed = _run_all(_specs(family, scale, HELDOUT_SEEDS, policy, duration, service), jobs)
+        held_specs = _specs(family, scale, HELDOUT_SEEDS, policy, duration, service)
+        timed = _run_all(held_specs, jobs)
         held = [r for r, _ in timed]
         by_knob = _mean_by_knob(held)
         front = sweep.pareto_front(
             sweep.Point(att, gpu_h, knob) for knob, (att, gpu_h) in by_knob.items()
         )
         per_hour = [seconds * 3600 / duration for _, seconds in tuning + timed]
-        rows.append(
-            {
-                "policy": policy,
-                "chosen": chosen,
-                "tuning": tuned[chosen],
-                "heldout": by_knob[chosen],
-                "heldout_feasible": _mean_feasible_by_knob(held)[chosen],
-                "front": [list(p) for p in front],
-                "seconds_per_policy_hour": (statistics.fmean(per_hour), max(per_hour)),
+        feasible = _mean_feasible_by_knob(held)
+        row = {
+            "policy": policy,
+            "chosen": chosen,
+            "tuning": tuned[chosen],
+            "heldout": by_knob[chosen],
+            "heldout_feasible": feasible[chosen],
+            "front": [list(p) for p in front],
+            "seconds_per_policy_hour": (statistics.fmean(per_hour), max(per_hour)),
+        }
+        if policy == policies.GPUFLEET:
+            # What section 4 judges: the default, whatever the tuning seeds chose.
+            default = policies.knob_label(policy, knob.DEFAULT_TARGET)
+            after = [
+                cost_at_slo.split(spec, result)[1]
+                for spec, result in zip(held_specs, held, strict=True)
+                if result.knob == default
+            ]
+            row["default"] = {
+                "knob": default,
+                "tuning": tuned[default],
+                "heldout": by_knob[default],
+                "heldout_feasible": feasible[default],
+                "heldout_feasible_after_lead_time": statistics.fmean(after),
             }
-        )
-    return {"family": family, "scale": scale, "rows": rows}
+        rows.append(row)
+    oracle = _oracle(family, scale, duration=duration, jobs=jobs, service=service)
+    return {"family": family, "scale": scale, "rows": rows, "oracle": oracle}
+
+
+def _oracle(family: str, scale: int, *, duration: int, jobs: int, service: dict) -> dict:
+    """The oracle's replays on the held-out seeds (it chooses nothing, so it may run there):
+    mean attainment and billed GPU-h, each seed's judged attainment, and whether it is a
+    yardstick (`report.oracle_valid`: its replay met its own target on every seed)."""
+    timed = _run_all(_specs(family, scale, HELDOUT_SEEDS, policies.ORACLE, duration, service), jobs)
+    results = [r for r, _ in timed]
+    ((_, heldout),) = _mean_by_knob(results).items()
+    per_hour = [seconds * 3600 / duration for _, seconds in timed]
+    return {
+        "heldout": heldout,
+        "heldout_feasible": statistics.fmean(r.feasible_attainment for r in results),
+        "judged": [r.oracle.judged_attainment for r in results if r.oracle is not None],
+        "valid": sim_report.oracle_valid(results),
+        "seconds_per_policy_hour": (statistics.fmean(per_hour), max(per_hour)),
+    }
 
 
 def _front(result: dict, policy: str) -> tuple[sweep.Point, ...]:
@@ -224,18 +266,11 @@ def markdown(results: Sequence[dict]) -> str:
         "",
         "| scale | policy | knob (chosen on tuning seeds) | tuning: attainment / GPU-h "
         "| held-out: attainment / GPU-h | held-out: feasible attainment "
-        "| sim CPU s per policy-hour (mean / max) |",
-        "|---:|---|---|---:|---:|---:|---:|",
+        "| held-out: x oracle (billed) | sim CPU s per policy-hour (mean / max) |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for result in results:
-        for row in result["rows"]:
-            (t_att, t_gpu), (h_att, h_gpu) = row["tuning"], row["heldout"]
-            mean_s, max_s = row["seconds_per_policy_hour"]
-            lines.append(
-                f"| {result['scale']} | {row['policy']} | {row['chosen']} "
-                f"| {t_att:.2%} / {t_gpu:.2f} | {h_att:.2%} / {h_gpu:.2f} "
-                f"| {row['heldout_feasible']:.2%} | {mean_s:.2f} / {max_s:.2f} |"
-            )
+        lines += _rows(result)
     lines += [
         "",
         "Held-out fronts, gpufleet's against each baseline's (the baseline's GPU-h at each "
@@ -250,12 +285,50 @@ def markdown(results: Sequence[dict]) -> str:
     return "\n".join([*lines, ""])
 
 
+def _rows(result: dict) -> list[str]:
+    """One scale's table rows: each policy at its chosen knob, gpufleet also at its default
+    (section 4 judges that one), then the oracle, each with its x oracle."""
+    oracle = result["oracle"]
+    oracle_gpu_hours, valid = oracle["heldout"][1], oracle["valid"]
+    cells = []
+    for row in result["rows"]:
+        cells.append((row["policy"], row["chosen"], row, row["seconds_per_policy_hour"]))
+        if "default" in row:
+            default = row["default"]
+            cells.append((f"{row['policy']} (default)", default["knob"], default, None))
+    lines = []
+    for name, knob_label, numbers, seconds in cells:
+        (t_att, t_gpu), (h_att, h_gpu) = numbers["tuning"], numbers["heldout"]
+        ratio = sim_report.x_oracle(h_gpu, oracle_gpu_hours, valid=valid)
+        lines.append(
+            f"| {result['scale']} | {name} | {knob_label} "
+            f"| {t_att:.2%} / {t_gpu:.2f} | {h_att:.2%} / {h_gpu:.2f} "
+            f"| {numbers['heldout_feasible']:.2%} | {ratio} | {_seconds(seconds)} |"
+        )
+    o_att, o_gpu = oracle["heldout"]
+    judged = ", ".join(f"{a:.2%}" for a in oracle["judged"])
+    lines.append(
+        f"| {result['scale']} | oracle | - (judged: {judged}{'' if valid else ', not valid'}) "
+        f"| - | {o_att:.2%} / {o_gpu:.2f} | {oracle['heldout_feasible']:.2%} "
+        f"| {sim_report.x_oracle(o_gpu, o_gpu, valid=valid)} "
+        f"| {_seconds(oracle['seconds_per_policy_hour'])} |"
+    )
+    return lines
+
+
+def _seconds(mean_max: Sequence[float] | None) -> str:
+    return "-" if mean_max is None else f"{mean_max[0]:.2f} / {mean_max[1]:.2f}"
+
+
 def report(results: Sequence[dict]) -> str:
-    """Every family's section, families in `FAMILIES` order, scales ascending."""
+    """Every family's section, families in `FAMILIES` order, scales ascending, then the
+    section-4 verdicts over all of them."""
+    ordered = sorted(results, key=lambda r: (list(FAMILIES).index(r["family"]), r["scale"]))
     by_family: dict[str, list[dict]] = {}
-    for result in sorted(results, key=lambda r: (list(FAMILIES).index(r["family"]), r["scale"])):
+    for result in ordered:
         by_family.setdefault(result["family"], []).append(result)
-    return "\n".join(markdown(rs) for rs in by_family.values())
+    sections = [markdown(rs) for rs in by_family.values()]
+    return "\n".join([*sections, cost_at_slo.markdown(ordered)])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -344,6 +417,7 @@ def _is_result(value: object) -> bool:
         and value.get("family") in FAMILIES
         and isinstance(value.get("scale"), int)
         and isinstance(value.get("rows"), list)
+        and isinstance(value.get("oracle"), dict)
         and {row.get("policy") for row in value["rows"] if isinstance(row, dict)} >= set(POLICIES)
     )
 

@@ -22,33 +22,11 @@ import statistics
 import sys
 from collections.abc import Sequence
 
-import numpy as np
-
 from bench import heldout_bench
+from bench.cost_at_slo import split
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core import knob
 from gpufleet.autoscaler.core.factory import Tuning
-from gpufleet.autoscaler.replay.core.result import RunResult
-from gpufleet.autoscaler.replay.core.stats import feasible
-from gpufleet.autoscaler.replay.core.sweep import RunSpec
-
-
-def split(spec: RunSpec, result: RunResult) -> tuple[float, float]:
-    """Attainment over feasible requests arriving before and after the lead time."""
-    trace, config = spec.trace, spec.config
-    lead = config.cluster.cold_start_seconds + config.cluster.node_provision_seconds
-    slo = result.slo_ttft_seconds
-    can = feasible(
-        np.asarray(trace.prompt_tokens),
-        prefill_tokens_per_second=config.service.prefill_tokens_per_second,
-        slo_seconds=slo,
-    )
-    late = np.asarray(trace.arrival_seconds) >= lead
-    met = result.ttft_seconds <= slo
-    return tuple(  # type: ignore[return-value]
-        float(np.mean(met[can & part])) if np.any(can & part) else 1.0 for part in (~late, late)
-    )
-
 
 # Each policy's default setting, as `gpufleet simulate` runs it without a sweep.
 DEFAULTS = {

@@ -38,10 +38,23 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
     assert all(row["front"] for row in result["rows"])
     assert "| sim CPU s per policy-hour (mean / max) |" in run.stdout
     assert "- x1: vs hpa: " in run.stdout and "; vs keda: " in run.stdout
+    # Issue 17 section 4: the oracle's held-out replays, each row's x oracle, gpufleet at
+    # its default target, and the verdict over them.
+    oracle = result["oracle"]
+    assert len(oracle["judged"]) == len(HELDOUT_SEEDS) and isinstance(oracle["valid"], bool)
+    (ours,) = (row for row in result["rows"] if row["policy"] == "gpufleet")
+    assert ours["default"]["knob"] == "target_attainment=0.99"
+    assert 0.0 <= ours["default"]["heldout_feasible_after_lead_time"] <= 1.0
+    assert "| held-out: x oracle (billed) |" in run.stdout
+    assert "| 1 | gpufleet (default) | target_attainment=0.99 | " in run.stdout
+    assert "| 1 | oracle | - (judged: " in run.stdout
+    assert "### Cost at the SLO (issue 17, section 4)" in run.stdout
+    assert "| quiet | 1 | yes | " in run.stdout and "- quiet: yes, " in run.stdout
     # The shards of a grid print as one report again.
     merged = run_bench("heldout_bench", "--merge", str(out), str(out), timeout=60)
     assert merged.returncode == 0, merged.stderr
     assert merged.stdout.count("### quiet") == 1 and merged.stdout.count("- x1: ") == 2
+    assert merged.stdout.count("| quiet | 1 | yes | ") == 2
 
 
 @pytest.mark.parametrize(
@@ -50,8 +63,13 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
         ("{", "Expecting property name"),
         ('{"family": "quiet"}', "not the --json of python3 -m bench.heldout_bench"),
         ('[{"family": "nope", "scale": 1, "rows": []}]', "not the --json of"),
+        (
+            '[{"family": "quiet", "scale": 1, "rows": [{"policy": "hpa"}, {"policy": "keda"}, '
+            '{"policy": "gpufleet"}]}]',
+            "not the --json of",
+        ),
     ],
-    ids=["not json", "not a list", "unknown family"],
+    ids=["not json", "not a list", "unknown family", "before the oracle ran"],
 )
 def test_merge_names_a_bad_file(tmp_path: Path, text: str, says: str) -> None:
     bad = tmp_path / "bad.json"

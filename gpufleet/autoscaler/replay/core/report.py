@@ -65,10 +65,14 @@ def results_table(results: Sequence[RunResult]) -> str:
 
 def _ratios(results: Sequence[RunResult]) -> Callable[[float], str]:
     """The x oracle cell for a run's billed GPU-hours among `results` (one trace's)."""
-    oracle = oracle_gpu_hours(results)
-    if not oracle_valid(results):
-        return lambda _: _NOT_MEANINGFUL
-    return lambda gpu_hours: _ratio(gpu_hours, oracle)
+    oracle, valid = oracle_gpu_hours(results), oracle_valid(results)
+    return lambda gpu_hours: x_oracle(gpu_hours, oracle, valid=valid)
+
+
+def x_oracle(gpu_hours: float, oracle_gpu_hours: float | None, *, valid: bool) -> str:
+    """The x oracle cell: billed GPU-hours over the oracle's, "not meaningful" when the
+    oracle missed its own target (`oracle_valid`), "n/a" when it did not run or billed none."""
+    return _ratio(gpu_hours, oracle_gpu_hours) if valid else _NOT_MEANINGFUL
 
 
 def _feasible_note(results: Sequence[RunResult]) -> str:

@@ -3,6 +3,7 @@
 import dataclasses
 
 import numpy as np
+import pytest
 
 from gpufleet.autoscaler.core.factory import Tuning
 from gpufleet.autoscaler.core.workload import WorkloadConfig
@@ -124,6 +125,21 @@ def test_an_oracle_that_missed_its_target_makes_every_ratio_not_meaningful():
         [*SWEEP[:-1], dataclasses.replace(SWEEP[-1], oracle=missed)]
     )
     assert not report.oracle_valid(runs) and report.oracle_valid(RUN)
+
+
+@pytest.mark.parametrize(
+    ("gpu_hours", "oracle", "valid", "cell"),
+    [
+        (13.87, 10.43, True, "1.33x"),
+        (13.87, 10.43, False, "not meaningful"),
+        (13.87, None, True, "n/a"),
+        (13.87, 0.0, True, "n/a"),
+    ],
+    ids=["ratio", "oracle-missed-its-target", "no-oracle", "oracle-billed-nothing"],
+)
+def test_x_oracle_cell(gpu_hours, oracle, valid, cell):
+    # Issue 17: the held-out bench prints its x oracle cells with this same rule.
+    assert report.x_oracle(gpu_hours, oracle, valid=valid) == cell
 
 
 def test_tables_group_runs_by_trace_in_order():
