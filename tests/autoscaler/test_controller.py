@@ -211,6 +211,7 @@ async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
         assert ctl.stats.placeholders["llm/chat"] == 3
         assert buffer(api) is None  # no CapacityBuffer CRD in this cluster
         policy.headroom = 0  # the forecast no longer needs nodes ahead: give them back
+        workload.next_decision_at = 0.0  # decided now, not at the next 15 s HPA sync
         await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 0)
     finally:
         await prom.close()
@@ -270,6 +271,7 @@ async def test_where_the_capacity_buffer_crd_is_installed_headroom_is_a_buffer(
                 assert placeholder(api).spec.replicas == 0
                 assert ctl.stats.buffers["llm/chat"] == 3
                 policy.headroom = 1
+                workload.next_decision_at = 0.0  # decided now, not at the next HPA sync
                 await ticks_until(ctl, lambda: buffer(api)["spec"]["replicas"] == 1)
                 assert placeholder(api).spec.replicas == 0
             finally:
