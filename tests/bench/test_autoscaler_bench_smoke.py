@@ -112,7 +112,12 @@ def test_zero_bench_prints_a_row_per_method() -> None:
         "--rounds=1",
         "--methods=gpufleet,keda-push",
         "--scrape-seconds=1",
-        "--calm-seconds=5",
+        # the lab's node, cold start and idle node seconds, shortened: each step is still
+        # taken and seen, sooner
+        "--node-provision-seconds=2",
+        "--cold-start-seconds=1",
+        "--node-idle-seconds=1",
+        "--calm-seconds=3",
         "--window-seconds=60",
     )
     assert run.returncode == 0, run.stderr[-3000:]
