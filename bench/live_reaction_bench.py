@@ -100,6 +100,16 @@ def create_workload(api: client.ApiClient, namespace: str, policy: str) -> None:
     )
 
 
+def scale_patches(server: FakeApiServer, namespace: str, *, since: float = 0.0) -> list[float]:
+    """When the API server answered a PATCH of the workload's scale, from `since` on."""
+    path = f"/apis/apps/v1/namespaces/{namespace}/deployments/vllm/scale"
+    return [
+        r.at
+        for r in server.requests
+        if r.method == "PATCH" and r.status == 200 and r.path == path and r.at >= since
+    ]
+
+
 def run_burst(
     server: FakeApiServer,
     api: client.ApiClient,
@@ -137,7 +147,10 @@ def run_burst(
             burst = time.time()
             for namespace in names.values():
                 fleets[namespace].rate_rps = 14.0  # a pod serves 4/s
-            while time.time() < burst + window:
+            # Until both have scaled: the reaction is the first PATCH, later ones change nothing.
+            while time.time() < burst + window and not all(
+                scale_patches(server, ns, since=burst) for ns in names.values()
+            ):
                 await ctl.tick()
                 await asyncio.sleep(0.25)
         finally:
@@ -150,12 +163,7 @@ def run_burst(
                 *GPA, namespace, GPA_PLURAL, "chat"
             )
             sample = first_queued_sample(port, namespace, burst)
-            path = f"/apis/apps/v1/namespaces/{namespace}/deployments/vllm/scale"
-            patches = [
-                r.at
-                for r in server.requests
-                if r.method == "PATCH" and r.status == 200 and r.path == path
-            ]
+            patches = scale_patches(server, namespace)
             out[policy] = (min(patches) - sample) if sample and patches else None
         return out
 
@@ -166,7 +174,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bursts", type=int, default=3)
     parser.add_argument("--calm-seconds", type=float, default=20.0, help="load before a burst")
-    parser.add_argument("--window-seconds", type=float, default=45.0, help="watched after one")
+    parser.add_argument(
+        "--window-seconds", type=float, default=45.0, help="watched after one, at most"
+    )
     args = parser.parse_args()
     if not shutil.which("prometheus"):
         sys.exit("prometheus is not installed (./dev test installs it)")

@@ -4,6 +4,7 @@ missing metrics, refuses to fight an HPA, and turns a bad spec into a condition.
 
 import asyncio
 import dataclasses
+import shutil
 import time
 from collections.abc import Iterator
 
@@ -28,7 +29,7 @@ NS = "llm"
 GPA = ("autoscaling.gpufleet.dev", "v1alpha1", NS, "gpuautoscalers")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def serving_pod() -> Iterator[str]:
     server = MetricsServer(vllm_queue())
     yield server.address
@@ -87,15 +88,35 @@ def scale(api: client.ApiClient) -> int:
 POD_LABELS = {"namespace": NS, "pod": "vllm-0"}
 
 
-async def scraped(prometheus: Prometheus, metric: str = "vllm:num_requests_waiting") -> Prometheus:
-    """`prometheus` once it holds three scrapes of `metric`: enough for a rate."""
-    await asyncio.to_thread(
-        wait_for,
+def wait_scraped(prometheus: Prometheus, metric: str = "vllm:num_requests_waiting") -> None:
+    """Until `prometheus` holds three scrapes of `metric`: enough for a rate."""
+    wait_for(
         lambda: prometheus.query(f"count_over_time({metric}[1m]) >= 3"),
         timeout=30,
         what=f"three scrapes of {metric}",
     )
+
+
+async def scraped(prometheus: Prometheus, metric: str = "vllm:num_requests_waiting") -> Prometheus:
+    """`prometheus` once it holds three scrapes of `metric`."""
+    await asyncio.to_thread(wait_scraped, prometheus, metric)
     return prometheus
+
+
+@pytest.fixture(scope="module")
+def pod_prometheus(
+    serving_pod: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
+    """Prometheus scraping `serving_pod`, once for the module: the tests' controllers only
+    query it, and a Prometheus takes seconds to start and scrape."""
+    if not shutil.which("prometheus"):
+        pytest.skip("prometheus is not installed (./dev test installs it)")
+    prometheus = Prometheus(tmp_path_factory.mktemp("prom"), serving_pod, labels=POD_LABELS)
+    try:
+        wait_scraped(prometheus)
+        yield prometheus
+    finally:
+        prometheus.stop()
 
 
 async def ticks_until(ctl: Controller, predicate, *, timeout: float = 20.0) -> None:
@@ -107,12 +128,11 @@ async def ticks_until(ctl: Controller, predicate, *, timeout: float = 20.0) -> N
 
 
 async def test_it_scales_a_deployment_on_vllm_queue_depth(
-    api: client.ApiClient, serving_pod: str, prometheus_for, apiserver: FakeApiServer
+    api: client.ApiClient, pod_prometheus: Prometheus, apiserver: FakeApiServer
 ) -> None:
     deploy(api)
-    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
     autoscaler(api, KEDA_SPEC)
-    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
     try:
         await ticks_until(ctl, lambda: scale(api) > 1)
     finally:
@@ -187,12 +207,11 @@ def placeholder(api: client.ApiClient):
 
 
 async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
-    api: client.ApiClient, serving_pod: str, prometheus_for
+    api: client.ApiClient, pod_prometheus: Prometheus
 ) -> None:
     deploy(api, gpus=2)
-    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
     autoscaler(api, KEDA_SPEC)
-    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
     try:
         await ctl.tick()
         (workload,) = ctl._workloads.values()
@@ -211,6 +230,7 @@ async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
         assert ctl.stats.placeholders["llm/chat"] == 3
         assert buffer(api) is None  # no CapacityBuffer CRD in this cluster
         policy.headroom = 0  # the forecast no longer needs nodes ahead: give them back
+        workload.next_decision_at = 0.0  # decided now, not at the next 15 s HPA sync
         await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 0)
     finally:
         await prom.close()
@@ -229,7 +249,7 @@ def buffer(api: client.ApiClient) -> dict | None:
 
 
 async def test_where_the_capacity_buffer_crd_is_installed_headroom_is_a_buffer(
-    serving_pod: str, prometheus_for
+    pod_prometheus: Prometheus,
 ) -> None:
     """Cluster Autoscaler's CapacityBuffer instead of placeholder pods: a PodTemplate of
     one replica's GPUs and a buffer of `headroom` chunks naming it; placeholder pods left
@@ -239,9 +259,8 @@ async def test_where_the_capacity_buffer_crd_is_installed_headroom_is_a_buffer(
         config.host = server.url
         with client.ApiClient(config) as api:
             deploy(api, gpus=2)
-            prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
             autoscaler(api, KEDA_SPEC)
-            ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+            ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
             try:
                 await ctl.tick()
                 (workload,) = ctl._workloads.values()
@@ -270,6 +289,7 @@ async def test_where_the_capacity_buffer_crd_is_installed_headroom_is_a_buffer(
                 assert placeholder(api).spec.replicas == 0
                 assert ctl.stats.buffers["llm/chat"] == 3
                 policy.headroom = 1
+                workload.next_decision_at = 0.0  # decided now, not at the next HPA sync
                 await ticks_until(ctl, lambda: buffer(api)["spec"]["replicas"] == 1)
                 assert placeholder(api).spec.replicas == 0
             finally:
@@ -280,7 +300,7 @@ NODEPOOLS = ("karpenter.sh", "v1", "nodepools")
 
 
 async def test_a_nodepool_limit_caps_the_headroom_and_says_so(
-    api: client.ApiClient, serving_pod: str, prometheus_for
+    api: client.ApiClient, pod_prometheus: Prometheus
 ) -> None:
     """Karpenter launches no node past `spec.limits`: placeholders beyond it would pend
     forever. The controller keeps what the limit leaves after the replicas, with a
@@ -289,11 +309,10 @@ async def test_a_nodepool_limit_caps_the_headroom_and_says_so(
     pool = {"metadata": {"name": "h100"}, "spec": {"limits": {"nvidia.com/gpu": "2"}}}
     custom.create_cluster_custom_object(*NODEPOOLS, pool)
     deploy(api, gpus=2)
-    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
     autoscaler(
         api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
     )
-    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
     try:
         await ctl.tick()
         (workload,) = ctl._workloads.values()
@@ -322,18 +341,17 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2", NS, "workloads")
 
 
 async def test_pending_kueue_workloads_take_their_gpus_from_the_headroom(
-    api: client.ApiClient, serving_pod: str, prometheus_for
+    api: client.ApiClient, pod_prometheus: Prometheus
 ) -> None:
     """A queued training job's GPUs count in its NodePool's limit as soon as it is queued:
     the headroom shrinks to what is left, and comes back once Kueue admits it (its pods
     are then ordinary pods the plan does not double count)."""
     custom = client.CustomObjectsApi(api)
     deploy(api, gpus=2)
-    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
     autoscaler(
         api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
     )
-    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
     try:
         await ctl.tick()
         (workload,) = ctl._workloads.values()
@@ -378,18 +396,17 @@ async def test_pending_kueue_workloads_take_their_gpus_from_the_headroom(
 
 
 async def test_another_teams_node_in_the_pool_takes_its_gpus_from_the_headroom(
-    api: client.ApiClient, serving_pod: str, prometheus_for
+    api: client.ApiClient, pod_prometheus: Prometheus
 ) -> None:
     """Karpenter counts every node of a NodePool against its limits, not just gpufleet's:
     another team's training pod on a node of the pool leaves the placeholders less room,
     and the NodeHeadroom condition says how much of the limit the others use."""
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     deploy(api, gpus=2)
-    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
     autoscaler(
         api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
     )
-    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
     try:
         await ctl.tick()
         (workload,) = ctl._workloads.values()
@@ -525,10 +542,9 @@ async def test_a_bad_spec_is_a_condition_and_an_event_naming_the_field(
 
 
 async def test_a_conflict_is_retried_and_a_broken_workload_stops_no_other(
-    api: client.ApiClient, serving_pod: str, prometheus_for, apiserver: FakeApiServer
+    api: client.ApiClient, pod_prometheus: Prometheus, apiserver: FakeApiServer
 ) -> None:
     deploy(api)
-    prometheus = await scraped(prometheus_for(serving_pod, labels=POD_LABELS))
     autoscaler(api, KEDA_SPEC)
     ghost = {**KEDA_SPEC, "scaleTargetRef": {"kind": "Deployment", "name": "ghost"}}
     client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -542,7 +558,7 @@ async def test_a_conflict_is_retried_and_a_broken_workload_stops_no_other(
     )
     apiserver.faults.conflict_next_writes = 1  # the first scale write meets a 409
     apiserver.faults.conflict_path_suffix = "/scale"
-    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
     try:
         await ticks_until(ctl, lambda: scale(api) > 1)
     finally:

@@ -89,18 +89,20 @@ def test_live_reaction_bench_prints_a_row_per_burst() -> None:
 
 
 @pytest.mark.prometheus
-def test_extmetrics_bench_prints_both_servers_for_each_size(tmp_path: Path) -> None:
+def test_extmetrics_bench_prints_both_servers_with_the_same_values(tmp_path: Path) -> None:
     if not shutil.which("prometheus"):
         pytest.skip("prometheus is not installed (./dev test installs it)")
     results = tmp_path / "extmetrics.json"
+    # One size: each starts a world of its own (API server, Prometheus, the daemon, both
+    # baselines) down the same path, so a second size adds time, not a case.
     run = run_bench(
-        "extmetrics_bench", "--workloads", "1,3", "--requests", "20", "--json", str(results)
+        "extmetrics_bench", "--workloads", "3", "--requests", "20", "--json", str(results)
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "| 1 | 20 | " in run.stdout and "| 3 | 20 | " in run.stdout
+    assert "| 3 | 20 | " in run.stdout
     rows = json.loads(results.read_text())
     # both answered every request, with the same value
-    assert [r["mismatched_values"] for r in rows] == [0, 0]
+    assert [r["mismatched_values"] for r in rows] == [0]
 
 
 @pytest.mark.prometheus
@@ -112,7 +114,12 @@ def test_zero_bench_prints_a_row_per_method() -> None:
         "--rounds=1",
         "--methods=gpufleet,keda-push",
         "--scrape-seconds=1",
-        "--calm-seconds=5",
+        # the lab's node, cold start and idle node seconds, shortened: each step is still
+        # taken and seen, sooner
+        "--node-provision-seconds=2",
+        "--cold-start-seconds=1",
+        "--node-idle-seconds=1",
+        "--calm-seconds=3",
         "--window-seconds=60",
     )
     assert run.returncode == 0, run.stderr[-3000:]

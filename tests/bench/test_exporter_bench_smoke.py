@@ -22,35 +22,43 @@ HEADINGS = (
 
 
 def test_quick_run_prints_report(tmp_path: Path) -> None:
-    results = tmp_path / "results.json"
-    run = run_bench(
-        "exporter_bench",
-        *("--quick", "--scrapes", "50", "--baseline-scrapes", "3", "--concurrency", "1,8"),
-        *("--no-peer", "--json", str(results)),
-        timeout=90,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    for heading in HEADINGS:
-        assert heading in run.stdout
-    assert "Output check: OK" in run.stdout
-    names = [r["name"] for r in json.loads(results.read_text())["runs"]]
-    assert names == ["gpufleet", "gpufleet without -k", "baseline"]
-
-
-def test_quick_run_with_the_peer(tmp_path: Path) -> None:
-    """nvitop-exporter runs in its own environment on the simulator (issue 15)."""
+    """Every exporter through every phase, nvitop-exporter in its own environment on the
+    simulator (issue 15) included: one run, as the peer's phase repeats the others'."""
     setup = run_bench("peer_env", timeout=600)  # what the benchmark does first; pip needs PyPI
     if setup.returncode:
         pytest.skip(setup.stderr.strip()[-500:])
     results = tmp_path / "results.json"
     run = run_bench(
         "exporter_bench",
-        *("--quick", "--scrapes", "20", "--baseline-scrapes", "2", "--peer-scrapes", "2"),
-        *("--concurrency", "1", "--json", str(results)),
+        *("--quick", "--scrapes", "50", "--baseline-scrapes", "3", "--peer-scrapes", "2"),
+        *("--concurrency", "1,8", "--json", str(results)),
         timeout=120,
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    for heading in HEADINGS:
+        assert heading in run.stdout
+    assert "Output check: OK" in run.stdout
     assert "## NVML functions nvitop-exporter called that the simulator lacks" in run.stdout
     data = json.loads(results.read_text())
-    assert data["runs"][-1]["name"] == "nvitop-exporter"
+    names = [r["name"] for r in data["runs"]]
+    assert names == ["gpufleet", "gpufleet without -k", "baseline", "nvitop-exporter"]
     assert data["peer_calls"]["missing"] == {}  # the simulator answers all it calls
+
+
+def test_without_the_peer_no_environment_is_made(tmp_path: Path) -> None:
+    """--no-peer runs ours and the baseline only, without pip (where PyPI is closed): the
+    whole report all the same."""
+    results = tmp_path / "results.json"
+    run = run_bench(
+        "exporter_bench",
+        *("--quick", "--scrapes", "5", "--baseline-scrapes", "1", "--concurrency", "1"),
+        *("--idle-seconds", "1", "--no-peer", "--json", str(results)),
+        timeout=90,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    for heading in HEADINGS:
+        assert heading in run.stdout
+    assert "Output check: OK" in run.stdout
+    assert "nvitop-exporter" not in run.stdout
+    names = [r["name"] for r in json.loads(results.read_text())["runs"]]
+    assert names == ["gpufleet", "gpufleet without -k", "baseline"]

@@ -8,18 +8,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import wait_for
-from helpers.e2e import RunningExporter, node_settings
+from helpers.e2e import SMALL_NODE, RunningExporter, start_exporter
 
-from gpufleet.lab.node import NodeLayout, SimNode
+from gpufleet.lab.node import SimNode
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[SimNode]:
-    # Small enough to keep tests quick, with every kind of allocation: 2 whole GPUs,
-    # 2 time-sliced 4 ways, one GPU split into 7 MIG slices.
-    layout = NodeLayout(fleet="4xH100+1xH100:mig=7x1g.10gb", whole_gpus=2, replicas=4)
-    with SimNode(layout, root=tmp_path / "n") as n:
+    with SimNode(SMALL_NODE, root=tmp_path / "n") as n:
         n.sim.nvmlInit()
         yield n
 
@@ -29,10 +25,8 @@ def exporter_for() -> Iterator[Callable[..., RunningExporter]]:
     started: list[RunningExporter] = []
 
     def start(node: SimNode, **overrides) -> RunningExporter:
-        exp = RunningExporter(node_settings(node, **overrides), node.sim).start()
-        started.append(exp)
-        wait_for(lambda: exp.get("/health")[0] == 200, what="first collection")
-        return exp
+        started.append(start_exporter(node, **overrides))
+        return started[-1]
 
     yield start
     for exp in started:

@@ -6,21 +6,33 @@ GPUs, MIG slices and time-sliced shares, and shared GPUs carry per-pod values.
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 
 import pynvml
 import pytest
 from helpers import wait_for
+from helpers.e2e import SMALL_NODE, Prometheus, RunningExporter, scraped_node
 
 from gpufleet.exporter.core.fields import BYTES_PER_MIB
+from gpufleet.lab.node import SimNode
 
 
 def _labels(result: list[dict]) -> list[dict]:
     return [r["metric"] for r in result]
 
 
-def test_prometheus_sees_every_allocation_with_its_pod(node, exporter_for, prometheus_for):
-    exporter = exporter_for(node)
-    prom = prometheus_for(f"127.0.0.1:{exporter.port}")
+@pytest.fixture(scope="module")
+def scraped(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[SimNode, RunningExporter, Prometheus]]:
+    """The small node, its exporter and Prometheus scraping it, once for the tests that
+    only read them."""
+    with scraped_node(tmp_path_factory.mktemp("scraped"), SMALL_NODE) as world:
+        yield world
+
+
+def test_prometheus_sees_every_allocation_with_its_pod(scraped) -> None:
+    node, _, prom = scraped
     wait_for(lambda: prom.query('up{job="gpu"} == 1'), timeout=30, what="first scrape")
     # PROF fields appear from the second collection; wait until Prometheus has them too.
     wait_for(lambda: prom.query("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), timeout=30, what="GPM fields")
@@ -44,11 +56,10 @@ def test_prometheus_sees_every_allocation_with_its_pod(node, exporter_for, prome
             assert labels["vgpu"] == device.split("::")[1]
 
 
-def test_time_sliced_pods_get_their_own_values(node, exporter_for, prometheus_for):
+def test_time_sliced_pods_get_their_own_values(scraped) -> None:
     """Each sharing pod's FB_USED is its own process's memory as NVML reports it; the
     device row (no pod labels) keeps the rest, so the GPU's series add up to its FB_USED."""
-    exporter = exporter_for(node)
-    prom = prometheus_for(f"127.0.0.1:{exporter.port}")
+    node, _, prom = scraped
     shared_gpu = next(p for p in node.pods.values() if "::" in p.device_ids[0]).device_ids[0]
     uuid = shared_gpu.split("::")[0]
     holders = {p.uid: p for p in node.pods.values() if p.device_ids[0].startswith(uuid + "::")}
@@ -101,11 +112,10 @@ def test_exposition_passes_promtool(node, exporter_for):
     assert [line for line in result.stderr.splitlines() if not line.endswith(allowed)] == []
 
 
-def test_prometheus_keeps_every_dcgm_counter_a_counter(node, exporter_for, prometheus_for):
+def test_prometheus_keeps_every_dcgm_counter_a_counter(scraped) -> None:
     # Issue 15: Prometheus asks for OpenMetrics first; served that, the counters without
     # _total came back `unknown` in /api/v1/metadata. dcgm-exporter serves text only.
-    exporter = exporter_for(node)
-    prom = prometheus_for(f"127.0.0.1:{exporter.port}")
+    _, exporter, prom = scraped
     counters = [
         line.split()[2]
         for line in exporter.metrics().splitlines()

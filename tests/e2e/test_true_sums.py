@@ -10,24 +10,17 @@
 """
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pynvml
 import pytest
 from helpers import wait_for
+from helpers.e2e import Prometheus, scraped_node
 
 from gpufleet.exporter.core.fields import BYTES_PER_MIB
 from gpufleet.lab.node import NodeLayout, SimNode
 
 SPLIT = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED")
 ENTITY = "UUID, GPU_I_ID"
-
-
-@pytest.fixture
-def lab_node(tmp_path: Path) -> Iterator[SimNode]:
-    with SimNode(NodeLayout(), root=tmp_path / "n") as node:
-        node.sim.nvmlInit()
-        yield node
 
 
 def _value(prom, expr: str) -> float:
@@ -48,13 +41,13 @@ def _memory(node: SimNode, uuid: str):
     return node.sim.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
 
 
-@pytest.fixture
-def scraped(lab_node, exporter_for, prometheus_for):
-    exporter = exporter_for(lab_node)
-    prom = prometheus_for(f"127.0.0.1:{exporter.port}")
-    wait_for(lambda: prom.query("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), timeout=30, what="GPM fields")
-    wait_for(lambda: prom.query("gpufleet_pod_gpu_share"), timeout=30, what="pod shares")
-    return lab_node, prom
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimNode, Prometheus]]:
+    """The lab's node scraped by Prometheus, once for the module: the tests only read."""
+    with scraped_node(tmp_path_factory.mktemp("true-sums"), NodeLayout()) as (node, _, prom):
+        wait_for(lambda: prom.query("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), timeout=30, what="GPM fields")
+        wait_for(lambda: prom.query("gpufleet_pod_gpu_share"), timeout=30, what="pod shares")
+        yield node, prom
 
 
 def test_every_device_field_has_one_series_per_gpu_or_instance(scraped) -> None:

@@ -5,18 +5,23 @@ loopback port, against the simulated NVML and the fake kubelet's real unix socke
 """
 
 import asyncio
+import contextlib
 import http.server
 import json
+import shutil
 import subprocess
 import threading
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from gpufleet.exporter.daemon import prepare, serve
 from gpufleet.exporter.settings import ExporterSettings
-from gpufleet.lab.node import SimNode
-from helpers import free_port
+from gpufleet.lab.node import NodeLayout, SimNode
+from helpers import free_port, wait_for
 
 
 class RunningExporter:
@@ -80,6 +85,11 @@ class RunningExporter:
         return body.decode() if status == 200 else ""
 
 
+# Small enough to keep tests quick, with every kind of allocation: 2 whole GPUs, 2
+# time-sliced 4 ways, one GPU split into 7 MIG slices.
+SMALL_NODE = NodeLayout(fleet="4xH100+1xH100:mig=7x1g.10gb", whole_gpus=2, replicas=4)
+
+
 def node_settings(node: SimNode, **overrides) -> ExporterSettings:
     """Fast settings for tests: 100 ms collections, 0.2 s kubelet refresh."""
     fast = dict(
@@ -90,6 +100,35 @@ def node_settings(node: SimNode, **overrides) -> ExporterSettings:
         node_name="node-a",
     )
     return node.exporter_settings(**{**fast, **overrides})
+
+
+def start_exporter(node: SimNode, **overrides) -> RunningExporter:
+    """The real exporter on `node` (fast settings and `overrides`), once it serves its first
+    collection; the caller stops it."""
+    exporter = RunningExporter(node_settings(node, **overrides), node.sim).start()
+    wait_for(lambda: exporter.get("/health")[0] == 200, what="first collection")
+    return exporter
+
+
+@contextlib.contextmanager
+def scraped_node(
+    root: Path, layout: NodeLayout
+) -> Iterator[tuple[SimNode, RunningExporter, "Prometheus"]]:
+    """A simulated node of `layout`, the exporter on it and Prometheus scraping it: for a
+    module's tests that only read, so they start them once (Prometheus takes seconds)."""
+    if not shutil.which("prometheus"):
+        pytest.skip("prometheus is not installed (./dev test installs it)")
+    with SimNode(layout, root=root / "n") as node:
+        node.sim.nvmlInit()
+        exporter = start_exporter(node)
+        try:
+            prometheus = Prometheus(root / "prom", f"127.0.0.1:{exporter.port}")
+            try:
+                yield node, exporter, prometheus
+            finally:
+                prometheus.stop()
+        finally:
+            exporter.stop()
 
 
 class Prometheus:
