@@ -12,7 +12,7 @@ def test_bench_sweeps_the_knob_and_holds_out_the_default_and_the_top() -> None:
         timeout=600,
     )
     assert run.returncode == 0, run.stderr
-    assert "- flash-short x1: 0.9: " in run.stdout and "| 0.9995: " in run.stdout
+    assert "- flash-short x1: 0.5: " in run.stdout and "| 0.99999: " in run.stdout
     assert "| family | scale | target_attainment=0.99 | target_attainment=0.999 |" in run.stdout
     assert "- flash-short x1 target_attainment=0.999: " in run.stdout
 

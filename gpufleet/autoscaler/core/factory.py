@@ -65,12 +65,28 @@ class Knob:
 # Ours varies the target attainment (`knob`), which moves headroom, the usual peak's
 # quantile, the standing reserve, the panic hold and the evidence that forgets a crowd
 # together: headroom alone bought nothing once whole nodes round the need up (issue 17).
-# 99% is the policy's default settings. Eight points, as HPA has, from 90% to 99.95%.
+# 99% is the policy's default settings. From 50% (no node bought for a crowd it cannot
+# serve in time) to 99.999%, so that its front spans the baselines' at both ends.
 _KNOBS = {
     HPA: Knob(name="target_util", sweep=(20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0)),
     KEDA: Knob(name="queue_target", sweep=(1.0, 2.0, 5.0, 10.0, 20.0, 40.0)),
     GPUFLEET: Knob(
-        name="target_attainment", sweep=(0.9, 0.95, 0.98, 0.99, 0.995, 0.998, 0.999, 0.9995)
+        name="target_attainment",
+        sweep=(
+            0.5,
+            0.8,
+            0.9,
+            0.95,
+            0.98,
+            0.99,
+            0.995,
+            0.998,
+            0.999,
+            0.9995,
+            0.9999,
+            0.99995,
+            0.99999,
+        ),
     ),
 }
 

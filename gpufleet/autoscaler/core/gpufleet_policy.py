@@ -4,7 +4,8 @@ Every tick it turns late signals into a replica count:
 
 1. **Capacity.** Requests/s (and prompt tokens/s) one replica sustains, learned online
    from saturated samples (`capacity`), behind a conservative prior until learned; while
-   unlearned, a scale-up is capped at `unlearned_max_scale_up_ratio` x the ready replicas.
+   unlearned, a scale-up is capped at `unlearned_max_scale_up_ratio` x the ready replicas
+   (and always at `max_scale_up_ratio`, which only targets below 90% set).
    Closed-loop SLO feedback (`slo_feedback`) scales the learned rate by what the service
    shows: when the requests' mean wait for prefill (TTFT minus prefill time) exceeds a
    tenth of the SLO, each replica is credited less at once (down to a quarter), and the
@@ -128,6 +129,12 @@ class GpufleetSettings:
     # (at least +4): the prior is deliberately low, and a fleet sized on it alone would
     # launch nodes that the first saturated samples show are not needed.
     unlearned_max_scale_up_ratio: float = 2.0
+    # Scale up to at most this many times the ready replicas (at least +4), learned or not:
+    # replicas asked for beyond it serve only after a cold start (and a node's boot), by
+    # when a crowd shorter than that lead is over, and nodes bill from launch. Unbounded
+    # (inf) from a 90% target up; the knob (`knob`) sets it only below, where paying for
+    # capacity that arrives after the crowd is the wrong trade.
+    max_scale_up_ratio: float = math.inf
     # Scale down only to the highest steady recommendation in this window (the HPA default).
     scale_down_window_seconds: float = 300.0
     # At most one scale-down step per this many seconds: lets a step's effect show in the
@@ -140,6 +147,10 @@ class GpufleetSettings:
     # pods). Not the 30-s level: after a burst it launched nodes that arrived when the
     # burst was over.
     placeholders: bool = True
+    # The share of that sustained rate placeholders cover: 1 from a 90% target up; the knob
+    # (`knob`) lowers it below, where nodes launched for a forecast that a crowd inflated
+    # arrive after it and bill for nothing.
+    placeholder_share: float = 1.0
     # Fill the idle GPUs on the nodes the need already occupies (`WorkloadConfig.
     # gpus_per_node`) with warm replicas that absorb the next burst: desired is rounded up to
     # whole nodes, and nodes bill every GPU, so they cost nothing. It never keeps an extra
@@ -400,7 +411,7 @@ class GpufleetPolicy:
             surges=surges,
             surge=surge,
             panic=panic,
-            placeholders=math.ceil(fc.sustained * grow / unit),
+            placeholders=math.ceil(fc.sustained * s.placeholder_share * grow / unit),
         )
 
     def _update_feedback(self, obs: Observation, d: Demand) -> None:
@@ -446,10 +457,9 @@ class GpufleetPolicy:
         current = obs.current_replicas
         term, raw = binding(d.candidates())
         if raw > current:
-            if not d.capacity.learned:
-                # Reported as what drove it; the message says it was capped.
-                return min(raw, max(current, self._unlearned_limit(obs))), _up_reason(d, term), term
-            return raw, _up_reason(d, term), term
+            # Reported as what drove it; the message says it was capped.
+            limit = self._scale_up_limit(obs, learned=d.capacity.learned)
+            return min(raw, max(current, limit)), _up_reason(d, term), term
         held = self._surge_held if now < self._surge_until else 0
         if now < self._panic_until or held >= current:
             return current, Reason.BURST, Term.SURGE
@@ -472,9 +482,18 @@ class GpufleetPolicy:
             return current, Reason.RATE_LIMITED, Term.BEHAVIOR
         return floor, Reason.SCALE_DOWN, floor_term
 
-    def _unlearned_limit(self, obs: Observation) -> int:
+    def _scale_up_limit(self, obs: Observation, *, learned: bool) -> int | float:
+        """The most replicas a scale-up may ask for now: `max_scale_up_ratio` (and, until
+        capacity is learned, `unlearned_max_scale_up_ratio`) x the ready ones, at least +4."""
+        s = self.settings
+        ratio = (
+            s.max_scale_up_ratio
+            if learned
+            else min(s.max_scale_up_ratio, s.unlearned_max_scale_up_ratio)
+        )
+        if math.isinf(ratio):
+            return math.inf
         serving = obs.count(ReplicaState.READY)
-        ratio = self.settings.unlearned_max_scale_up_ratio
         return max(math.ceil(ratio * serving), serving + 4)
 
     # --- scale to zero ---
@@ -566,6 +585,11 @@ def _message(d: Demand, current: int, desired: int, reason: Reason, s: GpufleetS
     )
     if current < desired < d.raw and not est.learned:
         text += " (capped until capacity is learned)"
+    elif current < desired < d.raw and math.isfinite(s.max_scale_up_ratio):
+        text += (
+            f" (capped at {s.max_scale_up_ratio:.2f}x the ready replicas: more would serve "
+            "only after the lead time)"
+        )
     if reason is Reason.STABILIZED:
         text += f" (held for the {s.scale_down_window_seconds:g} s scale-down window)"
     elif reason is Reason.RATE_LIMITED and desired <= current:

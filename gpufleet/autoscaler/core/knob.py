@@ -14,7 +14,12 @@ for less of anything):
 - `reserve_ratio`: standing replicas for that many times the base rate, for a crowd the
   history has not shown (the only thing that serves one shorter than the lead time);
 - `panic_hold_seconds`: how long a surge's replicas stay after it;
-- `forecast.forget_after_blocks`: how many quiet minutes of evidence forget a crowd.
+- `forecast.forget_after_blocks`: how many quiet minutes of evidence forget a crowd;
+- below 90% only, what stops paying for capacity that arrives after a crowd is over:
+  `max_scale_up_ratio` (a scale-up asks for at most that many times the ready replicas;
+  replicas beyond serve only after a node boot plus a cold start), `placeholder_share`
+  (nodes launched ahead for a forecast a crowd inflated) and `backlog_drain_seconds`
+  (a longer drain asks for fewer replicas for the same queue).
 
 Node filling (`fill_nodes`) is not moved: it costs no billed GPU-hour (it never keeps an
 extra node), so it is a fact of the cluster (does another workload use those GPUs?), not a
@@ -22,8 +27,13 @@ risk preference; with it on, the knob still buys capacity, node by node.
 
 The mapping is piecewise linear in nines, n = -log10(1 - target): 90% is 1, 99% is 2,
 99.9% is 3. At 99% (`DEFAULT_TARGET`) every setting is the policy's default, so a
-workload that sets the default target behaves as one that sets nothing. Anchors were
-chosen on the tuning seeds (0, 1) of bench/heldout_bench.py only. Pure.
+workload that sets the default target behaves as one that sets nothing. The range spans
+the baselines' fronts (issue 17, section 4): 50% is the cheapest setting, which buys no
+node for a crowd it cannot serve in time, and 99.999% stands more headroom, nearly four
+times the reserve of 99.99% and holds a surge's replicas ten minutes, for what the
+history has not shown. The anchors at 50% and 99.999% only
+add settings: every target from 90% to 99.99% maps exactly as before they existed.
+Anchors were chosen on the tuning seeds (0, 1) of bench/heldout_bench.py only. Pure.
 """
 
 import dataclasses
@@ -33,17 +43,24 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # only the type: the policy module imports nothing from here
     from gpufleet.autoscaler.core.gpufleet_policy import GpufleetSettings
 
-MIN_TARGET = 0.9
+MIN_TARGET = 0.5
 DEFAULT_TARGET = 0.99
-MAX_TARGET = 0.9999
+MAX_TARGET = 0.99999
 
-# Nines at the anchors, and each setting's value there (non-decreasing left to right).
-_NINES = (1.0, 2.0, 3.0, 4.0)
-_HEADROOM = (0.0, 0.4, 0.8, 1.25)
-_PEAK_QUANTILE = (0.8, 0.9, 1.0, 1.0)
-_RESERVE_RATIO = (0.0, 0.0, 30.0, 40.0)
-_PANIC_HOLD_SECONDS = (60.0, 60.0, 120.0, 180.0)
-_FORGET_AFTER_BLOCKS = (5.0, 5.0, 8.0, 12.0)
+# Nines at the anchors, and each setting's value there (each buys no less capacity left
+# to right). The first anchor is MIN_TARGET's nines, rounded as `nines` rounds.
+_NINES = (0.301029996, 1.0, 2.0, 3.0, 4.0, 5.0)
+_HEADROOM = (0.0, 0.0, 0.4, 0.8, 1.25, 2.0)
+_PEAK_QUANTILE = (0.5, 0.8, 0.9, 1.0, 1.0, 1.0)
+_RESERVE_RATIO = (0.0, 0.0, 0.0, 30.0, 40.0, 150.0)
+_PANIC_HOLD_SECONDS = (60.0, 60.0, 60.0, 120.0, 180.0, 600.0)
+_FORGET_AFTER_BLOCKS = (5.0, 5.0, 5.0, 8.0, 12.0, 20.0)
+# Below 90% only, and relative to the settings given (1 from 90% up leaves them as they
+# are). The cap as its inverse (0: none), so that it fades out smoothly towards 90%;
+# the drain as a factor on `backlog_drain_seconds` (falling: a longer drain buys less).
+_INVERSE_SCALE_UP_RATIO = (0.8, 0.0, 0.0, 0.0, 0.0, 0.0)
+_PLACEHOLDER_SHARE = (0.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+_BACKLOG_DRAIN_FACTOR = (4.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
 def check_target(target: float) -> float:
@@ -69,9 +86,16 @@ def _at(n: float, values: tuple[float, ...]) -> float:
     return values[-1]
 
 
+def _inverse(x: float) -> float:
+    """1 / x, and no cap (inf) for 0."""
+    return 1.0 / x if x > 0 else math.inf
+
+
 def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
     """`settings` with every setting the knob moves set for `target` attainment; the rest
-    (capacity learning, filling, the tick) as given. ValueError for a target out of range."""
+    (capacity learning, filling, the tick) as given, and the settings only the cheapest
+    targets move (the scale-up cap, placeholders, the drain) scaled from what is given.
+    ValueError for a target out of range."""
     n = nines(target)
     forecast = dataclasses.replace(
         settings.forecast,
@@ -83,5 +107,10 @@ def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
         headroom=_at(n, _HEADROOM),
         reserve_ratio=_at(n, _RESERVE_RATIO),
         panic_hold_seconds=_at(n, _PANIC_HOLD_SECONDS),
+        max_scale_up_ratio=min(
+            settings.max_scale_up_ratio, _inverse(_at(n, _INVERSE_SCALE_UP_RATIO))
+        ),
+        placeholder_share=settings.placeholder_share * _at(n, _PLACEHOLDER_SHARE),
+        backlog_drain_seconds=settings.backlog_drain_seconds * _at(n, _BACKLOG_DRAIN_FACTOR),
         forecast=forecast,
     )

@@ -328,7 +328,8 @@ class SimulateSettings(BaseSettings):
         "--gpufleet-target-attainment",
         group=POLICIES,
         help="gpufleet's one knob: the share of requests that must meet the TTFT SLO "
-        "(0.99: its default settings; 0.999 stands capacity for crowds it has not seen). "
+        "(0.5-0.99999; 0.99: its default settings; 0.999 stands capacity for crowds it has "
+        "not seen; below 0.9 it buys no node for a crowd it cannot serve in time). "
         "It sets the headroom too, so not with --gpufleet-headroom.",
         ge=knob.MIN_TARGET,
         le=knob.MAX_TARGET,

@@ -425,6 +425,24 @@ def test_headroom_covers_the_forecast_within_node_provisioning() -> None:
     assert d.headroom > 0
     off = policy(replace(SETTINGS, placeholders=False)).decide(observe(600.0, ramp, ready=5))
     assert (off.desired, off.headroom) == (d.desired, 0)
+    # The cheapest targets (`knob`) cover none of the forecast with placeholders.
+    none = policy(replace(SETTINGS, placeholder_share=0.0)).decide(observe(600.0, ramp, ready=5))
+    assert (none.desired, none.headroom) == (d.desired, 0)
+
+
+def test_a_scale_up_is_capped_at_the_ratio_over_the_ready_replicas() -> None:
+    # 200/s needs ceil(200 * 1.25 / 10) = 25; the cheapest targets' cap allows 1.25 x 8 = 10,
+    # but at least +4: 12, and says so.
+    obs = observe(1000.0, const(200.0), ready=8)
+    assert policy().decide(obs).desired == 25
+    d = policy(replace(SETTINGS, max_scale_up_ratio=1.25)).decide(obs)
+    assert d.desired == 12
+    assert "(capped at 1.25x the ready replicas: more would serve only after the lead time)" in (
+        d.message
+    )
+    # Once they are ready, the next step: 1.25 x 12 = 15, +4: 16.
+    obs = observe(1300.0, const(200.0), ready=12)
+    assert policy(replace(SETTINGS, max_scale_up_ratio=1.25)).decide(obs).desired == 16
 
 
 def test_learns_capacity_from_saturated_samples() -> None:

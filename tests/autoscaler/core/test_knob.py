@@ -11,8 +11,12 @@ from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy, GpufleetSet
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 
 BASE = GpufleetSettings()
-# Every target from the cheapest to the top, in fine steps of nines.
-TARGETS = [1.0 - 10.0**-n for n in np.linspace(1.0, 4.0, 61)]
+# Every target from the cheapest to the top, in fine steps of nines, and the ends.
+TARGETS = [
+    knob.MIN_TARGET,
+    *(1.0 - 10.0**-n for n in np.linspace(knob.nines(knob.MIN_TARGET), 5.0, 141)),
+    knob.MAX_TARGET,
+]
 
 
 def moved(s: GpufleetSettings) -> dict[str, float]:
@@ -23,6 +27,9 @@ def moved(s: GpufleetSettings) -> dict[str, float]:
         "panic_hold_seconds": s.panic_hold_seconds,
         "peak_quantile": s.forecast.peak_quantile,
         "forget_after_blocks": s.forecast.forget_after_blocks,
+        "max_scale_up_ratio": s.max_scale_up_ratio,
+        "placeholder_share": s.placeholder_share,
+        "backlog_drain_seconds": -s.backlog_drain_seconds,  # a shorter drain buys more
     }
 
 
@@ -32,6 +39,64 @@ def test_every_setting_it_moves_is_monotone_in_the_target() -> None:
         values = [row[name] for row in rows]
         assert values == sorted(values), name
         assert values[-1] > values[0], name  # and it does move
+
+
+def test_the_range_spans_half_to_five_nines() -> None:
+    assert (knob.MIN_TARGET, knob.DEFAULT_TARGET, knob.MAX_TARGET) == (0.5, 0.99, 0.99999)
+    assert knob.apply(BASE, knob.MIN_TARGET) == knob.apply(BASE, 0.5)  # lands on the anchor
+
+
+def test_the_cheapest_target_buys_no_node_for_a_crowd_it_cannot_serve_in_time() -> None:
+    cheap = knob.apply(BASE, 0.5)
+    assert (cheap.headroom, cheap.reserve_ratio, cheap.forecast.peak_quantile) == (0.0, 0.0, 0.5)
+    assert (cheap.max_scale_up_ratio, cheap.placeholder_share) == (1.25, 0.0)
+    assert cheap.backlog_drain_seconds == 240.0
+    # Between 50% and 90% the cap loosens smoothly, and is gone at 90%.
+    assert 1.25 < knob.apply(BASE, 0.8).max_scale_up_ratio < 20.0
+    assert knob.apply(BASE, 0.9).max_scale_up_ratio == math.inf
+
+
+def test_the_top_target_stands_more_of_everything() -> None:
+    top, below = knob.apply(BASE, 0.99999), knob.apply(BASE, 0.9999)
+    assert (top.headroom, top.reserve_ratio, top.panic_hold_seconds) == (2.0, 150.0, 600.0)
+    assert (top.forecast.peak_quantile, top.forecast.forget_after_blocks) == (1.0, 20)
+    assert top.headroom > below.headroom and top.reserve_ratio > below.reserve_ratio
+
+
+# What every target from 90% to 99.99% mapped to before the range grew (commit 427d6c0):
+# (headroom, reserve_ratio, panic_hold_seconds, peak_quantile, forget_after_blocks).
+BEFORE = {
+    0.9: (0.0, 0.0, 60.0, 0.8, 5),
+    0.95: (0.12041199840000001, 0.0, 60.0, 0.8301029996, 5),
+    0.99: (0.4, 0.0, 60.0, 0.9, 5),
+    0.995: (0.5204119984000001, 9.03089988, 78.06179976, 0.9301029996, 6),
+    0.998: (0.6795880016, 20.96910012, 101.93820024, 0.9698970004, 7),
+    0.9995: (0.9354634982000001, 33.01029996, 138.06179975999999, 1.0, 9),
+    0.9999: (1.25, 40.0, 180.0, 1.0, 12),
+}
+
+
+@pytest.mark.parametrize("target", list(BEFORE))
+def test_every_target_from_90_to_9999_maps_exactly_as_before(target: float) -> None:
+    s = knob.apply(BASE, target)
+    moved_before = (
+        s.headroom,
+        s.reserve_ratio,
+        s.panic_hold_seconds,
+        s.forecast.peak_quantile,
+        s.forecast.forget_after_blocks,
+    )
+    assert moved_before == BEFORE[target]
+    # and nothing else: the settings only the cheapest targets move stay as given
+    rest = dict(max_scale_up_ratio=math.inf, placeholder_share=1.0, backlog_drain_seconds=60.0)
+    assert s == dataclasses.replace(s, **rest)
+
+
+def test_the_cheap_settings_scale_what_is_given() -> None:
+    given = dataclasses.replace(BASE, backlog_drain_seconds=30.0, placeholder_share=0.5)
+    assert knob.apply(given, 0.99).backlog_drain_seconds == 30.0
+    cheap = knob.apply(given, 0.5)
+    assert (cheap.backlog_drain_seconds, cheap.placeholder_share) == (120.0, 0.0)
 
 
 def test_the_default_target_is_the_default_settings() -> None:
@@ -45,9 +110,9 @@ def test_the_top_stands_a_reserve_and_remembers_every_peak() -> None:
     assert top.reserve_ratio > 0 and top.forecast.peak_quantile == 1.0
 
 
-@pytest.mark.parametrize("target", [0.5, 0.89, 0.99995, 1.0, math.nan, math.inf])
+@pytest.mark.parametrize("target", [0.0, 0.49, 0.999995, 1.0, -math.inf, math.nan, math.inf])
 def test_a_target_out_of_range_is_refused(target: float) -> None:
-    with pytest.raises(ValueError, match=r"target attainment must be in \[0.9, 0.9999\]"):
+    with pytest.raises(ValueError, match=r"target attainment must be in \[0.5, 0.99999\]"):
         knob.apply(BASE, target)
 
 

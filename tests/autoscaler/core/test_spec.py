@@ -191,7 +191,7 @@ def test_schedules_are_read_with_their_defaults() -> None:
             id="schedule-floor-over-max",
         ),
         pytest.param(
-            {**MINIMAL, "slo": {"targetAttainment": 0.5}},
+            {**MINIMAL, "slo": {"targetAttainment": 0.4}},
             "spec.slo.targetAttainment",
             id="target-attainment-below-range",
         ),
