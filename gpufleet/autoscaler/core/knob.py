@@ -31,9 +31,9 @@ workload that sets the default target behaves as one that sets nothing. The rang
 the baselines' fronts (issue 17, section 4): 50% is the cheapest setting, which buys no
 node for a crowd it cannot serve in time, and 99.999% stands more headroom, nearly four
 times the reserve of 99.99% and holds a surge's replicas ten minutes, for what the
-history has not shown. The anchors at 50% and 99.999% only
-add settings: every target from 90% to 99.99% maps exactly as before they existed.
-Anchors were chosen on the tuning seeds (0, 1) of bench/heldout_bench.py only. Pure.
+history has not shown. The anchors at 50% and 99.999% only add settings: every target
+from 90% to 99.99% maps exactly as before they existed. Anchors were chosen on the tuning
+seeds (0, 1) of bench/heldout_bench.py only. Pure.
 """
 
 import dataclasses
