@@ -34,9 +34,9 @@ sets nothing. The range spans the baselines' fronts (issue 17, section 4): 50% i
 cheapest setting, which buys no node for a crowd it cannot serve in time (nor, below 60%,
 for a need that has not lasted the node lead time), and 99.999% stands more headroom,
 nearly four times the reserve of 99.99% and holds a surge's replicas ten minutes, for
-what the history has not shown. The anchors at 50% and 99.999% only add settings: every target
-from 90% to 99.99% maps exactly as before they existed. Anchors (and the node wait's
-step) were chosen on the tuning seeds (0, 1) of bench/heldout_bench.py only. Pure.
+what the history has not shown. The anchors at 50% and 99.999% only add settings: every
+target from 90% to 99.99% maps exactly as before they existed. Anchors (and the node
+wait's step) were chosen on the tuning seeds (0, 1) of bench/heldout_bench.py only. Pure.
 """
 
 import dataclasses
@@ -101,7 +101,8 @@ def _inverse(x: float) -> float:
 def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
     """`settings` with every setting the knob moves set for `target` attainment; the rest
     (capacity learning, filling, the tick) as given, and the settings only the cheapest
-    targets move (the scale-up cap, placeholders, the drain) scaled from what is given.
+    targets move (the scale-up cap, placeholders, the drain) scaled from what is given (the
+    node wait: on if given, or below 60%).
     ValueError for a target out of range."""
     n = nines(target)
     forecast = dataclasses.replace(
