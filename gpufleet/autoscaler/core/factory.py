@@ -74,6 +74,7 @@ _KNOBS = {
         name="target_attainment",
         sweep=(
             0.5,
+            0.6,
             0.8,
             0.9,
             0.95,

@@ -5,7 +5,9 @@ Every tick it turns late signals into a replica count:
 1. **Capacity.** Requests/s (and prompt tokens/s) one replica sustains, learned online
    from saturated samples (`capacity`), behind a conservative prior until learned; while
    unlearned, a scale-up is capped at `unlearned_max_scale_up_ratio` x the ready replicas
-   (and always at `max_scale_up_ratio`, which only targets below 90% set).
+   (and always at `max_scale_up_ratio`, which only targets below 90% set; below 60% a
+   scale-up takes a new node only once the need for it has lasted the node lead time,
+   `new_node_waits_lead`).
    Closed-loop SLO feedback (`slo_feedback`) scales the learned rate by what the service
    shows: when the requests' mean wait for prefill (TTFT minus prefill time) exceeds a
    tenth of the SLO, each replica is credited less at once (down to a quarter), and the
@@ -135,6 +137,13 @@ class GpufleetSettings:
     # (inf) from a 90% target up; the knob (`knob`) sets it only below, where paying for
     # capacity that arrives after the crowd is the wrong trade.
     max_scale_up_ratio: float = math.inf
+    # A scale-up that needs a new node waits until the need for it has lasted the node lead
+    # time (node provisioning plus a cold start), taking only the GPUs idle on nodes paid
+    # for until then: a crowd shorter than that is over before a new node serves it, and
+    # the node bills from launch (no placeholders meanwhile either: they would launch it).
+    # False from a 60% target up; the knob (`knob`) sets it only below, where paying for a
+    # node that arrives after the crowd is the wrong trade.
+    new_node_waits_lead: bool = False
     # Scale down only to the highest steady recommendation in this window (the HPA default).
     scale_down_window_seconds: float = 300.0
     # At most one scale-down step per this many seconds: lets a step's effect show in the
@@ -228,6 +237,7 @@ class GpufleetPolicy:
         self._last_change = -math.inf  # when desired last moved (for the step delay)
         self._last_active: float | None = None  # last arrival, queue or work
         self._desired: int | None = None
+        self._node_need_since: float | None = None  # since when a scale-up needs a new node
         self._scale_history = History()  # scale events, for the workload's rate policies
         self._feedback = FeedbackState()  # credited / learned per-replica rate
 
@@ -299,11 +309,17 @@ class GpufleetPolicy:
         if note:
             reason, term = Reason.RATE_LIMITED, Term.BEHAVIOR
         headroom = max(0, min(demand.placeholders, self.workload.max_replicas) - desired)
-        if not s.placeholders or desired == 0:
-            headroom = 0
+        if not s.placeholders or desired == 0 or self._waits_for_node(obs):
+            headroom = 0  # placeholders would launch the node the wait holds back
         message = _message(demand, current, desired, message_reason, s)
         if desired > needed:
             message += f" (needs {needed}; filled to {desired}: idle GPUs on nodes paid for)"
+        if current <= desired < demand.raw and self._waits_for_node(obs):
+            message += (
+                f" (no new node until the need has lasted the node lead time, "
+                f"{self.workload.node_provision_seconds + self.workload.cold_start_seconds:g} s: "
+                "a shorter crowd is over before one serves)"
+            )
         if note:
             message += f" (the workload's behavior allows {desired}: {note})"
         message += f"; bound by {term}"
@@ -458,8 +474,11 @@ class GpufleetPolicy:
         term, raw = binding(d.candidates())
         if raw > current:
             # Reported as what drove it; the message says it was capped.
-            limit = self._scale_up_limit(obs, learned=d.capacity.learned)
+            limit = min(
+                self._scale_up_limit(obs, learned=d.capacity.learned), self._node_limit(obs, raw)
+            )
             return min(raw, max(current, limit)), _up_reason(d, term), term
+        self._node_need_since = None
         held = self._surge_held if now < self._surge_until else 0
         if now < self._panic_until or held >= current:
             return current, Reason.BURST, Term.SURGE
@@ -495,6 +514,23 @@ class GpufleetPolicy:
             return math.inf
         serving = obs.count(ReplicaState.READY)
         return max(math.ceil(ratio * serving), serving + 4)
+
+    def _node_limit(self, obs: Observation, raw: int) -> int | float:
+        """The most replicas a scale-up to `raw` may ask for: with `new_node_waits_lead`,
+        those that fit on the nodes paid for until the need for more has lasted the node
+        lead time."""
+        paid = obs.current_replicas + self._idle_paid_replicas(obs)
+        if not self.settings.new_node_waits_lead or raw <= paid:
+            self._node_need_since = None
+            return math.inf
+        if self._node_need_since is None:
+            self._node_need_since = obs.now
+        return paid if self._waits_for_node(obs) else math.inf
+
+    def _waits_for_node(self, obs: Observation) -> bool:
+        """Whether a need for a new node has lasted less than the node lead time so far."""
+        lead = self.workload.node_provision_seconds + self.workload.cold_start_seconds
+        return self._node_need_since is not None and obs.now - self._node_need_since < lead
 
     # --- scale to zero ---
 

@@ -445,6 +445,40 @@ def test_a_scale_up_is_capped_at_the_ratio_over_the_ready_replicas() -> None:
     assert policy(replace(SETTINGS, max_scale_up_ratio=1.25)).decide(obs).desired == 16
 
 
+@pytest.mark.parametrize(("gpus_per_node", "paid"), [(8, 8), (16, 16)])
+def test_a_new_node_waits_until_the_need_has_lasted_the_node_lead_time(
+    gpus_per_node: int, paid: int
+) -> None:
+    # 200/s needs 25; 8 ready fill an 8-GPU node (none idle) or half a 16-GPU one (8 idle).
+    # The cheapest targets' setting takes only the paid GPUs until the need for more has
+    # lasted node provisioning plus a cold start (180 + 60 s), then buys the node.
+    waits = replace(SETTINGS, new_node_waits_lead=True)
+    p = policy(waits, gpus_per_node=gpus_per_node)
+    d = p.decide(observe(1000.0, const(200.0), ready=8))
+    assert d.desired == paid
+    assert (
+        "(no new node until the need has lasted the node lead time, 240 s: a shorter crowd "
+        "is over before one serves)"
+    ) in d.message
+    assert d.bound_by is Term.FORECAST  # what drove it; the message says what held it
+    assert p.decide(observe(1239.0, const(200.0), ready=paid)).desired == paid
+    assert p.decide(observe(1240.0, const(200.0), ready=paid)).desired == 25
+    # Off (every target from 60% up), the node is bought at once.
+    assert (
+        policy(gpus_per_node=gpus_per_node).decide(observe(1000.0, const(200.0), ready=8)).desired
+        == 25
+    )
+
+
+def test_a_need_that_ends_before_the_lead_time_restarts_the_wait() -> None:
+    waits = replace(SETTINGS, new_node_waits_lead=True)
+    p = policy(waits, gpus_per_node=8)
+    assert p.decide(observe(1000.0, const(200.0), ready=8)).desired == 8
+    p.decide(observe(1200.0, const(40.0), ready=8))  # 40/s fits the 8: the need is over
+    assert p.decide(observe(1300.0, const(200.0), ready=8)).desired == 8
+    assert p.decide(observe(1540.0, const(200.0), ready=8)).desired == 25
+
+
 def test_learns_capacity_from_saturated_samples() -> None:
     # Prior of 2/s; the replicas are saturated (queue 50) completing 7/s each.
     p = policy(GpufleetSettings())

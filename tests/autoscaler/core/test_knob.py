@@ -30,6 +30,7 @@ def moved(s: GpufleetSettings) -> dict[str, float]:
         "max_scale_up_ratio": s.max_scale_up_ratio,
         "placeholder_share": s.placeholder_share,
         "backlog_drain_seconds": -s.backlog_drain_seconds,  # a shorter drain buys more
+        "new_node_waits_lead": -s.new_node_waits_lead,  # waiting for a node buys less
     }
 
 
@@ -54,6 +55,14 @@ def test_the_cheapest_target_buys_no_node_for_a_crowd_it_cannot_serve_in_time() 
     # Between 50% and 90% the cap loosens smoothly, and is gone at 90%.
     assert 1.25 < knob.apply(BASE, 0.8).max_scale_up_ratio < 20.0
     assert knob.apply(BASE, 0.9).max_scale_up_ratio == math.inf
+
+
+def test_only_targets_below_60_percent_wait_the_node_lead_time_for_a_new_node() -> None:
+    assert knob.apply(BASE, 0.5).new_node_waits_lead
+    assert knob.apply(BASE, 0.599).new_node_waits_lead
+    assert not any(knob.apply(BASE, t).new_node_waits_lead for t in (0.6, 0.8, 0.9, 0.99))
+    given = dataclasses.replace(BASE, new_node_waits_lead=True)
+    assert knob.apply(given, 0.99).new_node_waits_lead  # what is given stays
 
 
 def test_the_top_target_stands_more_of_everything() -> None:
@@ -90,6 +99,7 @@ def test_every_target_from_90_to_9999_maps_exactly_as_before(target: float) -> N
     # and nothing else: the settings only the cheapest targets move stay as given
     rest = dict(max_scale_up_ratio=math.inf, placeholder_share=1.0, backlog_drain_seconds=60.0)
     assert s == dataclasses.replace(s, **rest)
+    assert not s.new_node_waits_lead
 
 
 def test_the_cheap_settings_scale_what_is_given() -> None:
