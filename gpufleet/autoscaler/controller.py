@@ -474,8 +474,7 @@ class Controller:
         desired = spec.workload.clamp(w.wanted) if w.wanted is not None else current
         headroom = w.decision.headroom if w.decision is not None else 0
         if spec.schedules and desired is not None:
-            lead = spec.workload.node_provision_seconds + spec.workload.cold_start_seconds
-            floor = floor_at(spec.schedules, now, lead_seconds=lead)
+            floor = floor_at(spec.schedules, now, lead_seconds=spec.workload.node_lead_seconds)
             raised, headroom = floor.merge(
                 desired=desired, headroom=headroom, maximum=spec.workload.max_replicas
             )

@@ -316,9 +316,8 @@ class GpufleetPolicy:
             message += f" (needs {needed}; filled to {desired}: idle GPUs on nodes paid for)"
         if current <= desired < demand.raw and self._waits_for_node(obs):
             message += (
-                f" (no new node until the need has lasted the node lead time, "
-                f"{self.workload.node_provision_seconds + self.workload.cold_start_seconds:g} s: "
-                "a shorter crowd is over before one serves)"
+                " (no new node until the need has lasted the node lead time, "
+                f"{self.workload.node_lead_seconds:g} s: a shorter crowd is over before one serves)"
             )
         if note:
             message += f" (the workload's behavior allows {desired}: {note})"
@@ -529,8 +528,8 @@ class GpufleetPolicy:
 
     def _waits_for_node(self, obs: Observation) -> bool:
         """Whether a need for a new node has lasted less than the node lead time so far."""
-        lead = self.workload.node_provision_seconds + self.workload.cold_start_seconds
-        return self._node_need_since is not None and obs.now - self._node_need_since < lead
+        since = self._node_need_since
+        return since is not None and obs.now - since < self.workload.node_lead_seconds
 
     # --- scale to zero ---
 

@@ -94,5 +94,10 @@ class WorkloadConfig:
     # knob of the gpufleet policy (`knob`); None keeps the policy's own settings, as before.
     target_attainment: float | None = None
 
+    @property
+    def node_lead_seconds(self) -> float:
+        """How long before capacity on a new node serves: its boot plus a cold start."""
+        return self.node_provision_seconds + self.cold_start_seconds
+
     def clamp(self, replicas: int) -> int:
         return max(self.min_replicas, min(self.max_replicas, replicas))
