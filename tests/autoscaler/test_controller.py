@@ -340,6 +340,27 @@ async def test_a_nodepool_limit_caps_the_headroom_and_says_so(
 KUEUE = ("kueue.x-k8s.io", "v1beta2", NS, "workloads")
 
 
+async def three_placeholders_in_h100(api: client.ApiClient, ctl: Controller) -> int:
+    """A workload of 2-GPU replicas in NodePool h100 (2 GPUs a node) whose policy keeps a
+    headroom of 3, and the pool, limited to room for all 3 placeholders; returns that limit
+    once the 3 placeholders stand."""
+    deploy(api, gpus=2)
+    autoscaler(
+        api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
+    )
+    await ctl.tick()
+    (workload,) = ctl._workloads.values()
+    workload.policy = WithHeadroom(workload.policy, 3)
+    workload.next_decision_at = 0.0
+    await ticks_until(ctl, lambda: status(api).get("desiredReplicas") is not None)
+    limit = 2 * (status(api)["desiredReplicas"] + 3)
+    pool = {"metadata": {"name": "h100"}, "spec": {"limits": {"nvidia.com/gpu": str(limit)}}}
+    client.CustomObjectsApi(api).create_cluster_custom_object(*NODEPOOLS, pool)
+    await ticks_until(ctl, lambda: placeholder(api) is not None)
+    assert placeholder(api).spec.replicas == 3
+    return limit
+
+
 async def test_pending_kueue_workloads_take_their_gpus_from_the_headroom(
     api: client.ApiClient, pod_prometheus: Prometheus
 ) -> None:
@@ -347,23 +368,9 @@ async def test_pending_kueue_workloads_take_their_gpus_from_the_headroom(
     the headroom shrinks to what is left, and comes back once Kueue admits it (its pods
     are then ordinary pods the plan does not double count)."""
     custom = client.CustomObjectsApi(api)
-    deploy(api, gpus=2)
-    autoscaler(
-        api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
-    )
     ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
     try:
-        await ctl.tick()
-        (workload,) = ctl._workloads.values()
-        workload.policy = WithHeadroom(workload.policy, 3)
-        workload.next_decision_at = 0.0
-        await ticks_until(ctl, lambda: status(api).get("desiredReplicas") is not None)
-        desired = status(api)["desiredReplicas"]
-        limit = {"nvidia.com/gpu": str(2 * (desired + 3))}  # room for all 3 placeholders
-        pool = {"metadata": {"name": "h100"}, "spec": {"limits": limit}}
-        custom.create_cluster_custom_object(*NODEPOOLS, pool)
-        await ticks_until(ctl, lambda: placeholder(api) is not None)
-        assert placeholder(api).spec.replicas == 3
+        await three_placeholders_in_h100(api, ctl)
         gpus = {"nvidia.com/gpu": "2"}
         job = {
             "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -401,23 +408,10 @@ async def test_another_teams_node_in_the_pool_takes_its_gpus_from_the_headroom(
     """Karpenter counts every node of a NodePool against its limits, not just gpufleet's:
     another team's training pod on a node of the pool leaves the placeholders less room,
     and the NodeHeadroom condition says how much of the limit the others use."""
-    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    deploy(api, gpus=2)
-    autoscaler(
-        api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
-    )
+    core = client.CoreV1Api(api)
     ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
     try:
-        await ctl.tick()
-        (workload,) = ctl._workloads.values()
-        workload.policy = WithHeadroom(workload.policy, 3)
-        workload.next_decision_at = 0.0
-        await ticks_until(ctl, lambda: status(api).get("desiredReplicas") is not None)
-        limit = 2 * (status(api)["desiredReplicas"] + 3)  # room for all 3 placeholders
-        pool = {"metadata": {"name": "h100"}, "spec": {"limits": {"nvidia.com/gpu": str(limit)}}}
-        custom.create_cluster_custom_object(*NODEPOOLS, pool)
-        await ticks_until(ctl, lambda: placeholder(api) is not None)
-        assert placeholder(api).spec.replicas == 3
+        limit = await three_placeholders_in_h100(api, ctl)
         node = {"metadata": {"name": "train-node", "labels": {"karpenter.sh/nodepool": "h100"}}}
         core.create_node(node)
         core.patch_node_status("train-node", {"status": {"capacity": {"nvidia.com/gpu": "2"}}})
