@@ -183,9 +183,9 @@ def test_two_replicas_one_writer_and_a_warm_takeover(
         api.close()
 
 
-def test_metrics_and_healthz_while_it_runs(apiserver: FakeApiServer) -> None:
-    port = free_port()
-    daemon = subprocess.Popen(
+def lone_autoscaler(apiserver: FakeApiServer, port: int, *args: str) -> subprocess.Popen:
+    """`gpufleet autoscaler` without an election or a Prometheus, its metrics on `port`."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -196,8 +196,7 @@ def test_metrics_and_healthz_while_it_runs(apiserver: FakeApiServer) -> None:
             "--prometheus-url",
             "http://127.0.0.1:9",
             "--leader-elect=false",
-            "--tick-seconds",
-            "0.2",
+            *args,
             "--metrics-address",
             f"127.0.0.1:{port}",
         ],
@@ -206,25 +205,31 @@ def test_metrics_and_healthz_while_it_runs(apiserver: FakeApiServer) -> None:
         text=True,
     )
 
-    def get(path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
-                return r.status, r.read().decode()
-        except OSError:
-            return 0, ""
 
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """Status and body of GET `path` on the loopback `port`; (0, "") while nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.status, r.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_metrics_and_healthz_while_it_runs(apiserver: FakeApiServer) -> None:
+    port = free_port()
+    daemon = lone_autoscaler(apiserver, port, "--tick-seconds", "0.2")
     try:
         wait_for(
             lambda: (
-                "gpufleet_autoscaler_ticks_total" in get("/metrics")[1]
-                and "gpufleet_autoscaler_ticks_total 0.0" not in get("/metrics")[1]
+                "gpufleet_autoscaler_ticks_total" in http_get(port, "/metrics")[1]
+                and "gpufleet_autoscaler_ticks_total 0.0" not in http_get(port, "/metrics")[1]
             ),
             timeout=30,
             what="a tick counted",
         )
-        text = get("/metrics")[1]
+        text = http_get(port, "/metrics")[1]
         assert "gpufleet_autoscaler_leader 1.0" in text  # no election: it writes
-        assert get("/healthz") == (200, "OK")
+        assert http_get(port, "/healthz") == (200, "OK")
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(15) == 0
     finally:
@@ -234,38 +239,13 @@ def test_metrics_and_healthz_while_it_runs(apiserver: FakeApiServer) -> None:
 def test_a_request_that_does_not_parse_is_one_line_and_counted(apiserver: FakeApiServer) -> None:
     # Issue 18: aiohttp logged each malformed request on :9402 with a traceback.
     port = free_port()
-    daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpufleet.cli",
-            "autoscaler",
-            "--kube-url",
-            apiserver.url,
-            "--prometheus-url",
-            "http://127.0.0.1:9",
-            "--leader-elect=false",
-            "--metrics-address",
-            f"127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-    def metrics() -> str:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                return r.read().decode()
-        except OSError:
-            return ""
-
+    daemon = lone_autoscaler(apiserver, port)
     try:
-        wait_for(lambda: metrics() != "", timeout=30, what="the metrics port")
+        wait_for(lambda: http_get(port, "/metrics")[1] != "", timeout=30, what="the metrics port")
         with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
             conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
             assert b" 400 " in conn.recv(64)[:20]
-        text = metrics()  # still serving
+        text = http_get(port, "/metrics")[1]  # still serving
         assert "gpufleet_autoscaler_http_bad_requests_total 1.0" in text.splitlines()
         assert 'gpufleet_autoscaler_http_requests_total{code="200",route="/metrics"}' in text
         daemon.send_signal(signal.SIGTERM)
