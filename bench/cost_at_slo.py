@@ -62,7 +62,7 @@ def split(spec: RunSpec, result: RunResult) -> tuple[float, float]:
     """Attainment over feasible requests arriving before and after the lead time (cold
     start plus node provisioning: the oracle's warm-up)."""
     trace, config = spec.trace, spec.config
-    lead = config.cluster.cold_start_seconds + config.cluster.node_provision_seconds
+    lead = config.cluster.lead_seconds
     slo = result.slo_ttft_seconds
     can = feasible(
         np.asarray(trace.prompt_tokens),

@@ -44,6 +44,11 @@ class ClusterModel:
     max_nodes: int = 64
     gpus_per_replica: int = 1
 
+    @property
+    def lead_seconds(self) -> float:
+        """A new node requested -> a replica on it serving: the lead time no policy beats."""
+        return self.node_provision_seconds + self.cold_start_seconds
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineModel:

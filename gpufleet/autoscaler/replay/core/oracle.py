@@ -126,10 +126,10 @@ def solve_oracle(
     of every late request's step and replays again; after `max_repairs` it stops and returns
     the last replay whatever its attainment (`judged_attainment` says).
     """
-    cluster, slo = config.cluster, workload.slo_ttft_seconds
+    slo = workload.slo_ttft_seconds
     serving, infeasible = _serving(trace, workload=workload, config=config)
     bound = schedule = _schedule(serving, infeasible=infeasible, config=config)
-    warmup_s = cluster.cold_start_seconds + cluster.node_provision_seconds
+    warmup_s = config.cluster.lead_seconds
     can = feasible(
         trace.prompt_tokens,
         prefill_tokens_per_second=config.service.prefill_tokens_per_second,
@@ -196,8 +196,7 @@ def warm_start_replicas(
     most replicas the necessary conditions ask for within that warm-up.
     """
     serving, _ = _serving(trace, workload=workload, config=config)
-    cluster = config.cluster
-    warmup = math.ceil((cluster.cold_start_seconds + cluster.node_provision_seconds) / STEP_SECONDS)
+    warmup = math.ceil(config.cluster.lead_seconds / STEP_SECONDS)
     return int(serving[: warmup + 1].max(initial=workload.min_replicas))
 
 
