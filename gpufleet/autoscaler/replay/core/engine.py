@@ -30,6 +30,7 @@ of the trace (the policy still ticking) until every request has completed.
 """
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable
 from enum import IntEnum
@@ -53,9 +54,6 @@ MAX_OVERRUN_SECONDS = 86_400.0
 # A prompt whose tokens left are within this of zero when its PREFILL_DONE fires is done:
 # float rounding of (left - rate * (left / rate)), far below one token.
 _CHUNK_EPSILON_TOKENS = 1e-6
-
-
-_NEVER = (math.inf, math.inf)  # the arrival key once every request has arrived
 
 
 class SimulationError(RuntimeError):
@@ -127,7 +125,7 @@ class _Run:
         self.head = 0
         self.completed = 0
         self.heap: list[tuple[float, int, int, object]] = []
-        self.seq = 0
+        self.seq = itertools.count(1)  # ties at one instant and kind go in posting order
         self.cluster = Cluster(config.cluster, prefix=workload.name, post=self._post_timer)
         self.pipeline = Pipeline(config.pipeline)
         self.timeline = TimelineBuilder()
@@ -155,8 +153,7 @@ class _Run:
     # --- event plumbing ---
 
     def _post(self, t: float, kind: int, payload: object = None) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, kind, self.seq, payload))
+        heapq.heappush(self.heap, (t, kind, next(self.seq), payload))
 
     def _post_timer(self, t: float, kind: Timer, payload: object) -> None:
         self._post(t, int(kind), payload)
@@ -172,21 +169,20 @@ class _Run:
         heap, arrivals, n, check = self.heap, self.arrivals, self.n, self.check
         handlers = {
             _Kind.DECODE_DONE: self._decode_done,
-            _Kind.PREFILL_DONE: self._prefill_done,
+            _Kind.PREFILL_DONE: self._chunks_done if self.chunked else self._prefill_done,
             _Kind.SCRAPE: self._scrape,
             _Kind.TICK: self._tick,
             _Kind.TIMELINE: self._timeline,
         }
-        # The next arrival as a heap key: it goes first unless an event sorts before it (the
-        # heap is never empty: scrapes, ticks and timeline samples post their successors).
-        arrival_key = (arrivals[0], _Kind.ARRIVAL)
+        # The next arrival goes first unless an event sorts before it (the heap is never
+        # empty: scrapes, ticks and timeline samples post their successors).
+        arrival = arrivals[0]
         while self.completed < n:
-            if arrival_key < heap[0][:2]:
-                self.now = arrival_key[0]
+            top = heap[0]
+            if arrival < top[0] or (arrival == top[0] and top[1] > _Kind.ARRIVAL):
+                self.now = arrival
                 self.arrived += 1
-                arrival_key = (
-                    (arrivals[self.arrived], _Kind.ARRIVAL) if self.arrived < n else _NEVER
-                )
+                arrival = arrivals[self.arrived] if self.arrived < n else math.inf
                 self._dispatch()
             else:
                 t, kind, _, payload = heapq.heappop(heap)
@@ -261,11 +257,9 @@ class _Run:
         self._post(end, _Kind.PREFILL_DONE, (i, r))
 
     def _prefill_done(self, payload: object) -> None:
+        """Without chunked prefill: the stage's one prompt finished."""
         i, r = payload  # type: ignore[misc]
-        if self.chunked:
-            self._chunks_done(r, i)
-        else:
-            self._first_token(i, r, self.prompts[i] / self.prefill_rate)
+        self._first_token(i, r, self.prompts[i] / self.prefill_rate)
 
     def _first_token(self, i: int, r: ReplayReplica, prefill_seconds: float) -> None:
         now = self.now
@@ -327,8 +321,10 @@ class _Run:
                     end = due
         self._post(end, _Kind.PREFILL_DONE, (r.chunk_version, r))
 
-    def _chunks_done(self, r: ReplayReplica, version: int) -> None:
-        """The stage's first prompt(s) finished, unless the stage changed since (stale)."""
+    def _chunks_done(self, payload: object) -> None:
+        """With chunked prefill: the stage's first prompt(s) finished, unless the stage
+        changed since (stale: most are)."""
+        version, r = payload  # type: ignore[misc]
         if version != r.chunk_version:
             return
         self._advance_chunks(r)
