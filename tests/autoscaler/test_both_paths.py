@@ -24,14 +24,21 @@ REPLICAS = (Replica(name="vllm-0", state=ReplicaState.READY, since=0.0, created=
 def scraped_pipeline() -> Pipeline:
     """Ten minutes of a workload whose load ramps up and falls back, scraped every 5 s."""
     pipeline = Pipeline(PipelineModel())
+    requests = 0
     for step in range(1, 121):
         now = step * 5.0
         rate = 4 + (step if step < 60 else 120 - step) // 6  # requests per second
         for _ in range(rate * 5):
-            pipeline.arrived()
             pipeline.first_token(0.2 + step / 600, prompt_tokens=800, prefill_seconds=0.05)
-            pipeline.completed()
-        pipeline.scrape(now, queue_depth=max(0, rate - 10), in_flight=rate, busy_seconds=())
+        requests += rate * 5
+        pipeline.scrape(
+            now,
+            arrived=requests,
+            completed=requests,
+            queue_depth=max(0, rate - 10),
+            in_flight=rate,
+            busy_seconds=(),
+        )
     return pipeline
 
 

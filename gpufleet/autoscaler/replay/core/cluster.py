@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
-from gpufleet.autoscaler.core.observation import ReplicaState
+from gpufleet.autoscaler.core.observation import Replica, ReplicaState
 from gpufleet.autoscaler.core.planner import pack_nodes
 from gpufleet.autoscaler.replay.core.model import ClusterModel
 
@@ -57,6 +57,7 @@ class ReplayReplica:
     __slots__ = (
         "busy_seconds",
         "busy_since",
+        "chunk_active",
         "chunk_at",
         "chunk_version",
         "chunks",
@@ -67,8 +68,10 @@ class ReplayReplica:
         "index",
         "name",
         "node",
+        "observed_as",
         "prefill_free_at",
         "prefilling",
+        "route",
         "since",
         "state",
     )
@@ -88,16 +91,33 @@ class ReplayReplica:
         # Chunked prefill: [request, tokens left, tokens/s, first chunk at] per prompt in the
         # stage, arrival order; the rates hold from chunk_at until the stage next changes.
         self.chunks: list[list[float]] = []
+        # Only the first chunk_active prompts have a rate (the step's budget runs out in
+        # arrival order): the rest are 0 and need no advancing.
+        self.chunk_active = 0
         self.chunk_at = 0.0
         self.chunk_version = 0  # a PREFILL_DONE posted for an older version is stale
         self.busy_seconds = 0.0  # time with in_flight >= 1, up to busy_since when busy
         self.busy_since = 0.0
+        self.route = -1  # its place in the engine's routing table while READY there
+        self.observed_as: Replica | None = None  # `observed()` until the next move
 
     def move(self, state: object, now: float) -> None:
         if state not in _TRANSITIONS[self.state]:
             raise RuntimeError(f"replica {self.name}: illegal move {self.state} -> {state}")
         self.state = state
         self.since = now
+        self.observed_as = None
+
+    def observed(self) -> Replica:
+        """What a policy sees of it: built once per state, as every tick reads every one."""
+        if self.observed_as is None:
+            self.observed_as = Replica(
+                name=self.name,
+                state=self.state,  # type: ignore[arg-type]
+                since=self.since,
+                created=self.created,
+            )
+        return self.observed_as
 
     def busy_total(self, now: float) -> float:
         """Seconds this replica has had at least one request, up to `now`."""

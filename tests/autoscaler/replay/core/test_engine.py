@@ -1,6 +1,7 @@
 """The simulator engine: service times, delays, GPU accounting, clamping and determinism."""
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -313,6 +314,37 @@ def test_same_seed_same_result() -> None:
                 assert np.array_equal(getattr(x, g.name), getattr(y, g.name)), g.name
         else:
             assert x == y, f.name
+
+
+@pytest.mark.parametrize(
+    ("service", "digest"),
+    [
+        pytest.param(ServiceModel(), "3448a40f9b6cfcf6", id="chunked"),
+        pytest.param(
+            ServiceModel(long_prefill_token_threshold=512), "060966c1c848894a", id="chunk-cap"
+        ),
+        pytest.param(ServiceModel(chunked_prefill=False), "82409fa8fba0800e", id="fifo-prefill"),
+    ],
+)
+def test_every_number_is_what_it_was_before_the_hot_paths_were_rewritten(
+    service: ServiceModel, digest: str
+) -> None:
+    """Issue 17 §4: the engine's speed-ups (routing table, prefill budget's active prefix,
+    scrape totals) change no bit of any result. The digests are of the engine before them,
+    on a run that fills the step budget and moves replicas in and out of READY while busy."""
+    trace = poisson_trace(rate=12, seconds=600, seed=7)
+    result = run(trace, Script(lambda t: 2 + int(t // 45) % 6), service=service)
+    h = hashlib.sha256()
+    for values in (
+        result.ttft_seconds,
+        result.e2e_seconds,
+        result.timeline.ready,
+        result.timeline.queue_depth,
+    ):
+        h.update(np.ascontiguousarray(values).tobytes())
+    totals = (result.replica_gpu_hours, result.node_gpu_hours)
+    h.update(repr((*totals, result.scale_events, result.node_events)).encode())
+    assert h.hexdigest()[:16] == digest
 
 
 def test_progress_is_reported_monotonically_to_one() -> None:
