@@ -259,7 +259,9 @@ def _mean(x: np.ndarray) -> float:
 
 def _quantile(x: np.ndarray, q: float) -> float:
     """np.quantile's default (linear) for one 1-D array, without its per-call overhead:
-    the policy asks for four every tick."""
+    the policy asks for four every tick. Equal to it but in the last bit in about 1% of
+    cases: numpy interpolates down from the upper neighbour past the midpoint, this always
+    up from the lower one (kept, as every policy number was measured with it)."""
     ordered = np.sort(x)
     position = q * (ordered.size - 1)
     low = int(position)
