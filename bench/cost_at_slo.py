@@ -76,14 +76,6 @@ def split(spec: RunSpec, result: RunResult) -> tuple[float, float]:
     )
 
 
-def x_oracle(gpu_hours: float, oracle_gpu_hours: float, *, valid: bool) -> float | None:
-    """Billed GPU-hours over the oracle's; None where the oracle is no yardstick (it missed
-    its own target on some seed, or billed nothing)."""
-    if not valid or oracle_gpu_hours <= 0:
-        return None
-    return gpu_hours / oracle_gpu_hours
-
-
 def verdict(
     family: str,
     *,
@@ -97,7 +89,7 @@ def verdict(
     attainment miss that the requests after the lead time do not show is the warm start's."""
     if not PREDICTABLE[family][0]:
         return "not judged: not predictable"
-    ratio = x_oracle(gpu_hours, oracle_gpu_hours, valid=oracle_valid)
+    ratio = report.oracle_ratio(gpu_hours, oracle_gpu_hours, valid=oracle_valid)
     if ratio is None:
         return "not judged: the oracle is not valid"
     misses = []

@@ -3,7 +3,7 @@ oracle's validity, and each bound missed named."""
 
 import pytest
 
-from bench.cost_at_slo import PREDICTABLE, markdown, verdict, x_oracle
+from bench.cost_at_slo import PREDICTABLE, markdown, verdict
 from bench.heldout_bench import FAMILIES
 
 
@@ -26,15 +26,6 @@ def test_every_family_of_the_bench_is_classified_with_a_reason() -> None:
 )
 def test_predictable_families(family: str, predictable: bool) -> None:
     assert PREDICTABLE[family][0] is predictable
-
-
-@pytest.mark.parametrize(
-    ("gpu_hours", "oracle", "valid", "ratio"),
-    [(13.87, 10.43, True, 13.87 / 10.43), (13.87, 10.43, False, None), (5.0, 0.0, True, None)],
-    ids=["valid", "oracle-missed-its-target", "oracle-billed-nothing"],
-)
-def test_x_oracle_is_none_where_the_oracle_is_no_yardstick(gpu_hours, oracle, valid, ratio):
-    assert x_oracle(gpu_hours, oracle, valid=valid) == ratio
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,11 @@ for less of anything):
   `max_scale_up_ratio` (a scale-up asks for at most that many times the ready replicas;
   replicas beyond serve only after a node boot plus a cold start), `placeholder_share`
   (nodes launched ahead for a forecast a crowd inflated) and `backlog_drain_seconds`
-  (a longer drain asks for fewer replicas for the same queue); below 60% also
+  (a longer drain asks for fewer replicas for the same queue) and the SLO feedback's
+  pressure (`feedback.min_ratio`, how far observed waits may shrink a replica's credit:
+  not at all at 50%; the pressure reacts to the mean prefill wait, which is what a
+  target near every request asks for, and at 50% it bought replicas for long prompts'
+  queueing that such a target does not ask to avoid); below 60% also
   `new_node_waits_lead` (a new node only once the need for it has lasted the node lead
   time: until then, only the GPUs idle on nodes already paid for).
 
@@ -64,6 +68,9 @@ _FORGET_AFTER_BLOCKS = (5.0, 5.0, 5.0, 8.0, 12.0, 20.0)
 _INVERSE_SCALE_UP_RATIO = (0.8, 0.0, 0.0, 0.0, 0.0, 0.0)
 _PLACEHOLDER_SHARE = (0.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 _BACKLOG_DRAIN_FACTOR = (4.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+# The share of the SLO feedback's pressure kept: the credit's floor rises from the given
+# `min_ratio` (share 1) to 1 (share 0: waits never shrink the credit).
+_PRESSURE_SHARE = (0.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 # Below this target, a scale-up buys a new node only once the need for it has lasted the
 # node lead time (`new_node_waits_lead`). A step, not a slope: a shorter wait only delays
 # the node, and the queue grown meanwhile then buys more of them after the crowd.
@@ -110,6 +117,10 @@ def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
         peak_quantile=_at(n, _PEAK_QUANTILE),
         forget_after_blocks=round(_at(n, _FORGET_AFTER_BLOCKS)),
     )
+    floor = settings.feedback.min_ratio  # kept exactly where all the pressure is
+    feedback = dataclasses.replace(
+        settings.feedback, min_ratio=floor + (1.0 - floor) * (1.0 - _at(n, _PRESSURE_SHARE))
+    )
     return dataclasses.replace(
         settings,
         headroom=_at(n, _HEADROOM),
@@ -122,4 +133,5 @@ def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
         backlog_drain_seconds=settings.backlog_drain_seconds * _at(n, _BACKLOG_DRAIN_FACTOR),
         new_node_waits_lead=settings.new_node_waits_lead or bool(target < _NEW_NODE_WAITS_BELOW),
         forecast=forecast,
+        feedback=feedback,
     )

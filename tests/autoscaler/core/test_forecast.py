@@ -75,6 +75,31 @@ def test_falling_trend_forecasts_lower_but_never_negative() -> None:
     assert fc.predicted == 0.0
 
 
+@pytest.mark.parametrize("age", [20.0, 45.0, 75.0, 100.0, 150.0, 200.0, 270.0])
+@pytest.mark.parametrize(("before", "after"), [(20.0, 200.0), (200.0, 20.0)], ids=["up", "down"])
+def test_a_step_is_not_a_ramp(age: float, before: float, after: float) -> None:
+    """A crowd arriving (or leaving) at once: while the step sits in the trend window, its
+    pairwise slopes tilt the window's median, but its newer half is flat on one side."""
+    t, v = series(lambda x: after if x > NOW - AGE - age else before)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=240, settings=S)
+    assert fc.slope_per_second == 0.0
+    assert fc.predicted == fc.level
+
+
+@pytest.mark.parametrize("age", [150.0, 180.0, 210.0, 240.0, 270.0])
+@pytest.mark.parametrize(("before", "after"), [(20.0, 200.0), (200.0, 20.0)], ids=["up", "down"])
+def test_a_noisy_step_older_than_the_newer_half_is_not_extrapolated(
+    age: float, before: float, after: float
+) -> None:
+    """With 5% noise the window's own slope put up to 88% on a 10x step's new level at a
+    node's lead; once the newer half is past the step, nothing beyond the noise is left."""
+    rng = np.random.default_rng(7)
+    t, v = series(lambda x: after if x > NOW - AGE - age else before)
+    v *= 1.0 + 0.05 * rng.standard_normal(v.size)
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=240, settings=S)
+    assert fc.predicted == pytest.approx(fc.level, rel=0.05)
+
+
 def test_spike_shows_in_latest_and_level_not_in_the_trend_or_the_usual_peak() -> None:
     t, v = series(lambda _: 4.0, seconds=1200.0)
     v[-1] = 64.0  # one 5-s sample of a burst, just visible

@@ -592,6 +592,17 @@ def test_queue_wait_scales_up_beyond_the_learned_capacity_and_persists() -> None
     assert again.decide(observe(1000.0, const(20.0), ready=3)).desired > 3
 
 
+def test_at_a_50_percent_target_queue_wait_buys_no_replica() -> None:
+    """The feedback's pressure serves a target near every request's SLO; at 50% (`knob`)
+    the same waits that scale up the default leave the count as the traffic sizes it."""
+    p = policy(target_attainment=0.5)
+    calm = p.decide(with_latency(observe(1000.0, const(20.0), ready=2), wait=0.0)).desired
+    for i in range(1, 6):
+        obs = with_latency(observe(1000.0 + 5 * i, const(20.0), ready=calm), wait=1.0)
+        assert p.decide(obs).desired == calm
+    assert p.learned()["probe"] == 1.0
+
+
 def test_queue_wait_while_replicas_start_asks_for_no_more() -> None:
     """The replicas asked for have not served yet: waiting is expected, not new evidence."""
     p = policy()

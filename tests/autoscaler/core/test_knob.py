@@ -31,6 +31,7 @@ def moved(s: GpufleetSettings) -> dict[str, float]:
         "placeholder_share": s.placeholder_share,
         "backlog_drain_seconds": -s.backlog_drain_seconds,  # a shorter drain buys more
         "new_node_waits_lead": -s.new_node_waits_lead,  # waiting for a node buys less
+        "feedback_min_ratio": -s.feedback.min_ratio,  # a higher credit floor buys less
     }
 
 
@@ -52,6 +53,7 @@ def test_the_cheapest_target_buys_no_node_for_a_crowd_it_cannot_serve_in_time() 
     assert (cheap.headroom, cheap.reserve_ratio, cheap.forecast.peak_quantile) == (0.0, 0.0, 0.5)
     assert (cheap.max_scale_up_ratio, cheap.placeholder_share) == (1.25, 0.0)
     assert cheap.backlog_drain_seconds == 240.0
+    assert cheap.feedback.min_ratio == 1.0  # observed waits never shrink a replica's credit
     # Between 50% and 90% the cap loosens smoothly, and is gone at 90%.
     assert 1.25 < knob.apply(BASE, 0.8).max_scale_up_ratio < 20.0
     assert knob.apply(BASE, 0.9).max_scale_up_ratio == math.inf
@@ -98,15 +100,21 @@ def test_every_target_from_90_to_9999_maps_exactly_as_before(target: float) -> N
     assert moved_before == BEFORE[target]
     # and nothing else: the settings only the cheapest targets move stay as given
     rest = dict(max_scale_up_ratio=math.inf, placeholder_share=1.0, backlog_drain_seconds=60.0)
-    assert s == dataclasses.replace(s, **rest)
+    assert s == dataclasses.replace(s, **rest, feedback=BASE.feedback)
     assert not s.new_node_waits_lead
 
 
 def test_the_cheap_settings_scale_what_is_given() -> None:
-    given = dataclasses.replace(BASE, backlog_drain_seconds=30.0, placeholder_share=0.5)
+    feedback = dataclasses.replace(BASE.feedback, min_ratio=0.5)
+    given = dataclasses.replace(
+        BASE, backlog_drain_seconds=30.0, placeholder_share=0.5, feedback=feedback
+    )
     assert knob.apply(given, 0.99).backlog_drain_seconds == 30.0
+    assert knob.apply(given, 0.99).feedback == feedback
     cheap = knob.apply(given, 0.5)
     assert (cheap.backlog_drain_seconds, cheap.placeholder_share) == (120.0, 0.0)
+    assert cheap.feedback.min_ratio == 1.0
+    assert 0.5 < knob.apply(given, 0.8).feedback.min_ratio < 1.0
 
 
 def test_the_default_target_is_the_default_settings() -> None:

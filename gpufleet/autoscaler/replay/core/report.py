@@ -69,10 +69,21 @@ def _ratios(results: Sequence[RunResult]) -> Callable[[float], str]:
     return lambda gpu_hours: x_oracle(gpu_hours, oracle, valid=valid)
 
 
+def oracle_ratio(gpu_hours: float, oracle_gpu_hours: float | None, *, valid: bool) -> float | None:
+    """Billed GPU-hours over the oracle's; None where the oracle is no yardstick: it missed
+    its own target (`oracle_valid`), did not run or billed nothing."""
+    if not valid or oracle_gpu_hours is None or oracle_gpu_hours <= 0:
+        return None
+    return gpu_hours / oracle_gpu_hours
+
+
 def x_oracle(gpu_hours: float, oracle_gpu_hours: float | None, *, valid: bool) -> str:
-    """The x oracle cell: billed GPU-hours over the oracle's, "not meaningful" when the
-    oracle missed its own target (`oracle_valid`), "n/a" when it did not run or billed none."""
-    return _ratio(gpu_hours, oracle_gpu_hours) if valid else _NOT_MEANINGFUL
+    """The x oracle cell of `oracle_ratio`: "not meaningful" when the oracle missed its own
+    target, "n/a" when it did not run or billed none."""
+    if not valid:
+        return _NOT_MEANINGFUL
+    ratio = oracle_ratio(gpu_hours, oracle_gpu_hours, valid=valid)
+    return "n/a" if ratio is None else f"{ratio:.2f}x"
 
 
 def _feasible_note(results: Sequence[RunResult]) -> str:
@@ -252,9 +263,3 @@ def _point(p: sweep.Point) -> str:
 
 def _percent(fraction: float) -> str:
     return f"{100 * fraction:.2f}%"
-
-
-def _ratio(value: float, oracle: float | None) -> str:
-    if oracle is None or oracle <= 0:
-        return "n/a"
-    return f"{value / oracle:.2f}x"

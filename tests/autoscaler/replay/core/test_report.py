@@ -142,6 +142,15 @@ def test_x_oracle_cell(gpu_hours, oracle, valid, cell):
     assert report.x_oracle(gpu_hours, oracle, valid=valid) == cell
 
 
+@pytest.mark.parametrize(
+    ("gpu_hours", "oracle", "valid", "ratio"),
+    [(13.87, 10.43, True, 13.87 / 10.43), (13.87, 10.43, False, None), (5.0, 0.0, True, None)],
+    ids=["valid", "oracle-missed-its-target", "oracle-billed-nothing"],
+)
+def test_oracle_ratio_is_none_where_the_oracle_is_no_yardstick(gpu_hours, oracle, valid, ratio):
+    assert report.oracle_ratio(gpu_hours, oracle, valid=valid) == ratio
+
+
 def test_tables_group_runs_by_trace_in_order():
     other = [dataclasses.replace(r, trace="code", requests=8819) for r in RUN[:1]]
     text = report.tables([*RUN[:1], *other, RUN[2]])
