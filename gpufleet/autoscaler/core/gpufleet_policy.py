@@ -9,8 +9,9 @@ Every tick it turns late signals into a replica count:
    scale-up takes a new node only once the need for it has lasted the node lead time,
    `new_node_waits_lead`).
    Closed-loop SLO feedback (`slo_feedback`) scales the learned rate by what the service
-   shows: when the requests' mean wait for prefill (TTFT minus prefill time) exceeds a
-   tenth of the SLO, each replica is credited less at once (down to a quarter), and the
+   shows: when the requests' mean wait for prefill (TTFT minus prefill time) exceeds
+   `feedback.wait_share` (5%) of the SLO, each replica is credited less at once (down to
+   a quarter; less far below a 90% target, not at all at 50%: `knob`), and the
    credit comes back slowly while the wait stays low; pressure while replicas start or
    at max_replicas changes nothing. As the latency probe it also credits more than the
    estimate while p90 TTFT stays within half the SLO at load, so a fleet that never
