@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpufleet.autoscaler.replay.core import report
+from gpufleet.autoscaler.replay.core.oracle import judged_requests
 from gpufleet.autoscaler.replay.core.result import RunResult
-from gpufleet.autoscaler.replay.core.stats import feasible
 from gpufleet.autoscaler.replay.core.sweep import RunSpec
 
 MIN_FEASIBLE_ATTAINMENT = 0.99
@@ -60,16 +60,10 @@ PREDICTABLE: dict[str, tuple[bool, str]] = {
 
 def split(spec: RunSpec, result: RunResult) -> tuple[float, float]:
     """Attainment over feasible requests arriving before and after the lead time (cold
-    start plus node provisioning: the oracle's warm-up)."""
-    trace, config = spec.trace, spec.config
-    lead = config.cluster.lead_seconds
+    start plus node provisioning: the oracle's warm-up), by the rule the oracle is judged
+    by (`oracle.judged_requests`)."""
     slo = result.slo_ttft_seconds
-    can = feasible(
-        np.asarray(trace.prompt_tokens),
-        prefill_tokens_per_second=config.service.prefill_tokens_per_second,
-        slo_seconds=slo,
-    )
-    late = np.asarray(trace.arrival_seconds) >= lead
+    can, late = judged_requests(spec.trace, slo_seconds=slo, config=spec.config)
     met = result.ttft_seconds <= slo
     return tuple(  # type: ignore[return-value]
         float(np.mean(met[can & part])) if np.any(can & part) else 1.0 for part in (~late, late)

@@ -129,13 +129,8 @@ def solve_oracle(
     slo = workload.slo_ttft_seconds
     serving, infeasible = _serving(trace, workload=workload, config=config)
     bound = schedule = _schedule(serving, infeasible=infeasible, config=config)
-    warmup_s = config.cluster.lead_seconds
-    can = feasible(
-        trace.prompt_tokens,
-        prefill_tokens_per_second=config.service.prefill_tokens_per_second,
-        slo_seconds=slo,
-    )
-    judged = (trace.arrival_seconds >= warmup_s) & can
+    can, after_warmup = judged_requests(trace, slo_seconds=slo, config=config)
+    judged = after_warmup & can
     slo_steps = math.ceil(slo / STEP_SECONDS)
     repair = 0
     while True:
@@ -162,6 +157,20 @@ def solve_oracle(
         bound=bound,
         judged_attainment=float(attained),
     )
+
+
+def judged_requests(
+    trace: Trace, *, slo_seconds: float, config: ReplayConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per request: whether one replica can prefill its prompt within the SLO (`feasible`),
+    and whether it arrives after the warm-up (node provisioning plus a cold start, before
+    which no schedule adds capacity). The oracle is judged on the requests that are both."""
+    can = feasible(
+        trace.prompt_tokens,
+        prefill_tokens_per_second=config.service.prefill_tokens_per_second,
+        slo_seconds=slo_seconds,
+    )
+    return can, trace.arrival_seconds >= config.cluster.lead_seconds
 
 
 def run_oracle(
