@@ -123,8 +123,7 @@ class ScalarEnvSource(PydanticBaseSettingsSource):
     """
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        environ = {key.lower(): value for key, value in os.environ.items()}
-        return self._lookup(environ, field, field_name)
+        return self._lookup(_lower_environ(), field, field_name)
 
     @staticmethod
     def _lookup(
@@ -138,13 +137,18 @@ class ScalarEnvSource(PydanticBaseSettingsSource):
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        environ = {key.lower(): value for key, value in os.environ.items()}
+        environ = _lower_environ()
         data = {}
         for name, info in self.settings_cls.model_fields.items():
             value, key, _ = self._lookup(environ, info, name)
             if value is not None:
                 data[key] = value
         return data
+
+
+def _lower_environ() -> dict[str, str]:
+    """The environment keyed by lowercased names: env names match in any case."""
+    return {key.lower(): value for key, value in os.environ.items()}
 
 
 def _env_name(info: FieldInfo) -> str | None:
