@@ -134,7 +134,11 @@ class UnaryClient:
                 _on_event(conn, stream, event, reply)
             if reply.ended:
                 break
-            _send(sock, conn, deadline)  # window updates, PING and SETTINGS acks
+            # Window updates, PING and SETTINGS acks. A server that sent its whole reply
+            # and closed has no use for them, and the reply is in our receive buffer: keep
+            # reading, and a reply that was not whole ends at EOF as UNAVAILABLE.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                _send(sock, conn, deadline)
         # The reply is complete: a GOAWAY says goodbye if the server still listens, and
         # nothing that happens to the connection now changes the call's outcome.
         conn.close_connection()
