@@ -18,7 +18,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -32,7 +31,8 @@ from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.autoscaler.settings import AutoscalerSettings
 from gpufleet.core.listen import parse_listen_address
 from gpufleet.core.server_stats import ServerStats
-from gpufleet.http.server import new_app, plain, start_server
+from gpufleet.http.server import Response, new_app, plain, start_server
+from gpufleet.http.wire import Request
 from gpufleet.kube.connect import api_client
 from gpufleet.kube.errors import KubeError
 from gpufleet.kube.events import EventRecorder
@@ -295,24 +295,22 @@ async def _serve_signals(
 async def _serve(address, controller: Controller, last_ok: list[float], tick: float):
     """/metrics and /healthz on the daemons' shared server (`gpufleet.http`): its read and
     write timeouts, 404 elsewhere, and requests that do not parse counted and logged as
-    one rate-limited line instead of aiohttp's traceback each."""
+    one rate-limited line, never a traceback each."""
     server_stats = ServerStats()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SelfMetrics(lambda: controller.stats, server=server_stats))
 
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+    async def metrics(_: Request) -> Response:
+        return Response(200, generate_latest(registry), {"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def healthz(_: web.Request) -> web.Response:
+    async def healthz(_: Request) -> Response:
         # Unhealthy when the API could not be listed for 10 ticks (at least 30 s).
         if time.monotonic() - last_ok[0] > max(10 * tick, 30.0):
             return plain(503, "control loop failing")
         return plain(200, "OK")
 
     app = new_app(
-        [web.get("/metrics", metrics), web.get("/healthz", healthz)],
+        {"/metrics": metrics, "/healthz": healthz},
         web_config=None,
         stats=server_stats,
     )

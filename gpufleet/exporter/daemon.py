@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pynvml
-from aiohttp import web
 
 from gpufleet.core.listen import parse_listen_address
 from gpufleet.core.server_stats import ServerStats
@@ -29,7 +28,7 @@ from gpufleet.exporter.core.podmeta import parse_allowlist
 from gpufleet.exporter.core.profiles import HostnameLabel, Profile
 from gpufleet.exporter.core.selection import DeviceSelector, missing, parse_devices
 from gpufleet.exporter.core.series import SeriesOptions
-from gpufleet.exporter.http.server import build_app, start_server
+from gpufleet.exporter.http.server import App, build_app, start_server
 from gpufleet.exporter.http.store import ExpositionStore
 from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.exporter.settings import (
@@ -239,7 +238,7 @@ class Components:
     loop: CollectorLoop
     kubelet: "PodResourcesWatcher | None"
     kube: "KubeMetadataWatcher | None"
-    app: web.Application
+    app: App
 
 
 def build(prepared: Prepared, lib: Any) -> Components:

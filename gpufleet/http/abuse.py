@@ -1,12 +1,13 @@
 """What clients, and the OS under their load, can make the HTTP server log: bounded.
 
-aiohttp logs each request it cannot parse at ERROR with a traceback, before any
-authentication, and asyncio logs each failed accept() with one; so anyone who can connect
-could flood the log (5,000 malformed requests gave 2.9 MB; running out of file descriptors
-gave 16,255 tracebacks in 10 s, as CPython retries every pending accept). Here each is
-counted in `ServerStats` (served as self-metrics) and logged as one line, rate-limited: a
-burst of lines, then one per interval saying how many were held back. A client's bad
-request never logs a traceback; an error in our own handler still does, rate-limited too.
+An HTTP server that logs each request it cannot parse at ERROR with a traceback (aiohttp's
+did, before any authentication), and asyncio's logging of each failed accept() with one,
+let anyone who can connect flood the log (5,000 malformed requests gave 2.9 MB; running
+out of file descriptors gave 16,255 tracebacks in 10 s, as CPython retries every pending
+accept). Here each is counted in `ServerStats` (served as self-metrics) and logged as one
+line, rate-limited: a burst of lines, then one per interval saying how many were held back.
+A client's bad request never logs a traceback; an error in our own handler still does,
+rate-limited too.
 """
 
 import asyncio
@@ -16,10 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp.http_exceptions import HttpProcessingError
-
 from gpufleet.core.ratelimit import TokenBucket
 from gpufleet.core.server_stats import ServerStats
+from gpufleet.http.wire import BadRequest
 
 log = logging.getLogger(__name__)
 
@@ -50,42 +50,30 @@ class ThrottledLog:
         self._logger.log(level, msg, *args, exc_info=exc_info)
 
 
-def _reason(exc: HttpProcessingError) -> str:
-    text = " ".join(str(exc.message).split()).rstrip(" ^")  # aiohttp's caret under the bytes
-    return text if len(text) <= _MAX_REASON_CHARS else text[: _MAX_REASON_CHARS - 3] + "..."
-
-
 class RequestErrorLog:
-    """Stands in for aiohttp's server logger (`RequestHandler(logger=...)`), which it calls
-    with `exception()` for a request that failed and `debug()` for the rest."""
+    """The server's log of requests that failed: a request refused because it did not
+    parse is counted and logged as one line, a bug in a handler with its traceback; both
+    rate-limited."""
 
     def __init__(self, stats: ServerStats, *, clock: Callable[[], float] = time.monotonic):
         self._stats = stats
         self._bad_requests = ThrottledLog(log, clock=clock)
         self._handler_errors = ThrottledLog(log, clock=clock)
 
-    def exception(self, msg: str, *args: object, exc_info: Any = None, **_: Any) -> None:
-        if self._bad_request(msg, args, exc_info):
-            return
-        self._handler_errors.log(logging.ERROR, msg, *args, exc_info=exc_info or True)
-
-    def debug(self, msg: str, *args: object, exc_info: Any = None, **kw: Any) -> None:
-        # aiohttp logs a non-HTTP first request (TLS or junk on the port) at debug.
-        if not self._bad_request(msg, args, exc_info):
-            log.debug(msg, *args, exc_info=exc_info, **kw)
-
-    def __getattr__(self, name: str) -> Any:  # any other level aiohttp may use
-        return getattr(log, name)
-
-    def _bad_request(self, msg: str, args: tuple[object, ...], exc: Any) -> bool:
-        """Count and log (one line, rate-limited) a request that did not parse."""
-        if not isinstance(exc, HttpProcessingError):
-            return False
+    def bad_request(self, peer: str, exc: BadRequest) -> None:
         self._stats.bad_requests_total += 1
+        reason = " ".join(exc.reason.split())  # quotes client bytes: one line, bounded
+        if len(reason) > _MAX_REASON_CHARS:
+            reason = reason[: _MAX_REASON_CHARS - 3] + "..."
         self._bad_requests.log(
-            logging.WARNING, "%s: refused with %d: %s", msg % args, exc.code, _reason(exc)
+            logging.WARNING, "bad request from %s: refused with %d: %s", peer, exc.status, reason
         )
-        return True
+
+    def handler_error(self, method: str, path: str) -> None:
+        """Call from the `except` block: the traceback is the one being handled."""
+        self._handler_errors.log(
+            logging.ERROR, "error handling %s %s", method, path[:_MAX_REASON_CHARS], exc_info=True
+        )
 
 
 class AcceptErrorHandler:

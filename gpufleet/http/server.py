@@ -1,197 +1,358 @@
-"""An aiohttp server as the daemons serve one: exporter-toolkit's web config (basic auth,
-extra headers, rate limit) on every route, dcgm-exporter's 10 s read (idle) and write
+"""The daemons' HTTP(S) server, on asyncio streams: exporter-toolkit's web config (basic
+auth, extra headers, rate limit) on every route, dcgm-exporter's 10 s read (idle) and write
 timeouts, TLS from the web config, self-metrics counters, and bounded logging of bad
-requests and failed accepts (`abuse`). Unknown paths get 404, like any other response.
+requests and failed accepts (`abuse`). Unknown paths get 404, another method on a known
+path 405, like any other response.
 
-Exists so every daemon's port behaves the same: each builds its routes and hands them to
-`new_app`; none of this knows what a route serves. It must never log per request (aiohttp's
-access log is off unless asked for).
+Exists so every daemon's port behaves the same: each hands `new_app` its routes, a GET
+handler per path (HEAD is answered from it), and none of this knows what a route serves.
+It must never log per request. Its own HTTP/1.1 (`wire`) rather than aiohttp's server: the
+routes serve prebuilt bodies, and aiohttp cost the exporter 10-13 MiB of RSS (issue 15).
+Keep-alive and pipelined requests are served in order; no route reads a body, so request
+bodies over 64 KiB and Transfer-Encoding are refused.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import ssl
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-
-from aiohttp import hdrs, web
-from aiohttp.typedefs import Handler, Middleware
 
 from gpufleet.core.ratelimit import TokenBucket
 from gpufleet.core.server_stats import ServerStats
 from gpufleet.http.abuse import AcceptErrorHandler, RequestErrorLog
+from gpufleet.http.wire import (
+    MAX_HEAD_BYTES,
+    BadRequest,
+    Request,
+    http_date,
+    parse_request_head,
+    response_head,
+)
 
-if TYPE_CHECKING:  # loaded only with --web-config-file (YAML, bcrypt, TLS setup)
+if TYPE_CHECKING:  # loaded only when serving TLS or with --web-config-file
+    import ssl
+
     from gpufleet.http.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
 
 _PLAIN = "text/plain; charset=utf-8"
-_MAX_REQUEST_BODY_BYTES = 64 * 1024  # no route reads a body
+_OTHER = "other"  # the route label of unknown paths: they must not grow the key set
+_REALM = 'Basic realm="gpufleet"'
 
-SERVER_STATS = web.AppKey("gpufleet_server_stats", ServerStats)
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """What a handler answers; Date, Content-Length and Connection are the server's."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def plain(status: int, text: str, headers: Mapping[str, str] | None = None) -> Response:
+    """A short text/plain answer."""
+    return Response(status, text.encode(), {"Content-Type": _PLAIN, **(headers or {})})
+
+
+class App:
+    """GET routes behind the web config's rate limit, basic auth and headers; `stats`
+    holds the counters. `clock` (monotonic seconds) drives the rate limiter and the
+    request durations."""
+
+    def __init__(
+        self,
+        routes: Mapping[str, Handler],
+        *,
+        web_config: WebConfig | None,
+        stats: ServerStats,
+        clock: Callable[[], float],
+        write_timeout_seconds: float,
+    ) -> None:
+        self.stats = stats
+        self.clock = clock
+        self.write_timeout_seconds = write_timeout_seconds
+        self._routes = dict(routes)
+        self.extra_headers = dict(web_config.headers) if web_config is not None else {}
+        self._auth = web_config if web_config is not None and web_config.auth_required else None
+        limit = web_config.rate_limit if web_config is not None else None
+        # exporter-toolkit: rate.NewLimiter(rate.Every(interval), burst).
+        self._limiter = (
+            TokenBucket(
+                rate_per_second=1.0 / limit.interval_seconds, burst=limit.burst, clock=clock
+            )
+            if limit is not None
+            else None
+        )
+
+    def route(self, request: Request) -> str:
+        """The request's label in the counters: its path when a route serves it, else
+        "other" (unknown paths and methods must not grow the key set)."""
+        served = request.path in self._routes and request.method in ("GET", "HEAD")
+        return request.path if served else _OTHER
+
+    async def respond(self, request: Request) -> Response:
+        """The answer: 429, 401, 404 and 405 before any handler runs."""
+        if self._limiter is not None and not self._limiter.take():
+            return plain(429, "Too Many Requests")
+        if self._auth is not None:
+            header = request.headers.get("authorization")
+            # Repeat scrapes hit the cache on the loop; only a miss pays for bcrypt, in a thread.
+            if not self._auth.check_basic_auth_cached(header) and not await asyncio.to_thread(
+                self._auth.check_basic_auth, header
+            ):
+                return plain(401, "Unauthorized", {"WWW-Authenticate": _REALM})
+        handler = self._routes.get(request.path)
+        if handler is None:
+            return plain(404, "Not Found")
+        if request.method not in ("GET", "HEAD"):
+            return plain(405, "Method Not Allowed", {"Allow": "GET, HEAD"})
+        return await handler(request)
+
+    def head(self, response: Response, connection: str | None) -> bytes:
+        """The response's status line and header fields, the web config's included."""
+        return response_head(
+            response.status,
+            [*response.headers.items(), *self.extra_headers.items()],
+            content_length=len(response.body),
+            date=_http_date(int(time.time())),
+            connection=connection,
+        )
 
 
 def new_app(
-    routes: Iterable[web.AbstractRouteDef],
+    routes: Mapping[str, Handler],
     *,
     web_config: WebConfig | None,
     stats: ServerStats | None = None,
     clock: Callable[[], float] = time.monotonic,
     write_timeout_seconds: float = 10.0,
-) -> web.Application:
-    """An application serving `routes` behind the web config's auth, headers and rate limit;
-    `app[SERVER_STATS]` holds its counters. `clock` (monotonic seconds) drives the rate
-    limiter and the request durations."""
-    stats = stats if stats is not None else ServerStats()
-    middleware = _middleware(
-        web_config=web_config, stats=stats, clock=clock, write_timeout_seconds=write_timeout_seconds
-    )
-    app = web.Application(client_max_size=_MAX_REQUEST_BODY_BYTES, middlewares=[middleware])
-    app[SERVER_STATS] = stats
-    app.add_routes(routes)
-    return app
-
-
-def _middleware(
-    *,
-    web_config: WebConfig | None,
-    stats: ServerStats,
-    clock: Callable[[], float],
-    write_timeout_seconds: float,
-) -> Middleware:
-    extra_headers = dict(web_config.headers) if web_config is not None else {}
-    auth = web_config if web_config is not None and web_config.auth_required else None
-    limit = web_config.rate_limit if web_config is not None else None
-    # exporter-toolkit: rate.NewLimiter(rate.Every(interval), burst).
-    limiter = (
-        TokenBucket(rate_per_second=1.0 / limit.interval_seconds, burst=limit.burst, clock=clock)
-        if limit is not None
-        else None
+) -> App:
+    """An application serving `routes` (path -> GET handler); `app.stats` holds its
+    counters."""
+    return App(
+        routes,
+        web_config=web_config,
+        stats=stats if stats is not None else ServerStats(),
+        clock=clock,
+        write_timeout_seconds=write_timeout_seconds,
     )
 
-    @web.middleware
-    async def serve(request: web.Request, handler: Handler) -> web.StreamResponse:
-        started = clock()
-        response = await _respond(request, handler, auth=auth, limiter=limiter)
-        response.headers.update(extra_headers)
+
+# --- connections ---
+
+
+class _Connection:
+    """One client connection: requests read, answered and written in order until the
+    client closes, asks to, goes idle past the read timeout, or the server closes."""
+
+    def __init__(
+        self,
+        app: App,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        read_timeout_seconds: float,
+        errors: RequestErrorLog,
+    ) -> None:
+        self._app = app
+        self._reader = reader
+        self._writer = writer
+        self._read_timeout_seconds = read_timeout_seconds
+        self._errors = errors
+        self.idle = True  # waiting for a request: closing the server may drop it
+        self.closing = False
+
+    async def serve(self) -> None:
+        # No buffering beyond the kernel's: drain() then means every byte was handed
+        # over, so the write timeout covers the whole response.
+        self._writer.transport.set_write_buffer_limits(0)
         try:
-            # Written here, not after we return, so the write timeout covers it; aiohttp
-            # then finds the response already sent.
-            async with asyncio.timeout(write_timeout_seconds):
-                await response.prepare(request)
-                await response.write_eof()
-        except TimeoutError:
-            stats.write_timeouts_total += 1
-            if request.transport is not None:
-                request.transport.abort()
-        except ConnectionError:
-            pass  # the client left; aiohttp sees the closed transport and drops it
-        resource = request.match_info.route.resource
-        route = resource.canonical if resource is not None else "other"
+            while not self.closing and await self._one():
+                pass
+        except (ConnectionError, TimeoutError):
+            pass  # the client left, or stalled past a timeout: nothing to answer
+        finally:
+            self._writer.close()
+
+    async def _one(self) -> bool:
+        """Serve one request; False when the connection should close."""
+        self.idle = True
+        try:
+            async with asyncio.timeout(self._read_timeout_seconds):
+                head = await self._reader.readuntil(b"\r\n\r\n")
+                self.idle = False
+                request = parse_request_head(head)
+                if request.content_length:
+                    await self._reader.readexactly(request.content_length)
+        except asyncio.IncompleteReadError:
+            return False  # closed before a whole request: nothing to answer
+        except asyncio.LimitOverrunError:
+            return await self._refuse(BadRequest(431, f"request head over {MAX_HEAD_BYTES} bytes"))
+        except BadRequest as exc:
+            return await self._refuse(exc)
+        started = self._app.clock()
+        try:
+            response = await self._app.respond(request)
+        except Exception:
+            self._errors.handler_error(request.method, request.path)
+            response = plain(500, "Internal Server Error")
+        keep = request.keep_alive and not self.closing  # the server may close meanwhile
+        # HTTP/1.1 keeps the connection and HTTP/1.0 closes it unless the field says else.
+        connection = None if keep == (request.version == (1, 1)) else _CONNECTION[keep]
+        try:
+            head = self._app.head(response, connection)
+        except ValueError:  # a handler's header with a line break in it
+            self._errors.handler_error(request.method, request.path)
+            response = plain(500, "Internal Server Error")
+            head = self._app.head(response, connection)
+        await self._write(head, b"" if request.method == "HEAD" else response.body)
+        route = self._app.route(request)
+        stats = self._app.stats
         key = (route, response.status)
         stats.requests_total[key] = stats.requests_total.get(key, 0) + 1
         seconds = stats.request_seconds_total.get(route, 0.0)
-        stats.request_seconds_total[route] = seconds + clock() - started
-        return response
+        stats.request_seconds_total[route] = seconds + self._app.clock() - started
+        return keep
 
-    return serve
+    async def _refuse(self, exc: BadRequest) -> bool:
+        self._errors.bad_request(_peer(self._writer), exc)
+        response = plain(exc.status, exc.reason)
+        await self._write(self._app.head(response, "close"), response.body)
+        return False
 
-
-async def _respond(
-    request: web.Request,
-    handler: Handler,
-    *,
-    auth: WebConfig | None,
-    limiter: TokenBucket | None,
-) -> web.StreamResponse:
-    if limiter is not None and not limiter.take():
-        return plain(429, "Too Many Requests")
-    if auth is not None:
-        header = request.headers.get(hdrs.AUTHORIZATION)
-        # Repeat scrapes hit the cache on the loop; only a miss pays for bcrypt, in a thread.
-        if not auth.check_basic_auth_cached(header) and not await asyncio.to_thread(
-            auth.check_basic_auth, header
-        ):
-            return plain(401, "Unauthorized", {hdrs.WWW_AUTHENTICATE: 'Basic realm="gpufleet"'})
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:  # the router's 404/405: answered like any response
-        return web.Response(
-            status=exc.status, reason=exc.reason, text=exc.text, headers=exc.headers
-        )
+    async def _write(self, head: bytes, body: bytes) -> None:
+        """Write a response within the write timeout; a client that does not take it in
+        time is dropped and counted."""
+        try:
+            async with asyncio.timeout(self._app.write_timeout_seconds):
+                self._writer.write(head)
+                self._writer.write(body)
+                await self._writer.drain()
+        except TimeoutError:
+            self._app.stats.write_timeouts_total += 1
+            self._writer.transport.abort()
+            raise
 
 
-def plain(status: int, text: str, headers: dict[str, str] | None = None) -> web.Response:
-    """A short text/plain answer."""
-    return web.Response(
-        status=status, body=text.encode(), headers={hdrs.CONTENT_TYPE: _PLAIN, **(headers or {})}
-    )
+_CONNECTION = {True: "keep-alive", False: "close"}
+_http_date = functools.lru_cache(maxsize=1)(http_date)  # the Date field, built once a second
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
 
 
 # --- listening ---
 
 
 class RunningServer:
-    """A listening server; `close()` stops accepting and waits for in-flight requests."""
+    """A listening server; `close()` stops accepting, drops idle connections and waits
+    for requests in flight, up to the shutdown timeout."""
 
-    __slots__ = ("_runner", "addresses")
-
-    def __init__(self, runner: web.AppRunner) -> None:
-        self._runner = runner
-        # Bound (host, port, ...) socket names; port 0 was replaced by the real port.
-        self.addresses: list[tuple[str, int]] = [
-            (address[0], address[1]) for address in runner.addresses
-        ]
+    def __init__(
+        self,
+        app: App,
+        *,
+        read_timeout_seconds: float,
+        shutdown_timeout_seconds: float,
+    ) -> None:
+        self._app = app
+        self._read_timeout_seconds = read_timeout_seconds
+        self._shutdown_timeout_seconds = shutdown_timeout_seconds
+        self._errors = RequestErrorLog(app.stats)
+        self._connections: dict[asyncio.Task[None], _Connection] = {}
+        self._server: asyncio.Server | None = None
+        # Bound (host, port) socket names; port 0 was replaced by the real port.
+        self.addresses: list[tuple[str, int]] = []
 
     @property
     def port(self) -> int:
         return self.addresses[0][1]
 
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        connection = _Connection(
+            self._app,
+            reader,
+            writer,
+            read_timeout_seconds=self._read_timeout_seconds,
+            errors=self._errors,
+        )
+        self._connections[task] = connection
+        try:
+            await connection.serve()
+        except asyncio.CancelledError:
+            # close() dropped it. Ending cancelled would make Python 3.11's streams log
+            # a traceback: its callback asks a cancelled task for its exception.
+            pass
+        finally:
+            del self._connections[task]
+
     async def close(self) -> None:
-        await self._runner.cleanup()
+        if self._server is None:
+            return
+        self._server.close()
+        for task, connection in list(self._connections.items()):
+            connection.closing = True
+            if connection.idle:
+                task.cancel()
+        if self._connections:
+            _, late = await asyncio.wait(
+                list(self._connections), timeout=self._shutdown_timeout_seconds
+            )
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+        await self._server.wait_closed()
+        self._server = None
 
 
 async def start_server(
-    app: web.Application,
+    app: App,
     *,
     host: str | None,
     port: int,
     ssl_context: ssl.SSLContext | None = None,
     read_timeout_seconds: float = 10.0,
     shutdown_timeout_seconds: float = 5.0,
-    access_log: bool = False,
 ) -> RunningServer:
     """Listen on host:port (host None: every interface), with TLS when `ssl_context` is set.
 
     `read_timeout_seconds` closes connections idle or stuck before a complete request
     (dcgm-exporter's 10 s). Requests that do not parse and failed accept() calls are
-    counted in `app[SERVER_STATS]` and logged rate-limited (`abuse`): this installs an
-    exception handler on the running event loop, which stays (see AcceptErrorHandler).
+    counted in `app.stats` and logged rate-limited (`abuse`): this installs an exception
+    handler on the running event loop, which stays (see AcceptErrorHandler).
     Raises OSError naming the address when it cannot listen.
     """
-    stats = app[SERVER_STATS]
-    runner = web.AppRunner(
+    server = RunningServer(
         app,
-        handle_signals=False,
-        shutdown_timeout=shutdown_timeout_seconds,
-        keepalive_timeout=read_timeout_seconds,
-        access_log=logging.getLogger("aiohttp.access") if access_log else None,
-        logger=RequestErrorLog(stats),
+        read_timeout_seconds=read_timeout_seconds,
+        shutdown_timeout_seconds=shutdown_timeout_seconds,
     )
-    await runner.setup()
     try:
-        await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
+        # The reader's limit bounds a request head: readuntil() fails past it.
+        listening = await asyncio.start_server(
+            server._accepted, host, port, ssl=ssl_context, limit=MAX_HEAD_BYTES
+        )
     except OSError as exc:
-        await runner.cleanup()
         where = f"[{host}]:{port}" if host and ":" in host else f"{host or ''}:{port}"
         raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror or exc}") from exc
+    server._server = listening
+    server.addresses = [(s.getsockname()[0], s.getsockname()[1]) for s in listening.sockets]
     loop = asyncio.get_running_loop()
-    loop.set_exception_handler(AcceptErrorHandler(stats, loop.get_exception_handler()))
-    server = RunningServer(runner)
+    loop.set_exception_handler(AcceptErrorHandler(app.stats, loop.get_exception_handler()))
     scheme = "https" if ssl_context is not None else "http"
     log.info("listening on %s (%s)", server.addresses, scheme)
     return server

@@ -7,13 +7,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from aiohttp import hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
 from gpufleet.core.server_stats import ServerStats
 from gpufleet.http.metrics import http_families
-from gpufleet.http.server import RunningServer, new_app, plain, start_server
+from gpufleet.http.server import Response, RunningServer, new_app, plain, start_server
+from gpufleet.http.wire import Request
 from gpufleet.plugin.core.model import Health
 from gpufleet.plugin.kubelet.registration import PluginRunner
 from gpufleet.plugin.kubelet.server import DevicePluginService, RpcStats
@@ -179,15 +179,15 @@ class MetricsServer:
         self._loop.close()
 
     async def _start(self) -> RunningServer:
-        async def metrics(request: web.Request) -> web.Response:
+        async def metrics(request: Request) -> Response:
             body = generate_latest(self._registry)
-            return web.Response(body=body, headers={hdrs.CONTENT_TYPE: CONTENT_TYPE_LATEST})
+            return Response(200, body, {"Content-Type": CONTENT_TYPE_LATEST})
 
-        async def health(request: web.Request) -> web.Response:
+        async def health(request: Request) -> Response:
             return plain(200, "OK")
 
         app = new_app(
-            [web.get("/metrics", metrics), web.get("/health", health)],
+            {"/metrics": metrics, "/health": health},
             web_config=self._web_config,
             stats=self._stats,
         )

@@ -32,8 +32,8 @@ LAZY = {
 # Loaded by no configuration: `-k` makes its gRPC call with h2 (grpcunary) and decodes
 # the kubelet's answer itself (listwire), gzip comes from zlib, did-you-mean hints load
 # difflib only on a bad input, the process's CPU comes from time.process_time, not the
-# `resource` extension module.
-NEVER = ("grpc", "google.protobuf", "gzip", "difflib", "resource")
+# `resource` extension module, and the HTTP server is gpufleet's own (`gpufleet.http`).
+NEVER = ("grpc", "google.protobuf", "gzip", "difflib", "resource", "aiohttp")
 
 # Runs the daemon's own main() on simulated GPUs; a thread waits for a 200 from /metrics (the
 # first collection is in), prints which LAZY modules are loaded, and stops the daemon as

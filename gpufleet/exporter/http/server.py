@@ -2,7 +2,7 @@
 
 Exists to serve what the collector already rendered: a scrape is a dict lookup, a choice
 between four prebuilt byte strings and a write. It must never collect, render, call NVML or
-the kubelet, or log per request (aiohttp's access log is off unless asked for).
+the kubelet, or log per request.
 
 Decisions:
 - Before the first collection `/metrics` answers 503 (dcgm-exporter sends an empty 200
@@ -20,21 +20,20 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
-
-from aiohttp import hdrs, web
 
 from gpufleet.core.server_stats import ServerStats
 from gpufleet.exporter.http.store import ExpositionStore
-from gpufleet.http.server import SERVER_STATS, RunningServer, new_app, start_server
+from gpufleet.http.server import App, Handler, Response, RunningServer, new_app, start_server
 from gpufleet.http.server import plain as _plain
+from gpufleet.http.wire import Request
 
 if TYPE_CHECKING:  # loaded only with --web-config-file (YAML, bcrypt, TLS setup)
     from gpufleet.http.webconfig import WebConfig
 
 # Re-exported: the exporter's daemon and tests reach the server through this module.
-__all__ = ["SERVER_STATS", "RunningServer", "build_app", "start_server"]
+__all__ = ["App", "RunningServer", "build_app", "start_server"]
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -46,9 +45,9 @@ _LANDING_PAGE = (
 )
 _METRICS_HEADERS = {
     (openmetrics, gzip): {
-        hdrs.CONTENT_TYPE: OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE,
-        hdrs.VARY: "Accept, Accept-Encoding",
-        **({hdrs.CONTENT_ENCODING: "gzip"} if gzip else {}),
+        "Content-Type": OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE,
+        "Vary": "Accept, Accept-Encoding",
+        **({"Content-Encoding": "gzip"} if gzip else {}),
     }
     for openmetrics in (False, True)
     for gzip in (False, True)
@@ -61,12 +60,12 @@ def build_app(
     web_config: WebConfig | None,
     stale_after_seconds: float,
     clock: Callable[[], float] = time.monotonic,
-    extra_routes: Iterable[web.AbstractRouteDef] = (),
+    extra_routes: Mapping[str, Handler] | None = None,
     stats: ServerStats | None = None,
     write_timeout_seconds: float = 10.0,
     openmetrics: bool = False,
-) -> web.Application:
-    """The exporter's aiohttp application; `app[SERVER_STATS]` holds its counters.
+) -> App:
+    """The exporter's application; `app.stats` holds its counters.
 
     `clock` is monotonic seconds, compared with `Exposition.collected_monotonic` by
     `/health` and driving the rate limiter. `extra_routes` get the same auth and headers.
@@ -76,7 +75,7 @@ def build_app(
         store, clock=clock, stale_after_seconds=stale_after_seconds, openmetrics=openmetrics
     )
     return new_app(
-        [*routes, *extra_routes],
+        {**routes, **(extra_routes or {})},
         web_config=web_config,
         stats=stats,
         clock=clock,
@@ -90,19 +89,19 @@ def _routes(
     clock: Callable[[], float],
     stale_after_seconds: float,
     openmetrics: bool,
-) -> list[web.RouteDef]:
+) -> dict[str, Handler]:
     """`/metrics`, `/health` and `/`: each reads `store`; none renders or collects."""
 
-    async def metrics(request: web.Request) -> web.Response:
+    async def metrics(request: Request) -> Response:
         exposition = store.latest()
         if exposition is None:
             return _plain(503, "no collection yet")
         om = (
             openmetrics
             and exposition.openmetrics is not None
-            and wants_openmetrics(request.headers.get(hdrs.ACCEPT, ""))
+            and wants_openmetrics(request.headers.get("accept", ""))
         )
-        gzip = accepts_gzip(request.headers.get(hdrs.ACCEPT_ENCODING, ""))
+        gzip = accepts_gzip(request.headers.get("accept-encoding", ""))
         if om:
             plain, packed = exposition.openmetrics, exposition.openmetrics_gzip
         else:
@@ -110,10 +109,10 @@ def _routes(
             if gzip and packed is None:
                 store.want_text_gzip(clock())
         if not gzip or packed is None:  # not built for this snapshot: serve it plain
-            return web.Response(body=plain, headers=_METRICS_HEADERS[(om, False)])
-        return web.Response(body=packed, headers=_METRICS_HEADERS[(om, True)])
+            return Response(200, plain, _METRICS_HEADERS[(om, False)])
+        return Response(200, packed, _METRICS_HEADERS[(om, True)])
 
-    async def health(request: web.Request) -> web.Response:
+    async def health(request: Request) -> Response:
         exposition = store.latest()
         if exposition is None:
             return _plain(503, "no collection yet")
@@ -122,10 +121,10 @@ def _routes(
             return _plain(503, f"snapshot stale: last collection {age_seconds:.0f} s ago")
         return _plain(200, "OK")
 
-    async def landing(request: web.Request) -> web.Response:
-        return web.Response(body=_LANDING_PAGE, content_type="text/html", charset="utf-8")
+    async def landing(request: Request) -> Response:
+        return Response(200, _LANDING_PAGE, {"Content-Type": "text/html; charset=utf-8"})
 
-    return [web.get("/metrics", metrics), web.get("/health", health), web.get("/", landing)]
+    return {"/metrics": metrics, "/health": health, "/": landing}
 
 
 # --- content negotiation: pure, memoised because scrapers repeat the same header ---

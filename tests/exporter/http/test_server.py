@@ -14,7 +14,6 @@ from pathlib import Path
 import aiohttp
 import bcrypt
 import pytest
-from aiohttp import web
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from helpers.clock import ManualClock
 from helpers.pki import issue, write_pair
@@ -22,8 +21,8 @@ from helpers.pki import issue, write_pair
 from gpufleet.exporter.core.render import Exposition
 from gpufleet.exporter.http.server import (
     OPENMETRICS_CONTENT_TYPE,
-    SERVER_STATS,
     TEXT_CONTENT_TYPE,
+    App,
     RunningServer,
     accepts_gzip,
     build_app,
@@ -31,7 +30,9 @@ from gpufleet.exporter.http.server import (
     wants_openmetrics,
 )
 from gpufleet.exporter.http.store import TEXT_GZIP_DEMAND_SECONDS, ExpositionStore
+from gpufleet.http.server import Response
 from gpufleet.http.webconfig import WebConfig, load_web_config
+from gpufleet.http.wire import Request
 
 TEXT = b'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 41\n'
 OPENMETRICS = b'DCGM_FI_DEV_GPU_TEMP{gpu="0"} 41\n# EOF\n'
@@ -50,7 +51,7 @@ def exposition(*, collected_monotonic: float = 100.0, text: bytes = TEXT) -> Exp
 
 @asynccontextmanager
 async def serving(
-    app: web.Application, *, ssl_context: ssl.SSLContext | None = None, **kwargs: float
+    app: App, *, ssl_context: ssl.SSLContext | None = None, **kwargs: float
 ) -> AsyncIterator[RunningServer]:
     server = await start_server(app, host="127.0.0.1", port=0, ssl_context=ssl_context, **kwargs)
     try:
@@ -300,7 +301,7 @@ async def test_concurrent_scrapes_get_identical_bytes() -> None:
         bodies = await asyncio.gather(*(scrape(session) for _ in range(50)))
 
     assert set(bodies) == {big_text}
-    assert app[SERVER_STATS].requests_total == {("/metrics", 200): 50}
+    assert app.stats.requests_total == {("/metrics", 200): 50}
 
 
 async def test_landing_page_links_metrics_and_health() -> None:
@@ -330,7 +331,7 @@ async def test_stats_count_by_route_and_status_with_unknown_paths_pooled() -> No
         async with session.post(url(server, "/metrics")) as response:
             assert response.status == 405
 
-    stats = app[SERVER_STATS]
+    stats = app.stats
     assert stats.requests_total == {
         ("/metrics", 200): 2,
         ("other", 404): 2,
@@ -414,14 +415,14 @@ async def test_repeat_scrapes_reuse_the_verified_password(
 async def test_extra_routes_are_protected_too(tmp_path: Path, password_hash: str) -> None:
     config = web_config(tmp_path, f"basic_auth_users:\n  prometheus: '{password_hash}'\n")
 
-    async def debug(request: web.Request) -> web.Response:
-        return web.Response(text="debug")
+    async def debug(request: Request) -> Response:
+        return Response(200, b"debug")
 
     app = build_app(
         ExpositionStore(),
         web_config=config,
         stale_after_seconds=60,
-        extra_routes=[web.get("/debug", debug)],
+        extra_routes={"/debug": debug},
     )
 
     async with (
@@ -474,7 +475,7 @@ async def test_a_client_that_stops_reading_is_dropped_after_the_write_timeout() 
         clock=ManualClock(100.0),
         write_timeout_seconds=0.2,
     )
-    stats = app[SERVER_STATS]
+    stats = app.stats
 
     async with serving(app) as server:
         sock = socket.socket()
@@ -567,7 +568,7 @@ async def test_mtls_rejects_a_client_without_a_certificate(tmp_path: Path, pki: 
             async with session.get(url(server, "/metrics", scheme="https"), ssl=context) as r:
                 await r.read()
 
-    assert app[SERVER_STATS].requests_total == {}
+    assert app.stats.requests_total == {}
 
 
 # --- listening ---
