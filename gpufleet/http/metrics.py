@@ -34,8 +34,9 @@ def http_families(prefix: str, server: ServerStats) -> Iterator[Metric]:
     )
     yield CounterMetricFamily(
         f"{prefix}http_bad_requests",
-        "Requests refused with a 4xx because their request line or headers did not parse; "
-        "logged as rate-limited one-line warnings.",
+        "Requests refused before any route (4xx, 501 or 505) because their request line, "
+        "headers or framing did not parse or are not supported; logged as rate-limited "
+        "one-line warnings.",
         value=server.bad_requests_total,
     )
     yield CounterMetricFamily(

@@ -146,8 +146,9 @@ FAMILIES: tuple[tuple[str, MetricType, str, _Read], ...] = (
     (
         "http_bad_requests_total",
         C,
-        "Requests refused with a 4xx because their request line or headers did not parse; "
-        "logged as rate-limited one-line warnings.",
+        "Requests refused before any route (4xx, 501 or 505) because their request line, "
+        "headers or framing did not parse or are not supported; logged as rate-limited "
+        "one-line warnings.",
         _value("bad_requests_total"),
     ),
     (
