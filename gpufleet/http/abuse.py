@@ -75,6 +75,13 @@ class RequestErrorLog:
             logging.ERROR, "error handling %s %s", method, path[:_MAX_REASON_CHARS], exc_info=True
         )
 
+    def connection_error(self, peer: str) -> None:
+        """Call from the `except` block of a connection's task that failed outside a
+        handler."""
+        self._handler_errors.log(
+            logging.ERROR, "error serving the connection from %s", peer, exc_info=True
+        )
+
 
 class AcceptErrorHandler:
     """The event loop's exception handler from the server's start: a failed accept() for

@@ -173,13 +173,17 @@ class _Connection:
 
     async def serve(self) -> None:
         # No buffering beyond the kernel's: drain() then means every byte was handed
-        # over, so the write timeout covers the whole response.
-        self._writer.transport.set_write_buffer_limits(0)
+        # over, so the write timeout covers the whole response. A TLS transport pauses
+        # at size >= high, a plain one at size > high: 1 there means 0 here.
+        tls = self._writer.get_extra_info("sslcontext") is not None
+        self._writer.transport.set_write_buffer_limits(high=1 if tls else 0, low=0)
         try:
             while not self.closing and await self._one():
                 pass
-        except (ConnectionError, TimeoutError):
-            pass  # the client left, or stalled past a timeout: nothing to answer
+        except OSError:
+            # The client left, broke its TLS (ssl.SSLError) or stalled past a timeout
+            # (TimeoutError): nothing to answer.
+            pass
         finally:
             self._writer.close()
 
@@ -188,10 +192,13 @@ class _Connection:
         self.idle = True
         try:
             async with asyncio.timeout(self._read_timeout_seconds):
-                head = await self._reader.readuntil(b"\r\n\r\n")
-                self.idle = False
+                first = await self._reader.readexactly(1)
+                self.idle = False  # a request has begun: closing the server waits for it
+                head = first + await self._reader.readuntil(b"\r\n\r\n")
                 request = parse_request_head(head)
                 if request.content_length:
+                    if request.expects_continue:
+                        self._writer.write(_CONTINUE)
                     await self._reader.readexactly(request.content_length)
         except asyncio.IncompleteReadError:
             return False  # closed before a whole request: nothing to answer
@@ -244,6 +251,7 @@ class _Connection:
 
 
 _CONNECTION = {True: "keep-alive", False: "close"}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _http_date = functools.lru_cache(maxsize=1)(http_date)  # the Date field, built once a second
 
 
@@ -272,6 +280,7 @@ class RunningServer:
         self._errors = RequestErrorLog(app.stats)
         self._connections: dict[asyncio.Task[None], _Connection] = {}
         self._server: asyncio.Server | None = None
+        self._closing = False
         # Bound (host, port) socket names; port 0 was replaced by the real port.
         self.addresses: list[tuple[str, int]] = []
 
@@ -280,6 +289,9 @@ class RunningServer:
         return self.addresses[0][1]
 
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closing:  # accepted, or through its TLS handshake, after close() began
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         connection = _Connection(
@@ -296,12 +308,16 @@ class RunningServer:
             # close() dropped it. Ending cancelled would make Python 3.11's streams log
             # a traceback: its callback asks a cancelled task for its exception.
             pass
+        except Exception:  # a bug of ours: asyncio would log it unthrottled
+            self._errors.connection_error(_peer(writer))
+            writer.transport.abort()
         finally:
             del self._connections[task]
 
     async def close(self) -> None:
         if self._server is None:
             return
+        self._closing = True  # connections register synchronously: this set is final
         self._server.close()
         for task, connection in list(self._connections.items()):
             connection.closing = True

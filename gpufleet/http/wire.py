@@ -8,6 +8,10 @@ Strict where leniency lets one request be read two ways (request smuggling): whi
 before a colon, obs-fold, control characters, a malformed or conflicting Content-Length,
 and any Transfer-Encoding are refused, never guessed at. A refusal is a BadRequest with the
 status to answer and a one-line reason that quotes at most a few bytes of the client's.
+HTTP/1.1 needs exactly one Host (RFC 9112 §3.2). Paths are matched as sent, not
+percent-decoded (Prometheus, curl and probes send them plain), and only CRLF ends a line:
+a bare-LF request, which RFC 9112 §2.2 allows a server to refuse, gets no answer and is
+closed at the read timeout.
 """
 
 import re
@@ -25,7 +29,7 @@ _VERSION = re.compile(rb"HTTP/([0-9])\.([0-9])")
 # Request targets, visible ASCII: origin-form, and absolute-form, which RFC 9112 §3.2.2
 # says a server MUST accept (its authority has no "/" or "?").
 _ORIGIN = re.compile(rb"/[\x21-\x7e]*")
-_ABSOLUTE = re.compile(rb"https?://[\x21-\x2e\x30-\x3e\x40-\x7e]+(/[\x21-\x7e]*)?")
+_ABSOLUTE = re.compile(rb"(?i:https?)://[\x21-\x2e\x30-\x3e\x40-\x7e]+(/[\x21-\x7e]*)?")
 _FIELD_VALUE_BAD = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # CTLs but HTAB
 _DIGITS = re.compile(rb"[0-9]{1,18}")
 _QUOTED_BYTES = 40
@@ -68,6 +72,7 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)
     content_length: int = 0
     keep_alive: bool = True
+    expects_continue: bool = False  # `Expect: 100-continue` on an HTTP/1.1 request
 
 
 def parse_request_head(head: bytes) -> Request:
@@ -75,14 +80,21 @@ def parse_request_head(head: bytes) -> Request:
     Raises BadRequest."""
     if len(head) > MAX_HEAD_BYTES:
         raise BadRequest(431, f"request head over {MAX_HEAD_BYTES} bytes")
+    while head.startswith(b"\r\n"):  # RFC 9112 §2.2: empty lines before a request
+        head = head[2:]
     line, *fields = head.removesuffix(b"\r\n\r\n").split(b"\r\n")
     method, path, query, version = _request_line(line)
     if len(fields) > MAX_HEADERS:
         raise BadRequest(431, f"more than {MAX_HEADERS} header fields")
     headers: dict[str, str] = {}
+    hosts = 0
     for raw in fields:
         name, value = _field(raw)
+        if name == "host":
+            hosts += 1
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    if hosts > 1 or (hosts == 0 and version == (1, 1)):  # RFC 9112 §3.2: MUST be refused
+        raise BadRequest(400, f"{hosts} Host header fields; HTTP/1.1 requires exactly one")
     if "transfer-encoding" in headers:
         if "content-length" in headers:  # RFC 9112 §6.1: a smuggling attempt
             raise BadRequest(400, "both Transfer-Encoding and Content-Length")
@@ -100,6 +112,7 @@ def parse_request_head(head: bytes) -> Request:
         headers=headers,
         content_length=length,
         keep_alive=keep_alive,
+        expects_continue=version == (1, 1) and headers.get("expect", "").lower() == "100-continue",
     )
 
 
@@ -184,11 +197,13 @@ def response_head(
     `connection` is the Connection field's value, if one is sent."""
     lines = [f"HTTP/1.1 {status} {REASONS.get(status, '')}", f"Date: {date}"]
     for name, value in headers:
-        if _FIELD_VALUE_BAD.search(f"{name}{value}".encode("latin-1")):
+        if _FIELD_VALUE_BAD.search(f"{name}{value}".encode()):
             raise ValueError(f"response header {name!r}: control character in {value!r}")
         lines.append(f"{name}: {value}")
     lines.append(f"Content-Length: {content_length}")
     if connection is not None:
         lines.append(f"Connection: {connection}")
     lines.append("\r\n")
-    return "\r\n".join(lines).encode("latin-1")
+    # Values beyond ASCII (a web config's header, say) go out as UTF-8, as Go's
+    # exporter-toolkit and aiohttp send them.
+    return "\r\n".join(lines).encode()
