@@ -217,7 +217,7 @@ class _Connection:
         connection = None if keep == (request.version == (1, 1)) else _CONNECTION[keep]
         try:
             head = self._app.head(response, connection)
-        except ValueError:  # a handler's header with a line break in it
+        except ValueError:  # a handler's header that cannot be sent (a control character)
             self._errors.handler_error(request.method, request.path)
             response = plain(500, "Internal Server Error")
             head = self._app.head(response, connection)
