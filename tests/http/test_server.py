@@ -3,6 +3,7 @@ pipelining, HTTP/1.0, HEAD, request bodies, and a graceful close. What each daem
 is tested with the daemon (the exporter's routes in tests/exporter/http)."""
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from helpers.pki import issue, write_pair
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.http.server import Response, RunningServer, new_app, start_server
 from gpufleet.http.webconfig import load_web_config
@@ -302,3 +305,52 @@ async def test_a_broken_tls_record_closes_the_connection_and_logs_nothing(
             await asyncio.sleep(0.1)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     assert "Traceback" not in caplog.text
+
+
+# --- any bytes a client sends ---
+
+_PIECES = st.sampled_from(
+    [b"GET", b"HEAD", b"POST", b" ", b"/hello", b"/", b"?a=b", b"HTTP/1.1", b"HTTP/1.0",
+     b"\r\n", b"\r\n\r\n", b"\n", b"Host: x", b"Content-Length: 3", b"Content-Length: -1",
+     b"Transfer-Encoding: chunked", b"Connection: close", b"Expect: 100-continue", b"abc",
+     b"\x00", b"\xff", b"\x16\x03\x01"]
+)  # fmt: skip
+
+
+class _Errors(logging.Handler):
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(_PIECES, st.binary(max_size=16)), max_size=24))
+def test_any_bytes_get_answers_or_a_close_and_never_a_logged_error(chunks: list[bytes]) -> None:
+    """Whatever a client sends, the server answers with whole HTTP/1.1 responses or closes,
+    logs nothing at ERROR, and serves the next client."""
+
+    async def run() -> tuple[bytes, bytes, list[logging.LogRecord]]:
+        handler = _Errors(logging.ERROR)
+        logging.getLogger().addHandler(handler)
+        try:
+            async with serving(read_timeout_seconds=0.2) as server:
+                reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(b"".join(chunks))
+                with contextlib.suppress(ConnectionError):
+                    await writer.drain()
+                reply = await asyncio.wait_for(reader.read(), timeout=10)
+                writer.close()
+                after = await _exchange(
+                    server.port, b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                )
+        finally:
+            logging.getLogger().removeHandler(handler)
+        return reply, after, handler.records
+
+    reply, after, records = asyncio.run(run())
+    assert not records, [r.getMessage() for r in records]
+    assert reply == b"" or reply.startswith(b"HTTP/1.1 "), reply[:80]
+    assert _statuses(after) == [200]
