@@ -9,9 +9,9 @@ before a colon, obs-fold, control characters, a malformed or conflicting Content
 and any Transfer-Encoding are refused, never guessed at. A refusal is a BadRequest with the
 status to answer and a one-line reason that quotes at most a few bytes of the client's.
 HTTP/1.1 needs exactly one Host (RFC 9112 §3.2). Paths are matched as sent, not
-percent-decoded (Prometheus, curl and probes send them plain), and only CRLF ends a line:
-a bare-LF request, which RFC 9112 §2.2 allows a server to refuse, gets no answer and is
-closed at the read timeout.
+percent-decoded (Prometheus, curl and probes send them plain), and only CRLF ends a line
+(RFC 9112 §2.2 lets a recipient accept a bare LF, and does not require it): a bare-LF
+request gets no answer and is closed at the read timeout.
 """
 
 import re
