@@ -1,5 +1,24 @@
 """The HTTP server's counters, shared by every daemon that serves one (`gpufleet.http`):
-the server writes them, each daemon's self-metrics read them."""
+the server writes them, each daemon's self-metrics read them, with the one HELP text each."""
+
+# HELP text of each counter's `<prefix>http_*` family, by ServerStats attribute: the
+# exporter renders its own families, the other daemons through prometheus_client.
+HELP = {
+    "requests_total": "HTTP requests served, by route and status code.",
+    "request_seconds_total": "Time spent serving HTTP requests, by route.",
+    "write_timeouts_total": (
+        "Responses abandoned because the client did not read them within the write timeout."
+    ),
+    "bad_requests_total": (
+        "Requests refused before any route (4xx, 501 or 505) because their request line, "
+        "headers or framing did not parse or are not supported; logged as rate-limited "
+        "one-line warnings."
+    ),
+    "accept_errors_total": (
+        "Connections that could not be accepted for want of file descriptors or memory "
+        "(retried after 1 s); logged as rate-limited one-line warnings."
+    ),
+}
 
 
 class ServerStats:

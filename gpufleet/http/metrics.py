@@ -5,43 +5,34 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from gpufleet.core.server_stats import ServerStats
+from gpufleet.core.server_stats import HELP, ServerStats
 
 
 def http_families(prefix: str, server: ServerStats) -> Iterator[Metric]:
     """A server's counters as `<prefix>http_*` families, named as the exporter's
     `gpufleet_exporter_http_*` (which renders its own, without prometheus_client)."""
     requests = CounterMetricFamily(
-        f"{prefix}http_requests",
-        "HTTP requests served, by route and status code.",
-        labels=["route", "code"],
+        f"{prefix}http_requests", HELP["requests_total"], labels=["route", "code"]
     )
     for (route, code), value in sorted(server.requests_total.items()):
         requests.add_metric([route, str(code)], value)
     yield requests
     seconds = CounterMetricFamily(
-        f"{prefix}http_request_seconds",
-        "Time spent serving HTTP requests, by route.",
-        labels=["route"],
+        f"{prefix}http_request_seconds", HELP["request_seconds_total"], labels=["route"]
     )
     for route, value in sorted(server.request_seconds_total.items()):
         seconds.add_metric([route], value)
     yield seconds
     yield CounterMetricFamily(
         f"{prefix}http_write_timeouts",
-        "Responses abandoned because the client did not read them within the write timeout.",
+        HELP["write_timeouts_total"],
         value=server.write_timeouts_total,
     )
     yield CounterMetricFamily(
-        f"{prefix}http_bad_requests",
-        "Requests refused before any route (4xx, 501 or 505) because their request line, "
-        "headers or framing did not parse or are not supported; logged as rate-limited "
-        "one-line warnings.",
-        value=server.bad_requests_total,
+        f"{prefix}http_bad_requests", HELP["bad_requests_total"], value=server.bad_requests_total
     )
     yield CounterMetricFamily(
         f"{prefix}http_accept_errors",
-        "Connections that could not be accepted for want of file descriptors or memory "
-        "(retried after 1 s); logged as rate-limited one-line warnings.",
+        HELP["accept_errors_total"],
         value=server.accept_errors_total,
     )

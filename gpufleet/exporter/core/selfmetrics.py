@@ -7,6 +7,7 @@ Pure: the collector gathers the numbers (counters it keeps, process stats it rea
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from gpufleet.core.server_stats import HELP as HTTP_HELP
 from gpufleet.exporter.core.fields import MetricType
 from gpufleet.exporter.core.series import MetricFamily, Sample
 
@@ -125,37 +126,24 @@ FAMILIES: tuple[tuple[str, MetricType, str, _Read], ...] = (
         "Items pod attribution could not place in the last collection, by reason.",
         _by("attribution", "reason"),
     ),
-    (
-        "http_requests_total",
-        C,
-        "HTTP requests served, by route and status code.",
-        _by("requests_total", "route", "code"),
-    ),
+    ("http_requests_total", C, HTTP_HELP["requests_total"], _by("requests_total", "route", "code")),
     (
         "http_request_seconds_total",
         C,
-        "Time spent serving HTTP requests, by route.",
+        HTTP_HELP["request_seconds_total"],
         _by("request_seconds_total", "route"),
     ),
     (
         "http_write_timeouts_total",
         C,
-        "Responses abandoned because the client did not read them within the write timeout.",
+        HTTP_HELP["write_timeouts_total"],
         _value("write_timeouts_total"),
     ),
-    (
-        "http_bad_requests_total",
-        C,
-        "Requests refused before any route (4xx, 501 or 505) because their request line, "
-        "headers or framing did not parse or are not supported; logged as rate-limited "
-        "one-line warnings.",
-        _value("bad_requests_total"),
-    ),
+    ("http_bad_requests_total", C, HTTP_HELP["bad_requests_total"], _value("bad_requests_total")),
     (
         "http_accept_errors_total",
         C,
-        "Connections that could not be accepted for want of file descriptors or memory "
-        "(retried after 1 s); logged as rate-limited one-line warnings.",
+        HTTP_HELP["accept_errors_total"],
         _value("accept_errors_total"),
     ),
     (
