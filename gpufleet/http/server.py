@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 _PLAIN = "text/plain; charset=utf-8"
 _OTHER = "other"  # the route label of unknown paths: they must not grow the key set
 _REALM = 'Basic realm="gpufleet"'
+_METHODS = ("GET", "HEAD")  # what a route serves: HEAD is answered from the GET handler
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +97,7 @@ class App:
     def route(self, request: Request) -> str:
         """The request's label in the counters: its path when a route serves it, else
         "other" (unknown paths and methods must not grow the key set)."""
-        served = request.path in self._routes and request.method in ("GET", "HEAD")
+        served = request.path in self._routes and request.method in _METHODS
         return request.path if served else _OTHER
 
     async def respond(self, request: Request) -> Response:
@@ -113,8 +114,8 @@ class App:
         handler = self._routes.get(request.path)
         if handler is None:
             return plain(404, "Not Found")
-        if request.method not in ("GET", "HEAD"):
-            return plain(405, "Method Not Allowed", {"Allow": "GET, HEAD"})
+        if request.method not in _METHODS:
+            return plain(405, "Method Not Allowed", {"Allow": ", ".join(_METHODS)})
         return await handler(request)
 
     def head(self, response: Response, connection: str | None) -> bytes:
@@ -209,18 +210,11 @@ class _Connection:
         started = self._app.clock()
         try:
             response = await self._app.respond(request)
-        except Exception:
+            keep, head = self._head(request, response)
+        except Exception:  # a bug in a handler, or a header it gave that cannot be sent
             self._errors.handler_error(request.method, request.path)
             response = plain(500, "Internal Server Error")
-        keep = request.keep_alive and not self.closing  # the server may close meanwhile
-        # HTTP/1.1 keeps the connection and HTTP/1.0 closes it unless the field says else.
-        connection = None if keep == (request.version == (1, 1)) else _CONNECTION[keep]
-        try:
-            head = self._app.head(response, connection)
-        except ValueError:  # a handler's header that cannot be sent (a control character)
-            self._errors.handler_error(request.method, request.path)
-            response = plain(500, "Internal Server Error")
-            head = self._app.head(response, connection)
+            keep, head = self._head(request, response)
         await self._write(head, b"" if request.method == "HEAD" else response.body)
         route = self._app.route(request)
         stats = self._app.stats
@@ -229,6 +223,13 @@ class _Connection:
         seconds = stats.request_seconds_total.get(route, 0.0)
         stats.request_seconds_total[route] = seconds + self._app.clock() - started
         return keep
+
+    def _head(self, request: Request, response: Response) -> tuple[bool, bytes]:
+        """(whether the connection stays open, the response's head)."""
+        keep = request.keep_alive and not self.closing  # the server may close meanwhile
+        # HTTP/1.1 keeps the connection and HTTP/1.0 closes it unless the field says else.
+        connection = None if keep == (request.version == (1, 1)) else _CONNECTION[keep]
+        return keep, self._app.head(response, connection)
 
     async def _refuse(self, exc: BadRequest) -> bool:
         self._errors.bad_request(_peer(self._writer), exc)
