@@ -315,11 +315,15 @@ def test_lab_runs_dra_claims_with_a_fake_api_server():
     )
 
     def claimed() -> list[dict]:
+        """The claim's series once the pod watch has delivered its labels too: pods and
+        ResourceSlices are watched apart, so a collection may see the pod's devices one
+        refresh before its labels (CI caught one)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                return series(r.read().decode(), pod="claim-0")
+                found = series(r.read().decode(), pod="claim-0")
         except OSError:
             return []
+        return found if all("app_kubernetes_io_name" in s for s in found) else []
 
     try:
         (gpu,) = wait_for(claimed, timeout=60, what="the lab's DRA pod", poll_seconds=0.5)
