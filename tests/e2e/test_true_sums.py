@@ -1,19 +1,24 @@
 """The README's invariant, through a real Prometheus scraping the lab's own node (8 H100s:
-2 whole, 2 in MIG 7 x 1g.10gb, 4 time-sliced 22 ways; 104 pods):
+2 whole, 2 in MIG 7 x 1g.10gb, 4 time-sliced 22 ways; 104 pods) with dcgm-exporter's own
+counters file, every optional row turned on (its whole catalog):
 
 - every device field has exactly one series per GPU or MIG instance, so `sum` over it
   equals the sum over unique GPUs and instances, and whole-GPU quantities (temperature,
-  power, energy, ...) count each physical GPU once;
+  power, energy, ...) count each physical GPU once; dcgm-exporter's own families
+  (`DCGM_EXP_*`) have one series per GPU and key (health watch, peer, XID, clock event),
+  never one per pod or MIG instance;
 - per-pod values on shared GPUs (GPU_UTIL, FB_USED) add up, with the device series' rest,
   to the GPU's own value as NVML reports it;
 - pod GPU shares never exceed the GPU, and pod power never exceeds the node's.
 """
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pynvml
 import pytest
 from helpers import wait_for
+from helpers.dcgm_exporter import DEFAULT_COUNTERS, every_row_on
 from helpers.e2e import Prometheus, scraped_node
 
 from gpufleet.exporter.core.fields import BYTES_PER_MIB
@@ -21,6 +26,22 @@ from gpufleet.lab.node import NodeLayout, SimNode
 
 SPLIT = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED")
 ENTITY = "UUID, GPU_I_ID"
+# dcgm-exporter's own families: per GPU, one series per key.
+EXP_KEYS = {
+    "DCGM_EXP_GPU_HEALTH_STATUS": "health_watch",
+    "DCGM_EXP_P2P_STATUS": "peer_gpu",
+    "DCGM_EXP_XID_ERRORS_COUNT": "xid",
+    "DCGM_EXP_CLOCK_EVENTS_COUNT": "clock_event",
+}
+# Rows of the whole catalog an H100 has no value for, as on a real one (README, "Compatible
+# with dcgm-exporter"): Hopper remaps rows instead of retiring pages, and its InfoROM has no
+# power management object.
+NOT_ON_H100 = {
+    "DCGM_FI_DEV_RETIRED_SBE",
+    "DCGM_FI_DEV_RETIRED_DBE",
+    "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_POWER_INFOROM_VER",
+}
 
 
 def _value(prom, expr: str) -> float:
@@ -42,20 +63,36 @@ def _memory(node: SimNode, uuid: str):
 
 
 @pytest.fixture(scope="module")
-def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimNode, Prometheus]]:
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return every_row_on(DEFAULT_COUNTERS, tmp_path_factory.mktemp("csv") / "all.csv")
+
+
+@pytest.fixture(scope="module")
+def scraped(
+    tmp_path_factory: pytest.TempPathFactory, catalog: Path
+) -> Iterator[tuple[SimNode, Prometheus]]:
     """The lab's node scraped by Prometheus, once for the module: the tests only read."""
-    with scraped_node(tmp_path_factory.mktemp("true-sums"), NodeLayout()) as (node, _, prom):
+    root = tmp_path_factory.mktemp("true-sums")
+    with scraped_node(root, NodeLayout(), collectors=catalog) as (node, _, prom):
         wait_for(lambda: prom.query("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), timeout=30, what="GPM fields")
         wait_for(lambda: prom.query("gpufleet_pod_gpu_share"), timeout=30, what="pod shares")
         yield node, prom
 
 
+def test_every_row_of_the_whole_catalog_is_served(scraped, catalog: Path) -> None:
+    _, prom = scraped
+    rows = {line.split(",")[0].strip() for line in catalog.read_text().splitlines()}
+    rows = {r for r in rows if r.startswith("DCGM_")}
+    served = {r["metric"]["__name__"] for r in prom.query('{__name__=~"DCGM_.*"}')}
+    labels = {k for r in prom.query("DCGM_FI_DEV_GPU_TEMP") for k in r["metric"]}
+    assert rows - NOT_ON_H100 == (served | labels) & rows
+
+
 def test_every_device_field_has_one_series_per_gpu_or_instance(scraped) -> None:
     node, prom = scraped
-    names = [
-        r["metric"]["__name__"] for r in prom.query('group by (__name__) ({__name__=~"DCGM_.*"})')
-    ]
-    assert len(names) > 20, names
+    fields = prom.query('group by (__name__) ({__name__=~"DCGM_FI_.*"})')
+    names = [r["metric"]["__name__"] for r in fields]
+    assert len(names) > 40, names
     for name in names:
         if name in SPLIT:
             continue
@@ -76,6 +113,17 @@ def test_every_device_field_has_one_series_per_gpu_or_instance(scraped) -> None:
     ):
         assert _value(prom, f"count({name})") == len(node.sim.devices), name
         assert _value(prom, f'count({name}{{GPU_I_ID!=""}})' + " or vector(0)") == 0, name
+
+
+@pytest.mark.parametrize("name", sorted(EXP_KEYS))
+def test_dcgm_exporters_own_families_are_per_gpu_and_key(scraped, name: str) -> None:
+    node, prom = scraped
+    key = EXP_KEYS[name]
+    series = _value(prom, f"count({name})")
+    assert series == _value(prom, f"count(count by (UUID, {key}) ({name}))"), name
+    assert _value(prom, f"count(count by (UUID) ({name}))") == len(node.sim.devices), name
+    # (A GPU one pod holds carries that pod's labels, as dcgm-exporter's series do.)
+    assert _value(prom, f'count({name}{{GPU_I_ID!=""}}) or vector(0)') == 0, name
 
 
 def test_shared_gpu_series_add_up_to_the_gpus_own_value(scraped) -> None:

@@ -2,13 +2,15 @@
 (and the fake kubelet on a real unix socket), with a hand-advanced monotonic clock."""
 
 import gzip
+import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TEST_DATA, wait_for
+from helpers import wait_for
 from helpers.clock import ManualClock
+from helpers.dcgm_exporter import DCP_COUNTERS, DEFAULT_COUNTERS, V1_COUNTERS, every_row_on
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.exporter.collector import Collector, CollectorConfig, CollectorLoop
@@ -247,7 +249,6 @@ def test_loop_stop_reports_a_collection_still_in_flight(make, node: SimNode) -> 
 
 
 # dcgm-exporter's 1.x compatibility file: 22 rows, two of which repeat the PCIe PROF fields.
-V1_CSV = TEST_DATA / "dcgm-exporter-1.x-compatibility-metrics.csv"
 V1_SERVED = {
     "dcgm_sm_clock",
     "dcgm_memory_clock",
@@ -274,7 +275,7 @@ V1_SERVED = {
 
 def test_dcgm_exporter_1x_file_serves_its_lowercase_names(make, clock: ManualClock) -> None:
     # Issue 15: every row of this file was "unknown field" and the exporter exited 1.
-    collector, _ = make(csv=V1_CSV)
+    collector, _ = make(csv=V1_COUNTERS)
     collector.collect_once()
     clock.now += 1  # GPM and NVLink rates need a second reading
     exposition = collector.collect_once()
@@ -287,3 +288,41 @@ def test_dcgm_exporter_1x_file_serves_its_lowercase_names(make, clock: ManualClo
     assert "# HELP dcgm_sm_clock SM clock frequency (in MHz).\n" in text
     # Same readings as under the DCGM name, in the same (legacy) units.
     assert 0 < value(exposition, "dcgm_sm_clock", gpu="0") <= 2000
+
+
+# The rows of dcgm-exporter's files an H100 has no value for, as on a real one, in both
+# spellings: Hopper remaps rows instead of retiring pages, and its InfoROM has no power
+# management object.
+NOT_ON_H100 = {
+    "DCGM_FI_DEV_RETIRED_SBE",
+    "DCGM_FI_DEV_RETIRED_DBE",
+    "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_POWER_INFOROM_VER",
+    "dcgm_retired_pages_sbe",
+    "dcgm_retired_pages_dbe",
+    "dcgm_retired_pages_pending",
+}
+
+
+@pytest.mark.parametrize(
+    "counters", [DEFAULT_COUNTERS, DCP_COUNTERS, V1_COUNTERS], ids=lambda p: p.name
+)
+def test_every_row_of_dcgm_exporters_files_is_served_on_h100(
+    make, clock: ManualClock, tmp_path: Path, counters: Path
+) -> None:
+    """dcgm-exporter's own counters files with every optional row turned on (README,
+    "Compatible with dcgm-exporter"): each row is a metric or, for a label row, a label."""
+    everything = every_row_on(counters, tmp_path / counters.name)
+    rows = {
+        line.split(",")[0].strip()
+        for line in everything.read_text().splitlines()
+        if line.lower().startswith("dcgm_")
+    }
+    collector, _ = make(csv=everything)
+    collector.collect_once()
+    clock.now += 1  # GPM and NVLink rates need a second reading
+    text = collector.collect_once().text.decode()
+    # Names as declared (a parser would add _total to counters) and every label key.
+    served = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    served |= set(re.findall(r'[{,](\w+)="', text))
+    assert rows - served == NOT_ON_H100 & rows

@@ -112,15 +112,16 @@ def start_exporter(node: SimNode, **overrides) -> RunningExporter:
 
 @contextlib.contextmanager
 def scraped_node(
-    root: Path, layout: NodeLayout
+    root: Path, layout: NodeLayout, **overrides
 ) -> Iterator[tuple[SimNode, RunningExporter, "Prometheus"]]:
-    """A simulated node of `layout`, the exporter on it and Prometheus scraping it: for a
-    module's tests that only read, so they start them once (Prometheus takes seconds)."""
+    """A simulated node of `layout`, the exporter on it (fast settings and `overrides`) and
+    Prometheus scraping it: for a module's tests that only read, so they start them once
+    (Prometheus takes seconds)."""
     if not shutil.which("prometheus"):
         pytest.skip("prometheus is not installed (./dev test installs it)")
     with SimNode(layout, root=root / "n") as node:
         node.sim.nvmlInit()
-        exporter = start_exporter(node)
+        exporter = start_exporter(node, **overrides)
         try:
             prometheus = Prometheus(root / "prom", f"127.0.0.1:{exporter.port}")
             try:
