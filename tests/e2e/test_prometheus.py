@@ -125,3 +125,22 @@ def test_prometheus_keeps_every_dcgm_counter_a_counter(scraped) -> None:
     for name in counters:
         stored = wait_for(lambda name=name: prom.metadata(name), timeout=30, what=name)
         assert {entry["type"] for entry in stored} == {"counter"}, (name, stored)
+
+
+def test_histogram_and_summary_rows_scrape_as_declared(tmp_path) -> None:
+    """dcgm-exporter accepts `histogram` and `summary` rows and declares the field's one
+    sample so (issue 15): a real Prometheus takes that scrape and keeps the declared type."""
+    counters = tmp_path / "counters.csv"
+    counters.write_text(
+        "DCGM_FI_DEV_GPU_TEMP, histogram, GPU temperature (in C).\n"
+        "DCGM_FI_DEV_POWER_USAGE, summary, Power draw (in W).\n"
+    )
+    with scraped_node(tmp_path, SMALL_NODE, collectors=counters) as (_, _, prom):
+        wait_for(lambda: prom.query('up{job="gpu"} == 1'), timeout=30, what="a good scrape")
+        for name, kind in (
+            ("DCGM_FI_DEV_GPU_TEMP", "histogram"),
+            ("DCGM_FI_DEV_POWER_USAGE", "summary"),
+        ):
+            assert wait_for(lambda name=name: prom.query(name), timeout=30, what=name)
+            stored = wait_for(lambda name=name: prom.metadata(name), timeout=30, what=name)
+            assert {entry["type"] for entry in stored} == {kind}, (name, stored)
