@@ -43,5 +43,6 @@ def setup_logging(*, debug: bool, json_format: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
-    # aiohttp's access log would add a line per scrape.
+    # aiohttp's access log (the autoscaler's external metrics API, the lab's servers) would
+    # add a line per request.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

@@ -392,8 +392,9 @@ def _xid_total_family(rows: list[_Row], sample: NodeSample) -> MetricFamily:
 def _windowed_family(
     selected: SelectedField, rows: list[_Row], sample: NodeSample, options: SeriesOptions
 ) -> MetricFamily:
-    """A DCGM_EXP_*_COUNT family: per GPU (repeated on its MIG instances and pods, like
-    the XID gauge), one series per xid or clock event reason counted in the window."""
+    """A DCGM_EXP_*_COUNT family: on each GPU's own row (never a MIG instance's or a
+    sharing pod's), one series per xid or clock event reason counted in the window, or
+    dcgm-exporter's one 0 without that label while the window is empty."""
     if selected.spec.name == XID_COUNT_FIELD:
         window_ms, key = options.xid_window_ms, "xid"
         histories = {gpu: state.recent for gpu, state in sample.xid.items()}
