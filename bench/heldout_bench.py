@@ -253,9 +253,28 @@ def compare(ours: Sequence[sweep.Point], theirs: Sequence[sweep.Point], name: st
         cheaper = f"{name} reaches none of its attainments"
     missed = ""
     if uncovered:
-        points = ", ".join(f"{p.attainment:.2%} / {p.gpu_hours:.2f} ({p.label})" for p in uncovered)
+        points = ", ".join(
+            f"{p.attainment:.2%} / {p.gpu_hours:.2f} ({p.label}; {_gap(ours, p)})"
+            for p in uncovered
+        )
         missed = f"; not matched: {points}"
     return f"vs {name}: {verdict}, {cheaper}{missed}"
+
+
+def _gap(ours: Sequence[sweep.Point], theirs: sweep.Point) -> str:
+    """How near our front comes to a point it does not match, on each axis: the most we
+    attain at no more than its cost, and the least we pay for at least its attainment."""
+    cheap = [p.attainment for p in ours if p.gpu_hours <= theirs.gpu_hours]
+    high = [p.gpu_hours for p in ours if p.attainment >= theirs.attainment]
+    at_cost = (
+        f"{(max(cheap) - theirs.attainment) * 100:+.2f} points at its cost"
+        if cheap
+        else "none as cheap"
+    )
+    at_attainment = (
+        f"{min(high) - theirs.gpu_hours:+.2f} GPU-h at its attainment" if high else "none as high"
+    )
+    return f"ours {at_cost}, {at_attainment}"
 
 
 def markdown(results: Sequence[dict]) -> str:

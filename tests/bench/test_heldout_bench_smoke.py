@@ -94,7 +94,8 @@ COMPARE = [
         [P(0.9, 4, "h=0")],
         [P(0.8, 2, "t=90"), P(0.999, 4.5, "t=20")],
         "vs hpa: does not dominate, not cheaper than hpa at equal attainment; "
-        "not matched: 80.00% / 2.00 (t=90), 99.90% / 4.50 (t=20)",
+        "not matched: 80.00% / 2.00 (t=90; ours none as cheap, +2.00 GPU-h at its attainment), "
+        "99.90% / 4.50 (t=20; ours -9.90 points at its cost, none as high)",
         id="interpolated-cost-below-ours",
     ),
     pytest.param(
@@ -102,6 +103,13 @@ COMPARE = [
         [P(0.99, 5.003, "t=20")],
         "vs hpa: dominates, not cheaper than hpa at equal attainment",
         id="float-noise-is-not-a-saving",
+    ),
+    pytest.param(
+        [P(0.995, 1.340001, "h=0")],
+        [P(0.9866, 1.34, "t=90")],
+        "vs hpa: does not dominate, hpa reaches none of its attainments; not matched: "
+        "98.66% / 1.34 (t=90; ours none as cheap, +0.00 GPU-h at its attainment)",
+        id="missed-by-float-noise-says-so",
     ),
     pytest.param(
         [P(0.9999, 4, "h=0")],
