@@ -18,7 +18,10 @@ Every tick it turns late signals into a replica count:
    saturates still shrinks toward its capacity.
 2. **Steady demand.** The arrival rate forecast over the lead time (cold start plus one
    tick, from the newest sample's age; `forecast`), plus the backlog that must drain within
-   `backlog_drain_seconds`. Replicas = demand x (1 + headroom) / learned rate.
+   `backlog_drain_seconds`. Replicas = demand x (1 + headroom) / learned rate. Beyond the
+   nodes paid for, the backlog is the one a new node's replicas would meet (`backlog`):
+   what is left once the replicas already starting have served, so a deep queue after a
+   crowd buys no node that arrives after it has drained.
 3. **Burst path.** Bursty traffic needs standing capacity: a burst shorter than a cold
    start is over before replicas asked for at its sight serve. For each averaging window
    L (5 s to 60 s; `forecast`) the usual peak (a high quantile of the per-minute highest
