@@ -18,7 +18,10 @@ Every tick it turns late signals into a replica count:
    saturates still shrinks toward its capacity.
 2. **Steady demand.** The arrival rate forecast over the lead time (cold start plus one
    tick, from the newest sample's age; `forecast`), plus the backlog that must drain within
-   `backlog_drain_seconds`. Replicas = demand x (1 + headroom) / learned rate.
+   `backlog_drain_seconds`. Replicas = demand x (1 + headroom) / learned rate. Beyond the
+   nodes paid for, the backlog is the one a new node's replicas would meet (`backlog`):
+   what is left once the replicas already starting have served, so a deep queue after a
+   crowd buys no node that arrives after it has drained.
 3. **Burst path.** Bursty traffic needs standing capacity: a burst shorter than a cold
    start is over before replicas asked for at its sight serve. For each averaging window
    L (5 s to 60 s; `forecast`) the usual peak (a high quantile of the per-minute highest
@@ -55,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.autoscaler.core import knob
+from gpufleet.autoscaler.core.backlog import queue_at
 from gpufleet.autoscaler.core.behavior import Bounds, History, limit_with_behavior, record_scale
 from gpufleet.autoscaler.core.binding import Term, binding
 from gpufleet.autoscaler.core.capacity import (
@@ -185,9 +189,14 @@ class Demand:
     forecast: RateForecast  # over the replica lead time
     queue: float
     backlog_rps: float  # queue / backlog_drain_seconds
+    # The queue a new node's replicas would meet (`backlog`), where the ask needed a new
+    # node for a backlog; None where the nodes paid for held it.
+    backlog_left: float | None
     burst_window_seconds: float  # the averaging window whose peak sized `burst`
     burst_rps: float  # that peak, discounted by the SLO slack
-    stable: int  # replicas for max(level, forecast) + backlog, with headroom
+    # Replicas for max(level, forecast) + backlog, with headroom; beyond the nodes paid
+    # for, only for the backlog left when a new node's replicas serve.
+    stable: int
     burst: int  # replicas for the usual peaks within the SLO, with headroom
     reserve: int  # replicas for reserve_ratio x the base rate
     # The newest sample needs more than the replicas asked for (`surge` may still be 0: no
@@ -366,6 +375,36 @@ class GpufleetPolicy:
         held = len(obs.replicas) + self._placeholders
         return math.ceil(held / per) * per - held
 
+    def _queue_left(
+        self, obs: Observation, *, queue: float, level: float, unit: float, paid: int
+    ) -> float:
+        """The queue when replicas asked for now on a new node serve, a node lead from now
+        (`backlog.queue_at`): the ready replicas serve until then, each starting one from
+        its own node lead after it was asked for (no sooner than a cold start from now: it
+        may still be loading), and those this tick adds on idle paid GPUs from a cold start.
+        Each at what a ready replica completes now, where the replicas report it: with a
+        queue they are saturated, and that is their real rate on this traffic's prompts,
+        which the learned rate averages over calmer times."""
+        w = self.workload
+        lead = w.node_lead_seconds
+        cold = w.cold_start_seconds + self.settings.interval_seconds
+        ready = obs.count(ReplicaState.READY)
+        served = obs.completion_rate.latest()
+        per = served / ready if ready and served else unit
+        arriving = [
+            (max(r.created + lead - obs.now, cold), per)
+            for r in obs.replicas
+            if r.state is ReplicaState.STARTING
+        ]
+        arriving.append((cold, (paid - obs.current_replicas) * per))
+        return queue_at(
+            queue,
+            arrival_rps=level,
+            serving_rps=ready * per,
+            arriving=arriving,
+            horizon_seconds=lead,
+        )
+
     def _replicas_per_node(self) -> int:
         """Whole-GPU replicas per node of the workload's pool; 0 when unknown or shared."""
         shape = self.workload.shape
@@ -400,6 +439,15 @@ class GpufleetPolicy:
             ((L, peak * L / (L + slack)) for L, peak in fc.peaks), key=lambda p: p[1]
         )
         backlog = queue / s.backlog_drain_seconds
+        level = max(fc.level, fc.predicted)
+        stable = math.ceil((level + backlog) * grow / unit)
+        paid = obs.current_replicas + self._idle_paid_replicas(obs)
+        left = None
+        if stable > paid and queue > 0:
+            # Replicas on a new node drain only what is left of the queue when they serve.
+            left = self._queue_left(obs, queue=queue, level=level, unit=unit, paid=paid)
+            late = math.ceil((level + left / s.backlog_drain_seconds) * grow / unit)
+            stable = min(stable, max(paid, late))
         # The newest sample's span is one scrape: the spacing of the last two samples.
         times = arrivals.times
         newest = times[-1] - times[-2] if len(times) > 1 else s.forecast.peak_averaging_seconds[0]
@@ -419,9 +467,10 @@ class GpufleetPolicy:
             forecast=fc,
             queue=queue,
             backlog_rps=backlog,
+            backlog_left=left,
             burst_window_seconds=window,
             burst_rps=burst_rps,
-            stable=math.ceil((max(fc.level, fc.predicted) + backlog) * grow / unit),
+            stable=stable,
             burst=math.ceil(burst_rps * grow / prefill),
             reserve=math.ceil(fc.base * s.reserve_ratio / unit),
             surges=surges,
@@ -612,12 +661,18 @@ def _message(d: Demand, current: int, desired: int, reason: Reason, s: GpufleetS
         surge = f", {d.surge} for a surge" + (" (panic)" if d.panic else " on idle paid GPUs")
     if d.reserve:
         surge = f", {d.reserve} in reserve" + surge
+    left = (
+        ""
+        if d.backlog_left is None
+        else f" ({d.backlog_left:.0f} left when a new node would serve)"
+    )
     text = (
         f"arrivals {fc.latest:.1f}/s (level {fc.level:.1f}/s, usual peak {peak:.1f}/s over "
         f"{d.burst_window_seconds:g} s) forecast {fc.predicted:.1f}/s in "
         f"{fc.horizon_seconds:.0f} s lead; capacity {learned_rps:.1f}/s per replica "
-        f"({learned}); backlog {d.queue:.0f} drains in {drain:.1f} s; needs {d.stable} steady, "
-        f"{d.burst} for bursts{surge} at headroom {s.headroom:g}: {current} -> {desired}"
+        f"({learned}); backlog {d.queue:.0f} drains in {drain:.1f} s{left}; needs "
+        f"{d.stable} steady, {d.burst} for bursts{surge} at headroom {s.headroom:g}: "
+        f"{current} -> {desired}"
     )
     if current < desired < d.raw and not est.learned:
         text += " (capped until capacity is learned)"
