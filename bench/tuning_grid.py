@@ -1,0 +1,130 @@
+"""One policy's whole sweep on the TUNING seeds, every family and scale: where a policy
+change is judged before the held-out grid ever runs it.
+
+Why: issue 17. A change is chosen on the tuning seeds (0, 1) of bench/heldout_bench.py,
+never on the held-out ones. The held-out grid runs every policy and the oracle (about 35
+minutes on two cores); one policy's sweep on the tuning seeds alone takes about 8, so a
+change can be tried against the code before it, and its effect on each point read, before
+the held-out grid reports it.
+
+Run from the repository root:
+    python3 -m bench.tuning_grid [--policy gpufleet] [--families F,...] [--scales 1,4,10]
+        [--duration 1800] [--jobs 2] --json OUT.json
+    python3 -m bench.tuning_grid --compare BEFORE.json AFTER.json
+The first writes each (family, scale, knob)'s mean attainment and billed GPU-h over the
+tuning seeds; the second prints the points that moved, and a count of those better on both
+axes, worse on both, and traded.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.heldout_bench import FAMILIES, TUNING_SEEDS, _specs
+from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.replay.core import sweep
+
+Key = tuple[str, int, float]  # family, scale, knob value
+# A move smaller than the table's last digit on both axes is float noise, not a change.
+_VISIBLE_ATTAINMENT = 0.00005
+_VISIBLE_GPU_HOURS = 0.005
+
+
+def _run(spec: sweep.RunSpec) -> tuple[float, float]:
+    result = sweep.run(spec)
+    return result.slo_attainment, result.node_gpu_hours
+
+
+def grid(
+    policy: str, families: Sequence[str], scales: Sequence[int], *, duration: int, jobs: int
+) -> dict[Key, tuple[float, float]]:
+    """(family, scale, knob) -> mean (attainment, billed GPU-h) over the tuning seeds."""
+    keyed = [
+        ((family, scale, float(spec.knob_value)), spec)
+        for family in families
+        for scale in scales
+        for spec in _specs(family, scale, TUNING_SEEDS, policy, duration, {})
+    ]
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(_run, [spec for _, spec in keyed]))
+    by_key: dict[Key, list[tuple[float, float]]] = {}
+    for (key, _), result in zip(keyed, results, strict=True):
+        by_key.setdefault(key, []).append(result)
+    return {
+        key: (statistics.fmean(a for a, _ in rs), statistics.fmean(g for _, g in rs))
+        for key, rs in by_key.items()
+    }
+
+
+def compare(before: dict[Key, tuple[float, float]], after: dict[Key, tuple[float, float]]) -> str:
+    """Markdown: each point that moved (on either axis, by the table's last digit or more),
+    then the count of unchanged, better, worse and traded ones."""
+    lines = [
+        "| family | scale | knob | before: attainment / GPU-h | after |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    counts = {"unchanged": 0, "better": 0, "worse": 0, "traded": 0}
+    for key in sorted(before.keys() & after.keys()):
+        (a0, g0), (a1, g1) = before[key], after[key]
+        if abs(a1 - a0) < _VISIBLE_ATTAINMENT and abs(g1 - g0) < _VISIBLE_GPU_HOURS:
+            counts["unchanged"] += 1
+            continue
+        if a1 >= a0 and g1 <= g0:
+            counts["better"] += 1
+        elif a1 <= a0 and g1 >= g0:
+            counts["worse"] += 1
+        else:
+            counts["traded"] += 1
+        family, scale, value = key
+        lines.append(
+            f"| {family} | {scale} | {value:g} | {a0:.2%} / {g0:.2f} | {a1:.2%} / {g1:.2f} |"
+        )
+    summary = ", ".join(f"{n} {what}" for what, n in counts.items())
+    return "\n".join(lines) + f"\n\n{summary}\n"
+
+
+def _save(path: Path, points: dict[Key, tuple[float, float]]) -> None:
+    path.write_text(json.dumps([[*key, *value] for key, value in sorted(points.items())]))
+
+
+def _load(path: str) -> dict[Key, tuple[float, float]]:
+    try:
+        rows = json.loads(Path(path).read_text())
+        return {(str(f), int(s), float(k)): (float(a), float(g)) for f, s, k, a, g in rows}
+    except (OSError, ValueError, TypeError) as err:
+        raise SystemExit(f"--compare {path}: not a --json of bench.tuning_grid ({err})") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", default=policies.GPUFLEET, choices=policies.POLICIES)
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--scales", default="1,4,10")
+    parser.add_argument("--duration", type=int, default=1800)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--json", type=Path, help="write the grid here")
+    parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+    args = parser.parse_args(argv)
+    if args.compare:
+        print(compare(_load(args.compare[0]), _load(args.compare[1])), end="")
+        return 0
+    if args.json is None:
+        parser.error("--json is required unless --compare is given")
+    families = args.families.split(",")
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        parser.error(f"--families: unknown {', '.join(unknown)} (known: {', '.join(FAMILIES)})")
+    try:
+        scales = [int(s) for s in args.scales.split(",")]
+    except ValueError:
+        parser.error(f"--scales: not a comma list of integers: {args.scales!r}")
+    _save(args.json, grid(args.policy, families, scales, duration=args.duration, jobs=args.jobs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

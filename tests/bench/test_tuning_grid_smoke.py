@@ -1,0 +1,52 @@
+"""Smoke test of the tuning-seed grid: a tiny family's sweep, written and compared. Nothing
+is timed."""
+
+import json
+from pathlib import Path
+
+from helpers.bench import run_bench
+
+from bench.tuning_grid import compare
+
+
+def test_a_tiny_grid_is_written_and_compares_unchanged_with_itself(tmp_path: Path) -> None:
+    out = tmp_path / "grid.json"
+    run = run_bench(
+        "tuning_grid",
+        *("--policy", "hpa", "--families", "quiet", "--scales", "1", "--duration", "300"),
+        *("--jobs", "1", "--json", str(out)),
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())
+    assert {(f, s) for f, s, *_ in rows} == {("quiet", 1)} and len(rows) == 8  # HPA's sweep
+    same = run_bench("tuning_grid", "--compare", str(out), str(out), timeout=60)
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.endswith("8 unchanged, 0 better, 0 worse, 0 traded\n")
+
+
+def test_compare_sorts_each_moved_point_into_better_worse_or_traded() -> None:
+    before = {
+        ("mix", 10, 0.9): (0.79, 57.35),
+        ("mix", 10, 0.99): (0.83, 63.0),
+        ("flash-long", 10, 0.99): (0.66, 20.9),
+        ("quiet", 1, 0.5): (1.0, 1.34),
+    }
+    after = {
+        ("mix", 10, 0.9): (0.76, 52.34),
+        ("mix", 10, 0.99): (0.82, 64.0),
+        ("flash-long", 10, 0.99): (0.67, 17.0),
+        ("quiet", 1, 0.5): (1.0, 1.34),
+    }
+    table = compare(before, after)
+    assert "| flash-long | 10 | 0.99 | 66.00% / 20.90 | 67.00% / 17.00 |" in table
+    assert table.endswith("1 unchanged, 1 better, 1 worse, 1 traded\n")
+
+
+def test_a_bad_compare_file_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"a": 1}')
+    run = run_bench("tuning_grid", "--compare", str(bad), str(bad), timeout=60)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert len(run.stderr.splitlines()) == 1
+    assert run.stderr.startswith(f"--compare {bad}: not a --json of bench.tuning_grid (")
