@@ -405,6 +405,10 @@ class GpufleetPolicy:
             horizon_seconds=lead,
         )
 
+    def _paid_replicas(self, obs: Observation) -> int:
+        """Replicas the nodes paid for hold: those asked for, and the idle GPUs' worth."""
+        return obs.current_replicas + self._idle_paid_replicas(obs)
+
     def _replicas_per_node(self) -> int:
         """Whole-GPU replicas per node of the workload's pool; 0 when unknown or shared."""
         shape = self.workload.shape
@@ -441,7 +445,7 @@ class GpufleetPolicy:
         backlog = queue / s.backlog_drain_seconds
         level = max(fc.level, fc.predicted)
         stable = math.ceil((level + backlog) * grow / unit)
-        paid = obs.current_replicas + self._idle_paid_replicas(obs)
+        paid = self._paid_replicas(obs)
         left = None
         if stable > paid and queue > 0:
             # Replicas on a new node drain only what is left of the queue when they serve.
@@ -456,7 +460,7 @@ class GpufleetPolicy:
         surges = surge > current
         panic = surges and surge >= s.panic_ratio * max(1, obs.count(ReplicaState.READY))
         if not panic:
-            idle = self._idle_paid_replicas(obs) if s.surge_on_idle_gpus else 0
+            idle = paid - current if s.surge_on_idle_gpus else 0
             surge = min(surge, current + idle)
             if surge <= current:
                 surge = 0
@@ -568,7 +572,7 @@ class GpufleetPolicy:
         """The most replicas a scale-up to `raw` may ask for: with `new_node_waits_lead`,
         those that fit on the nodes paid for until the need for more has lasted the node
         lead time."""
-        paid = obs.current_replicas + self._idle_paid_replicas(obs)
+        paid = self._paid_replicas(obs)
         if not self.settings.new_node_waits_lead or raw <= paid:
             self._node_need_since = None
             return math.inf
