@@ -19,9 +19,9 @@ Every tick it turns late signals into a replica count:
 2. **Steady demand.** The arrival rate forecast over the lead time (cold start plus one
    tick, from the newest sample's age; `forecast`), plus the backlog that must drain within
    `backlog_drain_seconds`. Replicas = demand x (1 + headroom) / learned rate. Beyond the
-   nodes paid for, the backlog is the one a new node's replicas would meet (`backlog`):
-   what is left once the replicas already starting have served, so a deep queue after a
-   crowd buys no node that arrives after it has drained.
+   nodes paid for (where the pool's node size is known), the backlog is the one a new
+   node's replicas would meet (`backlog`): what is left once the replicas already starting
+   have served, so a deep queue after a crowd buys no node that arrives after it drained.
 3. **Burst path.** Bursty traffic needs standing capacity: a burst shorter than a cold
    start is over before replicas asked for at its sight serve. For each averaging window
    L (5 s to 60 s; `forecast`) the usual peak (a high quantile of the per-minute highest
@@ -447,8 +447,9 @@ class GpufleetPolicy:
         stable = math.ceil((level + backlog) * grow / unit)
         paid = self._paid_replicas(obs)
         left = None
-        if stable > paid and queue > 0:
+        if stable > paid and queue > 0 and self._replicas_per_node() >= 1:
             # Replicas on a new node drain only what is left of the queue when they serve.
+            # (Where the pool's nodes are unknown, so is whether a replica needs a new one.)
             left = self._queue_left(obs, queue=queue, level=level, unit=unit, paid=paid)
             late = math.ceil((level + left / s.backlog_drain_seconds) * grow / unit)
             stable = min(stable, max(paid, late))
