@@ -18,7 +18,7 @@ from pathlib import Path
 import pynvml
 import pytest
 from helpers import wait_for
-from helpers.dcgm_exporter import DEFAULT_COUNTERS, every_row_on
+from helpers.dcgm_exporter import DEFAULT_COUNTERS, NOT_ON_H100, every_row_on, field_rows
 from helpers.e2e import Prometheus, scraped_node
 
 from gpufleet.exporter.core.fields import BYTES_PER_MIB
@@ -32,15 +32,6 @@ EXP_KEYS = {
     "DCGM_EXP_P2P_STATUS": "peer_gpu",
     "DCGM_EXP_XID_ERRORS_COUNT": "xid",
     "DCGM_EXP_CLOCK_EVENTS_COUNT": "clock_event",
-}
-# Rows of the whole catalog an H100 has no value for, as on a real one (README, "Compatible
-# with dcgm-exporter"): Hopper remaps rows instead of retiring pages, and its InfoROM has no
-# power management object.
-NOT_ON_H100 = {
-    "DCGM_FI_DEV_RETIRED_SBE",
-    "DCGM_FI_DEV_RETIRED_DBE",
-    "DCGM_FI_DEV_RETIRED_PENDING",
-    "DCGM_FI_DEV_POWER_INFOROM_VER",
 }
 
 
@@ -81,8 +72,7 @@ def scraped(
 
 def test_every_row_of_the_whole_catalog_is_served(scraped, catalog: Path) -> None:
     _, prom = scraped
-    rows = {line.split(",")[0].strip() for line in catalog.read_text().splitlines()}
-    rows = {r for r in rows if r.startswith("DCGM_")}
+    rows = field_rows(catalog)
     served = {r["metric"]["__name__"] for r in prom.query('{__name__=~"DCGM_.*"}')}
     labels = {k for r in prom.query("DCGM_FI_DEV_GPU_TEMP") for k in r["metric"]}
     assert rows - NOT_ON_H100 == (served | labels) & rows

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 from helpers import wait_for
 from helpers.clock import ManualClock
-from helpers.dcgm_exporter import DCP_COUNTERS, DEFAULT_COUNTERS, V1_COUNTERS, every_row_on
+from helpers.dcgm_exporter import (
+    DCP_COUNTERS,
+    DEFAULT_COUNTERS,
+    NOT_ON_H100,
+    V1_COUNTERS,
+    every_row_on,
+    field_rows,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.exporter.collector import Collector, CollectorConfig, CollectorLoop
@@ -290,20 +297,6 @@ def test_dcgm_exporter_1x_file_serves_its_lowercase_names(make, clock: ManualClo
     assert 0 < value(exposition, "dcgm_sm_clock", gpu="0") <= 2000
 
 
-# The rows of dcgm-exporter's files an H100 has no value for, as on a real one, in both
-# spellings: Hopper remaps rows instead of retiring pages, and its InfoROM has no power
-# management object.
-NOT_ON_H100 = {
-    "DCGM_FI_DEV_RETIRED_SBE",
-    "DCGM_FI_DEV_RETIRED_DBE",
-    "DCGM_FI_DEV_RETIRED_PENDING",
-    "DCGM_FI_DEV_POWER_INFOROM_VER",
-    "dcgm_retired_pages_sbe",
-    "dcgm_retired_pages_dbe",
-    "dcgm_retired_pages_pending",
-}
-
-
 @pytest.mark.parametrize(
     "counters", [DEFAULT_COUNTERS, DCP_COUNTERS, V1_COUNTERS], ids=lambda p: p.name
 )
@@ -313,11 +306,7 @@ def test_every_row_of_dcgm_exporters_files_is_served_on_h100(
     """dcgm-exporter's own counters files with every optional row turned on (README,
     "Compatible with dcgm-exporter"): each row is a metric or, for a label row, a label."""
     everything = every_row_on(counters, tmp_path / counters.name)
-    rows = {
-        line.split(",")[0].strip()
-        for line in everything.read_text().splitlines()
-        if line.lower().startswith("dcgm_")
-    }
+    rows = field_rows(everything)
     collector, _ = make(csv=everything)
     collector.collect_once()
     clock.now += 1  # GPM and NVLink rates need a second reading

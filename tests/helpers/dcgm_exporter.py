@@ -14,13 +14,33 @@ DASHBOARD = ARTIFACTS / "dcgm-exporter-dashboard.json"
 
 # A field row, on or commented out: `DCGM_FI_X, type, help` (1.x files: `dcgm_x, ...`).
 _ROW = re.compile(r"^(#\s*)?((?:DCGM|dcgm)_\w+)\s*,")
+# The rows of dcgm-exporter's files a real H100 has no value for, in both spellings: Hopper
+# remaps rows instead of retiring pages, and its InfoROM has no power management object
+# (README, "Compatible with dcgm-exporter").
+NOT_ON_H100 = frozenset(
+    {
+        "DCGM_FI_DEV_RETIRED_SBE",
+        "DCGM_FI_DEV_RETIRED_DBE",
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        "DCGM_FI_DEV_POWER_INFOROM_VER",
+        "dcgm_retired_pages_sbe",
+        "dcgm_retired_pages_dbe",
+        "dcgm_retired_pages_pending",
+    }
+)
+
+
+def field_rows(counters: Path) -> set[str]:
+    """The fields a counters file turns on (its rows not commented out)."""
+    lines = counters.read_text().splitlines()
+    return {m[2] for line in lines if (m := _ROW.match(line)) and not m[1]}
 
 
 def every_row_on(counters: Path, dest: Path) -> Path:
     """`counters` written to `dest` with each commented-out field row turned on, as a user
     who wants everything edits it: the rows of fields already on stay the only ones."""
     lines = counters.read_text().splitlines()
-    on = {m[2] for line in lines if (m := _ROW.match(line)) and not m[1]}
+    on = field_rows(counters)
     out = []
     for line in lines:
         m = _ROW.match(line)
