@@ -67,7 +67,7 @@ class Knob:
 # together: headroom alone bought nothing once whole nodes round the need up (issue 17).
 # 99% is the policy's default settings. From 50% (no node bought for a crowd it cannot
 # serve in time) to 99.999%, so that its front spans the baselines' at both ends; 70% and
-# 85% because below 90% the front climbs steeply where a crowd overruns the fleet (mix:
+# 85% because below 90% the front climbs steeply where a crowd overruns the fleet (mix x4:
 # 58% -> 82% from 60% to 80%), and HPA's middle points fell between (BENCHMARKS.md,
 # "Where the knob is sampled", tuning seeds only).
 _KNOBS = {
