@@ -9,15 +9,17 @@ the held-out grid reports it.
 
 Run from the repository root:
     python3 -m bench.tuning_grid [--policy gpufleet] [--families F,...] [--scales 1,4,10]
-        [--duration 1800] [--jobs 2] --json OUT.json
+        [--knobs V,...] [--duration 1800] [--jobs 2] --json OUT.json
     python3 -m bench.tuning_grid --compare BEFORE.json AFTER.json
 The first writes each (family, scale, knob)'s mean attainment and billed GPU-h over the
-tuning seeds; the second prints the points that moved, and a count of those better on both
-axes, worse on both, and traded.
+tuning seeds, for the policy's sweep or the knob values given (to try where to sample it);
+the second prints the points that moved, and a count of those better on both axes, worse
+on both, and traded.
 """
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import statistics
 import sys
@@ -40,15 +42,28 @@ def _run(spec: sweep.RunSpec) -> tuple[float, float]:
 
 
 def grid(
-    policy: str, families: Sequence[str], scales: Sequence[int], *, duration: int, jobs: int
+    policy: str,
+    families: Sequence[str],
+    scales: Sequence[int],
+    *,
+    duration: int,
+    jobs: int,
+    knobs: Sequence[float] = (),
 ) -> dict[Key, tuple[float, float]]:
-    """(family, scale, knob) -> mean (attainment, billed GPU-h) over the tuning seeds."""
-    keyed = [
-        ((family, scale, float(spec.knob_value)), spec)
+    """(family, scale, knob) -> mean (attainment, billed GPU-h) over the tuning seeds, at
+    each value of the policy's sweep, or at `knobs` where given."""
+    specs = [
+        (family, scale, spec)
         for family in families
         for scale in scales
         for spec in _specs(family, scale, TUNING_SEEDS, policy, duration, {})
     ]
+    if knobs:  # one planned run per trace, at each value asked for instead
+        traces = {(f, s, spec.trace.name): (f, s, spec) for f, s, spec in specs}.values()
+        specs = [
+            (f, s, dataclasses.replace(spec, knob_value=k)) for f, s, spec in traces for k in knobs
+        ]
+    keyed = [((f, s, float(spec.knob_value)), spec) for f, s, spec in specs]
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(_run, [spec for _, spec in keyed]))
     by_key: dict[Key, list[tuple[float, float]]] = {}
@@ -104,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", default=policies.GPUFLEET, choices=policies.POLICIES)
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--scales", default="1,4,10")
+    parser.add_argument("--knobs", default="", help="knob values instead of the policy's sweep")
     parser.add_argument("--duration", type=int, default=1800)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path, help="write the grid here")
@@ -122,7 +138,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         scales = [int(s) for s in args.scales.split(",")]
     except ValueError:
         parser.error(f"--scales: not a comma list of integers: {args.scales!r}")
-    _save(args.json, grid(args.policy, families, scales, duration=args.duration, jobs=args.jobs))
+    try:
+        knobs = [float(k) for k in args.knobs.split(",")] if args.knobs else []
+    except ValueError:
+        parser.error(f"--knobs: not a comma list of numbers: {args.knobs!r}")
+    points = grid(
+        args.policy, families, scales, duration=args.duration, jobs=args.jobs, knobs=knobs
+    )
+    _save(args.json, points)
     return 0
 
 

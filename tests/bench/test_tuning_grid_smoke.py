@@ -50,3 +50,24 @@ def test_a_bad_compare_file_is_one_line(tmp_path: Path) -> None:
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert len(run.stderr.splitlines()) == 1
     assert run.stderr.startswith(f"--compare {bad}: not a --json of bench.tuning_grid (")
+
+
+def test_knob_values_outside_the_sweep_run_instead_of_it(tmp_path: Path) -> None:
+    out = tmp_path / "grid.json"
+    run = run_bench(
+        "tuning_grid",
+        *("--policy", "hpa", "--families", "quiet", "--scales", "1", "--duration", "300"),
+        *("--knobs", "55,65", "--jobs", "1", "--json", str(out)),
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert [(f, s, k) for f, s, k, *_ in json.loads(out.read_text())] == [
+        ("quiet", 1, 55.0),
+        ("quiet", 1, 65.0),
+    ]
+
+
+def test_a_bad_knob_list_is_one_line(tmp_path: Path) -> None:
+    run = run_bench("tuning_grid", "--knobs", "0.7,x", "--json", str(tmp_path / "g.json"))
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.splitlines()[-1].endswith("--knobs: not a comma list of numbers: '0.7,x'")
