@@ -16,7 +16,8 @@ chunks in arrival order (each capped at `long_prefill_token_threshold` when set)
 takes its tokens' worth of prefill time: a prompt's rate is its chunk's share of the step's
 tokens times `prefill_tokens_per_second`. The stage is re-timed (a fluid approximation of
 the steps, exact for prompts that fit one step) whenever its prompts or the replica's
-decoding count change, and only then. Decoding then takes output_tokens x
+decoding count change, and only then: once per replica per event, after the event's
+handler, however many prompts it started there. Decoding then takes output_tokens x
 (decode_seconds_per_token + decode_seconds_per_token_per_sequence x (occupancy - 1)), where
 occupancy is the number of sequences decoding on the replica when this one starts decoding,
 itself included. Fixing the per-token time at decode start is the other approximation: a
@@ -134,6 +135,9 @@ class _Run:
         # The routing table (`_reroute`): cluster.ready as last seen, its in-flight counts.
         self._routed: list[ReplayReplica] = []
         self._loads: list[int] = []
+        # Replicas whose prefill stage changed during this event, in the order they last
+        # changed: re-timed once each after the handler (`_retime_changed`).
+        self._changed: dict[ReplayReplica, None] = {}
         self.scale_events = 0
         self.now = 0.0
         svc = config.service
@@ -167,6 +171,7 @@ class _Run:
         give_up_at = duration + MAX_OVERRUN_SECONDS
         next_progress = 0
         heap, arrivals, n, check = self.heap, self.arrivals, self.n, self.check
+        changed = self._changed
         handlers = {
             _Kind.DECODE_DONE: self._decode_done,
             _Kind.PREFILL_DONE: self._chunks_done if self.chunked else self._prefill_done,
@@ -193,6 +198,8 @@ class _Run:
                     self._dispatch()
                 else:
                     handler(payload)
+            if changed:
+                self._retime_changed()
             if check:
                 self._check()
             if progress is not None and self.now >= next_progress * duration / 100:
@@ -249,7 +256,7 @@ class _Run:
         if self.chunked:
             self._advance_chunks(r)
             r.chunks.append([i, float(self.prompts[i]), 0.0, math.nan])
-            self._retime_chunks(r)
+            self._changed_stage(r)
             return
         start = r.prefill_free_at if r.prefill_free_at > now else now
         end = start + self.prompts[i] / self.prefill_rate
@@ -283,6 +290,23 @@ class _Run:
         if elapsed > 0:
             for chunk in r.chunks[: r.chunk_active]:  # the rest have no rate
                 chunk[1] -= chunk[2] * elapsed
+
+    def _changed_stage(self, r: ReplayReplica) -> None:
+        """Note that `r`'s prefill stage changed now; it is re-timed after this event."""
+        self._changed.pop(r, None)  # to the end: the posts keep the order they had
+        self._changed[r] = None
+
+    def _retime_changed(self) -> None:
+        """Re-time, once each, the stages changed during this event. One event often
+        changes a stage several times at one instant (a decode that ends frees budget and
+        a slot the queue refills; a replica that becomes ready with a queue takes many
+        prompts), and re-timing at each change gave the same result as at the last: within
+        one event a replica's decoding count only falls before its stage grows, so earlier
+        prompts keep their shares as later ones join, and what the earlier re-times posted
+        went stale."""
+        for r in self._changed:
+            self._retime_chunks(r)
+        self._changed.clear()
 
     def _retime_chunks(self, r: ReplayReplica) -> None:
         """Share one step's budget as vLLM V1 does and post the next prompt to finish."""
@@ -338,7 +362,7 @@ class _Run:
             r.chunk_active = len(kept)
         for chunk in done:
             self._first_token(int(chunk[0]), r, self.now - chunk[3])
-        self._retime_chunks(r)
+        self._changed_stage(r)
 
     def _decode_done(self, payload: object) -> None:
         i, r = payload  # type: ignore[misc]
@@ -348,7 +372,7 @@ class _Run:
         if r.chunks:
             self._advance_chunks(r)
             r.decoding -= 1
-            self._retime_chunks(r)
+            self._changed_stage(r)
         else:
             r.decoding -= 1
         r.in_flight -= 1
