@@ -6,12 +6,11 @@ requests within the SLO at <= 1.15x the oracle's billed GPU-hours. Which familie
 predictable is argued here, one line each, from their definitions in
 `gpufleet.autoscaler.replay.core.workloads` and `heldout_bench.FAMILIES`; the oracle's
 validity is `replay.core.report.oracle_valid` of its held-out replays, decided where they
-ran. Every run starts warm with the replicas the oracle's bound gives for the first
-minutes, which on some families is fewer than the engine needs, and no policy's replicas
-serve before a cold start: so the table also gives attainment over the feasible requests
-after the lead time (cold start plus node provisioning), the ones the oracle is judged on,
-and a miss that is the warm start's says so. Pure: judges and renders numbers, runs
-nothing.
+ran. Every run starts warm with the replicas the first minutes need
+(`oracle.warm_start_replicas`), and no policy's replicas serve before a cold start: so
+the table also gives attainment over the feasible requests after the lead time (cold
+start plus node provisioning), the ones the oracle is judged on, and a miss that is the
+warm start's says so. Pure: judges and renders numbers, runs nothing.
 """
 
 from collections.abc import Sequence

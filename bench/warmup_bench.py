@@ -1,11 +1,11 @@
 """Where each policy's misses fall: in the warm-up, or once it has had time to act.
 
 Why: issue 17, section 3. Every run of the held-out bench starts warm, with the replicas
-the oracle's bound gives for the first minutes (`oracle.warm_start_replicas`), the same for
-every policy. On long-context traffic that bound sizes on mean prefill throughput and
-starts the fleet short; no policy's replicas serve before a cold start plus node
-provisioning (the lead time), so the requests of that first stretch are lost alike under
-any policy. This splits attainment over feasible requests (prompts one idle replica
+the first minutes need (`oracle.warm_start_replicas`), the same for every policy. No
+policy's replicas serve before a cold start plus node provisioning (the lead time), so
+whatever the warm start misses in that first stretch is lost alike under any policy (until
+2026-11-28 it was the oracle's bound, which pooled prefill across replicas and started
+long-context traffic short). This splits attainment over feasible requests (prompts one idle replica
 prefills within the SLO) at the lead time: before it, the warm start's; after it, the
 policy's. Each policy runs at the knob `bench.heldout_bench` chooses on the tuning seeds
 (0, 1), or with `--defaults` at its default setting (HPA 70%, KEDA 10, gpufleet's own

@@ -124,10 +124,11 @@ class SimulateSettings(BaseSettings):
         "GPUFLEET_SIM_WARM_START",
         "--warm-start",
         group=WORKLOAD,
-        help="Start every run with the replicas the trace's first minutes need (the oracle's "
-        "warm-up requirement) instead of --min-replicas. No policy can add capacity before "
-        "a cold start plus node provisioning, so a cold start only loses the same early "
-        "requests under every policy.",
+        help="Start every run with the replicas the trace's first minutes need instead of "
+        "--min-replicas: the fewest that, held from the start, serve 99% of the feasible "
+        "requests arriving before a cold start plus node provisioning. No policy can add "
+        "capacity sooner, so a cold start only loses the same early requests under every "
+        "policy.",
     )
     slo_ttft_seconds: float = setting(
         2.0,

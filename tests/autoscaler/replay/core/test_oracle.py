@@ -180,8 +180,20 @@ def test_oracle_replay_is_deterministic_and_serves_everything() -> None:
 
 
 def test_warm_start_replicas_covers_the_first_minutes() -> None:
-    # The burst at 300 s is past the 240 s warm-up; the one at 100 s is not.
+    # The burst at 300 s is past the 240 s warm-up; the one at 100 s is not. Its 60
+    # prompts of 0.1 s prefill arrive together and all must start within the 2-s SLO
+    # (60 of 61 is under 99%): 3 replicas would take 20 each, 2.0 s for the last prompt
+    # before its first token, so it takes 4.
     early = trace_from_arrays([100.0] * 60 + [0.0], [1500] * 60 + [10], [1] * 61)
     late = trace_from_arrays([300.0] * 60 + [0.0], [1500] * 60 + [10], [1] * 61)
-    assert warm_start_replicas(early, workload=WORKLOAD, config=CONFIG) == 2
+    assert warm_start_replicas(early, workload=WORKLOAD, config=CONFIG) == 4
     assert warm_start_replicas(late, workload=WORKLOAD, config=CONFIG) == 1
+
+
+def test_warm_start_replicas_sees_a_long_prompt_block_the_one_behind_it() -> None:
+    # Pairs of 20k-token prompts (1.33 s of prefill each, feasible alone) every 30 s. The
+    # necessary conditions pool prefill and ask for 1 replica; on one replica the second of
+    # each pair waits behind the first and misses, so the warm start is 2.
+    pairs = trace_from_arrays([30.0 * (k // 2) for k in range(16)], [20_000] * 16, [1] * 16)
+    assert oracle_schedule(pairs, workload=WORKLOAD, config=CONFIG).serving[:241].max() == 1
+    assert warm_start_replicas(pairs, workload=WORKLOAD, config=CONFIG) == 2
