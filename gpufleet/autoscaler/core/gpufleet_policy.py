@@ -35,6 +35,10 @@ Every tick it turns late signals into a replica count:
 4. **Scale-down.** Only to the highest steady recommendation of the last
    `scale_down_window_seconds`, never below the burst path or a surge's hold, at most one
    step per `scale_down_step_seconds`: a replica given back costs a cold start to get back.
+   Not at all while the SLO feedback credits less than the learned rate and has seen
+   pressure within that window: the credit is still being corrected, and between two
+   waits it recovers and sizes the fleet a node smaller, which the next wait takes back
+   after a cold start, while the node given up is billed through its idle time anyway.
 5. **The workload's limits.** Every step stays within the rate policies of the workload's
    `behavior` (Pods/Percent per period, selectPolicy, Disabled: HPA's semantics, from
    `behavior`), as an operator who set them expects of any policy. Its stabilization
@@ -321,7 +325,7 @@ class GpufleetPolicy:
         headroom = max(0, min(demand.placeholders, self.workload.max_replicas) - desired)
         if not s.placeholders or desired == 0 or self._waits_for_node(obs):
             headroom = 0  # placeholders would launch the node the wait holds back
-        message = _message(demand, current, desired, message_reason, s)
+        message = _message(demand, current, desired, message_reason, s, term=term)
         if desired > needed:
             message += f" (needs {needed}; filled to {desired}: idle GPUs on nodes paid for)"
         if current <= desired < demand.raw and self._waits_for_node(obs):
@@ -553,6 +557,9 @@ class GpufleetPolicy:
             return current, Reason.STABILIZED, floor_term
         if now - self._last_change < s.scale_down_step_seconds:
             return current, Reason.RATE_LIMITED, Term.BEHAVIOR
+        fb = self._feedback
+        if fb.ratio < 1.0 and now - fb.pressed < s.scale_down_window_seconds:
+            return current, Reason.STABILIZED, Term.SLO_FEEDBACK  # see the module doc, 4
         return floor, Reason.SCALE_DOWN, floor_term
 
     def _scale_up_limit(self, obs: Observation, *, learned: bool) -> int | float:
@@ -651,7 +658,9 @@ def _fresh(series: Series, now: float, stale_after_seconds: float) -> bool:
     return bool(series.times) and now - series.times[-1] <= stale_after_seconds
 
 
-def _message(d: Demand, current: int, desired: int, reason: Reason, s: GpufleetSettings) -> str:
+def _message(
+    d: Demand, current: int, desired: int, reason: Reason, s: GpufleetSettings, *, term: Term
+) -> str:
     """One sentence with the numbers behind the decision, for events and logs."""
     fc = d.forecast
     est = d.capacity
@@ -686,7 +695,12 @@ def _message(d: Demand, current: int, desired: int, reason: Reason, s: GpufleetS
             f" (capped at {s.max_scale_up_ratio:.2f}x the ready replicas: more would serve "
             "only after the lead time)"
         )
-    if reason is Reason.STABILIZED:
+    if reason is Reason.STABILIZED and term is Term.SLO_FEEDBACK:
+        text += (
+            f" (held: the SLO feedback saw queue waits within the last "
+            f"{s.scale_down_window_seconds:g} s)"
+        )
+    elif reason is Reason.STABILIZED:
         text += f" (held for the {s.scale_down_window_seconds:g} s scale-down window)"
     elif reason is Reason.RATE_LIMITED and desired <= current:
         text += f" (held for the {s.scale_down_step_seconds:g} s step delay)"

@@ -21,6 +21,9 @@ learned per-replica rate from what the service shows, once per new TTFT sample:
   (growth is bounded by evidence of load), up to `max_ratio`, so a fleet that never
   saturates still shrinks toward its capacity.
 
+The state also keeps when pressure was last seen (`pressed`): the policy does not scale
+down while the credit is under the learned rate and pressure is that recent.
+
 Pure: `update(state, sample, settings) -> state`.
 """
 
@@ -59,6 +62,7 @@ class FeedbackSettings:
 class FeedbackState:
     ratio: float = 1.0  # credited / learned per-replica rate
     seen: float = -math.inf  # newest TTFT sample read
+    pressed: float = -math.inf  # newest sample that was pressure
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +108,7 @@ def update(
     # Without the wait, a p90 over the SLO stands in (with it, a long prompt's own prefill
     # is not pressure: no replica count shortens it).
     pressure = sample.ttft_p90_seconds > slo if wait is None else wait > s.wait_share * slo
+    pressed = sample.time if pressure else state.pressed
     if pressure:
         if not sample.held:
             ratio = max(s.min_ratio, ratio * s.backoff)
@@ -114,7 +119,7 @@ def update(
         ratio = max(1.0, ratio * s.backoff)
     elif sample.loaded:
         ratio = min(s.max_ratio, ratio * (1.0 + s.growth))
-    return replace(state, ratio=ratio, seen=sample.time)
+    return replace(state, ratio=ratio, seen=sample.time, pressed=pressed)
 
 
 def clamp(ratio: float, settings: FeedbackSettings) -> float:

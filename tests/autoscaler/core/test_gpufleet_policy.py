@@ -592,6 +592,32 @@ def test_queue_wait_scales_up_beyond_the_learned_capacity_and_persists() -> None
     assert again.decide(observe(1000.0, const(20.0), ready=3)).desired > 3
 
 
+def test_no_scale_down_while_the_slo_feedback_saw_waits_within_the_window() -> None:
+    """Waits until 1200 s shrink each replica's credit, which then recovers slowly. The
+    scale-down window alone (from the first tick) would give the 30 replicas back at 1305 s,
+    as it does without the waits; the feedback holds them until 300 s after the last wait
+    it saw (the 1195-s sample), and says so."""
+    s = replace(SETTINGS, forecast=replace(SETTINGS.forecast, peak_memory_seconds=60.0))
+    rate = const(20.0)  # 3 replicas at the learned rate, 10 at the least credit
+
+    def run(last_wait: float) -> dict[float, Decision]:
+        p = policy(s)
+        return {
+            t: p.decide(
+                with_latency(observe(t, rate, ready=30), wait=1.0 if t <= last_wait else 0.0)
+            )
+            for t in np.arange(1000.0, 1600.0, 5.0)
+        }
+
+    calm, waited = run(last_wait=0.0), run(last_wait=1200.0)
+    assert calm[1300.0].desired == 30 and calm[1305.0].desired < 30
+    held = [waited[t] for t in np.arange(1305.0, 1495.0, 5.0)]
+    assert {d.desired for d in held} == {30}
+    assert {(d.reason, d.bound_by) for d in held} == {(Reason.STABILIZED, Term.SLO_FEEDBACK)}
+    assert "SLO feedback saw queue waits within the last 300 s" in held[-1].message
+    assert waited[1495.0].desired < 30
+
+
 def test_at_a_50_percent_target_queue_wait_buys_no_replica() -> None:
     """The feedback's pressure serves a target near every request's SLO; at 50% (`knob`)
     the same waits that scale up the default leave the count as the traffic sizes it."""

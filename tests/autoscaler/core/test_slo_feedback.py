@@ -53,6 +53,13 @@ def test_up_quickly_down_slowly() -> None:
     assert back.ratio == 1.0  # recovery stops at the learned rate; growth is the probe's
 
 
+def test_the_newest_pressure_is_remembered_for_the_scale_down() -> None:
+    state = fold(FeedbackState(), sample(5.0, wait=1.0), sample(10.0, wait=1.0, held=True))
+    assert state.pressed == 10.0  # held pressure shrinks nothing, but it is still waiting
+    assert fold(state, sample(15.0), sample(20.0, p90=1.5)).pressed == 10.0
+    assert FeedbackState().pressed == -math.inf
+
+
 def test_pressure_while_replicas_start_or_at_max_winds_nothing_down() -> None:
     state = fold(FeedbackState(), *(sample(t, wait=1.0, held=True) for t in range(20)))
     assert state.ratio == 1.0
