@@ -213,9 +213,10 @@ def warm_start_replicas(
     serving, _ = _serving(trace, workload=workload, config=config)
     warmup = math.ceil(config.cluster.lead_seconds / STEP_SECONDS)
     least = int(serving[: warmup + 1].max(initial=workload.min_replicas))
-    early = trace.arrival_seconds < config.cluster.lead_seconds
-    can = early & judged_requests(trace, slo_seconds=workload.slo_ttft_seconds, config=config)[0]
-    if not can.any() or least >= workload.max_replicas:
+    can, after_warmup = judged_requests(trace, slo_seconds=workload.slo_ttft_seconds, config=config)
+    early = ~after_warmup
+    judged = can[early]
+    if not judged.any() or least >= workload.max_replicas:
         return least
     window = Trace(
         name=trace.name,
@@ -223,7 +224,6 @@ def warm_start_replicas(
         prompt_tokens=trace.prompt_tokens[early],
         output_tokens=trace.output_tokens[early],
     )
-    judged = can[early]
     best, best_attained = least, -1.0
     for replicas in range(max(least, 1), workload.max_replicas + 1):
         held = simulate(
