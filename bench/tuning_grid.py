@@ -11,10 +11,14 @@ Run from the repository root:
     python3 -m bench.tuning_grid [--policy gpufleet] [--families F,...] [--scales 1,4,10]
         [--knobs V,...] [--duration 1800] [--jobs 2] --json OUT.json
     python3 -m bench.tuning_grid --compare BEFORE.json AFTER.json
+    python3 -m bench.tuning_grid --unmatched OURS.json[,MORE.json] BASELINE.json[,...]
 The first writes each (family, scale, knob)'s mean attainment and billed GPU-h over the
 tuning seeds, for the policy's sweep or the knob values given (to try where to sample it);
 the second prints the points that moved, and a count of those better on both axes, worse
-on both, and traded.
+on both, and traded; the third prints, per family and scale, the baseline's points that no
+point of ours matches (at least its attainment for no more GPU-h: issue 17's dominance,
+judged on the tuning seeds), and their count. Several files on one side are one grid (a
+sweep and the extra knob values tried beside it).
 """
 
 import argparse
@@ -102,16 +106,45 @@ def compare(before: dict[Key, tuple[float, float]], after: dict[Key, tuple[float
     return "\n".join(lines) + f"\n\n{summary}\n"
 
 
+def unmatched(
+    ours: dict[Key, tuple[float, float]], baseline: dict[Key, tuple[float, float]]
+) -> str:
+    """Markdown: per (family, scale) that both grids ran, the baseline points no point of
+    ours matches or beats on both axes, then their count."""
+    lines, total = [], 0
+    cells = sorted({(f, s) for f, s, _ in baseline} & {(f, s) for f, s, _ in ours})
+    for cell in cells:
+        front = sweep.pareto_front(_points(ours, cell))
+        missed = sweep.uncovered(front, _points(baseline, cell))
+        total += len(missed)
+        if missed:
+            shown = ", ".join(f"{p.label}: {p.attainment:.2%} / {p.gpu_hours:.2f}" for p in missed)
+            lines.append(f"- {cell[0]} x{cell[1]}: {shown}")
+    return "\n".join(
+        [*lines, f"\nunmatched baseline points: {total}, in {len(cells)} family-scale cells\n"]
+    )
+
+
+def _points(grid: dict[Key, tuple[float, float]], cell: tuple[str, int]) -> list[sweep.Point]:
+    return [sweep.Point(a, g, f"{k:g}") for (f, s, k), (a, g) in grid.items() if (f, s) == cell]
+
+
 def _save(path: Path, points: dict[Key, tuple[float, float]]) -> None:
     path.write_text(json.dumps([[*key, *value] for key, value in sorted(points.items())]))
 
 
-def _load(path: str) -> dict[Key, tuple[float, float]]:
-    try:
-        rows = json.loads(Path(path).read_text())
-        return {(str(f), int(s), float(k)): (float(a), float(g)) for f, s, k, a, g in rows}
-    except (OSError, ValueError, TypeError) as err:
-        raise SystemExit(f"--compare {path}: not a --json of bench.tuning_grid ({err})") from None
+def _load(paths: str, flag: str = "--compare") -> dict[Key, tuple[float, float]]:
+    """One grid from the comma-separated --json files `paths` (later files win a key)."""
+    grid: dict[Key, tuple[float, float]] = {}
+    for path in paths.split(","):
+        try:
+            rows = json.loads(Path(path).read_text())
+            grid.update(
+                {(str(f), int(s), float(k)): (float(a), float(g)) for f, s, k, a, g in rows}
+            )
+        except (OSError, ValueError, TypeError) as err:
+            raise SystemExit(f"{flag} {path}: not a --json of bench.tuning_grid ({err})") from None
+    return grid
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -124,12 +157,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path, help="write the grid here")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+    parser.add_argument("--unmatched", nargs=2, metavar=("OURS", "BASELINE"))
     args = parser.parse_args(argv)
     if args.compare:
         print(compare(_load(args.compare[0]), _load(args.compare[1])), end="")
         return 0
+    if args.unmatched:
+        ours, theirs = (_load(paths, "--unmatched") for paths in args.unmatched)
+        print(unmatched(ours, theirs), end="")
+        return 0
     if args.json is None:
-        parser.error("--json is required unless --compare is given")
+        parser.error("--json is required unless --compare or --unmatched is given")
     families = args.families.split(",")
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from helpers.bench import run_bench
 
-from bench.tuning_grid import compare
+from bench.tuning_grid import compare, unmatched
 
 
 def test_a_tiny_grid_is_written_and_compares_unchanged_with_itself(tmp_path: Path) -> None:
@@ -71,3 +71,42 @@ def test_a_bad_knob_list_is_one_line(tmp_path: Path) -> None:
     run = run_bench("tuning_grid", "--knobs", "0.7,x", "--json", str(tmp_path / "g.json"))
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.splitlines()[-1].endswith("--knobs: not a comma list of numbers: '0.7,x'")
+
+
+def test_unmatched_lists_the_baseline_points_no_point_of_ours_matches() -> None:
+    ours = {
+        ("mix", 10, 0.99): (0.94, 75.0),
+        ("mix", 10, 0.995): (0.93, 60.0),
+        ("quiet", 1, 0.99): (0.9998, 1.34),
+    }
+    hpa = {
+        ("mix", 10, 80.0): (0.94, 68.7),  # ours needs more GPU-h for it: unmatched
+        ("mix", 10, 90.0): (0.92, 60.0),  # 0.995 matches it on both axes
+        ("quiet", 1, 90.0): (0.9995, 1.34),
+        ("onoff", 4, 80.0): (0.99, 7.0),  # a cell ours did not run is not judged
+    }
+    assert unmatched(ours, hpa) == (
+        "- mix x10: 80: 94.00% / 68.70\n\nunmatched baseline points: 1, in 2 family-scale cells\n"
+    )
+
+
+def test_unmatched_reads_several_grids_as_one(tmp_path: Path) -> None:
+    sweep, extra, hpa = (tmp_path / n for n in ("sweep.json", "extra.json", "hpa.json"))
+    sweep.write_text(json.dumps([["mix", 10, 0.99, 0.94, 75.0]]))
+    extra.write_text(json.dumps([["mix", 10, 0.9975, 0.95, 68.0]]))
+    hpa.write_text(json.dumps([["mix", 10, 80.0, 0.94, 68.7]]))
+    alone = run_bench("tuning_grid", "--unmatched", str(sweep), str(hpa), timeout=60)
+    both = run_bench("tuning_grid", "--unmatched", f"{sweep},{extra}", str(hpa), timeout=60)
+    assert alone.stdout.endswith("unmatched baseline points: 1, in 1 family-scale cells\n"), (
+        alone.stderr
+    )
+    assert both.stdout == "\nunmatched baseline points: 0, in 1 family-scale cells\n", both.stderr
+
+
+def test_a_bad_unmatched_file_is_one_line(tmp_path: Path) -> None:
+    good, missing = tmp_path / "g.json", tmp_path / "missing.json"
+    good.write_text("[]")
+    run = run_bench("tuning_grid", "--unmatched", f"{good},{missing}", str(good), timeout=60)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.startswith(f"--unmatched {missing}: not a --json of bench.tuning_grid (")
+    assert len(run.stderr.splitlines()) == 1
