@@ -26,11 +26,13 @@ Run from the repository root:
         [--duration 3600] [--jobs 2] [--target 0.99] [--json PATH]
         [--no-chunked-prefill] [--long-prefill-token-threshold N]
     python3 -m bench.heldout_bench --merge a.json b.json ...
+    python3 -m bench.heldout_bench --rerun gpufleet a.json [--jobs 2] [--json PATH]
 Prints a Markdown report on stdout: one table per family (every scale and policy, the
 oracle and gpufleet's default included, with the simulator's CPU seconds per policy-hour),
 then the front comparison per scale, then the section-4 verdicts. The full grid
 (7 families x 3 scales) is long on a small machine; shard it with --families/--scales and
---json, and print one report from the shards with --merge.
+--json, and print one report from the shards with --merge. After a change to one policy,
+--rerun runs that policy's rows of a shard again and keeps the rest.
 """
 
 import argparse
@@ -182,50 +184,74 @@ def evaluate(
     target: float,
     service: dict[str, object] | None = None,
 ) -> dict:
-    """One family at one scale: each policy's tuned knob, its held-out numbers, its held-out
-    front, and the simulator's CPU seconds per policy-hour over all its runs (mean, max)."""
-    rows = []
+    """One family at one scale: each policy's row (`_row`), the oracle's, and the settings
+    they ran with (what `--rerun` reads back)."""
     service = service or {}
-    for policy in POLICIES:
-        tuning = _run_all(_specs(family, scale, TUNING_SEEDS, policy, duration, service), jobs)
-        tuned = _mean_by_knob([r for r, _ in tuning])
-        chosen = choose_knob(tuned, target)
-        held_specs = _specs(family, scale, HELDOUT_SEEDS, policy, duration, service)
-        timed = _run_all(held_specs, jobs)
-        held = [r for r, _ in timed]
-        by_knob = _mean_by_knob(held)
-        front = sweep.pareto_front(
-            sweep.Point(att, gpu_h, knob) for knob, (att, gpu_h) in by_knob.items()
-        )
-        per_hour = [seconds * 3600 / duration for _, seconds in tuning + timed]
-        feasible = _mean_feasible_by_knob(held)
-        row = {
-            "policy": policy,
-            "chosen": chosen,
-            "tuning": tuned[chosen],
-            "heldout": by_knob[chosen],
-            "heldout_feasible": feasible[chosen],
-            "front": [list(p) for p in front],
-            "seconds_per_policy_hour": (statistics.fmean(per_hour), max(per_hour)),
-        }
-        if policy == policies.GPUFLEET:
-            # What section 4 judges: the default, whatever the tuning seeds chose.
-            default = policies.knob_label(policy, knob.DEFAULT_TARGET)
-            after = [
-                cost_at_slo.split(spec, result)[1]
-                for spec, result in zip(held_specs, held, strict=True)
-                if result.knob == default
-            ]
-            row["default"] = {
-                "knob": default,
-                "tuning": tuned[default],
-                "heldout": by_knob[default],
-                "heldout_feasible": feasible[default],
-                "heldout_feasible_after_lead_time": statistics.fmean(after),
-            }
-        rows.append(row)
+    rows = [
+        _row(family, scale, policy, duration=duration, jobs=jobs, target=target, service=service)
+        for policy in POLICIES
+    ]
     oracle = _oracle(family, scale, duration=duration, jobs=jobs, service=service)
-    return {"family": family, "scale": scale, "rows": rows, "oracle": oracle}
+    return {
+        "family": family,
+        "scale": scale,
+        "rows": rows,
+        "oracle": oracle,
+        "duration": duration,
+        "target": target,
+        "service": service,
+    }
+
+
+def _row(
+    family: str,
+    scale: int,
+    policy: str,
+    *,
+    duration: int,
+    jobs: int,
+    target: float,
+    service: dict[str, object],
+) -> dict:
+    """One policy's tuned knob, its held-out numbers, its held-out front, and the
+    simulator's CPU seconds per policy-hour over all its runs (mean, max)."""
+    tuning = _run_all(_specs(family, scale, TUNING_SEEDS, policy, duration, service), jobs)
+    tuned = _mean_by_knob([r for r, _ in tuning])
+    chosen = choose_knob(tuned, target)
+    held_specs = _specs(family, scale, HELDOUT_SEEDS, policy, duration, service)
+    timed = _run_all(held_specs, jobs)
+    held = [r for r, _ in timed]
+    by_knob = _mean_by_knob(held)
+    front = sweep.pareto_front(
+        sweep.Point(att, gpu_h, knob) for knob, (att, gpu_h) in by_knob.items()
+    )
+    per_hour = [seconds * 3600 / duration for _, seconds in tuning + timed]
+    feasible = _mean_feasible_by_knob(held)
+    row = {
+        "policy": policy,
+        "chosen": chosen,
+        "tuning": tuned[chosen],
+        "heldout": by_knob[chosen],
+        "heldout_feasible": feasible[chosen],
+        "front": [list(p) for p in front],
+        "seconds_per_policy_hour": (statistics.fmean(per_hour), max(per_hour)),
+    }
+    if policy == policies.GPUFLEET:
+        # What section 4 judges: the default, whatever the tuning seeds chose.
+        default = policies.knob_label(policy, knob.DEFAULT_TARGET)
+        after = [
+            cost_at_slo.split(spec, result)[1]
+            for spec, result in zip(held_specs, held, strict=True)
+            if result.knob == default
+        ]
+        row["default"] = {
+            "knob": default,
+            "tuning": tuned[default],
+            "heldout": by_knob[default],
+            "heldout_feasible": feasible[default],
+            "heldout_feasible_after_lead_time": statistics.fmean(after),
+        }
+    return row
 
 
 def _oracle(family: str, scale: int, *, duration: int, jobs: int, service: dict) -> dict:
@@ -395,6 +421,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0,
         help="the simulator's --long-prefill-token-threshold (0: vLLM's default, no cap)",
     )
+    parser.add_argument(
+        "--rerun",
+        nargs=2,
+        metavar=("POLICY", "JSON"),
+        help="rerun only POLICY's rows of every cell of an earlier run's --json (after a "
+        "change to that policy alone) and keep the other rows and the oracle's: the engine "
+        "is deterministic, so they are what a full run would print. Each cell runs with the "
+        "duration, target and simulator flags recorded in it (files from before they were "
+        "recorded: the ones given here)",
+    )
     args = parser.parse_args(argv)
     if args.merge:
         return _merge(parser, args.merge)
@@ -408,18 +444,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "long_prefill_token_threshold": args.long_prefill_token_threshold,
     }
     started = time.perf_counter()
-    results = [
-        evaluate(
-            family,
-            scale,
-            duration=args.duration,
-            jobs=args.jobs,
-            target=args.target,
-            service=service,
-        )
-        for family in families
-        for scale in scales
-    ]
+    if args.rerun:
+        results = _rerun(parser, args, service)
+    else:
+        results = [
+            evaluate(
+                family,
+                scale,
+                duration=args.duration,
+                jobs=args.jobs,
+                target=args.target,
+                service=service,
+            )
+            for family in families
+            for scale in scales
+        ]
     minutes = (time.perf_counter() - started) / 60
     command = shlex.join(["python3", "-m", "bench.heldout_bench", *(argv or sys.argv[1:])])
     print(f"Reproduce: `{command}` ({minutes:.1f} min wall with --jobs {args.jobs})\n")
@@ -437,15 +476,39 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _merge(parser: argparse.ArgumentParser, paths: Sequence[Path]) -> int:
     results = []
     for path in paths:
-        try:
-            loaded = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            parser.error(f"--merge {path}: {e}")
-        if not isinstance(loaded, list) or not all(_is_result(r) for r in loaded):
-            parser.error(f"--merge {path}: not the --json of python3 -m bench.heldout_bench")
-        results += loaded
+        results += _load(parser, "--merge", path)
     print(report(results))
     return 0
+
+
+def _rerun(parser: argparse.ArgumentParser, args: argparse.Namespace, service: dict) -> list:
+    """The cells of `args.rerun`'s file, each with its POLICY row run again."""
+    policy, path = args.rerun
+    if policy not in POLICIES:
+        parser.error(f"--rerun {policy}: not a policy of the grid ({', '.join(POLICIES)})")
+    cells = _load(parser, "--rerun", Path(path))
+    for cell in cells:
+        row = _row(
+            cell["family"],
+            cell["scale"],
+            policy,
+            duration=cell.get("duration", args.duration),
+            jobs=args.jobs,
+            target=cell.get("target", args.target),
+            service=cell.get("service", service),
+        )
+        cell["rows"] = [row if r["policy"] == policy else r for r in cell["rows"]]
+    return cells
+
+
+def _load(parser: argparse.ArgumentParser, flag: str, path: Path) -> list:
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        parser.error(f"{flag} {path}: {e}")
+    if not isinstance(loaded, list) or not all(_is_result(r) for r in loaded):
+        parser.error(f"{flag} {path}: not the --json of python3 -m bench.heldout_bench")
+    return loaded
 
 
 def _is_result(value: object) -> bool:

@@ -55,6 +55,28 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
     assert merged.returncode == 0, merged.stderr
     assert merged.stdout.count("### quiet") == 1 and merged.stdout.count("- x1: ") == 2
     assert merged.stdout.count("| quiet | 1 | yes | ") == 2
+    # A policy's rows run again, the rest kept: on unchanged code, the same rows (the engine
+    # is deterministic) but for the CPU column.
+    again = tmp_path / "again.json"
+    rerun = run_bench(
+        "heldout_bench", "--rerun", "gpufleet", str(out), "--jobs", "1", "--json", str(again)
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert "### quiet (`quiet:busy=600,idle=1200`)" in rerun.stdout
+    (redone,) = json.loads(again.read_text())
+    assert result["duration"] == 300 and redone["duration"] == 300
+    for before, after in zip(result["rows"], redone["rows"], strict=True):
+        assert before.pop("seconds_per_policy_hour") and after.pop("seconds_per_policy_hour")
+        assert before == after
+    assert redone["oracle"] == result["oracle"]
+
+
+def test_rerun_names_a_policy_the_grid_does_not_run(tmp_path: Path) -> None:
+    run = run_bench("heldout_bench", "--rerun", "oracle", str(tmp_path / "x.json"), timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.splitlines()[-1].endswith(
+        "--rerun oracle: not a policy of the grid (hpa, keda, gpufleet)"
+    )
 
 
 @pytest.mark.parametrize(
