@@ -70,7 +70,7 @@ class Knob:
 # 85% because below 90% the front climbs steeply where a crowd overruns the fleet (mix x4:
 # 58% -> 82% from 60% to 80%), and HPA's middle points fell between; 99.65% and 99.75%
 # where the reserve starts to absorb a crowd (flash-short x10: 92% -> 99% between them),
-# the two of six values tried there that matched the most HPA points (BENCHMARKS.md,
+# the two of eight values tried there that matched the most HPA points (BENCHMARKS.md,
 # "Where the knob is sampled", tuning seeds only).
 _KNOBS = {
     HPA: Knob(name="target_util", sweep=(20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0)),
