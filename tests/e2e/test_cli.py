@@ -9,14 +9,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import free_port, wait_for
+from helpers import LAB_PORTS, free_port, wait_for
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
-# The lab's other listeners on free ports, so a lab running beside the tests never clashes.
-LAB_PORTS = [
-    f"--{name}-address=127.0.0.1:0"
-    for name in ("plugin", "api", "autoscaler", "prometheus", "alertmanager", "web")
-]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 

@@ -11,7 +11,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from helpers import free_port, wait_for
+from helpers import LAB_PORTS, free_port, wait_for
 from helpers.e2e import node_settings
 from helpers.kube import api_client
 from kubernetes import client
@@ -309,6 +309,7 @@ def test_lab_runs_dra_claims_with_a_fake_api_server():
         [
             *(sys.executable, "-m", "gpufleet.cli", "lab", "--address", f"127.0.0.1:{port}"),
             *("--dra", "1", "--churn-seconds", "0.5", "--fleet", "3xH100+1xH100:mig=2x1g.10gb"),
+            *LAB_PORTS,
         ],
         stderr=subprocess.PIPE,
         text=True,

@@ -1,5 +1,6 @@
-"""Helpers shared by the test suites: polling with a deadline, a free loopback port, and
-where the repository, its test data and the shared traces are.
+"""Helpers shared by the test suites: polling with a deadline, a free loopback port, the
+lab's listener flags on ephemeral ports, and where the repository, its test data and the
+shared traces are.
 
 A plain module (on the path through pyproject's `pythonpath = ["tests"]`), not a conftest:
 pytest imports every conftest.py outside a package as the module `conftest`, so
@@ -20,6 +21,12 @@ REPO = Path(__file__).resolve().parents[2]
 TEST_DATA = REPO / "tests" / "data"
 # The shared traces sit beside the checkout (../shared), as in every developer's and CI's tree.
 TRACES = REPO.parent / "shared" / "traces"
+# `gpufleet lab`'s listeners other than --address, each on a free port, so that a lab under
+# test never clashes with one (or anything else on the defaults: 8080, 9090, ...) beside it.
+LAB_PORTS = [
+    f"--{name}-address=127.0.0.1:0"
+    for name in ("plugin", "api", "autoscaler", "prometheus", "alertmanager", "web")
+]
 
 
 def wait_for(

@@ -19,13 +19,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from helpers import wait_for
+from helpers import LAB_PORTS, wait_for
 from helpers.kube import api_client
 from helpers.png import read_png
 from kubernetes import client
 
 pytestmark = pytest.mark.prometheus
-ADDRESSES = ("address", "plugin", "api", "autoscaler", "prometheus", "alertmanager", "web")
 PANELS = ("util-node", "util-pod", "replicas", "idle-cost")  # charts that must show data
 WINDOW = (1000, 800)
 
@@ -44,14 +43,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The lab on free ports; its printed URLs by name."""
     _need("prometheus")
     log = tmp_path_factory.mktemp("lab") / "stderr"
-    flags = [f"--{a}-address" if a != "address" else "--address" for a in ADDRESSES]
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "gpufleet.cli",
             "lab",
-            *(arg for flag in flags for arg in (flag, "127.0.0.1:0")),
+            *("--address", "127.0.0.1:0", *LAB_PORTS),
             "--scrape-seconds=1",
         ],
         stdout=subprocess.PIPE,
