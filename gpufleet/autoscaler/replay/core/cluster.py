@@ -20,9 +20,11 @@ when the policy asks for fewer, the newest go first, as their Deployment's Repli
 deletes them (unscheduled ones first, which here are the ones not placed yet).
 """
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import cast
 
 from gpufleet.autoscaler.core.observation import Replica, ReplicaState
 from gpufleet.autoscaler.core.planner import pack_nodes
@@ -49,6 +51,18 @@ _TRANSITIONS: dict[object, frozenset[object]] = {
     ReplicaState.TERMINATING: frozenset({_GONE}),
     _GONE: frozenset(),
 }
+
+
+class StagePrompt:
+    """A prompt in a replica's chunked-prefill stage (engine-internal)."""
+
+    __slots__ = ("first_chunk_at", "left", "rate", "request")
+
+    def __init__(self, request: int, tokens: float) -> None:
+        self.request = request
+        self.left = tokens  # tokens still to prefill, as of the stage's chunk_at
+        self.rate = 0.0  # tokens/s until the stage next changes; 0: no share of the step
+        self.first_chunk_at = math.nan
 
 
 class ReplayReplica:
@@ -88,9 +102,9 @@ class ReplayReplica:
         self.prefilling = 0  # of which waiting for or in the prefill stage
         self.decoding = 0  # of which decoding
         self.prefill_free_at = 0.0  # when the prefill stage finishes the prompts it has
-        # Chunked prefill: [request, tokens left, tokens/s, first chunk at] per prompt in the
-        # stage, arrival order; the rates hold from chunk_at until the stage next changes.
-        self.chunks: list[list[float]] = []
+        # Chunked prefill: the prompts in the stage, arrival order; their rates hold from
+        # chunk_at until the stage next changes.
+        self.chunks: list[StagePrompt] = []
         # Only the first chunk_active prompts have a rate (the step's budget runs out in
         # arrival order): the rest are 0 and need no advancing.
         self.chunk_active = 0
@@ -268,7 +282,7 @@ class Cluster:
                 self.ready.append(r)
                 self.ready.sort(key=lambda x: x.index)
         elif kind is Timer.NODE_IDLE:
-            node, generation = payload  # type: ignore[misc]
+            node, generation = cast(tuple[ReplayNode, int], payload)
             if node.idle_generation == generation and node.removed is None:
                 node.removed = now
                 self.node_events += 1

@@ -3,7 +3,7 @@
 Pure and deterministic: no clock, no I/O, no randomness (the model has none; the only
 seeded randomness is the jitter of `trace.scale_trace`'s copies). One heap of
 (time, kind, seq) events; arrivals are read straight from the trace arrays instead. Ties at
-one instant resolve in `_Kind` order, so completions free slots before arrivals take them
+one instant resolve in the kinds' order, so completions free slots before arrivals take them
 and a policy tick sees the state after everything else at that instant.
 
 Service model (per replica; `ServiceModel`): requests wait in one central FIFO queue at the
@@ -28,20 +28,23 @@ end - arrival).
 
 Requests are never dropped: with no replica they wait, and the run continues past the end
 of the trace (the policy still ticking) until every request has completed.
+
+This module, `cluster` and `pipeline` are the ones `GPUFLEET_COMPILE=1` compiles with mypyc
+(setup.py): their annotations are checked at run time there, so a payload is unpacked with
+`cast`, not an ignore, and a variable keeps one type.
 """
 
 import heapq
-import itertools
 import math
 from collections.abc import Callable
-from enum import IntEnum
+from typing import Final, cast
 
 import numpy as np
 
 from gpufleet.autoscaler.core.observation import ReplicaState
 from gpufleet.autoscaler.core.policy import Policy
 from gpufleet.autoscaler.core.workload import WorkloadConfig
-from gpufleet.autoscaler.replay.core.cluster import Cluster, ReplayReplica, Timer
+from gpufleet.autoscaler.replay.core.cluster import Cluster, ReplayReplica, StagePrompt, Timer
 from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.core.pipeline import Pipeline
 from gpufleet.autoscaler.replay.core.result import DecisionRecord, RunResult
@@ -57,22 +60,20 @@ MAX_OVERRUN_SECONDS = 86_400.0
 _CHUNK_EPSILON_TOKENS = 1e-6
 
 
-class SimulationError(RuntimeError):
+class SimulationError(Exception):  # not RuntimeError: mypyc compiles no other builtin base
     """The run cannot finish (a policy that never serves the queue)."""
 
 
-class _Kind(IntEnum):
-    """Event kinds; the value is the tie-break order at one instant."""
-
-    DECODE_DONE = 0
-    PREFILL_DONE = 1
-    NODE_READY = Timer.NODE_READY
-    REPLICA_READY = Timer.REPLICA_READY
-    NODE_IDLE = Timer.NODE_IDLE
-    ARRIVAL = 5  # not on the heap: read from the trace arrays
-    SCRAPE = 6
-    TICK = 7
-    TIMELINE = 8
+# Event kinds; the value is the tie-break order at one instant. Plain ints, compared per
+# event: constants in the compiled build, where an enum's members are lookups.
+_DECODE_DONE: Final = 0
+_PREFILL_DONE: Final = 1
+# 2, 3, 4: the cluster's timers (`Timer`: node ready, replica ready, node idle)
+_ARRIVAL: Final = 5  # not on the heap: read from the trace arrays
+_SCRAPE: Final = 6
+_TICK: Final = 7
+_TIMELINE: Final = 8
+assert _PREFILL_DONE < min(Timer) <= max(Timer) < _ARRIVAL
 
 
 def simulate(
@@ -126,7 +127,7 @@ class _Run:
         self.head = 0
         self.completed = 0
         self.heap: list[tuple[float, int, int, object]] = []
-        self.seq = itertools.count(1)  # ties at one instant and kind go in posting order
+        self.seq = 0  # ties at one instant and kind go in posting order
         self.cluster = Cluster(config.cluster, prefix=workload.name, post=self._post_timer)
         self.pipeline = Pipeline(config.pipeline)
         self.timeline = TimelineBuilder()
@@ -157,34 +158,28 @@ class _Run:
     # --- event plumbing ---
 
     def _post(self, t: float, kind: int, payload: object = None) -> None:
-        heapq.heappush(self.heap, (t, kind, next(self.seq), payload))
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, payload))
 
     def _post_timer(self, t: float, kind: Timer, payload: object) -> None:
         self._post(t, int(kind), payload)
 
     def loop(self, progress: Callable[[float], None] | None) -> None:
         self.cluster.bootstrap(self.config.initial_replicas)
-        self._post(self.config.pipeline.scrape_interval_seconds, _Kind.SCRAPE)
-        self._post(0.0, _Kind.TICK)
-        self._post(0.0, _Kind.TIMELINE)
+        self._post(self.config.pipeline.scrape_interval_seconds, _SCRAPE)
+        self._post(0.0, _TICK)
+        self._post(0.0, _TIMELINE)
         duration = self.trace.duration_seconds
         give_up_at = duration + MAX_OVERRUN_SECONDS
         next_progress = 0
         heap, arrivals, n, check = self.heap, self.arrivals, self.n, self.check
-        changed = self._changed
-        handlers = {
-            _Kind.DECODE_DONE: self._decode_done,
-            _Kind.PREFILL_DONE: self._chunks_done if self.chunked else self._prefill_done,
-            _Kind.SCRAPE: self._scrape,
-            _Kind.TICK: self._tick,
-            _Kind.TIMELINE: self._timeline,
-        }
+        changed, chunked = self._changed, self.chunked
         # The next arrival goes first unless an event sorts before it (the heap is never
         # empty: scrapes, ticks and timeline samples post their successors).
         arrival = arrivals[0]
         while self.completed < n:
             top = heap[0]
-            if arrival < top[0] or (arrival == top[0] and top[1] > _Kind.ARRIVAL):
+            if arrival < top[0] or (arrival == top[0] and top[1] > _ARRIVAL):
                 self.now = arrival
                 self.arrived += 1
                 arrival = arrivals[self.arrived] if self.arrived < n else math.inf
@@ -192,12 +187,23 @@ class _Run:
             else:
                 t, kind, _, payload = heapq.heappop(heap)
                 self.now = t
-                handler = handlers.get(kind)
-                if handler is None:
+                # The commonest first: a chain of compares, direct calls when compiled.
+                if kind == _DECODE_DONE:
+                    self._decode_done(payload)
+                elif kind == _PREFILL_DONE:
+                    if chunked:
+                        self._chunks_done(payload)
+                    else:
+                        self._prefill_done(payload)
+                elif kind == _SCRAPE:
+                    self._scrape()
+                elif kind == _TICK:
+                    self._tick()
+                elif kind == _TIMELINE:
+                    self._timeline()
+                else:
                     self.cluster.on_timer(Timer(kind), payload, t)
                     self._dispatch()
-                else:
-                    handler(payload)
             if changed:
                 self._retime_changed()
             if check:
@@ -255,17 +261,17 @@ class _Run:
         r.prefilling += 1
         if self.chunked:
             self._advance_chunks(r)
-            r.chunks.append([i, float(self.prompts[i]), 0.0, math.nan])
+            r.chunks.append(StagePrompt(i, float(self.prompts[i])))
             self._changed_stage(r)
             return
         start = r.prefill_free_at if r.prefill_free_at > now else now
         end = start + self.prompts[i] / self.prefill_rate
         r.prefill_free_at = end
-        self._post(end, _Kind.PREFILL_DONE, (i, r))
+        self._post(end, _PREFILL_DONE, (i, r))
 
     def _prefill_done(self, payload: object) -> None:
         """Without chunked prefill: the stage's one prompt finished."""
-        i, r = payload  # type: ignore[misc]
+        i, r = cast(tuple[int, ReplayReplica], payload)
         self._first_token(i, r, self.prompts[i] / self.prefill_rate)
 
     def _first_token(self, i: int, r: ReplayReplica, prefill_seconds: float) -> None:
@@ -279,7 +285,7 @@ class _Run:
         r.prefilling -= 1
         r.decoding += 1
         per_token = self.decode_base + self.decode_per_seq * (r.decoding - 1)
-        self._post(now + self.outputs[i] * per_token, _Kind.DECODE_DONE, (i, r))
+        self._post(now + self.outputs[i] * per_token, _DECODE_DONE, (i, r))
 
     # --- chunked prefill ---
 
@@ -289,7 +295,7 @@ class _Run:
         r.chunk_at = self.now
         if elapsed > 0:
             for chunk in r.chunks[: r.chunk_active]:  # the rest have no rate
-                chunk[1] -= chunk[2] * elapsed
+                chunk.left -= chunk.rate * elapsed
 
     def _changed_stage(self, r: ReplayReplica) -> None:
         """Note that `r`'s prefill stage changed now; it is re-timed after this event."""
@@ -314,58 +320,60 @@ class _Run:
         chunks = r.chunks
         if not chunks:
             return
-        left = self.budget - r.decoding
+        left = float(self.budget - r.decoding)  # a float from the start: one type (compiled)
         cap = self.chunk_cap
-        shares = []
+        active, shared = 0, 0.0
         for chunk in chunks:
             if left <= 0:
                 break  # the budget is spent: the prompts after get no share
-            share = chunk[1]  # min(tokens left, cap, left) without a call per prompt
+            share = chunk.left  # min(tokens left, cap, left) without a call per prompt
             if cap < share:
                 share = cap
             if left < share:
                 share = left
             left -= share
-            shares.append(share)
-        active = len(shares)
+            shared += share
+            chunk.rate = share  # tokens of the step, until the rate below replaces it
+            active += 1
         for chunk in chunks[active : r.chunk_active]:
-            chunk[2] = 0.0  # had a share at the last retime, has none now
+            chunk.rate = 0.0  # had a share at the last retime, has none now
         r.chunk_active = active
-        # The trailing zero shares left out of the sum would not change it.
-        step_tokens = r.decoding + sum(shares)
+        step_tokens = r.decoding + shared
         now, rate = self.now, self.prefill_rate
         end = math.inf
-        for chunk, share in zip(chunks, shares, strict=False):
-            tokens_per_second = chunk[2] = rate * share / step_tokens
+        for chunk in chunks[:active]:
+            share = chunk.rate
+            tokens_per_second = chunk.rate = rate * share / step_tokens
             if share > 0:
-                if chunk[3] != chunk[3]:  # NaN: its first chunk is now
-                    chunk[3] = now
-                due = now + chunk[1] / tokens_per_second
+                if chunk.first_chunk_at != chunk.first_chunk_at:  # NaN: its first is now
+                    chunk.first_chunk_at = now
+                due = now + chunk.left / tokens_per_second
                 if due < end:
                     end = due
-        self._post(end, _Kind.PREFILL_DONE, (r.chunk_version, r))
+        self._post(end, _PREFILL_DONE, (r.chunk_version, r))
 
     def _chunks_done(self, payload: object) -> None:
         """With chunked prefill: the stage's first prompt(s) finished, unless the stage
         changed since (stale: most are)."""
-        version, r = payload  # type: ignore[misc]
+        version, r = cast(tuple[int, ReplayReplica], payload)
         if version != r.chunk_version:
             return
         self._advance_chunks(r)
         # The prompt the event was timed for is at ~0 left (rounding); others due at the
         # same instant finish with it. Only prompts with a rate can be done.
-        done, kept = [], []
+        done: list[StagePrompt] = []
+        kept: list[StagePrompt] = []
         for c in r.chunks[: r.chunk_active]:
-            (done if c[2] > 0 and c[1] <= _CHUNK_EPSILON_TOKENS else kept).append(c)
+            (done if c.rate > 0 and c.left <= _CHUNK_EPSILON_TOKENS else kept).append(c)
         if done:
             r.chunks = kept + r.chunks[r.chunk_active :]
             r.chunk_active = len(kept)
         for chunk in done:
-            self._first_token(int(chunk[0]), r, self.now - chunk[3])
+            self._first_token(chunk.request, r, self.now - chunk.first_chunk_at)
         self._changed_stage(r)
 
     def _decode_done(self, payload: object) -> None:
-        i, r = payload  # type: ignore[misc]
+        i, r = cast(tuple[int, ReplayReplica], payload)
         now = self.now
         self.e2e[i] = now - self.arrivals[i]
         self.completed += 1
@@ -391,7 +399,7 @@ class _Run:
         waiting_prefill = sum(r.prefilling - 1 for r in self.cluster.replicas if r.prefilling > 1)
         return self.arrived - self.head + waiting_prefill
 
-    def _scrape(self, _: object) -> None:
+    def _scrape(self) -> None:
         now = self.now
         started = [(r.name, r.busy_total(now)) for r in self.cluster.replicas if r.node is not None]
         self.pipeline.scrape(
@@ -402,9 +410,9 @@ class _Run:
             in_flight=sum(r.in_flight for r in self.cluster.replicas),
             busy_seconds=started,
         )
-        self._post(now + self.config.pipeline.scrape_interval_seconds, _Kind.SCRAPE)
+        self._post(now + self.config.pipeline.scrape_interval_seconds, _SCRAPE)
 
-    def _tick(self, _: object) -> None:
+    def _tick(self) -> None:
         now = self.now
         replicas = tuple(r.observed() for r in self.cluster.replicas)
         decision = self.policy.decide(self.pipeline.observe(now, replicas))
@@ -421,11 +429,11 @@ class _Run:
         self.cluster.set_headroom(max(0, decision.headroom))
         self.cluster.place(now)
         self._dispatch()
-        self._post(now + self.policy.interval_seconds, _Kind.TICK)
+        self._post(now + self.policy.interval_seconds, _TICK)
 
-    def _timeline(self, _: object) -> None:
+    def _timeline(self) -> None:
         self.timeline.sample(self._timeline_point())
-        self._post(self.now + TIMELINE_STEP_SECONDS, _Kind.TIMELINE)
+        self._post(self.now + TIMELINE_STEP_SECONDS, _TIMELINE)
 
     def _timeline_point(self) -> tuple[float, int, int, int, int, int]:
         c = self.cluster
@@ -445,7 +453,7 @@ class _Run:
             assert 0 <= r.in_flight <= self.slots, f"{r.name}: {r.in_flight} in flight"
             if self.chunked:
                 assert r.prefilling == len(r.chunks), f"{r.name}: prefill stage out of step"
-                assert all(c[2] == 0 for c in r.chunks[r.chunk_active :]), f"{r.name}: rate"
+                assert all(c.rate == 0 for c in r.chunks[r.chunk_active :]), f"{r.name}: rate"
         if self._routed == self.cluster.ready:
             assert self._loads == [r.in_flight for r in self._routed], "routing table stale"
 
