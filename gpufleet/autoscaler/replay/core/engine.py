@@ -136,6 +136,7 @@ class _Run:
         # The routing table (`_reroute`): cluster.ready as last seen, its in-flight counts.
         self._routed: list[ReplayReplica] = []
         self._loads: list[int] = []
+        self._idle = 0  # zeros in _loads: a replica with nothing in flight is the least loaded
         # Replicas whose prefill stage changed during this event, in the order they last
         # changed: re-timed once each after the handler (`_retime_changed`).
         self._changed: dict[ReplayReplica, None] = {}
@@ -232,12 +233,17 @@ class _Run:
             self._reroute(ready)
         loads = self._loads
         while self.head < self.arrived and loads:
-            least = min(loads)
-            if least >= self.slots:
-                return
             # index() finds the first of equals: the lowest index, `ready` being in creation
-            # order.
-            self._start(self.head, ready[loads.index(least)])
+            # order. An idle replica is found without a pass over them all: an ample fleet of
+            # hundreds made min() a third of a compiled run.
+            if self._idle:
+                k = loads.index(0)
+            else:
+                least = min(loads)
+                if least >= self.slots:
+                    return
+                k = loads.index(least)
+            self._start(self.head, ready[k])
             self.head += 1
 
     def _reroute(self, ready: list[ReplayReplica]) -> None:
@@ -251,12 +257,15 @@ class _Run:
         for k, r in enumerate(ready):
             r.route = k
         self._loads = [r.in_flight for r in ready]
+        self._idle = self._loads.count(0)
 
     def _start(self, i: int, r: ReplayReplica) -> None:
         now = self.now
         if r.in_flight == 0:
             r.busy_since = now
         r.in_flight += 1
+        if self._loads[r.route] == 0:
+            self._idle -= 1
         self._loads[r.route] += 1
         r.prefilling += 1
         if self.chunked:
@@ -386,6 +395,8 @@ class _Run:
         r.in_flight -= 1
         if r.route >= 0:  # READY when last routed (else no longer, or not yet, in the table)
             self._loads[r.route] -= 1
+            if self._loads[r.route] == 0:
+                self._idle += 1
         if r.in_flight == 0:
             r.busy_seconds += now - r.busy_since
             if r.state is ReplicaState.TERMINATING:
@@ -456,6 +467,7 @@ class _Run:
                 assert all(c.rate == 0 for c in r.chunks[r.chunk_active :]), f"{r.name}: rate"
         if self._routed == self.cluster.ready:
             assert self._loads == [r.in_flight for r in self._routed], "routing table stale"
+            assert self._idle == self._loads.count(0), "idle count stale"
 
     def result(self) -> RunResult:
         return build_result(
