@@ -41,7 +41,15 @@ ENGINE_DIR = "gpufleet/autoscaler/replay/core"  # where the wheel puts the exten
 TARGET_SECONDS = 10.0  # issue 17, §4: CPU seconds per policy-hour of trace
 DURATION = 1800
 FAMILIES = ("mix", "flash-long", "flash-short", "longctx")
-KNOBS = (("hpa", 80.0), ("keda", 2.0), ("gpufleet", 0.99), ("gpufleet", 0.998), ("oracle", None))
+# gpufleet's default, a chosen value, and its top (the largest fleets: the costliest routing).
+KNOBS = (
+    ("hpa", 80.0),
+    ("keda", 2.0),
+    ("gpufleet", 0.99),
+    ("gpufleet", 0.998),
+    ("gpufleet", 0.99999),
+    ("oracle", None),
+)
 Run = tuple[str, int, str, float | None]  # family, scale, policy, knob value (oracle: None)
 DEFAULT_RUNS = ",".join(
     f"{family}:10:{policy}" + ("" if value is None else f":{value:g}")

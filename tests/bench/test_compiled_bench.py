@@ -13,7 +13,7 @@ def test_runs_parse_with_a_knob_for_every_policy_but_the_oracle() -> None:
         ("mix", 10, "gpufleet", 0.99),
         ("longctx", 4, "oracle", None),
     ]
-    assert len(parse_runs(DEFAULT_RUNS)) == 20
+    assert len(parse_runs(DEFAULT_RUNS)) == 24
 
 
 @pytest.mark.parametrize(

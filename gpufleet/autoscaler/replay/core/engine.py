@@ -136,7 +136,7 @@ class _Run:
         # The routing table (`_reroute`): cluster.ready as last seen, its in-flight counts.
         self._routed: list[ReplayReplica] = []
         self._loads: list[int] = []
-        self._idle = 0  # zeros in _loads: a replica with nothing in flight is the least loaded
+        self._at = [0] * (config.service.batch_slots + 1)  # [n]: how many of _loads are n
         # Replicas whose prefill stage changed during this event, in the order they last
         # changed: re-timed once each after the handler (`_retime_changed`).
         self._changed: dict[ReplayReplica, None] = {}
@@ -231,42 +231,44 @@ class _Run:
         ready = self.cluster.ready
         if ready != self._routed:
             self._reroute(ready)
-        loads = self._loads
+        loads, at = self._loads, self._at
         while self.head < self.arrived and loads:
-            # index() finds the first of equals: the lowest index, `ready` being in creation
-            # order. An idle replica is found without a pass over them all: an ample fleet of
-            # hundreds made min() a third of a compiled run.
-            if self._idle:
-                k = loads.index(0)
-            else:
-                least = min(loads)
-                if least >= self.slots:
-                    return
-                k = loads.index(least)
-            self._start(self.head, ready[k])
+            # The least load from the counts per load, not min() over the fleet: with
+            # hundreds of replicas that pass was a third of a compiled run. index() finds the
+            # first of equals: the lowest index, `ready` being in creation order.
+            least = 0
+            while not at[least]:
+                least += 1
+            if least >= self.slots:
+                return
+            self._start(self.head, ready[loads.index(least)])
             self.head += 1
 
     def _reroute(self, ready: list[ReplayReplica]) -> None:
         """Rebuild the routing table for the READY replicas as they are now: their in-flight
-        counts in a list of ints, kept in step by `_start` and `_decode_done`, so that the
-        least loaded is found in C (an attribute read per replica per request was a sixth
-        of a run at 50 replicas)."""
+        counts in a list of ints, and how many replicas are at each count, kept in step by
+        `_start` and `_decode_done` (`_load`), so that the least loaded is found in C (an
+        attribute read per replica per request was a sixth of a run at 50 replicas)."""
         for r in self._routed:
             r.route = -1
         self._routed = list(ready)
         for k, r in enumerate(ready):
             r.route = k
         self._loads = [r.in_flight for r in ready]
-        self._idle = self._loads.count(0)
+        self._at = [self._loads.count(n) for n in range(self.slots + 1)]
+
+    def _load(self, k: int, change: int) -> None:
+        """Add `change` to the in-flight count at place `k` of the routing table."""
+        self._at[self._loads[k]] -= 1
+        self._loads[k] += change
+        self._at[self._loads[k]] += 1
 
     def _start(self, i: int, r: ReplayReplica) -> None:
         now = self.now
         if r.in_flight == 0:
             r.busy_since = now
         r.in_flight += 1
-        if self._loads[r.route] == 0:
-            self._idle -= 1
-        self._loads[r.route] += 1
+        self._load(r.route, 1)
         r.prefilling += 1
         if self.chunked:
             self._advance_chunks(r)
@@ -394,9 +396,7 @@ class _Run:
             r.decoding -= 1
         r.in_flight -= 1
         if r.route >= 0:  # READY when last routed (else no longer, or not yet, in the table)
-            self._loads[r.route] -= 1
-            if self._loads[r.route] == 0:
-                self._idle += 1
+            self._load(r.route, -1)
         if r.in_flight == 0:
             r.busy_seconds += now - r.busy_since
             if r.state is ReplicaState.TERMINATING:
@@ -467,7 +467,7 @@ class _Run:
                 assert all(c.rate == 0 for c in r.chunks[r.chunk_active :]), f"{r.name}: rate"
         if self._routed == self.cluster.ready:
             assert self._loads == [r.in_flight for r in self._routed], "routing table stale"
-            assert self._idle == self._loads.count(0), "idle count stale"
+            assert self._at == [self._loads.count(n) for n in range(self.slots + 1)], "counts"
 
     def result(self) -> RunResult:
         return build_result(
