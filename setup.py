@@ -1,6 +1,6 @@
 """Build hook: plain Python by default; GPUFLEET_COMPILE=1 compiles the simulator's engine.
 
-mypyc compiles the same source to C: a simulated run then takes 0.37-0.74 of the CPU time
+mypyc compiles the same source to C: a simulated run then takes 0.31-0.91 of the CPU time
 (BENCHMARKS.md, "Simulator speed", the compiled simulator). Everything else, and every
 editable install unless asked, stays interpreted, so an edit to these files is never
 shadowed by a stale build. tests/autoscaler/replay/test_compiled.py builds the wheel and
