@@ -247,8 +247,9 @@ class _Run:
     def _reroute(self, ready: list[ReplayReplica]) -> None:
         """Rebuild the routing table for the READY replicas as they are now: their in-flight
         counts in a list of ints, and how many replicas are at each count, kept in step by
-        `_start` and `_decode_done` (`_load`), so that the least loaded is found in C (an
-        attribute read per replica per request was a sixth of a run at 50 replicas)."""
+        `_start` and `_decode_done` (`_load`): the least load is read from the counts and its
+        first replica found by index() in C (an attribute read per replica per request was a
+        sixth of a run at 50 replicas)."""
         for r in self._routed:
             r.route = -1
         self._routed = list(ready)
