@@ -39,6 +39,8 @@ Every tick it turns late signals into a replica count:
    pressure within that window: the credit is still being corrected, and between two
    waits it recovers and sizes the fleet a node smaller, which the next wait takes back
    after a cold start, while the node given up is billed through its idle time anyway.
+   And no node is given back for `node_flap_hold_seconds` after one given back was taken
+   back within the window (`node_flaps`): that traffic has shown its nodes come back.
 5. **The workload's limits.** Every step stays within the rate policies of the workload's
    `behavior` (Pods/Percent per period, selectPolicy, Disabled: HPA's semantics, from
    `behavior`), as an operator who set them expects of any policy. Its stabilization
@@ -51,7 +53,8 @@ signals it has). `Decision.headroom` asks for warm placeholder replicas for the 
 rate (`RateForecast.sustained`, bursts left out) the trend predicts within node
 provisioning plus cold start, so the nodes are there when replicas are. Pure: no clock
 (`obs.now`), no I/O; the state is the learned capacity, the recommendation window, the
-surge's hold, the panic, the last placeholders, the idle timestamp and the SLO feedback.
+surge's hold, the panic, the last placeholders, the idle timestamp, the SLO feedback and
+the node flaps.
 """
 
 import dataclasses
@@ -61,7 +64,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.autoscaler.core import knob
+from gpufleet.autoscaler.core import knob, node_flaps
 from gpufleet.autoscaler.core.backlog import queue_at
 from gpufleet.autoscaler.core.behavior import Bounds, History, limit_with_behavior, record_scale
 from gpufleet.autoscaler.core.binding import Term, binding
@@ -158,6 +161,10 @@ class GpufleetSettings:
     # At most one scale-down step per this many seconds: lets a step's effect show in the
     # signals (one scrape plus the pipeline) before the next.
     scale_down_step_seconds: float = 30.0
+    # After a node given back was taken back within the scale-down window (a node flap,
+    # `node_flaps`), no node is given back for this long: the half hour of the forecast's
+    # peak memory. 0: never held.
+    node_flap_hold_seconds: float = 1800.0
     # Scale to zero (min_replicas 0 only) after this long with no arrivals, queue or work.
     idle_seconds_to_zero: float = 300.0
     # Placeholders (`Decision.headroom`) cover the sustained rate forecast within node
@@ -254,6 +261,7 @@ class GpufleetPolicy:
         self._node_need_since: float | None = None  # since when a scale-up needs a new node
         self._scale_history = History()  # scale events, for the workload's rate policies
         self._feedback = FeedbackState()  # credited / learned per-replica rate
+        self._flaps = node_flaps.NodeFlaps()  # nodes given back and taken back
 
     def learned(self) -> dict[str, float]:
         """What the policy has learned, as plain numbers (the capacity learner's sums and
@@ -318,9 +326,12 @@ class GpufleetPolicy:
         needed, desired = desired, self._fill_paid_nodes(desired)
         previous = current if self._desired is None else self._desired
         limited, note = self._rate_limit(now, previous, desired)
+        flap_held = self._node_flap_holds(now, previous, limited)
         # The message explains the policy's own reason; the behavior's limit is added after.
-        message_reason, desired = reason, limited
-        if note:
+        message_reason, desired = reason, (previous if flap_held else limited)
+        if flap_held:
+            reason, term = Reason.STABILIZED, Term.BEHAVIOR
+        elif note:
             reason, term = Reason.RATE_LIMITED, Term.BEHAVIOR
         headroom = max(0, min(demand.placeholders, self.workload.max_replicas) - desired)
         if not s.placeholders or desired == 0 or self._waits_for_node(obs):
@@ -333,7 +344,13 @@ class GpufleetPolicy:
                 " (no new node until the need has lasted the node lead time, "
                 f"{self.workload.node_lead_seconds:g} s: a shorter crowd is over before one serves)"
             )
-        if note:
+        if flap_held:
+            message += (
+                f" (held: a node given back was taken back within "
+                f"{s.scale_down_window_seconds:g} s at {self._flaps.flapped:.0f} s; no node "
+                f"is given back for {s.node_flap_hold_seconds:g} s after that)"
+            )
+        elif note:
             message += f" (the workload's behavior allows {desired}: {note})"
         message += f"; bound by {term}"
         self._scale_history = record_scale(
@@ -369,6 +386,22 @@ class GpufleetPolicy:
         if not self.settings.fill_nodes or per < 1 or desired <= 0:
             return desired
         return min(self.workload.max_replicas, math.ceil(desired / per) * per)
+
+    def _node_flap_holds(self, now: float, previous: int, desired: int) -> bool:
+        """Whether a step from `previous` to `desired` replicas would give back a node while a
+        node flap holds them (`node_flaps`); notes the step otherwise. Steps to or from zero
+        are the zero path's, and a pool of unknown node size has no nodes to count."""
+        per = self._replicas_per_node()
+        if per < 1 or previous <= 0 or desired <= 0:
+            return False
+        s = self.settings
+        before, after = math.ceil(previous / per), math.ceil(desired / per)
+        if after < before and node_flaps.holds(self._flaps, now=now, hold=s.node_flap_hold_seconds):
+            return True
+        self._flaps = node_flaps.note(
+            self._flaps, now=now, before=before, after=after, window=s.scale_down_window_seconds
+        )
+        return False
 
     def _idle_paid_replicas(self, obs: Observation) -> int:
         """Replicas that fit on the GPUs idle on nodes paid for: the nodes that the replicas

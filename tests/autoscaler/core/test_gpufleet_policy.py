@@ -1,6 +1,7 @@
 """The `gpufleet` policy on synthetic observations: steady, ramp, burst, missing, bounds, zero."""
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -787,3 +788,64 @@ def test_a_backlog_buys_a_new_node_only_for_what_will_be_left_when_it_serves(
     assert d.desired == want, d.message
     if want == 24:
         assert "0 left when a new node would serve" in d.message
+
+
+def _flapping_run(settings: GpufleetSettings) -> tuple[float, float, dict[float, Decision]]:
+    """One-GPU replicas, eight per node, nodes filled. 100/s (13 replicas: two nodes, 16)
+    until 1100 s, then 40/s (5: one node, 8) until the policy gives the second node back,
+    100/s again for 30 s right after (it takes the node back: a flap), then 40/s for good.
+    Replicas are ready as soon as asked for. The release's time, the flap's, and every
+    decision by time."""
+    from gpufleet.autoscaler.core.workload import GpuShape
+
+    s = replace(
+        settings,
+        fill_nodes=True,
+        scale_down_window_seconds=60.0,
+        forecast=replace(settings.forecast, peak_memory_seconds=60.0),
+    )
+    p = policy(s, shape=GpuShape(gpus=1), gpus_per_node=8)
+    released = flapped = math.inf
+    ready, out = 16, {}
+    for t in np.arange(1000.0, 4000.0, 5.0):
+        high = t < 1100.0 or released < t <= released + 30.0
+        d = p.decide(observe(t, const(100.0 if high else 40.0), ready=ready))
+        if d.desired < ready and released == math.inf:
+            released = t
+        if d.desired > ready and flapped == math.inf:
+            flapped = t
+        ready, out[t] = d.desired, d
+    return released, flapped, out
+
+
+def test_a_node_given_back_and_taken_back_holds_the_nodes() -> None:
+    """After the flap the second node's replicas stay for `node_flap_hold_seconds`, and the
+    decisions say why; with the hold off they are given back within a few minutes."""
+    released, flapped, held = _flapping_run(replace(SETTINGS, node_flap_hold_seconds=900.0))
+    assert held[released].desired == 8 and held[flapped].desired == 16
+    during = [held[t] for t in np.arange(flapped + 300.0, flapped + 900.0, 5.0)]
+    assert {d.desired for d in during} == {16}
+    assert {(d.reason, d.bound_by) for d in during} == {(Reason.STABILIZED, Term.BEHAVIOR)}
+    assert "a node given back was taken back within 60 s" in during[-1].message
+    assert held[flapped + 905.0].desired == 8
+    _, _, free = _flapping_run(replace(SETTINGS, node_flap_hold_seconds=0.0))
+    assert free[flapped + 300.0].desired == 8
+
+
+def test_a_release_that_sticks_holds_nothing() -> None:
+    """A crowd's nodes given back and never taken back: the next release is not held."""
+    from gpufleet.autoscaler.core.workload import GpuShape
+
+    s = replace(
+        SETTINGS,
+        fill_nodes=True,
+        scale_down_window_seconds=60.0,
+        forecast=replace(SETTINGS.forecast, peak_memory_seconds=60.0),
+    )
+    p = policy(s, shape=GpuShape(gpus=1), gpus_per_node=8)
+    ready, seen = 24, []
+    for t in np.arange(1000.0, 2000.0, 5.0):
+        rate = 180.0 if t < 1100.0 else (100.0 if t < 1400.0 else 40.0)  # 3, 2, 1 nodes
+        ready = p.decide(observe(t, const(rate), ready=ready)).desired
+        seen.append(ready)
+    assert seen[-1] == 8 and sorted(set(seen)) == [8, 16, 24]
