@@ -790,12 +790,9 @@ def test_a_backlog_buys_a_new_node_only_for_what_will_be_left_when_it_serves(
         assert "0 left when a new node would serve" in d.message
 
 
-def _flapping_run(settings: GpufleetSettings) -> tuple[float, float, dict[float, Decision]]:
-    """One-GPU replicas, eight per node, nodes filled. 100/s (13 replicas: two nodes, 16)
-    until 1100 s, then 40/s (5: one node, 8) until the policy gives the second node back,
-    100/s again for 30 s right after (it takes the node back: a flap), then 40/s for good.
-    Replicas are ready as soon as asked for. The release's time, the flap's, and every
-    decision by time."""
+def _on_nodes(settings: GpufleetSettings) -> GpufleetPolicy:
+    """One-GPU replicas, eight per node, nodes filled; a 60-s scale-down window and peak
+    memory, so that a step down shows within a minute."""
     from gpufleet.autoscaler.core.workload import GpuShape
 
     s = replace(
@@ -804,7 +801,15 @@ def _flapping_run(settings: GpufleetSettings) -> tuple[float, float, dict[float,
         scale_down_window_seconds=60.0,
         forecast=replace(settings.forecast, peak_memory_seconds=60.0),
     )
-    p = policy(s, shape=GpuShape(gpus=1), gpus_per_node=8)
+    return policy(s, shape=GpuShape(gpus=1), gpus_per_node=8)
+
+
+def _flapping_run(settings: GpufleetSettings) -> tuple[float, float, dict[float, Decision]]:
+    """`_on_nodes`: 100/s (13 replicas: two nodes, 16) until 1100 s, then 40/s (5: one
+    node, 8) until the policy gives the second node back, 100/s again for 30 s right after
+    (it takes the node back: a flap), then 40/s for good. Replicas are ready as soon as
+    asked for. The release's time, the flap's, and every decision by time."""
+    p = _on_nodes(settings)
     released = flapped = math.inf
     ready, out = 16, {}
     for t in np.arange(1000.0, 4000.0, 5.0):
@@ -834,15 +839,7 @@ def test_a_node_given_back_and_taken_back_holds_the_nodes() -> None:
 
 def test_a_release_that_sticks_holds_nothing() -> None:
     """A crowd's nodes given back and never taken back: the next release is not held."""
-    from gpufleet.autoscaler.core.workload import GpuShape
-
-    s = replace(
-        SETTINGS,
-        fill_nodes=True,
-        scale_down_window_seconds=60.0,
-        forecast=replace(SETTINGS.forecast, peak_memory_seconds=60.0),
-    )
-    p = policy(s, shape=GpuShape(gpus=1), gpus_per_node=8)
+    p = _on_nodes(SETTINGS)
     ready, seen = 24, []
     for t in np.arange(1000.0, 2000.0, 5.0):
         rate = 180.0 if t < 1100.0 else (100.0 if t < 1400.0 else 40.0)  # 3, 2, 1 nodes
