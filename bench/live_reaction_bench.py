@@ -225,6 +225,7 @@ def main() -> None:
                 await cluster.stop()
 
             server.run_async(stop())
+            shutil.rmtree(work, ignore_errors=True)  # the targets files and Prometheus' TSDB
     print("# gpufleet live reaction benchmark\n")
     print(
         "| burst | gpufleet: sample -> PATCH (s) "

@@ -321,6 +321,7 @@ def main() -> None:
                 await cluster.stop()
 
             server.run_async(stop())
+            shutil.rmtree(work, ignore_errors=True)  # the targets files and Prometheus' TSDB
     report(rows, args)
 
 

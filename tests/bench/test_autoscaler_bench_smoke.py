@@ -78,14 +78,22 @@ def test_controller_bench_prints_a_row_per_workload_count(tmp_path: Path) -> Non
 
 
 @pytest.mark.prometheus
-def test_live_reaction_bench_prints_a_row_per_burst() -> None:
+def test_live_reaction_bench_prints_a_row_per_burst(tmp_path: Path) -> None:
     if not shutil.which("prometheus"):
         pytest.skip("prometheus is not installed (./dev test installs it)")
     run = run_bench(
-        "live_reaction_bench", "--bursts", "1", "--calm-seconds", "8", "--window-seconds", "20"
+        "live_reaction_bench",
+        "--bursts",
+        "1",
+        "--calm-seconds",
+        "8",
+        "--window-seconds",
+        "20",
+        tmpdir=tmp_path,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "| 1 | " in run.stdout and "HPA on the queue" in run.stdout
+    assert list(tmp_path.iterdir()) == []  # its scratch (targets, Prometheus' TSDB) is gone
 
 
 @pytest.mark.prometheus
@@ -106,7 +114,7 @@ def test_extmetrics_bench_prints_both_servers_with_the_same_values(tmp_path: Pat
 
 
 @pytest.mark.prometheus
-def test_zero_bench_prints_a_row_per_method() -> None:
+def test_zero_bench_prints_a_row_per_method(tmp_path: Path) -> None:
     if not shutil.which("prometheus"):
         pytest.skip("prometheus is not installed (./dev test installs it)")
     run = run_bench(
@@ -121,7 +129,9 @@ def test_zero_bench_prints_a_row_per_method() -> None:
         "--node-idle-seconds=1",
         "--calm-seconds=3",
         "--window-seconds=60",
+        tmpdir=tmp_path,
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []  # its scratch (targets, Prometheus' TSDB) is gone
     assert "| gpufleet | " in run.stdout and "| keda-push | " in run.stdout
     assert "none" not in run.stdout  # every step of both was seen
