@@ -24,7 +24,7 @@ a default or a policy change by what the held-out columns say.
 Run from the repository root:
     python3 -m bench.heldout_bench [--families flash-short,longctx,...] [--scales 1,4,10]
         [--duration 3600] [--jobs 2] [--target 0.99] [--json PATH]
-        [--no-chunked-prefill] [--long-prefill-token-threshold N]
+        [--no-chunked-prefill] [--long-prefill-token-threshold N] [--routing least-tokens]
     python3 -m bench.heldout_bench --merge a.json b.json ...
     python3 -m bench.heldout_bench --rerun gpufleet a.json [--jobs 2] [--json PATH]
 Prints a Markdown report on stdout: one table per family (every scale and policy, the
@@ -53,6 +53,7 @@ from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core import knob
 from gpufleet.autoscaler.replay.core import report as sim_report
 from gpufleet.autoscaler.replay.core import sweep
+from gpufleet.autoscaler.replay.core.model import ROUTINGS
 from gpufleet.autoscaler.replay.core.result import RunResult
 from gpufleet.autoscaler.replay.core.workloads import workload_trace
 from gpufleet.autoscaler.replay.settings import SimulateSettings
@@ -422,6 +423,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the simulator's --long-prefill-token-threshold (0: vLLM's default, no cap)",
     )
     parser.add_argument(
+        "--routing",
+        choices=ROUTINGS,
+        default=ROUTINGS[0],
+        help="the simulator's --routing (least-in-flight by default)",
+    )
+    parser.add_argument(
         "--rerun",
         nargs=2,
         metavar=("POLICY", "JSON"),
@@ -442,6 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     service = {
         "chunked_prefill": args.chunked_prefill,
         "long_prefill_token_threshold": args.long_prefill_token_threshold,
+        "routing": args.routing,
     }
     started = time.perf_counter()
     if args.rerun:

@@ -65,6 +65,7 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
     assert "### quiet (`quiet:busy=600,idle=1200`)" in rerun.stdout
     (redone,) = json.loads(again.read_text())
     assert result["duration"] == 300 and redone["duration"] == 300
+    assert result["service"]["routing"] == redone["service"]["routing"] == "least-in-flight"
     for before, after in zip(result["rows"], redone["rows"], strict=True):
         assert before.pop("seconds_per_policy_hour") and after.pop("seconds_per_policy_hour")
         assert before == after

@@ -20,6 +20,7 @@ from gpufleet.autoscaler.replay.core.model import (
     ClusterModel,
     PipelineModel,
     ReplayConfig,
+    Routing,
     ServiceModel,
 )
 from gpufleet.settings import setting
@@ -244,6 +245,16 @@ class SimulateSettings(BaseSettings):
         "leaving the rest to the prompts behind it; 0: no cap.",
         ge=0,
     )
+    routing: Routing = setting(
+        _SERVICE.routing,
+        "GPUFLEET_SIM_ROUTING",
+        "--routing",
+        group=SERVICE,
+        help="How the router picks a ready replica for a request: least-in-flight (the "
+        "fewest requests in flight, a proxy's least-request balancing) or least-tokens (the "
+        "fewest prompt tokens in flight, as an inference gateway's KV-cache-aware endpoint "
+        "picker does: a short prompt avoids a replica busy with a long one).",
+    )
     scrape_interval_seconds: float = setting(
         _PIPELINE.scrape_interval_seconds,
         "GPUFLEET_SIM_SCRAPE_INTERVAL_SECONDS",
@@ -394,6 +405,7 @@ class SimulateSettings(BaseSettings):
                 chunked_prefill=self.chunked_prefill,
                 max_num_batched_tokens=self.max_num_batched_tokens,
                 long_prefill_token_threshold=self.long_prefill_token_threshold,
+                routing=self.routing,
             ),
             cluster=ClusterModel(
                 cold_start_seconds=self.cold_start_seconds,

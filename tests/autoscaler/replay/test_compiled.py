@@ -24,7 +24,8 @@ from bench.compiled_bench import build_compiled
 COMPILED = ("engine", "cluster", "pipeline")
 
 # Full digests of short runs: every policy (the oracle's repair replays included), with
-# chunked prefill as vLLM V1 runs it, under a long-prefill threshold, and without it.
+# chunked prefill as vLLM V1 runs it, under a long-prefill threshold, and without it, and
+# routed by prompt tokens.
 DIGESTS = r"""
 import dataclasses, hashlib
 import numpy as np
@@ -51,6 +52,7 @@ CASES = [
     ("flash:duration=600,at=200,length=120", 4, {}),
     ("longctx:duration=600", 2, {"long_prefill_token_threshold": 512}),
     ("onoff:duration=600", 3, {"chunked_prefill": False}),
+    ("longctx:duration=600", 2, {"routing": "least-tokens"}),
 ]
 for text, scale, service in CASES:
     settings = SimulateSettings.model_construct(**service)

@@ -30,6 +30,8 @@ def load(argv, monkeypatch, env=None) -> SimulateSettings:
         ([], {}, "keda_min_replica_count", None),
         (["--keda-min-replica-count", "0"], {}, "keda_min_replica_count", 0),
         (["--keda-metric-type", "Value"], {}, "keda_metric_type", "Value"),
+        ([], {}, "routing", "least-in-flight"),
+        ([], {"GPUFLEET_SIM_ROUTING": "least-tokens"}, "routing", "least-tokens"),
     ],
     ids=[
         "all four policies by default",
@@ -45,6 +47,8 @@ def load(argv, monkeypatch, env=None) -> SimulateSettings:
         "keda takes the workload's floor by default",
         "keda scale to zero",
         "keda Value metric type",
+        "least-in-flight routing by default",
+        "routing env var",
     ],
 )
 def test_settings(argv, env, attr, expected, monkeypatch):
@@ -59,6 +63,7 @@ def test_settings(argv, env, attr, expected, monkeypatch):
         (["--scale", "0"], {}, "invalid flag --scale: Input should be greater than or equal to 1"),
         (["--hpa-target-util", "120"], {}, "invalid flag --hpa-target-util"),
         (["--keda-metric-type", "Utilization"], {}, "invalid flag --keda-metric-type"),
+        (["--routing", "random"], {}, "invalid flag --routing"),
         ([], {"GPUFLEET_SIM_BATCH_SLOTS": "many"}, "invalid env var GPUFLEET_SIM_BATCH_SLOTS"),
     ],
     ids=[
@@ -67,6 +72,7 @@ def test_settings(argv, env, attr, expected, monkeypatch):
         "scale below 1",
         "util over 100",
         "keda metric type",
+        "unknown routing",
         "bad env var",
     ],
 )
@@ -86,6 +92,7 @@ def test_settings_build_the_simulator_config(monkeypatch):
     # The policy sizes idle paid GPUs and fills nodes by the node size the cluster has.
     assert config.cluster.gpus_per_node == workload.gpus_per_node == 4
     assert config.service.batch_slots == 32
+    assert config.service.routing == "least-in-flight"
     assert s.seed == 7  # the --scale copies' jitter; load_trace takes it
     assert config.initial_replicas == workload.min_replicas == 3
     assert workload.max_replicas == 200

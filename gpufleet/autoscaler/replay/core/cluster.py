@@ -85,6 +85,7 @@ class ReplayReplica:
         "observed_as",
         "prefill_free_at",
         "prefilling",
+        "prompt_tokens",
         "route",
         "since",
         "state",
@@ -101,6 +102,7 @@ class ReplayReplica:
         self.in_flight = 0  # requests holding a batch slot (prefill queue, prefill or decode)
         self.prefilling = 0  # of which waiting for or in the prefill stage
         self.decoding = 0  # of which decoding
+        self.prompt_tokens = 0  # the prompts of the requests in flight, in tokens
         self.prefill_free_at = 0.0  # when the prefill stage finishes the prompts it has
         # Chunked prefill: the prompts in the stage, arrival order; their rates hold from
         # chunk_at until the stage next changes.

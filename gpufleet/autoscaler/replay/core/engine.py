@@ -7,10 +7,12 @@ one instant resolve in the kinds' order, so completions free slots before arriva
 and a policy tick sees the state after everything else at that instant.
 
 Service model (per replica; `ServiceModel`): requests wait in one central FIFO queue at the
-router and go to the READY replica with the fewest in flight (ties: lowest index) that has a
-free batch slot. The replica's prefill stage runs at `prefill_tokens_per_second`; the first
-token comes when a request's prefill ends (TTFT = prefill end - arrival). Without chunked
-prefill it serves prompts FIFO, one at a time. With it (the default, as vLLM V1) each engine
+router and go to a READY replica with a free batch slot: by default the one with the fewest
+in flight (ties: lowest index); with `routing="least-tokens"` the one whose requests in
+flight hold the fewest prompt tokens (ties: fewest in flight, then lowest index). The
+replica's prefill stage runs at `prefill_tokens_per_second`; the first token comes when a
+request's prefill ends (TTFT = prefill end - arrival). Without chunked prefill it serves
+prompts FIFO, one at a time. With it (the default, as vLLM V1) each engine
 step's token budget goes first to the decoding sequences (one token each), then to prompt
 chunks in arrival order (each capped at `long_prefill_token_threshold` when set), and a step
 takes its tokens' worth of prefill time: a prompt's rate is its chunk's share of the step's
@@ -45,7 +47,7 @@ from gpufleet.autoscaler.core.observation import ReplicaState
 from gpufleet.autoscaler.core.policy import Policy
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core.cluster import Cluster, ReplayReplica, StagePrompt, Timer
-from gpufleet.autoscaler.replay.core.model import ReplayConfig
+from gpufleet.autoscaler.replay.core.model import ROUTINGS, ReplayConfig
 from gpufleet.autoscaler.replay.core.pipeline import Pipeline
 from gpufleet.autoscaler.replay.core.result import DecisionRecord, RunResult
 from gpufleet.autoscaler.replay.core.stats import TimelineBuilder, build_result
@@ -150,6 +152,9 @@ class _Run:
         self.chunked = svc.chunked_prefill
         self.budget = svc.max_num_batched_tokens
         self.chunk_cap = svc.long_prefill_token_threshold or math.inf
+        if svc.routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}")
+        self.by_tokens = svc.routing == "least-tokens"
         if self.slots < 1 or self.prefill_rate <= 0:
             raise ValueError("batch_slots must be >= 1 and prefill_tokens_per_second > 0")
         if self.chunked and self.budget <= self.slots:
@@ -231,6 +236,9 @@ class _Run:
         ready = self.cluster.ready
         if ready != self._routed:
             self._reroute(ready)
+        if self.by_tokens:
+            self._dispatch_by_tokens(ready)
+            return
         loads, at = self._loads, self._at
         while self.head < self.arrived and loads:
             # The least load from the counts per load, not min() over the fleet: with
@@ -242,6 +250,25 @@ class _Run:
             if least >= self.slots:
                 return
             self._start(self.head, ready[loads.index(least)])
+            self.head += 1
+
+    def _dispatch_by_tokens(self, ready: list[ReplayReplica]) -> None:
+        """`_dispatch` for `routing="least-tokens"`: one pass over the fleet per request
+        (the counts per load that spare `_dispatch` that pass need small integers, and
+        token counts are not)."""
+        slots = self.slots
+        while self.head < self.arrived:
+            best: ReplayReplica | None = None
+            for r in ready:
+                if r.in_flight < slots and (
+                    best is None
+                    or r.prompt_tokens < best.prompt_tokens
+                    or (r.prompt_tokens == best.prompt_tokens and r.in_flight < best.in_flight)
+                ):
+                    best = r
+            if best is None:
+                return
+            self._start(self.head, best)
             self.head += 1
 
     def _reroute(self, ready: list[ReplayReplica]) -> None:
@@ -269,6 +296,7 @@ class _Run:
         if r.in_flight == 0:
             r.busy_since = now
         r.in_flight += 1
+        r.prompt_tokens += self.prompts[i]
         self._load(r.route, 1)
         r.prefilling += 1
         if self.chunked:
@@ -396,6 +424,7 @@ class _Run:
         else:
             r.decoding -= 1
         r.in_flight -= 1
+        r.prompt_tokens -= self.prompts[i]
         if r.route >= 0:  # READY when last routed (else no longer, or not yet, in the table)
             self._load(r.route, -1)
         if r.in_flight == 0:
@@ -463,6 +492,7 @@ class _Run:
         assert 0 <= self.head <= self.arrived <= self.n
         for r in self.cluster.replicas:
             assert 0 <= r.in_flight <= self.slots, f"{r.name}: {r.in_flight} in flight"
+            assert r.prompt_tokens >= 0 and (r.in_flight or not r.prompt_tokens), r.name
             if self.chunked:
                 assert r.prefilling == len(r.chunks), f"{r.name}: prefill stage out of step"
                 assert all(c.rate == 0 for c in r.chunks[r.chunk_active :]), f"{r.name}: rate"

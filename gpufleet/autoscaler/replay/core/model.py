@@ -6,6 +6,18 @@ sweep or a test can replace one field with `dataclasses.replace`.
 """
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+# How the router in front of the replicas picks one for a request (`ServiceModel.routing`):
+# - least-in-flight: the fewest requests in flight, as a proxy's least-request balancing
+#   (Envoy's LEAST_REQUEST without its random choice);
+# - least-tokens: the fewest prompt tokens in flight, as an inference gateway's endpoint
+#   picker scores replicas by the KV cache their requests fill (the Gateway API Inference
+#   Extension's KV-cache-utilization scorer), so a short prompt avoids a replica busy
+#   with a long one.
+# Ties go to the fewest in flight, then to the oldest replica.
+Routing = Literal["least-in-flight", "least-tokens"]
+ROUTINGS: tuple[Routing, ...] = ("least-in-flight", "least-tokens")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,6 +45,7 @@ class ServiceModel:
     # vLLM V1's default for its OpenAI server on a GPU with >= 70 GiB (EngineArgs).
     max_num_batched_tokens: int = 8192
     long_prefill_token_threshold: int = 0  # vLLM's default: a running prefill takes the rest
+    routing: Routing = "least-in-flight"  # `ROUTINGS`: how the router picks a replica
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

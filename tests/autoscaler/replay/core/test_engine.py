@@ -155,6 +155,33 @@ def test_chunked_prefill_lets_a_short_prompt_pass_a_long_one_only_under_a_thresh
     assert result.ttft_seconds.tolist() == pytest.approx(ttfts, abs=1e-3)
 
 
+@pytest.mark.parametrize(
+    ("routing", "third_ttft"),
+    [
+        # Both replicas hold one request: the tie goes to the first, where the third waits
+        # for the long prompt's steps (20,000 tokens at 1000 tokens/s, no threshold).
+        pytest.param("least-in-flight", pytest.approx(19.9, abs=0.01), id="least-in-flight"),
+        # The second holds 100 prompt tokens to the first's 20,000: the third shares a step
+        # with its one decoding sequence, 101 tokens at 1000 tokens/s.
+        pytest.param("least-tokens", pytest.approx(0.101, abs=1e-6), id="least-tokens"),
+    ],
+)
+def test_routing_by_prompt_tokens_keeps_a_short_prompt_off_a_long_prefill(
+    routing: str, third_ttft: object
+) -> None:
+    service = ServiceModel(prefill_tokens_per_second=1000.0, routing=routing)  # type: ignore[arg-type]
+    trace = trace_from_arrays([0.0, 0.1, 0.2], [20_000, 100, 100], [1, 1000, 1])
+    result = run(trace, fixed(2), service=service, initial_replicas=2)
+    assert result.ttft_seconds[1] == pytest.approx(0.1)  # the idle second replica either way
+    assert result.ttft_seconds[2] == third_ttft
+
+
+def test_an_unknown_routing_is_an_error() -> None:
+    service = ServiceModel(routing="random")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="routing must be one of least-in-flight, least-tokens"):
+        run(trace_from_arrays([0.0], [1], [1]), fixed(1), service=service)
+
+
 def test_chunked_prefill_shares_the_step_budget_with_decodes() -> None:
     # A budget of 3 tokens a step: the decoding sequence takes one, the prompt two, so the
     # prompt runs at 2/3 of 1000 tokens/s: 1.5 s for 1000 tokens.
