@@ -9,7 +9,7 @@ the held-out grid reports it.
 
 Run from the repository root:
     python3 -m bench.tuning_grid [--policy gpufleet] [--families F,...] [--scales 1,4,10]
-        [--knobs V,...] [--duration 1800] [--jobs 2] --json OUT.json
+        [--knobs V,...] [--duration 1800] [--jobs 2] [--routing least-tokens] --json OUT.json
     python3 -m bench.tuning_grid --compare BEFORE.json AFTER.json
     python3 -m bench.tuning_grid --unmatched OURS.json[,MORE.json] BASELINE.json[,...]
 The first writes each (family, scale, knob)'s mean attainment and billed GPU-h over the
@@ -33,6 +33,7 @@ from pathlib import Path
 from bench.heldout_bench import _VISIBLE_GPU_HOURS, FAMILIES, TUNING_SEEDS, _specs
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.replay.core import sweep
+from gpufleet.autoscaler.replay.core.model import ROUTINGS
 
 Key = tuple[str, int, float]  # family, scale, knob value
 # A move smaller than the table's last digit on both axes is float noise, not a change
@@ -53,14 +54,17 @@ def grid(
     duration: int,
     jobs: int,
     knobs: Sequence[float] = (),
+    routing: str = ROUTINGS[0],
 ) -> dict[Key, tuple[float, float]]:
     """(family, scale, knob) -> mean (attainment, billed GPU-h) over the tuning seeds, at
-    each value of the policy's sweep, or at `knobs` where given."""
+    each value of the policy's sweep, or at `knobs` where given, with the simulator's
+    `routing`."""
+    service = {} if routing == ROUTINGS[0] else {"routing": routing}
     specs = [
         (family, scale, spec)
         for family in families
         for scale in scales
-        for spec in _specs(family, scale, TUNING_SEEDS, policy, duration, {})
+        for spec in _specs(family, scale, TUNING_SEEDS, policy, duration, service)
     ]
     if knobs:  # one planned run per trace, at each value asked for instead
         traces = {(f, s, spec.trace.name): (f, s, spec) for f, s, spec in specs}.values()
@@ -155,6 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--knobs", default="", help="knob values instead of the policy's sweep")
     parser.add_argument("--duration", type=int, default=1800)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--routing",
+        choices=ROUTINGS,
+        default=ROUTINGS[0],
+        help="the simulator's --routing (least-in-flight by default)",
+    )
     parser.add_argument("--json", type=Path, help="write the grid here")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--unmatched", nargs=2, metavar=("OURS", "BASELINE"))
@@ -181,7 +191,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--knobs: not a comma list of numbers: {args.knobs!r}")
     points = grid(
-        args.policy, families, scales, duration=args.duration, jobs=args.jobs, knobs=knobs
+        args.policy,
+        families,
+        scales,
+        duration=args.duration,
+        jobs=args.jobs,
+        knobs=knobs,
+        routing=args.routing,
     )
     _save(args.json, points)
     return 0

@@ -57,7 +57,7 @@ def test_knob_values_outside_the_sweep_run_instead_of_it(tmp_path: Path) -> None
     run = run_bench(
         "tuning_grid",
         *("--policy", "hpa", "--families", "quiet", "--scales", "1", "--duration", "300"),
-        *("--knobs", "55,65", "--jobs", "1", "--json", str(out)),
+        *("--knobs", "55,65", "--routing", "least-tokens", "--jobs", "1", "--json", str(out)),
         timeout=300,
     )
     assert run.returncode == 0, run.stderr
@@ -71,6 +71,12 @@ def test_a_bad_knob_list_is_one_line(tmp_path: Path) -> None:
     run = run_bench("tuning_grid", "--knobs", "0.7,x", "--json", str(tmp_path / "g.json"))
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.splitlines()[-1].endswith("--knobs: not a comma list of numbers: '0.7,x'")
+
+
+def test_an_unknown_routing_is_one_line(tmp_path: Path) -> None:
+    run = run_bench("tuning_grid", "--routing", "random", "--json", str(tmp_path / "g.json"))
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "--routing: invalid choice: 'random'" in run.stderr.splitlines()[-1]
 
 
 def test_unmatched_lists_the_baseline_points_no_point_of_ours_matches() -> None:
