@@ -121,7 +121,7 @@ def test_the_compiled_engine_replays_every_run_as_the_source_does(compiled: Path
     assert all(path.endswith(".so") and path.startswith(str(compiled)) for path in modules)
     assert all(line.split()[2].endswith(".py") for line in slow if line.startswith("module"))
     runs = [line for line in fast if line.startswith("run")]
-    assert len(runs) == 12
+    assert len(runs) == 16  # four cases, four policies each
     assert runs == [line for line in slow if line.startswith("run")]
 
 
