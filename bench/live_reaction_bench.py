@@ -180,8 +180,12 @@ def main() -> None:
     args = parser.parse_args()
     if not shutil.which("prometheus"):
         sys.exit("prometheus is not installed (./dev test installs it)")
-    work = Path(tempfile.mkdtemp(prefix="gpufleet-reaction-"))
-    with FakeApiServer() as server:
+    # Removed on the way out, whatever fails: the targets files and Prometheus' TSDB.
+    with (
+        tempfile.TemporaryDirectory(prefix="gpufleet-reaction-", ignore_cleanup_errors=True) as tmp,
+        FakeApiServer() as server,
+    ):
+        work = Path(tmp)
         config = client.Configuration()
         config.host = server.url
         api = client.ApiClient(config)
@@ -225,7 +229,6 @@ def main() -> None:
                 await cluster.stop()
 
             server.run_async(stop())
-            shutil.rmtree(work, ignore_errors=True)  # the targets files and Prometheus' TSDB
     print("# gpufleet live reaction benchmark\n")
     print(
         "| burst | gpufleet: sample -> PATCH (s) "

@@ -59,12 +59,11 @@ def grid(
     """(family, scale, knob) -> mean (attainment, billed GPU-h) over the tuning seeds, at
     each value of the policy's sweep, or at `knobs` where given, with the simulator's
     `routing`."""
-    service = {} if routing == ROUTINGS[0] else {"routing": routing}
     specs = [
         (family, scale, spec)
         for family in families
         for scale in scales
-        for spec in _specs(family, scale, TUNING_SEEDS, policy, duration, service)
+        for spec in _specs(family, scale, TUNING_SEEDS, policy, duration, {"routing": routing})
     ]
     if knobs:  # one planned run per trace, at each value asked for instead
         traces = {(f, s, spec.trace.name): (f, s, spec) for f, s, spec in specs}.values()

@@ -269,10 +269,14 @@ def main() -> None:
     args = parser.parse_args()
     if not shutil.which("prometheus"):
         sys.exit("prometheus is not installed (./dev test installs it)")
-    work = Path(tempfile.mkdtemp(prefix="gpufleet-zero-"))
     methods = [m for m in METHODS if m in args.methods.split(",")]
     plan = [(m, f"{m}-{i}") for i in range(args.rounds) for m in methods]
-    with FakeApiServer() as server:
+    # Removed on the way out, whatever fails: the targets files and Prometheus' TSDB.
+    with (
+        tempfile.TemporaryDirectory(prefix="gpufleet-zero-", ignore_cleanup_errors=True) as tmp,
+        FakeApiServer() as server,
+    ):
+        work = Path(tmp)
         config = client.Configuration()
         config.host = server.url
         api = client.ApiClient(config)
@@ -321,7 +325,6 @@ def main() -> None:
                 await cluster.stop()
 
             server.run_async(stop())
-            shutil.rmtree(work, ignore_errors=True)  # the targets files and Prometheus' TSDB
     report(rows, args)
 
 

@@ -6,7 +6,7 @@ sweep or a test can replace one field with `dataclasses.replace`.
 """
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 # How the router in front of the replicas picks one for a request (`ServiceModel.routing`):
 # - least-in-flight: the fewest requests in flight, as a proxy's least-request balancing
@@ -17,7 +17,7 @@ from typing import Literal
 #   with a long one.
 # Ties go to the fewest in flight, then to the oldest replica.
 Routing = Literal["least-in-flight", "least-tokens"]
-ROUTINGS: tuple[Routing, ...] = ("least-in-flight", "least-tokens")
+ROUTINGS: tuple[Routing, ...] = get_args(Routing)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
