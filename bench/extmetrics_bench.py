@@ -32,7 +32,7 @@ import aiohttp
 from kubernetes import client
 
 from bench.controller_world import NS
-from bench.live_reaction_bench import start_prometheus
+from gpufleet.lab.prometheus import Child, start_prometheus
 from tests.helpers import free_port
 from tests.helpers.aggregator import (
     HPA_GROUP,
@@ -82,6 +82,7 @@ async def measure(n: int, requests: int, work: Path) -> dict:
         text=True,
     )
     procs: list[subprocess.Popen] = [world]
+    prometheus: Child | None = None
     pods = serve_pods(n)
     try:
         kube = json.loads(world.stdout.readline())["kube"]
@@ -93,9 +94,15 @@ async def measure(n: int, requests: int, work: Path) -> dict:
             grant_hpa_external_metrics(api)
         target = work / "pods.json"
         target.write_text(json.dumps([{"targets": [f"127.0.0.1:{pods.server_address[1]}"]}]))
-        prometheus, prom_port = start_prometheus(work, [target])
-        procs.append(prometheus)
-        prom = f"http://127.0.0.1:{prom_port}"
+        prometheus = start_prometheus(
+            work,
+            host="127.0.0.1",
+            port=free_port(),
+            targets_dir=work,
+            rule_files=[],
+            scrape_seconds=1.0,
+        )
+        prom = prometheus.url
         ours, theirs = free_port(), free_port()
         procs.append(
             subprocess.Popen(
@@ -193,6 +200,8 @@ async def measure(n: int, requests: int, work: Path) -> dict:
                 p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
+        if prometheus is not None:
+            prometheus.stop()
         pods.shutdown()
 
 

@@ -15,54 +15,25 @@ import argparse
 import asyncio
 import json
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 from kubernetes import client
 
+from bench.live_stack import live_stack
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.kube.events import EventRecorder
-from gpufleet.lab.kubeapi.cluster import ClusterTiming, LabCluster
+from gpufleet.lab.kubeapi.cluster import ClusterTiming
 from gpufleet.lab.kubeapi.server import FakeApiServer
-from gpufleet.lab.serving import ServingFleet
 from gpufleet.lab.workload import create_deployment
 
 POLICIES = ("gpufleet", "keda")  # keda: an HPA on the queue, 15 s sync
 GPA = ("autoscaling.gpufleet.dev", "v1alpha1")
 GPA_PLURAL = "gpuautoscalers"
-
-
-def start_prometheus(
-    workdir: Path, targets: list[Path], *, scrape_seconds: float = 1.0
-) -> tuple[subprocess.Popen, int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    files = json.dumps([str(t) for t in targets])
-    (workdir / "prometheus.yml").write_text(
-        f"global: {{scrape_interval: {scrape_seconds:g}s, evaluation_interval: 1s}}\n"
-        f"scrape_configs:\n- job_name: pods\n  file_sd_configs: [{{files: {files}, "
-        "refresh_interval: 1s}]\n"
-    )
-    proc = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    return proc, port
 
 
 def first_queued_sample(port: int, namespace: str, since: float) -> float | None:
@@ -180,55 +151,25 @@ def main() -> None:
     args = parser.parse_args()
     if not shutil.which("prometheus"):
         sys.exit("prometheus is not installed (./dev test installs it)")
-    # Removed on the way out, whatever fails: the targets files and Prometheus' TSDB.
-    with (
-        tempfile.TemporaryDirectory(prefix="gpufleet-reaction-", ignore_cleanup_errors=True) as tmp,
-        FakeApiServer() as server,
-    ):
-        work = Path(tmp)
-        config = client.Configuration()
-        config.host = server.url
-        api = client.ApiClient(config)
-        timing = ClusterTiming(cold_start_seconds=5, node_provision_seconds=10)
-        namespaces = [f"{p}-{i}" for i in range(args.bursts) for p in POLICIES]
-        fleets = {
-            ns: ServingFleet(
-                server.store,
-                namespace=ns,
-                labels={"app": "vllm"},
-                targets_file=work / f"{ns}.json",
-                rate_rps=0.0,
-                seed=i,
+    namespaces = [f"{p}-{i}" for i in range(args.bursts) for p in POLICIES]
+    with live_stack(
+        prefix="gpufleet-reaction-",
+        timing=ClusterTiming(cold_start_seconds=5, node_provision_seconds=10),
+        fleets={ns: {"labels": {"app": "vllm"}, "seed": i} for i, ns in enumerate(namespaces)},
+        scrape_seconds=1.0,
+    ) as stack:
+        rows = [
+            run_burst(
+                stack.server,
+                stack.api,
+                stack.fleets,
+                stack.prometheus_port,
+                i,
+                calm=args.calm_seconds,
+                window=args.window_seconds,
             )
-            for i, ns in enumerate(namespaces)
-        }
-
-        async def start() -> LabCluster:
-            cluster = LabCluster(server.store, timing=timing, clock=time.time)
-            cluster.start()
-            for fleet in fleets.values():
-                fleet.start()
-            return cluster
-
-        cluster = server.run_async(start())
-        prometheus, port = start_prometheus(work, [work / f"{ns}.json" for ns in namespaces])
-        try:
-            rows = [
-                run_burst(
-                    server, api, fleets, port, i, calm=args.calm_seconds, window=args.window_seconds
-                )
-                for i in range(args.bursts)
-            ]
-        finally:
-            prometheus.terminate()
-            prometheus.wait(10)
-
-            async def stop() -> None:
-                for fleet in fleets.values():
-                    await fleet.stop()
-                await cluster.stop()
-
-            server.run_async(stop())
+            for i in range(args.bursts)
+        ]
     print("# gpufleet live reaction benchmark\n")
     print(
         "| burst | gpufleet: sample -> PATCH (s) "

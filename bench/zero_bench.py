@@ -27,19 +27,16 @@ import itertools
 import json
 import random
 import shutil
-import socket
 import statistics
 import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import grpc
 from kubernetes import client
 
-from bench.live_reaction_bench import start_prometheus
+from bench.live_stack import live_stack
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.core.extmetrics import SnapshotFeed
 from gpufleet.autoscaler.core.placeholders import placeholder_name
@@ -49,10 +46,11 @@ from gpufleet.autoscaler.kedascaler.server import serve
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.kube.events import EventRecorder
-from gpufleet.lab.kubeapi.cluster import ClusterTiming, LabCluster
+from gpufleet.lab.kubeapi.cluster import ClusterTiming
 from gpufleet.lab.kubeapi.server import FakeApiServer
 from gpufleet.lab.serving import ServingFleet, gateway_queue_query
 from gpufleet.lab.workload import LABELS, TIMING, create_deployment
+from tests.helpers import free_port
 
 METHODS = ("gpufleet", "keda-push", "keda-poll")
 STEPS = ("scrape", "decision", "node", "cold start", "first Ready", "first token")
@@ -271,60 +269,25 @@ def main() -> None:
         sys.exit("prometheus is not installed (./dev test installs it)")
     methods = [m for m in METHODS if m in args.methods.split(",")]
     plan = [(m, f"{m}-{i}") for i in range(args.rounds) for m in methods]
-    # Removed on the way out, whatever fails: the targets files and Prometheus' TSDB.
-    with (
-        tempfile.TemporaryDirectory(prefix="gpufleet-zero-", ignore_cleanup_errors=True) as tmp,
-        FakeApiServer() as server,
-    ):
-        work = Path(tmp)
-        config = client.Configuration()
-        config.host = server.url
-        api = client.ApiClient(config)
-        timing = ClusterTiming(
-            **{
-                **TIMING,
-                "cold_start_seconds": args.cold_start_seconds,
-                "node_provision_seconds": args.node_provision_seconds,
-            },
-            node_idle_seconds=args.node_idle_seconds,
-            initial_nodes=args.min_nodes,
-            min_nodes=args.min_nodes,
+    timing = ClusterTiming(
+        **{
+            **TIMING,
+            "cold_start_seconds": args.cold_start_seconds,
+            "node_provision_seconds": args.node_provision_seconds,
+        },
+        node_idle_seconds=args.node_idle_seconds,
+        initial_nodes=args.min_nodes,
+        min_nodes=args.min_nodes,
+    )
+    with live_stack(
+        prefix="gpufleet-zero-",
+        timing=timing,
+        fleets={ns: {"labels": LABELS, "gateway": True} for _, ns in plan},
+        scrape_seconds=args.scrape_seconds,
+    ) as stack:
+        rows = asyncio.run(
+            run(stack.server, stack.api, stack.fleets, plan, stack.prometheus_port, args, timing)
         )
-        fleets = {
-            ns: ServingFleet(
-                server.store,
-                namespace=ns,
-                labels=LABELS,
-                targets_file=work / f"{ns}.json",
-                rate_rps=0.0,
-                gateway=True,
-            )
-            for _, ns in plan
-        }
-
-        async def start() -> LabCluster:
-            cluster = LabCluster(server.store, timing=timing, clock=time.time)
-            cluster.start()
-            for fleet in fleets.values():
-                fleet.start()
-            return cluster
-
-        cluster = server.run_async(start())
-        prometheus, port = start_prometheus(
-            work, [work / f"{ns}.json" for _, ns in plan], scrape_seconds=args.scrape_seconds
-        )
-        try:
-            rows = asyncio.run(run(server, api, fleets, plan, port, args, timing))
-        finally:
-            prometheus.terminate()
-            prometheus.wait(10)
-
-            async def stop() -> None:
-                for fleet in fleets.values():
-                    await fleet.stop()
-                await cluster.stop()
-
-            server.run_async(stop())
     report(rows, args)
 
 
@@ -332,7 +295,7 @@ async def run(
     server, api, fleets, plan, port: int, args, timing: ClusterTiming
 ) -> list[tuple[str, dict]]:
     feed = SnapshotFeed()
-    scaler_port = _free_port()
+    scaler_port = free_port()
     scaler = await serve(feed, "127.0.0.1", scaler_port)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{scaler_port}")
     stub = pb_grpc.ExternalScalerStub(channel)
@@ -383,12 +346,6 @@ async def run(
         await scaler.stop(grace=None)
         own.close()
     return rows
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def report(rows: list[tuple[str, dict]], args) -> None:
