@@ -139,6 +139,7 @@ class _Run:
         self._routed: list[ReplayReplica] = []
         self._loads: list[int] = []
         self._at = [0] * (config.service.batch_slots + 1)  # [n]: how many of _loads are n
+        self._keys: list[float] = []  # least-tokens only: `_key` of each, in step with _loads
         # Replicas whose prefill stage changed during this event, in the order they last
         # changed: re-timed once each after the handler (`_retime_changed`).
         self._changed: dict[ReplayReplica, None] = {}
@@ -253,23 +254,24 @@ class _Run:
             self.head += 1
 
     def _dispatch_by_tokens(self, ready: list[ReplayReplica]) -> None:
-        """`_dispatch` for `routing="least-tokens"`: one pass over the fleet per request
-        (the counts per load that spare `_dispatch` that pass need small integers, and
-        token counts are not)."""
-        slots = self.slots
-        while self.head < self.arrived:
-            best: ReplayReplica | None = None
-            for r in ready:
-                if r.in_flight < slots and (
-                    best is None
-                    or r.prompt_tokens < best.prompt_tokens
-                    or (r.prompt_tokens == best.prompt_tokens and r.in_flight < best.in_flight)
-                ):
-                    best = r
-            if best is None:
+        """`_dispatch` for `routing="least-tokens"`: the least `_key` by min() and its first
+        replica by index(), both in C (the counts per load that `_dispatch` reads need small
+        integers, and token counts are not; a pass over the replicas in Python per request
+        was 40% of a run at 50 replicas)."""
+        keys = self._keys
+        while self.head < self.arrived and keys:
+            least = min(keys)
+            if least == math.inf:
                 return
-            self._start(self.head, best)
+            self._start(self.head, ready[keys.index(least)])
             self.head += 1
+
+    def _key(self, r: ReplayReplica) -> float:
+        """Where least-tokens routing ranks `r`: fewer prompt tokens in flight first, then
+        fewer requests (ties to the oldest are index()'s); inf when it has no free slot."""
+        if r.in_flight >= self.slots:
+            return math.inf
+        return r.prompt_tokens * (self.slots + 1) + r.in_flight
 
     def _reroute(self, ready: list[ReplayReplica]) -> None:
         """Rebuild the routing table for the READY replicas as they are now: their in-flight
@@ -284,12 +286,18 @@ class _Run:
             r.route = k
         self._loads = [r.in_flight for r in ready]
         self._at = [self._loads.count(n) for n in range(self.slots + 1)]
+        if self.by_tokens:
+            self._keys = [self._key(r) for r in ready]
 
-    def _load(self, k: int, change: int) -> None:
-        """Add `change` to the in-flight count at place `k` of the routing table."""
+    def _load(self, r: ReplayReplica, change: int) -> None:
+        """Add `change` to `r`'s in-flight count in the routing table (`r` itself already
+        changed)."""
+        k = r.route
         self._at[self._loads[k]] -= 1
         self._loads[k] += change
         self._at[self._loads[k]] += 1
+        if self.by_tokens:
+            self._keys[k] = self._key(r)
 
     def _start(self, i: int, r: ReplayReplica) -> None:
         now = self.now
@@ -297,7 +305,7 @@ class _Run:
             r.busy_since = now
         r.in_flight += 1
         r.prompt_tokens += self.prompts[i]
-        self._load(r.route, 1)
+        self._load(r, 1)
         r.prefilling += 1
         if self.chunked:
             self._advance_chunks(r)
@@ -426,7 +434,7 @@ class _Run:
         r.in_flight -= 1
         r.prompt_tokens -= self.prompts[i]
         if r.route >= 0:  # READY when last routed (else no longer, or not yet, in the table)
-            self._load(r.route, -1)
+            self._load(r, -1)
         if r.in_flight == 0:
             r.busy_seconds += now - r.busy_since
             if r.state is ReplicaState.TERMINATING:
@@ -499,6 +507,8 @@ class _Run:
         if self._routed == self.cluster.ready:
             assert self._loads == [r.in_flight for r in self._routed], "routing table stale"
             assert self._at == [self._loads.count(n) for n in range(self.slots + 1)], "counts"
+            if self.by_tokens:
+                assert self._keys == [self._key(r) for r in self._routed], "token keys stale"
 
     def result(self) -> RunResult:
         return build_result(

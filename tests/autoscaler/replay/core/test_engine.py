@@ -351,14 +351,23 @@ def test_same_seed_same_result() -> None:
             ServiceModel(long_prefill_token_threshold=512), "060966c1c848894a", id="chunk-cap"
         ),
         pytest.param(ServiceModel(chunked_prefill=False), "82409fa8fba0800e", id="fifo-prefill"),
+        # Routing by prompt tokens, from the engine that passed over the fleet per request;
+        # at 4 slots replicas fill, so a full one's place in the ranking counts too.
+        pytest.param(ServiceModel(routing="least-tokens"), "c5995fd1b5cb30d2", id="least-tokens"),
+        pytest.param(
+            ServiceModel(routing="least-tokens", batch_slots=4),
+            "a06105d257fd622f",
+            id="least-tokens-full",
+        ),
     ],
 )
 def test_every_number_is_what_it_was_before_the_hot_paths_were_rewritten(
     service: ServiceModel, digest: str
 ) -> None:
     """Issue 17 §4: the engine's speed-ups (routing table, prefill budget's active prefix,
-    scrape totals) change no bit of any result. The digests are of the engine before them,
-    on a run that fills the step budget and moves replicas in and out of READY while busy."""
+    scrape totals, the least-tokens ranking in C) change no bit of any result. The digests
+    are of the engine before each, on a run that fills the step budget and moves replicas
+    in and out of READY while busy."""
     trace = poisson_trace(rate=12, seconds=600, seed=7)
     result = run(trace, Script(lambda t: 2 + int(t // 45) % 6), service=service)
     h = hashlib.sha256()
