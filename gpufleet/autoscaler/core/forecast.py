@@ -78,6 +78,13 @@ class ForecastSettings:
     # below the peak (the scale-down window's length, so forgetting never outruns it): a
     # bursty service keeps its burst capacity through a lull of a few minutes. A third of
     # the peak is "far": ordinary minutes of bursty traffic sit above it. 0 never forgets.
+    # A one-off crowd (the blocks before the quiet run hold one run of busy blocks) is
+    # also forgotten while what waits clears within the SLO (`forecast_rate(clearing=
+    # True)`): at the base rate a request or two queue now and then, and each such tick
+    # brought the crowd's peak back, a scale-up four seconds after a scale-down, which the
+    # node-flap hold then kept for half an hour (3x the replicas after a flash crowd on a
+    # one-hour trace). Recurring bursts keep `quiet`'s stricter test: there a queued
+    # request in a long lull is what kept the burst capacity for the next burst.
     forget_after_blocks: int = 5
     forget_below_ratio: float = 1 / 3
     # The base rate is this quantile of the samples within the peak memory: low enough that
@@ -109,10 +116,12 @@ def forecast_rate(
     settings: ForecastSettings,
     sustained_horizon_seconds: float | None = None,
     quiet: bool = False,
+    clearing: bool = False,
 ) -> RateForecast:
     """Forecast the rate at `now + horizon_seconds` from samples at `times` (oldest first);
     `sustained` at `now + sustained_horizon_seconds` (default: the same horizon), for
     capacity with a longer lead (nodes). `quiet` (nothing queued) lets the peaks forget a
+    crowd that is over, and `clearing` (what is queued clears within the SLO) a one-off
     crowd that is over (`ForecastSettings.forget_after_blocks`).
 
     Samples older than the longest window are ignored, and so are non-finite ones (a NaN
@@ -154,7 +163,7 @@ def forecast_rate(
     )
     sustained_growth = slope * (now + sustained_at - middle)
     sustained = max(0.0, median + min(sustained_growth, settings.max_trend_growth_ratio * median))
-    peaks = _peaks(t, v, now=now, settings=settings, quiet=quiet)
+    peaks = _peaks(t, v, now=now, settings=settings, quiet=quiet, clearing=clearing)
     memory = v[t > now - settings.peak_memory_seconds]
     base = _quantile(memory, settings.base_quantile) if memory.size else 0.0
     return RateForecast(
@@ -202,11 +211,17 @@ def _nearer_zero(slope: float, confirm: float) -> float:
 
 
 def _peaks(
-    t: np.ndarray, v: np.ndarray, *, now: float, settings: ForecastSettings, quiet: bool
+    t: np.ndarray,
+    v: np.ndarray,
+    *,
+    now: float,
+    settings: ForecastSettings,
+    quiet: bool,
+    clearing: bool,
 ) -> tuple[tuple[float, float], ...]:
     """Per averaging window, the `peak_quantile` of the per-block highest rolling means
-    within the peak memory (only the newest blocks when `quiet` and they show the crowd is
-    over: `_forget`). Blocks are aligned to absolute time, so a tick that moves `now` does
+    within the peak memory (only the newest blocks when they show the crowd is over:
+    `_forget`). Blocks are aligned to absolute time, so a tick that moves `now` does
     not regroup the samples (and jolt the quantile)."""
     mask = t > now - settings.peak_memory_seconds
     tw, vw = t[mask], v[mask]
@@ -222,22 +237,30 @@ def _peaks(
         ends = block[width - 1 :]  # each mean is known at its newest sample, in time order
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(ends)) + 1))
         highest = np.maximum.reduceat(means, firsts)
-        if quiet:
-            highest = _forget(highest, settings)
+        if quiet or clearing:
+            highest = _forget(highest, settings, one_off_only=not quiet)
         out.append((window, _quantile(highest, settings.peak_quantile)))
     return tuple(out)
 
 
-def _forget(highest: np.ndarray, settings: ForecastSettings) -> np.ndarray:
+def _forget(highest: np.ndarray, settings: ForecastSettings, *, one_off_only: bool) -> np.ndarray:
     """The blocks' highest means (oldest first), without those before a trailing run of at
-    least `forget_after_blocks` blocks below `forget_below_ratio` x the remembered peak."""
+    least `forget_after_blocks` blocks below `forget_below_ratio` x the remembered peak;
+    with `one_off_only`, only where the blocks before that run hold one run of busy ones
+    (a crowd, not recurring bursts)."""
     if settings.forget_after_blocks < 1 or highest.size <= settings.forget_after_blocks:
         return highest
     low = highest < settings.forget_below_ratio * _quantile(highest, settings.peak_quantile)
     if low.all():
         return highest
     run = highest.size - 1 - int(np.flatnonzero(~low)[-1])  # trailing quiet blocks
-    return highest[-run:] if run >= settings.forget_after_blocks else highest
+    if run < settings.forget_after_blocks:
+        return highest
+    if one_off_only:
+        busy = ~low[:-run]
+        if int(busy[0]) + int(np.count_nonzero(busy[1:] & ~busy[:-1])) > 1:
+            return highest  # more than one run of busy blocks: the bursts recur
+    return highest[-run:]
 
 
 def _median(x: np.ndarray) -> float:

@@ -465,7 +465,8 @@ class GpufleetPolicy:
         grow = 1.0 + s.headroom
         arrivals = obs.arrival_rate if arrivals_ok else Series()
         lead = w.cold_start_seconds + s.interval_seconds
-        queue = obs.queue_depth.latest() or 0.0
+        waiting = obs.queue_depth.latest()  # None: not known
+        queue = waiting or 0.0
         fc = forecast_rate(
             arrivals.times,
             arrivals.values,
@@ -473,7 +474,10 @@ class GpufleetPolicy:
             horizon_seconds=lead,
             settings=s.forecast,
             sustained_horizon_seconds=lead + w.node_provision_seconds,  # placeholders' lead
-            quiet=obs.queue_depth.latest() == 0,  # a crowd is over only once nothing waits
+            quiet=waiting == 0,  # a crowd is over only once nothing waits
+            # ... or, a one-off crowd, once what waits clears within the SLO
+            clearing=waiting is not None
+            and waiting <= obs.count(ReplicaState.READY) * unit * w.slo_ttft_seconds,
         )
         slack = s.burst_slo_share * w.slo_ttft_seconds
         window, burst_rps = max(
