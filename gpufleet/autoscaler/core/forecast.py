@@ -78,13 +78,14 @@ class ForecastSettings:
     # below the peak (the scale-down window's length, so forgetting never outruns it): a
     # bursty service keeps its burst capacity through a lull of a few minutes. A third of
     # the peak is "far": ordinary minutes of bursty traffic sit above it. 0 never forgets.
-    # A one-off crowd (the blocks before the quiet run hold one run of busy blocks) is
-    # also forgotten while what waits clears within the SLO (`forecast_rate(clearing=
-    # True)`): at the base rate a request or two queue now and then, and each such tick
-    # brought the crowd's peak back, a scale-up four seconds after a scale-down, which the
-    # node-flap hold then kept for half an hour (3x the replicas after a flash crowd on a
-    # one-hour trace). Recurring bursts keep `quiet`'s stricter test: there a queued
-    # request in a long lull is what kept the burst capacity for the next burst.
+    # A one-off crowd (the only run of busy blocks in a whole memory's history) is also
+    # forgotten while what waits clears within the SLO (`forecast_rate(clearing=True)`):
+    # at the base rate a request or two queue now and then, and each such tick brought the
+    # crowd's peak back, a scale-up four seconds after a scale-down, which the node-flap
+    # hold then kept for half an hour (3x the replicas after a flash crowd on a one-hour
+    # trace). Anything else keeps `quiet`'s stricter test: between recurring bursts, and
+    # after a first burst in less history than that (on/off traffic's first lull), a
+    # queued request in a long lull is what kept the burst capacity for the next burst.
     forget_after_blocks: int = 5
     forget_below_ratio: float = 1 / 3
     # The base rate is this quantile of the samples within the peak memory: low enough that
@@ -228,6 +229,8 @@ def _peaks(
     if vw.size == 0:
         return tuple((w, 0.0) for w in settings.peak_averaging_seconds)
     step = _median(tw[1:] - tw[:-1]) if vw.size > 1 else 1.0
+    # The samples reach back to the memory's first block (not only since a start).
+    whole = float(tw[0]) <= now - settings.peak_memory_seconds + settings.peak_block_seconds
     sums = np.concatenate(([0.0], np.cumsum(vw)))
     block = np.floor(tw / settings.peak_block_seconds)
     out = []
@@ -238,16 +241,18 @@ def _peaks(
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(ends)) + 1))
         highest = np.maximum.reduceat(means, firsts)
         if quiet or clearing:
-            highest = _forget(highest, settings, one_off_only=not quiet)
+            highest = _forget(highest, settings, one_off_only=not quiet, whole_memory=whole)
         out.append((window, _quantile(highest, settings.peak_quantile)))
     return tuple(out)
 
 
-def _forget(highest: np.ndarray, settings: ForecastSettings, *, one_off_only: bool) -> np.ndarray:
+def _forget(
+    highest: np.ndarray, settings: ForecastSettings, *, one_off_only: bool, whole_memory: bool
+) -> np.ndarray:
     """The blocks' highest means (oldest first), without those before a trailing run of at
     least `forget_after_blocks` blocks below `forget_below_ratio` x the remembered peak;
-    with `one_off_only`, only where the blocks before that run hold one run of busy ones
-    (a crowd, not recurring bursts)."""
+    with `one_off_only`, only where the samples span a `whole_memory` and the blocks before
+    that run hold one run of busy ones (a crowd, not recurring bursts)."""
     if settings.forget_after_blocks < 1 or highest.size <= settings.forget_after_blocks:
         return highest
     low = highest < settings.forget_below_ratio * _quantile(highest, settings.peak_quantile)
@@ -257,6 +262,8 @@ def _forget(highest: np.ndarray, settings: ForecastSettings, *, one_off_only: bo
     if run < settings.forget_after_blocks:
         return highest
     if one_off_only:
+        if not whole_memory:
+            return highest  # one crowd in less than a memory's history says nothing yet
         busy = ~low[:-run]
         if int(busy[0]) + int(np.count_nonzero(busy[1:] & ~busy[:-1])) > 1:
             return highest  # more than one run of busy blocks: the bursts recur

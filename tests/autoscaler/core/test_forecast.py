@@ -174,23 +174,27 @@ def test_a_crowd_is_forgotten_by_evidence(quiet_minutes: int, quiet: bool, forgo
 
 
 @pytest.mark.parametrize(
-    ("bursts", "quiet", "clearing", "forgotten"),
+    ("bursts", "history", "quiet", "clearing", "forgotten"),
     [
-        pytest.param(1, False, True, True, id="one-crowd-a-queue-that-clears-forgets"),
-        pytest.param(1, False, False, False, id="one-crowd-a-queue-that-does-not-keeps"),
-        pytest.param(2, False, True, False, id="recurring-bursts-a-queue-that-clears-keeps"),
-        pytest.param(2, True, True, True, id="recurring-bursts-an-empty-queue-forgets"),
+        pytest.param(1, 2100.0, False, True, True, id="one-crowd-a-queue-that-clears-forgets"),
+        pytest.param(1, 2100.0, False, False, False, id="one-crowd-a-queue-that-does-not-keeps"),
+        pytest.param(1, 1500.0, False, True, False, id="one-burst-in-less-history-keeps"),
+        pytest.param(
+            2, 2100.0, False, True, False, id="recurring-bursts-a-queue-that-clears-keeps"
+        ),
+        pytest.param(2, 2100.0, True, True, True, id="recurring-bursts-an-empty-queue-forgets"),
     ],
 )
 def test_a_request_or_two_queued_brings_back_no_one_off_crowd(
-    bursts: int, quiet: bool, clearing: bool, forgotten: bool
+    bursts: int, history: float, quiet: bool, clearing: bool, forgotten: bool
 ) -> None:
     # Issue 17: at the base rate a request or two queue now and then; that must not bring
     # back a crowd that is over (each tick that did was a scale-up right after a scale-down),
-    # but between recurring bursts it keeps the burst capacity through a long lull.
+    # but between recurring bursts, or after a first burst in less than a memory's history,
+    # it keeps the burst capacity through a long lull.
     starts = [NOW - 1400.0, NOW - 900.0][-bursts:]
     t, v = series(
-        lambda x: 100.0 if any(s <= x < s + 300.0 for s in starts) else 10.0, seconds=1500.0
+        lambda x: 100.0 if any(s <= x < s + 300.0 for s in starts) else 10.0, seconds=history
     )
     fc = forecast_rate(
         t, v, now=NOW, horizon_seconds=60, settings=S, quiet=quiet, clearing=clearing

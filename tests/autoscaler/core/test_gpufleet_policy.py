@@ -762,15 +762,16 @@ def test_a_request_or_two_queued_now_and_then_does_not_bring_a_crowd_back() -> N
     to bring the forgotten crowd's peak back, a scale-up right after the scale-down, which
     the node-flap hold then kept for half an hour (3x the replicas after a flash crowd)."""
     need = policy().decide(observe(1000.0, const(10.0), ready=2)).desired
-    crowd = lambda t: 100.0 if 600.0 <= t < 1200.0 else 10.0  # noqa: E731
-    now_and_then = lambda t: 2.0 if t >= 1200.0 and t % 40.0 < 5.0 else 0.0  # noqa: E731
+    # The crowd from 1800 s: a whole memory (30 minutes) of history before it.
+    crowd = lambda t: 100.0 if 1800.0 <= t < 2400.0 else 10.0  # noqa: E731
+    now_and_then = lambda t: 2.0 if t >= 2400.0 and t % 40.0 < 5.0 else 0.0  # noqa: E731
     p = policy()
     after = []
-    for t in np.arange(600.0, 1200.0 + 1200.0, 2.0):
+    for t in np.arange(1800.0, 2400.0 + 1200.0, 2.0):
         d = p.decide(observe(t, crowd, ready=13, queue=now_and_then, history_seconds=1800.0))
         # The 13 observed never leave (this test has no cluster), so most ticks hold them
         # for the step delay; every other decision, from seven minutes after, is the need.
-        if t >= 1200.0 + 420.0 and d.reason is not Reason.RATE_LIMITED:
+        if t >= 2400.0 + 420.0 and d.reason is not Reason.RATE_LIMITED:
             after.append(d.desired)
     assert after and max(after) <= need + 1
 
