@@ -229,8 +229,12 @@ def _peaks(
     if vw.size == 0:
         return tuple((w, 0.0) for w in settings.peak_averaging_seconds)
     step = _median(tw[1:] - tw[:-1]) if vw.size > 1 else 1.0
-    # The samples reach back to the memory's first block (not only since a start).
-    whole = float(tw[0]) <= now - settings.peak_memory_seconds + settings.peak_block_seconds
+    # A one-off crowd only where the samples reach back to the memory's first block: one
+    # crowd in less history than that says nothing yet about whether bursts recur.
+    forget = quiet or (
+        clearing
+        and float(tw[0]) <= now - settings.peak_memory_seconds + settings.peak_block_seconds
+    )
     sums = np.concatenate(([0.0], np.cumsum(vw)))
     block = np.floor(tw / settings.peak_block_seconds)
     out = []
@@ -240,19 +244,17 @@ def _peaks(
         ends = block[width - 1 :]  # each mean is known at its newest sample, in time order
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(ends)) + 1))
         highest = np.maximum.reduceat(means, firsts)
-        if quiet or clearing:
-            highest = _forget(highest, settings, one_off_only=not quiet, whole_memory=whole)
+        if forget:
+            highest = _forget(highest, settings, one_off_only=not quiet)
         out.append((window, _quantile(highest, settings.peak_quantile)))
     return tuple(out)
 
 
-def _forget(
-    highest: np.ndarray, settings: ForecastSettings, *, one_off_only: bool, whole_memory: bool
-) -> np.ndarray:
+def _forget(highest: np.ndarray, settings: ForecastSettings, *, one_off_only: bool) -> np.ndarray:
     """The blocks' highest means (oldest first), without those before a trailing run of at
     least `forget_after_blocks` blocks below `forget_below_ratio` x the remembered peak;
-    with `one_off_only`, only where the samples span a `whole_memory` and the blocks before
-    that run hold one run of busy ones (a crowd, not recurring bursts)."""
+    with `one_off_only`, only where the blocks before that run hold one run of busy ones
+    (a crowd, not recurring bursts)."""
     if settings.forget_after_blocks < 1 or highest.size <= settings.forget_after_blocks:
         return highest
     low = highest < settings.forget_below_ratio * _quantile(highest, settings.peak_quantile)
@@ -262,8 +264,6 @@ def _forget(
     if run < settings.forget_after_blocks:
         return highest
     if one_off_only:
-        if not whole_memory:
-            return highest  # one crowd in less than a memory's history says nothing yet
         busy = ~low[:-run]
         if int(busy[0]) + int(np.count_nonzero(busy[1:] & ~busy[:-1])) > 1:
             return highest  # more than one run of busy blocks: the bursts recur
