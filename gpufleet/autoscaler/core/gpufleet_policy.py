@@ -22,6 +22,10 @@ Every tick it turns late signals into a replica count:
    nodes paid for (where the pool's node size is known), the backlog is the one a new
    node's replicas would meet (`backlog`): what is left once the replicas already starting
    have served, so a deep queue after a crowd buys no node that arrives after it drained.
+   A crowd the ready replicas carry (a jump to `absorbed_crowd_ratio` x the base rate,
+   served at up to `absorbed_max_load` of their rate, what waits clearing within the SLO)
+   buys no new node until it has lasted the node lead time: only the margin asks for one
+   then, and a shorter crowd is over before it serves.
 3. **Burst path.** Bursty traffic needs standing capacity: a burst shorter than a cold
    start is over before replicas asked for at its sight serve. For each averaging window
    L (5 s to 60 s; `forecast`) the usual peak (a high quantile of the per-minute highest
@@ -156,6 +160,14 @@ class GpufleetSettings:
     # False from a 60% target up; the knob (`knob`) sets it only below, where paying for a
     # node that arrives after the crowd is the wrong trade.
     new_node_waits_lead: bool = False
+    # A crowd the ready replicas carry waits for a new node the same way, at any target: a
+    # level of `absorbed_crowd_ratio` x the base rate (`RateForecast.base`: a jump, not a
+    # ramp) that they serve at no more than `absorbed_max_load` of their credited rate, what
+    # waits clearing within the SLO. Only the margin asks for the node then, and a crowd
+    # shorter than the node lead time is over before it serves; a crowd they do not carry
+    # buys it at once. 4x and 80% were chosen on the tuning seeds (issue 17). 0: never.
+    absorbed_crowd_ratio: float = 4.0
+    absorbed_max_load: float = 0.8
     # Scale down only to the highest steady recommendation in this window (the HPA default).
     scale_down_window_seconds: float = 300.0
     # At most one scale-down step per this many seconds: lets a step's effect show in the
@@ -218,6 +230,7 @@ class Demand:
     surge: int
     panic: bool  # the surge needs `panic_ratio` x the ready replicas
     placeholders: int  # replicas for the sustained rate at the node lead, with headroom
+    absorbed: bool  # the ready replicas carry a crowd (`absorbed_crowd_ratio`)
 
     def candidates(self) -> dict[Term, int]:
         """Each sizing term's replicas; a new term reports itself by adding its entry."""
@@ -340,8 +353,9 @@ class GpufleetPolicy:
         if desired > needed:
             message += f" (needs {needed}; filled to {desired}: idle GPUs on nodes paid for)"
         if current <= desired < demand.raw and self._waits_for_node(obs):
+            carried = "the ready replicas carry this crowd; " if demand.absorbed else ""
             message += (
-                " (no new node until the need has lasted the node lead time, "
+                f" ({carried}no new node until the need has lasted the node lead time, "
                 f"{self.workload.node_lead_seconds:g} s: a shorter crowd is over before one serves)"
             )
         if flap_held:
@@ -523,6 +537,25 @@ class GpufleetPolicy:
             surge=surge,
             panic=panic,
             placeholders=math.ceil(fc.sustained * s.placeholder_share * grow / unit),
+            absorbed=self._absorbed(obs, fc, unit=unit, queue=queue),
+        )
+
+    def _absorbed(self, obs: Observation, fc: RateForecast, *, unit: float, queue: float) -> bool:
+        """Whether the ready replicas carry a crowd: a level of at least `absorbed_crowd_ratio`
+        x a base rate above zero (a zero base is traffic waking from quiet, not a crowd), at
+        no more than `absorbed_max_load` of their rate (`unit` each), with the queue
+        clearing within the SLO."""
+        s = self.settings
+        if (
+            s.absorbed_crowd_ratio <= 0
+            or fc.base <= 0
+            or fc.level < s.absorbed_crowd_ratio * fc.base
+        ):
+            return False
+        serving = obs.count(ReplicaState.READY) * unit
+        return (
+            fc.level <= s.absorbed_max_load * serving
+            and queue <= serving * self.workload.slo_ttft_seconds
         )
 
     def _update_feedback(self, obs: Observation, d: Demand) -> None:
@@ -534,7 +567,8 @@ class GpufleetPolicy:
             obs,
             tokens_per_request=tokens_per_request(obs),
             loaded=loaded,
-            at_max=obs.current_replicas >= self.workload.max_replicas,
+            held_back=obs.current_replicas >= self.workload.max_replicas
+            or self._waits_for_node(obs),
         )
         self._feedback = update(
             self._feedback, sample, self.settings.feedback, slo=self.workload.slo_ttft_seconds
@@ -570,7 +604,8 @@ class GpufleetPolicy:
         if raw > current:
             # Reported as what drove it; the message says it was capped.
             limit = min(
-                self._scale_up_limit(obs, learned=d.capacity.learned), self._node_limit(obs, raw)
+                self._scale_up_limit(obs, learned=d.capacity.learned),
+                self._node_limit(obs, raw, absorbed=d.absorbed),
             )
             return min(raw, max(current, limit)), _up_reason(d, term), term
         self._node_need_since = None
@@ -613,12 +648,12 @@ class GpufleetPolicy:
         serving = obs.count(ReplicaState.READY)
         return max(math.ceil(ratio * serving), serving + 4)
 
-    def _node_limit(self, obs: Observation, raw: int) -> int | float:
-        """The most replicas a scale-up to `raw` may ask for: with `new_node_waits_lead`,
-        those that fit on the nodes paid for until the need for more has lasted the node
-        lead time."""
+    def _node_limit(self, obs: Observation, raw: int, *, absorbed: bool) -> int | float:
+        """The most replicas a scale-up to `raw` may ask for: with `new_node_waits_lead`, or
+        while the ready replicas carry a crowd (`absorbed`), those that fit on the nodes
+        paid for until the need for more has lasted the node lead time."""
         paid = self._paid_replicas(obs)
-        if not self.settings.new_node_waits_lead or raw <= paid:
+        if not (self.settings.new_node_waits_lead or absorbed) or raw <= paid:
             self._node_need_since = None
             return math.inf
         if self._node_need_since is None:

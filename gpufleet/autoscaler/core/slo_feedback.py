@@ -74,16 +74,18 @@ class Sample:
     wait_seconds: float | None  # mean prefill wait per first token; None when unknown
     loaded: bool  # the replicas carry at least `min_load` of their credited rate
     # More replicas would not help now: some are starting (the last correction has not
-    # served yet) or the workload is at its maximum. Pressure then leaves the ratio alone,
-    # so it does not wind down for capacity already asked for or never to be had.
+    # served yet), the workload is at its maximum, or the policy holds a new node back
+    # until a crowd has outlasted the node lead time. Pressure then leaves the ratio alone,
+    # so it does not wind down for capacity already asked for or not to be had yet.
     held: bool
 
 
 def newest_sample(
-    obs: Observation, *, tokens_per_request: float | None, loaded: bool, at_max: bool
+    obs: Observation, *, tokens_per_request: float | None, loaded: bool, held_back: bool
 ) -> Sample | None:
     """The newest TTFT sample, with the mean prefill wait of its first tokens when the
-    TTFT, prefill-time and prompt-token rates of that scrape are all there."""
+    TTFT, prefill-time and prompt-token rates of that scrape are all there. `held_back`:
+    the policy would not get more replicas now (at max_replicas, or a new node waits)."""
     ttft = obs.ttft_p90_seconds
     if not ttft.times:
         return None
@@ -93,7 +95,7 @@ def newest_sample(
         ttft_p90_seconds=ttft.values[-1],
         wait_seconds=_mean_wait(obs, t, tokens_per_request),
         loaded=loaded,
-        held=at_max or obs.count(ReplicaState.STARTING) > 0,
+        held=held_back or obs.count(ReplicaState.STARTING) > 0,
     )
 
 

@@ -480,6 +480,74 @@ def test_a_need_that_ends_before_the_lead_time_restarts_the_wait() -> None:
     assert p.decide(observe(1540.0, const(200.0), ready=8)).desired == 25
 
 
+def jump(base: float, crowd: float, *, at: float = 950.0) -> Rate:
+    """`base` requests/s until `at`, then `crowd`."""
+    return lambda t: crowd if t >= at else base
+
+
+# Headroom 0.5: 120/s needs 18 replicas with the margin, 12 without; 16 ready on two 8-GPU
+# nodes serve 160/s, so they carry it at 75% of their rate.
+MARGIN = replace(SETTINGS, headroom=0.5)
+
+
+def test_a_crowd_the_ready_replicas_carry_buys_no_node_until_it_outlasts_the_lead_time() -> None:
+    # 20/s for 15 minutes, then 120/s (6x the base rate): only the margin asks for a node.
+    p = policy(MARGIN, gpus_per_node=8)
+    d = p.decide(observe(1000.0, jump(20.0, 120.0), ready=16))
+    assert d.desired == 16
+    assert (
+        "(the ready replicas carry this crowd; no new node until the need has lasted the node "
+        "lead time, 240 s: a shorter crowd is over before one serves)"
+    ) in d.message
+    assert d.headroom == 0  # a placeholder would launch the node the wait holds back
+    assert p.decide(observe(1239.0, jump(20.0, 120.0), ready=16)).desired == 16
+    assert p.decide(observe(1240.0, jump(20.0, 120.0), ready=16)).desired == 18
+
+
+@pytest.mark.parametrize(
+    ("rate", "queue", "headroom"),
+    [
+        # What waits does not clear within the SLO at their rate (400 > 160/s x 2 s).
+        pytest.param(jump(20.0, 120.0), const(400.0), 0.5, id="queue-not-clearing"),
+        # 140/s is over 80% of the 160/s they serve.
+        pytest.param(jump(20.0, 140.0), NO_QUEUE, 0.5, id="over-80-percent-load"),
+        # The same 120/s for the whole memory is the base rate, not a crowd.
+        pytest.param(const(120.0), NO_QUEUE, 0.5, id="no-jump"),
+        # 70/s is 3.5x the base rate, a rise, not a crowd (a margin of 2 asks for 21).
+        pytest.param(jump(20.0, 70.0), NO_QUEUE, 2.0, id="under-4x-the-base"),
+    ],
+)
+def test_a_crowd_the_ready_replicas_do_not_carry_buys_the_node_at_once(
+    rate: Rate, queue: Rate, headroom: float
+) -> None:
+    p = policy(replace(SETTINGS, headroom=headroom), gpus_per_node=8)
+    d = p.decide(observe(1000.0, rate, ready=16, queue=queue))
+    assert d.desired > 16
+    assert "no new node" not in d.message
+
+
+def test_carried_crowds_can_be_switched_off() -> None:
+    off = replace(MARGIN, absorbed_crowd_ratio=0.0)
+    d = policy(off, gpus_per_node=8).decide(observe(1000.0, jump(20.0, 120.0), ready=16))
+    assert d.desired == 18
+
+
+def test_queue_wait_while_a_node_waits_shrinks_no_credit() -> None:
+    """While the wait holds the node back, more replicas are not to be had: queue waits
+    then shrink no credit. Shrunk, the credit would inflate what the wait buys when it ends
+    (in the simulator, twice the replicas the crowd asked for)."""
+    p = policy(MARGIN, gpus_per_node=8)
+    assert "no new node" in p.decide(observe(1000.0, jump(20.0, 120.0), ready=16)).message
+    for t in np.arange(1005.0, 1060.0, 5.0):
+        d = p.decide(with_latency(observe(t, jump(20.0, 120.0), ready=16), wait=0.2))
+        assert d.desired == 16 and "no new node" in d.message
+    assert p.learned()["probe"] == 1.0
+    # The same waits with the node bought at once (no wait) do shrink it.
+    off = policy(replace(MARGIN, absorbed_crowd_ratio=0.0), gpus_per_node=8)
+    off.decide(with_latency(observe(1005.0, jump(20.0, 120.0), ready=16), wait=0.2))
+    assert off.learned()["probe"] < 1.0
+
+
 def test_learns_capacity_from_saturated_samples() -> None:
     # Prior of 2/s; the replicas are saturated (queue 50) completing 7/s each.
     p = policy(GpufleetSettings())

@@ -114,25 +114,25 @@ def test_the_mean_wait_is_ttft_minus_prefill_per_first_token() -> None:
     # 4000 tokens/s at 1000 tokens per request: 4 first tokens/s; 6 s of TTFT and 2 s of
     # prefill summed per second: 1 s of wait each.
     got = newest_sample(
-        _obs(ttft_sum=6.0, prefill_sum=2.0), tokens_per_request=1000.0, loaded=True, at_max=False
+        _obs(ttft_sum=6.0, prefill_sum=2.0), tokens_per_request=1000.0, loaded=True, held_back=False
     )
     assert got == Sample(time=5.0, ttft_p90_seconds=0.9, wait_seconds=1.0, loaded=True, held=False)
     held = newest_sample(
         _obs(ttft_sum=6.0, prefill_sum=2.0, starting=1),
         tokens_per_request=1000.0,
         loaded=True,
-        at_max=False,
+        held_back=False,
     )
     assert held is not None and held.held
     unknown = newest_sample(
-        _obs(ttft_sum=6.0, prefill_sum=2.0), tokens_per_request=None, loaded=True, at_max=True
+        _obs(ttft_sum=6.0, prefill_sum=2.0), tokens_per_request=None, loaded=True, held_back=True
     )
     assert unknown is not None and unknown.wait_seconds is None and unknown.held
     no_prefill = replace(_obs(ttft_sum=6.0, prefill_sum=2.0), prefill_sum_rate=Series())
-    got = newest_sample(no_prefill, tokens_per_request=1000.0, loaded=True, at_max=False)
+    got = newest_sample(no_prefill, tokens_per_request=1000.0, loaded=True, held_back=False)
     assert got is not None and got.wait_seconds is None
     assert (
-        newest_sample(Observation(now=0.0), tokens_per_request=1.0, loaded=True, at_max=False)
+        newest_sample(Observation(now=0.0), tokens_per_request=1.0, loaded=True, held_back=False)
         is None
     )
     assert math.isinf(FeedbackState().seen)
