@@ -12,10 +12,10 @@ Every tick it turns late signals into a replica count:
    shows: when the requests' mean wait for prefill (TTFT minus prefill time) exceeds
    `feedback.wait_share` (5%) of the SLO, each replica is credited less at once (down to
    a quarter; less far below a 90% target, not at all at 50%: `knob`), and the
-   credit comes back slowly while the wait stays low; pressure while replicas start or
-   at max_replicas changes nothing. As the latency probe it also credits more than the
-   estimate while p90 TTFT stays within half the SLO at load, so a fleet that never
-   saturates still shrinks toward its capacity.
+   credit comes back slowly while the wait stays low; pressure while replicas start, at
+   max_replicas or while a new node waits changes nothing. As the latency probe it also
+   credits more than the estimate while p90 TTFT stays within half the SLO at load, so a
+   fleet that never saturates still shrinks toward its capacity.
 2. **Steady demand.** The arrival rate forecast over the lead time (cold start plus one
    tick, from the newest sample's age; `forecast`), plus the backlog that must drain within
    `backlog_drain_seconds`. Replicas = demand x (1 + headroom) / learned rate. Beyond the
@@ -23,9 +23,9 @@ Every tick it turns late signals into a replica count:
    node's replicas would meet (`backlog`): what is left once the replicas already starting
    have served, so a deep queue after a crowd buys no node that arrives after it drained.
    A crowd the ready replicas carry (a jump to `absorbed_crowd_ratio` x the base rate,
-   served at up to `absorbed_max_load` of their rate, what waits clearing within the SLO)
-   buys no new node until it has lasted the node lead time: only the margin asks for one
-   then, and a shorter crowd is over before it serves.
+   served at up to `absorbed_max_load` of their rate, what waits clearing within the SLO,
+   no panic) buys no new node until it has lasted the node lead time: what arrives fits
+   them with room to spare, and a shorter crowd is over before the node serves.
 3. **Burst path.** Bursty traffic needs standing capacity: a burst shorter than a cold
    start is over before replicas asked for at its sight serve. For each averaging window
    L (5 s to 60 s; `forecast`) the usual peak (a high quantile of the per-minute highest
@@ -163,9 +163,10 @@ class GpufleetSettings:
     # A crowd the ready replicas carry waits for a new node the same way, at any target: a
     # level of `absorbed_crowd_ratio` x the base rate (`RateForecast.base`: a jump, not a
     # ramp) that they serve at no more than `absorbed_max_load` of their credited rate, what
-    # waits clearing within the SLO. Only the margin asks for the node then, and a crowd
-    # shorter than the node lead time is over before it serves; a crowd they do not carry
-    # buys it at once. 4x and 80% were chosen on the tuning seeds (issue 17). 0: never.
+    # waits clearing within the SLO, and no panic. What arrives fits them with room to
+    # spare then, and a crowd shorter than the node lead time is over before the node
+    # serves; a crowd they do not carry buys it at once. 4x and 80% were chosen on the
+    # tuning seeds (issue 17). 0: never.
     absorbed_crowd_ratio: float = 4.0
     absorbed_max_load: float = 0.8
     # Scale down only to the highest steady recommendation in this window (the HPA default).
@@ -481,6 +482,9 @@ class GpufleetPolicy:
         lead = w.cold_start_seconds + s.interval_seconds
         waiting = obs.queue_depth.latest()  # None: not known
         queue = waiting or 0.0
+        ready = obs.count(ReplicaState.READY)
+        # What waits clears within the SLO at the ready replicas' rate (unknown: it does not).
+        clears = waiting is not None and waiting <= ready * unit * w.slo_ttft_seconds
         fc = forecast_rate(
             arrivals.times,
             arrivals.values,
@@ -490,8 +494,7 @@ class GpufleetPolicy:
             sustained_horizon_seconds=lead + w.node_provision_seconds,  # placeholders' lead
             quiet=waiting == 0,  # a crowd is over only once nothing waits
             # ... or, a one-off crowd, once what waits clears within the SLO
-            clearing=waiting is not None
-            and waiting <= obs.count(ReplicaState.READY) * unit * w.slo_ttft_seconds,
+            clearing=clears,
         )
         slack = s.burst_slo_share * w.slo_ttft_seconds
         window, burst_rps = max(
@@ -514,7 +517,7 @@ class GpufleetPolicy:
         surge = math.ceil(fc.latest * newest / (newest + slack) * grow / prefill)
         current = obs.current_replicas
         surges = surge > current
-        panic = surges and surge >= s.panic_ratio * max(1, obs.count(ReplicaState.READY))
+        panic = surges and surge >= s.panic_ratio * max(1, ready)
         if not panic:
             idle = paid - current if s.surge_on_idle_gpus else 0
             surge = min(surge, current + idle)
@@ -537,26 +540,17 @@ class GpufleetPolicy:
             surge=surge,
             panic=panic,
             placeholders=math.ceil(fc.sustained * s.placeholder_share * grow / unit),
-            absorbed=self._absorbed(obs, fc, unit=unit, queue=queue),
+            absorbed=clears and not panic and self._carries(fc, serving=ready * unit),
         )
 
-    def _absorbed(self, obs: Observation, fc: RateForecast, *, unit: float, queue: float) -> bool:
-        """Whether the ready replicas carry a crowd: a level of at least `absorbed_crowd_ratio`
-        x a base rate above zero (a zero base is traffic waking from quiet, not a crowd), at
-        no more than `absorbed_max_load` of their rate (`unit` each), with the queue
-        clearing within the SLO."""
+    def _carries(self, fc: RateForecast, *, serving: float) -> bool:
+        """Whether replicas serving `serving` requests/s carry a crowd: a level of at least
+        `absorbed_crowd_ratio` x a base rate above zero (a zero base is traffic waking from
+        quiet, not a crowd) at no more than `absorbed_max_load` of that rate."""
         s = self.settings
-        if (
-            s.absorbed_crowd_ratio <= 0
-            or fc.base <= 0
-            or fc.level < s.absorbed_crowd_ratio * fc.base
-        ):
+        if s.absorbed_crowd_ratio <= 0 or fc.base <= 0:
             return False
-        serving = obs.count(ReplicaState.READY) * unit
-        return (
-            fc.level <= s.absorbed_max_load * serving
-            and queue <= serving * self.workload.slo_ttft_seconds
-        )
+        return s.absorbed_crowd_ratio * fc.base <= fc.level <= s.absorbed_max_load * serving
 
     def _update_feedback(self, obs: Observation, d: Demand) -> None:
         """Fold the newest TTFT sample into the SLO feedback (`slo_feedback`)."""

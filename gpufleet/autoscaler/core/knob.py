@@ -30,9 +30,9 @@ for less of anything):
 Node filling (`fill_nodes`) is not moved: it costs no billed GPU-hour (it never keeps an
 extra node), so it is a fact of the cluster (does another workload use those GPUs?), not a
 risk preference; with it on, the knob still buys capacity, node by node. Nor is the wait
-for a node while the ready replicas carry a crowd (`absorbed_crowd_ratio`): it delays only
-the node the margin asks for, by at most the node lead time, for a crowd that what stands
-(the reserve the knob buys) already serves.
+for a node while the ready replicas carry a crowd (`absorbed_crowd_ratio`): it delays a
+node by at most the node lead time, for a crowd that what stands (the reserve the knob
+buys) already serves with room to spare.
 
 The mapping is piecewise linear in nines, n = -log10(1 - target): 90% is 1, 99% is 2,
 99.9% is 3 (the node wait is a step at 60%). At 99% (`DEFAULT_TARGET`) every setting is

@@ -526,6 +526,20 @@ def test_a_crowd_the_ready_replicas_do_not_carry_buys_the_node_at_once(
     assert "no new node" not in d.message
 
 
+def test_a_panic_is_not_a_carried_crowd() -> None:
+    # The 30-s level (68/s, nearly 7x the base) fits 16 replicas at under 80%, but the
+    # newest samples' 300/s need twice them: a panic buys all it needs at once.
+    rate = jump(10.0, 300.0, at=990.0)
+    d = policy(MARGIN, gpus_per_node=8).decide(observe(1000.0, rate, ready=16))
+    assert d.desired > 32
+    assert "no new node" not in d.message
+
+
+def test_an_unknown_queue_carries_no_crowd() -> None:
+    obs = observe(1000.0, jump(20.0, 120.0), ready=16, missing=("queue_depth",))
+    assert "no new node" not in policy(MARGIN, gpus_per_node=8).decide(obs).message
+
+
 def test_carried_crowds_can_be_switched_off() -> None:
     off = replace(MARGIN, absorbed_crowd_ratio=0.0)
     d = policy(off, gpus_per_node=8).decide(observe(1000.0, jump(20.0, 120.0), ready=16))
