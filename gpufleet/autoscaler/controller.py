@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -45,7 +45,13 @@ from gpufleet.autoscaler.core.gather import (
 )
 from gpufleet.autoscaler.core.history import SignalHistory
 from gpufleet.autoscaler.core.kueue import pending_demands
-from gpufleet.autoscaler.core.nodepools import PoolDemand, on_nodepool, pool_headroom, pool_use
+from gpufleet.autoscaler.core.nodepools import (
+    PoolDemand,
+    free_gpus,
+    on_nodepool,
+    pool_headroom,
+    pool_use,
+)
 from gpufleet.autoscaler.core.observation import (
     PodTelemetry,
     Replica,
@@ -196,10 +202,11 @@ class Controller:
         leader = self._is_leader()
         self.stats.leader = leader
         node_pods = Counter(p.node for p in pods if p.node and p.deleting_since is None)
+        free = free_gpus(view.nodepools, view.pool_nodes, pods) if view.nodepools else {}
         for t in ticks:
             if missing:
                 t.health = _replace(t.health, missing_metrics=missing)
-            await self._decide_and_scale(t, now, leader, node_pods)
+            await self._decide_and_scale(t, now, leader, node_pods, free)
         if view.nodepools is not None:
             queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
             self._fit_headroom_to_nodepools(ticks, view, queued)
@@ -460,14 +467,23 @@ class Controller:
     # --- decide and act ---
 
     async def _decide_and_scale(
-        self, t: _Tick, now: float, leader: bool, node_pods: Counter[str]
+        self,
+        t: _Tick,
+        now: float,
+        leader: bool,
+        node_pods: Counter[str],
+        free: Mapping[str, tuple[int, ...]],
     ) -> None:
-        """Decide at the policy's interval and write the scale when the count changes."""
+        """Decide at the policy's interval and write the scale when the count changes;
+        `free` is each NodePool's nodes' free GPUs (`core.nodepools.free_gpus`)."""
         w, spec = t.workload, t.workload.spec
         name = f"{spec.namespace}/{spec.name}"
         if t.scale is not None and now >= w.next_decision_at:
             w.next_decision_at = now + w.policy.interval_seconds
-            w.decision = w.policy.decide(w.history.observe(now, t.replicas))
+            # a workload naming no NodePool may land on several: its nodes are unknown
+            node_free = free.get(spec.node_pool) if spec.node_pool else None
+            obs = w.history.observe(now, t.replicas, node_free_gpus=node_free)
+            w.decision = w.policy.decide(obs)
             w.wanted = w.decision.desired
             self.stats.decisions[(name, str(w.decision.reason))] += 1
         current = t.scale.replicas if t.scale is not None else None

@@ -435,6 +435,62 @@ async def test_another_teams_node_in_the_pool_takes_its_gpus_from_the_headroom(
         await prom.close()
 
 
+@dataclasses.dataclass
+class Watched(WithHeadroom):
+    """The workload's own policy, keeping the newest observation it was shown."""
+
+    seen: Observation | None = None
+
+    def decide(self, obs: Observation) -> Decision:
+        self.seen = obs
+        return super().decide(obs)
+
+
+@pytest.mark.parametrize(
+    ("node_pool", "want"),
+    [
+        pytest.param({"name": "h100", "gpusPerNode": 8}, [2, 8], id="its-pools-ready-nodes"),
+        pytest.param({"gpusPerNode": 8}, None, id="naming-no-pool-its-nodes-are-unknown"),
+    ],
+)
+async def test_the_policy_sees_the_free_gpus_of_its_nodepools_nodes(
+    api: client.ApiClient, node_pool: dict, want: list[int] | None
+) -> None:
+    """A node Karpenter keeps through consolidateAfter once it empties is billed, and a
+    replica placed there starts without waiting for a node: the policy is shown each
+    ready node's GPUs no pod holds (another team's pods hold theirs), and none of a
+    cordoned node."""
+    core = client.CoreV1Api(api)
+    client.CustomObjectsApi(api).create_cluster_custom_object(
+        *NODEPOOLS, {"metadata": {"name": "h100"}, "spec": {}}
+    )
+    for name in ("idle", "shared", "cordoned"):
+        labels = {"karpenter.sh/nodepool": "h100"}
+        spec = {"unschedulable": name == "cordoned"}
+        core.create_node({"metadata": {"name": name, "labels": labels}, "spec": spec})
+        ready = [{"type": "Ready", "status": "True"}]
+        up = {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": ready}
+        core.patch_node_status(name, {"status": up})
+    core.create_namespace({"metadata": {"name": "research"}})
+    train = {"name": "t", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": "6"}}}
+    pod = {"metadata": {"name": "train-0"}, "spec": {"nodeName": "shared", "containers": [train]}}
+    core.create_namespaced_pod("research", pod)
+    deploy(api, gpus=2)
+    autoscaler(api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": node_pool})
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        await ctl.tick()
+        (workload,) = ctl._workloads.values()
+        workload.policy = watched = Watched(workload.policy, 0)
+        workload.next_decision_at = 0.0
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert watched.seen is not None
+    free = watched.seen.node_free_gpus
+    assert (sorted(free) if free is not None else None) == want
+
+
 async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:
     deploy(api, replicas=3)
     autoscaler(api, KEDA_SPEC)

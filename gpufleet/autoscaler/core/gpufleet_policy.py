@@ -35,7 +35,10 @@ Every tick it turns late signals into a replica count:
    once for what fits on GPUs idle on nodes already paid for; when it needs
    `panic_ratio` x the ready replicas, for all of it, and panics (Knative's KPA). Either
    way the surge's replicas stay until `panic_hold_seconds` after the last sample that
-   asked for more, and a panic holds every replica as long.
+   asked for more, and a panic holds every replica as long. The GPUs idle on nodes paid
+   for are those the replicas' and placeholders' nodes leave if packed, or more where the
+   observation shows its pool's ready nodes' free GPUs: a node emptied a while ago is
+   billed until it is removed, and a replica placed there starts without a node lead.
 4. **Scale-down.** Only to the highest steady recommendation of the last
    `scale_down_window_seconds`, never below the burst path or a surge's hold, at most one
    step per `scale_down_step_seconds`: a replica given back costs a cold start to get back.
@@ -419,13 +422,19 @@ class GpufleetPolicy:
         return False
 
     def _idle_paid_replicas(self, obs: Observation) -> int:
-        """Replicas that fit on the GPUs idle on nodes paid for: the nodes that the replicas
-        (terminating ones too, until they drain) and placeholders occupy, if packed."""
+        """Replicas that fit on the GPUs idle on nodes paid for: those of the nodes that the
+        replicas (terminating ones too, until they drain) and placeholders occupy, if
+        packed, or more where the ready nodes show more free (a node billed through its
+        idle time after it emptied)."""
         per = self._replicas_per_node()
         if per < 1:
             return 0
         held = len(obs.replicas) + self._placeholders
-        return math.ceil(held / per) * per - held
+        packed = math.ceil(held / per) * per - held
+        if obs.node_free_gpus is None:
+            return packed
+        g = self.workload.shape.gpus
+        return max(packed, sum(free // g for free in obs.node_free_gpus))
 
     def _queue_left(
         self, obs: Observation, *, queue: float, level: float, unit: float, paid: int

@@ -93,8 +93,15 @@ class SignalHistory:
             return self._pod_times[hi - 1], self._pods[hi - 1]
         return None
 
-    def observe(self, now: float, replicas: tuple[Replica, ...]) -> Observation:
-        """What a policy sees at `now`: samples taken in [now - history, now - delay]."""
+    def observe(
+        self,
+        now: float,
+        replicas: tuple[Replica, ...],
+        *,
+        node_free_gpus: tuple[int, ...] | None = None,
+    ) -> Observation:
+        """What a policy sees at `now`: samples taken in [now - history, now - delay], with
+        the replicas and the nodes' free GPUs as they are now."""
         newest = now - self.delay_seconds
         oldest = now - self.history_seconds
         series = {s: self._window(s, oldest, newest) for s in SIGNALS}
@@ -104,6 +111,7 @@ class SignalHistory:
             now=now,
             pods=self._pods[hi - 1] if hi > lo else (),
             replicas=replicas,
+            node_free_gpus=node_free_gpus,
             **series,
         )
 

@@ -42,6 +42,8 @@ from gpufleet.autoscaler.core.workload import GpuShape, ShapeKind
 
 GPU = "nvidia.com/gpu"
 POOL_LABEL = "karpenter.sh/nodepool"  # on each node: the NodePool that launched it
+# Karpenter's taints that keep new pods off a node: one it is draining, one not registered yet
+KEEP_OFF_TAINTS = frozenset({"karpenter.sh/disrupted", "karpenter.sh/unregistered"})
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(k|M|G|T|Ki|Mi|Gi|Ti)?$")
 _SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _SUFFIX |= {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -128,6 +130,51 @@ def pool_use(
             nodes=use.nodes + whole,
         )
     return out
+
+
+def free_gpus(
+    nodepools: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[PodState],
+) -> dict[str, tuple[int, ...]]:
+    """NodePool -> each of its nodes' GPUs that no pod holds, for the nodes a new pod can
+    land on now: Ready, schedulable, not being deleted nor kept off by Karpenter. A node
+    Karpenter keeps through `consolidateAfter` once it empties is billed all the while,
+    and a replica placed there starts without waiting for a node. Terminating pods hold
+    their GPUs until they are gone; finished ones hold nothing. Every NodePool has an
+    entry, () where none of its nodes takes pods."""
+    held: dict[str, int] = {}
+    for pod in pods:
+        if pod.node and not pod.finished and pod.gpus > 0:
+            held[pod.node] = held.get(pod.node, 0) + pod.gpus
+    out: dict[str, list[int]] = {(p.get("metadata") or {}).get("name", ""): [] for p in nodepools}
+    for node in nodes:
+        meta, spec, status = (
+            node.get("metadata") or {},
+            node.get("spec") or {},
+            node.get("status") or {},
+        )
+        free = out.get((meta.get("labels") or {}).get(POOL_LABEL, ""))
+        if free is None or not _takes_pods(meta, spec, status):
+            continue
+        capacity = (status.get("capacity") or {}).get(GPU, "")
+        gpus = count((status.get("allocatable") or {}).get(GPU, capacity)) or 0
+        free.append(max(0, gpus - held.get(meta.get("name", ""), 0)))
+    out.pop("", None)
+    return {pool: tuple(free) for pool, free in out.items()}
+
+
+def _takes_pods(
+    meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> bool:
+    if meta.get("deletionTimestamp") or spec.get("unschedulable"):
+        return False
+    if any((t or {}).get("key") in KEEP_OFF_TAINTS for t in spec.get("taints") or ()):
+        return False
+    return any(
+        (c or {}).get("type") == "Ready" and (c or {}).get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
 
 
 def node_groups(

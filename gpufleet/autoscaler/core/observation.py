@@ -69,6 +69,10 @@ class Observation:
     prefill_sum_rate: Series = MISSING
     pods: tuple[PodTelemetry, ...] = ()
     replicas: tuple[Replica, ...] = ()
+    # Each ready node of the workload's pool: its GPUs that no pod holds, as the API server
+    # shows them now; None where unknown. A node stays billed for a while after it empties,
+    # and a replica placed there starts without waiting for a node.
+    node_free_gpus: tuple[int, ...] | None = None
     # Replicas per state, counted once: a policy asks several times a tick, and a pass
     # over every replica per question was a tenth of a simulated x10 run.
     _counts: dict[ReplicaState, int] = field(init=False, repr=False, compare=False)

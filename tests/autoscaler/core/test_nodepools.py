@@ -10,6 +10,7 @@ from gpufleet.autoscaler.core.nodepools import (
     PoolDemand,
     PoolUse,
     count,
+    free_gpus,
     node_groups,
     pool_headroom,
     pool_use,
@@ -239,3 +240,118 @@ def test_pool_use_never_raises_and_stays_within_the_nodes(nodes_in, pods_in) -> 
     for pool, use in used.items():
         assert pool and use.gpus > 0
         assert 0 <= use.nodes <= sum(1 for p, _ in nodes_in if p == pool)
+
+
+def ready_node(name: str, pool: str = "h100", gpus: object = "8", **extra) -> dict:
+    node = gpu_node(name, pool)
+    node["status"] = {
+        "allocatable": {"nvidia.com/gpu": gpus},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    for key, value in extra.items():
+        section, _, field = key.partition("__")
+        node.setdefault(section, {})[field] = value
+    return node
+
+
+@pytest.mark.parametrize(
+    ("node", "pods", "want"),
+    [
+        pytest.param(ready_node("n1"), [], (8,), id="an-empty-node-billed-while-idle"),
+        pytest.param(
+            ready_node("n1"),
+            [pod("vllm-0", "n1", 2, ns="llm"), pod("train-0", "n1", 3)],
+            (3,),
+            id="every-pods-gpus-are-held",
+        ),
+        pytest.param(
+            ready_node("n1"),
+            [pod("vllm-0", "n1", 2, deleting_since=5.0)],
+            (6,),
+            id="a-terminating-pod-holds-its-gpus-until-gone",
+        ),
+        pytest.param(
+            ready_node("n1"), [pod("job", "n1", 8, finished=True)], (8,), id="a-finished-pod-none"
+        ),
+        pytest.param(ready_node("n1"), [pod("vllm-0", "", 1)], (8,), id="a-pending-pod-none"),
+        pytest.param(
+            ready_node("n1", spec__unschedulable=True), [], (), id="a-cordoned-node-takes-none"
+        ),
+        pytest.param(
+            ready_node("n1", metadata__deletionTimestamp="2026-11-29T10:00:00Z"),
+            [],
+            (),
+            id="a-node-being-deleted-takes-none",
+        ),
+        pytest.param(
+            ready_node(
+                "n1", spec__taints=[{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+            ),
+            [],
+            (),
+            id="a-node-karpenter-drains-takes-none",
+        ),
+        pytest.param(
+            ready_node("n1", spec__taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]),
+            [],
+            (8,),
+            id="the-gpu-taint-gpu-pods-tolerate",
+        ),
+        pytest.param(
+            ready_node("n1", status__conditions=[{"type": "Ready", "status": "False"}]),
+            [],
+            (),
+            id="a-node-not-ready-takes-none",
+        ),
+        pytest.param(ready_node("n1", gpus="lots"), [], (0,), id="unreadable-gpus-none"),
+    ],
+)
+def test_free_gpus_are_those_a_new_replica_can_take_now(node, pods, want) -> None:
+    """A replica placed on a free GPU of a node up now starts without waiting for one."""
+    assert free_gpus([nodepool("h100")], [node], pods) == {"h100": want}
+
+
+def test_free_gpus_per_nodepool_and_capacity_where_allocatable_is_silent() -> None:
+    """Every NodePool has an entry; a node of a pool that is not a NodePool counts in none."""
+    nodes = [
+        ready_node("n1"),
+        ready_node("a1", "a100", gpus="4"),
+        ready_node("x1", "gone"),
+        {"metadata": {"name": "cpu-1"}},
+    ]
+    nodes[1]["status"]["capacity"] = nodes[1]["status"].pop("allocatable")
+    pods = [pod("train-0", "a1", 1), pod("web", "cpu-1", 0)]
+    pools = [nodepool("h100"), nodepool("a100"), nodepool("l4")]
+    assert free_gpus(pools, nodes, pods) == {"h100": (8,), "a100": (3,), "l4": ()}
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["h100", "a100", ""]),
+            st.one_of(st.none(), st.text(max_size=6), st.integers(-3, 16)),
+            st.booleans(),
+        ),
+        max_size=6,
+    ),
+    st.lists(st.tuples(st.integers(0, 7), st.integers(0, 9), st.booleans()), max_size=12),
+)
+def test_free_gpus_never_raises_nor_goes_negative(nodes_in, pods_in) -> None:
+    nodes = []
+    for i, (pool, gpus, ready) in enumerate(nodes_in):
+        nodes.append(
+            {
+                "metadata": {"name": f"n{i}", "labels": {POOL_LABEL: pool}},
+                "status": {
+                    "allocatable": {} if gpus is None else {"nvidia.com/gpu": gpus},
+                    "conditions": [{"type": "Ready", "status": str(ready)}],
+                },
+            }
+        )
+    pods = [
+        PodState(namespace="x", name=f"p{j}", node=f"n{n}", gpus=g, finished=done)
+        for j, (n, g, done) in enumerate(pods_in)
+    ]
+    free = free_gpus([nodepool("h100"), nodepool("a100")], nodes, pods)
+    assert set(free) == {"h100", "a100"}
+    assert all(f >= 0 for frees in free.values() for f in frees)

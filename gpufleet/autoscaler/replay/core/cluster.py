@@ -185,6 +185,10 @@ class Cluster:
     def billed_nodes(self) -> int:
         return sum(1 for n in self.nodes if n.removed is None)
 
+    def free_gpus(self, now: float) -> tuple[int, ...]:
+        """Each up node's GPUs that no replica or placeholder holds."""
+        return tuple(self.model.gpus_per_node - n.used_gpus for n in self.nodes if n.up(now))
+
     # --- driving ---
 
     def bootstrap(self, replicas: int) -> None:

@@ -464,7 +464,8 @@ class _Run:
     def _tick(self) -> None:
         now = self.now
         replicas = tuple(r.observed() for r in self.cluster.replicas)
-        decision = self.policy.decide(self.pipeline.observe(now, replicas))
+        obs = self.pipeline.observe(now, replicas, node_free_gpus=self.cluster.free_gpus(now))
+        decision = self.policy.decide(obs)
         desired = self.workload.clamp(decision.desired)
         if desired != self.desired:
             self.scale_events += 1

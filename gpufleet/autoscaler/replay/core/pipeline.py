@@ -97,6 +97,12 @@ class Pipeline:
         self._busy_at_scrape = busy_now
         self.history.add_pods(now, tuple(pods))
 
-    def observe(self, now: float, replicas: tuple[Replica, ...]) -> Observation:
+    def observe(
+        self,
+        now: float,
+        replicas: tuple[Replica, ...],
+        *,
+        node_free_gpus: tuple[int, ...] | None = None,
+    ) -> Observation:
         """What a policy sees at `now`: samples scraped in [now - history, now - delay]."""
-        return self.history.observe(now, replicas)
+        return self.history.observe(now, replicas, node_free_gpus=node_free_gpus)

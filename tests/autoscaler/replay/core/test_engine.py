@@ -246,6 +246,20 @@ def test_idle_node_is_removed_and_billing_follows() -> None:
     assert result.timeline.nodes[result.timeline.t == 700.0] == 1
 
 
+def test_the_policy_sees_an_emptied_node_free_until_it_is_removed() -> None:
+    """The API server's view: each up node's free GPUs. The node launched for the ninth
+    replica is up at 180 s; emptied at 400 s, it is billed and free until 700 s."""
+    trace = trace_from_arrays([0.0, 1000.0], [150, 150], [0, 0])
+    policy = Script(lambda t: 9 if t < 400 else 1)
+    run(trace, policy)
+    free = {o.now: o.node_free_gpus for o in policy.seen}
+    assert free[0.0] == (7,)  # the one replica the run starts with
+    assert free[150.0] == (0,)
+    assert free[300.0] == (0, 7)
+    assert free[600.0] == (7, 8)
+    assert free[720.0] == (7,)
+
+
 def test_placeholder_gpu_is_taken_at_once_by_a_real_replica() -> None:
     trace = trace_from_arrays([0.0, 600.0], [100, 100], [1, 1])
     policy = Script(lambda t: (1, 7) if t < 300 else (8, 7))
