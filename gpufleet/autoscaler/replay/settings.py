@@ -189,7 +189,8 @@ class SimulateSettings(BaseSettings):
         "--node-idle-seconds",
         group=CLUSTER,
         help="An empty node is removed after this long, as Karpenter's consolidateAfter or Cluster "
-        "Autoscaler's scale-down-unneeded-time do.",
+        "Autoscaler's scale-down-unneeded-time do. Until then it is billed, and gpufleet sees its "
+        "free GPUs as it sees a NodePool's nodes live.",
         ge=0,
     )
     batch_slots: int = setting(
