@@ -194,33 +194,35 @@ def test_a_surge_under_the_panic_ratio_takes_only_idle_paid_gpus(
         assert f"{want} for a surge on idle paid GPUs" in d.message
 
 
-@pytest.mark.parametrize(
-    ("free", "want"),
-    [
-        pytest.param(None, 4, id="nodes-unknown: the packed nodes' one idle GPU"),
-        pytest.param((1, 4), 5, id="an-emptied-node-billed-through-its-idle-time"),
-        pytest.param((0, 0), 4, id="a-node-not-up-yet: still the packed nodes' spare GPU"),
-    ],
-)
-def test_the_nodes_free_gpus_are_idle_paid_gpus_for_a_surge(
-    free: tuple[int, ...] | None, want: int
-) -> None:
+def test_a_surge_takes_no_emptied_nodes_gpus() -> None:
     # The surge above on 4-GPU nodes: 3 ready, packed on one node, leave it one idle GPU.
-    # A second node Karpenter keeps until it consolidates is paid for as well.
+    # A second, emptied node is paid for too, but a surge's replicas hold the SLO
+    # feedback's credit while they start: it takes only the packed node's spare GPU.
     rate = lambda t: 50.0 if 1000.0 <= t < 1005.0 else 10.0  # noqa: E731
     p = policy(gpus_per_node=4)
     p.decide(observe(990.0, rate, ready=3))
-    d = p.decide(replace(observe(1006.5, rate, ready=3), node_free_gpus=free))
-    assert d.desired == want
+    d = p.decide(replace(observe(1006.5, rate, ready=3), node_free_gpus=(1, 4)))
+    assert d.desired == 4
 
 
-def test_a_carried_crowd_takes_an_emptied_node_billed_through_its_idle_time() -> None:
+@pytest.mark.parametrize(
+    ("free", "want"),
+    [
+        pytest.param(None, 16, id="nodes-unknown: waits at the packed nodes"),
+        pytest.param((0, 0, 8), 18, id="an-emptied-node-billed-through-its-idle-time"),
+        pytest.param((0, 0), 16, id="no-free-gpu: waits"),
+        pytest.param((1, 1, 1), 18, id="a-free-gpu-on-each-of-three-nodes: 19 fit"),
+    ],
+)
+def test_a_carried_crowd_takes_an_emptied_node_billed_through_its_idle_time(
+    free: tuple[int, ...] | None, want: int
+) -> None:
     # The carried crowd below, with a third 8-GPU node still billed: its margin's 18 fit
     # the nodes paid for, so nothing waits for a node.
     obs = observe(1000.0, jump(20.0, 120.0), ready=16)
-    d = policy(MARGIN, gpus_per_node=8).decide(replace(obs, node_free_gpus=(0, 0, 8)))
-    assert d.desired == 18
-    assert "no new node" not in d.message
+    d = policy(MARGIN, gpus_per_node=8).decide(replace(obs, node_free_gpus=free))
+    assert d.desired == want
+    assert ("no new node" in d.message) is (want < 18)
 
 
 def test_placeholder_gpus_are_not_idle_for_a_surge() -> None:
