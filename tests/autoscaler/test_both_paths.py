@@ -86,7 +86,7 @@ def test_both_paths_decide_alike() -> None:
         decisions = 0
         now = 0.0
         while now <= 600.0:
-            a = replayed.decide(pipeline.observe(now, REPLICAS))
+            a = replayed.decide(pipeline.history.observe(now, REPLICAS))
             b = controlled.decide(live.observe(now, REPLICAS))
             assert (a.desired, a.reason, a.message, a.headroom) == (
                 b.desired,

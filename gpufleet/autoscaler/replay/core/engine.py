@@ -464,7 +464,8 @@ class _Run:
     def _tick(self) -> None:
         now = self.now
         replicas = tuple(r.observed() for r in self.cluster.replicas)
-        obs = self.pipeline.observe(now, replicas, node_free_gpus=self.cluster.free_gpus(now))
+        free = self.cluster.free_gpus(now)
+        obs = self.pipeline.history.observe(now, replicas, node_free_gpus=free)
         decision = self.policy.decide(obs)
         desired = self.workload.clamp(decision.desired)
         if desired != self.desired:

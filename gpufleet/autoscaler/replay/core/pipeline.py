@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpufleet.autoscaler.core.history import SignalHistory
-from gpufleet.autoscaler.core.observation import Observation, PodTelemetry, Replica
+from gpufleet.autoscaler.core.observation import PodTelemetry
 from gpufleet.autoscaler.replay.core.model import PipelineModel
 
 # vLLM preallocates 90% of an 80 GiB H100 for weights and KV cache: flat, whatever the load.
@@ -96,13 +96,3 @@ class Pipeline:
             busy_now[name] = busy
         self._busy_at_scrape = busy_now
         self.history.add_pods(now, tuple(pods))
-
-    def observe(
-        self,
-        now: float,
-        replicas: tuple[Replica, ...],
-        *,
-        node_free_gpus: tuple[int, ...] | None = None,
-    ) -> Observation:
-        """What a policy sees at `now`: samples scraped in [now - history, now - delay]."""
-        return self.history.observe(now, replicas, node_free_gpus=node_free_gpus)
