@@ -656,11 +656,9 @@ class GpufleetPolicy:
         """The most replicas a scale-up to `raw` may ask for: with `new_node_waits_lead`, or
         while the ready replicas carry a crowd (`absorbed`), those that fit on the nodes
         paid for until the need for more has lasted the node lead time. A node emptied a
-        while ago counts: nothing waits for a node while one stands empty. (A surge does
-        not take its GPUs: while a surge's replicas start the SLO feedback holds its
-        credit, and on the Azure code trace at 10x a surge onto such a node held 40
-        replicas sized on the prior while 925 requests queued, after which the policy
-        stood 80 for 25 minutes.)"""
+        while ago counts: nothing waits for a node while one stands empty. A surge does
+        not take its GPUs: the SLO feedback holds its credit while a surge's replicas
+        start, which left the Azure code trace at 10x under its need (BENCHMARKS.md)."""
         paid = self._paid_replicas(obs, emptied_nodes=True)
         if not (self.settings.new_node_waits_lead or absorbed) or raw <= paid:
             self._node_need_since = None
