@@ -47,8 +47,8 @@ Every tick it turns late signals into a replica count:
    pressure within that window: the credit is still being corrected, and between two
    waits it recovers and sizes the fleet a node smaller, which the next wait takes back
    after a cold start, while the node given up is billed through its idle time anyway.
-   And no node is given back for `node_flap_hold_seconds` after one given back was taken
-   back within the window (`node_flaps`): that traffic has shown its nodes come back.
+   And the nodes a scale-up took back within the window of giving them back (`node_flaps`)
+   are not given back for `node_flap_hold_seconds`: that traffic has shown they come back.
 5. **The workload's limits.** Every step stays within the rate policies of the workload's
    `behavior` (Pods/Percent per period, selectPolicy, Disabled: HPA's semantics, from
    `behavior`), as an operator who set them expects of any policy. Its stabilization
@@ -179,8 +179,8 @@ class GpufleetSettings:
     # signals (one scrape plus the pipeline) before the next.
     scale_down_step_seconds: float = 30.0
     # After a node given back was taken back within the scale-down window (a node flap,
-    # `node_flaps`), no node is given back for this long: the half hour of the forecast's
-    # peak memory. 0: never held.
+    # `node_flaps`), the nodes taken back are not given back for this long: the half hour
+    # of the forecast's peak memory. 0: never held.
     node_flap_hold_seconds: float = 1800.0
     # Scale to zero (min_replicas 0 only) after this long with no arrivals, queue or work.
     idle_seconds_to_zero: float = 300.0
@@ -344,9 +344,10 @@ class GpufleetPolicy:
         needed, desired = desired, self._fill_paid_nodes(desired)
         previous = current if self._desired is None else self._desired
         limited, note = self._rate_limit(now, previous, desired)
-        flap_held = self._node_flap_holds(now, previous, limited)
+        desired = self._node_flap_hold(now, previous, limited)
+        flap_held = desired != limited
         # The message explains the policy's own reason; the behavior's limit is added after.
-        message_reason, desired = reason, (previous if flap_held else limited)
+        message_reason = reason
         if flap_held:
             reason, term = Reason.STABILIZED, Term.BEHAVIOR
         elif note:
@@ -366,8 +367,9 @@ class GpufleetPolicy:
         if flap_held:
             message += (
                 f" (held: a node given back was taken back within "
-                f"{s.scale_down_window_seconds:g} s at {self._flaps.flapped:.0f} s; no node "
-                f"is given back for {s.node_flap_hold_seconds:g} s after that)"
+                f"{s.scale_down_window_seconds:g} s at {self._flaps.flapped:.0f} s; its "
+                f"{self._flaps.level} nodes are not given back for "
+                f"{s.node_flap_hold_seconds:g} s after that)"
             )
         elif note:
             message += f" (the workload's behavior allows {desired}: {note})"
@@ -406,21 +408,24 @@ class GpufleetPolicy:
             return desired
         return min(self.workload.max_replicas, math.ceil(desired / per) * per)
 
-    def _node_flap_holds(self, now: float, previous: int, desired: int) -> bool:
-        """Whether a step from `previous` to `desired` replicas would give back a node while a
-        node flap holds them (`node_flaps`); notes the step otherwise. Steps to or from zero
-        are the zero path's, and a pool of unknown node size has no nodes to count."""
+    def _node_flap_hold(self, now: float, previous: int, desired: int) -> int:
+        """`desired`, or as many replicas as a step down from `previous` keeps while a node
+        flap holds the nodes it took back (`node_flaps`): the fewer of `previous` and those
+        nodes' worth. Notes the step taken. Steps to or from zero are the zero path's, and a
+        pool of unknown node size has no nodes to count."""
         per = self._replicas_per_node()
         if per < 1 or previous <= 0 or desired <= 0:
-            return False
+            return desired
         s = self.settings
         before, after = math.ceil(previous / per), math.ceil(desired / per)
-        if after < before and node_flaps.holds(self._flaps, now=now, hold=s.node_flap_hold_seconds):
-            return True
+        held = node_flaps.held_nodes(self._flaps, now=now, hold=s.node_flap_hold_seconds)
+        if after < min(before, held):
+            desired = min(previous, held * per)
+            after = math.ceil(desired / per)
         self._flaps = node_flaps.note(
             self._flaps, now=now, before=before, after=after, window=s.scale_down_window_seconds
         )
-        return False
+        return desired
 
     def _idle_paid_replicas(self, obs: Observation, *, emptied_nodes: bool = False) -> int:
         """Replicas that fit on the GPUs idle on nodes paid for: those of the nodes that the

@@ -936,17 +936,21 @@ def _on_nodes(settings: GpufleetSettings) -> GpufleetPolicy:
     return policy(s, shape=GpuShape(gpus=1), gpus_per_node=8)
 
 
-def _flapping_run(settings: GpufleetSettings) -> tuple[float, float, dict[float, Decision]]:
+def _flapping_run(
+    settings: GpufleetSettings, *, crowd_at: float = math.inf
+) -> tuple[float, float, dict[float, Decision]]:
     """`_on_nodes`: 100/s (13 replicas: two nodes, 16) until 1100 s, then 40/s (5: one
     node, 8) until the policy gives the second node back, 100/s again for 30 s right after
-    (it takes the node back: a flap), then 40/s for good. Replicas are ready as soon as
+    (it takes the node back: a flap), then 40/s for good, but for 200/s (25 replicas: four
+    nodes, 32) from `crowd_at` s after the flap for 60 s. Replicas are ready as soon as
     asked for. The release's time, the flap's, and every decision by time."""
     p = _on_nodes(settings)
     released = flapped = math.inf
     ready, out = 16, {}
     for t in np.arange(1000.0, 4000.0, 5.0):
         high = t < 1100.0 or released < t <= released + 30.0
-        d = p.decide(observe(t, const(100.0 if high else 40.0), ready=ready))
+        crowd = flapped + crowd_at <= t < flapped + crowd_at + 60.0
+        d = p.decide(observe(t, const(200.0 if crowd else 100.0 if high else 40.0), ready=ready))
         if d.desired < ready and released == math.inf:
             released = t
         if d.desired > ready and flapped == math.inf:
@@ -967,6 +971,17 @@ def test_a_node_given_back_and_taken_back_holds_the_nodes() -> None:
     assert held[flapped + 905.0].desired == 8
     _, _, free = _flapping_run(replace(SETTINGS, node_flap_hold_seconds=0.0))
     assert free[flapped + 300.0].desired == 8
+
+
+def test_a_crowd_after_a_flap_gives_back_its_nodes_down_to_those_the_flap_took_back() -> None:
+    """The hold keeps the two nodes the flap took back, not the four a crowd added after
+    it: those nothing has taken back (on mix x4 a flap before the crowd held the crowd's
+    whole fleet for the rest of the half hour)."""
+    _, flapped, run = _flapping_run(SETTINGS, crowd_at=300.0)
+    assert max(run[t].desired for t in np.arange(flapped + 300.0, flapped + 360.0, 5.0)) == 32
+    after = [run[t] for t in np.arange(flapped + 900.0, flapped + 1800.0, 5.0)]
+    assert {d.desired for d in after} == {16}
+    assert "its 2 nodes are not given back" in after[-1].message
 
 
 def test_a_release_that_sticks_holds_nothing() -> None:
