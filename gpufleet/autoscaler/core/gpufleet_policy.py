@@ -25,7 +25,8 @@ Every tick it turns late signals into a replica count:
    A crowd the ready replicas carry (a jump to `absorbed_crowd_ratio` x the base rate,
    served at up to `absorbed_max_load` of their rate, what waits clearing within the SLO,
    no panic) buys no new node until it has lasted the node lead time: what arrives fits
-   them with room to spare, and a shorter crowd is over before the node serves.
+   them with room to spare, and a shorter crowd is over before the node serves. Once
+   waiting, up to `absorbed_keep_load` of their rate keeps the wait going.
 3. **Burst path.** Bursty traffic needs standing capacity: a burst shorter than a cold
    start is over before replicas asked for at its sight serve. For each averaging window
    L (5 s to 60 s; `forecast`) the usual peak (a high quantile of the per-minute highest
@@ -169,10 +170,15 @@ class GpufleetSettings:
     # ramp) that they serve at no more than `absorbed_max_load` of their credited rate, what
     # waits clearing within the SLO, and no panic. What arrives fits them with room to
     # spare then, and a crowd shorter than the node lead time is over before the node
-    # serves; a crowd they do not carry buys it at once. 4x and 80% were chosen on the
-    # tuning seeds (issue 17). 0: never.
+    # serves; a crowd they do not carry buys it at once. Once the wait has started, a
+    # level up to `absorbed_keep_load` of their rate keeps it: one creeping past 80%
+    # bought the node at once, which arrived after a crowd shorter than the lead time
+    # (flash-short), and all of their rate kept a longer crowd waiting in a queue that
+    # grew (flash-long x4 at 99%: -0.9 points; 90%: -0.16). 4x, 80% and 90% were chosen
+    # on the tuning seeds (issue 17). 0: never.
     absorbed_crowd_ratio: float = 4.0
     absorbed_max_load: float = 0.8
+    absorbed_keep_load: float = 0.9
     # Scale down only to the highest steady recommendation in this window (the HPA default).
     scale_down_window_seconds: float = 300.0
     # At most one scale-down step per this many seconds: lets a step's effect show in the
@@ -555,17 +561,23 @@ class GpufleetPolicy:
             surge=surge,
             panic=panic,
             placeholders=math.ceil(fc.sustained * s.placeholder_share * grow / unit),
-            absorbed=clears and not panic and self._carries(fc, serving=ready * unit),
+            absorbed=clears
+            and not panic
+            and self._carries(fc, serving=ready * unit, waiting=self._node_need_since is not None),
         )
 
-    def _carries(self, fc: RateForecast, *, serving: float) -> bool:
+    def _carries(self, fc: RateForecast, *, serving: float, waiting: bool) -> bool:
         """Whether replicas serving `serving` requests/s carry a crowd: a level of at least
         `absorbed_crowd_ratio` x a base rate above zero (a zero base is traffic waking from
-        quiet, not a crowd) at no more than `absorbed_max_load` of that rate."""
+        quiet, not a crowd) at no more than `absorbed_max_load` of that rate to start a
+        wait for a node, and no more than `absorbed_keep_load` to keep one going
+        (`waiting`): a level that crept past the room to spare bought the node at once,
+        which arrived after the crowd it was bought for."""
         s = self.settings
         if s.absorbed_crowd_ratio <= 0 or fc.base <= 0:
             return False
-        return s.absorbed_crowd_ratio * fc.base <= fc.level <= s.absorbed_max_load * serving
+        top = s.absorbed_keep_load if waiting else s.absorbed_max_load
+        return s.absorbed_crowd_ratio * fc.base <= fc.level <= top * serving
 
     def _update_feedback(self, obs: Observation, d: Demand) -> None:
         """Fold the newest TTFT sample into the SLO feedback (`slo_feedback`)."""

@@ -535,6 +535,20 @@ def test_a_crowd_the_ready_replicas_carry_buys_no_node_until_it_outlasts_the_lea
     assert p.decide(observe(1240.0, jump(20.0, 120.0), ready=16)).desired == 18
 
 
+def test_a_carried_crowd_that_creeps_past_the_room_to_spare_keeps_waiting_for_the_node() -> None:
+    """Issue 17: once the wait has started, a level over 80% but within 90% of the ready
+    replicas' rate keeps it going (flash-short x10 at 0.9975: a crowd at 81% bought two
+    nodes that arrived four minutes after it); past 90%, the node is bought at once."""
+    p = policy(MARGIN, gpus_per_node=8)
+    assert p.decide(observe(1000.0, jump(20.0, 120.0), ready=16)).desired == 16
+    # 140/s is 87.5% of the 160/s the 16 serve: it would not start a wait (below).
+    assert p.decide(observe(1100.0, jump(20.0, 140.0), ready=16)).desired == 16
+    assert p.decide(observe(1240.0, jump(20.0, 140.0), ready=16)).desired > 16
+    over = policy(MARGIN, gpus_per_node=8)
+    over.decide(observe(1000.0, jump(20.0, 120.0), ready=16))
+    assert over.decide(observe(1100.0, jump(20.0, 150.0), ready=16)).desired > 16  # 94%
+
+
 @pytest.mark.parametrize(
     ("rate", "queue", "headroom"),
     [
