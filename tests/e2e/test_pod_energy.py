@@ -29,8 +29,9 @@ def test_energy_per_namespace_charges_each_holder_of_a_gpu_for_its_own_time(tmp_
         # The GPU's energy counter now has a series per holder: a join on UUID would fail.
         gpu = f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{UUID="{old.device_ids[0]}"}}[1m]'
         assert len(prom.query(gpu)) >= 2
-        charged = {r["metric"]["namespace"]: float(r["value"][1]) for r in prom.query(energy)}
-        drawn = prom.query("sum(sum_over_time(DCGM_FI_DEV_POWER_USAGE[5m:1s]))")
+        at = prom.pinned()  # the charges and the draw over the same samples
+        charged = {r["metric"]["namespace"]: float(r["value"][1]) for r in at.query(energy)}
+        drawn = at.query("sum(sum_over_time(DCGM_FI_DEV_POWER_USAGE[5m:1s]))")
     assert set(charged) == {p.namespace for p in node.pods.values()}
     assert all(joules > 0 for joules in charged.values())
     assert sum(charged.values()) <= float(drawn[0]["value"][1]) + 1e-6

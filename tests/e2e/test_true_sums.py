@@ -19,7 +19,7 @@ import pynvml
 import pytest
 from helpers import wait_for
 from helpers.dcgm_exporter import DEFAULT_COUNTERS, NOT_ON_H100, every_row_on, field_rows
-from helpers.e2e import Prometheus, scraped_node
+from helpers.e2e import PinnedPrometheus, scraped_node
 
 from gpufleet.exporter.core.fields import BYTES_PER_MIB
 from gpufleet.lab.node import NodeLayout, SimNode
@@ -61,13 +61,14 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def scraped(
     tmp_path_factory: pytest.TempPathFactory, catalog: Path
-) -> Iterator[tuple[SimNode, Prometheus]]:
-    """The lab's node scraped by Prometheus, once for the module: the tests only read."""
+) -> Iterator[tuple[SimNode, PinnedPrometheus]]:
+    """The lab's node scraped by Prometheus, once for the module, and read at one scrape:
+    the tests only read, and compare sums taken by separate queries."""
     root = tmp_path_factory.mktemp("true-sums")
     with scraped_node(root, NodeLayout(), collectors=catalog) as (node, _, prom):
         wait_for(lambda: prom.query("DCGM_FI_PROF_GR_ENGINE_ACTIVE"), timeout=30, what="GPM fields")
         wait_for(lambda: prom.query("gpufleet_pod_gpu_share"), timeout=30, what="pod shares")
-        yield node, prom
+        yield node, prom.pinned()
 
 
 def test_every_row_of_the_whole_catalog_is_served(scraped, catalog: Path) -> None:

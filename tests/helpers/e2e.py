@@ -181,9 +181,15 @@ class Prometheus:
             stderr=subprocess.DEVNULL,
         )
 
-    def query(self, expr: str) -> list[dict]:
-        data = self._get("query", {"query": expr})
+    def query(self, expr: str, at: str | None = None) -> list[dict]:
+        """An instant query, now or `at` (a Unix time as Prometheus writes it)."""
+        data = self._get("query", {"query": expr} | ({"time": at} if at else {}))
         return data["result"] if data else []
+
+    def pinned(self) -> "PinnedPrometheus":
+        """This server read at its last scrape from now on (see PinnedPrometheus)."""
+        (last,) = self.query("max(timestamp(up))")
+        return PinnedPrometheus(self, last["value"][1])
 
     def metadata(self, metric: str) -> list[dict]:
         """/api/v1/metadata for one metric name: the type and help Prometheus stored."""
@@ -202,6 +208,18 @@ class Prometheus:
     def stop(self) -> None:
         self._proc.terminate()
         self._proc.wait(10)
+
+
+class PinnedPrometheus:
+    """Queries at one instant, a scrape's own timestamp: answers compared with each other
+    then come from the same samples, where a scrape a second lands between two live
+    queries and moves every gauge."""
+
+    def __init__(self, prom: Prometheus, at: str) -> None:
+        self._prom, self._at = prom, at
+
+    def query(self, expr: str) -> list[dict]:
+        return self._prom.query(expr, self._at)
 
 
 class Alertmanager:
