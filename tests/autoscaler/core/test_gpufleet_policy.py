@@ -302,6 +302,31 @@ def test_scale_down_steps_at_most_once_per_step_delay() -> None:
     assert (later.desired, later.reason) == (2, Reason.SCALE_DOWN)
 
 
+def test_until_capacity_is_learned_a_scale_down_step_keeps_half_the_replicas() -> None:
+    # The prior may be high: a heavy prompt tail (mix x4) served about a quarter of it, and
+    # a warm fleet of 40 cut to 8 on the prior alone took its nodes back within minutes.
+    s = replace(
+        SETTINGS,
+        capacity=replace(KNOWN, learned_after_samples=1000),
+        scale_down_window_seconds=0.0,
+    )
+    p = policy(s)
+    assert p.decide(observe(1000.0, const(20.0), ready=40)).desired == 40  # seeded window
+    first = p.decide(observe(1002.0, const(20.0), ready=40))
+    assert (first.desired, first.reason, first.bound_by) == (
+        20,
+        Reason.RATE_LIMITED,
+        Term.BEHAVIOR,
+    )
+    assert "at most 1/2 of the replicas per step until capacity is learned" in first.message
+    later = p.decide(observe(1002.0 + s.scale_down_step_seconds, const(20.0), ready=20))
+    assert later.desired == 10
+    # Learned, the same step goes to the need (20/s at 10/s with headroom 0.25: 3) at once.
+    learned = policy(replace(s, capacity=KNOWN))
+    learned.decide(observe(1000.0, const(20.0), ready=40))
+    assert learned.decide(observe(1002.0, const(20.0), ready=40)).desired == 3
+
+
 def test_never_below_the_usual_peak() -> None:
     s = replace(SETTINGS, scale_down_window_seconds=0.0)
     memory = s.forecast.peak_memory_seconds
