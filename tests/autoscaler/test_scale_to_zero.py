@@ -120,6 +120,10 @@ def test_idle_to_zero_then_a_queued_request_activates_it(tmp_path: Path) -> None
             assert deactivate.note.startswith("1 -> 0 replicas: ")
             assert decisions(metrics, "Deactivate") >= 1
             wait_for(lambda: not ready_pods(core), timeout=30, poll_seconds=0.5, what="no pod")
+            # ... and none left in the fleet: it marks a pod draining on its next sync with
+            # the API, and a request sent before that went to the draining pod, which served
+            # it, so nothing ever waited at the gateway (a CI run under load).
+            wait_for(lambda: not fleet.pods, timeout=30, poll_seconds=0.2, what="no pod served")
             assert not fleet.held
 
             # 2. At zero, one request arrives: it waits at the gateway.
