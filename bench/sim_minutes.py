@@ -2,15 +2,24 @@
 
 Why: a run's totals (attainment, billed GPU-hours) do not say when a policy lost requests
 or held nodes it did not need; the analyses of code x10 and conv x10 in BENCHMARKS.md were
-read from this table. It runs one policy on one trace the way `gpufleet simulate` does
-(its defaults, node filling for gpufleet, a warm start), optionally with gpufleet's
-settings changed (`--set forecast.peak_quantile=0.8 --set panic_ratio=3`), and prints per
-minute: the mean and highest arrival rate of the timeline's steps, the desired and ready
-replicas, the billed nodes, and the requests that arrived in it and missed the TTFT SLO.
+read from this table. It runs one policy on one trace (a CSV, or a generated `--workload`
+family: `--workload SPEC,duration=1800 --seed S` is a run of bench/heldout_bench.py's
+grids, but for KEDA's per-family setting there) the way `gpufleet simulate` does (its defaults, node filling for gpufleet, a warm start), at one setting of
+the policy's knob (`--knob`: gpufleet's target attainment, HPA's target utilization,
+KEDA's queue target; the policy's default without it), optionally with gpufleet's
+settings changed on top of what the knob maps them to (`--set forecast.peak_quantile=0.8
+--set panic_ratio=3`), and prints per minute: the mean and highest arrival rate of the
+timeline's steps, the desired and ready replicas, the billed nodes, and the requests that
+arrived in it and missed the TTFT SLO, and how many of those were feasible (one idle
+replica prefills their prompt within the SLO: the rest miss under any schedule). `--set`
+tries a setting without a rebuild of the compiled simulator, and the misses show when a
+front point lost its requests.
 
 Run from the repository root:
     python3 -m bench.sim_minutes --trace ../shared/traces/azure-llm-2023-code.csv
-        [--scale 10] [--policy gpufleet] [--set KEY=VALUE ...]
+        [--scale 10] [--policy gpufleet] [--knob 0.995] [--set KEY=VALUE ...]
+    python3 -m bench.sim_minutes --workload longctx:duration=1800 --seed 0 --scale 10
+        [--policy hpa --knob 80]
 """
 
 import argparse
@@ -28,8 +37,10 @@ from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
 from gpufleet.autoscaler.replay.core import sweep
 from gpufleet.autoscaler.replay.core.engine import simulate
 from gpufleet.autoscaler.replay.core.result import RunResult
+from gpufleet.autoscaler.replay.core.stats import feasible
+from gpufleet.autoscaler.replay.core.workloads import WorkloadError, workload_trace
 from gpufleet.autoscaler.replay.settings import SimulateSettings
-from gpufleet.autoscaler.replay.trace_file import load_trace
+from gpufleet.autoscaler.replay.trace_file import TraceError, load_trace
 
 
 def override(settings: Any, key: str, value: object) -> Any:
@@ -62,9 +73,9 @@ def parse_set(text: str) -> tuple[str, object]:
         return key, raw
 
 
-def minutes(result: RunResult, arrival_seconds: np.ndarray) -> list[tuple]:
-    """(minute, mean rate, highest rate, desired lo, hi, ready lo, hi, nodes lo, hi, missed)
-    per minute of the run's timeline."""
+def minutes(result: RunResult, arrival_seconds: np.ndarray, can: np.ndarray) -> list[tuple]:
+    """(minute, mean rate, highest rate, desired lo, hi, ready lo, hi, nodes lo, hi, missed,
+    feasible missed) per minute of the run's timeline; `can`: which requests are feasible."""
     tl = result.timeline
     late = ~(result.ttft_seconds <= result.slo_ttft_seconds)  # never served (NaN) too
     rows = []
@@ -82,6 +93,7 @@ def minutes(result: RunResult, arrival_seconds: np.ndarray) -> list[tuple]:
                 *(int(f(tl.ready[step])) for f in (np.min, np.max)),
                 *(int(f(tl.nodes[step])) for f in (np.min, np.max)),
                 int(late[arrived].sum()),
+                int((late & can)[arrived].sum()),
             )
         )
     return rows
@@ -93,9 +105,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--trace", type=Path, required=True, help="a request trace CSV")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", type=Path, help="a request trace CSV")
+    source.add_argument(
+        "--workload",
+        metavar="FAMILY[:key=value,...]",
+        help="a generated trace, as `gpufleet simulate --workload` takes it",
+    )
     parser.add_argument("--scale", type=int, default=1, help="copies of the trace (default 1)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=SimulateSettings().seed,
+        help="seed of the generated trace and the copies' jitter (default: gpufleet "
+        "simulate's); bench/heldout_bench.py tunes on seeds 0 and 1",
+    )
     parser.add_argument("--policy", default=policies.GPUFLEET, choices=policies.NAMES)
+    parser.add_argument(
+        "--knob",
+        type=float,
+        help="the policy's main knob (a sweep point; default: the policy's default)",
+    )
     parser.add_argument(
         "--set",
         type=parse_set,
@@ -106,7 +136,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     settings = SimulateSettings()
-    trace = load_trace(args.trace, scale=args.scale, seed=settings.seed)
+    if args.workload is not None:
+        try:
+            trace = workload_trace(args.workload, seed=args.seed, scale=args.scale)
+        except WorkloadError as exc:
+            parser.error(f"--workload: {exc}")
+    else:
+        try:
+            trace = load_trace(args.trace, scale=args.scale, seed=args.seed)
+        except TraceError as exc:
+            parser.error(f"--trace: {exc}")
     (spec,) = sweep.plan(
         [trace],
         (args.policy,),
@@ -116,11 +155,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         sweep=False,
         warm_start=True,
     )
+    spec = dataclasses.replace(spec, knob_value=args.knob)
     if args.set and args.policy != policies.GPUFLEET:
         parser.error("--set changes gpufleet's settings only")
-    if args.policy == policies.GPUFLEET:
-        # The policy `gpufleet simulate` builds, with the overrides on top.
-        tuned = policies.make_policy(spec.policy, spec.workload, spec.tuning).settings
+    if args.policy == policies.ORACLE and args.knob is not None:
+        parser.error("--knob: the oracle has no knob")
+    try:  # the policy `gpufleet simulate` builds: a knob out of its range is named here
+        made = None
+        if args.policy != policies.ORACLE:
+            made = policies.make_policy(
+                spec.policy, spec.workload, spec.tuning, knob_value=spec.knob_value
+            )
+    except ValueError as exc:
+        parser.error(f"--knob: {exc}")
+    if isinstance(made, GpufleetPolicy):
+        # With the overrides on top.
+        tuned = made.settings
         try:
             for key, value in args.set:
                 tuned = override(tuned, key, value)
@@ -130,16 +180,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = simulate(spec.trace, policy, workload=spec.workload, config=spec.config)
     else:
         result = sweep.run(spec)
-    label = " ".join([trace.name, args.policy, *(f"{k}={v}" for k, v in args.set)])
+    knob = [] if args.knob is None else [policies.knob_label(args.policy, args.knob)]
+    label = " ".join([trace.name, args.policy, *knob, *(f"{k}={v}" for k, v in args.set)])
     print(
         f"{label}: "
         f"{100 * result.slo_attainment:.2f}% within the SLO, {result.node_gpu_hours:.2f} "
         f"billed GPU-h, {result.replica_gpu_hours:.2f} replica GPU-h\n"
     )
-    print("| minute | rate mean / max (/s) | desired | ready | nodes | missed |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for m, mean, peak, d0, d1, r0, r1, n0, n1, missed in minutes(result, trace.arrival_seconds):
-        print(f"| {m} | {mean:.1f} / {peak:.1f} | {d0}-{d1} | {r0}-{r1} | {n0}-{n1} | {missed} |")
+    can = feasible(
+        trace.prompt_tokens,
+        prefill_tokens_per_second=spec.config.service.prefill_tokens_per_second,
+        slo_seconds=result.slo_ttft_seconds,
+    )
+    print("| minute | rate mean / max (/s) | desired | ready | nodes | missed | feasible missed |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for row in minutes(result, trace.arrival_seconds, can):
+        m, mean, peak, d0, d1, r0, r1, n0, n1, missed, feasible_missed = row
+        print(
+            f"| {m} | {mean:.1f} / {peak:.1f} | {d0}-{d1} | {r0}-{r1} | {n0}-{n1} "
+            f"| {missed} | {feasible_missed} |"
+        )
     return 0
 
 

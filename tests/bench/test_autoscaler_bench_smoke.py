@@ -63,6 +63,43 @@ def test_sim_minutes_names_a_bad_setting(tmp_path: Path, key: str, error: str) -
     assert error in run.stderr
 
 
+def test_sim_minutes_runs_a_workload_family_at_a_knob_setting() -> None:
+    run = run_bench(
+        "sim_minutes",
+        *("--workload", "longctx:duration=120", "--seed", "0", "--scale", "2"),
+        *("--policy", "hpa", "--knob", "70"),
+    )
+    assert run.returncode == 0, run.stderr
+    first = run.stdout.splitlines()[0]
+    assert first.startswith("longctx-duration-120-s0-x2 hpa target_util=70: ")
+    assert "| missed | feasible missed |" in run.stdout
+    assert "| 0 | " in run.stdout and "| 1 | " in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        pytest.param(("--workload", "nope"), "--workload: workload 'nope'", id="workload"),
+        pytest.param(
+            ("--workload", "longctx", "--knob", "2"),
+            "--knob: target attainment must be in [0.5, 0.99999]",
+            id="knob",
+        ),
+        pytest.param(
+            ("--workload", "longctx", "--policy", "oracle", "--knob", "1"),
+            "--knob: the oracle has no knob",
+            id="oracle-knob",
+        ),
+        pytest.param(("--trace", "/nonexistent.csv"), "--trace: /nonexistent.csv", id="trace"),
+    ],
+)
+def test_sim_minutes_names_a_bad_flag_in_one_line(args: tuple[str, ...], error: str) -> None:
+    run = run_bench("sim_minutes", *args, timeout=60)
+    assert run.returncode == 2
+    assert error in run.stderr
+    assert "Traceback" not in run.stderr
+
+
 def test_controller_bench_prints_a_row_per_workload_count(tmp_path: Path) -> None:
     results = tmp_path / "controller.json"
     run = run_bench(
