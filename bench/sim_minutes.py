@@ -3,17 +3,18 @@
 Why: a run's totals (attainment, billed GPU-hours) do not say when a policy lost requests
 or held nodes it did not need; the analyses of code x10 and conv x10 in BENCHMARKS.md were
 read from this table. It runs one policy on one trace (a CSV, or a generated `--workload`
-family: `--workload SPEC,duration=1800 --seed S` is a run of bench/heldout_bench.py's
-grids, but for KEDA's per-family setting there) the way `gpufleet simulate` does (its defaults, node filling for gpufleet, a warm start), at one setting of
-the policy's knob (`--knob`: gpufleet's target attainment, HPA's target utilization,
-KEDA's queue target; the policy's default without it), optionally with gpufleet's
-settings changed on top of what the knob maps them to (`--set forecast.peak_quantile=0.8
---set panic_ratio=3`), and prints per minute: the mean and highest arrival rate of the
-timeline's steps, the desired and ready replicas, the billed nodes, and the requests that
-arrived in it and missed the TTFT SLO, and how many of those were feasible (one idle
-replica prefills their prompt within the SLO: the rest miss under any schedule). `--set`
-tries a setting without a rebuild of the compiled simulator, and the misses show when a
-front point lost its requests.
+family: one of bench/heldout_bench.py's families with `duration=1800` and `--seed S` is one
+of its grids' runs, but for KEDA's per-family setting there) the way `gpufleet simulate`
+does (its defaults, node filling for gpufleet, a warm start), at one setting of the
+policy's knob (`--knob`: gpufleet's target attainment, HPA's target utilization, KEDA's
+queue target; the policy's default without it), optionally with gpufleet's settings changed
+on top of what the knob maps them to (`--set forecast.peak_quantile=0.8 --set
+panic_ratio=3`), and prints per minute: the mean and highest arrival rate of the timeline's
+steps, the desired and ready replicas, the billed nodes, and the requests that arrived in
+it and missed the TTFT SLO, and how many of those were feasible (one idle replica prefills
+their prompt within the SLO: the rest miss under any schedule). `--set` tries a setting
+without a rebuild of the compiled simulator, and the misses show when a front point lost
+its requests.
 
 Run from the repository root:
     python3 -m bench.sim_minutes --trace ../shared/traces/azure-llm-2023-code.csv
