@@ -5,9 +5,9 @@ Every tick it turns late signals into a replica count:
 1. **Capacity.** Requests/s (and prompt tokens/s) one replica sustains, learned online
    from saturated samples (`capacity`), behind a conservative prior until learned; while
    unlearned, a scale-up is capped at `unlearned_max_scale_up_ratio` x the ready replicas
-   (and always at `max_scale_up_ratio`, which only targets below 90% set; below 60% a
-   scale-up takes a new node only once the need for it has lasted the node lead time,
-   `new_node_waits_lead`).
+   (2x; up to 4x above a 99% target: `knob`), and always at `max_scale_up_ratio`, which
+   only targets below 90% set; below 60% a scale-up takes a new node only once the need
+   for it has lasted the node lead time (`new_node_waits_lead`).
    Closed-loop SLO feedback (`slo_feedback`) scales the learned rate by what the service
    shows: when the requests' mean wait for prefill (TTFT minus prefill time) exceeds
    `feedback.wait_share` (5%) of the SLO, each replica is credited less at once (down to
@@ -44,14 +44,14 @@ Every tick it turns late signals into a replica count:
 4. **Scale-down.** Only to the highest steady recommendation of the last
    `scale_down_window_seconds`, never below the burst path or a surge's hold, at most one
    step per `scale_down_step_seconds`: a replica given back costs a cold start to get back.
-   Until capacity is learned a step keeps at least 1/`unlearned_max_scale_up_ratio` of the
-   replicas: the prior that caps a scale-up then is no surer about a scale-down. Not at
+   Until capacity is learned a step gives back at most `unlearned_max_scale_down_share` of
+   the replicas: the prior that caps a scale-up then is no surer about a scale-down. Not at
    all while the SLO feedback credits less than the learned rate and has seen pressure
-   within that window: the credit is still being corrected, and between two
-   waits it recovers and sizes the fleet a node smaller, which the next wait takes back
-   after a cold start, while the node given up is billed through its idle time anyway.
-   And the nodes a scale-up took back within the window of giving them back (`node_flaps`)
-   are not given back for `node_flap_hold_seconds`: that traffic has shown they come back.
+   within that window: the credit is still being corrected, and between two waits it
+   recovers and sizes the fleet a node smaller, which the next wait takes back after a cold
+   start, while the node given up is billed through its idle time anyway. And the nodes a
+   scale-up took back within the window of giving them back (`node_flaps`) are not given
+   back for `node_flap_hold_seconds`: that traffic has shown they come back.
 5. **The workload's limits.** Every step stays within the rate policies of the workload's
    `behavior` (Pods/Percent per period, selectPolicy, Disabled: HPA's semantics, from
    `behavior`), as an operator who set them expects of any policy. Its stabilization
@@ -152,11 +152,15 @@ class GpufleetSettings:
     reserve_ratio: float = 0.0
     # Until capacity is learned, scale up to at most this many times the replicas serving
     # (at least +4): the prior is deliberately low, and a fleet sized on it alone would
-    # launch nodes that the first saturated samples show are not needed. And a scale-down
-    # step keeps at least 1/this of the replicas: the prior is low for a chat-sized request
-    # but not for a heavy prompt tail (mix x4: 4.7/s credited, about 1.1/s served), and a
-    # warm fleet of 40 cut to 8 on it alone took its nodes back within minutes.
+    # launch nodes that the first saturated samples show are not needed. The knob (`knob`)
+    # raises it above a 99% target, where a ramp that doubles once per node lead time
+    # lost requests that HPA's ramp served (diurnal x10).
     unlearned_max_scale_up_ratio: float = 2.0
+    # And until then a scale-down step gives back at most this share of the replicas: the
+    # prior is low for a chat-sized request but not for a heavy prompt tail (mix x4:
+    # 4.7/s credited, about 1.1/s served), and a warm fleet of 40 cut to 8 on it alone took
+    # its nodes back within minutes.
+    unlearned_max_scale_down_share: float = 0.5
     # Scale up to at most this many times the ready replicas (at least +4), learned or not:
     # replicas asked for beyond it serve only after a cold start (and a node's boot), by
     # when a crowd shorter than that lead is over, and nodes bill from launch. Unbounded
@@ -658,7 +662,7 @@ class GpufleetPolicy:
         fb = self._feedback
         if fb.ratio < 1.0 and now - fb.pressed < s.scale_down_window_seconds:
             return current, Reason.STABILIZED, Term.SLO_FEEDBACK  # see the module doc, 4
-        unlearned = math.ceil(current / s.unlearned_max_scale_up_ratio)
+        unlearned = math.ceil(current * (1.0 - s.unlearned_max_scale_down_share))
         if not d.capacity.learned and unlearned > floor:
             return unlearned, Reason.RATE_LIMITED, Term.BEHAVIOR
         return floor, Reason.SCALE_DOWN, floor_term
@@ -796,8 +800,8 @@ def _message(
         text += " (capped until capacity is learned)"
     elif reason is Reason.RATE_LIMITED and desired < current and not est.learned:
         text += (
-            f" (at most 1/{s.unlearned_max_scale_up_ratio:g} of the replicas per step until "
-            "capacity is learned)"
+            f" (gives back at most {s.unlearned_max_scale_down_share:.0%} of the replicas per "
+            "step until capacity is learned)"
         )
     elif current < desired < d.raw and math.isfinite(s.max_scale_up_ratio):
         text += (

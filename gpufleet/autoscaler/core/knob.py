@@ -15,6 +15,9 @@ for less of anything):
   history has not shown (the only thing that serves one shorter than the lead time);
 - `panic_hold_seconds`: how long a surge's replicas stay after it;
 - `forecast.forget_after_blocks`: how many quiet minutes of evidence forget a crowd;
+- above 99% only, `unlearned_max_scale_up_ratio`: until a replica's rate is learned, a
+  scale-up may ask for up to 4x the ready replicas from 99.9% up (2x at 99%), so the
+  standing capacity bought above keeps up with a ramp;
 - below 90% only, what stops paying for capacity that arrives after a crowd is over:
   `max_scale_up_ratio` (a scale-up asks for at most that many times the ready replicas;
   replicas beyond serve only after a node boot plus a cold start), `placeholder_share`
@@ -74,6 +77,13 @@ _BACKLOG_DRAIN_FACTOR = (4.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 # The share of the SLO feedback's pressure kept: the credit's floor rises from the given
 # `min_ratio` (share 1) to 1 (share 0: waits never shrink the credit).
 _PRESSURE_SHARE = (0.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+# Above 99% only, the cap on a scale-up until capacity is learned, as a share of the
+# given `unlearned_max_scale_up_ratio`'s inverse (0.5: twice the ratio). At 2x the ready
+# replicas a ramp doubles at most once per node lead time, which left a high target's
+# reserve behind a ramp: diurnal x10 at 0.9999 stood 16 ready where HPA 40 stood 24, and
+# missed two dozen requests in that minute. Removing the cap from 99.99% up bought the
+# same and doubled the top targets' cost on quiet and on/off traffic (the tuning seeds).
+_UNLEARNED_CAP_SHARE = (1.0, 1.0, 1.0, 0.5, 0.5, 0.5)
 # Below this target, a scale-up buys a new node only once the need for it has lasted the
 # node lead time (`new_node_waits_lead`). A step, not a slope: a shorter wait only delays
 # the node, and the queue grown meanwhile then buys more of them after the crowd.
@@ -111,8 +121,9 @@ def _inverse(x: float) -> float:
 def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
     """`settings` with every setting the knob moves set for `target` attainment; the rest
     (capacity learning, filling, the tick) as given, and the settings only the cheapest
-    targets move (the scale-up cap, placeholders, the drain) scaled from what is given (the
-    node wait: on if given, or below 60%).
+    targets move (the scale-up cap, placeholders, the drain) or only those above 99% (the
+    cap until capacity is learned) scaled from what is given (the node wait: on if given,
+    or below 60%).
     ValueError for a target out of range."""
     n = nines(target)
     forecast = dataclasses.replace(
@@ -129,6 +140,9 @@ def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
         headroom=_at(n, _HEADROOM),
         reserve_ratio=_at(n, _RESERVE_RATIO),
         panic_hold_seconds=_at(n, _PANIC_HOLD_SECONDS),
+        unlearned_max_scale_up_ratio=_inverse(
+            _at(n, _UNLEARNED_CAP_SHARE) / settings.unlearned_max_scale_up_ratio
+        ),
         max_scale_up_ratio=min(
             settings.max_scale_up_ratio, _inverse(_at(n, _INVERSE_SCALE_UP_RATIO))
         ),

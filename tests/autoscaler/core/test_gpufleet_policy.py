@@ -318,13 +318,27 @@ def test_until_capacity_is_learned_a_scale_down_step_keeps_half_the_replicas() -
         Reason.RATE_LIMITED,
         Term.BEHAVIOR,
     )
-    assert "at most 1/2 of the replicas per step until capacity is learned" in first.message
+    assert (
+        "gives back at most 50% of the replicas per step until capacity is learned" in first.message
+    )
     later = p.decide(observe(1002.0 + s.scale_down_step_seconds, const(20.0), ready=20))
     assert later.desired == 10
     # Learned, the same step goes to the need (20/s at 10/s with headroom 0.25: 3) at once.
     learned = policy(replace(s, capacity=KNOWN))
     learned.decide(observe(1000.0, const(20.0), ready=40))
     assert learned.decide(observe(1002.0, const(20.0), ready=40)).desired == 3
+
+
+def test_until_capacity_is_learned_a_scale_up_asks_for_at_most_twice_the_ready() -> None:
+    unlearned = replace(SETTINGS, capacity=replace(KNOWN, learned_after_samples=1000))
+    obs = observe(1000.0, const(400.0), ready=6)  # needs 50
+    d = policy(unlearned).decide(obs)
+    assert d.desired == 12
+    assert "(capped until capacity is learned)" in d.message
+    # The cap is a setting (the knob raises it above a 99% target) ...
+    assert policy(replace(unlearned, unlearned_max_scale_up_ratio=4.0)).decide(obs).desired == 24
+    # ... and learned, the same tick asks for all of it.
+    assert policy(SETTINGS).decide(obs).desired == 50
 
 
 def test_never_below_the_usual_peak() -> None:

@@ -28,6 +28,7 @@ def moved(s: GpufleetSettings) -> dict[str, float]:
         "peak_quantile": s.forecast.peak_quantile,
         "forget_after_blocks": s.forecast.forget_after_blocks,
         "max_scale_up_ratio": s.max_scale_up_ratio,
+        "unlearned_max_scale_up_ratio": s.unlearned_max_scale_up_ratio,
         "placeholder_share": s.placeholder_share,
         "backlog_drain_seconds": -s.backlog_drain_seconds,  # a shorter drain buys more
         "new_node_waits_lead": -s.new_node_waits_lead,  # waiting for a node buys less
@@ -98,10 +99,24 @@ def test_every_target_from_90_to_9999_maps_exactly_as_before(target: float) -> N
         s.forecast.forget_after_blocks,
     )
     assert moved_before == BEFORE[target]
-    # and nothing else: the settings only the cheapest targets move stay as given
+    # and nothing else: the settings only the cheapest targets move stay as given (the
+    # cap until capacity is learned, which targets above 99% move, has its own test)
     rest = dict(max_scale_up_ratio=math.inf, placeholder_share=1.0, backlog_drain_seconds=60.0)
     assert s == dataclasses.replace(s, **rest, feedback=BASE.feedback)
     assert not s.new_node_waits_lead
+
+
+def test_above_99_percent_an_unlearned_scale_up_may_ask_for_more_than_twice() -> None:
+    cap = {t: knob.apply(BASE, t).unlearned_max_scale_up_ratio for t in (0.5, 0.99, 0.995)}
+    assert cap[0.5] == cap[0.99] == BASE.unlearned_max_scale_up_ratio == 2.0
+    assert 2.0 < cap[0.995] < 4.0
+    assert {knob.apply(BASE, t).unlearned_max_scale_up_ratio for t in (0.999, 0.99999)} == {4.0}
+    given = dataclasses.replace(BASE, unlearned_max_scale_up_ratio=3.0)
+    assert knob.apply(given, 0.99).unlearned_max_scale_up_ratio == 3.0
+    assert knob.apply(given, 0.999).unlearned_max_scale_up_ratio == 6.0
+    # a scale-down step is as careful at every target until then
+    shares = {knob.apply(BASE, t).unlearned_max_scale_down_share for t in TARGETS}
+    assert shares == {BASE.unlearned_max_scale_down_share}
 
 
 def test_the_cheap_settings_scale_what_is_given() -> None:
