@@ -81,8 +81,8 @@ _PRESSURE_SHARE = (0.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 # given `unlearned_max_scale_up_ratio`'s inverse (0.5: twice the ratio). At 2x the ready
 # replicas a ramp doubles at most once per node lead time, which left a high target's
 # reserve behind a ramp: diurnal x10 at 0.9999 stood 16 ready where HPA 40 stood 24, and
-# missed two dozen requests in that minute. Removing the cap from 99.99% up bought the
-# same and doubled the top targets' cost on quiet and on/off traffic (the tuning seeds).
+# missed two dozen requests in that minute. Removing the cap from 99.99% up matched no
+# more HPA points and cost the top up to twice as much (quiet x10 at 99.999%; tuning seeds).
 _UNLEARNED_CAP_SHARE = (1.0, 1.0, 1.0, 0.5, 0.5, 0.5)
 # Below this target, a scale-up buys a new node only once the need for it has lasted the
 # node lead time (`new_node_waits_lead`). A step, not a slope: a shorter wait only delays
