@@ -77,9 +77,9 @@ _BACKLOG_DRAIN_FACTOR = (4.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 # The share of the SLO feedback's pressure kept: the credit's floor rises from the given
 # `min_ratio` (share 1) to 1 (share 0: waits never shrink the credit).
 _PRESSURE_SHARE = (0.0, 1.0, 1.0, 1.0, 1.0, 1.0)
-# Above 99% only, the cap on a scale-up until capacity is learned, as a share of the
-# given `unlearned_max_scale_up_ratio`'s inverse (0.5: twice the ratio). At 2x the ready
-# replicas a ramp doubles at most once per node lead time, which left a high target's
+# Above 99% only, the cap on a scale-up until capacity is learned: the given
+# `unlearned_max_scale_up_ratio` divided by this share (0.5: twice the ratio). At 2x the
+# ready replicas a ramp doubles at most once per node lead time, which left a high target's
 # reserve behind a ramp: diurnal x10 at 0.9999 stood 16 ready where HPA 40 stood 24, and
 # missed two dozen requests in that minute. Removing the cap from 99.99% up matched no
 # more HPA points and cost the top up to twice as much (quiet x10 at 99.999%; tuning seeds).
@@ -140,9 +140,8 @@ def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
         headroom=_at(n, _HEADROOM),
         reserve_ratio=_at(n, _RESERVE_RATIO),
         panic_hold_seconds=_at(n, _PANIC_HOLD_SECONDS),
-        unlearned_max_scale_up_ratio=_inverse(
-            _at(n, _UNLEARNED_CAP_SHARE) / settings.unlearned_max_scale_up_ratio
-        ),
+        unlearned_max_scale_up_ratio=settings.unlearned_max_scale_up_ratio
+        / _at(n, _UNLEARNED_CAP_SHARE),
         max_scale_up_ratio=min(
             settings.max_scale_up_ratio, _inverse(_at(n, _INVERSE_SCALE_UP_RATIO))
         ),
