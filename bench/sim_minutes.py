@@ -159,28 +159,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = dataclasses.replace(spec, knob_value=args.knob)
     if args.set and args.policy != policies.GPUFLEET:
         parser.error("--set changes gpufleet's settings only")
-    if args.policy == policies.ORACLE and args.knob is not None:
-        parser.error("--knob: the oracle has no knob")
-    try:  # the policy `gpufleet simulate` builds: a knob out of its range is named here
-        made = None
-        if args.policy != policies.ORACLE:
-            made = policies.make_policy(
+    if args.policy == policies.ORACLE:
+        if args.knob is not None:
+            parser.error("--knob: the oracle has no knob")
+        result = sweep.run(spec)
+    else:
+        try:  # the policy `gpufleet simulate` builds: a knob out of its range is named here
+            policy = policies.make_policy(
                 spec.policy, spec.workload, spec.tuning, knob_value=spec.knob_value
             )
-    except ValueError as exc:
-        parser.error(f"--knob: {exc}")
-    if isinstance(made, GpufleetPolicy):
-        # With the overrides on top.
-        tuned = made.settings
-        try:
-            for key, value in args.set:
-                tuned = override(tuned, key, value)
         except ValueError as exc:
-            parser.error(str(exc))
-        policy = GpufleetPolicy(spec.workload, settings=tuned)
+            parser.error(f"--knob: {exc}")
+        if args.set:  # gpufleet's (checked above), with the overrides on top
+            tuned = policy.settings
+            try:
+                for key, value in args.set:
+                    tuned = override(tuned, key, value)
+            except ValueError as exc:
+                parser.error(str(exc))
+            policy = GpufleetPolicy(spec.workload, settings=tuned)
         result = simulate(spec.trace, policy, workload=spec.workload, config=spec.config)
-    else:
-        result = sweep.run(spec)
     knob = [] if args.knob is None else [policies.knob_label(args.policy, args.knob)]
     label = " ".join([trace.name, args.policy, *knob, *(f"{k}={v}" for k, v in args.set)])
     print(
