@@ -62,10 +62,11 @@ class ExporterSettings(BaseSettings):
         "-c",
         "--collect-interval",
         group=DCGM,
-        help="Collection interval in milliseconds. 5000, not dcgm-exporter's 30000: a "
-        "collection costs well under 1% of a core, and 30 s made data up to 40 s old "
-        "(DCGM#170), too slow for autoscaling. Values below 100 are rejected: they are "
-        "almost always seconds mistaken for milliseconds.",
+        help="Collection interval in milliseconds. 5000, not dcgm-exporter's 30000: 30 s "
+        "made data up to 40 s old (DCGM#170), too slow for autoscaling, and a collection "
+        "costs about 7 ms of CPU per GPU on an H200 (most of it in the driver), under 2% of "
+        "a core for 8 GPUs at 5 s. Values below 100 are rejected: they are almost always "
+        "seconds mistaken for milliseconds.",
     )
     kubernetes: bool = setting(
         False,

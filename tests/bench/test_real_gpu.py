@@ -1,0 +1,64 @@
+"""bench/real_gpu.py's dry run on simulated NVML, and bench/real_gpu_compare.py on what the
+exporters served on a real H200 (tests/data/h200/). Nothing is timed."""
+
+import json
+import shutil
+from pathlib import Path
+
+from helpers.bench import run_bench
+
+from bench.real_gpu_compare import compare
+
+H200 = Path(__file__).resolve().parent.parent / "data" / "h200"
+
+
+def test_the_dry_run_registers_allocates_attributes_and_stops_cleanly(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run = run_bench(
+        "real_gpu",
+        *("--out", str(out), "--sim-fleet", "1xH100", "--collections", "5"),
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["plugin_registered"]
+    (device,) = summary["admitted"]
+    assert summary["allocate"]["envs"] == {"NVIDIA_VISIBLE_DEVICES": device}
+    assert summary["ready"] == {"dcp": True, "compat": True, "default": True}
+    assert all(stop["rc"] == 0 for stop in summary["stop"].values())
+    assert "nvmlDeviceGetFieldValues" in summary["timing"]["nvml_calls"]
+    # -k exporters attribute the GPU to the admitted pod; the one without -k does not.
+    assert f'UUID="{device}"' in (out / "idle-dcp-before.prom").read_text()
+    assert 'pod="llm-0"' in (out / "idle-dcp-before.prom").read_text()
+    assert 'pod="llm-0"' not in (out / "idle-compat-before.prom").read_text()
+
+
+def test_every_reading_on_the_h200_agrees_with_nvidia_smi() -> None:
+    rows, bad = compare(H200)
+    assert bad == 0
+    assert len(rows) - 2 == 13 + 13 + 11  # dcp, default, compat fields that nvidia-smi shows
+
+
+def copy_with(tmp_path: Path, old: str, new: str) -> Path:
+    """tests/data/h200 with `old` replaced by `new` in the dcp exporter's two scrapes."""
+    copy = tmp_path / "h200"
+    shutil.copytree(H200, copy)
+    for when in ("before", "after"):
+        path = copy / f"load1-dcp-{when}.prom"
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new))
+    return copy
+
+
+def test_a_unit_error_disagrees(tmp_path: Path) -> None:
+    # FB_USED in KiB instead of MiB: 17394 MiB read as 17811456.
+    rows, bad = compare(copy_with(tmp_path, 'pod="llm-0"} 17394', 'pod="llm-0"} 17811456'))
+    assert bad == 1
+    (wrong,) = (r for r in rows if "**no**" in r)
+    assert wrong.startswith("| load1 | dcp | DCGM_FI_DEV_FB_USED |")
+
+
+def test_a_series_without_its_pod_disagrees(tmp_path: Path) -> None:
+    _, bad = compare(copy_with(tmp_path, ',pod="llm-0"}', "}"))
+    assert bad == 13
