@@ -9,9 +9,12 @@ is timed in-process, and every daemon is stopped with SIGTERM.
 
 Run (a machine with the NVIDIA driver): python3 -m bench.real_gpu --out DIR
 A dry run without a GPU: python3 -m bench.real_gpu --out DIR --sim-fleet 1xH100
+Last, a plugin with the `cdi-cri` strategy and `--pass-device-specs` writes its CDI spec
+for the real driver (driver root '/', and each --cdi-driver-root) and answers Allocate.
 DIR then holds the scrapes (*.prom), nvidia-smi's answers (*.xml, *-apps.csv), the
-daemons' logs, the plugin's devices and Allocate answer, the node labels, and
-summary.json (RSS, collection timings, exit codes). bench/real_gpu_compare.py reads it.
+daemons' logs, the node labels, the CDI specs (cdiN/), the host's device nodes and driver
+libraries (host-driver.txt), and summary.json (devices, Allocate answers, RSS, collection
+timings, exit codes). bench/real_gpu_compare.py compares the scrapes with nvidia-smi.
 """
 
 import argparse
@@ -301,8 +304,78 @@ def versions() -> dict[str, str]:
     }
 
 
-def run(out: Path, *, sim_fleet: str | None, load_seconds: float, collections: int) -> None:
+def cdi_allocations(out: Path, sim_fleet: str | None, driver_roots: list[str]) -> dict[str, Any]:
+    """Per driver root: the CDI spec a plugin with `cdi-cri` and `--pass-device-specs`
+    writes (into DIR/cdiN) and what its Allocate answers, on a kubelet of its own."""
+    found: dict[str, Any] = {}
+    for n, driver_root in enumerate(driver_roots):
+        root = Path(tempfile.mkdtemp(prefix="gfc", dir="/tmp"))
+        kubelet = FakeKubelet(root)
+        kubelet.start()
+        flags = [
+            *("plugin", "--kubelet-socket", str(kubelet.device_plugins_dir / "kubelet.sock")),
+            *("--node-labels-file", "", "--metrics-address", ""),
+            *("--device-list-strategy", "cdi-cri", "--pass-device-specs"),
+            *("--cdi-spec-dirs", str(out / f"cdi{n}"), "--driver-root", driver_root),
+            *(["--sim-fleet", sim_fleet] if sim_fleet else []),
+        ]
+        plugin = Daemon(f"plugin-cdi{n}", flags, out)
+        try:
+            result: dict[str, Any] = {"dir": f"cdi{n}"}
+            if kubelet.device_plugins.wait_for_registrations(RESOURCE, 1, timeout_seconds=60):
+                time.sleep(1)
+                kubelet.admit(POD, CONTAINER, RESOURCE, 1)
+                response = kubelet.allocation_response(POD[0], POD[1], CONTAINER)
+                result["allocate"] = MessageToDict(response)
+            found[driver_root] = result
+        finally:
+            found.setdefault(driver_root, {})["stop"] = plugin.stop()
+            kubelet.stop()
+            shutil.rmtree(root, ignore_errors=True)
+    return found
+
+
+def host_driver(out: Path) -> None:
+    """The device nodes and the driver libraries the loader knows, for reading the specs."""
+    text = subprocess.run(
+        "ls -l /dev/nvidia* /dev/nvidia-caps 2>&1; ldconfig -p | grep -E 'nvidia|cuda' 2>&1; "
+        "ls -l /usr/local/nvidia /usr/local/nvidia/* 2>&1 | head -200",
+        shell=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    (out / "host-driver.txt").write_text(text)
+
+
+def run(
+    out: Path,
+    *,
+    sim_fleet: str | None,
+    load_seconds: float,
+    collections: int,
+    driver_roots: list[str],
+) -> None:
     summary: dict[str, Any] = {"started": time.time()}
+    try:
+        pass_over(
+            out, summary, sim_fleet=sim_fleet, load_seconds=load_seconds, collections=collections
+        )
+        host_driver(out)
+        summary["cdi"] = cdi_allocations(out, sim_fleet, driver_roots)
+    finally:
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+
+
+def pass_over(
+    out: Path,
+    summary: dict[str, Any],
+    *,
+    sim_fleet: str | None,
+    load_seconds: float,
+    collections: int,
+) -> None:
+    """The plugin and the exporters over the GPU, idle, under load and after; then one
+    collection timed in-process."""
     if sim_fleet is None:
         summary["versions"] = versions()
         summary["memory_floor_kib"] = memory_floor()
@@ -348,7 +421,6 @@ def run(out: Path, *, sim_fleet: str | None, load_seconds: float, collections: i
         summary["stop"] = {d.name: d.stop() for d in reversed(daemons)}
         kubelet.stop()
         shutil.rmtree(root, ignore_errors=True)
-        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
 
 
 def main() -> None:
@@ -357,6 +429,12 @@ def main() -> None:
     parser.add_argument("--sim-fleet", help="simulated GPUs instead of the real ones")
     parser.add_argument("--load-seconds", type=float, default=32.0)
     parser.add_argument("--collections", type=int, default=200)
+    parser.add_argument(
+        "--cdi-driver-root",
+        action="append",
+        default=[],
+        help="also generate CDI specs with this --driver-root (repeatable; '/' always)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
@@ -365,6 +443,7 @@ def main() -> None:
         sim_fleet=args.sim_fleet,
         load_seconds=args.load_seconds,
         collections=args.collections,
+        driver_roots=["/", *args.cdi_driver_root],
     )
 
 

@@ -29,7 +29,8 @@ FIELDS = (
     ("DCGM_FI_DEV_GPU_TEMP", "dcgm_gpu_temp", "temperature/gpu_temp", 2),
     ("DCGM_FI_DEV_MEMORY_TEMP", "dcgm_memory_temp", "temperature/memory_temp", 2),
     ("DCGM_FI_DEV_POWER_USAGE", "dcgm_power_usage", "gpu_power_readings/average_power_draw", 25),
-    ("DCGM_FI_DEV_SM_CLOCK", "dcgm_sm_clock", "clocks/sm_clock", 60),
+    # Under the load at the 700 W cap the SM clock moves 100+ MHz within a second.
+    ("DCGM_FI_DEV_SM_CLOCK", "dcgm_sm_clock", "clocks/sm_clock", 150),
     ("DCGM_FI_DEV_MEM_CLOCK", "dcgm_memory_clock", "clocks/mem_clock", 0),
     ("DCGM_FI_DEV_GPU_UTIL", "dcgm_gpu_utilization", "utilization/gpu_util", 5),
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "dcgm_mem_copy_utilization", "utilization/memory_util", 5),

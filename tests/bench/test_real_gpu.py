@@ -31,6 +31,13 @@ def test_the_dry_run_registers_allocates_attributes_and_stops_cleanly(tmp_path: 
     assert f'UUID="{device}"' in (out / "idle-dcp-before.prom").read_text()
     assert 'pod="llm-0"' in (out / "idle-dcp-before.prom").read_text()
     assert 'pod="llm-0"' not in (out / "idle-compat-before.prom").read_text()
+    # A cdi-cri plugin names the device by its CDI name and writes the spec it names.
+    cdi = summary["cdi"]["/"]
+    kind = "k8s.device-plugin.nvidia.com/gpu"
+    assert cdi["allocate"]["cdiDevices"] == [{"name": f"{kind}={device}"}]
+    (spec,) = (out / cdi["dir"]).iterdir()
+    assert json.loads(spec.read_text())["kind"] == kind
+    assert cdi["stop"]["rc"] == 0
 
 
 def test_every_reading_on_the_h200_agrees_with_nvidia_smi() -> None:
