@@ -304,6 +304,24 @@ def versions() -> dict[str, str]:
     }
 
 
+def collection_cpu_ms(metrics: str) -> float | None:
+    """A running exporter's mean CPU per collection so far, from its self-metrics."""
+    found = dict(
+        line.split()[:2]
+        for line in metrics.splitlines()
+        if line.startswith(
+            (
+                "gpufleet_exporter_collection_cpu_seconds_total ",
+                "gpufleet_exporter_collections_total ",
+            )
+        )
+    )
+    if len(found) < 2 or not float(found["gpufleet_exporter_collections_total"]):
+        return None
+    seconds = float(found["gpufleet_exporter_collection_cpu_seconds_total"])
+    return round(seconds * 1000 / float(found["gpufleet_exporter_collections_total"]), 3)
+
+
 def cdi_allocations(out: Path, sim_fleet: str | None, driver_roots: list[str]) -> dict[str, Any]:
     """Per driver root: the CDI spec a plugin with `cdi-cri` and `--pass-device-specs`
     writes (into DIR/cdiN) and what its Allocate answers, on a kubelet of its own."""
@@ -416,6 +434,10 @@ def pass_over(
             point(out, "after", ports)
         summary["plugin_metrics"] = http_get(f"http://127.0.0.1:{plugin.wait_port()}/metrics")[1]
         summary["memory_kib"] = {d.name: d.memory() for d in daemons if d.proc.poll() is None}
+        summary["collection_cpu_ms"] = {
+            name: collection_cpu_ms(http_get(f"http://127.0.0.1:{port}/metrics")[1])
+            for name, port in ports.items()
+        }
         summary["timing"] = time_collections(sim_fleet, collections)
     finally:
         summary["stop"] = {d.name: d.stop() for d in reversed(daemons)}

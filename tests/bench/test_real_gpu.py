@@ -27,6 +27,7 @@ def test_the_dry_run_registers_allocates_attributes_and_stops_cleanly(tmp_path: 
     assert summary["ready"] == {"dcp": True, "compat": True, "default": True}
     assert all(stop["rc"] == 0 for stop in summary["stop"].values())
     assert "nvmlDeviceGetFieldValues" in summary["timing"]["nvml_calls"]
+    assert all(ms > 0 for ms in summary["collection_cpu_ms"].values())
     # -k exporters attribute the GPU to the admitted pod; the one without -k does not.
     assert f'UUID="{device}"' in (out / "idle-dcp-before.prom").read_text()
     assert 'pod="llm-0"' in (out / "idle-dcp-before.prom").read_text()
