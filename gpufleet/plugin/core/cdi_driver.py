@@ -18,11 +18,14 @@ same from a listing of the driver root, so that our spec runs CUDA too:
   and the SONAME links the host has next to each library), then `update-ldcache` over the
   library directories, both `createContainer` hooks of the configured hook binary.
 
-Not generated: the `enable-cuda-compat` and `disable-device-node-modification` hooks and
-`NVIDIA_CTK_LIBCUDA_DIR`, which need nvidia-ctk 1.17.5 and 1.17.8 on the host (an unknown
-hook subcommand would fail every container), and the ld.so.cache fallback nvcdi uses when no
-standard directory holds libcuda. All paths in a listing are relative to the driver root
-("/usr/lib64/libcuda.so.1"); mounts name the host's path under the host driver root.
+Where no standard directory holds libcuda (or libnvidia-ml), the directories that the driver
+root's ld.so.cache names for them are searched next, as nvcdi's library locator does
+(`First(symlinkLocator, ldcacheLocator)`): a driver in `/usr/local/nvidia/lib64`, say,
+registered with ldconfig. Not generated: the `enable-cuda-compat` and
+`disable-device-node-modification` hooks and `NVIDIA_CTK_LIBCUDA_DIR`, which need nvidia-ctk
+1.17.5 and 1.17.8 on the host (an unknown hook subcommand would fail every container). All
+paths in a listing are relative to the driver root ("/usr/lib64/libcuda.so.1"); mounts name
+the host's path under the host driver root.
 
 Pure: no I/O; the listing is read by `host.driver_files`. It must never mount a file the
 listing does not show, nor resolve a symlink outside the driver root.
@@ -30,7 +33,7 @@ listing does not show, nor resolve a symlink outside the driver root.
 
 import fnmatch
 import posixpath
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -48,6 +51,9 @@ LIBRARY_DIRS = (
     "/lib/x86_64-linux-gnu/nvidia/current",
     "/lib/aarch64-linux-gnu/nvidia/current",
 )
+LDCACHE = "/etc/ld.so.cache"
+# The cached libraries whose directories are searched when no standard one holds them.
+LDCACHE_LIBRARIES = ("libcuda.so", "libnvidia-ml.so")
 VDPAU_SUBDIR = "vdpau"
 LEGACY_NVVM = "libnvidia-nvvm70.so.*"
 # internal/lookup/path.go's default PATH, searched in this order.
@@ -136,10 +142,23 @@ class DriverEdits:
 NO_DRIVER_EDITS = DriverEdits()  # adds nothing: a spec with device nodes only
 
 
-def search_directories() -> tuple[str, ...]:
-    """Directories whose entries a listing must hold before the version is known."""
-    vdpau = tuple(posixpath.join(d, VDPAU_SUBDIR) for d in LIBRARY_DIRS)
-    return (*LIBRARY_DIRS, *vdpau, *BINARY_DIRS)
+def cached_library_dirs(cached: Iterable[str]) -> tuple[str, ...]:
+    """The directories of the ld.so.cache's libcuda and libnvidia-ml entries (any version or
+    SONAME), in the cache's order, less the standard ones."""
+    dirs = (
+        posixpath.dirname(path)
+        for path in cached
+        if posixpath.basename(path).startswith(LDCACHE_LIBRARIES)
+    )
+    return tuple(d for d in dict.fromkeys(dirs) if d not in LIBRARY_DIRS)
+
+
+def search_directories(cached_dirs: Iterable[str] = ()) -> tuple[str, ...]:
+    """Directories whose entries a listing must hold before the version is known;
+    `cached_dirs` are `cached_library_dirs`."""
+    libraries = (*LIBRARY_DIRS, *cached_dirs)
+    vdpau = tuple(posixpath.join(d, VDPAU_SUBDIR) for d in libraries)
+    return (*libraries, *vdpau, *BINARY_DIRS)
 
 
 def search_paths() -> tuple[str, ...]:
@@ -180,12 +199,13 @@ def resolve(path: str, links: Mapping[str, str]) -> str | None:
     return current
 
 
-def driver_version(listing: DriverListing) -> str:
+def driver_version(listing: DriverListing, cached_dirs: Sequence[str] = ()) -> str:
     """The version in the name of the first `libcuda.so.<version>` (else
-    `libnvidia-ml.so.<version>`) in the standard library directories; "" if none."""
+    `libnvidia-ml.so.<version>`) in the standard library directories, then in
+    `cached_dirs`; "" if none."""
     tree = _Tree(listing)
     for prefix in ("libcuda.so.", "libnvidia-ml.so."):
-        for path in tree.locate(LIBRARY_DIRS, prefix + "*.*"):
+        for path in tree.locate((*LIBRARY_DIRS, *cached_dirs), prefix + "*.*"):
             return posixpath.basename(path).removeprefix(prefix)
     return ""
 
@@ -197,23 +217,26 @@ def driver_edits(
     kernel_release: str,
     host_driver_root: str,
     hook_path: str,
+    cached_dirs: Sequence[str] = (),
 ) -> DriverEdits:
     """The mounts and hooks that give a container the driver of `version` (see the module
     docstring); empty, with the reason, when its libraries are not in the listing.
+    `cached_dirs` (`cached_library_dirs`) are searched after the standard directories.
     Mounts are ordered shallowest first, so none hides another."""
     if not version:
         return DriverEdits(
             gap=DriverGap.NO_VERSION,
             message="no driver version from NVML and no libcuda.so.<version> or "
-            f"libnvidia-ml.so.<version> in {', '.join(LIBRARY_DIRS)}",
+            f"libnvidia-ml.so.<version> in {', '.join((*LIBRARY_DIRS, *cached_dirs))}",
         )
     tree = _Tree(listing)
-    library_dir = _library_dir(tree, version)
+    library_dir = _library_dir(tree, version, (*LIBRARY_DIRS, *cached_dirs))
     if library_dir is None:
         return DriverEdits(
             gap=DriverGap.NO_LIBRARIES,
             message=f"no libcuda.so.{version} or libnvidia-ml.so.{version} in "
-            + ", ".join(LIBRARY_DIRS),
+            + ", ".join((*LIBRARY_DIRS, *cached_dirs))
+            + ("" if cached_dirs else f"; {LDCACHE} names no other directory for them"),
         )
     libraries = _libraries(tree, library_dir, version)
     located = [
@@ -272,9 +295,9 @@ class _Tree:
                     yield real
 
 
-def _library_dir(tree: _Tree, version: str) -> str | None:
+def _library_dir(tree: _Tree, version: str, directories: Sequence[str]) -> str | None:
     for name in (f"libcuda.so.{version}", f"libnvidia-ml.so.{version}"):
-        for path in tree.locate(LIBRARY_DIRS, name):
+        for path in tree.locate(directories, name):
             return posixpath.dirname(path)
     return None
 

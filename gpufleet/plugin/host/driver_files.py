@@ -6,8 +6,8 @@ driver root itself. Symlinks are read, never followed by the OS: a driver root's
 links name host paths, which inside this container would lead out of the mount.
 
 Partial results: a missing directory or path is simply not listed; one that cannot be read
-is logged and skipped. No driver at all (the simulator, a node without one) gives empty
-edits and never fails startup.
+is logged and skipped, and so is an unreadable ld.so.cache. No driver at all (the
+simulator, a node without one) gives empty edits and never fails startup.
 """
 
 import logging
@@ -18,10 +18,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gpufleet.plugin.core.cdi_driver import (
+    LDCACHE,
     MAX_LINK_HOPS,
     DriverEdits,
     DriverListing,
     EntryKind,
+    cached_library_dirs,
     driver_edits,
     driver_version,
     firmware_directories,
@@ -29,6 +31,7 @@ from gpufleet.plugin.core.cdi_driver import (
     search_directories,
     search_paths,
 )
+from gpufleet.plugin.core.ldcache import LdCacheError, libraries64
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +72,9 @@ def read_driver_edits(
     version in libcuda's file name. `kernel_release` defaults to the running kernel's
     (a container shares the host's)."""
     release = os.uname().release if kernel_release is None else kernel_release
-    listing = read_listing(root, directories=search_directories(), paths=search_paths())
-    version = nvml_version or driver_version(listing)
+    cached = cached_library_dirs(_cached_libraries(root))
+    listing = read_listing(root, directories=search_directories(cached), paths=search_paths())
+    version = nvml_version or driver_version(listing, cached)
     if version:
         firmware = read_listing(root, directories=firmware_directories(version, release))
         listing = DriverListing(
@@ -83,7 +87,27 @@ def read_driver_edits(
         kernel_release=release,
         host_driver_root=host_driver_root,
         hook_path=hook_path,
+        cached_dirs=cached,
     )
+
+
+def _cached_libraries(root: Path) -> tuple[str, ...]:
+    """The 64-bit libraries the driver root's ld.so.cache lists; none when it has no cache
+    or one that cannot be read (logged: the standard directories still serve)."""
+    real = _real_path(root, LDCACHE, {})
+    if real is None:
+        return ()
+    path = _on_disk(root, real)
+    try:
+        with open(path, "rb") as cache:
+            return libraries64(cache.read())
+    except FileNotFoundError:
+        return ()
+    except (OSError, LdCacheError) as exc:
+        log.warning(
+            "%s: not read, so only the standard library directories are searched (%s)", path, exc
+        )
+        return ()
 
 
 def _real_path(root: Path, path: str, links: dict[str, str]) -> str | None:

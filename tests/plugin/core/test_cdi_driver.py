@@ -12,6 +12,7 @@ from gpufleet.plugin.core.cdi_driver import (
     EntryKind,
     Hook,
     Mount,
+    cached_library_dirs,
     driver_edits,
     driver_version,
     firmware_directories,
@@ -59,6 +60,7 @@ def edits(
     version: str = V,
     host_driver_root: str = "/",
     hook_path: str = "/usr/bin/nvidia-ctk",
+    cached_dirs: tuple[str, ...] = (),
 ) -> DriverEdits:
     return driver_edits(
         listing,
@@ -66,6 +68,7 @@ def edits(
         kernel_release="6.8.0-45-generic",
         host_driver_root=host_driver_root,
         hook_path=hook_path,
+        cached_dirs=cached_dirs,
     )
 
 
@@ -348,3 +351,43 @@ def test_cdi_disable_hooks(hook_path, disabled, kept) -> None:
         n for h in result.hooks for n in ("create-symlinks", "update-ldcache") if n in h.args
     ] == kept
     assert result.mounts == full.mounts
+
+
+# Where the H200 image of BENCHMARKS.md ("On a real GPU") has its driver, known to ldconfig.
+NV = "/usr/local/nvidia/lib64"
+NV_DRIVER = tree(
+    (f"{NV}/libcuda.so.{V}", F),
+    (f"{NV}/libnvidia-ml.so.{V}", F),
+    links={f"{NV}/libcuda.so.1": f"libcuda.so.{V}"},
+)
+
+
+def test_the_ld_so_cache_names_the_directories_of_the_drivers_libraries() -> None:
+    cached = [
+        f"{NV}/libnvidia-ml.so.1",
+        "/opt/other/libz.so.1",  # not the driver's
+        f"{LIB}/libcuda.so.1",  # a standard directory, searched anyway
+        f"{NV}/libcuda.so.1",
+        "/opt/cuda/compat/libcuda.so",
+    ]
+    assert cached_library_dirs(cached) == (NV, "/opt/cuda/compat")
+
+
+def test_a_driver_found_only_through_the_ld_so_cache_is_mounted_from_there() -> None:
+    missing = edits(NV_DRIVER)
+    assert missing.gap is DriverGap.NO_LIBRARIES
+    assert "/etc/ld.so.cache names no other directory" in missing.message
+    found = edits(NV_DRIVER, cached_dirs=(NV,))
+    assert found.gap is None
+    assert [m.container_path for m in found.mounts] == [
+        f"{NV}/libcuda.so.{V}",
+        f"{NV}/libnvidia-ml.so.{V}",
+    ]
+    assert found.hooks[-1].args[3:] == ("--folder", NV)
+    assert driver_version(NV_DRIVER) == "" and driver_version(NV_DRIVER, (NV,)) == V
+
+
+def test_the_standard_directories_come_before_the_ld_so_cache() -> None:
+    both = tree(*NV_DRIVER.entries.items(), (f"{LIB}/libcuda.so.{V}", F))
+    found = edits(both, cached_dirs=(NV,))
+    assert [m.container_path for m in found.mounts] == [f"{LIB}/libcuda.so.{V}"]

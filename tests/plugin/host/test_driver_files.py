@@ -200,3 +200,45 @@ def test_an_unreadable_directory_is_skipped(driver_root, monkeypatch, caplog) ->
         listing = read_listing(driver_root, directories=[LIB, "/usr/bin"])
     assert listing.entries == {"/usr/bin/nvidia-smi": EntryKind.EXECUTABLE}
     assert "cannot list" in caplog.text and "Permission denied" in caplog.text
+
+
+NV = "/usr/local/nvidia/lib64"
+LDCACHE_DATA = Path(__file__).resolve().parents[2] / "data" / "ldcache"
+
+
+@pytest.fixture
+def nv_root(tmp_path: Path) -> Path:
+    """A driver outside the standard directories (the H200 image's), with ldconfig's cache."""
+    root = tmp_path / "host"
+    for name in ("libcuda.so", "libnvidia-ml.so"):
+        put(root, f"{NV}/{name}.{V}", mode=0o755)
+        link(root, f"{NV}/{name}.1", f"{name}.{V}")
+    (root / "etc").mkdir()
+    (root / "etc" / "ld.so.cache").write_bytes((LDCACHE_DATA / "new.cache").read_bytes())
+    return root
+
+
+def nv_edits(root: Path):
+    return read_driver_edits(
+        root, nvml_version=V, host_driver_root="/", hook_path="/usr/bin/nvidia-ctk"
+    )
+
+
+def test_a_driver_registered_with_ldconfig_is_found_through_its_cache(nv_root) -> None:
+    edits = nv_edits(nv_root)
+    assert edits.gap is None
+    assert [m.container_path for m in edits.mounts] == [
+        f"{NV}/libcuda.so.{V}",
+        f"{NV}/libnvidia-ml.so.{V}",
+    ]
+    assert edits.hooks[-1].args[3:] == ("--folder", NV)
+
+
+def test_an_unreadable_cache_is_one_warning_and_the_standard_search(nv_root, caplog) -> None:
+    (nv_root / "etc" / "ld.so.cache").write_bytes(b"not a cache")
+    with caplog.at_level(logging.WARNING):
+        edits = nv_edits(nv_root)
+    assert edits.gap is DriverGap.NO_LIBRARIES
+    (record,) = caplog.records
+    assert "etc/ld.so.cache: not read" in record.getMessage()
+    assert "neither glibc-ld.so.cache1.1 nor ld.so-1.7.0" in record.getMessage()
