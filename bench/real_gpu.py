@@ -29,6 +29,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -423,7 +424,8 @@ def pass_over(
         }
         time.sleep(3)  # a few collections, the pod-resources view, GPM's second sample
         point(out, "idle", ports)
-        if shutil.which("nvidia-smi") and load_seconds > 0:
+        # The load needs PyTorch with CUDA; without it the run has idle points only.
+        if shutil.which("nvidia-smi") and load_seconds > 0 and find_spec("torch"):
             load = subprocess.Popen([sys.executable, "-c", LOAD, str(load_seconds)])
             summary["load_pid"] = load.pid
             for k in range(3):
