@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from bench import procstat
+from bench.entry import exit_with
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core.factory import Tuning
 from gpufleet.autoscaler.core.workload import WorkloadConfig
@@ -135,4 +136,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -13,6 +13,7 @@ import platform
 import time
 from collections.abc import Callable
 
+from bench.entry import exit_with
 from gpufleet.exporter.core import attribution
 from gpufleet.exporter.core.render import render
 from gpufleet.exporter.core.samples import NodeSample
@@ -99,4 +100,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_with(main)

@@ -33,6 +33,7 @@ import zipfile
 from pathlib import Path
 
 from bench import heldout_bench, procstat
+from bench.entry import exit_with
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.replay.core import engine, sweep
 
@@ -223,4 +224,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -25,6 +25,7 @@ import urllib.request
 
 from kubernetes import client
 
+from bench.entry import exit_with
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
@@ -124,4 +125,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_with(main)

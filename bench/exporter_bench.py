@@ -39,6 +39,7 @@ from typing import Any
 import aiohttp
 
 from bench import import_cost, loadgen, peer_env, procstat, report
+from bench.entry import exit_with
 from bench.report import CollectionStats, ExporterRun, Floors, OutputStats, Phase
 from gpufleet.lab.node import DEFAULT_FLEET, NodeLayout, SimNode
 
@@ -512,4 +513,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)

@@ -32,6 +32,7 @@ import aiohttp
 from kubernetes import client
 
 from bench.controller_world import NS
+from bench.entry import exit_with
 from gpufleet.lab.prometheus import Child, start_prometheus
 from tests.helpers import free_port
 from tests.helpers.aggregator import (
@@ -234,4 +235,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_with(main)

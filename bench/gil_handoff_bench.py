@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+from bench.entry import exit_with
+
 CLIENT = """
 import socket, sys, time
 port, n = int(sys.argv[1]), int(sys.argv[2])
@@ -120,4 +122,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_with(main)

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench import cost_at_slo
+from bench.entry import exit_with
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core import knob
 from gpufleet.autoscaler.replay.core import report as sim_report
@@ -531,4 +532,4 @@ def _is_result(value: object) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

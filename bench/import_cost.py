@@ -29,6 +29,8 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
+from bench.entry import exit_with
+
 MIB = 1 << 20
 # What the exporter loads: its HTTP server is gpufleet's own, on asyncio streams.
 STACK = ("asyncio", "pydantic_settings", "pynvml")
@@ -257,4 +259,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)

@@ -24,6 +24,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 
+from bench.entry import exit_with
 from bench.heldout_bench import FAMILIES, HELDOUT_SEEDS, TUNING_SEEDS, _spec
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core import knob
@@ -156,4 +157,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

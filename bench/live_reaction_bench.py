@@ -22,6 +22,7 @@ import urllib.request
 
 from kubernetes import client
 
+from bench.entry import exit_with
 from bench.live_stack import live_stack
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.kube.cluster import Cluster
@@ -182,4 +183,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_with(main)

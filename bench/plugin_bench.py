@@ -52,6 +52,7 @@ from pathlib import Path
 import grpc
 
 from bench import procstat
+from bench.entry import exit_with
 from bench.grpc_floor import floor_server
 from bench.plugin_rpc import (
     READY_TIMEOUT_SECONDS,
@@ -664,4 +665,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.entry import exit_with
 from gpufleet.lab.kubelet.kubelet import FakeKubelet
 from gpufleet.lab.nvml.api import SimulatedNvml
 from gpufleet.plugin.daemon import start_plugin
@@ -147,4 +148,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

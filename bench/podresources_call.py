@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.entry import exit_with
 from gpufleet.lab.node import NodeLayout, SimNode
 
 _CLIENT = r"""
@@ -138,4 +139,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)

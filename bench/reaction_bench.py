@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.entry import exit_with
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.replay.core import sweep
 from gpufleet.autoscaler.replay.core.bursts import (
@@ -127,4 +128,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

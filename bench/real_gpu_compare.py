@@ -17,6 +17,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.entry import exit_with
+
 POINTS = ("idle", "load0", "load1", "load2", "after")
 EXPORTERS = ("dcp", "default", "compat")
 KUBERNETES = ("dcp", "default")
@@ -106,4 +108,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_with(main)

@@ -26,13 +26,13 @@ Run from the repository root:
 import argparse
 import ast
 import dataclasses
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.entry import exit_with
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
 from gpufleet.autoscaler.replay.core import sweep
@@ -203,4 +203,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -26,10 +26,10 @@ import concurrent.futures
 import dataclasses
 import json
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.entry import exit_with
 from bench.heldout_bench import _VISIBLE_GPU_HOURS, FAMILIES, TUNING_SEEDS, _specs
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.replay.core import sweep
@@ -203,4 +203,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

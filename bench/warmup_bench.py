@@ -19,11 +19,11 @@ Prints a Markdown table on stdout.
 
 import argparse
 import statistics
-import sys
 from collections.abc import Sequence
 
 from bench import heldout_bench
 from bench.cost_at_slo import split
+from bench.entry import exit_with
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core import knob
 from gpufleet.autoscaler.core.factory import Tuning
@@ -105,4 +105,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -36,6 +36,7 @@ import urllib.request
 import grpc
 from kubernetes import client
 
+from bench.entry import exit_with
 from bench.live_stack import live_stack
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.core.extmetrics import SnapshotFeed
@@ -378,4 +379,4 @@ def report(rows: list[tuple[str, dict]], args) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_with(main)
