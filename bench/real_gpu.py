@@ -3,18 +3,22 @@
 What no simulator can show: what the driver answers. The plugin (real NVML) registers with
 the lab's fake kubelet, a pod is admitted to it, and exporters read the GPU with
 dcgm-exporter's own counters files, attributing it to that pod through pod-resources. Each
-exporter is scraped idle, under a PyTorch load and after it, each scrape bracketed by
-`nvidia-smi -q -x` so the values can be compared field by field. Then one collection's cost
-is timed in-process, and every daemon is stopped with SIGTERM.
+exporter is scraped idle, under a PyTorch load (when PyTorch is there) and after it, each
+scrape pair bracketing `nvidia-smi -q -x`, so the values can be compared field by field.
+Then one collection is timed in-process, whole and NVML call by call, and every daemon is
+stopped with SIGTERM. Last, a plugin with the `cdi-cri` strategy and
+`--pass-device-specs` writes its CDI spec for the real driver (driver root '/', and each
+--cdi-driver-root) and answers Allocate.
 
 Run (a machine with the NVIDIA driver): python3 -m bench.real_gpu --out DIR
 A dry run without a GPU: python3 -m bench.real_gpu --out DIR --sim-fleet 1xH100
-Last, a plugin with the `cdi-cri` strategy and `--pass-device-specs` writes its CDI spec
-for the real driver (driver root '/', and each --cdi-driver-root) and answers Allocate.
+
 DIR then holds the scrapes (*.prom), nvidia-smi's answers (*.xml, *-apps.csv), the
 daemons' logs, the node labels, the CDI specs (cdiN/), the host's device nodes and driver
-libraries (host-driver.txt), and summary.json (devices, Allocate answers, RSS, collection
-timings, exit codes). bench/real_gpu_compare.py compares the scrapes with nvidia-smi.
+libraries (host-driver.txt), and summary.json: devices and Allocate answers, RSS (with
+the floor of a bare Python and of one that loaded NVML), each exporter's CPU per
+collection, the in-process timings and call profile, and exit codes.
+bench/real_gpu_compare.py compares the scrapes with nvidia-smi.
 """
 
 import argparse
