@@ -64,7 +64,7 @@ class ExporterSettings(BaseSettings):
         group=DCGM,
         help="Collection interval in milliseconds. 5000, not dcgm-exporter's 30000: 30 s "
         "made data up to 40 s old (DCGM#170), too slow for autoscaling, and a collection "
-        "costs about 7 ms of CPU per GPU on an H200 (most of it in the driver), under 2% of "
+        "costs 7-9 ms of CPU per GPU on an H200 (most of it in the driver), under 2% of "
         "a core for 8 GPUs at 5 s. Values below 100 are rejected: they are almost always "
         "seconds mistaken for milliseconds.",
     )
