@@ -36,8 +36,14 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
 
 def memory_bytes(pid: int) -> dict[str, int]:
     """VmRSS (resident now) and VmHWM (peak resident) of a process, in bytes."""
+    return status_memory_bytes(Path(f"/proc/{pid}/status").read_text())
+
+
+def status_memory_bytes(status: str) -> dict[str, int]:
+    """VmRSS and VmHWM in bytes from the text of a /proc/<pid>/status (one a process printed
+    of itself, say); absent keys are left out."""
     values = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    for line in status.splitlines():
         key, _, rest = line.partition(":")
         if key in ("VmRSS", "VmHWM"):
             values[key] = int(rest.split()[0]) * _KIB  # the kernel reports kB

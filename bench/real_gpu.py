@@ -39,6 +39,7 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
+from bench import procstat
 from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.lab.kubelet.kubelet import FakeKubelet
 
@@ -99,9 +100,7 @@ class Daemon:
         return None
 
     def memory(self) -> dict[str, int]:
-        status = Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
-        fields = dict(line.split(":", 1) for line in status if ":" in line)
-        return {k: int(fields[k].split()[0]) for k in ("VmRSS", "VmHWM") if k in fields}
+        return _kib(procstat.memory_bytes(self.proc.pid))
 
     def stop(self) -> dict[str, Any]:
         started = time.monotonic()
@@ -207,8 +206,9 @@ def time_collections(sim_fleet: str | None, n: int) -> dict[str, Any]:
 
     argv = ["-f", str(DCGM / "dcp-metrics-included.csv"), "-a", "127.0.0.1:0"]
     settings = settings_from_argv(ExporterSettings, prog="real_gpu", description="", argv=argv)
+    prepared = prepare(settings)
     backend = start_backend(sim_fleet)
-    parts = build(prepare(settings), backend.lib)
+    parts = build(prepared, backend.lib)
     collector, reader = parts.collector, parts.collector._reader
     try:
         for _ in range(3):  # GPM rates need two samples
@@ -232,7 +232,7 @@ def time_collections(sim_fleet: str | None, n: int) -> dict[str, Any]:
     finally:
         collector.close()
     timed = TimedNvml(backend.lib)
-    fields = (f.spec for f in prepare(settings).selection.fields)
+    fields = (f.spec for f in prepared.selection.fields)
     reader = NvmlReader(timed, fields, collect_processes=True)  # as with -k
     try:
         reader.discover()
@@ -283,10 +283,13 @@ def memory_floor() -> dict[str, dict[str, int]]:
     for what in ("python", "nvml", "nvml+gpm"):
         status = subprocess.run(
             [sys.executable, "-c", FLOOR, what], capture_output=True, text=True
-        ).stdout.splitlines()
-        fields = dict(line.split(":", 1) for line in status if ":" in line)
-        found[what] = {k: int(fields[k].split()[0]) for k in ("VmRSS", "VmHWM") if k in fields}
+        ).stdout
+        found[what] = _kib(procstat.status_memory_bytes(status))
     return found
+
+
+def _kib(values: dict[str, int]) -> dict[str, int]:
+    return {key: value // 1024 for key, value in values.items()}
 
 
 def versions() -> dict[str, str]:
