@@ -153,10 +153,16 @@ def cached_library_dirs(cached: Iterable[str]) -> tuple[str, ...]:
     return tuple(d for d in dict.fromkeys(dirs) if d not in LIBRARY_DIRS)
 
 
+def library_dirs(cached_dirs: Iterable[str] = ()) -> tuple[str, ...]:
+    """Where libcuda is looked for, in order: the standard directories, then `cached_dirs`
+    (`cached_library_dirs`)."""
+    return (*LIBRARY_DIRS, *cached_dirs)
+
+
 def search_directories(cached_dirs: Iterable[str] = ()) -> tuple[str, ...]:
     """Directories whose entries a listing must hold before the version is known;
     `cached_dirs` are `cached_library_dirs`."""
-    libraries = (*LIBRARY_DIRS, *cached_dirs)
+    libraries = library_dirs(cached_dirs)
     vdpau = tuple(posixpath.join(d, VDPAU_SUBDIR) for d in libraries)
     return (*libraries, *vdpau, *BINARY_DIRS)
 
@@ -205,7 +211,7 @@ def driver_version(listing: DriverListing, cached_dirs: Sequence[str] = ()) -> s
     `cached_dirs`; "" if none."""
     tree = _Tree(listing)
     for prefix in ("libcuda.so.", "libnvidia-ml.so."):
-        for path in tree.locate((*LIBRARY_DIRS, *cached_dirs), prefix + "*.*"):
+        for path in tree.locate(library_dirs(cached_dirs), prefix + "*.*"):
             return posixpath.basename(path).removeprefix(prefix)
     return ""
 
@@ -223,19 +229,20 @@ def driver_edits(
     docstring); empty, with the reason, when its libraries are not in the listing.
     `cached_dirs` (`cached_library_dirs`) are searched after the standard directories.
     Mounts are ordered shallowest first, so none hides another."""
+    searched = library_dirs(cached_dirs)
     if not version:
         return DriverEdits(
             gap=DriverGap.NO_VERSION,
             message="no driver version from NVML and no libcuda.so.<version> or "
-            f"libnvidia-ml.so.<version> in {', '.join((*LIBRARY_DIRS, *cached_dirs))}",
+            f"libnvidia-ml.so.<version> in {', '.join(searched)}",
         )
     tree = _Tree(listing)
-    library_dir = _library_dir(tree, version, (*LIBRARY_DIRS, *cached_dirs))
+    library_dir = _library_dir(tree, version, searched)
     if library_dir is None:
         return DriverEdits(
             gap=DriverGap.NO_LIBRARIES,
             message=f"no libcuda.so.{version} or libnvidia-ml.so.{version} in "
-            + ", ".join((*LIBRARY_DIRS, *cached_dirs))
+            + ", ".join(searched)
             + ("" if cached_dirs else f"; {LDCACHE} names no other directory for them"),
         )
     libraries = _libraries(tree, library_dir, version)
