@@ -23,10 +23,10 @@ Every tick it turns late signals into a replica count:
    node's replicas would meet (`backlog`): what is left once the replicas already starting
    have served, so a deep queue after a crowd buys no node that arrives after it drained.
    A crowd the ready replicas carry (a jump to `absorbed_crowd_ratio` x the base rate,
-   served at up to `absorbed_max_load` of their rate, what waits clearing within the SLO,
-   no panic) buys no new node until it has lasted the node lead time: what arrives fits
-   them with room to spare, and a shorter crowd is over before the node serves. Once
-   waiting, up to `absorbed_keep_load` of their rate keeps the wait going.
+   served at up to `absorbed_max_load` of their learned rate, what waits clearing within
+   the SLO at it, no panic) buys no new node until it has lasted the node lead time: what
+   arrives fits them with room to spare, and a shorter crowd is over before the node
+   serves. Once waiting, up to `absorbed_keep_load` of their rate keeps the wait going.
 3. **Burst path.** Bursty traffic needs standing capacity: a burst shorter than a cold
    start is over before replicas asked for at its sight serve. For each averaging window
    L (5 s to 60 s; `forecast`) the usual peak (a high quantile of the per-minute highest
@@ -176,15 +176,16 @@ class GpufleetSettings:
     new_node_waits_lead: bool = False
     # A crowd the ready replicas carry waits for a new node the same way, at any target: a
     # level of `absorbed_crowd_ratio` x the base rate (`RateForecast.base`: a jump, not a
-    # ramp) that they serve at no more than `absorbed_max_load` of their credited rate, what
-    # waits clearing within the SLO, and no panic. What arrives fits them with room to
-    # spare then, and a crowd shorter than the node lead time is over before the node
-    # serves; a crowd they do not carry buys it at once. Once the wait has started, a
-    # level up to `absorbed_keep_load` of their rate keeps it: one creeping past 80%
-    # bought the node at once, which arrived after a crowd shorter than the lead time
-    # (flash-short), and all of their rate kept a longer crowd waiting in a queue that
-    # grew (flash-long x4 at 99%: -0.9 points; 90%: -0.16). 4x, 80% and 90% were chosen
-    # on the tuning seeds (issue 17). 0: never.
+    # ramp) that they serve at no more than `absorbed_max_load` of their learned rate (not
+    # the SLO feedback's credit: carrying is throughput), what waits clearing within the
+    # SLO at that rate, and no panic. What arrives fits them with room to spare then, and a
+    # crowd shorter than the node lead time is over before the node serves; a crowd they
+    # do not carry buys it at once. Once the wait has started, a level up to
+    # `absorbed_keep_load` of their rate keeps it: one creeping past 80% bought the node at
+    # once, which arrived after a crowd shorter than the lead time (flash-short), and all
+    # of their rate kept a longer crowd waiting in a queue that grew (flash-long x4 at 99%:
+    # -0.9 points; 90%: -0.16). 4x, 80% and 90% were chosen on the tuning seeds (issue
+    # 17). 0: never.
     absorbed_crowd_ratio: float = 4.0
     absorbed_max_load: float = 0.8
     absorbed_keep_load: float = 0.9
@@ -505,7 +506,8 @@ class GpufleetPolicy:
         tpr = tokens_per_request(obs)
         est = estimate(self._capacity, s.capacity, tokens_per_request=tpr)
         ratio = self._feedback.ratio
-        unit = max(1e-9, est.per_replica_rps(tpr)) * ratio
+        learned = max(1e-9, est.per_replica_rps(tpr))
+        unit = learned * ratio
         prefill = max(unit, ratio * est.prompt_tokens_per_second / tpr if tpr else unit)
         grow = 1.0 + s.headroom
         arrivals = obs.arrival_rate if arrivals_ok else Series()
@@ -570,22 +572,45 @@ class GpufleetPolicy:
             surge=surge,
             panic=panic,
             placeholders=math.ceil(fc.sustained * s.placeholder_share * grow / unit),
-            absorbed=clears
-            and not panic
-            and self._carries(fc, serving=ready * unit, waiting=self._node_need_since is not None),
+            absorbed=not panic
+            and self._carries(
+                fc,
+                waiting=waiting,
+                serving=ready * learned,
+                slo=w.slo_ttft_seconds,
+                node_waits=self._node_need_since is not None,
+            ),
         )
 
-    def _carries(self, fc: RateForecast, *, serving: float, waiting: bool) -> bool:
-        """Whether replicas serving `serving` requests/s carry a crowd: a level of at least
-        `absorbed_crowd_ratio` x a base rate above zero (a zero base is traffic waking from
-        quiet, not a crowd) at no more than `absorbed_max_load` of that rate to start a
-        wait for a node, and no more than `absorbed_keep_load` to keep one going
-        (`waiting`): a level that crept past the room to spare bought the node at once,
-        which arrived after the crowd it was bought for."""
+    def _carries(
+        self,
+        fc: RateForecast,
+        *,
+        waiting: float | None,
+        serving: float,
+        slo: float,
+        node_waits: bool,
+    ) -> bool:
+        """Whether replicas serving `serving` requests/s carry a crowd: what waits
+        (`waiting`; unknown: it does not) clears within the `slo` at that rate, and the
+        level is at least `absorbed_crowd_ratio` x a base rate above zero (a zero base is
+        traffic waking from quiet, not a crowd) at no more than `absorbed_max_load` of that
+        rate to start a wait for a node, and no more than `absorbed_keep_load` to keep one
+        going (`node_waits`): a level that crept past the room to spare bought the node at
+        once, which arrived after the crowd it was bought for.
+
+        `serving` is the ready replicas' learned rate, not the SLO feedback's credit:
+        carrying is throughput. The credit corrects for latency (a short request behind a
+        long prompt's prefill), which a node that arrives after the crowd does not help
+        either. Credited, a fleet whose feedback sat at its floor carried no crowd: mix x4 at
+        0.99 (x0.25) bought 8 nodes for a 3-minute crowd, which arrived after it
+        (BENCHMARKS.md)."""
         s = self.settings
         if s.absorbed_crowd_ratio <= 0 or fc.base <= 0:
             return False
-        top = s.absorbed_keep_load if waiting else s.absorbed_max_load
+        if waiting is None or waiting > serving * slo:
+            return False
+        top = s.absorbed_keep_load if node_waits else s.absorbed_max_load
         return s.absorbed_crowd_ratio * fc.base <= fc.level <= top * serving
 
     def _update_feedback(self, obs: Observation, d: Demand) -> None:

@@ -624,6 +624,30 @@ def test_an_unknown_queue_carries_no_crowd() -> None:
     assert "no new node" not in policy(MARGIN, gpus_per_node=8).decide(obs).message
 
 
+def test_a_crowd_is_carried_at_the_learned_rate_whatever_the_slo_feedback_credits() -> None:
+    """Issue 17: carrying is throughput. With the SLO feedback crediting half the learned
+    rate (long prompts' waits), the 16 ready are credited 80/s, yet they serve the 120/s
+    crowd at 75% of the 160/s they sustain: no node until it outlasts the lead time (mix x4
+    at 0.99 bought 8 nodes for a 3-minute crowd that arrived after it). Credited, the
+    sizing still asks for the node (36 replicas), and a crowd past 80% of the learned rate
+    buys it at once."""
+    p = policy(MARGIN, gpus_per_node=8)
+    p.resume({"probe": 0.5})
+    d = p.decide(observe(1000.0, jump(20.0, 120.0), ready=16))
+    assert d.desired == 16
+    assert "the ready replicas carry this crowd" in d.message
+    assert p.decide(observe(1240.0, jump(20.0, 120.0), ready=16)).desired == 36
+    over = policy(MARGIN, gpus_per_node=8)
+    over.resume({"probe": 0.5})
+    assert over.decide(observe(1000.0, jump(20.0, 140.0), ready=16)).desired > 16
+    # What waits clears within the SLO at the learned rate (300 <= 160/s x 2 s), not at
+    # the credited one (80/s x 2 s).
+    queued = policy(MARGIN, gpus_per_node=8)
+    queued.resume({"probe": 0.5})
+    d = queued.decide(observe(1000.0, jump(20.0, 120.0), ready=16, queue=const(300.0)))
+    assert d.desired == 16
+
+
 def test_carried_crowds_can_be_switched_off() -> None:
     off = replace(MARGIN, absorbed_crowd_ratio=0.0)
     d = policy(off, gpus_per_node=8).decide(observe(1000.0, jump(20.0, 120.0), ready=16))
