@@ -70,7 +70,10 @@ class Knob:
 # 85% because below 90% the front climbs steeply where a crowd overruns the fleet (mix x4:
 # 58% -> 82% from 60% to 80%), and HPA's middle points fell between; 99.65% and 99.75%
 # where the reserve starts to absorb a crowd (flash-short x10: 92% -> 99% between them),
-# the two of eight values tried there that matched the most HPA points (BENCHMARKS.md,
+# the two of eight values tried there that matched the most HPA points; 99.35% where the
+# reserve starts to buy replicas for a steady heavy prompt tail (longctx x10: 92.5% at 33
+# GPU-h at 99%, 93.4% at 55 at 99.35%, 76 at 99.5%), and 99.93% between 99.9% and 99.95%
+# (flash-short x4), the two of fifteen values tried that matched the most (BENCHMARKS.md,
 # "Where the knob is sampled", tuning seeds only).
 _KNOBS = {
     HPA: Knob(name="target_util", sweep=(20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0)),
@@ -87,11 +90,13 @@ _KNOBS = {
             0.95,
             0.98,
             0.99,
+            0.9935,
             0.995,
             0.9965,
             0.9975,
             0.998,
             0.999,
+            0.9993,
             0.9995,
             0.9999,
             0.99995,
