@@ -14,18 +14,21 @@ steps, the desired and ready replicas, the billed nodes, and the requests that a
 it and missed the TTFT SLO, and how many of those were feasible (one idle replica prefills
 their prompt within the SLO: the rest miss under any schedule). `--set` tries a setting
 without a rebuild of the compiled simulator, and the misses show when a front point lost
-its requests.
+its requests. `--decisions FROM:TO` then lists the policy's decisions in that span of
+seconds, each that changed the desired count (every one with `--every-tick`), with the
+message that names what bound it: why it scaled, or held.
 
 Run from the repository root:
     python3 -m bench.sim_minutes --trace ../shared/traces/azure-llm-2023-code.csv
         [--scale 10] [--policy gpufleet] [--knob 0.995] [--set KEY=VALUE ...]
     python3 -m bench.sim_minutes --workload longctx:duration=1800 --seed 0 --scale 10
-        [--policy hpa --knob 80]
+        [--policy hpa --knob 80] [--decisions 300:600 [--every-tick]]
 """
 
 import argparse
 import ast
 import dataclasses
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -72,6 +75,35 @@ def parse_set(text: str) -> tuple[str, object]:
         return key, ast.literal_eval(literal)
     except (ValueError, SyntaxError):
         return key, raw
+
+
+def parse_span(text: str) -> tuple[float, float]:
+    """`FROM:TO` in seconds of the run (either side may be empty: from its start, to its
+    end); ArgumentTypeError naming the text otherwise."""
+    start, sep, end = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        lo = float(start) if start else -math.inf
+        hi = float(end) if end else math.inf
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FROM:TO in seconds, got {text!r}") from None
+    if lo > hi:
+        raise argparse.ArgumentTypeError(f"{text!r} ends before it starts")
+    return lo, hi
+
+
+def decisions(
+    result: RunResult, span: tuple[float, float], *, every_tick: bool
+) -> list[tuple[float, int, str, str]]:
+    """(t, desired, reason, message) of the run's decisions within `span`: those that changed
+    the desired count (the first in the span always), or all of them with `every_tick`."""
+    rows, previous = [], None
+    for d in result.decisions:
+        if span[0] <= d.t <= span[1] and (every_tick or not rows or d.desired != previous):
+            rows.append((d.t, d.desired, d.reason, d.message))
+        previous = d.desired
+    return rows
 
 
 def minutes(result: RunResult, arrival_seconds: np.ndarray, can: np.ndarray) -> list[tuple]:
@@ -134,6 +166,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         metavar="KEY=VALUE",
         help="a gpufleet setting (GpufleetSettings, dotted into forecast. and capacity.)",
+    )
+    parser.add_argument(
+        "--decisions",
+        type=parse_span,
+        metavar="FROM:TO",
+        help="after the table, the decisions in this span of seconds that changed the "
+        "desired count, with their messages (`300:600`, `:120`, `1500:`)",
+    )
+    parser.add_argument(
+        "--every-tick",
+        action="store_true",
+        help="with --decisions, every decision in the span, holds included",
     )
     args = parser.parse_args(argv)
     settings = SimulateSettings()
@@ -199,6 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {m} | {mean:.1f} / {peak:.1f} | {d0}-{d1} | {r0}-{r1} | {n0}-{n1} "
             f"| {missed} | {feasible_missed} |"
         )
+    if args.decisions is not None:
+        print("\n| t (s) | desired | reason | message |\n|---:|---:|---|---|")
+        for t, desired, reason, message in decisions(
+            result, args.decisions, every_tick=args.every_tick
+        ):
+            print(f"| {t:g} | {desired} | {reason} | {message} |")
     return 0
 
 

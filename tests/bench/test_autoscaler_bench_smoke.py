@@ -4,6 +4,7 @@ Measured, not asserted: no time is checked, only that every policy's row and the
 written.
 """
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -76,10 +77,36 @@ def test_sim_minutes_runs_a_workload_family_at_a_knob_setting() -> None:
     assert "| 0 | " in run.stdout and "| 1 | " in run.stdout
 
 
+def test_sim_minutes_lists_the_decisions_of_a_span() -> None:
+    args = ("--workload", "longctx:duration=300", "--seed", "0", "--scale", "2")
+    changes = run_bench("sim_minutes", *args, "--decisions", ":60")
+    assert changes.returncode == 0, changes.stderr
+    table = changes.stdout.split("| t (s) | desired | reason | message |\n|---:|---:|---|---|\n")
+    assert len(table) == 2, changes.stdout
+    rows = [line.split(" | ") for line in table[1].splitlines()]
+    assert rows and all(float(r[0].lstrip("| ")) <= 60 for r in rows)
+    assert all("; bound by " in r[3] for r in rows)  # the message names what bound it
+    desired = [int(r[1]) for r in rows]
+    assert all(a != b for a, b in itertools.pairwise(desired))  # changes only
+    every = run_bench("sim_minutes", *args, "--decisions", ":60", "--every-tick")
+    assert every.returncode == 0, every.stderr
+    assert every.stdout.count("\n| ") > changes.stdout.count("\n| ")  # the holds too
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [
         pytest.param(("--workload", "nope"), "--workload: workload 'nope'", id="workload"),
+        pytest.param(
+            ("--workload", "longctx", "--decisions", "60"),
+            "--decisions: expected FROM:TO in seconds, got '60'",
+            id="decisions",
+        ),
+        pytest.param(
+            ("--workload", "longctx", "--decisions", "60:10"),
+            "--decisions: '60:10' ends before it starts",
+            id="decisions-backwards",
+        ),
         pytest.param(
             ("--workload", "longctx", "--knob", "2"),
             "--knob: target attainment must be in [0.5, 0.99999]",
