@@ -12,13 +12,18 @@ Run from the repository root:
         [--knobs V,...] [--duration 1800] [--jobs 2] [--routing least-tokens] --json OUT.json
     python3 -m bench.tuning_grid --compare BEFORE.json AFTER.json
     python3 -m bench.tuning_grid --unmatched OURS.json[,MORE.json] BASELINE.json[,...]
+    python3 -m bench.tuning_grid --choose OURS.json CANDIDATES.json BASELINE.json
 The first writes each (family, scale, knob)'s mean attainment and billed GPU-h over the
 tuning seeds, for the policy's sweep or the knob values given (to try where to sample it);
 the second prints the points that moved, and a count of those better on both axes, worse
 on both, and traded; the third prints, per family and scale, the baseline's points that no
 point of ours matches (at least its attainment for no more GPU-h: issue 17's dominance,
 judged on the tuning seeds), and their count. Several files on one side are one grid (a
-sweep and the extra knob values tried beside it).
+sweep and the extra knob values tried beside it). The fourth is where to sample the knob
+(BENCHMARKS.md, "Where the knob is sampled"): each knob value of the candidates' grid (a
+`--knobs` run) judged alone beside ours, the baseline points it newly matches, and the
+values chosen greedily (the one that leaves the fewest unmatched, then the one that does
+beside it, while each leaves fewer).
 """
 
 import argparse
@@ -109,23 +114,70 @@ def compare(before: dict[Key, tuple[float, float]], after: dict[Key, tuple[float
     return "\n".join(lines) + f"\n\n{summary}\n"
 
 
+def _uncovered(
+    ours: dict[Key, tuple[float, float]], baseline: dict[Key, tuple[float, float]]
+) -> dict[tuple[str, int], list[sweep.Point]]:
+    """Per (family, scale) that both grids ran, the baseline points no point of ours matches
+    or beats on both axes."""
+    cells = sorted({(f, s) for f, s, _ in baseline} & {(f, s) for f, s, _ in ours})
+    return {
+        cell: sweep.uncovered(sweep.pareto_front(_points(ours, cell)), _points(baseline, cell))
+        for cell in cells
+    }
+
+
 def unmatched(
     ours: dict[Key, tuple[float, float]], baseline: dict[Key, tuple[float, float]]
 ) -> str:
     """Markdown: per (family, scale) that both grids ran, the baseline points no point of
     ours matches or beats on both axes, then their count."""
-    lines, total = [], 0
-    cells = sorted({(f, s) for f, s, _ in baseline} & {(f, s) for f, s, _ in ours})
-    for cell in cells:
-        front = sweep.pareto_front(_points(ours, cell))
-        missed = sweep.uncovered(front, _points(baseline, cell))
-        total += len(missed)
-        if missed:
-            shown = ", ".join(f"{p.label}: {p.attainment:.2%} / {p.gpu_hours:.2f}" for p in missed)
-            lines.append(f"- {cell[0]} x{cell[1]}: {shown}")
+    by_cell = _uncovered(ours, baseline)
+    lines = [
+        f"- {f} x{s}: "
+        + ", ".join(f"{p.label}: {p.attainment:.2%} / {p.gpu_hours:.2f}" for p in missed)
+        for (f, s), missed in by_cell.items()
+        if missed
+    ]
+    total = sum(len(missed) for missed in by_cell.values())
     return "\n".join(
-        [*lines, f"\nunmatched baseline points: {total}, in {len(cells)} family-scale cells\n"]
+        [*lines, f"\nunmatched baseline points: {total}, in {len(by_cell)} family-scale cells\n"]
     )
+
+
+def choose(
+    ours: dict[Key, tuple[float, float]],
+    candidates: dict[Key, tuple[float, float]],
+    baseline: dict[Key, tuple[float, float]],
+) -> str:
+    """Markdown: each knob value of `candidates` judged alone beside `ours` (the baseline
+    points it leaves unmatched, and those it newly matches), then the values chosen
+    greedily while each leaves fewer unmatched (ties: the lower value)."""
+
+    def missed(values: set[float]) -> set[tuple[str, int, str]]:
+        grid = {**ours, **{k: v for k, v in candidates.items() if k[2] in values}}
+        return {(f, s, p.label) for (f, s), pts in _uncovered(grid, baseline).items() for p in pts}
+
+    before = missed(set())
+    values = sorted({k for _, _, k in candidates})
+    lines = ["| added value | unmatched baseline points | newly matched |", "|---|---:|---|"]
+    for value in values:
+        after = missed({value})
+        newly = ", ".join(f"{f} x{s} {label}" for f, s, label in sorted(before - after))
+        lines.append(f"| {value:g} | {len(after)} | {newly or 'none'} |")
+    chosen: list[float] = []
+    left = len(before)
+    while rest := [v for v in values if v not in chosen]:
+        count, value = min((len(missed({*chosen, v})), v) for v in rest)
+        if count >= left:
+            break
+        chosen.append(value)
+        left = count
+    picked = ", ".join(f"{v:g}" for v in chosen) or "none"
+    lines.append(
+        f"\nunmatched baseline points: {len(before)} without them; chosen greedily: {picked} "
+        f"({left} unmatched)\n"
+    )
+    return "\n".join(lines)
 
 
 def _points(grid: dict[Key, tuple[float, float]], cell: tuple[str, int]) -> list[sweep.Point]:
@@ -167,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the grid here")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--unmatched", nargs=2, metavar=("OURS", "BASELINE"))
+    parser.add_argument("--choose", nargs=3, metavar=("OURS", "CANDIDATES", "BASELINE"))
     args = parser.parse_args(argv)
     if args.compare:
         print(compare(_load(args.compare[0]), _load(args.compare[1])), end="")
@@ -175,8 +228,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ours, theirs = (_load(paths, "--unmatched") for paths in args.unmatched)
         print(unmatched(ours, theirs), end="")
         return 0
+    if args.choose:
+        ours, candidates, theirs = (_load(paths, "--choose") for paths in args.choose)
+        print(choose(ours, candidates, theirs), end="")
+        return 0
     if args.json is None:
-        parser.error("--json is required unless --compare or --unmatched is given")
+        parser.error("--json is required unless --compare, --unmatched or --choose is given")
     families = args.families.split(",")
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from helpers.bench import run_bench
 
-from bench.tuning_grid import compare, unmatched
+from bench.tuning_grid import choose, compare, unmatched
 
 
 def test_a_tiny_grid_is_written_and_compares_unchanged_with_itself(tmp_path: Path) -> None:
@@ -116,3 +116,39 @@ def test_a_bad_unmatched_file_is_one_line(tmp_path: Path) -> None:
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert run.stderr.startswith(f"--unmatched {missing}: not a --json of bench.tuning_grid (")
     assert len(run.stderr.splitlines()) == 1
+
+
+def test_choose_judges_each_candidate_alone_then_greedily() -> None:
+    ours = {("mix", 10, 0.99): (0.94, 75.0), ("quiet", 1, 0.99): (0.9998, 1.34)}
+    candidates = {
+        ("mix", 10, 0.995): (0.925, 59.0),  # matches HPA 90
+        ("mix", 10, 0.996): (0.93, 70.0),  # matches nothing more
+        ("mix", 10, 0.9975): (0.95, 68.0),  # matches HPA 80
+    }
+    hpa = {
+        ("mix", 10, 80.0): (0.94, 68.7),
+        ("mix", 10, 90.0): (0.92, 60.0),
+        ("quiet", 1, 90.0): (0.9995, 1.34),  # ours matches it already
+    }
+    assert choose(ours, candidates, hpa) == (
+        "| added value | unmatched baseline points | newly matched |\n"
+        "|---|---:|---|\n"
+        "| 0.995 | 1 | mix x10 90 |\n"
+        "| 0.996 | 2 | none |\n"
+        "| 0.9975 | 1 | mix x10 80 |\n"
+        "\nunmatched baseline points: 2 without them; chosen greedily: 0.995, 0.9975 "
+        "(0 unmatched)\n"
+    )
+
+
+def test_choose_reads_its_three_grids_from_files(tmp_path: Path) -> None:
+    ours, extra, hpa = (tmp_path / n for n in ("ours.json", "extra.json", "hpa.json"))
+    ours.write_text(json.dumps([["mix", 10, 0.99, 0.94, 75.0]]))
+    extra.write_text(json.dumps([["mix", 10, 0.9975, 0.95, 68.0]]))
+    hpa.write_text(json.dumps([["mix", 10, 80.0, 0.94, 68.7]]))
+    run = run_bench("tuning_grid", "--choose", str(ours), str(extra), str(hpa), timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.endswith("chosen greedily: 0.9975 (0 unmatched)\n")
+    bad = run_bench("tuning_grid", "--choose", str(ours), str(tmp_path / "no.json"), str(hpa))
+    assert bad.returncode == 1 and len(bad.stderr.splitlines()) == 1
+    assert bad.stderr.startswith(f"--choose {tmp_path / 'no.json'}: not a --json")
