@@ -193,7 +193,8 @@ def test_lab_serves_an_attributed_node():
     port = free_port()
     proc = subprocess.Popen(
         [*GPUFLEET, "lab", "--address", f"127.0.0.1:{port}", "--churn-seconds", "0", *LAB_PORTS],
-        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
         env=ENV,
     )
@@ -207,8 +208,11 @@ def test_lab_serves_an_attributed_node():
         assert 'GPU_I_PROFILE="1g.10gb"' in text and 'pod="train-0"' in text
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=15)
-    assert proc.returncode == 0, err
+        out, _ = proc.communicate(timeout=15)
+        # The lab's banner and log, shown with a failure: it timed out once under the full
+        # suite (2026-11-30) with nothing to say why.
+        print(out)
+    assert proc.returncode == 0, out
 
 
 @pytest.mark.parametrize(
