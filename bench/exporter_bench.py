@@ -40,6 +40,7 @@ import aiohttp
 
 from bench import import_cost, loadgen, peer_env, procstat, report
 from bench.entry import exit_with
+from bench.exposition import metric_value
 from bench.report import CollectionStats, ExporterRun, Floors, OutputStats, Phase
 from gpufleet.lab.node import DEFAULT_FLEET, NodeLayout, SimNode
 
@@ -124,12 +125,6 @@ async def running(
 
 def _tail(path: Path, lines: int = 20) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def metric_value(text: str, name: str) -> float | None:
-    """The value of the first sample of `name` in a text exposition, or None."""
-    match = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)", text, re.MULTILINE)
-    return float(match.group(1)) if match else None
 
 
 def output_stats(text: str, prometheus_body: bytes) -> OutputStats:

@@ -40,6 +40,7 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 
 from bench import procstat
+from bench.exposition import metric_value
 from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.lab.kubelet.kubelet import FakeKubelet
 
@@ -314,20 +315,11 @@ def versions() -> dict[str, str]:
 
 def collection_cpu_ms(metrics: str) -> float | None:
     """A running exporter's mean CPU per collection so far, from its self-metrics."""
-    found = dict(
-        line.split()[:2]
-        for line in metrics.splitlines()
-        if line.startswith(
-            (
-                "gpufleet_exporter_collection_cpu_seconds_total ",
-                "gpufleet_exporter_collections_total ",
-            )
-        )
-    )
-    if len(found) < 2 or not float(found["gpufleet_exporter_collections_total"]):
+    collections = metric_value(metrics, "gpufleet_exporter_collections_total")
+    seconds = metric_value(metrics, "gpufleet_exporter_collection_cpu_seconds_total")
+    if not collections or seconds is None:
         return None
-    seconds = float(found["gpufleet_exporter_collection_cpu_seconds_total"])
-    return round(seconds * 1000 / float(found["gpufleet_exporter_collections_total"]), 3)
+    return round(seconds * 1000 / collections, 3)
 
 
 def cdi_allocations(out: Path, sim_fleet: str | None, driver_roots: list[str]) -> dict[str, Any]:
