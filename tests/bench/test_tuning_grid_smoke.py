@@ -96,11 +96,20 @@ def test_unmatched_lists_the_baseline_points_no_point_of_ours_matches() -> None:
     )
 
 
+def _sweep_extra_hpa(tmp_path: Path) -> tuple[Path, ...]:
+    """Three --json grids of one cell: our sweep, an extra knob value, and HPA's."""
+    grids = {
+        "sweep.json": [["mix", 10, 0.99, 0.94, 75.0]],  # leaves HPA 80 unmatched
+        "extra.json": [["mix", 10, 0.9975, 0.95, 68.0]],  # matches it
+        "hpa.json": [["mix", 10, 80.0, 0.94, 68.7]],
+    }
+    for name, rows in grids.items():
+        (tmp_path / name).write_text(json.dumps(rows))
+    return tuple(tmp_path / name for name in grids)
+
+
 def test_unmatched_reads_several_grids_as_one(tmp_path: Path) -> None:
-    sweep, extra, hpa = (tmp_path / n for n in ("sweep.json", "extra.json", "hpa.json"))
-    sweep.write_text(json.dumps([["mix", 10, 0.99, 0.94, 75.0]]))
-    extra.write_text(json.dumps([["mix", 10, 0.9975, 0.95, 68.0]]))
-    hpa.write_text(json.dumps([["mix", 10, 80.0, 0.94, 68.7]]))
+    sweep, extra, hpa = _sweep_extra_hpa(tmp_path)
     alone = run_bench("tuning_grid", "--unmatched", str(sweep), str(hpa), timeout=60)
     both = run_bench("tuning_grid", "--unmatched", f"{sweep},{extra}", str(hpa), timeout=60)
     assert alone.stdout.endswith("unmatched baseline points: 1, in 1 family-scale cells\n"), (
@@ -142,10 +151,7 @@ def test_choose_judges_each_candidate_alone_then_greedily() -> None:
 
 
 def test_choose_reads_its_three_grids_from_files(tmp_path: Path) -> None:
-    ours, extra, hpa = (tmp_path / n for n in ("ours.json", "extra.json", "hpa.json"))
-    ours.write_text(json.dumps([["mix", 10, 0.99, 0.94, 75.0]]))
-    extra.write_text(json.dumps([["mix", 10, 0.9975, 0.95, 68.0]]))
-    hpa.write_text(json.dumps([["mix", 10, 80.0, 0.94, 68.7]]))
+    ours, extra, hpa = _sweep_extra_hpa(tmp_path)
     run = run_bench("tuning_grid", "--choose", str(ours), str(extra), str(hpa), timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.endswith("chosen greedily: 0.9975 (0 unmatched)\n")
