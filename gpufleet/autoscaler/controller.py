@@ -40,6 +40,7 @@ from gpufleet.autoscaler.core.factory import Tuning, make_policy
 from gpufleet.autoscaler.core.gather import (
     RangeSeries,
     pod_values,
+    workload_buckets,
     workload_quantiles,
     workload_sums,
 )
@@ -378,6 +379,13 @@ class Controller:
             query, users = wanted[text]
 
             def add(answer: tuple[RangeSeries, ...]) -> None:
+                if query.kind == "buckets":
+                    histograms = workload_buckets(answer, owners[text])
+                    for key, signal in users:
+                        history = self._workloads[key].history
+                        for ts, buckets in histograms.get(key, ()):
+                            history.add_buckets(signal, ts, buckets)
+                    return
                 if query.kind == "quantile":
                     joined = workload_quantiles(answer, owners[text], query.quantile)
                 else:

@@ -38,6 +38,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gpufleet.autoscaler.replay.core.model import ServiceModel
+from gpufleet.autoscaler.replay.core.pipeline import PROMPT_TOKEN_BOUNDS
 from gpufleet.autoscaler.replay.core.trace import Trace
 from gpufleet.core.selectors import selector_string
 from gpufleet.lab.kubeapi.cluster import is_ready
@@ -83,9 +84,12 @@ class _Request:
 @dataclass(slots=True)
 class _Histogram:
     buckets: tuple[float, ...] = TTFT_BUCKETS
-    counts: list[int] = field(default_factory=lambda: [0] * (len(TTFT_BUCKETS) + 1))
+    counts: list[int] = field(default_factory=list)
     total: float = 0.0
     n: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.buckets) + 1)
 
     def observe(self, value: float) -> None:
         i = next((i for i, b in enumerate(self.buckets) if value <= b), len(self.buckets))
@@ -119,6 +123,7 @@ class VllmEngine:
         self.prompt_tokens = 0
         self.ttft = _Histogram()
         self.prefill = _Histogram()
+        self.prompt_lengths = _Histogram(PROMPT_TOKEN_BOUNDS)  # observed as requests finish
 
     @property
     def running(self) -> int:
@@ -150,8 +155,9 @@ class VllmEngine:
             if prefill_end <= decode_end:
                 self._prefill_done(t)
             else:
-                heapq.heappop(self._decoding)
+                _, _, done = heapq.heappop(self._decoding)
                 self.success += 1
+                self.prompt_lengths.observe(done.prompt_tokens)
                 self._admit(t)
 
     def _admit(self, t: float) -> None:
@@ -190,6 +196,7 @@ class VllmEngine:
             f"vllm:prompt_tokens_total{{{labels}}} {self.prompt_tokens}",
             *self.ttft.lines("vllm:time_to_first_token_seconds", labels),
             *self.prefill.lines("vllm:request_prefill_time_seconds", labels),
+            *self.prompt_lengths.lines("vllm:request_prompt_tokens", labels),
         ]
         return "\n".join(lines) + "\n"
 

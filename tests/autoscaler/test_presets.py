@@ -15,7 +15,7 @@ from helpers import wait_for
 from helpers.e2e import Prometheus
 from helpers.serving import MetricsServer
 
-from gpufleet.autoscaler.core.gather import workload_quantiles, workload_sums
+from gpufleet.autoscaler.core.gather import workload_buckets, workload_quantiles, workload_sums
 from gpufleet.autoscaler.core.signals import PRESETS
 from gpufleet.autoscaler.prom.client import PromClient
 
@@ -51,6 +51,7 @@ def engines(started: float) -> str:
                 f'vllm:prompt_tokens_total{{model_name="m"}} {5000 * t:.3f}',
                 histogram("vllm:time_to_first_token_seconds", t),
                 histogram("vllm:request_prefill_time_seconds", t),
+                histogram("vllm:request_prompt_tokens", t, scale=1000),
                 "# TYPE sglang:num_queue_reqs gauge",
                 "sglang:num_queue_reqs 7",
                 "# TYPE sglang:num_running_reqs gauge",
@@ -124,6 +125,14 @@ def test_each_preset_query_answers_on_real_prometheus(
 
     answer = asyncio.run(fetch())
     owners = {POD: "w"}
+    if query.kind == "buckets":
+        samples = workload_buckets(answer, owners).get("w", ())
+        assert samples, f"{preset} {signal}: no samples for {text}"
+        # 10 requests/s, a third up to 100 tokens, all up to 1000: cumulative by bound.
+        rates = dict(samples[-1][1])
+        assert rates[100.0] == pytest.approx(10 / 3, rel=0.15), rates
+        assert rates[1000.0] == rates[math.inf] == pytest.approx(10.0, rel=0.15), rates
+        return
     joined = (
         workload_quantiles(answer, owners, query.quantile)
         if query.kind == "quantile"

@@ -4,7 +4,8 @@ The controller asks Prometheus one `... by (namespace, pod)` query per signal pe
 joins the answer to workloads here, through the pods each workload's scale selector
 selects, so the number of queries grows with the signals, not the workloads. Sums add the
 pods' samples at each timestamp; a quantile adds the pods' histogram buckets, then takes
-the quantile as PromQL's `histogram_quantile` does. Pure.
+the quantile as PromQL's `histogram_quantile` does; a histogram signal keeps the added
+buckets. Pure.
 """
 
 import math
@@ -49,6 +50,22 @@ def workload_quantiles(
     series: Iterable[RangeSeries], owners: Mapping[PodKey, W], q: float
 ) -> dict[W, list[tuple[float, float]]]:
     """Per workload, the q-quantile of its pods' summed `le` buckets at each timestamp."""
+    out: dict[W, list[tuple[float, float]]] = {}
+    for w, samples in workload_buckets(series, owners).items():
+        points = []
+        for t, buckets in samples:
+            value = histogram_quantile(q, buckets)
+            if value is not None:
+                points.append((t, value))
+        out[w] = points
+    return out
+
+
+def workload_buckets(
+    series: Iterable[RangeSeries], owners: Mapping[PodKey, W]
+) -> dict[W, list[tuple[float, tuple[tuple[float, float], ...]]]]:
+    """Per workload, its pods' summed `le` buckets at each timestamp, oldest first, each
+    sorted by bound. Series without a numeric `le` are ignored."""
     buckets: dict[W, dict[float, dict[float, float]]] = {}
     for s in series:
         owner = _owner(s, owners)
@@ -59,15 +76,10 @@ def workload_quantiles(
         for t, v in s.samples:
             at = by_time.setdefault(t, {})
             at[le] = at.get(le, 0.0) + v
-    out: dict[W, list[tuple[float, float]]] = {}
-    for w, by_time in buckets.items():
-        points = []
-        for t in sorted(by_time):
-            value = histogram_quantile(q, sorted(by_time[t].items()))
-            if value is not None:
-                points.append((t, value))
-        out[w] = points
-    return out
+    return {
+        w: [(t, tuple(sorted(by_time[t].items()))) for t in sorted(by_time)]
+        for w, by_time in buckets.items()
+    }
 
 
 def _bound(text: str | None) -> float | None:

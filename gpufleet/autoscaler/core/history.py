@@ -14,8 +14,17 @@ workloads kept every sample at about 9 GB a day).
 """
 
 from bisect import bisect_left, bisect_right
+from typing import TypeVar
 
-from gpufleet.autoscaler.core.observation import Observation, PodTelemetry, Replica, Series
+from gpufleet.autoscaler.core.observation import (
+    Buckets,
+    Observation,
+    PodTelemetry,
+    Replica,
+    Series,
+)
+
+V = TypeVar("V")
 
 # The Observation fields that are signal series; the names are the fields'.
 SIGNALS = (
@@ -28,6 +37,9 @@ SIGNALS = (
     "ttft_sum_rate",
     "prefill_sum_rate",
 )
+# The Observation fields that are histogram signals (`Buckets`).
+BUCKET_SIGNALS = ("prompt_tokens_buckets",)
+BucketSample = tuple[tuple[float, float], ...]
 
 
 class SignalHistory:
@@ -40,30 +52,34 @@ class SignalHistory:
         self.delay_seconds = delay_seconds
         self._times: dict[str, list[float]] = {s: [] for s in SIGNALS}
         self._values: dict[str, list[float]] = {s: [] for s in SIGNALS}
+        self._bucket_times: dict[str, list[float]] = {s: [] for s in BUCKET_SIGNALS}
+        self._buckets: dict[str, list[BucketSample]] = {s: [] for s in BUCKET_SIGNALS}
         self._pod_times: list[float] = []
         self._pods: list[tuple[PodTelemetry, ...]] = []
         self._keep_seconds = history_seconds + delay_seconds  # what any window reaches back
 
     def add(self, signal: str, t: float, value: float) -> None:
         """One sample of `signal` (an `Observation` series field) taken at `t`."""
-        times = self._times[signal]
-        if times and t <= times[-1]:
-            return
-        times.append(t)
-        self._values[signal].append(value)
-        if t - times[0] > 2 * self._keep_seconds:  # once per window: amortised O(1)
-            cut = bisect_left(times, t - self._keep_seconds)
-            del times[:cut], self._values[signal][:cut]
+        self._append(self._times[signal], self._values[signal], t, value)
+
+    def add_buckets(self, signal: str, t: float, buckets: BucketSample) -> None:
+        """One sample of histogram `signal` (an `Observation` `Buckets` field) taken at `t`:
+        cumulative (upper bound, value) pairs sorted by bound."""
+        self._append(self._bucket_times[signal], self._buckets[signal], t, buckets)
 
     def add_pods(self, t: float, pods: tuple[PodTelemetry, ...]) -> None:
         """The replicas' GPU telemetry as scraped at `t`."""
-        if self._pod_times and t <= self._pod_times[-1]:
+        self._append(self._pod_times, self._pods, t, pods)
+
+    def _append(self, times: list[float], values: list[V], t: float, value: V) -> None:
+        """Keep (`t`, `value`) if newer than the newest kept, and forget what no window reaches."""
+        if times and t <= times[-1]:
             return
-        self._pod_times.append(t)
-        self._pods.append(pods)
-        if t - self._pod_times[0] > 2 * self._keep_seconds:
-            cut = bisect_left(self._pod_times, t - self._keep_seconds)
-            del self._pod_times[:cut], self._pods[:cut]
+        times.append(t)
+        values.append(value)
+        if t - times[0] > 2 * self._keep_seconds:  # once per window: amortised O(1)
+            cut = bisect_left(times, t - self._keep_seconds)
+            del times[:cut], values[:cut]
 
     def latest_time(self, signal: str) -> float | None:
         """When the newest sample of `signal` was taken; None before the first."""
@@ -105,6 +121,7 @@ class SignalHistory:
         newest = now - self.delay_seconds
         oldest = now - self.history_seconds
         series = {s: self._window(s, oldest, newest) for s in SIGNALS}
+        buckets = {s: self._bucket_window(s, oldest, newest) for s in BUCKET_SIGNALS}
         lo = bisect_left(self._pod_times, oldest)
         hi = bisect_right(self._pod_times, newest)
         return Observation(
@@ -113,6 +130,7 @@ class SignalHistory:
             replicas=replicas,
             node_free_gpus=node_free_gpus,
             **series,
+            **buckets,
         )
 
     def _window(self, signal: str, oldest: float, newest: float) -> Series:
@@ -120,3 +138,9 @@ class SignalHistory:
         lo = bisect_left(times, oldest)
         hi = bisect_right(times, newest)
         return Series(tuple(times[lo:hi]), tuple(self._values[signal][lo:hi]))
+
+    def _bucket_window(self, signal: str, oldest: float, newest: float) -> Buckets:
+        times = self._bucket_times[signal]
+        lo = bisect_left(times, oldest)
+        hi = bisect_right(times, newest)
+        return Buckets(tuple(times[lo:hi]), tuple(self._buckets[signal][lo:hi]))

@@ -25,6 +25,18 @@ class Series(NamedTuple):
 MISSING = Series()  # a signal the pipeline did not return (immutable, so safe to share)
 
 
+class Buckets(NamedTuple):
+    """Recent samples of one histogram signal, oldest first: each sample's cumulative
+    (upper bound, per second) buckets sorted by bound, +inf last, as PromQL's `rate` of
+    a histogram's `_bucket` series summed by `le` gives them."""
+
+    times: tuple[float, ...] = ()
+    values: tuple[tuple[tuple[float, float], ...], ...] = ()
+
+
+NO_BUCKETS = Buckets()
+
+
 class ReplicaState(StrEnum):
     STARTING = "starting"  # scheduled or waiting for a node; not serving yet (cold start)
     READY = "ready"  # serving requests
@@ -67,6 +79,10 @@ class Observation:
     # `vllm:request_prefill_time_seconds` histogram's `_sum` rate): TTFT without the wait
     # for the prefill stage, aligned with `prompt_tokens_rate`.
     prefill_sum_rate: Series = MISSING
+    # Requests/s per prompt length, cumulative by upper bound in tokens (vLLM's
+    # `vllm:request_prompt_tokens` histogram, observed as each request finishes): the
+    # distribution of prefill work per request, which a mean hides.
+    prompt_tokens_buckets: Buckets = NO_BUCKETS
     pods: tuple[PodTelemetry, ...] = ()
     replicas: tuple[Replica, ...] = ()
     # Each ready node of the workload's pool: its GPUs that no pod holds, as the API server

@@ -1,6 +1,6 @@
 """Serving-engine presets: the PromQL behind each signal a policy reads, per engine.
 
-Every query groups `by (namespace, pod)` (quantiles also by `le`), so one query per signal
+Every query groups `by (namespace, pod)` (histograms also by `le`), so one query per signal
 serves every workload, joined to workloads by their pods (`gather`). `{{selector}}` is
 replaced by extra label matchers (the spec's model) and `{{window}}` by the rate window;
 rates use `irate`, the increase over the last scrape interval, as the replay measures them.
@@ -28,7 +28,9 @@ class SignalQuery:
     """One signal's PromQL and how its answer becomes a workload's value."""
 
     template: str
-    kind: str = "sum"  # "sum": add the pods' values; "quantile": add buckets, then quantile
+    # "sum": add the pods' values; "quantile": add buckets, then quantile; "buckets": add
+    # buckets, and keep them (a `Buckets` signal)
+    kind: str = "sum"
     quantile: float = 0.9
     scale: float = 1.0  # multiply the result (units)
 
@@ -57,9 +59,16 @@ def _arrivals(admitted: str, waiting: str) -> SignalQuery:
     return SignalQuery(f"clamp_min({_rate(admitted)} + {_growth(waiting)}, 0)")
 
 
+def _bucket_rates(bucket: str) -> str:
+    return f"sum by (namespace, pod, le) (irate({bucket}{{{{{{selector}}}}}}[{{{{window}}}}]))"
+
+
 def _quantile(bucket: str, *, scale: float = 1.0) -> SignalQuery:
-    expr = f"sum by (namespace, pod, le) (irate({bucket}{{{{{{selector}}}}}}[{{{{window}}}}]))"
-    return SignalQuery(expr, kind="quantile", quantile=0.9, scale=scale)
+    return SignalQuery(_bucket_rates(bucket), kind="quantile", quantile=0.9, scale=scale)
+
+
+# The Observation fields that are histograms: their queries keep the buckets.
+BUCKET_SIGNALS = frozenset({"prompt_tokens_buckets"})
 
 
 PRESETS: Mapping[str, Mapping[str, SignalQuery]] = {
@@ -74,6 +83,9 @@ PRESETS: Mapping[str, Mapping[str, SignalQuery]] = {
         "ttft_p90_seconds": _quantile("vllm:time_to_first_token_seconds_bucket"),
         "ttft_sum_rate": SignalQuery(_rate("vllm:time_to_first_token_seconds_sum")),
         "prefill_sum_rate": SignalQuery(_rate("vllm:request_prefill_time_seconds_sum")),
+        "prompt_tokens_buckets": SignalQuery(
+            _bucket_rates("vllm:request_prompt_tokens_bucket"), kind="buckets"
+        ),
     },
     "sglang": {
         "arrival_rate": _arrivals(
@@ -92,6 +104,9 @@ PRESETS: Mapping[str, Mapping[str, SignalQuery]] = {
         "in_flight": SignalQuery(_gauge("tgi_batch_current_size")),
         "completion_rate": SignalQuery(_rate("tgi_request_success")),
         "prompt_tokens_rate": SignalQuery(_rate("tgi_request_input_length_sum")),
+        "prompt_tokens_buckets": SignalQuery(
+            _bucket_rates("tgi_request_input_length_bucket"), kind="buckets"
+        ),
     },
     "triton": {
         "arrival_rate": _arrivals(
@@ -116,10 +131,11 @@ PRESETS: Mapping[str, Mapping[str, SignalQuery]] = {
 
 def queries_for(preset: str, overrides: Mapping[str, str]) -> dict[str, SignalQuery]:
     """A workload's signal -> query: the preset's, with the spec's PromQL overrides (summed
-    by pod as written; an override of a quantile signal must itself return the value)."""
+    by pod as written; an override of a quantile signal must itself return the value, one
+    of a histogram signal its buckets by `le`)."""
     out = dict(PRESETS[preset])
     for signal, template in overrides.items():
-        out[signal] = SignalQuery(template)
+        out[signal] = SignalQuery(template, kind="buckets" if signal in BUCKET_SIGNALS else "sum")
     return out
 
 

@@ -47,6 +47,7 @@ QUERY_SIGNALS = {
     "ttftP90Seconds": "ttft_p90_seconds",
     "ttftSumRate": "ttft_sum_rate",
     "prefillSumRate": "prefill_sum_rate",
+    "promptTokensBuckets": "prompt_tokens_buckets",
 }
 
 

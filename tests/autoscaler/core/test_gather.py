@@ -1,4 +1,5 @@
-"""Joining one query's answer to every workload: sums by timestamp, quantiles of summed buckets."""
+"""Joining one query's answer to every workload: sums by timestamp, quantiles of summed buckets,
+and the summed buckets themselves."""
 
 import math
 import shutil
@@ -11,6 +12,7 @@ import yaml
 from gpufleet.autoscaler.core.gather import (
     RangeSeries,
     histogram_quantile,
+    workload_buckets,
     workload_quantiles,
     workload_sums,
 )
@@ -101,3 +103,18 @@ def test_quantiles_add_the_pods_buckets_before_the_quantile() -> None:
     ]
     ((t, p50),) = workload_quantiles(answer, owners, 0.5)["chat"]
     assert (t, p50) == (10.0, 1.0)
+
+
+def test_a_histogram_signal_keeps_the_pods_summed_buckets_by_bound() -> None:
+    owners = {("a", "p1"): "chat", ("a", "p2"): "chat"}
+    answer = [
+        s("a", "p1", [(10.0, 2.0), (15.0, 1.0)], le="+Inf"),
+        s("a", "p1", [(10.0, 1.0), (15.0, 1.0)], le="1000.0"),
+        s("a", "p2", [(10.0, 3.0)], le="+Inf"),
+        s("a", "p2", [(10.0, 0.0)], le="1000.0"),
+        s("a", "p2", [(10.0, 5.0)], le="nonsense"),
+        s("b", "p3", [(10.0, 7.0)], le="+Inf"),  # no workload's pod
+    ]
+    assert workload_buckets(answer, owners) == {
+        "chat": [(10.0, ((1000.0, 1.0), (math.inf, 5.0))), (15.0, ((1000.0, 1.0), (math.inf, 1.0)))]
+    }

@@ -3,7 +3,7 @@
 import pytest
 
 from gpufleet.autoscaler.core.history import SignalHistory
-from gpufleet.autoscaler.core.observation import PodTelemetry, Series
+from gpufleet.autoscaler.core.observation import Buckets, PodTelemetry, Series
 
 
 def filled(*, delay: float = 0.0) -> SignalHistory:
@@ -88,3 +88,16 @@ def test_latest_samples_and_pods_carry_the_times_observe_would_show(
     assert h.latest_samples(now) == expected
     pods = h.latest_pods(now)
     assert (pods[1] if pods else ()) == obs.pods
+
+
+def test_histogram_samples_share_the_window_and_the_forgetting() -> None:
+    h = SignalHistory(history_seconds=20.0, delay_seconds=3.0)
+    for t in range(0, 200, 5):
+        h.add_buckets("prompt_tokens_buckets", float(t), ((1000.0, t / 10), (float("inf"), t / 5)))
+    h.add_buckets("prompt_tokens_buckets", 195.0, ((1000.0, 99.0),))  # not newer: dropped
+    obs = h.observe(198.0, ())
+    assert obs.prompt_tokens_buckets == Buckets(
+        (180.0, 185.0, 190.0, 195.0),
+        tuple(((1000.0, t / 10), (float("inf"), t / 5)) for t in (180, 185, 190, 195)),
+    )
+    assert h.observe(50.0, ()).prompt_tokens_buckets == Buckets()  # forgotten, as any signal

@@ -12,6 +12,8 @@ Kubernetes API, which is current to within a watch event. The samples go into th
 `SignalHistory` the live controller fills from Prometheus, which cuts the window.
 """
 
+import math
+from bisect import bisect_left
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,6 +24,11 @@ from gpufleet.autoscaler.replay.core.model import PipelineModel
 
 # vLLM preallocates 90% of an 80 GiB H100 for weights and KV cache: flat, whatever the load.
 FB_USED_MIB = 73728.0
+# vLLM's `vllm:request_prompt_tokens` buckets: 1, 2, 5, 10, 20, ... up to the model's
+# context (`build_1_2_5_buckets(max_model_len)`; 131072 for a Llama-3.1-8B), then +Inf.
+PROMPT_TOKEN_BOUNDS: tuple[float, ...] = tuple(
+    float(m * 10**e) for e in range(6) for m in (1, 2, 5) if m * 10**e <= 131072
+)
 
 
 class Pipeline:
@@ -42,15 +49,20 @@ class Pipeline:
         self._prompt_tokens = 0
         self._ttfts: list[float] = []
         self._prefill_seconds = 0.0
+        # Prompts per `PROMPT_TOKEN_BOUNDS` bucket (the last: above them all) since the scrape.
+        self._prompt_counts = [0] * (len(PROMPT_TOKEN_BOUNDS) + 1)
         self._busy_at_scrape: dict[str, float] = {}
 
     def first_token(
         self, ttft_seconds: float, *, prompt_tokens: int, prefill_seconds: float
     ) -> None:
-        """A request got its first token after `ttft_seconds`, its prompt prefilled."""
+        """A request got its first token after `ttft_seconds`, its prompt prefilled. (vLLM
+        observes the prompt's length when the request finishes, an output's decode later:
+        the same distribution, a few seconds behind.)"""
         self._ttfts.append(ttft_seconds)
         self._prompt_tokens += prompt_tokens
         self._prefill_seconds += prefill_seconds
+        self._prompt_counts[bisect_left(PROMPT_TOKEN_BOUNDS, prompt_tokens)] += 1
 
     def scrape(
         self,
@@ -75,6 +87,8 @@ class Pipeline:
         add("in_flight", now, float(in_flight))
         if self._ttfts:
             add("ttft_p90_seconds", now, float(np.percentile(self._ttfts, 90)))
+        self.history.add_buckets("prompt_tokens_buckets", now, self._cumulative(interval))
+        self._prompt_counts = [0] * (len(PROMPT_TOKEN_BOUNDS) + 1)
         self._arrived_at_scrape, self._completed_at_scrape = arrived, completed
         self._prompt_tokens = 0
         self._prefill_seconds = 0.0
@@ -96,3 +110,12 @@ class Pipeline:
             busy_now[name] = busy
         self._busy_at_scrape = busy_now
         self.history.add_pods(now, tuple(pods))
+
+    def _cumulative(self, interval: float) -> tuple[tuple[float, float], ...]:
+        """The prompt counts since the scrape as cumulative (bound, per second) buckets."""
+        out = []
+        total = 0
+        for bound, count in zip((*PROMPT_TOKEN_BOUNDS, math.inf), self._prompt_counts, strict=True):
+            total += count
+            out.append((bound, total / interval))
+        return tuple(out)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -123,6 +124,23 @@ def test_prefill_seconds_exclude_the_wait_that_ttft_includes() -> None:
     assert sum(obs.ttft_sum_rate.values) * interval == pytest.approx(3.0, abs=0.01)
     assert sum(obs.prefill_sum_rate.values) * interval == pytest.approx(2.0, abs=0.01)
     assert obs.prefill_sum_rate.times == obs.prompt_tokens_rate.times
+
+
+def test_the_prompt_histogram_counts_each_prompt_once_in_vllms_buckets() -> None:
+    # vllm:request_prompt_tokens: le is inclusive (1000 tokens fall in le="1000.0").
+    policy = fixed(1)
+    run(trace_from_arrays([0.0, 0.0, 1.0, 30.0], [1000, 1001, 60000, 1], [1, 1, 1, 1]), policy)
+    obs = policy.seen[-1]
+    samples = obs.prompt_tokens_buckets
+    assert samples.times == obs.prompt_tokens_rate.times
+    interval = samples.times[1] - samples.times[0]
+    totals: dict[float, float] = {}
+    for sample in samples.values:
+        for bound, rate in sample:
+            totals[bound] = totals.get(bound, 0.0) + rate * interval
+    # Less the 1-token prompt at 30 s (le="1.0"), which the last observation may not show.
+    bounds = (500.0, 1000.0, 2000.0, 50000.0, 100000.0, math.inf)
+    assert [totals[b] - totals[1.0] for b in bounds] == pytest.approx([0, 1, 2, 2, 3, 3])
 
 
 def test_chunked_prefill_batches_prompts_that_fit_one_step() -> None:
