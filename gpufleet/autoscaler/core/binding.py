@@ -1,10 +1,11 @@
 """Which term of a policy bound its decision: named candidate replica counts, and the winner.
 
 Issue 17: every decision names the term that set it, so an operator reading an event knows
-whether the forecast, the usual peak, a standing reserve, a surge, SLO feedback, a floor or
-the workload's behavior put the count where it is. A sizing term reports itself by adding
-one entry to the candidates; `binding` picks the largest, ties going to the term listed
-first in `Term` (the most ordinary explanation wins a tie). Pure: no I/O, no clock.
+whether the forecast, the usual peak, a standing reserve, the prompt tail, a surge, SLO
+feedback, a floor or the workload's behavior put the count where it is. A sizing term
+reports itself by adding one entry to the candidates; `binding` picks the largest, ties
+going to the term listed first in `Term` (the most ordinary explanation wins a tie). Pure:
+no I/O, no clock.
 """
 
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ class Term(StrEnum):
     FORECAST = "forecast"  # the arrival rate forecast over the lead time, plus the backlog
     USUAL_PEAK = "usual peak"  # standing capacity for the bursts of the peak memory
     RESERVE = "reserve"  # standing capacity for bursts not yet seen, over the base rate
+    PROMPT_TAIL = "prompt tail"  # a scale-down's floor for the waits behind long prefills
     SURGE = "surge"  # the newest sample alone, or a surge's hold (panic included)
     SLO_FEEDBACK = "SLO feedback"  # observed TTFT / queue wait correcting the capacity
     # Limits on the sizing.

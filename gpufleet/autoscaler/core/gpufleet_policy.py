@@ -42,8 +42,15 @@ Every tick it turns late signals into a replica count:
    observation shows on its pool's ready nodes: a node emptied a while ago is billed
    until it is removed, and a replica placed there starts without a node lead.
 4. **Scale-down.** Only to the highest steady recommendation of the last
-   `scale_down_window_seconds`, never below the burst path or a surge's hold, at most one
-   step per `scale_down_step_seconds`: a replica given back costs a cold start to get back.
+   `scale_down_window_seconds`, never below the burst path, a surge's hold or the prompt
+   tail's replicas, at most one step per `scale_down_step_seconds`: a replica given back
+   costs a cold start to get back. The prompt tail (`prompt_tail`) is what a fleet sized
+   on throughput misses: with long prompts, a short request routed behind a long prefill
+   waits for it, and those waits fall as 1/N with the replicas N whatever the load. From
+   vLLM's prompt-length histogram the policy keeps the replicas that hold them to
+   `prompt_tail_miss_share` of the requests: without it, a warm fleet on long-context
+   traffic gave back half its replicas on the rate its throughput allows, missed in the
+   SLO, and took them back a cold start (and a node) later.
    Until capacity is learned a step gives back at most `unlearned_max_scale_down_share` of
    the replicas: the prior that caps a scale-up then is no surer about a scale-down. Not at
    all while the SLO feedback credits less than the learned rate and has seen pressure
@@ -75,7 +82,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.autoscaler.core import knob, node_flaps
+from gpufleet.autoscaler.core import knob, node_flaps, prompt_tail
 from gpufleet.autoscaler.core.backlog import queue_at
 from gpufleet.autoscaler.core.behavior import Bounds, History, limit_with_behavior, record_scale
 from gpufleet.autoscaler.core.binding import Term, binding
@@ -150,6 +157,20 @@ class GpufleetSettings:
     # it once whole nodes round the need up (issue 17). 0: none; the target-attainment
     # knob (`knob`) raises it above a 99% target.
     reserve_ratio: float = 0.0
+    # What the waits behind long prefills may cost (`prompt_tail`), as the share of requests
+    # the model of them predicts to miss: a scale-down stops at the replicas that hold them
+    # to it (at the prompt window's mean rate). A floor, not a reason to scale up: the
+    # model counts every newcomer routed to a replica in a long prefill, and a router that
+    # balances requests in flight sends fewer there once one waits, so it predicts 10-20x
+    # the misses runs show, and as a term that bought replicas it cost more than the HPA
+    # points it reached (BENCHMARKS.md). As a floor it keeps what the warm start or the SLO
+    # feedback stood from being given back on a throughput estimate that does not see those
+    # waits. 0.06 held longctx's fleet where the replicas' latency needs it (tuning seeds);
+    # the knob (`knob`) divides it by the target's nines less one above 99%, and turns it
+    # off below. 0: off.
+    prompt_tail_miss_share: float = 0.06
+    # The prompt mix it sizes on: the prompts of the last this many seconds.
+    prompt_tail_window_seconds: float = 1800.0
     # Until capacity is learned, scale up to at most this many times the replicas serving
     # (at least +4): the prior is deliberately low, and a fleet sized on it alone would
     # launch nodes that the first saturated samples show are not needed. The knob (`knob`)
@@ -243,6 +264,7 @@ class Demand:
     stable: int
     burst: int  # replicas for the usual peaks within the SLO, with headroom
     reserve: int  # replicas for reserve_ratio x the base rate
+    tail: int  # a scale-down's floor for the prompt tail's waits (`prompt_tail`)
     # The newest sample needs more than the replicas asked for (`surge` may still be 0: no
     # idle paid GPUs to take).
     surges: bool
@@ -296,6 +318,9 @@ class GpufleetPolicy:
         self._scale_history = History()  # scale events, for the workload's rate policies
         self._feedback = FeedbackState()  # credited / learned per-replica rate
         self._flaps = node_flaps.NodeFlaps()  # nodes given back and taken back
+        self._prompts = prompt_tail.PromptMix(
+            window_seconds=self.settings.prompt_tail_window_seconds
+        )
 
     def learned(self) -> dict[str, float]:
         """What the policy has learned, as plain numbers (the capacity learner's sums and
@@ -568,6 +593,7 @@ class GpufleetPolicy:
             stable=stable,
             burst=math.ceil(burst_rps * grow / prefill),
             reserve=math.ceil(fc.base * s.reserve_ratio / unit),
+            tail=self._tail(obs, est.prompt_tokens_per_second),
             surges=surges,
             surge=surge,
             panic=panic,
@@ -581,6 +607,20 @@ class GpufleetPolicy:
                 node_waits=self._node_need_since is not None,
             ),
         )
+
+    def _tail(self, obs: Observation, prefill_rate: float) -> int:
+        """Replicas for the waits behind long prefills at the window's mean rate
+        (`prompt_tail`)."""
+        share = self.settings.prompt_tail_miss_share
+        if share <= 0:
+            return 0
+        self._prompts.update(obs.prompt_tokens_buckets, obs.now)
+        blocking = prompt_tail.blocking_seconds(
+            self._prompts.buckets(),
+            prefill_tokens_per_second=prefill_rate,
+            slo_seconds=self.workload.slo_ttft_seconds,
+        )
+        return prompt_tail.replicas(self._prompts.rate(), blocking, miss_share=share)
 
     def _carries(
         self,
@@ -675,6 +715,7 @@ class GpufleetPolicy:
                 window: self._window[0][1],
                 Term.USUAL_PEAK: d.burst,
                 Term.RESERVE: d.reserve,
+                Term.PROMPT_TAIL: d.tail,
                 Term.SURGE: held,
             }
         )
@@ -808,6 +849,8 @@ def _message(
         surge = f", {d.surge} for a surge" + (" (panic)" if d.panic else " on idle paid GPUs")
     if d.reserve:
         surge = f", {d.reserve} in reserve" + surge
+    if d.tail:
+        surge = f", {d.tail} for the prompt tail" + surge
     left = (
         ""
         if d.backlog_left is None

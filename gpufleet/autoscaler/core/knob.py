@@ -15,6 +15,10 @@ for less of anything):
   history has not shown (the only thing that serves one shorter than the lead time);
 - `panic_hold_seconds`: how long a surge's replicas stay after it;
 - `forecast.forget_after_blocks`: how many quiet minutes of evidence forget a crowd;
+- from 99% up only, `prompt_tail_miss_share`: the share of requests the waits behind long
+  prefills may cost, whose replicas a scale-down keeps (`prompt_tail`), divided by n - 1
+  (the replicas grow linearly in nines); off below 99%, where those points kept their
+  place on the fronts and the floor only moved them (tuning seeds);
 - above 99% only, `unlearned_max_scale_up_ratio`: until a replica's rate is learned, a
   scale-up may ask for up to 4x the ready replicas from 99.9% up (2x at 99%), so the
   standing capacity bought above keeps up with a ramp;
@@ -140,6 +144,9 @@ def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
         headroom=_at(n, _HEADROOM),
         reserve_ratio=_at(n, _RESERVE_RATIO),
         panic_hold_seconds=_at(n, _PANIC_HOLD_SECONDS),
+        prompt_tail_miss_share=settings.prompt_tail_miss_share / (n - 1.0)
+        if target >= DEFAULT_TARGET
+        else 0.0,
         unlearned_max_scale_up_ratio=settings.unlearned_max_scale_up_ratio
         / _at(n, _UNLEARNED_CAP_SHARE),
         max_scale_up_ratio=min(

@@ -16,7 +16,13 @@ from gpufleet.autoscaler.core.gpufleet_policy import (
     GpufleetSettings,
     _up_reason,
 )
-from gpufleet.autoscaler.core.observation import Observation, Replica, ReplicaState, Series
+from gpufleet.autoscaler.core.observation import (
+    Buckets,
+    Observation,
+    Replica,
+    ReplicaState,
+    Series,
+)
 from gpufleet.autoscaler.core.policy import Decision, Reason
 from gpufleet.autoscaler.core.workload import (
     Behavior,
@@ -1070,3 +1076,50 @@ def test_a_release_that_sticks_holds_nothing() -> None:
         ready = p.decide(observe(t, const(rate), ready=ready)).desired
         seen.append(ready)
     assert seen[-1] == 8 and sorted(set(seen)) == [8, 16, 24]
+
+
+def with_prompts(obs: Observation, *, long_share: float) -> Observation:
+    """`obs` with vLLM's prompt-length histogram: `long_share` of the prompts 50k-100k tokens,
+    the rest at most 1,000 (as `TOKENS`), at the observed arrival rate."""
+    rates = obs.arrival_rate.values
+    samples = tuple(
+        ((1000.0, r * (1 - long_share)), (50000.0, r * (1 - long_share)), (1e5, r), (math.inf, r))
+        for r in rates
+    )
+    return replace(obs, prompt_tokens_buckets=Buckets(obs.arrival_rate.times, samples))
+
+
+def settle(p: GpufleetPolicy, *, long_share: float, ready: int = 30) -> Decision:
+    """Ten minutes of 2 requests/s from `ready` replicas, each decision served at once."""
+    d = None
+    for now in np.arange(1000.0, 1600.0, 2.0):
+        obs = observe(float(now), const(2.0), ready=ready)
+        d = p.decide(with_prompts(obs, long_share=0.1 * long_share))
+        ready = d.desired
+    assert d is not None
+    return d
+
+
+def test_a_scale_down_keeps_the_replicas_the_prompt_tail_needs() -> None:
+    # 2/s needs 1 replica at 10/s each. A tenth of the prompts take 5-10 s to prefill at
+    # 10k tokens/s: a feasible newcomer (at most 0.1 s of its own, 1.95 s of slack on the
+    # 2-s SLO) behind one waits 5.55 s on average beyond its slack, W = 0.555 s, and
+    # holding those waits to 6% of the requests takes 2 x 0.555 / 0.06 = 18.5 replicas.
+    d = settle(policy(), long_share=1.0)
+    assert (d.desired, d.bound_by) == (19, Term.PROMPT_TAIL)
+    assert "19 for the prompt tail" in d.message and d.message.endswith("bound by prompt tail")
+    # Short prompts only: nothing waits behind a long prefill, and the fleet shrinks.
+    assert settle(policy(), long_share=0.0).desired < 19
+
+
+def test_the_prompt_tail_keeps_what_stands_and_never_asks_for_more() -> None:
+    d = settle(policy(), long_share=1.0, ready=3)
+    assert (d.desired, d.reason, d.bound_by) == (3, Reason.STABILIZED, Term.PROMPT_TAIL)
+
+
+def test_the_knob_holds_more_for_the_prompt_tail_above_99_percent_and_none_below() -> None:
+    def held(target: float) -> int:
+        p = GpufleetPolicy(replace(WORKLOAD, target_attainment=target), settings=SETTINGS)
+        return settle(p, long_share=1.0).desired
+
+    assert held(0.98) < held(0.99) == 19 < held(0.999) <= 2 * 19

@@ -33,6 +33,8 @@ def moved(s: GpufleetSettings) -> dict[str, float]:
         "backlog_drain_seconds": -s.backlog_drain_seconds,  # a shorter drain buys more
         "new_node_waits_lead": -s.new_node_waits_lead,  # waiting for a node buys less
         "feedback_min_ratio": -s.feedback.min_ratio,  # a higher credit floor buys less
+        # The prompt tail's replicas go as 1 / the share its waits may miss (0: off).
+        "prompt_tail": 1.0 / s.prompt_tail_miss_share if s.prompt_tail_miss_share else 0.0,
     }
 
 
@@ -154,3 +156,11 @@ def test_a_workloads_target_sets_its_policy() -> None:
     assert GpufleetPolicy(workload).settings == knob.apply(BASE, 0.995)
     unset = GpufleetPolicy(WorkloadConfig(name="llm"))
     assert unset.settings == BASE  # existing workloads keep their meaning
+
+
+def test_the_prompt_tail_is_held_from_99_percent_up_linearly_in_nines() -> None:
+    share = {t: knob.apply(BASE, t).prompt_tail_miss_share for t in (0.98, 0.99, 0.999, 0.99999)}
+    assert share[0.98] == 0.0  # no floor below the default
+    assert share[0.99] == BASE.prompt_tail_miss_share  # the default target: the default
+    assert share[0.99] / share[0.999] == pytest.approx(2.0)  # n - 1: 1 -> 2 -> 4
+    assert share[0.99] / share[0.99999] == pytest.approx(4.0)
