@@ -4,6 +4,7 @@ missing metrics, refuses to fight an HPA, and turns a bad spec into a condition.
 
 import asyncio
 import dataclasses
+import math
 import shutil
 import time
 from collections.abc import Iterator
@@ -489,6 +490,32 @@ async def test_the_policy_sees_the_free_gpus_of_its_nodepools_nodes(
     assert watched.seen is not None
     free = watched.seen.node_free_gpus
     assert (sorted(free) if free is not None else None) == want
+
+
+async def test_the_policy_sees_the_pods_prompt_length_histogram(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """vllm:request_prompt_tokens reaches the policy as per-second cumulative buckets, the
+    pods' summed by `le` (the prompt tail's signal)."""
+    await scraped(pod_prometheus, "vllm:request_prompt_tokens_bucket")
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
+    try:
+        await ctl.tick()
+        (workload,) = ctl._workloads.values()
+        workload.policy = watched = Watched(workload.policy, 0)
+        workload.next_decision_at = 0.0
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert watched.seen is not None
+    samples = watched.seen.prompt_tokens_buckets
+    assert samples.times and len(samples.times) == len(samples.values)
+    rates = dict(samples.values[-1])  # ~20 finished/s, three in four up to 1,000 tokens
+    assert list(rates) == [1000.0, 50000.0, math.inf]
+    assert rates[50000.0] == rates[math.inf] == pytest.approx(20.0, rel=0.3)
+    assert rates[1000.0] == pytest.approx(15.0, rel=0.3)
 
 
 async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:

@@ -34,19 +34,25 @@ class MetricsServer:
 
 
 def vllm_queue(started: float | None = None) -> Callable[[], str]:
-    """One vLLM pod under a long queue: 200 waiting, 64 running, ~20 finished/s."""
+    """One vLLM pod under a long queue: 200 waiting, 64 running, ~20 finished/s, each prompt
+    of the first three in four up to 1,000 tokens, the fourth up to 50,000."""
     start = time.time() if started is None else started
 
     def render() -> str:
         done = int((time.time() - start) * 20)
+        labels = 'model_name="m",engine="0"'
         return (
             "# TYPE vllm:num_requests_waiting gauge\n"
-            'vllm:num_requests_waiting{model_name="m",engine="0"} 200\n'
+            f"vllm:num_requests_waiting{{{labels}}} 200\n"
             "# TYPE vllm:num_requests_running gauge\n"
-            'vllm:num_requests_running{model_name="m",engine="0"} 64\n'
+            f"vllm:num_requests_running{{{labels}}} 64\n"
             "# TYPE vllm:request_success_total counter\n"
-            'vllm:request_success_total{model_name="m",engine="0",finished_reason="stop"} '
-            f"{done}\n"
+            f'vllm:request_success_total{{{labels},finished_reason="stop"}} {done}\n'
+            "# TYPE vllm:request_prompt_tokens histogram\n"
+            f'vllm:request_prompt_tokens_bucket{{{labels},le="1000.0"}} {done - done // 4}\n'
+            f'vllm:request_prompt_tokens_bucket{{{labels},le="50000.0"}} {done}\n'
+            f'vllm:request_prompt_tokens_bucket{{{labels},le="+Inf"}} {done}\n'
+            f"vllm:request_prompt_tokens_count{{{labels}}} {done}\n"
         )
 
     return render

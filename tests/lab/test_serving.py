@@ -44,6 +44,10 @@ def test_the_engine_queues_beyond_its_batch_slots_and_prefills_one_at_a_time() -
             f'vllm:time_to_first_token_seconds_bucket{{model_name="model",engine="0",le="{le}"}}'
             in text
         )
+    # The prompt lengths of the finished requests, in vLLM's 1-2-5 buckets: 500 <= le="500.0".
+    prompts = 'vllm:request_prompt_tokens_bucket{model_name="model",engine="0",le='
+    assert f'{prompts}"200.0"}} 0' in text and f'{prompts}"500.0"}} 3' in text
+    assert f'{prompts}"100000.0"}} 3' in text and f'{prompts}"+Inf"}} 3' in text
 
 
 async def test_a_trace_replays_sped_up_on_ready_pods_and_prometheus_can_find_them(

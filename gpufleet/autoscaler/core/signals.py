@@ -22,6 +22,8 @@ Pure data and string templates.
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpufleet.autoscaler.core.history import BUCKET_SIGNALS
+
 
 @dataclass(frozen=True, slots=True)
 class SignalQuery:
@@ -65,10 +67,6 @@ def _bucket_rates(bucket: str) -> str:
 
 def _quantile(bucket: str, *, scale: float = 1.0) -> SignalQuery:
     return SignalQuery(_bucket_rates(bucket), kind="quantile", quantile=0.9, scale=scale)
-
-
-# The Observation fields that are histograms: their queries keep the buckets.
-BUCKET_SIGNALS = frozenset({"prompt_tokens_buckets"})
 
 
 PRESETS: Mapping[str, Mapping[str, SignalQuery]] = {
