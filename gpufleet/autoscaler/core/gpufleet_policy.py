@@ -161,7 +161,7 @@ class GpufleetSettings:
     # the model of them predicts to miss: a scale-down stops at the replicas that hold them
     # to it (at the prompt window's mean rate). A floor, not a reason to scale up: the
     # model counts every newcomer routed to a replica in a long prefill, and a router that
-    # balances requests in flight sends fewer there once one waits, so it predicts 10-20x
+    # balances requests in flight sends fewer there once one waits, so it predicts 10-30x
     # the misses runs show, and as a term that bought replicas it cost more than the HPA
     # points it reached (BENCHMARKS.md). As a floor it keeps what the warm start or the SLO
     # feedback stood from being given back on a throughput estimate that does not see those

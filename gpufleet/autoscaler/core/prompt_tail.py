@@ -18,7 +18,7 @@ bucket; newcomers that no replica prefills within the SLO are left out (they mis
 One prefill at a time is the model: where prefills queue deeper (a replica near its prefill
 rate), the forecast's sizing binds instead. The model is pessimistic: a router that
 balances requests in flight sends fewer newcomers to a replica once one waits there (runs
-miss 10-20x less than it predicts, `GpufleetSettings.prompt_tail_miss_share`). Pure logic;
+miss 10-30x less than it predicts, `GpufleetSettings.prompt_tail_miss_share`). Pure logic;
 `PromptMix` keeps running sums so a tick adds only the samples it has not seen.
 """
 
