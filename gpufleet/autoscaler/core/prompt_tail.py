@@ -11,10 +11,10 @@ a prompt that makes a feasible newcomer miss for a share of the time
 
 with N replicas sharing the arrivals and S the prefill seconds of a prompt at a replica's
 prefill rate: the misses fall as 1/N whatever the load. So holding them to a share m of
-the requests takes N >= rate x W / m (`replicas`). The
-prompts' distribution is vLLM's `vllm:request_prompt_tokens` histogram (`Observation.
-prompt_tokens_buckets`) over the observation's window (`PromptMix`), uniform within each
-bucket; newcomers that no replica prefills within the SLO are left out (they miss anyway).
+the requests takes N >= rate x W / m (`replicas`). The prompts' distribution is vLLM's
+`vllm:request_prompt_tokens` histogram (`Observation.prompt_tokens_buckets`) over the
+observation's window (`PromptMix`), uniform within each bucket; newcomers that no replica
+prefills within the SLO are left out (they miss anyway).
 One prefill at a time is the model: where prefills queue deeper (a replica near its prefill
 rate), the forecast's sizing binds instead. The model is pessimistic: a router that
 balances requests in flight sends fewer newcomers to a replica once one waits there (runs
