@@ -447,6 +447,20 @@ class Watched(WithHeadroom):
         return super().decide(obs)
 
 
+async def seen_by_policy(ctl: Controller, prom: PromClient) -> Observation:
+    """The observation the controller's one workload's policy is shown on its next tick."""
+    try:
+        await ctl.tick()
+        (workload,) = ctl._workloads.values()
+        workload.policy = watched = Watched(workload.policy, 0)
+        workload.next_decision_at = 0.0
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert watched.seen is not None
+    return watched.seen
+
+
 @pytest.mark.parametrize(
     ("node_pool", "want"),
     [
@@ -478,17 +492,7 @@ async def test_the_policy_sees_the_free_gpus_of_its_nodepools_nodes(
     core.create_namespaced_pod("research", pod)
     deploy(api, gpus=2)
     autoscaler(api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": node_pool})
-    ctl, prom = controller(api, "http://127.0.0.1:9")
-    try:
-        await ctl.tick()
-        (workload,) = ctl._workloads.values()
-        workload.policy = watched = Watched(workload.policy, 0)
-        workload.next_decision_at = 0.0
-        await ctl.tick()
-    finally:
-        await prom.close()
-    assert watched.seen is not None
-    free = watched.seen.node_free_gpus
+    free = (await seen_by_policy(*controller(api, "http://127.0.0.1:9"))).node_free_gpus
     assert (sorted(free) if free is not None else None) == want
 
 
@@ -501,16 +505,7 @@ async def test_the_policy_sees_the_pods_prompt_length_histogram(
     deploy(api)
     autoscaler(api, KEDA_SPEC)
     ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
-    try:
-        await ctl.tick()
-        (workload,) = ctl._workloads.values()
-        workload.policy = watched = Watched(workload.policy, 0)
-        workload.next_decision_at = 0.0
-        await ctl.tick()
-    finally:
-        await prom.close()
-    assert watched.seen is not None
-    samples = watched.seen.prompt_tokens_buckets
+    samples = (await seen_by_policy(ctl, prom)).prompt_tokens_buckets
     assert samples.times and len(samples.times) == len(samples.values)
     rates = dict(samples.values[-1])  # ~20 finished/s, three in four up to 1,000 tokens
     assert list(rates) == [1000.0, 50000.0, math.inf]
