@@ -61,6 +61,7 @@ def engines(started: float) -> str:
                 "# TYPE sglang:prompt_tokens_total counter",
                 f"sglang:prompt_tokens_total {5000 * t:.3f}",
                 histogram("sglang:time_to_first_token_seconds", t),
+                histogram("sglang:prompt_tokens_histogram", t, scale=1000),
                 "# TYPE tgi_queue_size gauge",
                 "tgi_queue_size 7",
                 "# TYPE tgi_batch_current_size gauge",

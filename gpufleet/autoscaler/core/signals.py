@@ -95,6 +95,9 @@ PRESETS: Mapping[str, Mapping[str, SignalQuery]] = {
         "prompt_tokens_rate": SignalQuery(_rate("sglang:prompt_tokens_total")),
         "ttft_p90_seconds": _quantile("sglang:time_to_first_token_seconds_bucket"),
         "ttft_sum_rate": SignalQuery(_rate("sglang:time_to_first_token_seconds_sum")),
+        "prompt_tokens_buckets": SignalQuery(
+            _bucket_rates("sglang:prompt_tokens_histogram_bucket"), kind="buckets"
+        ),
     },
     "tgi": {
         "arrival_rate": _arrivals("tgi_request_success", "tgi_queue_size"),
