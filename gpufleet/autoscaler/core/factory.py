@@ -74,7 +74,9 @@ class Knob:
 # reserve starts to buy replicas for a steady heavy prompt tail (longctx x10: 92.5% at 33
 # GPU-h at 99%, 93.4% at 55 at 99.35%, 76 at 99.5%), and 99.93% between 99.9% and 99.95%
 # (flash-short x4), the two of fifteen values tried that matched the most (BENCHMARKS.md,
-# "Where the knob is sampled", tuning seeds only).
+# "Where the knob is sampled", tuning seeds only); 99.3% and 99.7%, the two of seven tried
+# once the prompt tail's floor grew the fleet linearly in nines above 99% (longctx x4,
+# flash-short x10; "A scale-down keeps the replicas the prompt tail's waits need").
 _KNOBS = {
     HPA: Knob(name="target_util", sweep=(20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0)),
     KEDA: Knob(name="queue_target", sweep=(1.0, 2.0, 5.0, 10.0, 20.0, 40.0)),
@@ -90,9 +92,11 @@ _KNOBS = {
             0.95,
             0.98,
             0.99,
+            0.993,
             0.9935,
             0.995,
             0.9965,
+            0.997,
             0.9975,
             0.998,
             0.999,
