@@ -311,7 +311,8 @@ def test_lab_runs_dra_claims_with_a_fake_api_server():
             *("--dra", "1", "--churn-seconds", "0.5", "--fleet", "3xH100+1xH100:mig=2x1g.10gb"),
             *LAB_PORTS,
         ],
-        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
     )
 
@@ -333,9 +334,12 @@ def test_lab_runs_dra_claims_with_a_fake_api_server():
         assert gpu["app_kubernetes_io_name"] == "claim"
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err
+        out, _ = proc.communicate(timeout=30)
+        # The lab's banner and log, shown with a failure: it timed out once under the full
+        # suite (2026-11-30) with nothing to say why, as test_cli's lab test had.
+        print(out)
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out
 
 
 def test_pod_labels_and_dra_without_k_warn_and_reach_no_api(node, api, caplog):
