@@ -4,16 +4,17 @@ the fake kubelet on its real socket and the real exporter over loopback HTTP."""
 
 import logging
 import os
-import signal
 import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from helpers import LAB_PORTS, free_port, wait_for
+from helpers import wait_for
 from helpers.e2e import node_settings
 from helpers.kube import api_client
+from helpers.lab_process import running_lab
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -303,43 +304,27 @@ def test_the_kubernetes_client_is_imported_only_when_a_flag_needs_it():
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 
-def test_lab_runs_dra_claims_with_a_fake_api_server():
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "gpufleet.cli", "lab", "--address", f"127.0.0.1:{port}"),
-            *("--dra", "1", "--churn-seconds", "0.5", "--fleet", "3xH100+1xH100:mig=2x1g.10gb"),
-            *LAB_PORTS,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-    def claimed() -> list[dict]:
+def test_lab_runs_dra_claims_with_a_fake_api_server(tmp_path: Path):
+    def claimed(exporter: str) -> list[dict]:
         """The claim's series once the pod watch has delivered its labels too: pods and
         ResourceSlices are watched apart, so a collection may see the pod's devices one
         refresh before its labels (CI caught one)."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            with urllib.request.urlopen(exporter, timeout=5) as r:
                 found = series(r.read().decode(), pod="claim-0")
         except OSError:
             return []
         return found if all("app_kubernetes_io_name" in s for s in found) else []
 
-    try:
-        (gpu,) = wait_for(claimed, timeout=60, what="the lab's DRA pod", poll_seconds=0.5)
+    lab = ("--dra", "1", "--churn-seconds", "0.5", "--fleet", "3xH100+1xH100:mig=2x1g.10gb")
+    with running_lab(tmp_path / "lab.log", *lab) as urls:
+        exporter = urls["gpu-node-0 exporter"]
+        (gpu,) = wait_for(
+            lambda: claimed(exporter), timeout=60, what="the lab's DRA pod", poll_seconds=0.5
+        )
         assert gpu["dra_driver_name"] == "gpu.nvidia.com"
         assert gpu["dra_device_name"] == "gpu-0"
         assert gpu["app_kubernetes_io_name"] == "claim"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
-        # The lab's banner and log, shown with a failure: it timed out once under the full
-        # suite (2026-11-30) with nothing to say why, as test_cli's lab test had.
-        print(out)
-    assert proc.returncode == 0, out
-    assert "Traceback" not in out
 
 
 def test_pod_labels_and_dra_without_k_warn_and_reach_no_api(node, api, caplog):

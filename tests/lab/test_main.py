@@ -7,11 +7,8 @@ One lab for all of it: it is the costliest thing the suite starts.
 
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
-import sys
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -19,8 +16,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from helpers import LAB_PORTS, wait_for
+from helpers import wait_for
 from helpers.kube import api_client
+from helpers.lab_process import running_lab
 from helpers.png import read_png
 from kubernetes import client
 
@@ -43,40 +41,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The lab on free ports; its printed URLs by name."""
     _need("prometheus")
     log = tmp_path_factory.mktemp("lab") / "stderr"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpufleet.cli",
-            "lab",
-            *("--address", "127.0.0.1:0", *LAB_PORTS),
-            "--scrape-seconds=1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),  # a file: a pipe nobody reads would fill and stall the lab
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    urls: dict[str, str] = {}
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # the banner, printed once everything runs
-            if line.startswith("gpufleet lab running"):
-                continue
-            match = re.fullmatch(r"  (.+?)\s{2,}(http://\S+)\n", line)
-            if not match:
-                break
-            urls[match[1]] = match[2]
-            if match[1] == "autoscaler":
-                break
-        assert "page" in urls, f"no banner: {urls}\n{log.read_text()[-3000:]}"
+    with running_lab(log, "--scrape-seconds=1") as urls:
         yield urls
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
-    err = log.read_text()
-    assert proc.returncode == 0, err[-3000:]
-    assert "Traceback" not in err
 
 
 def test_it_prints_every_url(lab: dict[str, str]) -> None:
