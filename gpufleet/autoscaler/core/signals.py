@@ -5,9 +5,10 @@ serves every workload, joined to workloads by their pods (`gather`). `{{selector
 replaced by extra label matchers (the spec's model) and `{{window}}` by the rate window;
 rates use `irate`, the increase over the last scrape interval, as the replay measures them.
 
-Metric names are each engine's own, as Prometheus scrapes them (sources in the commit that
-added this module): vLLM and SGLang counters end in `_total`; TGI's, Triton's and
-TorchServe's client libraries add no suffix. Where an engine has no metric for a signal
+Metric names are each engine's own, as Prometheus scrapes them (tests/data/engines lists
+what each engine exports, from its own repository, and the tests hold every query to it):
+vLLM and SGLang counters end in `_total`; TGI's, Triton's and TorchServe's client libraries
+add no suffix. Where an engine has no metric for a signal
 the preset leaves it out, and the policy sees it missing, never zero:
 - no engine counts arrivals except TGI (which counts OpenAI-route requests twice) and
   TorchServe: arrivals are requests reaching their first token (or completing) plus the
@@ -15,7 +16,9 @@ the preset leaves it out, and the policy sees it missing, never zero:
 - TorchServe has no queue gauge: by Little's law the queue-seconds accrued per second
   (`rate(ts_queue_latency_microseconds)`) are the mean number of requests waiting;
 - Triton reports the first-response histogram in milliseconds (opt-in,
-  `--metrics-config histogram_latencies=true`), scaled to seconds here.
+  `--metrics-config histogram_latencies=true`), scaled to seconds here;
+- SGLang exports its prompt-length histogram only when started with
+  `--collect-tokens-histogram`.
 Pure data and string templates.
 """
 
