@@ -1,4 +1,4 @@
-"""The autoscaler's presets, the rules and the dashboards read only names the engines export.
+"""The presets, rules, dashboards and the lab's vLLM pods use only names the engines export.
 
 tests/data/engines has, per engine, the sample names it serves on /metrics, each list from
 the engine's own repository (its metrics test's expectations or its metrics reference, at
