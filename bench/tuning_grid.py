@@ -13,6 +13,7 @@ Run from the repository root:
     python3 -m bench.tuning_grid --compare BEFORE.json AFTER.json
     python3 -m bench.tuning_grid --unmatched OURS.json[,MORE.json] BASELINE.json[,...]
     python3 -m bench.tuning_grid --choose OURS.json CANDIDATES.json BASELINE.json
+    python3 -m bench.tuning_grid --inversions OURS.json
 The first writes each (family, scale, knob)'s mean attainment and billed GPU-h over the
 tuning seeds, for the policy's sweep or the knob values given (to try where to sample it);
 the second prints the points that moved, and a count of those better on both axes, worse
@@ -23,7 +24,12 @@ sweep and the extra knob values tried beside it). The fourth is where to sample 
 (BENCHMARKS.md, "Where the knob is sampled"): each knob value of the candidates' grid (a
 `--knobs` run) judged alone beside ours, the baseline points it newly matches, and the
 values chosen greedily (the one that leaves the fewest unmatched, then the one that does
-beside it, while each leaves fewer).
+beside it, while each leaves fewer). The fifth checks issue 17's knob that "buys standing
+capacity monotonically": per family and scale, the points where a higher target costs
+more than `INVERSION_COST_SHARE` less than some lower target did and attains less than the
+best lower target did (by the table's last digit or more): a user who raises the target
+there pays less and loses requests. gpufleet's knob only: a higher target attainment must
+buy more (HPA's and KEDA's targets run the other way).
 """
 
 import argparse
@@ -44,6 +50,9 @@ Key = tuple[str, int, float]  # family, scale, knob value
 # A move smaller than the table's last digit on both axes is float noise, not a change
 # (GPU-h: the held-out report's own threshold).
 _VISIBLE_ATTAINMENT = 0.00005
+# A higher target that costs this share less than a lower one is an inversion (with less
+# attainment); smaller differences are the seeds' noise in billed node-hours.
+INVERSION_COST_SHARE = 0.03
 
 
 def _run(spec: sweep.RunSpec) -> tuple[float, float]:
@@ -180,6 +189,29 @@ def choose(
     return "\n".join(lines)
 
 
+def inversions(grid: dict[Key, tuple[float, float]]) -> str:
+    """Markdown: each point where a higher knob value costs over `INVERSION_COST_SHARE`
+    less than a lower one did and attains less than the best lower one did, then their
+    count."""
+    lines = [
+        "| family | scale | knob | attainment / GPU-h | below it: best attainment / most GPU-h |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    count = 0
+    for family, scale in sorted({(f, s) for f, s, _ in grid}):
+        best, most = -1.0, 0.0
+        for key in sorted(k for k in grid if k[:2] == (family, scale)):
+            attained, cost = grid[key]
+            if cost < most * (1.0 - INVERSION_COST_SHARE) and attained < best - _VISIBLE_ATTAINMENT:
+                count += 1
+                lines.append(
+                    f"| {family} | {scale} | {key[2]:g} | {attained:.2%} / {cost:.2f} "
+                    f"| {best:.2%} / {most:.2f} |"
+                )
+            best, most = max(best, attained), max(most, cost)
+    return "\n".join([*lines, f"\nknob inversions: {count}\n"])
+
+
 def _points(grid: dict[Key, tuple[float, float]], cell: tuple[str, int]) -> list[sweep.Point]:
     return [sweep.Point(a, g, f"{k:g}") for (f, s, k), (a, g) in grid.items() if (f, s) == cell]
 
@@ -220,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--unmatched", nargs=2, metavar=("OURS", "BASELINE"))
     parser.add_argument("--choose", nargs=3, metavar=("OURS", "CANDIDATES", "BASELINE"))
+    parser.add_argument("--inversions", metavar="OURS")
     args = parser.parse_args(argv)
     if args.compare:
         print(compare(_load(args.compare[0]), _load(args.compare[1])), end="")
@@ -232,8 +265,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ours, candidates, theirs = (_load(paths, "--choose") for paths in args.choose)
         print(choose(ours, candidates, theirs), end="")
         return 0
+    if args.inversions:
+        print(inversions(_load(args.inversions, "--inversions")), end="")
+        return 0
     if args.json is None:
-        parser.error("--json is required unless --compare, --unmatched or --choose is given")
+        parser.error(
+            "--json is required unless --compare, --unmatched, --choose or --inversions is given"
+        )
     families = args.families.split(",")
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from helpers.bench import run_bench
 
-from bench.tuning_grid import choose, compare, unmatched
+from bench.tuning_grid import choose, compare, inversions, unmatched
 
 
 def test_a_tiny_grid_is_written_and_compares_unchanged_with_itself(tmp_path: Path) -> None:
@@ -41,6 +41,21 @@ def test_compare_sorts_each_moved_point_into_better_worse_or_traded() -> None:
     table = compare(before, after)
     assert "| flash-long | 10 | 0.99 | 66.00% / 20.90 | 67.00% / 17.00 |" in table
     assert table.endswith("1 unchanged, 1 better, 1 worse, 1 traded\n")
+
+
+def test_an_inversion_is_a_higher_target_that_costs_less_and_attains_less() -> None:
+    grid = {
+        ("mix", 10, 0.99): (0.9457, 75.31),
+        ("mix", 10, 0.993): (0.9309, 59.09),  # inverted: -16 GPU-h, -1.5 points
+        ("mix", 10, 0.995): (0.9577, 73.90),  # cheaper by 1.9%: noise, not an inversion
+        ("mix", 10, 0.997): (0.9531, 84.89),  # less attainment, but it costs more
+        ("quiet", 1, 0.5): (1.0, 1.34),
+        ("quiet", 1, 0.99): (1.0, 1.00),  # cheaper, attains as much: not one
+    }
+    table = inversions(grid)
+    assert "| mix | 10 | 0.993 | 93.09% / 59.09 | 94.57% / 75.31 |" in table
+    assert table.count("| mix |") == 1 and "| quiet |" not in table
+    assert table.endswith("knob inversions: 1\n")
 
 
 def test_a_bad_compare_file_is_one_line(tmp_path: Path) -> None:
