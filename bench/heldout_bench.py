@@ -29,7 +29,9 @@ Run from the repository root:
     python3 -m bench.heldout_bench --rerun gpufleet a.json [--jobs 2] [--json PATH]
 Prints a Markdown report on stdout: one table per family (every scale and policy, the
 oracle and gpufleet's default included, with the simulator's CPU seconds per policy-hour),
-then the front comparison per scale, then the section-4 verdicts. The full grid
+then the front comparison per scale and gpufleet's knob inversions held out (section 3:
+where a higher target costs less and attains less; `knob_inversions`), then the section-4
+verdicts. The full grid
 (7 families x 3 scales) is long on a small machine; shard it with --families/--scales and
 --json, and print one report from the shards with --merge. After a change to one policy,
 --rerun runs that policy's rows of a shard again and keeps the rest.
@@ -65,6 +67,11 @@ POLICIES = (policies.HPA, policies.KEDA, policies.GPUFLEET)
 BASELINES = (policies.HPA, policies.KEDA)
 # A saving smaller than the report's last digit is not one: equal runs differ by float noise.
 _VISIBLE_GPU_HOURS = 0.005
+# Nor is a move in attainment smaller than the last digit of its percentage.
+_VISIBLE_ATTAINMENT = 0.00005
+# A higher target that costs this share less than a lower one is a knob inversion (with
+# less attainment); smaller differences are the seeds' noise in billed node-hours.
+INVERSION_COST_SHARE = 0.03
 
 # The families the issue names. Lead time is a cold start (60 s) plus node provisioning
 # (180 s): flash-short is over before new capacity could serve it, flash-long is not. The
@@ -177,6 +184,15 @@ def choose_knob(tuned: dict[str, tuple[float, float]], target: float) -> str:
     return max(tuned.items(), key=lambda kv: (kv[1][0], -kv[1][1]))[0]
 
 
+def knob_inversions(points: Sequence[sweep.Point]) -> tuple[sweep.Inversion, ...]:
+    """gpufleet's `points` in knob order where a higher target costs over
+    `INVERSION_COST_SHARE` less than a lower one did and attains less than the best lower
+    one did (`sweep.inversions`)."""
+    return sweep.inversions(
+        points, cost_share=INVERSION_COST_SHARE, attainment_step=_VISIBLE_ATTAINMENT
+    )
+
+
 def evaluate(
     family: str,
     scale: int,
@@ -239,6 +255,8 @@ def _row(
         "seconds_per_policy_hour": (statistics.fmean(per_hour), max(per_hour)),
     }
     if policy == policies.GPUFLEET:
+        # Every knob value, in knob order, for the knob's inversions (section 3).
+        row["points"] = [[label, *by_knob[label]] for label in sorted(by_knob, key=_knob_value)]
         # What section 4 judges: the default, whatever the tuning seeds chose.
         default = policies.knob_label(policy, knob.DEFAULT_TARGET)
         after = [
@@ -254,6 +272,11 @@ def _row(
             "heldout_feasible_after_lead_time": statistics.fmean(after),
         }
     return row
+
+
+def _knob_value(label: str) -> float:
+    """The value in a sweep point's label (`target_attainment=0.993`)."""
+    return float(label.rpartition("=")[2])
 
 
 def _oracle(family: str, scale: int, *, duration: int, jobs: int, service: dict) -> dict:
@@ -347,7 +370,32 @@ def markdown(results: Sequence[dict]) -> str:
         ours = _front(result, policies.GPUFLEET)
         sentences = [compare(ours, _front(result, b), b) for b in BASELINES]
         lines.append(f"- x{result['scale']}: " + "; ".join(sentences) + ".")
+    inverted = [_inversions(result) for result in results]
+    if any(line is not None for line in inverted):
+        lines += [
+            "",
+            "gpufleet's knob inversions, held out (a higher target that costs over "
+            f"{INVERSION_COST_SHARE:.0%} less than a lower one did and attains less than the "
+            "best lower one did; below it: that best attainment / the most GPU-h):",
+            "",
+            *(line for line in inverted if line is not None),
+        ]
     return "\n".join([*lines, ""])
+
+
+def _inversions(result: dict) -> str | None:
+    """One scale's line of gpufleet's knob inversions; None where the --json predates
+    them (no `points`)."""
+    (row,) = (r for r in result["rows"] if r["policy"] == policies.GPUFLEET)
+    if "points" not in row:
+        return None
+    found = knob_inversions([sweep.Point(a, g, label) for label, a, g in row["points"]])
+    listed = ", ".join(
+        f"{i.point.label.rpartition('=')[2]} {i.point.attainment:.2%} / "
+        f"{i.point.gpu_hours:.2f} (below it: {i.best_below:.2%} / {i.most_below:.2f})"
+        for i in found
+    )
+    return f"- x{result['scale']}: {listed or 'none'}"
 
 
 def _rows(result: dict) -> list[str]:

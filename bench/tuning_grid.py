@@ -41,18 +41,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.entry import exit_with
-from bench.heldout_bench import _VISIBLE_GPU_HOURS, FAMILIES, TUNING_SEEDS, _specs
+from bench.heldout_bench import (
+    _VISIBLE_ATTAINMENT,
+    _VISIBLE_GPU_HOURS,
+    FAMILIES,
+    TUNING_SEEDS,
+    _specs,
+    knob_inversions,
+)
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.replay.core import sweep
 from gpufleet.autoscaler.replay.core.model import ROUTINGS
 
 Key = tuple[str, int, float]  # family, scale, knob value
-# A move smaller than the table's last digit on both axes is float noise, not a change
-# (GPU-h: the held-out report's own threshold).
-_VISIBLE_ATTAINMENT = 0.00005
-# A higher target that costs this share less than a lower one is an inversion (with less
-# attainment); smaller differences are the seeds' noise in billed node-hours.
-INVERSION_COST_SHARE = 0.03
 
 
 def _run(spec: sweep.RunSpec) -> tuple[float, float]:
@@ -190,25 +191,24 @@ def choose(
 
 
 def inversions(grid: dict[Key, tuple[float, float]]) -> str:
-    """Markdown: each point where a higher knob value costs over `INVERSION_COST_SHARE`
-    less than a lower one did and attains less than the best lower one did, then their
-    count."""
+    """Markdown: per family and scale, each point where a higher knob value costs over
+    `INVERSION_COST_SHARE` less than a lower one did and attains less than the best lower
+    one did (`sweep.inversions`), then their count."""
     lines = [
         "| family | scale | knob | attainment / GPU-h | below it: best attainment / most GPU-h |",
         "|---|---:|---:|---:|---:|",
     ]
     count = 0
     for family, scale in sorted({(f, s) for f, s, _ in grid}):
-        best, most = -1.0, 0.0
-        for key in sorted(k for k in grid if k[:2] == (family, scale)):
-            attained, cost = grid[key]
-            if cost < most * (1.0 - INVERSION_COST_SHARE) and attained < best - _VISIBLE_ATTAINMENT:
-                count += 1
-                lines.append(
-                    f"| {family} | {scale} | {key[2]:g} | {attained:.2%} / {cost:.2f} "
-                    f"| {best:.2%} / {most:.2f} |"
-                )
-            best, most = max(best, attained), max(most, cost)
+        points = sorted(_points(grid, (family, scale)), key=lambda p: float(p.label))
+        found = knob_inversions(points)
+        count += len(found)
+        lines += [
+            f"| {family} | {scale} | {i.point.label} "
+            f"| {i.point.attainment:.2%} / {i.point.gpu_hours:.2f} "
+            f"| {i.best_below:.2%} / {i.most_below:.2f} |"
+            for i in found
+        ]
     return "\n".join([*lines, f"\nknob inversions: {count}\n"])
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers.bench import run_bench
 
-from bench.heldout_bench import HELDOUT_SEEDS, TUNING_SEEDS, choose_knob, compare
+from bench.heldout_bench import HELDOUT_SEEDS, TUNING_SEEDS, choose_knob, compare, markdown
 from gpufleet.autoscaler.replay.core.sweep import Point
 
 
@@ -19,6 +19,29 @@ def test_the_knob_is_the_cheapest_reaching_the_target_else_the_best() -> None:
     tuned = {"a=1": (0.995, 10.0), "a=2": (0.999, 12.0), "a=3": (0.98, 5.0)}
     assert choose_knob(tuned, 0.99) == "a=1"
     assert choose_knob(tuned, 0.9999) == "a=2"
+
+
+def test_the_report_lists_where_a_higher_target_costs_less_and_attains_less() -> None:
+    def row(policy: str, points: list | None = None) -> dict:
+        front = [[0.9, 10.0, f"{policy}=1"]]
+        row = {"policy": policy, "chosen": f"{policy}=1", "tuning": (0.9, 10.0)}
+        row |= {"heldout": (0.9, 10.0), "heldout_feasible": 0.9, "front": front}
+        row |= {"seconds_per_policy_hour": (1.0, 1.0)}
+        return row | ({"points": points} if points is not None else {})
+
+    points = [
+        ["target_attainment=0.99", 0.9457, 75.31],
+        ["target_attainment=0.993", 0.9309, 59.09],
+        ["target_attainment=0.9965", 0.9510, 79.11],
+    ]
+    oracle = {"heldout": (0.9, 5.0), "valid": False, "judged": [0.9], "heldout_feasible": 0.9}
+    oracle |= {"seconds_per_policy_hour": (1.0, 1.0)}
+    result = {"family": "mix", "scale": 10, "oracle": oracle}
+    rows = [row("hpa"), row("keda")]
+    text = markdown([result | {"rows": [*rows, row("gpufleet", points)]}])
+    assert "- x10: 0.993 93.09% / 59.09 (below it: 94.57% / 75.31)\n" in text
+    # A --json from before the inversions were recorded reports none of them.
+    assert "knob inversions" not in markdown([result | {"rows": [*rows, row("gpufleet")]}])
 
 
 def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
@@ -46,6 +69,10 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
     assert ours["default"]["knob"] == "target_attainment=0.99"
     assert 0.0 <= ours["default"]["heldout_feasible_after_lead_time"] <= 1.0
     assert "| held-out: x oracle (billed) |" in run.stdout
+    # Issue 17 section 3: every knob value, in knob order, for the knob's inversions.
+    knobs = [float(label.split("=")[1]) for label, _, _ in ours["points"]]
+    assert knobs == sorted(knobs) and len(knobs) > len(ours["front"]) - 1
+    assert "gpufleet's knob inversions, held out" in run.stdout
     assert "| 1 | gpufleet (default) | target_attainment=0.99 | " in run.stdout
     assert "| 1 | oracle | - (judged: " in run.stdout
     assert "### Cost at the SLO (issue 17, section 4)" in run.stdout
@@ -53,7 +80,7 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
     # The shards of a grid print as one report again.
     merged = run_bench("heldout_bench", "--merge", str(out), str(out), timeout=60)
     assert merged.returncode == 0, merged.stderr
-    assert merged.stdout.count("### quiet") == 1 and merged.stdout.count("- x1: ") == 2
+    assert merged.stdout.count("### quiet") == 1 and merged.stdout.count("- x1: vs hpa") == 2
     assert merged.stdout.count("| quiet | 1 | yes | ") == 2
     # A policy's rows run again, the rest kept: on unchanged code, the same rows (the engine
     # is deterministic) but for the CPU column.

@@ -10,6 +10,7 @@ fans them out), `pareto_front` and `dominates` are arithmetic on points.
 """
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -168,6 +169,30 @@ def cost_at(front: Sequence[Point], attainment: float) -> float | None:
             share = (attainment - low.attainment) / (p.attainment - low.attainment)
             return low.gpu_hours + share * (p.gpu_hours - low.gpu_hours)
     return None
+
+
+class Inversion(NamedTuple):
+    """A point of a sweep that attains less than a lower knob value did, for less."""
+
+    point: Point
+    best_below: float  # the highest attainment of the lower knob values
+    most_below: float  # the most GPU-hours of the lower knob values
+
+
+def inversions(
+    points: Sequence[Point], *, cost_share: float, attainment_step: float
+) -> tuple[Inversion, ...]:
+    """The points of one sweep, given in the order of a knob that buys more as it grows,
+    that cost more than `cost_share` less than some lower knob value did and attain more
+    than `attainment_step` less than the best lower one did: where raising the knob
+    pays less and loses requests (issue 17 asks for a knob that buys monotonically)."""
+    out = []
+    best, most = -math.inf, 0.0
+    for p in points:
+        if p.gpu_hours < most * (1.0 - cost_share) and p.attainment < best - attainment_step:
+            out.append(Inversion(p, best, most))
+        best, most = max(best, p.attainment), max(most, p.gpu_hours)
+    return tuple(out)
 
 
 class Saving(NamedTuple):

@@ -251,3 +251,16 @@ def test_savings_at_equal_attainment():
         ("p0", 6.0),
         ("p1", 3.0),
     ]
+
+
+def test_inversions_name_a_higher_knob_that_costs_less_and_attains_less():
+    points = [
+        Point(0.90, 10.0, "a"),
+        Point(0.95, 20.0, "b"),
+        Point(0.93, 12.0, "c"),  # -40% cost, -2 points: inverted
+        Point(0.94, 19.8, "d"),  # 1% cheaper than b: noise, not an inversion
+        Point(0.96, 15.0, "e"),  # cheaper, but attains more than any below it
+    ]
+    found = sweep.inversions(points, cost_share=0.03, attainment_step=0.00005)
+    assert [(i.point.label, i.best_below, i.most_below) for i in found] == [("c", 0.95, 20.0)]
+    assert sweep.inversions(points[:2], cost_share=0.03, attainment_step=0.00005) == ()
