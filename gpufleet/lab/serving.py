@@ -30,6 +30,7 @@ import json
 import math
 import random
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,7 +85,7 @@ class _Request:
 @dataclass(slots=True)
 class _Histogram:
     buckets: tuple[float, ...] = TTFT_BUCKETS
-    counts: list[int] = field(default_factory=list)
+    counts: list[int] = field(init=False)  # per bucket, the last above every bound
     total: float = 0.0
     n: int = 0
 
@@ -92,8 +93,7 @@ class _Histogram:
         self.counts = [0] * (len(self.buckets) + 1)
 
     def observe(self, value: float) -> None:
-        i = next((i for i, b in enumerate(self.buckets) if value <= b), len(self.buckets))
-        self.counts[i] += 1
+        self.counts[bisect_left(self.buckets, value)] += 1  # le: the first bound >= value
         self.total += value
         self.n += 1
 
