@@ -391,7 +391,7 @@ def _inversions(result: dict) -> str | None:
         return None
     found = knob_inversions([sweep.Point(a, g, label) for label, a, g in row["points"]])
     listed = ", ".join(
-        f"{i.point.label.rpartition('=')[2]} {i.point.attainment:.2%} / "
+        f"{_knob_value(i.point.label):g} {i.point.attainment:.2%} / "
         f"{i.point.gpu_hours:.2f} (below it: {i.best_below:.2%} / {i.most_below:.2f})"
         for i in found
     )
