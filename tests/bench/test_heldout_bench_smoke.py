@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 from helpers.bench import run_bench
 
-from bench.heldout_bench import HELDOUT_SEEDS, TUNING_SEEDS, choose_knob, compare, markdown
+from bench.heldout_bench import (
+    HELDOUT_SEEDS,
+    TUNING_SEEDS,
+    SeedRuns,
+    choose_knob,
+    compare,
+    markdown,
+    unmatched,
+)
 from gpufleet.autoscaler.replay.core.sweep import Point
 
 
@@ -69,6 +77,12 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
     assert ours["default"]["knob"] == "target_attainment=0.99"
     assert 0.0 <= ours["default"]["heldout_feasible_after_lead_time"] <= 1.0
     assert "| held-out: x oracle (billed) |" in run.stdout
+    # Each knob value on each held-out seed, for the seeds' spread at a missed point.
+    assert result["seeds"] == list(HELDOUT_SEEDS)
+    assert all(len(runs) == len(HELDOUT_SEEDS) for runs in ours["seeds"].values())
+    assert set(ours["seeds"]) == {label for label, _, _ in ours["points"]}
+    assert "### Baseline points not matched, held out (issue 17, section 4)" in run.stdout
+    assert "| quiet | 1 | " in run.stdout
     # Issue 17 section 3: every knob value, in knob order, for the knob's inversions.
     knobs = [float(label.split("=")[1]) for label, _, _ in ours["points"]]
     assert knobs == sorted(knobs) and len(knobs) > len(ours["front"]) - 1
@@ -173,3 +187,41 @@ COMPARE = [
 @pytest.mark.parametrize(("ours", "theirs", "sentence"), COMPARE)
 def test_compare(ours, theirs, sentence) -> None:
     assert compare(ours, theirs, "hpa") == sentence
+
+
+def test_a_missed_point_says_on_which_seeds_the_nearest_points_match_it() -> None:
+    ours = [P(0.95, 8, "g=1"), P(0.97, 11, "g=2")]
+    theirs = [P(0.96, 9, "t=70")]
+    # Missed on the mean; on seed 1000 the point at its cost matches it, on 1001 neither.
+    runs = SeedRuns(
+        seeds=[1000, 1001],
+        ours={"g=1": [[0.965, 8.0], [0.935, 8.0]], "g=2": [[0.975, 10.0], [0.965, 12.0]]},
+        theirs={"t=70": [[0.96, 9.0], [0.96, 9.0]]},
+    )
+    assert compare(ours, theirs, "hpa", runs) == (
+        "vs hpa: does not dominate, strictly cheaper at 1 of its 1 points that hpa reaches, "
+        "by up to 1.00 GPU-h (11%) at 95.00% (g=1); not matched: 96.00% / 9.00 (t=70; "
+        "ours -1.00 points at its cost, +2.00 GPU-h at its attainment; seed by seed, "
+        "matched on 1000)"
+    )
+
+
+def test_the_tally_counts_missed_points_and_those_a_seed_matches() -> None:
+    def row(policy: str, front: list, seeds: dict | None) -> dict:
+        return {"policy": policy, "front": front} | ({"seeds": seeds} if seeds else {})
+
+    ours = row("gpufleet", [[0.95, 8, "g=1"]], {"g=1": [[0.96, 8.0], [0.94, 8.0]]})
+    hpa = row("hpa", [[0.955, 8, "t=70"], [0.99, 20, "t=20"]], None)
+    keda = row("keda", [[0.5, 9, "q=1"]], None)
+    hpa_seeds = {"t=70": [[0.955, 8.0], [0.955, 8.0]], "t=20": [[0.99, 20.0], [0.99, 20.0]]}
+    cell = {"family": "mix", "scale": 10, "rows": [hpa, keda, ours]}
+    seeded = cell | {
+        "scale": 4,
+        "seeds": [1000, 1001],
+        "rows": [hpa | {"seeds": hpa_seeds}, keda | {"seeds": {"q=1": [[0.5, 9.0]] * 2}}, ours],
+    }
+    text = unmatched([seeded, cell])
+    assert "| mix | 4 | 2 | 1 | 0 | 0 |" in text
+    # A --json from before the seeds were recorded: the count alone.
+    assert "| mix | 10 | 2 | - | 0 | - |" in text
+    assert "| all | | **4** | **1** | **0** | **0** |" in text

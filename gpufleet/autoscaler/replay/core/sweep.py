@@ -138,11 +138,32 @@ def pareto_front(points: Iterable[Point]) -> tuple[Point, ...]:
 
 def uncovered(front_a: Sequence[Point], front_b: Sequence[Point]) -> tuple[Point, ...]:
     """The points of `front_b` that no point of `front_a` matches or beats on both axes."""
-    return tuple(
-        b
-        for b in front_b
-        if not any(a.attainment >= b.attainment and a.gpu_hours <= b.gpu_hours for a in front_a)
+    return tuple(b for b in front_b if not any(matches(a, b) for a in front_a))
+
+
+def matches(a: Point, b: Point) -> bool:
+    """Whether `a` matches or beats `b` on both axes."""
+    return a.attainment >= b.attainment and a.gpu_hours <= b.gpu_hours
+
+
+def nearest(front: Sequence[Point], target: Point) -> tuple[Point | None, Point | None]:
+    """The points of `front` that come nearest to matching `target`, one per axis: the most
+    attaining at no more than its cost, and the cheapest at no less than its attainment
+    (None where `front` has none)."""
+    cheap = [p for p in front if p.gpu_hours <= target.gpu_hours]
+    high = [p for p in front if p.attainment >= target.attainment]
+    return (
+        max(cheap, key=lambda p: p.attainment) if cheap else None,
+        min(high, key=lambda p: p.gpu_hours) if high else None,
     )
+
+
+def matching_seeds(candidates: Sequence[Sequence[Point]], target: Sequence[Point]) -> list[int]:
+    """The seeds (indices) on which some candidate matches or beats `target` on both axes:
+    each candidate and `target` given per seed, in one seed order. A front judged on means
+    can miss a point that it matches on some seeds; where it does, the gap is within the
+    seeds' spread, and where it misses on every seed, it is not."""
+    return [i for i, t in enumerate(target) if any(matches(c[i], t) for c in candidates)]
 
 
 def dominates(front_a: Sequence[Point], front_b: Sequence[Point]) -> bool:

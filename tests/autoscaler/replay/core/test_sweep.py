@@ -86,6 +86,23 @@ def test_uncovered_names_the_points_not_matched():
     assert [p.label for p in sweep.uncovered(a, b)] == ["cheap", "better"]
 
 
+def test_nearest_is_the_best_at_its_cost_and_the_cheapest_at_its_attainment():
+    front = [Point(0.90, 4, "a"), Point(0.95, 8, "b"), Point(0.99, 12, "c")]
+    assert sweep.nearest(front, Point(0.97, 10, "t")) == (front[1], front[2])
+    # Nothing as cheap, nothing as high.
+    assert sweep.nearest(front, Point(0.999, 3, "t")) == (None, None)
+
+
+def test_matching_seeds_are_those_some_candidate_matches_on():
+    # A point missed on the mean of two seeds, matched on the first of them.
+    at_cost = [Point(0.95, 8), Point(0.93, 8)]
+    at_attainment = [Point(0.97, 11), Point(0.96, 12)]
+    target = [Point(0.94, 9), Point(0.96, 10)]
+    assert sweep.matching_seeds([at_cost, at_attainment], target) == [0]
+    assert sweep.matching_seeds([at_attainment], target) == []
+    assert sweep.matching_seeds([], target) == []
+
+
 TRACE = trace_from_arrays([0.0, 1.0], [10, 10], [5, 5], name="t")
 WORKLOAD = WorkloadConfig(name="w")
 
