@@ -21,12 +21,13 @@ Each baseline point gpufleet's front does not match names how near the front com
 and on which held-out seeds gpufleet's nearest front points match it: two seeds are few,
 and a point missed on their mean but matched on one of them is missed within their spread.
 
-Tuning seeds: 0 and 1. Held-out seeds: 1000 and 1001. Never swap them, never choose a knob,
-a default or a policy change by what the held-out columns say.
+Tuning seeds: 0 and 1. Held-out seeds: 1000 and 1001 (`--heldout-seeds` judges on others,
+say 1000-1005, to see how much a verdict owes to two seeds). Never swap them, never choose a
+knob, a default or a policy change by what the held-out columns say.
 
 Run from the repository root:
     python3 -m bench.heldout_bench [--families flash-short,longctx,...] [--scales 1,4,10]
-        [--duration 3600] [--jobs 2] [--target 0.99] [--json PATH]
+        [--duration 3600] [--jobs 2] [--target 0.99] [--json PATH] [--heldout-seeds 1000,1001]
         [--no-chunked-prefill] [--long-prefill-token-threshold N] [--routing least-tokens]
     python3 -m bench.heldout_bench --merge a.json b.json ...
     python3 -m bench.heldout_bench --rerun gpufleet a.json [--jobs 2] [--json PATH]
@@ -216,15 +217,25 @@ def evaluate(
     jobs: int,
     target: float,
     service: dict[str, object] | None = None,
+    seeds: Sequence[int] = HELDOUT_SEEDS,
 ) -> dict:
     """One family at one scale: each policy's row (`_row`), the oracle's, and the settings
-    they ran with (what `--rerun` reads back)."""
+    they ran with (what `--rerun` reads back), judged on the held-out `seeds`."""
     service = service or {}
     rows = [
-        _row(family, scale, policy, duration=duration, jobs=jobs, target=target, service=service)
+        _row(
+            family,
+            scale,
+            policy,
+            duration=duration,
+            jobs=jobs,
+            target=target,
+            service=service,
+            seeds=seeds,
+        )
         for policy in POLICIES
     ]
-    oracle = _oracle(family, scale, duration=duration, jobs=jobs, service=service)
+    oracle = _oracle(family, scale, duration=duration, jobs=jobs, service=service, seeds=seeds)
     return {
         "family": family,
         "scale": scale,
@@ -233,7 +244,7 @@ def evaluate(
         "duration": duration,
         "target": target,
         "service": service,
-        "seeds": list(HELDOUT_SEEDS),
+        "seeds": list(seeds),
     }
 
 
@@ -246,13 +257,14 @@ def _row(
     jobs: int,
     target: float,
     service: dict[str, object],
+    seeds: Sequence[int],
 ) -> dict:
-    """One policy's tuned knob, its held-out numbers, its held-out front, and the
-    simulator's CPU seconds per policy-hour over all its runs (mean, max)."""
+    """One policy's tuned knob, its numbers on the held-out `seeds`, its held-out front, and
+    the simulator's CPU seconds per policy-hour over all its runs (mean, max)."""
     tuning = _run_all(_specs(family, scale, TUNING_SEEDS, policy, duration, service), jobs)
     tuned = _mean_by_knob([r for r, _ in tuning])
     chosen = choose_knob(tuned, target)
-    held_specs = _specs(family, scale, HELDOUT_SEEDS, policy, duration, service)
+    held_specs = _specs(family, scale, seeds, policy, duration, service)
     timed = _run_all(held_specs, jobs)
     held = [r for r, _ in timed]
     by_knob = _mean_by_knob(held)
@@ -298,11 +310,13 @@ def _knob_value(label: str) -> float:
     return float(label.rpartition("=")[2])
 
 
-def _oracle(family: str, scale: int, *, duration: int, jobs: int, service: dict) -> dict:
+def _oracle(
+    family: str, scale: int, *, duration: int, jobs: int, service: dict, seeds: Sequence[int]
+) -> dict:
     """The oracle's replays on the held-out seeds (it chooses nothing, so it may run there):
     mean attainment and billed GPU-h, each seed's judged attainment, and whether it is a
     yardstick (`report.oracle_valid`: its replay met its own target on every seed)."""
-    timed = _run_all(_specs(family, scale, HELDOUT_SEEDS, policies.ORACLE, duration, service), jobs)
+    timed = _run_all(_specs(family, scale, seeds, policies.ORACLE, duration, service), jobs)
     results = [r for r, _ in timed]
     ((_, heldout),) = _mean_by_knob(results).items()
     per_hour = [seconds * 3600 / duration for _, seconds in timed]
@@ -581,6 +595,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "duration, target and simulator flags recorded in it (files from before they were "
         "recorded: the ones given here)",
     )
+    parser.add_argument(
+        "--heldout-seeds",
+        default=",".join(map(str, HELDOUT_SEEDS)),
+        help="the seeds to judge on (default: %(default)s); more seeds narrow the spread a "
+        "front is judged within, and the tuning seeds "
+        f"({', '.join(map(str, TUNING_SEEDS))}) are refused",
+    )
     args = parser.parse_args(argv)
     if args.merge:
         return _merge(parser, args.merge)
@@ -588,7 +609,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         parser.error(f"unknown family {unknown[0]!r}; known: {', '.join(FAMILIES)}")
-    scales = [int(s) for s in args.scales.split(",") if s]
+    scales = _integers(parser, "--scales", args.scales)
+    seeds = _integers(parser, "--heldout-seeds", args.heldout_seeds)
+    tuned_on = sorted(set(seeds) & set(TUNING_SEEDS))
+    if tuned_on:
+        parser.error(f"--heldout-seeds {args.heldout_seeds}: {tuned_on[0]} is a tuning seed")
     service = {
         "chunked_prefill": args.chunked_prefill,
         "long_prefill_token_threshold": args.long_prefill_token_threshold,
@@ -596,7 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     started = time.perf_counter()
     if args.rerun:
-        results = _rerun(parser, args, service)
+        results = _rerun(parser, args, service, seeds)
     else:
         results = [
             evaluate(
@@ -606,6 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 jobs=args.jobs,
                 target=args.target,
                 service=service,
+                seeds=seeds,
             )
             for family in families
             for scale in scales
@@ -615,7 +641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Reproduce: `{command}` ({minutes:.1f} min wall with --jobs {args.jobs})\n")
     print(
         f"Tuning seeds {', '.join(map(str, TUNING_SEEDS))}; held-out seeds "
-        f"{', '.join(map(str, HELDOUT_SEEDS))}; target {args.target:.1%}; "
+        f"{', '.join(map(str, seeds))}; target {args.target:.1%}; "
         f"{args.duration} s per trace.\n"
     )
     print(report(results))
@@ -632,8 +658,25 @@ def _merge(parser: argparse.ArgumentParser, paths: Sequence[Path]) -> int:
     return 0
 
 
-def _rerun(parser: argparse.ArgumentParser, args: argparse.Namespace, service: dict) -> list:
-    """The cells of `args.rerun`'s file, each with its POLICY row run again."""
+def _integers(parser: argparse.ArgumentParser, flag: str, text: str) -> list[int]:
+    """A comma-separated list of integers, or one line naming `flag` and the bad value."""
+    try:
+        values = [int(part) for part in text.split(",") if part]
+    except ValueError:
+        parser.error(f"{flag} {text}: not a comma-separated list of integers")
+    if not values:
+        parser.error(f"{flag}: empty")
+    return values
+
+
+def _rerun(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    service: dict,
+    seeds: Sequence[int],
+) -> list:
+    """The cells of `args.rerun`'s file, each with its POLICY row run again on the seeds
+    recorded in it (files from before they were recorded: `seeds`)."""
     policy, path = args.rerun
     if policy not in POLICIES:
         parser.error(f"--rerun {policy}: not a policy of the grid ({', '.join(POLICIES)})")
@@ -647,6 +690,7 @@ def _rerun(parser: argparse.ArgumentParser, args: argparse.Namespace, service: d
             jobs=args.jobs,
             target=cell.get("target", args.target),
             service=cell.get("service", service),
+            seeds=cell.get("seeds", seeds),
         )
         cell["rows"] = [row if r["policy"] == policy else r for r in cell["rows"]]
     return cells
