@@ -487,9 +487,10 @@ class GpufleetPolicy:
         self, obs: Observation, *, queue: float, level: float, unit: float, paid: int
     ) -> float:
         """The queue when replicas asked for now on a new node serve, a node lead from now
-        (`backlog.queue_at`): the ready replicas serve until then, each starting one from
-        its own node lead after it was asked for (no sooner than a cold start from now: it
-        may still be loading), and those this tick adds on idle paid GPUs from a cold start.
+        (`backlog.queue_at`): the ready replicas serve until then, each starting one a cold
+        start after it got its node, or, still waiting for one, its own node lead after it
+        was asked for (no sooner than a cold start from now: it may still be loading), and
+        those this tick adds on idle paid GPUs from a cold start.
         Each at what a ready replica completes now, where the replicas report it: with a
         queue they are saturated, and that is their real rate on this traffic's prompts,
         which the learned rate averages over calmer times."""
@@ -500,7 +501,12 @@ class GpufleetPolicy:
         served = obs.completion_rate.latest()
         per = served / ready if ready and served else unit
         arriving = [
-            (max(r.created + lead - obs.now, cold), per)
+            (
+                max(r.created + lead - obs.now, cold)
+                if r.scheduled_since is None
+                else r.scheduled_since + w.cold_start_seconds - obs.now,
+                per,
+            )
             for r in obs.replicas
             if r.state is ReplicaState.STARTING
         ]

@@ -49,6 +49,9 @@ class Replica:
     state: ReplicaState
     since: float  # when it entered `state`, on the `now` clock
     created: float  # when the replica was requested, on the `now` clock
+    # When it was bound to a node (PodScheduled), on the `now` clock; None while it waits
+    # for one, or where unknown. A starting replica on a node serves a cold start after.
+    scheduled_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

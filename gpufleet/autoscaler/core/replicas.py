@@ -26,6 +26,7 @@ class PodState:
     node: str = ""
     created: float = 0.0
     ready_since: float | None = None  # the Ready condition's last transition to True
+    scheduled_since: float | None = None  # bound to `node` (the PodScheduled condition)
     deleting_since: float | None = None  # metadata.deletionTimestamp
     deletion_cost: int | None = None  # the annotation, when set
     gpus: int = 0  # nvidia.com/gpu it asks for (`nodepools.pod_gpus`)
@@ -39,7 +40,13 @@ def replica_of(pod: PodState) -> Replica:
         state, since = ReplicaState.READY, pod.ready_since
     else:
         state, since = ReplicaState.STARTING, pod.created
-    return Replica(name=pod.name, state=state, since=since, created=pod.created)
+    return Replica(
+        name=pod.name,
+        state=state,
+        since=since,
+        created=pod.created,
+        scheduled_since=pod.scheduled_since,
+    )
 
 
 def deletion_costs(pods: Sequence[PodState], node_pods: Mapping[str, int]) -> dict[str, int]:

@@ -360,20 +360,28 @@ def _object_scale(obj: dict[str, Any]) -> ScaleView:
 
 def _pod_state(pod: dict[str, Any]) -> PodState:
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-    ready_since = None
+    ready_since = scheduled_since = None
+    created = _seconds(meta.get("creationTimestamp"))
     for condition in status.get("conditions") or ():
-        if condition.get("type") == "Ready" and condition.get("status") == "True":
-            ready_since = _seconds(condition.get("lastTransitionTime")) or _seconds(
-                meta.get("creationTimestamp")
-            )
+        if condition.get("status") != "True":
+            continue
+        since = _seconds(condition.get("lastTransitionTime")) or created
+        if condition.get("type") == "Ready":
+            ready_since = since
+        elif condition.get("type") == "PodScheduled":
+            scheduled_since = since
+    node = spec.get("nodeName") or ""
+    if node and scheduled_since is None:  # bound, by a scheduler that set no condition
+        scheduled_since = created
     cost = (meta.get("annotations") or {}).get(DELETION_COST)
     return PodState(
         namespace=meta.get("namespace") or "",
         name=meta["name"],
         labels=dict(meta.get("labels") or {}),
-        node=spec.get("nodeName") or "",
-        created=_seconds(meta.get("creationTimestamp")) or 0.0,
+        node=node,
+        created=created or 0.0,
         ready_since=ready_since,
+        scheduled_since=scheduled_since if node else None,
         deleting_since=_seconds(meta.get("deletionTimestamp")),
         deletion_cost=int(cost) if cost is not None and cost.lstrip("-").isdigit() else None,
         gpus=pod_gpus(spec),

@@ -297,6 +297,15 @@ class LabCluster:
         self.store.patch(
             PODS, *key, {"spec": {"nodeName": node}}, content_type="application/merge-patch+json"
         )
+        # As the scheduler's binding does: the PodScheduled condition, which a controller
+        # reads to tell a replica loading on its node from one waiting for a node.
+        self.store.patch(
+            PODS,
+            *key,
+            {"status": {"conditions": [_condition("PodScheduled", now)]}},
+            content_type="application/merge-patch+json",
+            subresource="status",
+        )
         self._nominated.pop(key, None)
         self._ready_at[key] = now + self.timing.cold_start_seconds
 
@@ -396,12 +405,12 @@ class LabCluster:
                 continue
             at = self._ready_at.get(key)
             if at is not None and at <= now and not is_ready(pod):
-                status = {
-                    "phase": "Running",
-                    "conditions": [
-                        {"type": "Ready", "status": "True", "lastTransitionTime": timestamp(now)}
-                    ],
-                }
+                kept = [
+                    c
+                    for c in (pod.get("status") or {}).get("conditions") or ()
+                    if c.get("type") != "Ready"
+                ]
+                status = {"phase": "Running", "conditions": [*kept, _condition("Ready", now)]}
                 self.store.patch(
                     PODS,
                     *key,
@@ -409,6 +418,10 @@ class LabCluster:
                     content_type="application/merge-patch+json",
                     subresource="status",
                 )
+
+
+def _condition(kind: str, now: float) -> dict[str, str]:
+    return {"type": kind, "status": "True", "lastTransitionTime": timestamp(now)}
 
 
 def is_ready(pod: dict[str, Any]) -> bool:

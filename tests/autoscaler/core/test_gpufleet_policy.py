@@ -973,21 +973,24 @@ def test_a_request_or_two_queued_now_and_then_does_not_bring_a_crowd_back() -> N
 
 
 @pytest.mark.parametrize(
-    ("asked_seconds_ago", "gpus_per_node", "want"),
+    ("asked_seconds_ago", "gpus_per_node", "want", "on_a_node"),
     [
         # The 8 ready replicas keep up with the 100/s arriving (the policy learns 12.5/s
         # each from them); 16 starting since 200 s serve within a cold start and drain the
         # 12,000 waiting at 200/s, long before a new node would: no new node.
-        pytest.param(200.0, 8, 24, id="drained by the replicas already starting: no node"),
+        pytest.param(200.0, 8, 24, False, id="drained by the replicas already starting: no node"),
         # Asked for just now, they serve only a node lead from now, when the 12,000 still
         # wait: today's queue sizes the ask, (100/s + 12,000 / 60 s) x 1.25 / 12.5.
-        pytest.param(0.0, 8, 31, id="nothing arrives in time: today's queue sizes it"),
+        pytest.param(0.0, 8, 31, False, id="nothing arrives in time: today's queue sizes it"),
+        # Asked for just now but bound to nodes already up (idle GPUs paid for), they serve
+        # a cold start from now, not a node lead: they drain it, no node.
+        pytest.param(0.0, 8, 24, True, id="asked for now, on nodes up: no node"),
         # Without the pool's node size, whether a replica needs a new node is unknown.
-        pytest.param(200.0, 0, 31, id="node size unknown: today's queue sizes it"),
+        pytest.param(200.0, 0, 31, False, id="node size unknown: today's queue sizes it"),
     ],
 )
 def test_a_backlog_buys_a_new_node_only_for_what_will_be_left_when_it_serves(
-    asked_seconds_ago: float, gpus_per_node: int, want: int
+    asked_seconds_ago: float, gpus_per_node: int, want: int, on_a_node: bool
 ) -> None:
     """Issue 17: after a crowd overran the fleet, each tick of a deep queue bought another
     node that arrived after the replicas already starting had drained it (flash-long x10)."""
@@ -996,7 +999,13 @@ def test_a_backlog_buys_a_new_node_only_for_what_will_be_left_when_it_serves(
     obs = observe(now, const(100.0), ready=8, queue=const(12_000.0))
     started = now - asked_seconds_ago
     starting = tuple(
-        Replica(name=f"s{i}", state=ReplicaState.STARTING, since=started, created=started)
+        Replica(
+            name=f"s{i}",
+            state=ReplicaState.STARTING,
+            since=started,
+            created=started,
+            scheduled_since=started if on_a_node else None,
+        )
         for i in range(16)
     )
     d = p.decide(replace(obs, replicas=obs.replicas + starting))

@@ -34,6 +34,12 @@ def test_replica_of(pod: PodState, state: ReplicaState, since: float) -> None:
     assert (replica.state, replica.since, replica.created) == (state, since, 10.0)
 
 
+def test_a_starting_replica_says_when_it_got_its_node() -> None:
+    waiting = replica_of(PodState(namespace="a", name="p", created=10.0))
+    bound = replica_of(PodState(namespace="a", name="p", created=10.0, scheduled_since=40.0))
+    assert waiting.scheduled_since is None and bound.scheduled_since == 40.0
+
+
 def test_deletion_costs_make_the_emptiest_node_lose_its_pods_first() -> None:
     pods = [
         PodState(namespace="a", name="full-1", node="n1"),

@@ -96,6 +96,20 @@ def _burst_ready_after(placeholders: int, *, buffer: int = 0) -> float:
     return clock() - start
 
 
+def test_a_bound_pod_is_scheduled_from_its_binding_and_stays_so_once_ready() -> None:
+    """As the scheduler's binding does, PodScheduled is True from the bind, so a controller
+    tells a replica loading on its node from one waiting for a node; Ready adds to it."""
+    store, cluster, clock = _world(placeholders=0)
+    _run(cluster, clock, 1)
+    pods = store.list(PODS, NS, label_selector="app=vllm")
+    conditions = [{c["type"]: c["status"] for c in p["status"]["conditions"]} for p in pods]
+    assert len(pods) == 4 and conditions == [{"PodScheduled": "True"}] * 4
+    _run(cluster, clock, 400)
+    pods = store.list(PODS, NS, label_selector="app=vllm")
+    conditions = [{c["type"]: c["status"] for c in p["status"]["conditions"]} for p in pods]
+    assert conditions == [{"PodScheduled": "True", "Ready": "True"}] * 4
+
+
 def test_placeholders_make_the_provisioner_add_nodes_ahead() -> None:
     store, cluster, clock = _world(placeholders=4)
     _run(cluster, clock, 400)

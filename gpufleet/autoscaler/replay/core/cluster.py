@@ -132,6 +132,7 @@ class ReplayReplica:
                 state=self.state,  # type: ignore[arg-type]
                 since=self.since,
                 created=self.created,
+                scheduled_since=None if self.node is None else self.gpu_since,
             )
         return self.observed_as
 
@@ -338,6 +339,7 @@ class Cluster:
     def _bind(self, r: ReplayReplica, node: ReplayNode, now: float) -> None:
         r.node = node
         r.gpu_since = now
+        r.observed_as = None  # now on a node
         node.used_gpus += self.model.gpus_per_replica
         self._refresh_empty(node, now)
         self.post(now + self.model.cold_start_seconds, Timer.REPLICA_READY, r)

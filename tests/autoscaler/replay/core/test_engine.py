@@ -253,6 +253,22 @@ def test_scale_up_beyond_a_node_waits_for_provisioning_and_cold_start() -> None:
     assert result.timeline.nodes.max() == 2
 
 
+def test_a_starting_replica_shows_when_it_got_its_node() -> None:
+    """What the policy sees of a replica still starting: bound to a node up (it serves a
+    cold start later), or waiting for a node being provisioned (bound when it is up)."""
+    trace = trace_from_arrays([0.0, 400.0], [100, 100], [1, 1])
+    policy = fixed(9)
+    run(trace, policy)
+
+    def starting(at: float) -> dict[str, float | None]:
+        (obs,) = [o for o in policy.seen if o.now == at]
+        return {r.name: r.scheduled_since for r in obs.replicas if r.state is ReplicaState.STARTING}
+
+    early = starting(30.0)
+    assert early["w-1"] == 0.0 and early["w-8"] is None
+    assert starting(200.0) == {"w-8": 180.0}
+
+
 def test_idle_node_is_removed_and_billing_follows() -> None:
     trace = trace_from_arrays([0.0, 1000.0], [150, 150], [0, 0])
     result = run(trace, Script(lambda t: 9 if t < 400 else 1))
