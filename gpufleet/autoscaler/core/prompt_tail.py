@@ -23,6 +23,7 @@ miss 10-30x less than it predicts, `GpufleetSettings.prompt_tail_miss_share`). P
 """
 
 import math
+import sys
 from collections import deque
 
 from gpufleet.autoscaler.core.observation import Buckets
@@ -106,7 +107,9 @@ def blocking_seconds(
         slack = slo_seconds - (lo + top) / 2.0 / r
         weight += share
         blocked += share * sum(m * _beyond(a / r, b / r, slack) for a, b, m in mix) / total
-    return blocked / weight if weight > 0 else 0.0
+    # A feasible share below float resolution is none: its ratio is rounding (a count of
+    # 5e-324 halves to 0, its double does not).
+    return blocked / weight if weight > total * sys.float_info.epsilon else 0.0
 
 
 def _beyond(a: float, b: float, x: float) -> float:
