@@ -371,8 +371,10 @@ def _pod_state(pod: dict[str, Any]) -> PodState:
         elif condition.get("type") == "PodScheduled":
             scheduled_since = since
     node = spec.get("nodeName") or ""
-    if node and scheduled_since is None:  # bound, by a scheduler that set no condition
-        scheduled_since = created
+    if not node:
+        scheduled_since = None  # not bound, whatever a condition says
+    elif scheduled_since is None:
+        scheduled_since = created  # bound by a scheduler that set no condition
     cost = (meta.get("annotations") or {}).get(DELETION_COST)
     return PodState(
         namespace=meta.get("namespace") or "",
@@ -381,7 +383,7 @@ def _pod_state(pod: dict[str, Any]) -> PodState:
         node=node,
         created=created or 0.0,
         ready_since=ready_since,
-        scheduled_since=scheduled_since if node else None,
+        scheduled_since=scheduled_since,
         deleting_since=_seconds(meta.get("deletionTimestamp")),
         deletion_cost=int(cost) if cost is not None and cost.lstrip("-").isdigit() else None,
         gpus=pod_gpus(spec),
