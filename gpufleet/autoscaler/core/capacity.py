@@ -133,11 +133,18 @@ class CapacityEstimate:
 
 
 def learn(
-    state: CapacityState, obs: Observation, settings: CapacitySettings, *, batch_slots: int = 0
+    state: CapacityState,
+    obs: Observation,
+    settings: CapacitySettings,
+    *,
+    batch_slots: int = 0,
+    tokens_per_request: float | None = None,
 ) -> CapacityState:
     """Fold the samples in `obs` newer than the state's last one into the state.
 
-    `batch_slots` is the requests one replica runs at once (0: unknown).
+    `batch_slots` is the requests one replica runs at once (0: unknown);
+    `tokens_per_request` the history's mean prompt (the function of that name; None:
+    unknown, and the p90 TTFT bound, which needs it, is not taken).
 
     A sample lacking any of completion rate, prompt-token rate or the two queue depths is
     skipped (not counted as idle). The duty-cycle hint uses `obs.pods`, which describe the
@@ -172,7 +179,7 @@ def learn(
         weight, total = _decayed(state.ttft_weight, state.ttft_tokens, bounds, half_life)
         state = replace(state, ttft_weight=weight, ttft_tokens=total)
     else:
-        state = _fold_ttft(state, obs, settings=settings)
+        state = _fold_ttft(state, obs, tokens_per_request, settings=settings)
     if obs.prefill_sum_rate.times:
         # Prompt tokens / summed prefill seconds: the prefill rate itself where a replica
         # prefills one prompt at a time, a lower bound where prefills overlap (batched or
@@ -225,13 +232,46 @@ def estimate(
     )
 
 
-def tokens_per_request(obs: Observation) -> float | None:
-    """Mean prompt tokens per request over the observation's history; None without data."""
-    done = sum(obs.completion_rate.values)
-    prompt = sum(obs.prompt_tokens_rate.values)
-    if done <= 0.0 or prompt <= 0.0:
+def tokens_per_request(
+    obs: Observation, *, memory_seconds: float, scrape_seconds: float
+) -> float | None:
+    """Mean prompt tokens per request prefilled over the observation's history; None
+    without data.
+
+    Prompt tokens count as a request is prefilled, completions as it finishes, a decode
+    later. A history that starts with its traffic (a new workload's first scrapes, or the
+    simulator's) has its first scrape's requests in flight prefilled and none finished,
+    so tokens per completion read the mean prompt several times over in its first
+    seconds: that sized a quiet workload's first nodes for 3x its prompts (held-out quiet
+    x10). So a history whose first sample is newer than `memory_seconds` (the window the
+    caller is given: the forecast's peak memory), which began then with nothing in
+    flight, counts the requests in flight at its first scrape that were prefilled: those
+    in flight less those waiting (vLLM's running and waiting are apart; a server that
+    counts a request waiting for its replica's prefill as in flight counts it waiting
+    too). Later growth of the requests in flight is left out: over a long history it is a
+    rounding error (Little's law), and counted through a young history's crowds it also
+    moved how those are sized, for a knob inversion and an HPA point more on the tuning
+    seeds (BENCHMARKS.md). The samples are rates over evenly spaced scrapes: a count is a
+    rate times their spacing (`scrape_seconds` for a lone sample).
+    """
+    done = obs.completion_rate
+    requests = sum(done.values)
+    tokens = sum(obs.prompt_tokens_rate.values)
+    if done.times:
+        n, first = len(done.times), done.times[0]
+        spacing = (done.times[-1] - first) / (n - 1) if n > 1 else scrape_seconds
+        flight, queue = _value_at(obs.in_flight, first), _value_at(obs.queue_depth, first)
+        if flight is not None and queue is not None and first - spacing > obs.now - memory_seconds:
+            requests += max(0.0, flight - queue) / spacing
+    if requests <= 0.0 or tokens <= 0.0:
         return None
-    return prompt / done
+    return tokens / requests
+
+
+def _value_at(series: Series, t: float) -> float | None:
+    """The sample of `series` taken at `t`; None where it has none."""
+    i = bisect.bisect_left(series.times, t)
+    return series.values[i] if i < len(series.times) and series.times[i] == t else None
 
 
 def serving_during(obs: Observation, start: float, end: float) -> float:
@@ -345,14 +385,14 @@ def _decayed(
 
 
 def _fold_ttft(
-    state: CapacityState, obs: Observation, *, settings: CapacitySettings
+    state: CapacityState, obs: Observation, tpr: float | None, *, settings: CapacitySettings
 ) -> CapacityState:
-    """Fold the TTFT bound of the newest TTFT sample not seen yet (one per scrape)."""
+    """Fold the TTFT bound of the newest TTFT sample not seen yet (one per scrape), at the
+    mean prompt `tpr`."""
     ttft = obs.ttft_p90_seconds
-    if not ttft.times or ttft.times[-1] <= state.last_sample_time or ttft.values[-1] <= 0.0:
+    if tpr is None or not ttft.times:
         return state
-    tpr = tokens_per_request(obs)
-    if tpr is None:
+    if ttft.times[-1] <= state.last_sample_time or ttft.values[-1] <= 0.0:
         return state
     weight, total = _decayed(
         state.ttft_weight,

@@ -249,6 +249,7 @@ class Demand:
     """One tick's sizing, in requests/s and replicas; what the message reports."""
 
     capacity: CapacityEstimate
+    tokens_per_request: float | None  # the history's mean prompt (`capacity`)
     per_replica_rps: float  # sustained, learned, at 100% utilization, x `feedback`
     feedback: float  # the SLO feedback's credited / learned ratio (`slo_feedback`)
     forecast: RateForecast  # over the replica lead time
@@ -365,10 +366,19 @@ class GpufleetPolicy:
             return self._finish(
                 obs, held, Reason.MISSING_METRICS, message, headroom=0, term=Term.MISSING
             )
-        self._capacity = learn(
-            self._capacity, obs, s.capacity, batch_slots=self.workload.batch_slots
+        tpr = tokens_per_request(
+            obs,
+            memory_seconds=s.forecast.peak_memory_seconds,
+            scrape_seconds=s.forecast.peak_averaging_seconds[0],  # the shortest is one scrape
         )
-        demand = self._demand(obs, arrivals_ok=arrivals_ok)
+        self._capacity = learn(
+            self._capacity,
+            obs,
+            s.capacity,
+            batch_slots=self.workload.batch_slots,
+            tokens_per_request=tpr,
+        )
+        demand = self._demand(obs, tpr, arrivals_ok=arrivals_ok)
         self._update_feedback(obs, demand)
         active = self._note_activity(obs)
         self._remember(obs, demand)
@@ -532,9 +542,9 @@ class GpufleetPolicy:
 
     # --- sizing ---
 
-    def _demand(self, obs: Observation, *, arrivals_ok: bool) -> Demand:
+    def _demand(self, obs: Observation, tpr: float | None, *, arrivals_ok: bool) -> Demand:
+        """What the workload needs, at the history's mean prompt `tpr`."""
         s, w = self.settings, self.workload
-        tpr = tokens_per_request(obs)
         est = estimate(self._capacity, s.capacity, tokens_per_request=tpr)
         ratio = self._feedback.ratio
         learned = max(1e-9, est.per_replica_rps(tpr))
@@ -588,6 +598,7 @@ class GpufleetPolicy:
                 surge = 0
         return Demand(
             capacity=est,
+            tokens_per_request=tpr,
             per_replica_rps=unit,
             feedback=ratio,
             forecast=fc,
@@ -666,7 +677,7 @@ class GpufleetPolicy:
         loaded = ready > 0 and load >= self.settings.feedback.min_load * d.per_replica_rps
         sample = newest_sample(
             obs,
-            tokens_per_request=tokens_per_request(obs),
+            tokens_per_request=d.tokens_per_request,
             loaded=loaded,
             held_back=obs.current_replicas >= self.workload.max_replicas
             or self._waits_for_node(obs),

@@ -1,5 +1,6 @@
 """Online service-rate learner on synthetic telemetry: saturated samples, the duty hint."""
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -275,7 +276,7 @@ def test_ttft_bound_lifts_the_prefill_rate_of_an_idle_looking_fleet() -> None:
             ttft_p90_seconds=Series(t, (0.2,) * k),
             replicas=ready(3),
         )
-        state = learn(state, obs, S)
+        state = learn(state, obs, S, tokens_per_request=mean_prompt(obs))
     est = estimate(state, S)
     assert est.samples == 0
     assert est.prompt_tokens_per_second == pytest.approx(S.hint_discount * TOKENS / 0.2)
@@ -337,7 +338,76 @@ def test_per_replica_rate_is_the_tighter_limit(
     assert est.per_replica_rps(tokens) == pytest.approx(want)
 
 
+MEMORY = 1800.0
+
+
+def mean_prompt(obs: Observation) -> float | None:
+    return tokens_per_request(obs, memory_seconds=MEMORY, scrape_seconds=STEP)
+
+
 def test_tokens_per_request_over_history() -> None:
     obs = observe(np.array([0.0, 5.0]), done=np.array([2.0, 6.0]), queue=np.zeros(2), replicas=())
-    assert tokens_per_request(obs) == pytest.approx(TOKENS)
-    assert tokens_per_request(Observation(now=0.0)) is None
+    assert mean_prompt(obs) == pytest.approx(TOKENS)
+    assert mean_prompt(Observation(now=0.0)) is None
+
+
+def startup(
+    samples: int, *, t0: float = 0.0, rate: float = 20.0, decode_seconds: float = 4.0
+) -> Observation:
+    """A workload whose traffic (`rate` requests/s of TOKENS-token prompts) starts at `t0`,
+    its first scrape a STEP later: each request is prefilled on arrival and finishes
+    `decode_seconds` after, so the completions trail the prefills while the requests in
+    flight fill up."""
+    t = t0 + STEP * np.arange(1, samples + 1)
+    since = t - t0
+    finished = rate * np.clip(since - decode_seconds, 0.0, None)
+    done = np.diff(np.concatenate(([0.0], finished))) / STEP
+    return Observation(
+        now=float(t[-1]) + 1.5,
+        completion_rate=Series(tuple(t.tolist()), tuple(done.tolist())),
+        prompt_tokens_rate=Series(tuple(t.tolist()), (rate * TOKENS,) * samples),
+        in_flight=Series(tuple(t.tolist()), tuple((rate * since - finished).tolist())),
+        queue_depth=Series(tuple(t.tolist()), (0.0,) * samples),
+    )
+
+
+@pytest.mark.parametrize("samples", [1, 2, 3, 12])
+def test_a_history_that_starts_with_its_traffic_counts_its_first_requests_in_flight(
+    samples: int,
+) -> None:
+    # Tokens per completion read the mean prompt 5x over after one scrape (20 requests
+    # prefilled, 4 finished each second), still 7% over after a minute; the requests in
+    # flight are the difference.
+    obs = startup(samples)
+    assert sum(obs.prompt_tokens_rate.values) / sum(obs.completion_rate.values) > 1.05 * TOKENS
+    assert mean_prompt(obs) == pytest.approx(TOKENS)
+
+
+def test_requests_waiting_in_flight_are_not_taken_for_prompts_prefilled() -> None:
+    # One scrape into the traffic, 80 requests in flight, 50 of them waiting for prefill
+    # (the simulator counts them in both): only the 30 prefilled hold prompt tokens.
+    obs = startup(1)
+    assert obs.in_flight.values == (80.0,)
+    burst = replace(obs, queue_depth=Series(obs.queue_depth.times, (50.0,)))
+    prefilled = 20.0 * TOKENS / (4.0 + 30.0 / STEP)
+    assert mean_prompt(burst) == pytest.approx(prefilled)
+    assert mean_prompt(replace(obs, queue_depth=Series(obs.queue_depth.times, (200.0,)))) == (
+        pytest.approx(20.0 * TOKENS / 4.0)  # a queue longer than the flight: none counted
+    )
+
+
+def test_an_old_history_does_not_count_the_requests_in_flight() -> None:
+    # A history older than the memory began mid-traffic: its first sample's requests in
+    # flight were prefilled before it, and counting them would understate the prompts.
+    t = STEP * np.arange(1, 400)
+    obs = Observation(
+        now=float(t[-1]) + 1.5,
+        completion_rate=Series(tuple(t.tolist()), (20.0,) * len(t)),
+        prompt_tokens_rate=Series(tuple(t.tolist()), (20.0 * TOKENS,) * len(t)),
+        in_flight=Series(tuple(t.tolist()), (120.0,) * len(t)),
+        queue_depth=Series(tuple(t.tolist()), (0.0,) * len(t)),
+    )
+    assert obs.now - t[0] > MEMORY
+    assert mean_prompt(obs) == TOKENS
+    young = tokens_per_request(obs, memory_seconds=math.inf, scrape_seconds=STEP)
+    assert young == pytest.approx(TOKENS * 20.0 * len(t) / (20.0 * len(t) + 120.0 / STEP))

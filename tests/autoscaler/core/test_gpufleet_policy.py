@@ -89,6 +89,8 @@ def observe(
     """Samples on the 5-s scrape grid up to `now - late_seconds`, oldest first.
 
     A sample scraped at t reports its interval [t - 5, t]: `rate` is read at the middle.
+    Requests finish as they arrive (completions are the arrival rate), so none is in
+    flight at a scrape.
     """
     newest = np.floor((now - late_seconds) / STEP) * STEP
     times = np.arange(max(0.0, newest - history_seconds), newest + 1e-9, STEP)
@@ -102,7 +104,7 @@ def observe(
         now=now,
         arrival_rate=series("arrival_rate", rate),
         queue_depth=series("queue_depth", queue),
-        in_flight=series("in_flight", rate),
+        in_flight=series("in_flight", const(0.0)),
         completion_rate=series("completion_rate", rate),
         prompt_tokens_rate=series("prompt_tokens_rate", lambda x: TOKENS * rate(x)),
         replicas=replicas(ready, starting),
@@ -923,7 +925,7 @@ def test_each_decision_names_the_term_that_bound_it(
 def test_slo_feedback_reports_itself_with_its_reserved_reason() -> None:
     # Engineer A's SLO-feedback term joins `Demand.candidates`; when it binds a scale-up,
     # binding names it and the reason is the reserved `SLOFeedback`.
-    demand = policy()._demand(observe(1000.0, const(20.0), ready=3), arrivals_ok=True)
+    demand = policy()._demand(observe(1000.0, const(20.0), ready=3), TOKENS, arrivals_ok=True)
     assert binding({**demand.candidates(), Term.SLO_FEEDBACK: 9}) == (Term.SLO_FEEDBACK, 9)
     assert _up_reason(demand, Term.SLO_FEEDBACK) is Reason.SLO_FEEDBACK
     assert str(Reason.SLO_FEEDBACK) == "SLOFeedback"
