@@ -5,6 +5,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.autoscaler.core.capacity import (
     CapacityEstimate,
@@ -411,3 +413,37 @@ def test_an_old_history_does_not_count_the_requests_in_flight() -> None:
     assert mean_prompt(obs) == TOKENS
     young = tokens_per_request(obs, memory_seconds=math.inf, scrape_seconds=STEP)
     assert young == pytest.approx(TOKENS * 20.0 * len(t) / (20.0 * len(t) + 120.0 / STEP))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rates=st.lists(
+        st.tuples(
+            st.floats(0.0, 1e3), st.floats(0.0, 1e7), st.floats(0.0, 1e4), st.floats(0.0, 1e4)
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    start=st.floats(0.0, 4000.0),
+)
+def test_the_mean_prompt_is_positive_and_never_above_tokens_per_completion(
+    rates: list[tuple[float, float, float, float]], start: float
+) -> None:
+    # Counting requests in flight as prefilled only adds requests: whatever the signals
+    # (young or old history, a queue longer than the flight), the mean prompt is a
+    # positive number no larger than tokens per completion, or None without data.
+    t = tuple(start + STEP * i for i in range(len(rates)))
+    done, tokens, flight, queue = (tuple(r[k] for r in rates) for k in range(4))
+    obs = Observation(
+        now=t[-1] + 1.5,
+        completion_rate=Series(t, done),
+        prompt_tokens_rate=Series(t, tokens),
+        in_flight=Series(t, flight),
+        queue_depth=Series(t, queue),
+    )
+    got = mean_prompt(obs)
+    if sum(tokens) <= 0.0 or (sum(done) <= 0.0 and got is None):
+        return
+    assert got is not None and 0.0 < got < math.inf
+    if sum(done) > 0.0:
+        assert got <= sum(tokens) / sum(done) * (1.0 + 1e-12)
