@@ -242,17 +242,18 @@ def tokens_per_request(
     later. A history that starts with its traffic (a new workload's first scrapes, or the
     simulator's) has its first scrape's requests in flight prefilled and none finished,
     so tokens per completion read the mean prompt several times over in its first
-    seconds: that sized a quiet workload's first nodes for 3x its prompts (held-out quiet
-    x10). So a history whose first sample is newer than `memory_seconds` (the window the
-    caller is given: the forecast's peak memory), which began then with nothing in
-    flight, counts the requests in flight at its first scrape that were prefilled: those
-    in flight less those waiting (vLLM's running and waiting are apart; a server that
-    counts a request waiting for its replica's prefill as in flight counts it waiting
-    too). Later growth of the requests in flight is left out: over a long history it is a
-    rounding error (Little's law), and counted through a young history's crowds it also
-    moved how those are sized, for a knob inversion and an HPA point more on the tuning
-    seeds (BENCHMARKS.md). The samples are rates over evenly spaced scrapes: a count is a
-    rate times their spacing (`scrape_seconds` for a lone sample).
+    seconds: 2.6x on held-out quiet x10, which bought a node it then held. So a history
+    whose first sample is newer than `memory_seconds` (the window the caller is given:
+    the forecast's peak memory), which began then with nothing in flight, counts the
+    requests in flight at its first scrape that were prefilled: those in flight less those
+    waiting (vLLM's running and waiting are apart; a server that counts a request waiting
+    for its replica's prefill as in flight counts it waiting too). A caller whose window
+    is shorter reads every history as young, which adds a few seconds of completions to a
+    long one. Later growth of the requests in flight is left out: over a long history it
+    is a rounding error (Little's law), and counted through a young history's crowds it
+    also moved how those are sized, for a knob inversion and an HPA point more on the
+    tuning seeds (BENCHMARKS.md). The samples are rates over evenly spaced scrapes: a
+    count is a rate times their spacing (`scrape_seconds` for a lone sample).
     """
     done = obs.completion_rate
     requests = sum(done.values)
