@@ -239,17 +239,20 @@ def tokens_per_request(
     without data.
 
     Prompt tokens count as a request is prefilled, completions as it finishes, a decode
-    later. A history that starts with its traffic (a new workload's first scrapes, or the
-    simulator's) has its first scrape's requests in flight prefilled and none finished,
-    so tokens per completion read the mean prompt several times over in its first
-    seconds: 2.6x on held-out quiet x10, which bought a node it then held. So a history
-    whose first sample is newer than `memory_seconds` (the window the caller is given:
-    the forecast's peak memory), which began then with nothing in flight, counts the
-    requests in flight at its first scrape that were prefilled: those in flight less those
-    waiting (vLLM's running and waiting are apart; a server that counts a request waiting
-    for its replica's prefill as in flight counts it waiting too). A caller whose window
-    is shorter reads every history as young, which adds a few seconds of completions to a
-    long one. Later growth of the requests in flight is left out: over a long history it
+    later. A history that starts with its traffic (the simulator's; live, a workload whose
+    first scrape already serves, as a scale-up from zero with requests waiting does) has
+    its first scrape's requests in flight prefilled and none finished, so tokens per
+    completion read the mean prompt several times over in its first seconds: 2.6x on
+    held-out quiet x10, which bought a node it then held. So a history whose first
+    sample's interval began within the last `memory_seconds` (the window the caller is
+    given: the forecast's peak memory; a longer window's first interval begins before
+    it), and so with nothing in flight, counts the requests in flight at its first scrape
+    that were prefilled: at least those in flight less those waiting (vLLM's running and
+    waiting are apart; the simulator counts a request waiting for its replica's prefill in
+    both). A caller whose window is shorter reads every history as young, which adds a few
+    seconds of completions to a long one. Later growth of the requests in flight is left
+    out, so a history whose first scrapes are idle (a workload scraped before its traffic
+    comes) still reads its traffic's first seconds high: over a long history that growth
     is a rounding error (Little's law), and counted through a young history's crowds it
     also moved how those are sized, for a knob inversion and an HPA point more on the
     tuning seeds (BENCHMARKS.md). The samples are rates over evenly spaced scrapes: a
@@ -262,11 +265,13 @@ def tokens_per_request(
         n, first = len(done.times), done.times[0]
         spacing = (done.times[-1] - first) / (n - 1) if n > 1 else scrape_seconds
         flight, queue = _value_at(obs.in_flight, first), _value_at(obs.queue_depth, first)
-        if flight is not None and queue is not None and first - spacing > obs.now - memory_seconds:
+        young = first - spacing > obs.now - memory_seconds
+        if flight is not None and queue is not None and spacing > 0.0 and young:
             requests += max(0.0, flight - queue) / spacing
     if requests <= 0.0 or tokens <= 0.0:
         return None
-    return tokens / requests
+    mean = tokens / requests
+    return mean if 0.0 < mean < math.inf else None  # rates at float's limits: no data
 
 
 def _value_at(series: Series, t: float) -> float | None:

@@ -425,13 +425,15 @@ def test_an_old_history_does_not_count_the_requests_in_flight() -> None:
         max_size=12,
     ),
     start=st.floats(0.0, 4000.0),
+    memory=st.floats(1.0, 120.0),
 )
 def test_the_mean_prompt_is_positive_and_never_above_tokens_per_completion(
-    rates: list[tuple[float, float, float, float]], start: float
+    rates: list[tuple[float, float, float, float]], start: float, memory: float
 ) -> None:
     # Counting requests in flight as prefilled only adds requests: whatever the signals
-    # (young or old history, a queue longer than the flight), the mean prompt is a
-    # positive number no larger than tokens per completion, or None without data.
+    # (a history younger or older than the memory, a queue longer than the flight, rates
+    # at float's limits), the mean prompt is a finite positive number no larger than
+    # tokens per completion, or None.
     t = tuple(start + STEP * i for i in range(len(rates)))
     done, tokens, flight, queue = (tuple(r[k] for r in rates) for k in range(4))
     obs = Observation(
@@ -441,9 +443,11 @@ def test_the_mean_prompt_is_positive_and_never_above_tokens_per_completion(
         in_flight=Series(t, flight),
         queue_depth=Series(t, queue),
     )
-    got = mean_prompt(obs)
-    if sum(tokens) <= 0.0 or (sum(done) <= 0.0 and got is None):
+    got = tokens_per_request(obs, memory_seconds=memory, scrape_seconds=STEP)
+    if sum(done) > 1e-6 and sum(tokens) > 1e-6:
+        assert got is not None
+    if got is None:
         return
-    assert got is not None and 0.0 < got < math.inf
+    assert 0.0 < got < math.inf
     if sum(done) > 0.0:
         assert got <= sum(tokens) / sum(done) * (1.0 + 1e-12)
