@@ -239,34 +239,38 @@ def tokens_per_request(
     without data.
 
     Prompt tokens count as a request is prefilled, completions as it finishes, a decode
-    later. A history that starts with its traffic (the simulator's; live, a workload whose
-    first scrape already serves, as a scale-up from zero with requests waiting does) has
-    its first scrape's requests in flight prefilled and none finished, so tokens per
-    completion read the mean prompt several times over in its first seconds: 2.6x on
-    held-out quiet x10, which bought a node it then held. So a history whose first
-    sample's interval began within the last `memory_seconds` (the window the caller is
-    given: the forecast's peak memory; a longer window's first interval begins before
-    it), and so with nothing in flight, counts the requests in flight at its first scrape
-    that were prefilled: at least those in flight less those waiting (vLLM's running and
-    waiting are apart; the simulator counts a request waiting for its replica's prefill in
-    both). A caller whose window is shorter reads every history as young, which adds a few
-    seconds of completions to a long one. Later growth of the requests in flight is left
-    out, so a history whose first scrapes are idle (a workload scraped before its traffic
-    comes) still reads its traffic's first seconds high: over a long history that growth
-    is a rounding error (Little's law), and counted through a young history's crowds it
-    also moved how those are sized, for a knob inversion and an HPA point more on the
+    later. Where the history's traffic began inside it (the simulator's runs; a new
+    workload; a scale-up from zero), its first scrape's requests in flight were prefilled
+    and none had finished, so tokens per completion read the mean prompt several times
+    over in its first seconds: 2.6x on held-out quiet x10, which bought a node it then
+    held. So those requests count as prefilled: at least those in flight less those
+    waiting (vLLM's running and waiting are apart; the simulator counts a request waiting
+    for its replica's prefill in both). The traffic began inside the history where an
+    idle sample (no prompt tokens, nothing in flight) comes before its first scrape with
+    prompt tokens, or where that is the history's first sample and its interval began
+    within the last `memory_seconds` (the window the caller is given: the forecast's peak
+    memory; a longer window's first interval begins before it). A caller whose window is
+    shorter reads every such history as young, which adds a few seconds of completions to
+    a long one. Later growth of the requests in flight is left out: over a long history
+    it is a rounding error (Little's law), and counted through a young history's crowds
+    it also moved how those are sized, for a knob inversion and an HPA point more on the
     tuning seeds (BENCHMARKS.md). The samples are rates over evenly spaced scrapes: a
     count is a rate times their spacing (`scrape_seconds` for a lone sample).
     """
-    done = obs.completion_rate
+    done, prompt = obs.completion_rate, obs.prompt_tokens_rate
     requests = sum(done.values)
-    tokens = sum(obs.prompt_tokens_rate.values)
-    if done.times:
-        n, first = len(done.times), done.times[0]
-        spacing = (done.times[-1] - first) / (n - 1) if n > 1 else scrape_seconds
-        flight, queue = _value_at(obs.in_flight, first), _value_at(obs.queue_depth, first)
-        young = first - spacing > obs.now - memory_seconds
-        if flight is not None and queue is not None and spacing > 0.0 and young:
+    tokens = sum(prompt.values)
+    start = next((i for i, v in enumerate(prompt.values) if v > 0.0), None)
+    if start is not None and done.times:
+        n = len(done.times)
+        spacing = (done.times[-1] - done.times[0]) / (n - 1) if n > 1 else scrape_seconds
+        began = prompt.times[start]
+        if start:  # idle before it: nothing in flight then
+            inside = _value_at(obs.in_flight, prompt.times[start - 1]) == 0.0
+        else:
+            inside = began - spacing > obs.now - memory_seconds
+        flight, queue = _value_at(obs.in_flight, began), _value_at(obs.queue_depth, began)
+        if inside and flight is not None and queue is not None and spacing > 0.0:
             requests += max(0.0, flight - queue) / spacing
     if requests <= 0.0 or tokens <= 0.0:
         return None

@@ -354,33 +354,47 @@ def test_tokens_per_request_over_history() -> None:
 
 
 def startup(
-    samples: int, *, t0: float = 0.0, rate: float = 20.0, decode_seconds: float = 4.0
+    samples: int,
+    *,
+    idle: int = 0,
+    rate: float = 20.0,
+    decode_seconds: float = 4.0,
 ) -> Observation:
-    """A workload whose traffic (`rate` requests/s of TOKENS-token prompts) starts at `t0`,
-    its first scrape a STEP later: each request is prefilled on arrival and finishes
-    `decode_seconds` after, so the completions trail the prefills while the requests in
-    flight fill up."""
-    t = t0 + STEP * np.arange(1, samples + 1)
-    since = t - t0
+    """A workload scraped every STEP from 0, idle for its first `idle` scrapes, whose
+    traffic (`rate` requests/s of TOKENS-token prompts) then starts, `samples` scrapes in
+    all: each request is prefilled on arrival and finishes `decode_seconds` after, so the
+    completions trail the prefills while the requests in flight fill up."""
+    t = STEP * np.arange(1, idle + samples + 1)
+    since = np.clip(t - STEP * idle, 0.0, None)
     finished = rate * np.clip(since - decode_seconds, 0.0, None)
     done = np.diff(np.concatenate(([0.0], finished))) / STEP
+    times = tuple(t.tolist())
     return Observation(
         now=float(t[-1]) + 1.5,
-        completion_rate=Series(tuple(t.tolist()), tuple(done.tolist())),
-        prompt_tokens_rate=Series(tuple(t.tolist()), (rate * TOKENS,) * samples),
-        in_flight=Series(tuple(t.tolist()), tuple((rate * since - finished).tolist())),
-        queue_depth=Series(tuple(t.tolist()), (0.0,) * samples),
+        completion_rate=Series(times, tuple(done.tolist())),
+        prompt_tokens_rate=Series(times, tuple(np.where(since > 0, rate * TOKENS, 0.0))),
+        in_flight=Series(times, tuple((rate * since - finished).tolist())),
+        queue_depth=Series(times, (0.0,) * len(times)),
     )
 
 
 @pytest.mark.parametrize("samples", [1, 2, 3, 12])
-def test_a_history_that_starts_with_its_traffic_counts_its_first_requests_in_flight(
-    samples: int,
+@pytest.mark.parametrize(
+    "idle",
+    [
+        pytest.param(0, id="traffic-from-the-first-scrape"),
+        pytest.param(6, id="scraped-idle-first"),
+        pytest.param(400, id="up-from-zero-after-a-long-idle"),
+    ],
+)
+def test_traffic_that_begins_inside_the_history_counts_its_first_requests_in_flight(
+    samples: int, idle: int
 ) -> None:
     # Tokens per completion read the mean prompt 5x over after one scrape (20 requests
     # prefilled, 4 finished each second), still 7% over after a minute; the requests in
-    # flight are the difference.
-    obs = startup(samples)
+    # flight are the difference. After a long idle the history is older than the memory,
+    # but its idle samples say nothing was in flight when the traffic began.
+    obs = startup(samples, idle=idle)
     assert sum(obs.prompt_tokens_rate.values) / sum(obs.completion_rate.values) > 1.05 * TOKENS
     assert mean_prompt(obs) == pytest.approx(TOKENS)
 
