@@ -265,7 +265,7 @@ def tokens_per_request(
         n = len(done.times)
         spacing = (done.times[-1] - done.times[0]) / (n - 1) if n > 1 else scrape_seconds
         began = prompt.times[start]
-        if start:  # idle before it: nothing in flight then
+        if start:  # the sample before had no prompt tokens: idle if none was in flight
             inside = _value_at(obs.in_flight, prompt.times[start - 1]) == 0.0
         else:
             inside = began - spacing > obs.now - memory_seconds
