@@ -1134,3 +1134,22 @@ def test_the_knob_holds_more_for_the_prompt_tail_above_99_percent_and_none_below
         return settle(p, long_share=1.0).desired
 
     assert held(0.98) < held(0.99) == 19 < held(0.999) <= 2 * 19
+
+
+def test_a_new_workloads_first_scrape_sizes_on_the_prompts_prefilled() -> None:
+    # Traffic begins with the history: in its first scrape 40 requests/s arrive and are
+    # prefilled, 8/s finish, and 160 are still in flight. Tokens per completion would read
+    # the mean prompt 5x over and size 25 replicas; per request prefilled it is TOKENS,
+    # which 8 ready replicas serve (40/s x 1.25 / 10/s = 5).
+    t = (5.0,)
+    first = replace(
+        observe(6.5, const(40.0), ready=8),
+        arrival_rate=Series(t, (40.0,)),
+        queue_depth=Series(t, (0.0,)),
+        completion_rate=Series(t, (8.0,)),
+        prompt_tokens_rate=Series(t, (40.0 * TOKENS,)),
+        in_flight=Series(t, (160.0,)),
+    )
+    assert policy().decide(first).desired <= 8
+    unknown = replace(first, in_flight=Series(t, (0.0,)))  # nothing says what is in flight
+    assert policy().decide(unknown).desired == 25
