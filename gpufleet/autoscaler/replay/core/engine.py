@@ -379,6 +379,8 @@ class _Run:
                 share = cap
             if left < share:
                 share = left
+            if share < 0.0:
+                share = 0.0  # done already, a rounding error past zero (below): no share
             left -= share
             shared += share
             chunk.rate = share  # tokens of the step, until the rate below replaces it
@@ -390,14 +392,20 @@ class _Run:
         now, rate = self.now, self.prefill_rate
         end = math.inf
         for chunk in chunks[:active]:
+            if chunk.first_chunk_at != chunk.first_chunk_at:  # NaN: its first is now
+                chunk.first_chunk_at = now
             share = chunk.rate
-            tokens_per_second = chunk.rate = rate * share / step_tokens
             if share > 0:
-                if chunk.first_chunk_at != chunk.first_chunk_at:  # NaN: its first is now
-                    chunk.first_chunk_at = now
+                tokens_per_second = chunk.rate = rate * share / step_tokens
                 due = now + chunk.left / tokens_per_second
-                if due < end:
-                    end = due
+            else:
+                # Nothing left: an event at the instant it was due, sorted before its
+                # PREFILL_DONE (a decode that ended then), advanced it to ~0 and made that
+                # event stale. Done now; timed on its share, it was never done (the run
+                # hung, or divided by a zero step).
+                due = now
+            if due < end:
+                end = due
         self._post(end, _PREFILL_DONE, (r.chunk_version, r))
 
     def _chunks_done(self, payload: object) -> None:
@@ -408,11 +416,11 @@ class _Run:
             return
         self._advance_chunks(r)
         # The prompt the event was timed for is at ~0 left (rounding); others due at the
-        # same instant finish with it. Only prompts with a rate can be done.
+        # same instant finish with it. Only prompts with a share of the step can be done.
         done: list[StagePrompt] = []
         kept: list[StagePrompt] = []
         for c in r.chunks[: r.chunk_active]:
-            (done if c.rate > 0 and c.left <= _CHUNK_EPSILON_TOKENS else kept).append(c)
+            (done if c.left <= _CHUNK_EPSILON_TOKENS else kept).append(c)
         if done:
             r.chunks = kept + r.chunks[r.chunk_active :]
             r.chunk_active = len(kept)

@@ -213,6 +213,33 @@ def test_chunked_prefill_shares_the_step_budget_with_decodes() -> None:
     assert off.ttft_seconds[1] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize(
+    ("rate", "prompt"),
+    [
+        # Each once stopped the run (found on mix x10 at 0.996, tuning seed 1): the decode
+        # sorts first at the instant, leaves the prompt at 0 or -1e-10 tokens, and the
+        # prompt's own event goes stale; timed on its share, the stage then divided by a
+        # zero step (1024) or waited forever (15000).
+        pytest.param(1024.0, 1024, id="zero-step"),
+        pytest.param(15_000.0, 1024, id="hung"),
+        pytest.param(15_000.0, 2047, id="hung-2047"),
+        pytest.param(1000.0, 999, id="zero-step-999"),
+    ],
+)
+def test_chunked_prefill_finishes_a_prompt_due_as_a_decode_ends(rate: float, prompt: int) -> None:
+    # The first request's 4 output tokens end at 1/rate + 2 s; the second arrives while it
+    # decodes and shares each step with it, (1 + prompt) tokens at `rate`, so its prompt is
+    # due at that same instant.
+    service = ServiceModel(
+        prefill_tokens_per_second=rate,
+        decode_seconds_per_token=0.5,
+        decode_seconds_per_token_per_sequence=0.0,
+    )
+    second = 1 / rate + 2.0 - (1 + prompt) / rate
+    result = run(trace_from_arrays([0.0, second], [1, prompt], [4, 1]), fixed(1), service=service)
+    assert result.ttft_seconds.tolist() == pytest.approx([1 / rate, (1 + prompt) / rate])
+
+
 def test_chunked_prefill_needs_a_budget_above_the_batch_slots() -> None:
     service = ServiceModel(batch_slots=8, max_num_batched_tokens=8)
     with pytest.raises(ValueError, match="max_num_batched_tokens"):
