@@ -16,6 +16,7 @@ from typing import TextIO
 
 from gpufleet.autoscaler.replay import plots
 from gpufleet.autoscaler.replay.core import report, sweep
+from gpufleet.autoscaler.replay.core.engine import SimulationError
 from gpufleet.autoscaler.replay.core.result import RunResult
 from gpufleet.autoscaler.replay.core.workloads import WorkloadError, workload_trace
 from gpufleet.autoscaler.replay.settings import SimulateSettings, command_line, merge_repeated
@@ -120,10 +121,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         warm_start=settings.warm_start,
     )
     live = settings.progress and sys.stderr.isatty()
-    if settings.sweep:
-        results = run_parallel(specs, jobs=settings.jobs or os.cpu_count() or 1, stream=sys.stderr)
-    else:
-        results = run_serial(specs, stream=sys.stderr, live=live)
+    try:
+        if settings.sweep:
+            jobs = settings.jobs or os.cpu_count() or 1
+            results = run_parallel(specs, jobs=jobs, stream=sys.stderr)
+        else:
+            results = run_serial(specs, stream=sys.stderr, live=live)
+    except SimulationError as exc:  # a run that never ends: not the user's input
+        if live:
+            sys.stderr.write("\n")  # past the progress bar
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
     if out_dir is None:
         print(report.sweep_tables(results) if settings.sweep else report.tables(results), end="")
         return 0

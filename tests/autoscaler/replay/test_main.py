@@ -1,5 +1,6 @@
 """`gpufleet simulate` end to end on a small synthetic trace: table, report, plots, errors."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,33 @@ def exit_code(argv: list[str]) -> int:
         return main(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+
+
+def test_a_run_that_never_ends_exits_1_with_one_line_naming_it(trace, monkeypatch, capsys):
+    """No flag makes a run unservable, so the plan's cluster is given no nodes: the real
+    engine gives up a simulated day after the trace (none of its 2093 requests served),
+    and the error names the run."""
+    plan = sim_main.sweep.plan
+
+    def nodeless(*args, **kwargs):
+        return [
+            dataclasses.replace(
+                spec,
+                config=dataclasses.replace(
+                    spec.config,
+                    initial_replicas=0,
+                    cluster=dataclasses.replace(spec.config.cluster, max_nodes=0),
+                ),
+            )
+            for spec in plan(*args, **kwargs)
+        ]
+
+    monkeypatch.setattr(sim_main.sweep, "plan", nodeless)
+    assert main(["simulate", "--trace", str(trace), "--policy", "hpa", "--no-progress"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "gpufleet simulate: error: burst hpa: policy hpa: 2093 requests still unserved "
+        "86400 s after the trace ended"
+    ]
 
 
 def test_progress_bar_draws_in_place_then_prints_a_summary():

@@ -94,9 +94,10 @@ def plan(
 
 
 def run(spec: RunSpec, progress: Callable[[float], None] | None = None) -> RunResult:
-    """Run one spec to its result; the result's `knob` names the sweep point, if any."""
+    """Run one spec to its result; the result's `knob` names the sweep point, if any.
+    SimulationError names the run (`RunSpec.label`)."""
     # Imported here so that the sweep's arithmetic loads without the engine.
-    from gpufleet.autoscaler.replay.core.engine import simulate
+    from gpufleet.autoscaler.replay.core.engine import SimulationError, simulate
 
     if spec.policy == policies.ORACLE:
         from gpufleet.autoscaler.replay.core.oracle import run_oracle
@@ -105,9 +106,12 @@ def run(spec: RunSpec, progress: Callable[[float], None] | None = None) -> RunRe
     policy = policies.make_policy(
         spec.policy, spec.workload, spec.tuning, knob_value=spec.knob_value
     )
-    result = simulate(
-        spec.trace, policy, workload=spec.workload, config=spec.config, progress=progress
-    )
+    try:
+        result = simulate(
+            spec.trace, policy, workload=spec.workload, config=spec.config, progress=progress
+        )
+    except SimulationError as exc:  # named, so that the run can be repeated on its own
+        raise SimulationError(f"{spec.label}: {exc}") from None
     # The policy object's own name may differ from the name it was asked for by.
     return dataclasses.replace(result, policy=spec.policy, knob=spec.knob)
 
