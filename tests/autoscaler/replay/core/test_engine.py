@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 from helpers import TRACES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.autoscaler.core.observation import Observation, ReplicaState
 from gpufleet.autoscaler.core.policy import Decision, Reason
@@ -238,6 +240,32 @@ def test_chunked_prefill_finishes_a_prompt_due_as_a_decode_ends(rate: float, pro
     second = 1 / rate + 2.0 - (1 + prompt) / rate
     result = run(trace_from_arrays([0.0, second], [1, prompt], [4, 1]), fixed(1), service=service)
     assert result.ttft_seconds.tolist() == pytest.approx([1 / rate, (1 + prompt) / rate])
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 6), st.integers(1, 4), st.integers(1, 4)), min_size=2, max_size=6
+    ),
+    st.integers(1, 2),
+)
+@settings(max_examples=200, deadline=None)
+def test_chunked_prefill_serves_every_request_when_events_coincide(
+    requests: list[tuple[int, int, int]], replicas: int
+) -> None:
+    """On whole seconds (1 prompt token a second, 1 s per output token, arrivals on the
+    second) decodes end at the instant prompts are due all the time: every request is
+    served (the run would raise otherwise), none faster than its prompt alone takes."""
+    service = ServiceModel(
+        prefill_tokens_per_second=1.0,
+        decode_seconds_per_token=1.0,
+        decode_seconds_per_token_per_sequence=0.0,
+        batch_slots=8,
+        max_num_batched_tokens=64,
+    )
+    arrivals, prompts, outputs = zip(*sorted(requests), strict=True)
+    trace = trace_from_arrays([float(a) for a in arrivals], list(prompts), list(outputs))
+    result = run(trace, fixed(replicas), service=service, initial_replicas=replicas)
+    assert (result.ttft_seconds >= np.array(prompts) - 1e-9).all()
 
 
 def test_chunked_prefill_needs_a_budget_above_the_batch_slots() -> None:
