@@ -185,7 +185,9 @@ class Collector:
                 len(self._entities),
             )
         self._said_nothing_selected = nothing_selected
-        samples, errors = self._reader.collect(start)
+        index = self._attribution_index()
+        # Only a GPU several pods share needs its processes (`attribution.attribute`).
+        samples, errors = self._reader.collect(start, {gpu for gpu, _ in index.splits})
         status = self._gpu_status
         gpus = status.gpus(samples, self._entities) if status.selected else {}
         samples = select_entities(samples, self._config.devices)
@@ -197,7 +199,7 @@ class Collector:
             self._errors.update({k: v for k, v in errors.items() if v})
         pids = {p.pid for s in samples for p in s.processes or ()}  # None: unknown
         pid_pods = self._pid_pods.resolve(pids) if self._pid_pods else {}
-        attributed = attribution.attribute(self._attribution_index(), samples, pid_pods)
+        attributed = attribution.attribute(index, samples, pid_pods)
         xid = self._xid.snapshot() if self._xid else {}
         node = NodeSample(
             entities=samples,

@@ -240,6 +240,44 @@ def test_pods_are_attributed_from_the_fake_kubelet(make, node: SimNode) -> None:
     assert value(exposition, "gpufleet_exporter_kubelet_last_success_timestamp_seconds") > 0
 
 
+class ProcessCalls:
+    """An NVML library that records which GPU each per-process call asks about."""
+
+    PER_PROCESS = ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetProcessUtilization")
+
+    def __init__(self, lib) -> None:
+        self._lib = lib
+        self.gpus: set[int] = set()
+
+    def __getattr__(self, name: str):
+        value = getattr(self._lib, name)
+        if name not in self.PER_PROCESS:
+            return value
+
+        def recorded(handle, *args):
+            self.gpus.add(self._lib.nvmlDeviceGetIndex(handle))
+            return value(handle, *args)
+
+        return recorded
+
+
+def test_processes_are_read_only_on_gpus_several_pods_share(make, node: SimNode) -> None:
+    """Attribution needs processes only where pods share an entity, and the per-process
+    calls cost a real driver milliseconds per GPU: GPU 1, time-sliced, is the one asked."""
+    collector, _ = make(kubelet=True)
+    calls = ProcessCalls(node.sim)
+    collector._reader = NvmlReader(
+        calls, (f.spec for f in load_selection(EMBEDDED_COLLECTORS).fields)
+    )
+    collector.discover()
+    exposition = collector.collect_once()
+    assert calls.gpus == {1}
+    shared = samples(exposition, "DCGM_FI_DEV_FB_USED", gpu="1")
+    assert len({s.labels.get("pod") for s in shared} - {None}) == LAYOUT.replicas
+    dropped = "gpufleet_exporter_attribution_dropped"
+    assert value(exposition, dropped, reason="unsplit_entities") == 0
+
+
 def test_loop_stop_reports_a_collection_still_in_flight(make, node: SimNode) -> None:
     collector, _ = make()
     node.sim.set_hang("nvmlDeviceGetPowerUsage", 1.0, index=0)

@@ -22,7 +22,7 @@ Parts: `discovery` finds the entities, `gpm` and `processes` hold the stateful r
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import pynvml
@@ -162,12 +162,17 @@ class NvmlReader:
         self._forget_vanished()
         return self.entities
 
-    def collect(self, now_monotonic: float) -> tuple[tuple[EntitySample, ...], Mapping[str, int]]:
+    def collect(
+        self, now_monotonic: float, processes_of: Collection[int] | None = None
+    ) -> tuple[tuple[EntitySample, ...], Mapping[str, int]]:
         """Read every selected field of every discovered entity.
 
         Partial by design: a lost or broken GPU is left out (its MIG instances too) and the
         others are still read; values NVML cannot give are absent. `now_monotonic` (seconds)
         times the NVLink rates. Profiling fields and NVLink rates appear from the second call.
+        `processes_of` names the GPUs (by index) whose processes are read, with their MIG
+        instances'; None reads every GPU's. The others' samples have `processes` None, as
+        when NVML cannot tell: the per-process calls cost the driver milliseconds per GPU.
 
         Returns:
             The samples, and error counts of this round (plus those of any `discover` since
@@ -179,7 +184,8 @@ class NvmlReader:
         for gpu in self._gpus:
             key = gpu.target.key
             try:
-                samples += self._collect_gpu(gpu, now_monotonic, errors)
+                processes = processes_of is None or gpu.target.entity.gpu in processes_of
+                samples += self._collect_gpu(gpu, now_monotonic, errors, processes)
             except pynvml.NVMLError_GpuIsLost:
                 errors["gpu_lost"] += 1
                 if key not in self._lost:
@@ -227,14 +233,18 @@ class NvmlReader:
 
     # --- collection ---
 
-    def _collect_gpu(self, gpu: Gpu, now: float, errors: Counter[str]) -> list[EntitySample]:
+    def _collect_gpu(
+        self, gpu: Gpu, now: float, errors: Counter[str], processes: bool
+    ) -> list[EntitySample]:
         target = gpu.target
         values: dict[str, float] = {}
         self._read_field_values(target, now, values, errors)
         self._read_calls(target, self._call_fields, values, errors)
         if gpu.gpm:
             self._gpm.read_gpu(target, self._gpm_fields, values, errors)
-        running, utilization = self._processes.read(target, errors)
+        running, utilization = MISSING, MISSING
+        if processes:
+            running, utilization = self._processes.read(target, errors)
         samples = [_sample(target, values, running, utilization)]
         instance_calls = [n for n in self._call_fields if self._specs[n].mig is MigSource.INSTANCE]
         instance_gpm = [n for n in self._gpm_fields if self._specs[n].mig is MigSource.INSTANCE]
@@ -243,9 +253,11 @@ class NvmlReader:
             self._read_calls(mig, instance_calls, mig_values, errors)
             if gpu.gpm:
                 self._gpm.read_mig(target, mig, instance_gpm, mig_values, errors)
-            mig_running, mig_utilization = self._processes.read_mig(
-                mig, running, utilization, errors
-            )
+            mig_running, mig_utilization = MISSING, MISSING
+            if processes:
+                mig_running, mig_utilization = self._processes.read_mig(
+                    mig, running, utilization, errors
+                )
             samples.append(_sample(mig, mig_values, mig_running, mig_utilization))
         return samples
 

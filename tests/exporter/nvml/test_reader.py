@@ -458,6 +458,20 @@ def test_process_sm_util_is_kept_between_nvml_samples(make_sim, clock: ManualClo
     assert [(p.pid, p.sm_util_percent) for p in again[0].processes] == [(pid, util)]
 
 
+def test_processes_are_read_only_on_the_gpus_asked(make_sim, clock: ManualClock) -> None:
+    """A GPU left out of `processes_of` says "could not tell" on itself and its MIG
+    instances; the GPUs asked keep their processes."""
+    sim = make_sim("1xH100+1xH100:mig=2x3g.40gb")
+    on_gpu = sim.spawn_process(sim.devices[0].uuid, pod_uid="a", used_memory_bytes=MIB, sm_share=1)
+    sim.spawn_process(sim.devices[1].mig[0].uuid, pod_uid="b", used_memory_bytes=MIB, sm_share=1)
+    reader = reader_for(sim, ["DCGM_FI_DEV_FB_USED"])
+    reader.collect(clock(), processes_of={0})
+    samples, errors = reader.collect(clock.advance(INTERVAL_S), processes_of={0})
+    assert [p.pid for p in samples[0].processes] == [on_gpu]
+    assert [s.processes for s in samples[1:]] == [None, None, None]
+    assert errors == dict.fromkeys(ERROR_KINDS, 0)
+
+
 def test_processes_known_empty_stay_empty(make_sim, clock: ManualClock) -> None:
     samples, _ = collect_twice(reader_for(make_sim("1xH100"), ["DCGM_FI_DEV_FB_USED"]), clock)
     assert samples[0].processes == ()
