@@ -83,12 +83,18 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
 class Daemon:
     """A gpufleet daemon in its own process, logging to DIR/NAME.log."""
 
-    def __init__(self, name: str, args: list[str], out: Path) -> None:
+    def __init__(
+        self, name: str, args: list[str], out: Path, python_path: Path | None = None
+    ) -> None:
+        """`python_path`: run the gpufleet package found there, not this tree's."""
         self.name = name
         self.log = (out / f"{name}.log").open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", CLI, *args], stdout=self.log, stderr=subprocess.STDOUT
-        )
+        command, env = [sys.executable, "-c", CLI, *args], None
+        if python_path is not None:  # -P: the working directory's gpufleet is not on the path
+            command.insert(1, "-P")
+            paths = [str(python_path), os.environ.get("PYTHONPATH", "")]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     def wait_port(self, timeout: float = 60.0) -> int | None:
         """The port the daemon logged it listens on; None if it exited or never did."""

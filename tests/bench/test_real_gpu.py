@@ -1,5 +1,6 @@
-"""bench/real_gpu.py's dry run on simulated NVML, and bench/real_gpu_compare.py on what the
-exporters served on a real H200 (tests/data/h200/). Nothing is timed."""
+"""The dry runs on simulated NVML of bench/real_gpu.py, real_gpu_ab.py and real_gpu_drain.py,
+and bench/real_gpu_compare.py on what the exporters served on a real H200 (tests/data/h200/).
+Nothing is timed."""
 
 import json
 import shutil
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from helpers.bench import run_bench
 
+from bench.real_gpu import Daemon
 from bench.real_gpu_compare import compare
 
 H200 = Path(__file__).resolve().parent.parent / "data" / "h200"
@@ -39,6 +41,50 @@ def test_the_dry_run_registers_allocates_attributes_and_stops_cleanly(tmp_path: 
     (spec,) = (out / cdi["dir"]).iterdir()
     assert json.loads(spec.read_text())["kind"] == kind
     assert cdi["stop"]["rc"] == 0
+
+
+def test_the_ab_dry_run_reads_both_builds_alone_and_together(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    repo = Path(__file__).resolve().parent.parent.parent  # holds a gpufleet/ package
+    args = ("--base", str(repo), "--out", str(out), "--sim-fleet", "1xH100")
+    run = run_bench("real_gpu_ab", *args, "--phase-seconds", "4", timeout=180)
+    assert run.returncode == 0, run.stderr
+    phases = json.loads((out / "summary.json").read_text())["phases"]
+    assert {name: set(builds) for name, builds in phases.items()} == {
+        "head": {"head"},
+        "base": {"base"},
+        "both": {"head", "base"},
+    }
+    for builds in phases.values():
+        for found in builds.values():
+            assert found["phase_ms"] > 0 and found["collections"] >= 3
+            assert found["stop"]["rc"] == 0
+
+
+def test_the_ab_base_build_runs_the_package_in_base(tmp_path: Path) -> None:
+    (tmp_path / "gpufleet").mkdir()
+    (tmp_path / "gpufleet" / "__init__.py").write_text("raise SystemExit(7)\n")
+    daemon = Daemon("base", ["exporter", "--help"], tmp_path, python_path=tmp_path)
+    assert daemon.proc.wait(timeout=30) == 7
+    daemon.stop()
+
+
+def test_an_ab_base_without_gpufleet_is_one_line(tmp_path: Path) -> None:
+    run = run_bench("real_gpu_ab", "--base", str(tmp_path), "--out", str(tmp_path / "o"))
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[-1].endswith(f"--base: {tmp_path} holds no gpufleet/ package")
+
+
+def test_the_drain_dry_run_times_every_phase(tmp_path: Path) -> None:
+    out = tmp_path / "drain.json"
+    args = ("--out", str(out), "--sim-fleet", "1xH100", "--collections", "2")
+    run = run_bench("real_gpu_drain", *args, timeout=60)
+    assert run.returncode == 0, run.stderr
+    found = json.loads(out.read_text())
+    for name in ("alone", "drained", "alone_again"):
+        assert found[name]["cpu_ms"] > 0
+        assert found[name]["calls"]["nvmlDeviceGetFieldValues"]["calls"] == 1
+        assert "nvmlDeviceGetProcessUtilization" not in found[name]["calls"]
 
 
 def test_every_reading_on_the_h200_agrees_with_nvidia_smi() -> None:
