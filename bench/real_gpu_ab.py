@@ -8,8 +8,9 @@ In bench.real_gpu's fifth pass, exporters that skipped the per-process calls gre
 The exporter of BASE (a directory holding another revision's `gpufleet` package, e.g.
 `git archive REV gpufleet | tar -x -C BASE`) and the one of this tree each run as a daemon,
 `-k` at `-c 1000`, attributing the GPU through the lab's fake kubelet to one admitted pod,
-in three phases: this tree's alone, BASE's alone, then both at once. Under PyTorch (when it
-is there) a load holds the GPU for the whole run, so the driver has a process to sample.
+in phases: by default this tree's alone, BASE's alone, then both at once (`--phases`
+picks and orders them). Under PyTorch (when it is there) a load holds the GPU for the
+whole run, so the driver has a process to sample.
 Every 10 s each running exporter's self-metrics are read.
 
 Run (a machine with the NVIDIA driver): python3 -m bench.real_gpu_ab --base DIR --out OUT
@@ -47,7 +48,7 @@ from bench.real_gpu import (
 from gpufleet.lab.kubelet.kubelet import FakeKubelet
 
 SAMPLE_SECONDS = 10.0
-PHASES = (("head", ("head",)), ("base", ("base",)), ("both", ("head", "base")))
+PHASES = {"head": ("head",), "base": ("base",), "both": ("head", "base")}
 
 
 def counters(port: int) -> tuple[float, float] | None:
@@ -97,7 +98,9 @@ def phase(
     return found
 
 
-def run(out: Path, *, base: Path, sim_fleet: str | None, phase_seconds: float) -> None:
+def run(
+    out: Path, *, base: Path, sim_fleet: str | None, phase_seconds: float, phases: list[str]
+) -> None:
     summary: dict[str, Any] = {"started": time.time(), "phase_seconds": phase_seconds}
     root = Path(tempfile.mkdtemp(prefix="gfab", dir="/tmp"))
     kubelet = FakeKubelet(root)
@@ -111,13 +114,13 @@ def run(out: Path, *, base: Path, sim_fleet: str | None, phase_seconds: float) -
         time.sleep(1)  # ListAndWatch's first answer
         summary["admitted"] = kubelet.admit(POD, CONTAINER, RESOURCE, 1)
         if sim_fleet is None and shutil.which("nvidia-smi") and find_spec("torch"):
-            total = 3 * (phase_seconds + 10)
+            total = len(phases) * (phase_seconds + 10)
             load = subprocess.Popen([sys.executable, "-c", LOAD, str(total)])
             time.sleep(10)  # the load's allocation and first products
         summary["load"] = load is not None
         flags = exporter_flags(["-k"], kubelet, sim_fleet)
         summary["phases"] = {
-            name: phase(name, builds, flags, base, out, phase_seconds) for name, builds in PHASES
+            name: phase(name, PHASES[name], flags, base, out, phase_seconds) for name in phases
         }
     finally:
         if load is not None:
@@ -135,9 +138,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sim-fleet", help="simulated GPUs instead of the real ones")
     parser.add_argument("--phase-seconds", type=float, default=120.0)
+    parser.add_argument(
+        "--phases",
+        default="head,base,both",
+        help="which phases, in this order: head (this tree's alone), base (BASE's alone), "
+        "both (side by side)",
+    )
     args = parser.parse_args()
     if not (args.base / "gpufleet" / "__init__.py").is_file():
         parser.error(f"--base: {args.base} holds no gpufleet/ package")
+    phases = args.phases.split(",")
+    unknown = [name for name in phases if name not in PHASES]
+    if unknown:
+        parser.error(f"--phases: {', '.join(unknown)}: expected some of {', '.join(PHASES)}")
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     run(
@@ -145,6 +158,7 @@ def main() -> None:
         base=args.base.resolve(),
         sim_fleet=args.sim_fleet,
         phase_seconds=args.phase_seconds,
+        phases=phases,
     )
 
 
