@@ -75,6 +75,14 @@ def test_an_ab_base_without_gpufleet_is_one_line(tmp_path: Path) -> None:
     assert run.stderr.splitlines()[-1].endswith(f"--base: {tmp_path} holds no gpufleet/ package")
 
 
+def test_an_unknown_ab_phase_is_one_line(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parent.parent.parent
+    args = ("--base", str(repo), "--out", str(tmp_path / "o"), "--phases", "base,nope")
+    run = run_bench("real_gpu_ab", *args)
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[-1].endswith("--phases: nope: expected some of head, base, both")
+
+
 def test_the_drain_dry_run_times_every_phase(tmp_path: Path) -> None:
     out = tmp_path / "drain.json"
     args = ("--out", str(out), "--sim-fleet", "1xH100", "--collections", "2")
