@@ -55,7 +55,8 @@ class EntitySample:
     values: Mapping[str, float]  # legacy DCGM field name -> value in legacy units
     labels: Mapping[str, str] = field(default_factory=dict)  # `label` fields, e.g. serial
     # NVML's compute processes: () when it said there are none, None when it could not tell
-    # (per-process calls unsupported or failing), so nobody mistakes "unknown" for "idle".
+    # (per-process calls unsupported, failing or not made), so nobody mistakes "unknown"
+    # for "idle".
     processes: tuple[ProcessSample, ...] | None = ()
 
 

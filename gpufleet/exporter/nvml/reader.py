@@ -10,7 +10,7 @@ entities for the round (counted `gpu_lost`); a failing call drops the values it 
 per call and GPU model); a conversion that raises drops its one value (counted
 `unexpected`); a MIG instance that fails at discovery is left out alone (counted). It never
 fakes a value NVML cannot give, e.g. profiling fields without GPM, or "no processes" when
-the per-process calls fail (`EntitySample.processes` is None then).
+the per-process calls fail or are not made (`EntitySample.processes` is None then).
 
 `collect` calls NVML synchronously and blocks as long as NVML blocks (a wedged driver can
 hang a call): the caller runs it under its own watchdog. Not thread-safe: one thread calls
