@@ -53,11 +53,16 @@ def clock() -> ManualClock:
 def make(
     node: SimNode, clock: ManualClock
 ) -> Iterator[Callable[..., tuple[Collector, ExpositionStore]]]:
-    """Build a collector on `node`; `kubelet=True` attributes pods through the fake kubelet."""
+    """Build a collector on `node`; `kubelet=True` attributes pods through the fake kubelet;
+    `reader_lib` is the NVML library its reader calls (the node's by default)."""
     built: list[tuple[Collector, PodResourcesWatcher | None]] = []
 
     def build(
-        *, devices: str = "f", kubelet: bool = False, csv: Path = EMBEDDED_COLLECTORS
+        *,
+        devices: str = "f",
+        kubelet: bool = False,
+        csv: Path = EMBEDDED_COLLECTORS,
+        reader_lib: object = None,
     ) -> tuple[Collector, ExpositionStore]:
         selection = load_selection(csv)
         watcher = None
@@ -71,7 +76,9 @@ def make(
         collector = Collector(
             lib=node.sim,
             reader=NvmlReader(
-                node.sim, (f.spec for f in selection.fields), collect_processes=kubelet
+                reader_lib or node.sim,
+                (f.spec for f in selection.fields),
+                collect_processes=kubelet,
             ),
             config=CollectorConfig(
                 selection=selection,
@@ -264,12 +271,8 @@ class ProcessCalls:
 def test_processes_are_read_only_on_gpus_several_pods_share(make, node: SimNode) -> None:
     """Attribution needs processes only where pods share an entity, and the per-process
     calls cost a real driver milliseconds per GPU: GPU 1, time-sliced, is the one asked."""
-    collector, _ = make(kubelet=True)
     calls = ProcessCalls(node.sim)
-    collector._reader = NvmlReader(
-        calls, (f.spec for f in load_selection(EMBEDDED_COLLECTORS).fields)
-    )
-    collector.discover()
+    collector, _ = make(kubelet=True, reader_lib=calls)
     exposition = collector.collect_once()
     assert calls.gpus == {1}
     shared = samples(exposition, "DCGM_FI_DEV_FB_USED", gpu="1")
