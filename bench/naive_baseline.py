@@ -79,7 +79,7 @@ class NaiveExporter:
 
     def __init__(self, lib: object, *, socket_path: Path, hostname: str) -> None:
         selection = load_selection(EMBEDDED_COLLECTORS)
-        self._reader = NvmlReader(lib, (f.spec for f in selection.fields), collect_processes=False)
+        self._reader = NvmlReader(lib, (f.spec for f in selection.fields))
         self._reader.discover()
         self._socket_path = socket_path
         self._hostname = hostname
@@ -93,7 +93,7 @@ class NaiveExporter:
 
     def scrape(self, accept: str, accept_encoding: str) -> tuple[bytes, dict[str, str]]:
         """Read NVML and the kubelet, set the gauges, render; returns body and headers."""
-        samples, _ = self._reader.collect(time.monotonic())
+        samples, _ = self._reader.collect(time.monotonic(), processes_of=())
         holders = list_pods(self._socket_path)
         node_labels = self._reader.node_labels
         for gauge in self._gauges.values():

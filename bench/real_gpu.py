@@ -240,7 +240,7 @@ def time_collections(sim_fleet: str | None, n: int) -> dict[str, Any]:
         collector.close()
     timed = TimedNvml(backend.lib)
     fields = (f.spec for f in prepared.selection.fields)
-    reader = NvmlReader(timed, fields, collect_processes=True)  # as with -k
+    reader = NvmlReader(timed, fields)  # every GPU's processes, as -k on shared GPUs
     try:
         reader.discover()
         for _ in range(3):

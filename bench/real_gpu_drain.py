@@ -46,7 +46,7 @@ def phase(reader: NvmlReader, timed: TimedNvml, collections: int) -> dict[str, A
     cpu = 0.0
     for _ in range(collections):
         started, cpu_started = time.monotonic(), time.thread_time()
-        reader.collect(started)
+        reader.collect(started, processes_of=())
         cpu += time.thread_time() - cpu_started
         time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
     profile = timed.profile(collections)
@@ -69,7 +69,7 @@ def run(sim_fleet: str | None, collections: int) -> dict[str, Any]:
     fields = [f.spec for f in prepare(settings).selection.fields]
     backend = start_backend(sim_fleet)
     timed = TimedNvml(backend.lib)
-    reader = NvmlReader(timed, fields, collect_processes=False)
+    reader = NvmlReader(timed, fields)
     load = drain = None
     found: dict[str, Any] = {}
     try:
@@ -79,7 +79,7 @@ def run(sim_fleet: str | None, collections: int) -> dict[str, Any]:
         found["load"] = load is not None
         reader.discover()
         for _ in range(3):  # GPM's first samples
-            reader.collect(time.monotonic())
+            reader.collect(time.monotonic(), processes_of=())
         found["alone"] = phase(reader, timed, collections)
         if sim_fleet is None:  # the simulator has no driver to drain
             drain = subprocess.Popen([sys.executable, "-c", DRAIN])

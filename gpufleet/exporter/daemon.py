@@ -258,10 +258,9 @@ def build(prepared: Prepared, lib: Any) -> Components:
         )
         pid_pods = PidPodMap(proc_root=settings.proc_root)
     kube = kube_metadata(prepared)
-    # Per-process NVML calls only serve attribution to pods.
-    reader = NvmlReader(
-        lib, (f.spec for f in prepared.selection.fields), collect_processes=settings.kubernetes
-    )
+    # Per-process NVML calls serve only attribution to pods: the collector asks for the
+    # GPUs several pods share, none without -k.
+    reader = NvmlReader(lib, (f.spec for f in prepared.selection.fields))
     collector = Collector(
         lib=lib,
         reader=reader,

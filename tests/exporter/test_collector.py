@@ -75,11 +75,7 @@ def make(
         store = ExpositionStore()
         collector = Collector(
             lib=node.sim,
-            reader=NvmlReader(
-                reader_lib or node.sim,
-                (f.spec for f in selection.fields),
-                collect_processes=kubelet,
-            ),
+            reader=NvmlReader(reader_lib or node.sim, (f.spec for f in selection.fields)),
             config=CollectorConfig(
                 selection=selection,
                 options=series_options(ExporterSettings(node_name="node-a")),

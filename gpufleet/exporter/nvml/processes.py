@@ -25,11 +25,9 @@ from gpufleet.exporter.nvml.discovery import Target
 class ProcessReader:
     """Reads the processes of GPUs and MIG instances; remembers each one's last sample time."""
 
-    def __init__(self, lib: Any, calls: NvmlCalls, *, enabled: bool) -> None:
-        """With `enabled` False, every read answers "could not tell" without calling NVML."""
+    def __init__(self, lib: Any, calls: NvmlCalls) -> None:
         self._lib = lib
         self._calls = calls
-        self._enabled = enabled
         self._seen_us: dict[str, int] = {}  # last process-utilization timestamp
         # Each entity's latest SM util per pid: NVML answers only samples newer than the
         # last call, and none when its sampling period is longer than the collection's.
@@ -38,8 +36,6 @@ class ProcessReader:
     def read(self, target: Target, errors: Counter[str]) -> tuple[Any, Any]:
         """(running compute processes, pid -> SM util %) of a handle; MISSING where NVML
         could not tell."""
-        if not self._enabled:
-            return MISSING, MISSING
         running = self._calls.read(
             errors,
             "nvmlDeviceGetComputeRunningProcesses",

@@ -65,9 +65,7 @@ ERROR_KINDS = ("gpu_lost", "nvml_error", "timeout", "unexpected")
 class NvmlReader:
     """Reads the selected catalog fields of every GPU and MIG instance of the node."""
 
-    def __init__(
-        self, lib: Any, fields: Iterable[FieldSpec], *, collect_processes: bool = True
-    ) -> None:
+    def __init__(self, lib: Any, fields: Iterable[FieldSpec]) -> None:
         """Raises ValueError naming any selected field no reader serves. EXPORTER_FIELDS
         are accepted and not read as such (`xid.XidWatcher` and the collector serve them),
         but their DEPENDENCIES are read even if not selected themselves: the collector
@@ -85,7 +83,7 @@ class NvmlReader:
             raise ValueError(f"no NVML reader for field(s): {', '.join(unknown)}")
         self._calls = NvmlCalls(log)
         self._gpm = GpmReader(lib, self._calls)
-        self._processes = ProcessReader(lib, self._calls, enabled=collect_processes)
+        self._processes = ProcessReader(lib, self._calls)
         selected = self._specs.keys()
         self._field_values = [n for n in FIELD_VALUES if n in selected]
         self._rates = [n for n in NVLINK_RATES if n in selected]
