@@ -319,13 +319,24 @@ def versions() -> dict[str, str]:
     }
 
 
-def collection_cpu_ms(metrics: str) -> float | None:
-    """A running exporter's mean CPU per collection so far, from its self-metrics."""
+def collection_counters(metrics: str) -> tuple[float, float] | None:
+    """A running exporter's (collections, collection CPU seconds) so far, from its
+    self-metrics; None where either is missing."""
     collections = metric_value(metrics, "gpufleet_exporter_collections_total")
     seconds = metric_value(metrics, "gpufleet_exporter_collection_cpu_seconds_total")
-    if not collections or seconds is None:
-        return None
-    return round(seconds * 1000 / collections, 3)
+    return None if collections is None or seconds is None else (collections, seconds)
+
+
+def ms_per_collection(first: tuple[float, float], last: tuple[float, float]) -> float | None:
+    """CPU ms per collection between two `collection_counters` readings."""
+    collections = last[0] - first[0]
+    return round((last[1] - first[1]) * 1000 / collections, 3) if collections > 0 else None
+
+
+def collection_cpu_ms(metrics: str) -> float | None:
+    """A running exporter's mean CPU per collection so far, from its self-metrics."""
+    counters = collection_counters(metrics)
+    return None if counters is None else ms_per_collection((0.0, 0.0), counters)
 
 
 def cdi_allocations(out: Path, sim_fleet: str | None, driver_roots: list[str]) -> dict[str, Any]:

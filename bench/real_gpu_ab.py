@@ -34,15 +34,16 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from bench.exposition import metric_value
 from bench.real_gpu import (
     CONTAINER,
     LOAD,
     POD,
     RESOURCE,
     Daemon,
+    collection_counters,
     exporter_flags,
     http_get,
+    ms_per_collection,
     plugin_flags,
 )
 from gpufleet.lab.kubelet.kubelet import FakeKubelet
@@ -54,16 +55,7 @@ PHASES = {"head": ("head",), "base": ("base",), "both": ("head", "base")}
 def counters(port: int) -> tuple[float, float] | None:
     """An exporter's (collections, collection CPU seconds) so far; None if unreadable."""
     status, text = http_get(f"http://127.0.0.1:{port}/metrics")
-    collections = metric_value(text, "gpufleet_exporter_collections_total")
-    seconds = metric_value(text, "gpufleet_exporter_collection_cpu_seconds_total")
-    if status != 200 or collections is None or seconds is None:
-        return None
-    return collections, seconds
-
-
-def ms_per_collection(first: tuple[float, float], last: tuple[float, float]) -> float | None:
-    collections = last[0] - first[0]
-    return round((last[1] - first[1]) * 1000 / collections, 3) if collections > 0 else None
+    return collection_counters(text) if status == 200 else None
 
 
 def phase(
