@@ -26,55 +26,22 @@ Run from the repository root:
 """
 
 import argparse
-import ast
 import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from bench import overrides
 from bench.entry import exit_with
 from gpufleet.autoscaler.core import factory as policies
-from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
 from gpufleet.autoscaler.replay.core import sweep
-from gpufleet.autoscaler.replay.core.engine import simulate
 from gpufleet.autoscaler.replay.core.result import RunResult
 from gpufleet.autoscaler.replay.core.stats import feasible
 from gpufleet.autoscaler.replay.core.workloads import WorkloadError, workload_trace
 from gpufleet.autoscaler.replay.settings import SimulateSettings
 from gpufleet.autoscaler.replay.trace_file import TraceError, load_trace
-
-
-def override(settings: Any, key: str, value: object) -> Any:
-    """`settings` with the field at dotted `key` (`forecast.peak_quantile`) set to `value`;
-    ValueError naming the key when a part of it is not a field."""
-    path = key.split(".")
-    chain = [settings]
-    for i, name in enumerate(path):
-        node = chain[-1]
-        if not dataclasses.is_dataclass(node) or name not in {
-            f.name for f in dataclasses.fields(node)
-        }:
-            where = ".".join(path[:i]) or type(settings).__name__
-            raise ValueError(f"--set {key}: {where} has no field {name!r}")
-        chain.append(getattr(node, name))
-    for node, name in zip(reversed(chain[:-1]), reversed(path), strict=True):
-        value = dataclasses.replace(node, **{name: value})
-    return value
-
-
-def parse_set(text: str) -> tuple[str, object]:
-    """`KEY=VALUE`, the value a Python literal (`0.8`, `false` and `true` too) or a string."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    literal = {"true": "True", "false": "False"}.get(raw.lower(), raw)
-    try:
-        return key, ast.literal_eval(literal)
-    except (ValueError, SyntaxError):
-        return key, raw
 
 
 def parse_span(text: str) -> tuple[float, float]:
@@ -161,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--set",
-        type=parse_set,
+        type=overrides.parse_set,
         action="append",
         default=[],
         metavar="KEY=VALUE",
@@ -208,21 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--knob: the oracle has no knob")
         result = sweep.run(spec)
     else:
-        try:  # the policy `gpufleet simulate` builds: a knob out of its range is named here
-            policy = policies.make_policy(
-                spec.policy, spec.workload, spec.tuning, knob_value=spec.knob_value
-            )
-        except ValueError as exc:
+        try:  # the policy `gpufleet simulate` builds, with the overrides on top
+            policy = overrides.tuned_policy(spec, args.set)
+        except overrides.SettingError as exc:
+            parser.error(str(exc))
+        except ValueError as exc:  # a knob out of its range
             parser.error(f"--knob: {exc}")
-        if args.set:  # gpufleet's (checked above), with the overrides on top
-            tuned = policy.settings
-            try:
-                for key, value in args.set:
-                    tuned = override(tuned, key, value)
-            except ValueError as exc:
-                parser.error(str(exc))
-            policy = GpufleetPolicy(spec.workload, settings=tuned)
-        result = simulate(spec.trace, policy, workload=spec.workload, config=spec.config)
+        result = sweep.run(spec, policy=policy)
     knob = [] if args.knob is None else [policies.knob_label(args.policy, args.knob)]
     label = " ".join([trace.name, args.policy, *knob, *(f"{k}={v}" for k, v in args.set)])
     print(

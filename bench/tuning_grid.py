@@ -9,13 +9,16 @@ the held-out grid reports it.
 
 Run from the repository root:
     python3 -m bench.tuning_grid [--policy gpufleet] [--families F,...] [--scales 1,4,10]
-        [--knobs V,...] [--duration 1800] [--jobs 2] [--routing least-tokens] --json OUT.json
+        [--knobs V,...] [--duration 1800] [--jobs 2] [--routing least-tokens]
+        [--set KEY=VALUE ...] --json OUT.json
     python3 -m bench.tuning_grid --compare BEFORE.json AFTER.json
     python3 -m bench.tuning_grid --unmatched OURS.json[,MORE.json] BASELINE.json[,...]
     python3 -m bench.tuning_grid --choose OURS.json CANDIDATES.json BASELINE.json
     python3 -m bench.tuning_grid --inversions OURS.json
 The first writes each (family, scale, knob)'s mean attainment and billed GPU-h over the
 tuning seeds, for the policy's sweep or the knob values given (to try where to sample it);
+`--set` changes one of gpufleet's settings on top of what each knob value maps it to
+(`--set feedback.wait_share=0.035`), so a setting is tried without editing the policy;
 the second prints the points that moved, and a count of those better on both axes, worse
 on both, and traded; the third prints, per family and scale, the baseline's points that no
 point of ours matches (at least its attainment for no more GPU-h: issue 17's dominance,
@@ -40,6 +43,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench import overrides
 from bench.entry import exit_with
 from bench.heldout_bench import (
     _VISIBLE_ATTAINMENT,
@@ -56,8 +60,9 @@ from gpufleet.autoscaler.replay.core.model import ROUTINGS
 Key = tuple[str, int, float]  # family, scale, knob value
 
 
-def _run(spec: sweep.RunSpec) -> tuple[float, float]:
-    result = sweep.run(spec)
+def _run(job: tuple[sweep.RunSpec, Sequence[overrides.Override]]) -> tuple[float, float]:
+    spec, changes = job
+    result = sweep.run(spec, policy=overrides.tuned_policy(spec, changes))
     return result.slo_attainment, result.node_gpu_hours
 
 
@@ -70,10 +75,11 @@ def grid(
     jobs: int,
     knobs: Sequence[float] = (),
     routing: str = ROUTINGS[0],
+    changes: Sequence[overrides.Override] = (),
 ) -> dict[Key, tuple[float, float]]:
     """(family, scale, knob) -> mean (attainment, billed GPU-h) over the tuning seeds, at
     each value of the policy's sweep, or at `knobs` where given, with the simulator's
-    `routing`."""
+    `routing`, and gpufleet's settings `changes` on top of what each knob value maps to."""
     specs = [
         (family, scale, spec)
         for family in families
@@ -87,7 +93,7 @@ def grid(
         ]
     keyed = [((f, s, float(spec.knob_value)), spec) for f, s, spec in specs]
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(_run, [spec for _, spec in keyed]))
+        results = list(pool.map(_run, [(spec, changes) for _, spec in keyed]))
     by_key: dict[Key, list[tuple[float, float]]] = {}
     for (key, _), result in zip(keyed, results, strict=True):
         by_key.setdefault(key, []).append(result)
@@ -248,6 +254,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=ROUTINGS[0],
         help="the simulator's --routing (least-in-flight by default)",
     )
+    parser.add_argument(
+        "--set",
+        type=overrides.parse_set,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a gpufleet setting on top of what each knob value maps to (GpufleetSettings, "
+        "dotted into forecast., capacity. and feedback.), to try it without a rebuild",
+    )
     parser.add_argument("--json", type=Path, help="write the grid here")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--unmatched", nargs=2, metavar=("OURS", "BASELINE"))
@@ -284,6 +299,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         knobs = [float(k) for k in args.knobs.split(",")] if args.knobs else []
     except ValueError:
         parser.error(f"--knobs: not a comma list of numbers: {args.knobs!r}")
+    if args.set:
+        if args.policy != policies.GPUFLEET:
+            parser.error("--set changes gpufleet's settings only")
+        try:
+            overrides.check(args.set)
+        except overrides.SettingError as exc:
+            parser.error(str(exc))
     points = grid(
         args.policy,
         families,
@@ -292,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         jobs=args.jobs,
         knobs=knobs,
         routing=args.routing,
+        changes=args.set,
     )
     _save(args.json, points)
     return 0

@@ -4,6 +4,7 @@ is timed."""
 import json
 from pathlib import Path
 
+import pytest
 from helpers.bench import run_bench
 
 from bench.tuning_grid import choose, compare, inversions, unmatched
@@ -173,3 +174,37 @@ def test_choose_reads_its_three_grids_from_files(tmp_path: Path) -> None:
     bad = run_bench("tuning_grid", "--choose", str(ours), str(tmp_path / "no.json"), str(hpa))
     assert bad.returncode == 1 and len(bad.stderr.splitlines()) == 1
     assert bad.stderr.startswith(f"--choose {tmp_path / 'no.json'}: not a --json")
+
+
+def test_a_setting_is_set_on_top_of_what_the_knob_maps_to(tmp_path: Path) -> None:
+    args = ("--families", "quiet", "--scales", "1", "--duration", "300", "--knobs", "0.99")
+    grids = {}
+    for name, changes in {"as-mapped": (), "reserve": ("--set", "reserve_ratio=100")}.items():
+        out = tmp_path / f"{name}.json"
+        run = run_bench("tuning_grid", *args, *changes, "--jobs", "1", "--json", str(out))
+        assert run.returncode == 0, run.stderr
+        ((family, scale, knob, _, gpu_hours),) = json.loads(out.read_text())
+        assert (family, scale, knob) == ("quiet", 1, 0.99)
+        grids[name] = gpu_hours
+    # 0.99 stands no reserve; a reserve of 100x the base rate is paid for.
+    assert grids["reserve"] > grids["as-mapped"]
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        pytest.param(("--set", "nope=1"), "--set nope: GpufleetSettings has no field 'nope'"),
+        pytest.param(
+            ("--set", "feedback.nope=1"), "--set feedback.nope: feedback has no field 'nope'"
+        ),
+        pytest.param(("--set", "headroom"), "--set: expected KEY=VALUE, got 'headroom'"),
+        pytest.param(
+            ("--policy", "hpa", "--set", "headroom=1"), "--set changes gpufleet's settings only"
+        ),
+    ],
+)
+def test_a_bad_setting_is_one_line(tmp_path: Path, args: tuple[str, ...], error: str) -> None:
+    run = run_bench("tuning_grid", *args, "--json", str(tmp_path / "g.json"), timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.splitlines()[-1].endswith(error), run.stderr
+    assert not (tmp_path / "g.json").exists()

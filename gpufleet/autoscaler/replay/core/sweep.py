@@ -20,7 +20,8 @@ from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core.model import ReplayConfig
 from gpufleet.autoscaler.replay.core.result import RunResult
 
-if TYPE_CHECKING:  # the sweep only passes Trace values along
+if TYPE_CHECKING:  # the sweep only passes these values along
+    from gpufleet.autoscaler.core.policy import Policy
     from gpufleet.autoscaler.replay.core.trace import Trace
 
 
@@ -93,9 +94,15 @@ def plan(
     return specs
 
 
-def run(spec: RunSpec, progress: Callable[[float], None] | None = None) -> RunResult:
+def run(
+    spec: RunSpec,
+    progress: Callable[[float], None] | None = None,
+    *,
+    policy: "Policy | None" = None,
+) -> RunResult:
     """Run one spec to its result; the result's `knob` names the sweep point, if any.
-    SimulationError names the run (`RunSpec.label`)."""
+    `policy`: the policy object to run instead of the one the spec names (a bench that
+    changes its settings). SimulationError names the run (`RunSpec.label`)."""
     # Imported here so that the sweep's arithmetic loads without the engine.
     from gpufleet.autoscaler.replay.core.engine import SimulationError, simulate
 
@@ -103,9 +110,10 @@ def run(spec: RunSpec, progress: Callable[[float], None] | None = None) -> RunRe
         from gpufleet.autoscaler.replay.core.oracle import run_oracle
 
         return run_oracle(spec.trace, workload=spec.workload, config=spec.config, progress=progress)
-    policy = policies.make_policy(
-        spec.policy, spec.workload, spec.tuning, knob_value=spec.knob_value
-    )
+    if policy is None:
+        policy = policies.make_policy(
+            spec.policy, spec.workload, spec.tuning, knob_value=spec.knob_value
+        )
     try:
         result = simulate(
             spec.trace, policy, workload=spec.workload, config=spec.config, progress=progress

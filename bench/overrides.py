@@ -1,0 +1,77 @@
+"""gpufleet's settings changed on top of what its knob maps them to (`--set KEY=VALUE`).
+
+Why: a setting is tried on the tuning grid or one run's minutes without editing the policy
+and rebuilding the compiled simulator; a change is then a command line in BENCHMARKS.md
+(`python3 -m bench.tuning_grid --set feedback.wait_share=0.035 --json X.json`).
+"""
+
+import argparse
+import ast
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from gpufleet.autoscaler.core import factory as policies
+from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy, GpufleetSettings
+from gpufleet.autoscaler.core.policy import Policy
+from gpufleet.autoscaler.replay.core import sweep
+
+Override = tuple[str, object]
+
+
+class SettingError(ValueError):
+    """A `--set` key that names no setting; the message starts with `--set KEY:`."""
+
+
+def parse_set(text: str) -> Override:
+    """`KEY=VALUE`, the value a Python literal (`0.8`, `false` and `true` too) or a string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    literal = {"true": "True", "false": "False"}.get(raw.lower(), raw)
+    try:
+        return key, ast.literal_eval(literal)
+    except (ValueError, SyntaxError):
+        return key, raw
+
+
+def override(settings: Any, key: str, value: object) -> Any:
+    """`settings` with the field at dotted `key` (`forecast.peak_quantile`) set to `value`;
+    SettingError naming the key when a part of it is not a field."""
+    path = key.split(".")
+    chain = [settings]
+    for i, name in enumerate(path):
+        node = chain[-1]
+        if not dataclasses.is_dataclass(node) or name not in {
+            f.name for f in dataclasses.fields(node)
+        }:
+            where = ".".join(path[:i]) or type(settings).__name__
+            raise SettingError(f"--set {key}: {where} has no field {name!r}")
+        chain.append(getattr(node, name))
+    for node, name in zip(reversed(chain[:-1]), reversed(path), strict=True):
+        value = dataclasses.replace(node, **{name: value})
+    return value
+
+
+def check(overrides: Sequence[Override]) -> None:
+    """SettingError for the first key that names no gpufleet setting."""
+    settings = GpufleetSettings()
+    for key, value in overrides:
+        settings = override(settings, key, value)
+
+
+def tuned_policy(spec: sweep.RunSpec, overrides: Sequence[Override]) -> Policy:
+    """The policy `gpufleet simulate` builds for `spec` (ValueError for a knob out of its
+    range), with `overrides` on top of the settings its knob maps to: gpufleet's only
+    (SettingError for a bad key)."""
+    policy = policies.make_policy(
+        spec.policy, spec.workload, spec.tuning, knob_value=spec.knob_value
+    )
+    if not overrides:
+        return policy
+    if not isinstance(policy, GpufleetPolicy):
+        raise SettingError(f"--set changes gpufleet's settings only, not {spec.policy}'s")
+    settings = policy.settings
+    for key, value in overrides:
+        settings = override(settings, key, value)
+    return GpufleetPolicy(spec.workload, settings=settings)
