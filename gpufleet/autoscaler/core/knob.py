@@ -19,6 +19,9 @@ for less of anything):
   prefills may cost, whose replicas a scale-down keeps (`prompt_tail`), divided by n - 1
   (the replicas grow linearly in nines); off below 99%, where those points kept their
   place on the fronts and the floor only moved them (tuning seeds);
+- above 99% only, the latency probe's evidence (`feedback.min_load`): it credits a replica
+  above its learned rate only while the replicas carry 70% of their credit, not 50%, so
+  the reserve sized at that credit is not cut on weaker evidence;
 - above 99% only, `unlearned_max_scale_up_ratio`: until a replica's rate is learned, a
   scale-up may ask for up to 4x the ready replicas from 99.9% up (2x at 99%), so the
   standing capacity bought above keeps up with a ramp;
@@ -88,6 +91,12 @@ _PRESSURE_SHARE = (0.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 # missed two dozen requests in that minute. Removing the cap from 99.99% up matched no
 # more HPA points and cost the top up to twice as much (quiet x10 at 99.999%; tuning seeds).
 _UNLEARNED_CAP_SHARE = (1.0, 1.0, 1.0, 0.5, 0.5, 0.5)
+# Above 99% only, the latency probe credits a replica above its learned rate only while the
+# replicas carry at least this share of their credit (`feedback.min_load`; the given one, 0.5
+# by default, up to 99%). The reserve is sized at that credit, and on weaker evidence it
+# stood less for a crowd: flash-short x10 at 99.45% kept 78.00% where it keeps 92.43% at 70%
+# (tuning seeds).
+_PROBE_MIN_LOAD_ABOVE_DEFAULT = 0.7
 # Below this target, a scale-up buys a new node only once the need for it has lasted the
 # node lead time (`new_node_waits_lead`). A step, not a slope: a shorter wait only delays
 # the node, and the queue grown meanwhile then buys more of them after the crowd.
@@ -137,7 +146,11 @@ def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
     )
     floor = settings.feedback.min_ratio  # kept exactly where all the pressure is
     feedback = dataclasses.replace(
-        settings.feedback, min_ratio=floor + (1.0 - floor) * (1.0 - _at(n, _PRESSURE_SHARE))
+        settings.feedback,
+        min_ratio=floor + (1.0 - floor) * (1.0 - _at(n, _PRESSURE_SHARE)),
+        min_load=settings.feedback.min_load
+        if target <= DEFAULT_TARGET
+        else max(settings.feedback.min_load, _PROBE_MIN_LOAD_ABOVE_DEFAULT),
     )
     return dataclasses.replace(
         settings,

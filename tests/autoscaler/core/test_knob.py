@@ -33,6 +33,8 @@ def moved(s: GpufleetSettings) -> dict[str, float]:
         "backlog_drain_seconds": -s.backlog_drain_seconds,  # a shorter drain buys more
         "new_node_waits_lead": -s.new_node_waits_lead,  # waiting for a node buys less
         "feedback_min_ratio": -s.feedback.min_ratio,  # a higher credit floor buys less
+        # the probe credits more only on more load: a higher bar buys more
+        "probe_min_load": s.feedback.min_load,
         # The prompt tail's replicas go as 1 / the share its waits may miss (0: off).
         "prompt_tail": 1.0 / s.prompt_tail_miss_share if s.prompt_tail_miss_share else 0.0,
     }
@@ -104,7 +106,8 @@ def test_every_target_from_90_to_9999_maps_exactly_as_before(target: float) -> N
     # and nothing else: the settings only the cheapest targets move stay as given (the
     # cap until capacity is learned, which targets above 99% move, has its own test)
     rest = dict(max_scale_up_ratio=math.inf, placeholder_share=1.0, backlog_drain_seconds=60.0)
-    assert s == dataclasses.replace(s, **rest, feedback=BASE.feedback)
+    feedback = dataclasses.replace(BASE.feedback, min_load=s.feedback.min_load)  # its own test
+    assert s == dataclasses.replace(s, **rest, feedback=feedback)
     assert not s.new_node_waits_lead
 
 
@@ -119,6 +122,14 @@ def test_above_99_percent_an_unlearned_scale_up_may_ask_for_more_than_twice() ->
     # a scale-down step is as careful at every target until then
     shares = {knob.apply(BASE, t).unlearned_max_scale_down_share for t in TARGETS}
     assert shares == {BASE.unlearned_max_scale_down_share}
+
+
+def test_above_99_percent_the_probe_credits_more_only_on_more_load() -> None:
+    loads = {t: knob.apply(BASE, t).feedback.min_load for t in (0.5, 0.9, 0.99, 0.9935, 0.99999)}
+    assert loads == {0.5: 0.5, 0.9: 0.5, 0.99: 0.5, 0.9935: 0.7, 0.99999: 0.7}
+    assert BASE.feedback.min_load == 0.5
+    given = dataclasses.replace(BASE, feedback=dataclasses.replace(BASE.feedback, min_load=0.8))
+    assert {knob.apply(given, t).feedback.min_load for t in (0.5, 0.99, 0.999)} == {0.8}
 
 
 def test_the_cheap_settings_scale_what_is_given() -> None:
