@@ -23,6 +23,13 @@ class SettingError(ValueError):
     """A `--set` key that names no setting; the message starts with `--set KEY:`."""
 
 
+def add_flag(parser: argparse.ArgumentParser, help: str) -> None:
+    """`--set KEY=VALUE`, repeatable, into `args.set` (a list of overrides)."""
+    parser.add_argument(
+        "--set", type=parse_set, action="append", default=[], metavar="KEY=VALUE", help=help
+    )
+
+
 def parse_set(text: str) -> Override:
     """`KEY=VALUE`, the value a Python literal (`0.8`, `false` and `true` too) or a string."""
     key, sep, raw = text.partition("=")

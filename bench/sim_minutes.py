@@ -126,13 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         help="the policy's main knob (a sweep point; default: the policy's default)",
     )
-    parser.add_argument(
-        "--set",
-        type=overrides.parse_set,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a gpufleet setting (GpufleetSettings, dotted into forecast. and capacity.)",
+    overrides.add_flag(
+        parser,
+        help="a gpufleet setting on top of what the knob maps to (GpufleetSettings, dotted "
+        "into forecast., capacity. and feedback.)",
     )
     parser.add_argument(
         "--decisions",

@@ -254,12 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=ROUTINGS[0],
         help="the simulator's --routing (least-in-flight by default)",
     )
-    parser.add_argument(
-        "--set",
-        type=overrides.parse_set,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
+    overrides.add_flag(
+        parser,
         help="a gpufleet setting on top of what each knob value maps to (GpufleetSettings, "
         "dotted into forecast., capacity. and feedback.), to try it without a rebuild",
     )
