@@ -60,25 +60,28 @@ def override(settings: Any, key: str, value: object) -> Any:
     return value
 
 
-def check(overrides: Sequence[Override]) -> None:
-    """SettingError for the first key that names no gpufleet setting."""
-    settings = GpufleetSettings()
+def apply(settings: GpufleetSettings, overrides: Sequence[Override]) -> GpufleetSettings:
+    """`settings` with each override in turn; SettingError for a key that names no field."""
     for key, value in overrides:
         settings = override(settings, key, value)
+    return settings
+
+
+def check(policy: str, overrides: Sequence[Override]) -> None:
+    """SettingError where `overrides` do not apply to `policy`'s runs: any for another
+    policy than gpufleet, or a key that names no gpufleet setting."""
+    if overrides and policy != policies.GPUFLEET:
+        raise SettingError("--set changes gpufleet's settings only")
+    apply(GpufleetSettings(), overrides)
 
 
 def tuned_policy(spec: sweep.RunSpec, overrides: Sequence[Override]) -> Policy:
     """The policy `gpufleet simulate` builds for `spec` (ValueError for a knob out of its
-    range), with `overrides` on top of the settings its knob maps to: gpufleet's only
-    (SettingError for a bad key)."""
+    range), with `overrides` (passed by `check`) on top of the settings its knob maps to."""
     policy = policies.make_policy(
         spec.policy, spec.workload, spec.tuning, knob_value=spec.knob_value
     )
     if not overrides:
         return policy
-    if not isinstance(policy, GpufleetPolicy):
-        raise SettingError(f"--set changes gpufleet's settings only, not {spec.policy}'s")
-    settings = policy.settings
-    for key, value in overrides:
-        settings = override(settings, key, value)
-    return GpufleetPolicy(spec.workload, settings=settings)
+    assert isinstance(policy, GpufleetPolicy)  # `check` lets overrides through for it only
+    return GpufleetPolicy(spec.workload, settings=apply(policy.settings, overrides))

@@ -165,8 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         warm_start=True,
     )
     spec = dataclasses.replace(spec, knob_value=args.knob)
-    if args.set and args.policy != policies.GPUFLEET:
-        parser.error("--set changes gpufleet's settings only")
+    try:
+        overrides.check(args.policy, args.set)
+    except overrides.SettingError as exc:
+        parser.error(str(exc))
     if args.policy == policies.ORACLE:
         if args.knob is not None:
             parser.error("--knob: the oracle has no knob")
@@ -174,8 +176,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         try:  # the policy `gpufleet simulate` builds, with the overrides on top
             policy = overrides.tuned_policy(spec, args.set)
-        except overrides.SettingError as exc:
-            parser.error(str(exc))
         except ValueError as exc:  # a knob out of its range
             parser.error(f"--knob: {exc}")
         result = sweep.run(spec, policy=policy)

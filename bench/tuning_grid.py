@@ -295,13 +295,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         knobs = [float(k) for k in args.knobs.split(",")] if args.knobs else []
     except ValueError:
         parser.error(f"--knobs: not a comma list of numbers: {args.knobs!r}")
-    if args.set:
-        if args.policy != policies.GPUFLEET:
-            parser.error("--set changes gpufleet's settings only")
-        try:
-            overrides.check(args.set)
-        except overrides.SettingError as exc:
-            parser.error(str(exc))
+    try:
+        overrides.check(args.policy, args.set)
+    except overrides.SettingError as exc:
+        parser.error(str(exc))
     points = grid(
         args.policy,
         families,
