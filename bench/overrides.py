@@ -8,6 +8,7 @@ and rebuilding the compiled simulator; a change is then a command line in BENCHM
 import argparse
 import ast
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from gpufleet.autoscaler.core.policy import Policy
 from gpufleet.autoscaler.replay.core import sweep
 
 Override = tuple[str, object]
+_KINDS = {bool: "true or false", int: "an integer", float: "a number"}
 
 
 class SettingError(ValueError):
@@ -44,7 +46,8 @@ def parse_set(text: str) -> Override:
 
 def override(settings: Any, key: str, value: object) -> Any:
     """`settings` with the field at dotted `key` (`forecast.peak_quantile`) set to `value`;
-    SettingError naming the key when a part of it is not a field."""
+    SettingError naming the key when a part of it is not a field, or the value is not of
+    the field's type (an int or `inf` does for a float)."""
     path = key.split(".")
     chain = [settings]
     for i, name in enumerate(path):
@@ -55,13 +58,36 @@ def override(settings: Any, key: str, value: object) -> Any:
             where = ".".join(path[:i]) or type(settings).__name__
             raise SettingError(f"--set {key}: {where} has no field {name!r}")
         chain.append(getattr(node, name))
+    value = _typed(key, chain[-1], value)
     for node, name in zip(reversed(chain[:-1]), reversed(path), strict=True):
         value = dataclasses.replace(node, **{name: value})
     return value
 
 
+def _typed(key: str, current: object, value: object) -> object:
+    """`value` as the type of the field's `current` value: checked here, so that a run does
+    not fail on it deep in the simulator (`--set headroom=abc`)."""
+    if isinstance(current, float) and not isinstance(value, bool):
+        number = value if isinstance(value, int | float) else _float(value)
+        if number is not None and not math.isnan(number):
+            return float(number)
+    elif type(value) is type(current):
+        return value
+    kind = _KINDS.get(type(current), f"a {type(current).__name__}")
+    raise SettingError(f"--set {key}: expected {kind}, got {value!r}")
+
+
+def _float(value: object) -> float | None:
+    """`inf` and `-inf`, which are not Python literals; None for anything else."""
+    try:
+        return float(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
 def apply(settings: GpufleetSettings, overrides: Sequence[Override]) -> GpufleetSettings:
-    """`settings` with each override in turn; SettingError for a key that names no field."""
+    """`settings` with each override in turn; SettingError for a key that names no field
+    or a value not of its type."""
     for key, value in overrides:
         settings = override(settings, key, value)
     return settings

@@ -198,6 +198,13 @@ def test_a_setting_is_set_on_top_of_what_the_knob_maps_to(tmp_path: Path) -> Non
             ("--set", "feedback.nope=1"), "--set feedback.nope: feedback has no field 'nope'"
         ),
         pytest.param(("--set", "headroom"), "--set: expected KEY=VALUE, got 'headroom'"),
+        pytest.param(("--set", "headroom=abc"), "--set headroom: expected a number, got 'abc'"),
+        pytest.param(("--set", "headroom=nan"), "--set headroom: expected a number, got 'nan'"),
+        pytest.param(("--set", "fill_nodes=1"), "--set fill_nodes: expected true or false, got 1"),
+        pytest.param(
+            ("--set", "forecast.forget_after_blocks=2.5"),
+            "--set forecast.forget_after_blocks: expected an integer, got 2.5",
+        ),
         pytest.param(
             ("--policy", "hpa", "--set", "headroom=1"), "--set changes gpufleet's settings only"
         ),
