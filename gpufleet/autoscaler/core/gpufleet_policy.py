@@ -13,7 +13,9 @@ Every tick it turns late signals into a replica count:
    `feedback.wait_share` (5%) of the SLO, each replica is credited less at once (down to
    a quarter; less far below a 90% target, not at all at 50%: `knob`), and the
    credit comes back slowly while the wait stays low; pressure while replicas start, at
-   max_replicas or while a new node waits changes nothing. As the latency probe it also
+   max_replicas or while a new node waits changes nothing. Above a 99% target a sample that
+   shrinks the credit also asks for the replicas standing x its fall (`pressure_step`:
+   other terms may hold the fleet above what the credit asks for). As the latency probe it also
    credits more than the estimate while p90 TTFT stays within half the SLO at load (half
    the credited rate; 70% above a 99% target: `knob`), so a fleet that never saturates
    still shrinks toward its capacity.
@@ -211,6 +213,14 @@ class GpufleetSettings:
     absorbed_crowd_ratio: float = 4.0
     absorbed_max_load: float = 0.8
     absorbed_keep_load: float = 0.9
+    # A pressure sample that shrinks the SLO feedback's credit also asks for the replicas
+    # standing x the credit's fall (bound as "SLO feedback"). Where other terms hold the
+    # fleet above what the credit asks for, a shrinking credit asks for nothing until it
+    # falls below them, and then for a jump; the step acts on each sample at once, and the
+    # replicas it starts hold the next (`slo_feedback`). False here; the knob (`knob`) sets
+    # it above 99% only: at 99% it bought longctx x10's default a node for its tail, and
+    # rounded to whole nodes it matched fewer HPA points (tuning seeds; BENCHMARKS.md).
+    pressure_step: bool = False
     # Scale down only to the highest steady recommendation in this window (the HPA default).
     scale_down_window_seconds: float = 300.0
     # At most one scale-down step per this many seconds: lets a step's effect show in the
@@ -276,6 +286,9 @@ class Demand:
     panic: bool  # the surge needs `panic_ratio` x the ready replicas
     placeholders: int  # replicas for the sustained rate at the node lead, with headroom
     absorbed: bool  # the ready replicas carry a crowd (`absorbed_crowd_ratio`)
+    # The replicas standing x the fall of the credit a pressure sample shrank this tick
+    # (`pressure_step`); 0 on other ticks.
+    feedback_step: int = 0
 
     def candidates(self) -> dict[Term, int]:
         """Each sizing term's replicas; a new term reports itself by adding its entry."""
@@ -284,6 +297,7 @@ class Demand:
             Term.USUAL_PEAK: self.burst,
             Term.RESERVE: self.reserve,
             Term.SURGE: self.surge,
+            Term.SLO_FEEDBACK: self.feedback_step,
         }
 
     @property
@@ -380,7 +394,9 @@ class GpufleetPolicy:
             tokens_per_request=tpr,
         )
         demand = self._demand(obs, tpr, arrivals_ok=arrivals_ok)
+        credit = self._feedback.ratio
         self._update_feedback(obs, demand)
+        demand = self._pressure_step(obs, demand, credit)
         active = self._note_activity(obs)
         self._remember(obs, demand)
         desired, reason, term = self._target(obs, demand)
@@ -687,6 +703,15 @@ class GpufleetPolicy:
             self._feedback, sample, self.settings.feedback, slo=self.workload.slo_ttft_seconds
         )
 
+    def _pressure_step(self, obs: Observation, d: Demand, credit: float) -> Demand:
+        """`d` with the step a pressure sample that shrank the credit from `credit` this
+        tick asks for (`pressure_step`): the replicas standing x the credit's fall."""
+        fb = self._feedback
+        if not self.settings.pressure_step or fb.ratio >= credit or fb.pressed != fb.seen:
+            return d
+        step = math.ceil(obs.current_replicas * credit / fb.ratio)
+        return dataclasses.replace(d, feedback_step=step)
+
     def _remember(self, obs: Observation, d: Demand) -> None:
         """Window the steady recommendation; start or extend a surge's hold."""
         s, now = self.settings, obs.now
@@ -869,6 +894,8 @@ def _message(
         surge = f", {d.reserve} in reserve" + surge
     if d.tail:
         surge = f", {d.tail} for the prompt tail" + surge
+    if d.feedback_step:
+        surge = f", {d.feedback_step} for the SLO feedback's step" + surge
     left = (
         ""
         if d.backlog_left is None

@@ -22,6 +22,11 @@ for less of anything):
 - above 99% only, the latency probe's evidence (`feedback.min_load`): it credits a replica
   above its learned rate only while the replicas carry 70% of their credit, not 50%, so
   the reserve sized at that credit is not cut on weaker evidence;
+- above 99% only, the SLO feedback's step (`pressure_step`): a pressure sample that
+  shrinks the credit also asks for the replicas standing x its fall, so a correction
+  acts at once where the reserve or the prompt tail holds the fleet above what the credit
+  asks for (at 99.3-99.5% on mix it stood less than 99% did, while the credit waited for
+  the reserve's starting replicas);
 - above 99% only, `unlearned_max_scale_up_ratio`: until a replica's rate is learned, a
   scale-up may ask for up to 4x the ready replicas from 99.9% up (2x at 99%), so the
   standing capacity bought above keeps up with a ramp;
@@ -168,6 +173,7 @@ def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
         placeholder_share=settings.placeholder_share * _at(n, _PLACEHOLDER_SHARE),
         backlog_drain_seconds=settings.backlog_drain_seconds * _at(n, _BACKLOG_DRAIN_FACTOR),
         new_node_waits_lead=settings.new_node_waits_lead or bool(target < _NEW_NODE_WAITS_BELOW),
+        pressure_step=settings.pressure_step or target > DEFAULT_TARGET,
         forecast=forecast,
         feedback=feedback,
     )

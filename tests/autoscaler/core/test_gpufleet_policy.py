@@ -836,6 +836,28 @@ def test_queue_wait_while_replicas_start_asks_for_no_more() -> None:
         assert p.decide(obs).desired == 3
 
 
+def test_a_pressure_sample_steps_a_fleet_held_above_the_credits_need() -> None:
+    """30 replicas stand for a need of 3 (the scale-down window holds them). A wait shrinks
+    the credit by 15%, which asks for no replica more (10 at the least credit); with the
+    step (the knob's, above 99%) it also asks for 30 / 0.85 at once, bound by the SLO
+    feedback, and the replicas starting then hold the next sample's pressure."""
+
+    def run(settings: GpufleetSettings) -> list[Decision]:
+        p = policy(settings)
+        p.decide(with_latency(observe(1000.0, const(20.0), ready=30), wait=0.0))
+        waited = [p.decide(with_latency(observe(1005.0, const(20.0), ready=30), wait=1.0))]
+        obs = observe(1010.0, const(20.0), ready=30, starting=waited[0].desired - 30)
+        return [*waited, p.decide(with_latency(obs, wait=1.0))]
+
+    plain = run(SETTINGS)
+    assert [d.desired for d in plain] == [30, 30]
+    stepped = run(replace(SETTINGS, pressure_step=True))
+    assert [d.desired for d in stepped] == [36, 36]  # ceil(30 / 0.85)
+    assert (stepped[0].bound_by, stepped[0].reason) == (Term.SLO_FEEDBACK, Reason.SLO_FEEDBACK)
+    assert "36 for the SLO feedback's step" in stepped[0].message
+    assert stepped[1].bound_by is not Term.SLO_FEEDBACK  # held: no second step
+
+
 # Issue 17: each decision names the term that bound it, in `bound_by` and in its message.
 def _burst_then_quiet(t: float) -> float:
     return 60.0 if t < 1200.0 and t % 60 < 30 else 5.0

@@ -35,6 +35,7 @@ def moved(s: GpufleetSettings) -> dict[str, float]:
         "feedback_min_ratio": -s.feedback.min_ratio,  # a higher credit floor buys less
         # the probe credits more only on more load: a higher bar buys more
         "probe_min_load": s.feedback.min_load,
+        "pressure_step": s.pressure_step,  # a pressure sample also steps the fleet
         # The prompt tail's replicas go as 1 / the share its waits may miss (0: off).
         "prompt_tail": 1.0 / s.prompt_tail_miss_share if s.prompt_tail_miss_share else 0.0,
     }
@@ -130,6 +131,14 @@ def test_above_99_percent_the_probe_credits_more_only_on_more_load() -> None:
     assert BASE.feedback.min_load == 0.5
     given = dataclasses.replace(BASE, feedback=dataclasses.replace(BASE.feedback, min_load=0.8))
     assert {knob.apply(given, t).feedback.min_load for t in (0.5, 0.99, 0.999)} == {0.8}
+
+
+def test_above_99_percent_a_pressure_sample_also_steps_the_fleet() -> None:
+    steps = {t: knob.apply(BASE, t).pressure_step for t in (0.5, 0.9, 0.99, 0.9901, 0.99999)}
+    assert steps == {0.5: False, 0.9: False, 0.99: False, 0.9901: True, 0.99999: True}
+    assert not BASE.pressure_step
+    given = dataclasses.replace(BASE, pressure_step=True)
+    assert {knob.apply(given, t).pressure_step for t in (0.5, 0.99)} == {True}
 
 
 def test_the_cheap_settings_scale_what_is_given() -> None:
