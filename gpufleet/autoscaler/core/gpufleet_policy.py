@@ -13,12 +13,12 @@ Every tick it turns late signals into a replica count:
    `feedback.wait_share` (5%) of the SLO, each replica is credited less at once (down to
    a quarter; less far below a 90% target, not at all at 50%: `knob`), and the
    credit comes back slowly while the wait stays low; pressure while replicas start, at
-   max_replicas or while a new node waits changes nothing. Above a 99% target a sample that
-   shrinks the credit also asks for the replicas standing x its fall (`pressure_step`:
-   other terms may hold the fleet above what the credit asks for). As the latency probe it also
-   credits more than the estimate while p90 TTFT stays within half the SLO at load (half
-   the credited rate; 70% above a 99% target: `knob`), so a fleet that never saturates
-   still shrinks toward its capacity.
+   max_replicas or while a new node waits changes nothing. Above a 99% target a sample
+   that shrinks the credit also asks for the replicas standing x its fall
+   (`pressure_step`: other terms may hold the fleet above what the credit asks for). As
+   the latency probe it also credits more than the estimate while p90 TTFT stays within
+   half the SLO at load (half the credited rate; 70% above a 99% target: `knob`), so a
+   fleet that never saturates still shrinks toward its capacity.
 2. **Steady demand.** The arrival rate forecast over the lead time (cold start plus one
    tick, from the newest sample's age; `forecast`), plus the backlog that must drain within
    `backlog_drain_seconds`. Replicas = demand x (1 + headroom) / learned rate. Beyond the

@@ -141,7 +141,7 @@ def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
     (capacity learning, filling, the tick) as given, and the settings only the cheapest
     targets move (the scale-up cap, placeholders, the drain) or only those above 99% (the
     cap until capacity is learned) scaled from what is given (the node wait: on if given,
-    or below 60%).
+    or below 60%; the SLO feedback's step: on if given, or above 99%).
     ValueError for a target out of range."""
     n = nines(target)
     forecast = dataclasses.replace(
