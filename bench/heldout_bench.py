@@ -34,7 +34,9 @@ Run from the repository root:
 Prints a Markdown report on stdout: one table per family (every scale and policy, the
 oracle and gpufleet's default included, with the simulator's CPU seconds per policy-hour),
 then the front comparison per scale and gpufleet's knob inversions held out (section 3:
-where a higher target costs less and attains less; `knob_inversions`), then the section-4
+where a higher target costs less and attains less; `knob_inversions`; each with its
+difference from the best lower target seed by seed and that mean's standard error, so a
+gap within the seeds' spread shows as one), then the section-4
 verdicts: the baseline points not matched, per family and scale, and the cost at the SLO.
 The full grid
 (7 families x 3 scales) is long on a small machine; shard it with --families/--scales and
@@ -448,7 +450,9 @@ def markdown(results: Sequence[dict]) -> str:
             "",
             "gpufleet's knob inversions, held out (a higher target that costs over "
             f"{INVERSION_COST_SHARE:.0%} less than a lower one did and attains less than the "
-            "best lower one did; below it: that best attainment / the most GPU-h):",
+            "best lower one did; below it: that best attainment / the most GPU-h, and the "
+            "attainment's difference from that target's on the same held-out seeds: its mean "
+            "and the standard error of that mean):",
             "",
             *(line for line in inverted if line is not None),
         ]
@@ -464,10 +468,22 @@ def _inversions(result: dict) -> str | None:
     found = knob_inversions([sweep.Point(a, g, label) for label, a, g in row["points"]])
     listed = ", ".join(
         f"{_knob_value(i.point.label):g} {i.point.attainment:.2%} / "
-        f"{i.point.gpu_hours:.2f} (below it: {i.best_below:.2%} / {i.most_below:.2f})"
+        f"{i.point.gpu_hours:.2f} (below it: {i.best_below:.2%} / {i.most_below:.2f}"
+        f"{_seed_by_seed(row.get('seeds'), i)})"
         for i in found
     )
     return f"- x{result['scale']}: {listed or 'none'}"
+
+
+def _seed_by_seed(seeds: Mapping[str, Sequence[Sequence[float]]] | None, i: sweep.Inversion) -> str:
+    """An inversion's attainment against the best lower target's, seed by seed: the mean
+    difference and its standard error; "" where the --json predates the seed runs."""
+    if not seeds or i.point.label not in seeds or i.best_label not in seeds:
+        return ""
+    ours, best = ([run[0] for run in seeds[label]] for label in (i.point.label, i.best_label))
+    mean, error = sweep.paired_difference(ours, best)
+    spread = "" if error is None else f", standard error {error * 100:.2f}"
+    return f"; against {_knob_value(i.best_label):g} seed by seed: {mean * 100:+.2f} points{spread}"
 
 
 def _rows(result: dict) -> list[str]:

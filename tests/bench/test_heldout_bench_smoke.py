@@ -48,6 +48,18 @@ def test_the_report_lists_where_a_higher_target_costs_less_and_attains_less() ->
     rows = [row("hpa"), row("keda")]
     text = markdown([result | {"rows": [*rows, row("gpufleet", points)]}])
     assert "- x10: 0.993 93.09% / 59.09 (below it: 94.57% / 75.31)\n" in text
+    # With the seed runs, the gap to the best lower target, seed by seed.
+    seeds = {
+        "target_attainment=0.99": [[0.95, 76.0], [0.9414, 74.62]],
+        "target_attainment=0.993": [[0.93, 60.0], [0.9318, 58.18]],
+        "target_attainment=0.9965": [[0.95, 80.0], [0.952, 78.22]],
+    }
+    gpufleet = row("gpufleet", points) | {"seeds": seeds}
+    text = markdown([result | {"rows": [*rows, gpufleet]}])
+    assert (
+        "- x10: 0.993 93.09% / 59.09 (below it: 94.57% / 75.31; against 0.99 seed by seed: "
+        "-1.48 points, standard error 0.52)\n"
+    ) in text
     # A --json from before the inversions were recorded reports none of them.
     assert "knob inversions" not in markdown([result | {"rows": [*rows, row("gpufleet")]}])
 

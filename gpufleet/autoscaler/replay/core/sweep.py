@@ -210,6 +210,7 @@ class Inversion(NamedTuple):
     point: Point
     best_below: float  # the highest attainment of the lower knob values
     most_below: float  # the most GPU-hours of the lower knob values
+    best_label: str  # the lower knob value that attained `best_below` (the first, if tied)
 
 
 def inversions(
@@ -220,12 +221,27 @@ def inversions(
     than `attainment_step` less than the best lower one did: where raising the knob
     pays less and loses requests (issue 17 asks for a knob that buys monotonically)."""
     out = []
-    best, most = -math.inf, 0.0
+    best, most = Point(-math.inf, 0.0, ""), 0.0
     for p in points:
-        if p.gpu_hours < most * (1.0 - cost_share) and p.attainment < best - attainment_step:
-            out.append(Inversion(p, best, most))
-        best, most = max(best, p.attainment), max(most, p.gpu_hours)
+        if (
+            p.gpu_hours < most * (1.0 - cost_share)
+            and p.attainment < best.attainment - attainment_step
+        ):
+            out.append(Inversion(p, best.attainment, most, best.label))
+        best, most = max(best, p, key=lambda q: q.attainment), max(most, p.gpu_hours)
     return tuple(out)
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float | None]:
+    """The mean of a - b, seed by seed (`a` and `b` in one seed order), and its standard
+    error (None for one seed). Two settings run on the same seeds see the same traffic,
+    so their difference is judged against its own spread, not each mean's."""
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    mean = sum(diffs) / len(diffs)
+    if len(diffs) < 2:
+        return mean, None
+    variance = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
+    return mean, math.sqrt(variance / len(diffs))
 
 
 class Saving(NamedTuple):

@@ -1,6 +1,7 @@
 """Sweeps: Pareto fronts, front dominance and the run plan (pure, no simulation)."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -279,5 +280,18 @@ def test_inversions_name_a_higher_knob_that_costs_less_and_attains_less():
         Point(0.96, 15.0, "e"),  # cheaper, but attains more than any below it
     ]
     found = sweep.inversions(points, cost_share=0.03, attainment_step=0.00005)
-    assert [(i.point.label, i.best_below, i.most_below) for i in found] == [("c", 0.95, 20.0)]
+    assert [(i.point.label, i.best_below, i.most_below, i.best_label) for i in found] == [
+        ("c", 0.95, 20.0, "b")
+    ]
     assert sweep.inversions(points[:2], cost_share=0.03, attainment_step=0.00005) == ()
+
+
+def test_a_paired_difference_is_judged_by_its_own_spread():
+    # Two settings on the same three seeds: each mean has a spread of 0.1, but their
+    # difference is nearly constant, so its standard error is small.
+    mean, error = sweep.paired_difference([0.90, 0.80, 0.70], [0.91, 0.81, 0.72])
+    assert mean == pytest.approx(-0.04 / 3)
+    assert error == pytest.approx(math.sqrt((2 * (0.01 / 3) ** 2 + (0.02 / 3) ** 2) / 2 / 3))
+    assert sweep.paired_difference([0.9], [0.8]) == (pytest.approx(0.1), None)
+    with pytest.raises(ValueError):
+        sweep.paired_difference([0.9, 0.8], [0.8])
