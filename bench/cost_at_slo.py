@@ -94,6 +94,18 @@ def verdict(
     return "missed: " + ", ".join(misses) if misses else "met"
 
 
+def over_bound(
+    family: str, *, gpu_hours: float, oracle_gpu_hours: float, oracle_valid: bool
+) -> float | None:
+    """`gpu_hours` as a multiple of the oracle's where this target judges `family` (its
+    demand predictable, the oracle valid) and the multiple is over `MAX_X_ORACLE`; else
+    None. The bound the target puts on gpufleet's default, for any other setting."""
+    if not PREDICTABLE[family][0]:
+        return None
+    ratio = report.oracle_ratio(gpu_hours, oracle_gpu_hours, valid=oracle_valid)
+    return ratio if ratio is not None and ratio > MAX_X_ORACLE else None
+
+
 def markdown(results: Sequence[dict]) -> str:
     """The section-4 table over `heldout_bench` results (each family and scale), then why
     each family is or is not predictable."""

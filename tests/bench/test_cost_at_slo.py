@@ -3,7 +3,7 @@ oracle's validity, and each bound missed named."""
 
 import pytest
 
-from bench.cost_at_slo import PREDICTABLE, markdown, verdict
+from bench.cost_at_slo import PREDICTABLE, markdown, over_bound, verdict
 from bench.heldout_bench import FAMILIES
 
 
@@ -84,3 +84,17 @@ def test_markdown_rows_and_reasons() -> None:
     ) in text
     assert f"- diurnal: yes, {PREDICTABLE['diurnal'][1]}." in text
     assert text.count("- longctx: yes") == 1
+
+
+@pytest.mark.parametrize(
+    ("family", "gpu_hours", "valid", "ratio"),
+    [
+        ("quiet", 11.5, True, None),  # inclusive, as for the default
+        ("quiet", 12.0, True, 1.2),
+        ("longctx", 30.0, False, None),  # the oracle is not valid: nothing to hold it to
+        ("flash-short", 30.0, True, None),  # not predictable: the target does not judge it
+    ],
+)
+def test_the_bound_on_any_setting(family, gpu_hours, valid, ratio) -> None:
+    got = over_bound(family, gpu_hours=gpu_hours, oracle_gpu_hours=10.0, oracle_valid=valid)
+    assert got == (None if ratio is None else pytest.approx(ratio))

@@ -14,6 +14,7 @@ from bench.heldout_bench import (
     choose_knob,
     compare,
     markdown,
+    over_bound,
     unmatched,
 )
 from gpufleet.autoscaler.replay.core.sweep import Point
@@ -64,6 +65,27 @@ def test_the_report_lists_where_a_higher_target_costs_less_and_attains_less() ->
     assert "knob inversions" not in markdown([result | {"rows": [*rows, row("gpufleet")]}])
 
 
+def test_baseline_settings_over_the_cost_bound_are_listed_and_counted() -> None:
+    # On quiet (predictable, the oracle valid, 1.0 GPU-h) hpa=1 costs 2.0: over the bound.
+    # hpa=2 costs 1.1, within it. On flash-short (not judged) hpa=1's point is not matched.
+    def cell(family: str, hpa: list, ours: list) -> dict:
+        def row(policy: str, front: list, seeds: dict) -> dict:
+            return {"policy": policy, "front": front, "seeds": seeds}
+
+        seeds = {p[2]: [[p[0], p[1]], [p[0], p[1]]] for p in hpa}
+        rows = [row("hpa", hpa, seeds), row("keda", [], {}), row("gpufleet", ours, {})]
+        oracle = {"heldout": (0.99, 1.0), "valid": True}
+        return {"family": family, "scale": 10, "rows": rows, "oracle": oracle}
+
+    quiet = cell("quiet", [[0.999, 2.0, "hpa=1"], [0.99, 1.1, "hpa=2"]], [[0.999, 1.0, "g"]])
+    flash = cell("flash-short", [[0.9, 5.0, "hpa=1"], [0.5, 1.0, "hpa=2"]], [[0.5, 1.0, "g"]])
+    text = over_bound([quiet, flash])
+    assert "- hpa: x10 hpa=1 (quiet 2.00x). Points not matched: 1; of them, " in text
+    assert (
+        "settings over the bound at their scale: 1.\n- keda: none. Points not matched: 0;" in text
+    )
+
+
 def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
     out = tmp_path / "heldout.json"
     run = run_bench(
@@ -104,6 +126,7 @@ def test_bench_reports_each_policy_with_its_tuned_knob(tmp_path: Path) -> None:
     assert "| 1 | gpufleet (default) | target_attainment=0.99 | " in run.stdout
     assert "| 1 | oracle | - (judged: " in run.stdout
     assert "### Cost at the SLO (issue 17, section 4)" in run.stdout
+    assert "### Baseline settings over the cost bound (issue 17, section 4)" in run.stdout
     assert "| quiet | 1 | yes | " in run.stdout and "- quiet: yes, " in run.stdout
     # The shards of a grid print as one report again.
     merged = run_bench("heldout_bench", "--merge", str(out), str(out), timeout=60)
