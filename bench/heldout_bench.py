@@ -530,7 +530,7 @@ def report(results: Sequence[dict]) -> str:
     for result in ordered:
         by_family.setdefault(result["family"], []).append(result)
     sections = [markdown(rs) for rs in by_family.values()]
-    verdicts = [unmatched(ordered), cost_at_slo.markdown(ordered), over_bound(ordered)]
+    verdicts = [unmatched(ordered), cost_at_slo.markdown(ordered), settings_over_bound(ordered)]
     return "\n".join([*sections, *verdicts])
 
 
@@ -570,7 +570,7 @@ def unmatched(results: Sequence[dict]) -> str:
     return "\n".join([*lines, ""])
 
 
-def over_bound(results: Sequence[dict]) -> str:
+def settings_over_bound(results: Sequence[dict]) -> str:
     """Each baseline setting over the cost bound that "Cost at the SLO" puts on gpufleet's
     default (its held-out mean billed GPU-h over `cost_at_slo.MAX_X_ORACLE` on a row that
     target judges), and how many of the baseline points gpufleet's front does not match

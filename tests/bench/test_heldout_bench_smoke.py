@@ -14,7 +14,7 @@ from bench.heldout_bench import (
     choose_knob,
     compare,
     markdown,
-    over_bound,
+    settings_over_bound,
     unmatched,
 )
 from gpufleet.autoscaler.replay.core.sweep import Point
@@ -79,7 +79,7 @@ def test_baseline_settings_over_the_cost_bound_are_listed_and_counted() -> None:
 
     quiet = cell("quiet", [[0.999, 2.0, "hpa=1"], [0.99, 1.1, "hpa=2"]], [[0.999, 1.0, "g"]])
     flash = cell("flash-short", [[0.9, 5.0, "hpa=1"], [0.5, 1.0, "hpa=2"]], [[0.5, 1.0, "g"]])
-    text = over_bound([quiet, flash])
+    text = settings_over_bound([quiet, flash])
     assert "- hpa: x10 hpa=1 (quiet 2.00x). Points not matched: 1; of them, " in text
     assert (
         "settings over the bound at their scale: 1.\n- keda: none. Points not matched: 0;" in text

@@ -11,6 +11,7 @@ fans them out), `pareto_front` and `dominates` are arithmetic on points.
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -237,11 +238,10 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, fl
     error (None for one seed). Two settings run on the same seeds see the same traffic,
     so their difference is judged against its own spread, not each mean's."""
     diffs = [x - y for x, y in zip(a, b, strict=True)]
-    mean = sum(diffs) / len(diffs)
+    mean = statistics.fmean(diffs)
     if len(diffs) < 2:
         return mean, None
-    variance = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
-    return mean, math.sqrt(variance / len(diffs))
+    return mean, statistics.stdev(diffs, mean) / math.sqrt(len(diffs))
 
 
 class Saving(NamedTuple):
