@@ -469,7 +469,7 @@ def _inversions(result: dict) -> str | None:
     found = knob_inversions([sweep.Point(a, g, label) for label, a, g in row["points"]])
     listed = ", ".join(
         f"{_knob_value(i.point.label):g} {i.point.attainment:.2%} / "
-        f"{i.point.gpu_hours:.2f} (below it: {i.best_below:.2%} / {i.most_below:.2f}"
+        f"{i.point.gpu_hours:.2f} (below it: {i.best_below.attainment:.2%} / {i.most_below:.2f}"
         f"{_seed_by_seed(row.get('seeds'), i)})"
         for i in found
     )
@@ -479,12 +479,14 @@ def _inversions(result: dict) -> str | None:
 def _seed_by_seed(seeds: Mapping[str, Sequence[Sequence[float]]] | None, i: sweep.Inversion) -> str:
     """An inversion's attainment against the best lower target's, seed by seed: the mean
     difference and its standard error; "" where the --json predates the seed runs."""
-    if not seeds or i.point.label not in seeds or i.best_label not in seeds:
+    best = i.best_below.label
+    if not seeds or i.point.label not in seeds or best not in seeds:
         return ""
-    ours, best = ([run[0] for run in seeds[label]] for label in (i.point.label, i.best_label))
-    mean, error = sweep.paired_difference(ours, best)
+    mean, error = sweep.paired_difference(
+        *([run[0] for run in seeds[k]] for k in (i.point.label, best))
+    )
     spread = "" if error is None else f", standard error {error * 100:.2f}"
-    return f"; against {_knob_value(i.best_label):g} seed by seed: {mean * 100:+.2f} points{spread}"
+    return f"; against {_knob_value(best):g} seed by seed: {mean * 100:+.2f} points{spread}"
 
 
 def _rows(result: dict) -> list[str]:

@@ -212,7 +212,7 @@ def inversions(grid: dict[Key, tuple[float, float]]) -> str:
         lines += [
             f"| {family} | {scale} | {i.point.label} "
             f"| {i.point.attainment:.2%} / {i.point.gpu_hours:.2f} "
-            f"| {i.best_below:.2%} / {i.most_below:.2f} |"
+            f"| {i.best_below.attainment:.2%} / {i.most_below:.2f} |"
             for i in found
         ]
     return "\n".join([*lines, f"\nknob inversions: {count}\n"])

@@ -209,9 +209,8 @@ class Inversion(NamedTuple):
     """A point of a sweep that attains less than a lower knob value did, for less."""
 
     point: Point
-    best_below: float  # the highest attainment of the lower knob values
+    best_below: Point  # the lower knob value that attained the most (the first, if tied)
     most_below: float  # the most GPU-hours of the lower knob values
-    best_label: str  # the lower knob value that attained `best_below` (the first, if tied)
 
 
 def inversions(
@@ -228,7 +227,7 @@ def inversions(
             p.gpu_hours < most * (1.0 - cost_share)
             and p.attainment < best.attainment - attainment_step
         ):
-            out.append(Inversion(p, best.attainment, most, best.label))
+            out.append(Inversion(p, best, most))
         best, most = max(best, p, key=lambda q: q.attainment), max(most, p.gpu_hours)
     return tuple(out)
 

@@ -280,8 +280,8 @@ def test_inversions_name_a_higher_knob_that_costs_less_and_attains_less():
         Point(0.96, 15.0, "e"),  # cheaper, but attains more than any below it
     ]
     found = sweep.inversions(points, cost_share=0.03, attainment_step=0.00005)
-    assert [(i.point.label, i.best_below, i.most_below, i.best_label) for i in found] == [
-        ("c", 0.95, 20.0, "b")
+    assert [(i.point.label, i.best_below, i.most_below) for i in found] == [
+        ("c", Point(0.95, 20.0, "b"), 20.0)
     ]
     assert sweep.inversions(points[:2], cost_share=0.03, attainment_step=0.00005) == ()
 
