@@ -16,23 +16,25 @@ Run from the repository root:
     python3 -m bench.tuning_grid --choose OURS.json CANDIDATES.json BASELINE.json
     python3 -m bench.tuning_grid --inversions OURS.json
 The first writes each (family, scale, knob)'s mean attainment and billed GPU-h over the
-tuning seeds, for the policy's sweep or the knob values given (to try where to sample it);
-`--set` changes one of gpufleet's settings on top of what each knob value maps it to
-(`--set feedback.wait_share=0.035`), so a setting is tried without editing the policy;
-the second prints the points that moved, and a count of those better on both axes, worse
-on both, and traded; the third prints, per family and scale, the baseline's points that no
-point of ours matches (at least its attainment for no more GPU-h: issue 17's dominance,
-judged on the tuning seeds), and their count. Several files on one side are one grid (a
-sweep and the extra knob values tried beside it). The fourth is where to sample the knob
-(BENCHMARKS.md, "Where the knob is sampled"): each knob value of the candidates' grid (a
-`--knobs` run) judged alone beside ours, the baseline points it newly matches, and the
-values chosen greedily (the one that leaves the fewest unmatched, then the one that does
-beside it, while each leaves fewer). The fifth checks issue 17's knob that "buys standing
-capacity monotonically": per family and scale, the points where a higher target costs
-more than `INVERSION_COST_SHARE` less than some lower target did and attains less than the
-best lower target did (by the table's last digit or more): a user who raises the target
-there pays less and loses requests. gpufleet's knob only: a higher target attainment must
-buy more (HPA's and KEDA's targets run the other way).
+tuning seeds, and both on each seed, for the policy's sweep or the knob values given (to
+try where to sample it); `--set` changes one of gpufleet's settings on top of what each
+knob value maps it to (`--set feedback.wait_share=0.035`), so a setting is tried without
+editing the policy; the second prints the points that moved, and a count of those better
+on both axes, worse on both, and traded; the third prints, per family and scale, the
+baseline's points that no point of ours matches (at least its attainment for no more
+GPU-h: issue 17's dominance, judged on the tuning seeds), and their count. Several files
+on one side are one grid (a sweep and the extra knob values tried beside it). The fourth
+is where to sample the knob (BENCHMARKS.md, "Where the knob is sampled"): each knob value
+of the candidates' grid (a `--knobs` run) judged alone beside ours, the baseline points it
+newly matches, and the values chosen greedily (the one that leaves the fewest unmatched,
+then the one that does beside it, while each leaves fewer). The fifth checks issue 17's
+knob that "buys standing capacity monotonically": per family and scale, the points where a
+higher target costs more than `INVERSION_COST_SHARE` less than some lower target did and
+attains less than the best lower target did (by the table's last digit or more): a user
+who raises the target there pays less and loses requests; beside each, its attainment less
+that best lower target's on each tuning seed, which says whether both seeds show it.
+gpufleet's knob only: a higher target attainment must buy more (HPA's and KEDA's targets
+run the other way).
 """
 
 import argparse
@@ -40,7 +42,7 @@ import concurrent.futures
 import dataclasses
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench import overrides
@@ -58,6 +60,7 @@ from gpufleet.autoscaler.replay.core import sweep
 from gpufleet.autoscaler.replay.core.model import ROUTINGS
 
 Key = tuple[str, int, float]  # family, scale, knob value
+Runs = tuple[tuple[float, float], ...]  # per tuning seed, in order: (attainment, billed GPU-h)
 
 
 def _run(job: tuple[sweep.RunSpec, Sequence[overrides.Override]]) -> tuple[float, float]:
@@ -76,10 +79,10 @@ def grid(
     knobs: Sequence[float] = (),
     routing: str = ROUTINGS[0],
     changes: Sequence[overrides.Override] = (),
-) -> dict[Key, tuple[float, float]]:
-    """(family, scale, knob) -> mean (attainment, billed GPU-h) over the tuning seeds, at
-    each value of the policy's sweep, or at `knobs` where given, with the simulator's
-    `routing`, and gpufleet's settings `changes` on top of what each knob value maps to."""
+) -> dict[Key, Runs]:
+    """(family, scale, knob) -> (attainment, billed GPU-h) on each tuning seed, at each value
+    of the policy's sweep, or at `knobs` where given, with the simulator's `routing`, and
+    gpufleet's settings `changes` on top of what each knob value maps to."""
     specs = [
         (family, scale, spec)
         for family in families
@@ -97,10 +100,11 @@ def grid(
     by_key: dict[Key, list[tuple[float, float]]] = {}
     for (key, _), result in zip(keyed, results, strict=True):
         by_key.setdefault(key, []).append(result)
-    return {
-        key: (statistics.fmean(a for a, _ in rs), statistics.fmean(g for _, g in rs))
-        for key, rs in by_key.items()
-    }
+    return {key: tuple(rs) for key, rs in by_key.items()}
+
+
+def _mean(runs: Runs) -> tuple[float, float]:
+    return statistics.fmean(a for a, _ in runs), statistics.fmean(g for _, g in runs)
 
 
 def compare(before: dict[Key, tuple[float, float]], after: dict[Key, tuple[float, float]]) -> str:
@@ -196,13 +200,16 @@ def choose(
     return "\n".join(lines)
 
 
-def inversions(grid: dict[Key, tuple[float, float]]) -> str:
+def inversions(grid: dict[Key, tuple[float, float]], runs: Mapping[Key, Runs] | None = None) -> str:
     """Markdown: per family and scale, each point where a higher knob value costs over
     `INVERSION_COST_SHARE` less than a lower one did and attains less than the best lower
-    one did (`sweep.inversions`), then their count."""
+    one did (`sweep.inversions`), with its attainment less that one's on each tuning seed
+    (from `runs`; "-" where they are not known), then their count."""
+    seeds = ", ".join(map(str, TUNING_SEEDS))
     lines = [
-        "| family | scale | knob | attainment / GPU-h | below it: best attainment / most GPU-h |",
-        "|---|---:|---:|---:|---:|",
+        "| family | scale | knob | attainment / GPU-h | below it: best attainment / most GPU-h "
+        f"| seed by seed ({seeds}): attainment less that best's |",
+        "|---|---:|---:|---:|---:|---|",
     ]
     count = 0
     for family, scale in sorted({(f, s) for f, s, _ in grid}):
@@ -212,32 +219,57 @@ def inversions(grid: dict[Key, tuple[float, float]]) -> str:
         lines += [
             f"| {family} | {scale} | {i.point.label} "
             f"| {i.point.attainment:.2%} / {i.point.gpu_hours:.2f} "
-            f"| {i.best_below.attainment:.2%} / {i.most_below:.2f} |"
+            f"| {i.best_below.attainment:.2%} / {i.most_below:.2f} "
+            f"| {_seed_by_seed(runs or {}, (family, scale), i)} |"
             for i in found
         ]
     return "\n".join([*lines, f"\nknob inversions: {count}\n"])
+
+
+def _seed_by_seed(runs: Mapping[Key, Runs], cell: tuple[str, int], i: sweep.Inversion) -> str:
+    """An inversion's attainment less the best lower target's on each seed, in points; "-"
+    without both points' runs."""
+    a, b = (runs.get((*cell, float(p.label)), ()) for p in (i.point, i.best_below))
+    if not a or len(a) != len(b):
+        return "-"
+    return ", ".join(f"{(x - y) * 100:+.2f}" for (x, _), (y, _) in zip(a, b, strict=True))
 
 
 def _points(grid: dict[Key, tuple[float, float]], cell: tuple[str, int]) -> list[sweep.Point]:
     return [sweep.Point(a, g, f"{k:g}") for (f, s, k), (a, g) in grid.items() if (f, s) == cell]
 
 
-def _save(path: Path, points: dict[Key, tuple[float, float]]) -> None:
-    path.write_text(json.dumps([[*key, *value] for key, value in sorted(points.items())]))
+def _save(path: Path, runs: dict[Key, Runs]) -> None:
+    """Each point as [family, scale, knob, mean attainment, mean GPU-h, runs seed by seed]."""
+    path.write_text(
+        json.dumps([[*key, *_mean(rs), [list(r) for r in rs]] for key, rs in sorted(runs.items())])
+    )
 
 
-def _load(paths: str, flag: str = "--compare") -> dict[Key, tuple[float, float]]:
-    """One grid from the comma-separated --json files `paths` (later files win a key)."""
-    grid: dict[Key, tuple[float, float]] = {}
+def _read(paths: str, flag: str) -> dict[Key, tuple[tuple[float, float], Runs]]:
+    """One grid from the comma-separated --json files `paths` (later files win a key): each
+    point's means and its runs seed by seed (none from a file that predates them)."""
+    grid: dict[Key, tuple[tuple[float, float], Runs]] = {}
     for path in paths.split(","):
         try:
             rows = json.loads(Path(path).read_text())
             grid.update(
-                {(str(f), int(s), float(k)): (float(a), float(g)) for f, s, k, a, g in rows}
+                {
+                    (str(f), int(s), float(k)): (
+                        (float(a), float(g)),
+                        tuple((float(x), float(y)) for x, y in (runs[0] if runs else ())),
+                    )
+                    for f, s, k, a, g, *runs in rows
+                }
             )
         except (OSError, ValueError, TypeError) as err:
             raise SystemExit(f"{flag} {path}: not a --json of bench.tuning_grid ({err})") from None
     return grid
+
+
+def _load(paths: str, flag: str = "--compare") -> dict[Key, tuple[float, float]]:
+    """The means of `_read`."""
+    return {key: means for key, (means, _) in _read(paths, flag).items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -277,7 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(choose(ours, candidates, theirs), end="")
         return 0
     if args.inversions:
-        print(inversions(_load(args.inversions, "--inversions")), end="")
+        read = _read(args.inversions, "--inversions")
+        means = {key: m for key, (m, _) in read.items()}
+        print(inversions(means, {key: rs for key, (_, rs) in read.items() if rs}), end="")
         return 0
     if args.json is None:
         parser.error(
@@ -299,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides.check(args.policy, args.set)
     except overrides.SettingError as exc:
         parser.error(str(exc))
-    points = grid(
+    runs = grid(
         args.policy,
         families,
         scales,
@@ -309,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         routing=args.routing,
         changes=args.set,
     )
-    _save(args.json, points)
+    _save(args.json, runs)
     return 0
 
 

@@ -21,6 +21,10 @@ def test_a_tiny_grid_is_written_and_compares_unchanged_with_itself(tmp_path: Pat
     assert run.returncode == 0, run.stderr
     rows = json.loads(out.read_text())
     assert {(f, s) for f, s, *_ in rows} == {("quiet", 1)} and len(rows) == 8  # HPA's sweep
+    for *_, attainment, gpu_hours, runs in rows:  # each tuning seed's run, and their means
+        assert len(runs) == 2
+        assert attainment == pytest.approx(sum(a for a, _ in runs) / 2)
+        assert gpu_hours == pytest.approx(sum(g for _, g in runs) / 2)
     same = run_bench("tuning_grid", "--compare", str(out), str(out), timeout=60)
     assert same.returncode == 0, same.stderr
     assert same.stdout.endswith("8 unchanged, 0 better, 0 worse, 0 traded\n")
@@ -54,9 +58,35 @@ def test_an_inversion_is_a_higher_target_that_costs_less_and_attains_less() -> N
         ("quiet", 1, 0.99): (1.0, 1.00),  # cheaper, attains as much: not one
     }
     table = inversions(grid)
-    assert "| mix | 10 | 0.993 | 93.09% / 59.09 | 94.57% / 75.31 |" in table
+    assert "| mix | 10 | 0.993 | 93.09% / 59.09 | 94.57% / 75.31 | - |" in table
     assert table.count("| mix |") == 1 and "| quiet |" not in table
     assert table.endswith("knob inversions: 1\n")
+    runs = {  # seed by seed: the inversion shows on seed 0 only
+        ("mix", 10, 0.99): ((0.9400, 75.0), (0.9514, 75.62)),
+        ("mix", 10, 0.993): ((0.9104, 58.0), (0.9514, 60.18)),
+    }
+    assert "| 94.57% / 75.31 | -2.96, +0.00 |" in inversions(grid, runs)
+
+
+def test_inversions_read_each_seed_from_the_json_and_older_files_without_it(
+    tmp_path: Path,
+) -> None:
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    new.write_text(
+        json.dumps(
+            [
+                ["mix", 10, 0.99, 0.9457, 75.31, [[0.94, 75.0], [0.9514, 75.62]]],
+                ["mix", 10, 0.993, 0.9309, 59.09, [[0.9104, 58.0], [0.9514, 60.18]]],
+            ]
+        )
+    )
+    old.write_text(json.dumps([["mix", 10, 0.993, 0.9309, 59.09]]))
+    seeds = run_bench("tuning_grid", "--inversions", str(new), timeout=60)
+    assert seeds.returncode == 0, seeds.stderr
+    assert "| 0.993 | 93.09% / 59.09 | 94.57% / 75.31 | -2.96, +0.00 |" in seeds.stdout
+    # The older file's 0.993 wins its key and brings no runs: nothing seed by seed for it.
+    spliced = run_bench("tuning_grid", "--inversions", f"{new},{old}", timeout=60)
+    assert "| 0.993 | 93.09% / 59.09 | 94.57% / 75.31 | - |" in spliced.stdout, spliced.stderr
 
 
 def test_a_bad_compare_file_is_one_line(tmp_path: Path) -> None:
@@ -183,7 +213,7 @@ def test_a_setting_is_set_on_top_of_what_the_knob_maps_to(tmp_path: Path) -> Non
         out = tmp_path / f"{name}.json"
         run = run_bench("tuning_grid", *args, *changes, "--jobs", "1", "--json", str(out))
         assert run.returncode == 0, run.stderr
-        ((family, scale, knob, _, gpu_hours),) = json.loads(out.read_text())
+        ((family, scale, knob, _, gpu_hours, _),) = json.loads(out.read_text())
         assert (family, scale, knob) == ("quiet", 1, 0.99)
         grids[name] = gpu_hours
     # 0.99 stands no reserve; a reserve of 100x the base rate is paid for.
