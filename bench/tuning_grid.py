@@ -229,10 +229,12 @@ def inversions(grid: dict[Key, tuple[float, float]], runs: Mapping[Key, Runs] | 
 def _seed_by_seed(runs: Mapping[Key, Runs], cell: tuple[str, int], i: sweep.Inversion) -> str:
     """An inversion's attainment less the best lower target's on each seed, in points; "-"
     without both points' runs."""
-    a, b = (runs.get((*cell, float(p.label)), ()) for p in (i.point, i.best_below))
+    a, b = (
+        [att for att, _ in runs.get((*cell, float(p.label)), ())] for p in (i.point, i.best_below)
+    )
     if not a or len(a) != len(b):
         return "-"
-    return ", ".join(f"{(x - y) * 100:+.2f}" for (x, _), (y, _) in zip(a, b, strict=True))
+    return ", ".join(f"{d * 100:+.2f}" for d in sweep.seed_differences(a, b))
 
 
 def _points(grid: dict[Key, tuple[float, float]], cell: tuple[str, int]) -> list[sweep.Point]:
@@ -269,7 +271,11 @@ def _read(paths: str, flag: str) -> dict[Key, tuple[tuple[float, float], Runs]]:
 
 def _load(paths: str, flag: str = "--compare") -> dict[Key, tuple[float, float]]:
     """The means of `_read`."""
-    return {key: means for key, (means, _) in _read(paths, flag).items()}
+    return _means(_read(paths, flag))
+
+
+def _means(read: dict[Key, tuple[tuple[float, float], Runs]]) -> dict[Key, tuple[float, float]]:
+    return {key: means for key, (means, _) in read.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -310,8 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.inversions:
         read = _read(args.inversions, "--inversions")
-        means = {key: m for key, (m, _) in read.items()}
-        print(inversions(means, {key: rs for key, (_, rs) in read.items() if rs}), end="")
+        print(inversions(_means(read), {key: rs for key, (_, rs) in read.items() if rs}), end="")
         return 0
     if args.json is None:
         parser.error(

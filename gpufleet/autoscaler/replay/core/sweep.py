@@ -232,11 +232,17 @@ def inversions(
     return tuple(out)
 
 
+def seed_differences(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    """a - b, seed by seed (`a` and `b` in one seed order; ValueError if their lengths
+    differ)."""
+    return [x - y for x, y in zip(a, b, strict=True)]
+
+
 def paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float | None]:
-    """The mean of a - b, seed by seed (`a` and `b` in one seed order), and its standard
-    error (None for one seed). Two settings run on the same seeds see the same traffic,
-    so their difference is judged against its own spread, not each mean's."""
-    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    """The mean of a - b, seed by seed (`seed_differences`), and its standard error (None
+    for one seed). Two settings run on the same seeds see the same traffic, so their
+    difference is judged against its own spread, not each mean's."""
+    diffs = seed_differences(a, b)
     mean = statistics.fmean(diffs)
     if len(diffs) < 2:
         return mean, None

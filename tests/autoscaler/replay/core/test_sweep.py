@@ -293,5 +293,6 @@ def test_a_paired_difference_is_judged_by_its_own_spread():
     assert mean == pytest.approx(-0.04 / 3)
     assert error == pytest.approx(math.sqrt((2 * (0.01 / 3) ** 2 + (0.02 / 3) ** 2) / 2 / 3))
     assert sweep.paired_difference([0.9], [0.8]) == (pytest.approx(0.1), None)
+    assert sweep.seed_differences([0.9, 0.8], [0.8, 0.8]) == pytest.approx([0.1, 0.0])
     with pytest.raises(ValueError):
         sweep.paired_difference([0.9, 0.8], [0.8])
