@@ -28,7 +28,8 @@ from bench.entry import exit_with
 from bench.heldout_bench import FAMILIES, HELDOUT_SEEDS, TUNING_SEEDS, _spec
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core import knob
-from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy, GpufleetSettings
+from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
+from gpufleet.autoscaler.core.gpufleet_settings import GpufleetSettings
 from gpufleet.autoscaler.replay.core import sweep
 from gpufleet.autoscaler.replay.core.engine import simulate
 from gpufleet.autoscaler.replay.core.result import RunResult

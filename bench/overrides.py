@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpufleet.autoscaler.core import factory as policies
-from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy, GpufleetSettings
+from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
+from gpufleet.autoscaler.core.gpufleet_settings import GpufleetSettings
 from gpufleet.autoscaler.core.policy import Policy
 from gpufleet.autoscaler.replay.core import sweep
 

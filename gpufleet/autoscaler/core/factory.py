@@ -186,7 +186,8 @@ def make_policy(
 
 
 def _make_gpufleet(workload: WorkloadConfig, value: float | None, tuning: Tuning) -> Policy:
-    from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy, GpufleetSettings
+    from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
+    from gpufleet.autoscaler.core.gpufleet_settings import GpufleetSettings
 
     settings = GpufleetSettings(
         fill_nodes=tuning.gpufleet_fill_nodes, placeholders=tuning.gpufleet_placeholders

@@ -75,234 +75,26 @@ rate (`RateForecast.sustained`, bursts left out) the trend predicts within node
 provisioning plus cold start, so the nodes are there when replicas are. Pure: no clock
 (`obs.now`), no I/O; the state is the learned capacity, the recommendation window, the
 surge's hold, the panic, the last placeholders, the idle timestamp, the SLO feedback and
-the node flaps.
+the node flaps. Its settings are `gpufleet_settings`; `demand` sizes each tick's terms and
+words the message, `paid_nodes` counts the nodes already paid for.
 """
 
 import dataclasses
 import math
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.autoscaler.core import knob, node_flaps, prompt_tail
-from gpufleet.autoscaler.core.backlog import queue_at
+from gpufleet.autoscaler.core import knob, node_flaps, paid_nodes, prompt_tail
 from gpufleet.autoscaler.core.behavior import Bounds, History, limit_with_behavior, record_scale
 from gpufleet.autoscaler.core.binding import Term, binding
-from gpufleet.autoscaler.core.capacity import (
-    CapacityEstimate,
-    CapacitySettings,
-    CapacityState,
-    estimate,
-    learn,
-    tokens_per_request,
-)
-from gpufleet.autoscaler.core.forecast import ForecastSettings, RateForecast, forecast_rate
+from gpufleet.autoscaler.core.capacity import CapacityState, estimate, learn, tokens_per_request
+from gpufleet.autoscaler.core.demand import Demand, explain, size, up_reason
+from gpufleet.autoscaler.core.gpufleet_settings import GpufleetSettings
 from gpufleet.autoscaler.core.observation import Observation, ReplicaState, Series
 from gpufleet.autoscaler.core.policy import Decision, Reason
-from gpufleet.autoscaler.core.slo_feedback import (
-    FeedbackSettings,
-    FeedbackState,
-    clamp,
-    newest_sample,
-    update,
-)
-from gpufleet.autoscaler.core.workload import ShapeKind, WorkloadConfig
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GpufleetSettings:
-    """Every constant of the policy. The knob users set is a target attainment
-    (`WorkloadConfig.target_attainment`), which `knob.apply` maps onto these.
-
-    Defaults were tuned once for both Azure 2023 traces (bursty code, smooth conversation)
-    at 1x and 10x in the simulator. The comments say why each is where it is; the
-    measurements behind them are in BENCHMARKS.md ("Autoscaler core and simulator").
-    """
-
-    # The main knob (the sweep varies it): spare capacity over the predicted demand; 0.4
-    # runs replicas at ~70% of their learned rate, the knee of the bursty trace's front.
-    # 5-s Poisson noise at a few requests/s per replica is about 20%, and the usual peak
-    # leaves the busiest minutes to this margin.
-    headroom: float = 0.4
-    # 2 s (Knative's tick): samples arrive every 5 s, 1.5 s late; a 2-s tick acts on a new
-    # sample within 2 s of it becoming visible (issue 4 asks for <= 5 s from a burst).
-    interval_seconds: float = 2.0
-    # Queued requests must drain within this long on top of the arrivals: about a cold
-    # start, since replicas asked for now serve only then.
-    backlog_drain_seconds: float = 60.0
-    # The share of the TTFT SLO a burst's requests may spend queueing: a burst of L seconds
-    # must be prefilled within L + share x SLO. 1.0 spends it all on queueing; `headroom`
-    # (applied to bursts too) covers the last prefill and uneven routing. Half the SLO
-    # bought little attainment for many more node-hours.
-    burst_slo_share: float = 1.0
-    # A signal whose newest sample is older than this is missing: three scrapes lost.
-    stale_after_seconds: float = 20.0
-    # Panic when the newest sample needs this many times the ready replicas (KPA's 2.0): size
-    # for it at once, new nodes included. It catches a surge that lasts, a cold start sooner
-    # than the steady path would. A lower ratio panics on bursts that are over before a
-    # cold start, paying for nodes that serve nothing.
-    panic_ratio: float = 2.0
-    # Below the panic ratio, a newest sample that needs more than the replicas asked for is
-    # still met at once, but only on GPUs that are idle on nodes already paid for
-    # (`WorkloadConfig.gpus_per_node`; never a new node, never a placeholder's GPU): the
-    # first tick a burst is visible asks for what it costs nothing to ask for. False waits
-    # for the panic ratio.
-    surge_on_idle_gpus: bool = True
-    # A surge's replicas are kept this long after the last sample that asked for more (KPA's
-    # stable window; about a cold start, so they serve before the ordinary scale-down
-    # judges them), and a panic holds every replica as long.
-    panic_hold_seconds: float = 60.0
-    # Standing reserve: replicas for `reserve_ratio` x the base rate (`RateForecast.base`)
-    # at the learned per-replica rate, whatever the history shows. A crowd shorter than
-    # the lead time (node boot plus cold start) is served only by what stands when it
-    # starts, and a history without one has no usual peak for it; `headroom` cannot buy
-    # it once whole nodes round the need up (issue 17). 0: none; the target-attainment
-    # knob (`knob`) raises it above a 99% target.
-    reserve_ratio: float = 0.0
-    # What the waits behind long prefills may cost (`prompt_tail`), as the share of requests
-    # the model of them predicts to miss: a scale-down stops at the replicas that hold them
-    # to it (at the prompt window's mean rate). A floor, not a reason to scale up: the
-    # model counts every newcomer routed to a replica in a long prefill, and a router that
-    # balances requests in flight sends fewer there once one waits, so it predicts 10-30x
-    # the misses runs show, and as a term that bought replicas it cost more than the HPA
-    # points it reached (BENCHMARKS.md). As a floor it keeps what the warm start or the SLO
-    # feedback stood from being given back on a throughput estimate that does not see those
-    # waits. 0.06 held longctx's fleet where the replicas' latency needs it (tuning seeds);
-    # the knob (`knob`) divides it by the target's nines less one above 99%, and turns it
-    # off below. 0: off.
-    prompt_tail_miss_share: float = 0.06
-    # The prompt mix it sizes on: the prompts of the last this many seconds.
-    prompt_tail_window_seconds: float = 1800.0
-    # Until capacity is learned, scale up to at most this many times the replicas serving
-    # (at least +4): the prior is deliberately low, and a fleet sized on it alone would
-    # launch nodes that the first saturated samples show are not needed. The knob (`knob`)
-    # raises it above a 99% target, where a ramp that doubles once per node lead time
-    # lost requests that HPA's ramp served (diurnal x10).
-    unlearned_max_scale_up_ratio: float = 2.0
-    # And until then a scale-down step gives back at most this share of the replicas: the
-    # prior is low for a chat-sized request but not for a heavy prompt tail (mix x4:
-    # 4.7/s credited, about 1.1/s served), and a warm fleet of 40 cut to 8 on it alone took
-    # its nodes back within minutes.
-    unlearned_max_scale_down_share: float = 0.5
-    # Scale up to at most this many times the ready replicas (at least +4), learned or not:
-    # replicas asked for beyond it serve only after a cold start (and a node's boot), by
-    # when a crowd shorter than that lead is over, and nodes bill from launch. Unbounded
-    # (inf) from a 90% target up; the knob (`knob`) sets it only below, where paying for
-    # capacity that arrives after the crowd is the wrong trade.
-    max_scale_up_ratio: float = math.inf
-    # A scale-up that needs a new node waits until the need for it has lasted the node lead
-    # time (node provisioning plus a cold start), taking only the GPUs idle on nodes paid
-    # for until then: a crowd shorter than that is over before a new node serves it, and
-    # the node bills from launch (no placeholders meanwhile either: they would launch it).
-    # False from a 60% target up; the knob (`knob`) sets it only below, where paying for a
-    # node that arrives after the crowd is the wrong trade.
-    new_node_waits_lead: bool = False
-    # A crowd the ready replicas carry waits for a new node the same way, at any target: a
-    # level of `absorbed_crowd_ratio` x the base rate (`RateForecast.base`: a jump, not a
-    # ramp) that they serve at no more than `absorbed_max_load` of their learned rate (not
-    # the SLO feedback's credit: carrying is throughput), what waits clearing within the
-    # SLO at that rate, and no panic. What arrives fits them with room to spare then, and a
-    # crowd shorter than the node lead time is over before the node serves; a crowd they
-    # do not carry buys it at once. Once the wait has started, a level up to
-    # `absorbed_keep_load` of their rate keeps it: one creeping past 80% bought the node at
-    # once, which arrived after a crowd shorter than the lead time (flash-short), and all
-    # of their rate kept a longer crowd waiting in a queue that grew (flash-long x4 at 99%:
-    # -0.9 points; 90%: -0.16). 4x, 80% and 90% were chosen on the tuning seeds (issue
-    # 17). 0: never.
-    absorbed_crowd_ratio: float = 4.0
-    absorbed_max_load: float = 0.8
-    absorbed_keep_load: float = 0.9
-    # A pressure sample that shrinks the SLO feedback's credit also asks for the replicas
-    # standing x the credit's fall (bound as "SLO feedback"). Where other terms hold the
-    # fleet above what the credit asks for, a shrinking credit asks for nothing until it
-    # falls below them, and then for a jump; the step acts on each sample at once, and the
-    # replicas it starts hold the next (`slo_feedback`). False here; the knob (`knob`) sets
-    # it above 99% only: at 99% it bought longctx x10's default a node for its tail, and
-    # rounded to whole nodes it matched fewer HPA points (tuning seeds; BENCHMARKS.md).
-    pressure_step: bool = False
-    # Scale down only to the highest steady recommendation in this window (the HPA default).
-    scale_down_window_seconds: float = 300.0
-    # At most one scale-down step per this many seconds: lets a step's effect show in the
-    # signals (one scrape plus the pipeline) before the next.
-    scale_down_step_seconds: float = 30.0
-    # After a node given back was taken back within the scale-down window (a node flap,
-    # `node_flaps`), the nodes taken back are not given back for this long: the half hour
-    # of the forecast's peak memory. 0: never held.
-    node_flap_hold_seconds: float = 1800.0
-    # Scale to zero (min_replicas 0 only) after this long with no arrivals, queue or work.
-    idle_seconds_to_zero: float = 300.0
-    # Placeholders (`Decision.headroom`) cover the sustained rate forecast within node
-    # provisioning plus cold start; False asks for none (a cluster without placeholder
-    # pods). Not the 30-s level: after a burst it launched nodes that arrived when the
-    # burst was over.
-    placeholders: bool = True
-    # The share of that sustained rate placeholders cover: 1 from a 90% target up; the knob
-    # (`knob`) lowers it below, where nodes launched for a forecast that a crowd inflated
-    # arrive after it and bill for nothing.
-    placeholder_share: float = 1.0
-    # Fill the idle GPUs on the nodes the need already occupies (`WorkloadConfig.
-    # gpus_per_node`) with warm replicas that absorb the next burst: desired is rounded up to
-    # whole nodes, and nodes bill every GPU, so they cost nothing. It never keeps an extra
-    # node (the rounding stays within the nodes the unrounded need requires). Off by
-    # default: only right where no other workload could use those GPUs.
-    fill_nodes: bool = False
-    # Closed-loop SLO feedback and the latency probe (`slo_feedback`): observed prefill
-    # wait and p90 TTFT scale the learned per-replica rate, down quickly on pressure, up
-    # slowly while the SLO passes at load.
-    feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
-    capacity: CapacitySettings = field(default_factory=CapacitySettings)
-    forecast: ForecastSettings = field(default_factory=ForecastSettings)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Demand:
-    """One tick's sizing, in requests/s and replicas; what the message reports."""
-
-    capacity: CapacityEstimate
-    tokens_per_request: float | None  # the history's mean prompt (`capacity`)
-    per_replica_rps: float  # sustained, learned, at 100% utilization, x `feedback`
-    feedback: float  # the SLO feedback's credited / learned ratio (`slo_feedback`)
-    forecast: RateForecast  # over the replica lead time
-    queue: float
-    backlog_rps: float  # queue / backlog_drain_seconds
-    # The queue a new node's replicas would meet (`backlog`), where the ask needed a new
-    # node for a backlog; None where the nodes paid for held it.
-    backlog_left: float | None
-    burst_window_seconds: float  # the averaging window whose peak sized `burst`
-    burst_rps: float  # that peak, discounted by the SLO slack
-    # Replicas for max(level, forecast) + backlog, with headroom; beyond the nodes paid
-    # for, only for the backlog left when a new node's replicas serve.
-    stable: int
-    burst: int  # replicas for the usual peaks within the SLO, with headroom
-    reserve: int  # replicas for reserve_ratio x the base rate
-    tail: int  # a scale-down's floor for the prompt tail's waits (`prompt_tail`)
-    # The newest sample needs more than the replicas asked for (`surge` may still be 0: no
-    # idle paid GPUs to take).
-    surges: bool
-    # Replicas for the newest sample within the SLO, capped at the idle paid GPUs unless it
-    # panics; 0 when that is no more than the replicas asked for.
-    surge: int
-    panic: bool  # the surge needs `panic_ratio` x the ready replicas
-    placeholders: int  # replicas for the sustained rate at the node lead, with headroom
-    absorbed: bool  # the ready replicas carry a crowd (`absorbed_crowd_ratio`)
-    # The replicas standing x the fall of the credit a pressure sample shrank this tick
-    # (`pressure_step`); 0 on other ticks.
-    feedback_step: int = 0
-
-    def candidates(self) -> dict[Term, int]:
-        """Each sizing term's replicas; a new term reports itself by adding its entry."""
-        return {
-            Term.FORECAST: self.stable,
-            Term.USUAL_PEAK: self.burst,
-            Term.RESERVE: self.reserve,
-            Term.SURGE: self.surge,
-            Term.SLO_FEEDBACK: self.feedback_step,
-        }
-
-    @property
-    def raw(self) -> int:
-        return binding(self.candidates())[1]
+from gpufleet.autoscaler.core.slo_feedback import FeedbackState, clamp, newest_sample, update
+from gpufleet.autoscaler.core.workload import WorkloadConfig
 
 
 class GpufleetPolicy:
@@ -399,8 +191,20 @@ class GpufleetPolicy:
         demand = self._pressure_step(obs, demand, credit)
         active = self._note_activity(obs)
         self._remember(obs, demand)
+        desired, reason, term = self._wanted(
+            obs, demand, active=active, fresh=arrivals_ok and queue_ok
+        )
+        return self._act(obs, demand, desired, reason, term)
+
+    def _wanted(
+        self, obs: Observation, demand: Demand, *, active: bool, fresh: bool
+    ) -> tuple[int, Reason, Term]:
+        """What the policy asks for before the workload's behavior and the node flaps: the
+        target, held where a signal is missing (`fresh`: both are), zero's path, and the
+        workload's bounds. Returns the count, its reason and the term that bound it."""
+        current = obs.current_replicas
         desired, reason, term = self._target(obs, demand)
-        if not (arrivals_ok and queue_ok) and desired < current:
+        if not fresh and desired < current:
             desired, reason, term = current, Reason.MISSING_METRICS, Term.MISSING
         zeroed, reason = self._zero(obs, desired, reason, active=active)
         if reason in (Reason.ACTIVATE, Reason.DEACTIVATE) or zeroed != desired:
@@ -409,7 +213,18 @@ class GpufleetPolicy:
         bounded = self.workload.clamp(desired)
         if bounded != desired or (0 < demand.raw < bounded == self.workload.min_replicas):
             desired, reason, term = bounded, Reason.BOUNDED, Term.FLOOR
-        needed, desired = desired, self._fill_paid_nodes(desired)
+        return desired, reason, term
+
+    def _act(
+        self, obs: Observation, demand: Demand, desired: int, reason: Reason, term: Term
+    ) -> Decision:
+        """The decision for `desired`: filled to whole nodes, within the workload's rate
+        policies and the node flaps' hold, with its placeholders and its message."""
+        s, now = self.settings, obs.now
+        current = obs.current_replicas
+        needed = desired
+        if s.fill_nodes:
+            desired = paid_nodes.filled(desired, self.workload)
         previous = current if self._desired is None else self._desired
         limited, note = self._rate_limit(now, previous, desired)
         desired = self._node_flap_hold(now, previous, limited)
@@ -423,23 +238,9 @@ class GpufleetPolicy:
         headroom = max(0, min(demand.placeholders, self.workload.max_replicas) - desired)
         if not s.placeholders or desired == 0 or self._waits_for_node(obs):
             headroom = 0  # placeholders would launch the node the wait holds back
-        message = _message(demand, current, desired, message_reason, s, term=term)
-        if desired > needed:
-            message += f" (needs {needed}; filled to {desired}: idle GPUs on nodes paid for)"
-        if current <= desired < demand.raw and self._waits_for_node(obs):
-            carried = "the ready replicas carry this crowd; " if demand.absorbed else ""
-            message += (
-                f" ({carried}no new node until the need has lasted the node lead time, "
-                f"{self.workload.node_lead_seconds:g} s: a shorter crowd is over before one serves)"
-            )
-        if flap_held:
-            message += (
-                f" (held: a node given back was taken back within "
-                f"{s.scale_down_window_seconds:g} s at {self._flaps.flapped:.0f} s; its "
-                f"{self._flaps.level} nodes are not given back for "
-                f"{s.node_flap_hold_seconds:g} s after that)"
-            )
-        elif note:
+        message = explain(demand, current, desired, message_reason, s, term=term)
+        message += self._notes(obs, demand, desired, needed=needed, flap_held=flap_held)
+        if not flap_held and note:
             message += f" (the workload's behavior allows {desired}: {note})"
         message += f"; bound by {term}"
         self._scale_history = record_scale(
@@ -450,6 +251,29 @@ class GpufleetPolicy:
             behavior=self.workload.behavior,
         )
         return self._finish(obs, desired, reason, message, headroom=headroom, term=term)
+
+    def _notes(
+        self, obs: Observation, demand: Demand, desired: int, *, needed: int, flap_held: bool
+    ) -> str:
+        """What the message adds for the nodes: a fill, a wait for a node, a flap's hold."""
+        s, current = self.settings, obs.current_replicas
+        notes = ""
+        if desired > needed:
+            notes += f" (needs {needed}; filled to {desired}: idle GPUs on nodes paid for)"
+        if current <= desired < demand.raw and self._waits_for_node(obs):
+            carried = "the ready replicas carry this crowd; " if demand.absorbed else ""
+            notes += (
+                f" ({carried}no new node until the need has lasted the node lead time, "
+                f"{self.workload.node_lead_seconds:g} s: a shorter crowd is over before one serves)"
+            )
+        if flap_held:
+            notes += (
+                f" (held: a node given back was taken back within "
+                f"{s.scale_down_window_seconds:g} s at {self._flaps.flapped:.0f} s; its "
+                f"{self._flaps.level} nodes are not given back for "
+                f"{s.node_flap_hold_seconds:g} s after that)"
+            )
+        return notes
 
     def _rate_limit(self, now: float, previous: int, desired: int) -> tuple[int, str]:
         """`desired` within the workload's behavior rate policies (Pods/Percent per period,
@@ -469,19 +293,12 @@ class GpufleetPolicy:
         )
         return n.replicas, (n.limit_note if n.limited_by == "rate" else "")
 
-    def _fill_paid_nodes(self, desired: int) -> int:
-        """`desired` rounded up to whole nodes' worth of replicas (whole-GPU shapes only)."""
-        per = self._replicas_per_node()
-        if not self.settings.fill_nodes or per < 1 or desired <= 0:
-            return desired
-        return min(self.workload.max_replicas, math.ceil(desired / per) * per)
-
     def _node_flap_hold(self, now: float, previous: int, desired: int) -> int:
         """`desired`, or as many replicas as a step down from `previous` keeps while a node
         flap holds the nodes it took back (`node_flaps`): the fewer of `previous` and those
         nodes' worth. Notes the step taken. Steps to or from zero are the zero path's, and a
         pool of unknown node size has no nodes to count."""
-        per = self._replicas_per_node()
+        per = paid_nodes.per_node(self.workload)
         if per < 1 or previous <= 0 or desired <= 0:
             return desired
         s = self.settings
@@ -495,151 +312,23 @@ class GpufleetPolicy:
         )
         return desired
 
-    def _idle_paid_replicas(self, obs: Observation, *, emptied_nodes: bool = False) -> int:
-        """Replicas that fit on the GPUs idle on nodes paid for: those of the nodes that the
-        replicas (terminating ones too, until they drain) and placeholders occupy, if
-        packed; with `emptied_nodes`, more where the observation shows its pool's ready
-        nodes' free GPUs (a node emptied a while ago is billed until it is removed)."""
-        per = self._replicas_per_node()
-        if per < 1:
-            return 0
-        held = len(obs.replicas) + self._placeholders
-        packed = math.ceil(held / per) * per - held
-        if obs.node_free_gpus is None or not emptied_nodes:
-            return packed
-        g = self.workload.shape.gpus
-        return max(packed, sum(free // g for free in obs.node_free_gpus))
-
-    def _queue_left(
-        self, obs: Observation, *, queue: float, level: float, unit: float, paid: int
-    ) -> float:
-        """The queue when replicas asked for now on a new node serve, a node lead from now
-        (`backlog.queue_at`): the ready replicas serve until then, each starting one a cold
-        start after it got its node, or, still waiting for one, its own node lead after it
-        was asked for (no sooner than a cold start from now: it may still be loading), and
-        those this tick adds on idle paid GPUs from a cold start.
-        Each at what a ready replica completes now, where the replicas report it: with a
-        queue they are saturated, and that is their real rate on this traffic's prompts,
-        which the learned rate averages over calmer times."""
-        w = self.workload
-        lead = w.node_lead_seconds
-        cold = w.cold_start_seconds + self.settings.interval_seconds
-        ready = obs.count(ReplicaState.READY)
-        served = obs.completion_rate.latest()
-        per = served / ready if ready and served else unit
-        arriving = [
-            (
-                max(r.created + lead - obs.now, cold)
-                if r.scheduled_since is None
-                else r.scheduled_since + w.cold_start_seconds - obs.now,
-                per,
-            )
-            for r in obs.replicas
-            if r.state is ReplicaState.STARTING
-        ]
-        arriving.append((cold, (paid - obs.current_replicas) * per))
-        return queue_at(
-            queue,
-            arrival_rps=level,
-            serving_rps=ready * per,
-            arriving=arriving,
-            horizon_seconds=lead,
-        )
-
-    def _paid_replicas(self, obs: Observation, *, emptied_nodes: bool = False) -> int:
-        """Replicas the nodes paid for hold: those asked for, and the idle GPUs' worth."""
-        return obs.current_replicas + self._idle_paid_replicas(obs, emptied_nodes=emptied_nodes)
-
-    def _replicas_per_node(self) -> int:
-        """Whole-GPU replicas per node of the workload's pool; 0 when unknown or shared."""
-        shape = self.workload.shape
-        if shape.kind is not ShapeKind.GPU:
-            return 0
-        return self.workload.gpus_per_node // shape.gpus
-
     # --- sizing ---
 
     def _demand(self, obs: Observation, tpr: float | None, *, arrivals_ok: bool) -> Demand:
-        """What the workload needs, at the history's mean prompt `tpr`."""
-        s, w = self.settings, self.workload
+        """What the workload needs (`demand.size`), at the history's mean prompt `tpr`."""
+        s = self.settings
         est = estimate(self._capacity, s.capacity, tokens_per_request=tpr)
-        ratio = self._feedback.ratio
-        learned = max(1e-9, est.per_replica_rps(tpr))
-        unit = learned * ratio
-        prefill = max(unit, ratio * est.prompt_tokens_per_second / tpr if tpr else unit)
-        grow = 1.0 + s.headroom
-        arrivals = obs.arrival_rate if arrivals_ok else Series()
-        lead = w.cold_start_seconds + s.interval_seconds
-        waiting = obs.queue_depth.latest()  # None: not known
-        queue = waiting or 0.0
-        ready = obs.count(ReplicaState.READY)
-        # What waits clears within the SLO at the ready replicas' rate (unknown: it does not).
-        clears = waiting is not None and waiting <= ready * unit * w.slo_ttft_seconds
-        fc = forecast_rate(
-            arrivals.times,
-            arrivals.values,
-            now=obs.now,
-            horizon_seconds=lead,
-            settings=s.forecast,
-            sustained_horizon_seconds=lead + w.node_provision_seconds,  # placeholders' lead
-            quiet=waiting == 0,  # a crowd is over only once nothing waits
-            # ... or, a one-off crowd, once what waits clears within the SLO
-            clearing=clears,
-        )
-        slack = s.burst_slo_share * w.slo_ttft_seconds
-        window, burst_rps = max(
-            ((L, peak * L / (L + slack)) for L, peak in fc.peaks), key=lambda p: p[1]
-        )
-        backlog = queue / s.backlog_drain_seconds
-        level = max(fc.level, fc.predicted)
-        stable = math.ceil((level + backlog) * grow / unit)
-        paid = self._paid_replicas(obs)
-        left = None
-        if stable > paid and queue > 0 and self._replicas_per_node() >= 1:
-            # Replicas on a new node drain only what is left of the queue when they serve.
-            # (Where the pool's nodes are unknown, so is whether a replica needs a new one.)
-            left = self._queue_left(obs, queue=queue, level=level, unit=unit, paid=paid)
-            late = math.ceil((level + left / s.backlog_drain_seconds) * grow / unit)
-            stable = min(stable, max(paid, late))
-        # The newest sample's span is one scrape: the spacing of the last two samples.
-        times = arrivals.times
-        newest = times[-1] - times[-2] if len(times) > 1 else s.forecast.peak_averaging_seconds[0]
-        surge = math.ceil(fc.latest * newest / (newest + slack) * grow / prefill)
-        current = obs.current_replicas
-        surges = surge > current
-        panic = surges and surge >= s.panic_ratio * max(1, ready)
-        if not panic:
-            idle = paid - current if s.surge_on_idle_gpus else 0
-            surge = min(surge, current + idle)
-            if surge <= current:
-                surge = 0
-        return Demand(
-            capacity=est,
-            tokens_per_request=tpr,
-            per_replica_rps=unit,
-            feedback=ratio,
-            forecast=fc,
-            queue=queue,
-            backlog_rps=backlog,
-            backlog_left=left,
-            burst_window_seconds=window,
-            burst_rps=burst_rps,
-            stable=stable,
-            burst=math.ceil(burst_rps * grow / prefill),
-            reserve=math.ceil(fc.base * s.reserve_ratio / unit),
+        return size(
+            obs,
+            settings=s,
+            workload=self.workload,
+            est=est,
+            tpr=tpr,
+            feedback=self._feedback.ratio,
+            arrivals_ok=arrivals_ok,
+            placeholders=self._placeholders,
             tail=self._tail(obs, est.prompt_tokens_per_second),
-            surges=surges,
-            surge=surge,
-            panic=panic,
-            placeholders=math.ceil(fc.sustained * s.placeholder_share * grow / unit),
-            absorbed=not panic
-            and self._carries(
-                fc,
-                waiting=waiting,
-                serving=ready * learned,
-                slo=w.slo_ttft_seconds,
-                node_waits=self._node_need_since is not None,
-            ),
+            node_waits=self._node_need_since is not None,
         )
 
     def _tail(self, obs: Observation, prefill_rate: float) -> int:
@@ -655,37 +344,6 @@ class GpufleetPolicy:
             slo_seconds=self.workload.slo_ttft_seconds,
         )
         return prompt_tail.replicas(self._prompts.rate(), blocking, miss_share=share)
-
-    def _carries(
-        self,
-        fc: RateForecast,
-        *,
-        waiting: float | None,
-        serving: float,
-        slo: float,
-        node_waits: bool,
-    ) -> bool:
-        """Whether replicas serving `serving` requests/s carry a crowd: what waits
-        (`waiting`; unknown: it does not) clears within the `slo` at that rate, and the
-        level is at least `absorbed_crowd_ratio` x a base rate above zero (a zero base is
-        traffic waking from quiet, not a crowd) at no more than `absorbed_max_load` of that
-        rate to start a wait for a node, and no more than `absorbed_keep_load` to keep one
-        going (`node_waits`): a level that crept past the room to spare bought the node at
-        once, which arrived after the crowd it was bought for.
-
-        `serving` is the ready replicas' learned rate, not the SLO feedback's credit:
-        carrying is throughput. The credit corrects for latency (a short request behind a
-        long prompt's prefill), which a node that arrives after the crowd does not help
-        either. Credited, a fleet whose feedback sat at its floor carried no crowd: mix x4 at
-        0.99 (x0.25) bought 8 nodes for a 3-minute crowd, which arrived after it
-        (BENCHMARKS.md)."""
-        s = self.settings
-        if s.absorbed_crowd_ratio <= 0 or fc.base <= 0:
-            return False
-        if waiting is None or waiting > serving * slo:
-            return False
-        top = s.absorbed_keep_load if node_waits else s.absorbed_max_load
-        return s.absorbed_crowd_ratio * fc.base <= fc.level <= top * serving
 
     def _update_feedback(self, obs: Observation, d: Demand) -> None:
         """Fold the newest TTFT sample into the SLO feedback (`slo_feedback`)."""
@@ -745,7 +403,7 @@ class GpufleetPolicy:
                 self._scale_up_limit(obs, learned=d.capacity.learned),
                 self._node_limit(obs, raw, absorbed=d.absorbed),
             )
-            return min(raw, max(current, limit)), _up_reason(d, term), term
+            return min(raw, max(current, limit)), up_reason(d, term), term
         self._node_need_since = None
         held = self._surge_held if now < self._surge_until else 0
         if now < self._panic_until or held >= current:
@@ -797,7 +455,9 @@ class GpufleetPolicy:
         while ago counts: nothing waits for a node while one stands empty. A surge does
         not take its GPUs: the SLO feedback holds its credit while a surge's replicas
         start, which left the Azure code trace at 10x under its need (BENCHMARKS.md)."""
-        paid = self._paid_replicas(obs, emptied_nodes=True)
+        paid = paid_nodes.paid_replicas(
+            obs, self.workload, placeholders=self._placeholders, emptied_nodes=True
+        )
         if not (self.settings.new_node_waits_lead or absorbed) or raw <= paid:
             self._node_need_since = None
             return math.inf
@@ -857,77 +517,5 @@ class GpufleetPolicy:
         )
 
 
-def _up_reason(d: Demand, term: Term) -> Reason:
-    """The reason for a scale-up that `term` bound (the reasons predate the terms: a burst
-    or a surge is `Burst`, the forecast is `Backlog`, `Forecast` or `ScaleUp`)."""
-    if term is Term.SLO_FEEDBACK:
-        return Reason.SLO_FEEDBACK
-    if term is not Term.FORECAST:
-        return Reason.BURST
-    if d.backlog_rps > max(d.forecast.level, d.forecast.predicted):
-        return Reason.BACKLOG
-    if d.forecast.predicted > d.forecast.level:
-        return Reason.FORECAST
-    return Reason.SCALE_UP
-
-
 def _fresh(series: Series, now: float, stale_after_seconds: float) -> bool:
     return bool(series.times) and now - series.times[-1] <= stale_after_seconds
-
-
-def _message(
-    d: Demand, current: int, desired: int, reason: Reason, s: GpufleetSettings, *, term: Term
-) -> str:
-    """One sentence with the numbers behind the decision, for events and logs."""
-    fc = d.forecast
-    est = d.capacity
-    learned = f"learned, {est.samples} samples" if est.learned else f"prior, {est.samples} samples"
-    if d.feedback != 1.0:
-        learned += f"; x{d.feedback:.2f} by SLO feedback"
-    learned_rps = d.per_replica_rps / d.feedback
-    drain = d.queue / max(1e-9, max(desired, 1) * d.per_replica_rps)
-    peak = dict(fc.peaks).get(d.burst_window_seconds, 0.0)
-    surge = ""
-    if d.surge:
-        surge = f", {d.surge} for a surge" + (" (panic)" if d.panic else " on idle paid GPUs")
-    if d.reserve:
-        surge = f", {d.reserve} in reserve" + surge
-    if d.tail:
-        surge = f", {d.tail} for the prompt tail" + surge
-    if d.feedback_step:
-        surge = f", {d.feedback_step} for the SLO feedback's step" + surge
-    left = (
-        ""
-        if d.backlog_left is None
-        else f" ({d.backlog_left:.0f} left when a new node would serve)"
-    )
-    text = (
-        f"arrivals {fc.latest:.1f}/s (level {fc.level:.1f}/s, usual peak {peak:.1f}/s over "
-        f"{d.burst_window_seconds:g} s) forecast {fc.predicted:.1f}/s in "
-        f"{fc.horizon_seconds:.0f} s lead; capacity {learned_rps:.1f}/s per replica "
-        f"({learned}); backlog {d.queue:.0f} drains in {drain:.1f} s{left}; needs "
-        f"{d.stable} steady, {d.burst} for bursts{surge} at headroom {s.headroom:g}: "
-        f"{current} -> {desired}"
-    )
-    if current < desired < d.raw and not est.learned:
-        text += " (capped until capacity is learned)"
-    elif reason is Reason.RATE_LIMITED and desired < current and not est.learned:
-        text += (
-            f" (gives back at most {s.unlearned_max_scale_down_share:.0%} of the replicas per "
-            "step until capacity is learned)"
-        )
-    elif current < desired < d.raw and math.isfinite(s.max_scale_up_ratio):
-        text += (
-            f" (capped at {s.max_scale_up_ratio:.2f}x the ready replicas: more would serve "
-            "only after the lead time)"
-        )
-    if reason is Reason.STABILIZED and term is Term.SLO_FEEDBACK:
-        text += (
-            f" (held: the SLO feedback saw queue waits within the last "
-            f"{s.scale_down_window_seconds:g} s)"
-        )
-    elif reason is Reason.STABILIZED:
-        text += f" (held for the {s.scale_down_window_seconds:g} s scale-down window)"
-    elif reason is Reason.RATE_LIMITED and desired <= current:
-        text += f" (held for the {s.scale_down_step_seconds:g} s step delay)"
-    return text

@@ -66,7 +66,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # only the type: the policy module imports nothing from here
-    from gpufleet.autoscaler.core.gpufleet_policy import GpufleetSettings
+    from gpufleet.autoscaler.core.gpufleet_settings import GpufleetSettings
 
 MIN_TARGET = 0.5
 DEFAULT_TARGET = 0.99

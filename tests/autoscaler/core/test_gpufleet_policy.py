@@ -11,11 +11,9 @@ import pytest
 
 from gpufleet.autoscaler.core.binding import Term, binding
 from gpufleet.autoscaler.core.capacity import CapacitySettings
-from gpufleet.autoscaler.core.gpufleet_policy import (
-    GpufleetPolicy,
-    GpufleetSettings,
-    _up_reason,
-)
+from gpufleet.autoscaler.core.demand import up_reason
+from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
+from gpufleet.autoscaler.core.gpufleet_settings import GpufleetSettings
 from gpufleet.autoscaler.core.observation import (
     Buckets,
     Observation,
@@ -949,7 +947,7 @@ def test_slo_feedback_reports_itself_with_its_reserved_reason() -> None:
     # binding names it and the reason is the reserved `SLOFeedback`.
     demand = policy()._demand(observe(1000.0, const(20.0), ready=3), TOKENS, arrivals_ok=True)
     assert binding({**demand.candidates(), Term.SLO_FEEDBACK: 9}) == (Term.SLO_FEEDBACK, 9)
-    assert _up_reason(demand, Term.SLO_FEEDBACK) is Reason.SLO_FEEDBACK
+    assert up_reason(demand, Term.SLO_FEEDBACK) is Reason.SLO_FEEDBACK
     assert str(Reason.SLO_FEEDBACK) == "SLOFeedback"
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gpufleet.autoscaler.core import knob
-from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy, GpufleetSettings
+from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
+from gpufleet.autoscaler.core.gpufleet_settings import GpufleetSettings
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 
 BASE = GpufleetSettings()

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gpufleet.autoscaler.core.factory import Tuning
-from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy, GpufleetSettings
+from gpufleet.autoscaler.core.gpufleet_policy import GpufleetPolicy
+from gpufleet.autoscaler.core.gpufleet_settings import GpufleetSettings
 from gpufleet.autoscaler.core.policy import Reason
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core import sweep

@@ -9,7 +9,7 @@ import pytest
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core import knob
 from gpufleet.autoscaler.core.factory import Tuning
-from gpufleet.autoscaler.core.gpufleet_policy import GpufleetSettings
+from gpufleet.autoscaler.core.gpufleet_settings import GpufleetSettings
 from gpufleet.autoscaler.core.observation import Observation, Replica, ReplicaState, Series
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core import sweep
