@@ -85,9 +85,10 @@ def size(
 ) -> Demand:
     """What the workload needs: `est` is the capacity estimate at the history's mean
     prompt `tpr`, `feedback` the SLO feedback's credit on it (`slo_feedback`),
-    `placeholders` the GPUs the last decision's placeholders hold (not idle), `tail` the
-    prompt tail's floor (`prompt_tail`), and `node_waits` whether a scale-up already
-    waits for a new node."""
+    `arrivals_ok` whether the arrival rate is fresh (stale, it sizes on none),
+    `placeholders` the placeholder replicas the last decision asked for (their GPUs are
+    not idle), `tail` the prompt tail's floor (`prompt_tail`), and `node_waits` whether a
+    scale-up already waits for a new node."""
     s, w = settings, workload
     learned = max(1e-9, est.per_replica_rps(tpr))
     unit = learned * feedback
