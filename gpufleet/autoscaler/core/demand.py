@@ -3,8 +3,9 @@ sentence that explains a decision by them.
 
 `size` turns an observation, the capacity estimate and the SLO feedback's credit into the
 terms of `gpufleet_policy`'s module doc (items 1-3: the steady demand with its backlog,
-the usual peak, the reserve, a surge, and the placeholders); the policy picks the term
-that binds, then smooths and limits it. Pure.
+the usual peak, the reserve, a surge, and the placeholders), and says whether the ready
+replicas carry a crowd; the prompt tail's floor (item 4) comes in sized. The policy picks
+the term that binds, then smooths and limits it. Pure.
 """
 
 import math
@@ -88,7 +89,7 @@ def size(
     `arrivals_ok` whether the arrival rate is fresh (stale, it sizes on none),
     `placeholders` the placeholder replicas the last decision asked for (their GPUs are
     not idle), `tail` the prompt tail's floor (`prompt_tail`), and `node_waits` whether a
-    scale-up already waits for a new node."""
+    wait for a new node has started (a carried crowd's keeps going at a higher load)."""
     s, w = settings, workload
     learned = max(1e-9, est.per_replica_rps(tpr))
     unit = learned * feedback
@@ -98,32 +99,33 @@ def size(
     waiting = obs.queue_depth.latest()  # None: not known
     queue = waiting or 0.0
     ready = obs.count(ReplicaState.READY)
-    fc = _forecast(obs, arrivals, s, w, waiting=waiting, ready_rps=ready * unit)
+    fc = _forecast(obs, arrivals, settings=s, workload=w, waiting=waiting, ready_rps=ready * unit)
     slack = s.burst_slo_share * w.slo_ttft_seconds
     window, burst_rps = max(
         ((L, peak * L / (L + slack)) for L, peak in fc.peaks), key=lambda p: p[1]
     )
     backlog = queue / s.backlog_drain_seconds
-    level = max(fc.level, fc.predicted)
-    stable = math.ceil((level + backlog) * grow / unit)
     paid = paid_nodes.paid_replicas(obs, w, placeholders=placeholders)
-    left = None
-    if stable > paid and queue > 0 and paid_nodes.per_node(w) >= 1:
-        # Replicas on a new node drain only what is left of the queue when they serve.
-        # (Where the pool's nodes are unknown, so is whether a replica needs a new one.)
-        left = paid_nodes.queue_left(
-            obs,
-            w,
-            interval_seconds=s.interval_seconds,
-            queue=queue,
-            level=level,
-            unit=unit,
-            paid=paid,
-        )
-        late = math.ceil((level + left / s.backlog_drain_seconds) * grow / unit)
-        stable = min(stable, max(paid, late))
+    stable, left = _steady(
+        obs,
+        w,
+        settings=s,
+        level=max(fc.level, fc.predicted),
+        queue=queue,
+        unit=unit,
+        grow=grow,
+        paid=paid,
+    )
     surges, surge, panic = _surge(
-        obs, arrivals, fc, s, paid=paid, ready=ready, grow=grow, prefill=prefill, slack=slack
+        obs,
+        arrivals,
+        fc=fc,
+        settings=s,
+        paid=paid,
+        ready=ready,
+        grow=grow,
+        prefill=prefill,
+        slack=slack,
     )
     return Demand(
         capacity=est,
@@ -159,14 +161,15 @@ def size(
 def _forecast(
     obs: Observation,
     arrivals: Series,
-    s: GpufleetSettings,
-    w: WorkloadConfig,
     *,
+    settings: GpufleetSettings,
+    workload: WorkloadConfig,
     waiting: float | None,
     ready_rps: float,
 ) -> RateForecast:
     """The arrival rate over the replica lead time (a cold start plus one tick), and the
     sustained rate over the placeholders' (node provisioning more)."""
+    s, w = settings, workload
     lead = w.cold_start_seconds + s.interval_seconds
     # What waits clears within the SLO at the ready replicas' rate (unknown: it does not).
     clears = waiting is not None and waiting <= ready_rps * w.slo_ttft_seconds
@@ -183,12 +186,45 @@ def _forecast(
     )
 
 
+def _steady(
+    obs: Observation,
+    workload: WorkloadConfig,
+    *,
+    settings: GpufleetSettings,
+    level: float,
+    queue: float,
+    unit: float,
+    grow: float,
+    paid: int,
+) -> tuple[int, float | None]:
+    """(stable, left): replicas for the `level` plus the queue's drain at `unit` each, with
+    headroom; beyond the `paid` replicas' nodes, only for the queue left when a new node's
+    replicas serve (`left`; None where the nodes paid for hold the need)."""
+    s = settings
+    stable = math.ceil((level + queue / s.backlog_drain_seconds) * grow / unit)
+    if not (stable > paid and queue > 0 and paid_nodes.per_node(workload) >= 1):
+        return stable, None
+    # Replicas on a new node drain only what is left of the queue when they serve.
+    # (Where the pool's nodes are unknown, so is whether a replica needs a new one.)
+    left = paid_nodes.queue_left(
+        obs,
+        workload,
+        interval_seconds=s.interval_seconds,
+        queue=queue,
+        level=level,
+        unit=unit,
+        paid=paid,
+    )
+    late = math.ceil((level + left / s.backlog_drain_seconds) * grow / unit)
+    return min(stable, max(paid, late)), left
+
+
 def _surge(
     obs: Observation,
     arrivals: Series,
-    fc: RateForecast,
-    s: GpufleetSettings,
     *,
+    fc: RateForecast,
+    settings: GpufleetSettings,
     paid: int,
     ready: int,
     grow: float,
@@ -199,6 +235,7 @@ def _surge(
     asked for; the replicas it needs within the SLO (with headroom, at the prefill rate), capped
     at the idle paid GPUs unless it panics, 0 when that is no more than those asked for;
     and whether it needs `panic_ratio` x the ready replicas."""
+    s = settings
     # The newest sample's span is one scrape: the spacing of the last two samples.
     times = arrivals.times
     newest = times[-1] - times[-2] if len(times) > 1 else s.forecast.peak_averaging_seconds[0]
@@ -260,7 +297,7 @@ def up_reason(d: Demand, term: Term) -> Reason:
 
 
 def explain(
-    d: Demand, current: int, desired: int, reason: Reason, s: GpufleetSettings, *, term: Term
+    d: Demand, s: GpufleetSettings, *, current: int, desired: int, reason: Reason, term: Term
 ) -> str:
     """One sentence with the numbers behind the decision, for events and logs."""
     fc = d.forecast

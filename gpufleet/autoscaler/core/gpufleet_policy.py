@@ -194,7 +194,7 @@ class GpufleetPolicy:
         desired, reason, term = self._wanted(
             obs, demand, active=active, fresh=arrivals_ok and queue_ok
         )
-        return self._act(obs, demand, desired, reason, term)
+        return self._act(obs, demand, desired=desired, reason=reason, term=term)
 
     def _wanted(
         self, obs: Observation, demand: Demand, *, active: bool, fresh: bool
@@ -216,7 +216,7 @@ class GpufleetPolicy:
         return desired, reason, term
 
     def _act(
-        self, obs: Observation, demand: Demand, desired: int, reason: Reason, term: Term
+        self, obs: Observation, demand: Demand, *, desired: int, reason: Reason, term: Term
     ) -> Decision:
         """The decision for `desired`: filled to whole nodes, within the workload's rate
         policies and the node flaps' hold, with its placeholders and its message."""
@@ -238,10 +238,12 @@ class GpufleetPolicy:
         headroom = max(0, min(demand.placeholders, self.workload.max_replicas) - desired)
         if not s.placeholders or desired == 0 or self._waits_for_node(obs):
             headroom = 0  # placeholders would launch the node the wait holds back
-        message = explain(demand, current, desired, message_reason, s, term=term)
-        message += self._notes(obs, demand, desired, needed=needed, flap_held=flap_held)
-        if not flap_held and note:
-            message += f" (the workload's behavior allows {desired}: {note})"
+        message = explain(
+            demand, s, current=current, desired=desired, reason=message_reason, term=term
+        )
+        message += self._notes(
+            obs, demand, desired=desired, needed=needed, flap_held=flap_held, note=note
+        )
         message += f"; bound by {term}"
         self._scale_history = record_scale(
             self._scale_history,
@@ -253,9 +255,18 @@ class GpufleetPolicy:
         return self._finish(obs, desired, reason, message, headroom=headroom, term=term)
 
     def _notes(
-        self, obs: Observation, demand: Demand, desired: int, *, needed: int, flap_held: bool
+        self,
+        obs: Observation,
+        demand: Demand,
+        *,
+        desired: int,
+        needed: int,
+        flap_held: bool,
+        note: str,
     ) -> str:
-        """What the message adds for the nodes: a fill, a wait for a node, a flap's hold."""
+        """What the message adds after the policy's own sentence: a fill, a wait for a node,
+        then a node flap's hold or the workload's behavior (`note`: the rate policy that
+        bound)."""
         s, current = self.settings, obs.current_replicas
         notes = ""
         if desired > needed:
@@ -273,6 +284,8 @@ class GpufleetPolicy:
                 f"{self._flaps.level} nodes are not given back for "
                 f"{s.node_flap_hold_seconds:g} s after that)"
             )
+        elif note:
+            notes += f" (the workload's behavior allows {desired}: {note})"
         return notes
 
     def _rate_limit(self, now: float, previous: int, desired: int) -> tuple[int, str]:

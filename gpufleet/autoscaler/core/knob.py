@@ -63,10 +63,8 @@ wait's step) were chosen on the tuning seeds (0, 1) of bench/heldout_bench.py on
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # only the type: the policy module imports nothing from here
-    from gpufleet.autoscaler.core.gpufleet_settings import GpufleetSettings
+from gpufleet.autoscaler.core.gpufleet_settings import GpufleetSettings
 
 MIN_TARGET = 0.5
 DEFAULT_TARGET = 0.99
@@ -136,7 +134,7 @@ def _inverse(x: float) -> float:
     return 1.0 / x if x > 0 else math.inf
 
 
-def apply(settings: "GpufleetSettings", target: float) -> "GpufleetSettings":
+def apply(settings: GpufleetSettings, target: float) -> GpufleetSettings:
     """`settings` with every setting the knob moves set for `target` attainment; the rest
     (capacity learning, filling, the tick) as given, and the settings only the cheapest
     targets move (the scale-up cap, placeholders, the drain) or only those above 99% (the

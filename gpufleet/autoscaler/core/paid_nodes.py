@@ -74,7 +74,7 @@ def queue_left(
     cold start and a tick.
     Each at what a ready replica completes now, where the replicas report it: with a
     queue they are saturated, and that is their real rate on this traffic's prompts,
-    which the learned rate (`unit`) averages over calmer times."""
+    which the credited learned rate (`unit`) averages over calmer times."""
     lead = workload.node_lead_seconds
     cold = workload.cold_start_seconds + interval_seconds
     ready = obs.count(ReplicaState.READY)
