@@ -1,0 +1,154 @@
+"""The loop's act step for node capacity: headroom kept ahead of each target.
+
+A decision's headroom (replicas' worth of GPUs to keep ahead) is first cut to what each
+Karpenter NodePool's limits leave (`fit_to_nodepools`), then kept as a CapacityBuffer where
+its CRD is installed, else as low-priority placeholder pods (`HeadroomKeeper`). A failure
+costs only the headroom, counted and logged, never the scale write or another workload.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from gpufleet.autoscaler.controller.stats import Stats
+from gpufleet.autoscaler.controller.workload import Tick
+from gpufleet.autoscaler.core.buffers import capacity_buffer, pod_template
+from gpufleet.autoscaler.core.nodepools import PoolDemand, on_nodepool, pool_headroom, pool_use
+from gpufleet.autoscaler.core.placeholders import (
+    OWNER_LABEL,
+    placeholder_deployment,
+    priority_class,
+)
+from gpufleet.autoscaler.kube.cluster import Cluster, ClusterView
+from gpufleet.kube.errors import KubeError
+
+log = logging.getLogger(__name__)
+
+
+def fit_to_nodepools(ticks: list[Tick], view: ClusterView, queued: list[PoolDemand]) -> None:
+    """Cut each workload's headroom to what its Karpenter NodePool's limits leave,
+    planning every workload's replicas and headroom together with Kueue's pending
+    Workloads (`queued`), after what other pods' nodes use of the limits (see
+    `core.nodepools`, `core.kueue`)."""
+    nodepools = view.nodepools or []
+    demands = [
+        PoolDemand(
+            workload=t.workload.name,
+            node_pool=t.workload.spec.node_pool,
+            shape=t.workload.spec.workload.shape,
+            replicas=t.desired or 0,
+            headroom=t.headroom,
+            gpus_per_node=t.workload.spec.workload.gpus_per_node,
+        )
+        for t in ticks
+    ]
+    ours = {
+        (p.namespace, p.name)
+        for t, d in zip(ticks, demands, strict=True)
+        if on_nodepool(d, nodepools)
+        for p in t.pods
+    }
+    ours |= {(p.namespace, p.name) for p in view.pods if OWNER_LABEL in p.labels}
+    used = pool_use(view.pool_nodes, view.pods, ours)
+    fitted = pool_headroom(nodepools, demands + queued, used)
+    for t, d in zip(ticks, demands, strict=True):
+        if not on_nodepool(d, nodepools):
+            continue
+        held = fitted[d.workload]
+        t.headroom = held.granted
+        t.note(
+            node_pool=held.node_pool or d.node_pool or "by weight",
+            node_pool_limit=held.message,
+        )
+
+
+class HeadroomKeeper:
+    """Writes each workload's CapacityBuffer or placeholder Deployment when its size changes."""
+
+    def __init__(self, cluster: Cluster, stats: Stats) -> None:
+        self._cluster = cluster
+        self._stats = stats
+        self._priority_class_ready = False  # the placeholders' PriorityClass exists
+
+    async def keep(self, t: Tick) -> None:
+        """Keep `t.headroom` replicas' worth of GPU capacity ahead of the target: as a
+        CapacityBuffer where its CRD is installed (see `core.buffers`; placeholder pods
+        left from before go to zero), else as placeholder pods (see `core.placeholders`).
+        None when the spec says so, another autoscaler owns the target (`t.headroom` is 0
+        then), or its pod template is unknown (kinds other than Deployment and
+        StatefulSet)."""
+        want = t.headroom
+        if t.buffers:
+            await self._keep_buffer(t, want)
+            want = 0
+        await self._keep_placeholders(t, want)
+
+    async def _keep_buffer(self, t: Tick, want: int) -> None:
+        spec = t.workload.spec
+        owner = {"namespace": spec.namespace, "autoscaler": spec.name, "autoscaler_uid": spec.uid}
+
+        def write() -> None:
+            self._cluster.write_buffer(
+                pod_template(**owner, template_spec=t.template),
+                capacity_buffer(**owner, replicas=want),
+                exists=t.buffer is not None,
+            )
+
+        await self._keep(
+            t,
+            want,
+            current=t.buffer,
+            kept=self._stats.buffers,
+            what="a CapacityBuffer of {}",
+            write=write,
+        )
+
+    async def _keep_placeholders(self, t: Tick, want: int) -> None:
+        spec = t.workload.spec
+
+        def write() -> None:
+            if not self._priority_class_ready:
+                self._cluster.ensure_priority_class(priority_class())
+                self._priority_class_ready = True
+            body = placeholder_deployment(
+                namespace=spec.namespace,
+                autoscaler=spec.name,
+                autoscaler_uid=spec.uid,
+                replicas=want,
+                template_spec=t.template,
+            )
+            self._cluster.write_placeholders(body, exists=t.placeholders is not None)
+
+        await self._keep(
+            t,
+            want,
+            current=t.placeholders,
+            kept=self._stats.placeholders,
+            what="{} placeholder pods",
+            write=write,
+        )
+
+    async def _keep(
+        self,
+        t: Tick,
+        want: int,
+        *,
+        current: int | None,
+        kept: dict[str, int],
+        what: str,
+        write: Callable[[], None],
+    ) -> None:
+        """What both forms of headroom share: `write` (in a thread) only when `want`
+        differs from what the cluster holds (`current`; None: no object yet) and the
+        target's pod template is known; a failure is counted and logged, never raised."""
+        name = t.workload.name
+        if t.template is None or current == want or (current is None and not want):
+            kept[name] = current or 0
+            return
+        try:
+            await asyncio.to_thread(write)
+        except KubeError as err:
+            self._stats.errors[f"kube_{err.kind}"] += 1
+            log.warning("%s: cannot keep %s: %s", name, what.format(want), err)
+            return
+        kept[name] = want

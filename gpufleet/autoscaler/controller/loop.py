@@ -1,0 +1,384 @@
+"""The live control loop: gather from Prometheus and the API, decide with the policy, act.
+
+Every tick it reads the cluster in eight list calls (GPUAutoscalers, pods, Deployments,
+StatefulSets, HPAs, ScaledObjects, CapacityBuffers, NodePools; with NodePools also their
+nodes and Kueue's Workloads and ResourceFlavors; a Deployment's scale is its replicas and
+selector), reads the scale subresource of any other kind of target, and adds the samples
+since the last tick to each workload's `SignalHistory`, the one the replay fills
+(`prom_gather`). A workload's policy (one instance per GPUAutoscaler, kept across ticks)
+decides at its own interval on that history; the controller writes the scale subresource
+only when the count changes, keeps the headroom (`headroom`), and writes status only when
+it says something new, and an Event (`status_writer`). Only the leader writes; a follower
+gathers and decides, so it takes over warm.
+
+Hold, never guess: a failed query holds the count for that tick (never lower), with a
+MissingMetrics condition; a bad spec is a condition and an event naming the field; an API
+error on one workload never stops another.
+"""
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.autoscaler.controller.headroom import HeadroomKeeper, fit_to_nodepools
+from gpufleet.autoscaler.controller.prom_gather import PromGather
+from gpufleet.autoscaler.controller.stats import Stats
+from gpufleet.autoscaler.controller.status_writer import StatusWriter, timestamp
+from gpufleet.autoscaler.controller.workload import Key, Tick, Workload
+from gpufleet.autoscaler.core.extmetrics import (
+    MetricsSnapshot,
+    SnapshotFeed,
+    WorkloadMetrics,
+    workload_metrics,
+)
+from gpufleet.autoscaler.core.factory import Tuning, make_policy
+from gpufleet.autoscaler.core.history import SignalHistory
+from gpufleet.autoscaler.core.kueue import pending_demands
+from gpufleet.autoscaler.core.nodepools import free_gpus
+from gpufleet.autoscaler.core.observation import ReplicaState
+from gpufleet.autoscaler.core.placeholders import placeholder_name
+from gpufleet.autoscaler.core.policy import Learns
+from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
+from gpufleet.autoscaler.core.schedules import floor_at
+from gpufleet.autoscaler.core.signals import SignalQuery, model_selector, queries_for
+from gpufleet.autoscaler.core.spec import AutoscalerSpec, SpecError, parse_spec
+from gpufleet.autoscaler.kube.cluster import APPS_KINDS, Cluster, ClusterView
+from gpufleet.autoscaler.prom.client import PromClient
+from gpufleet.core.selectors import Requirement, SelectorError, parse_selector
+from gpufleet.kube.errors import KubeError, KubeErrorKind
+from gpufleet.kube.events import EventRecorder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerConfig:
+    scrape_interval_seconds: float = 5.0  # the range queries' step
+    rate_window: str = "30s"  # `{{window}}` in the signal queries
+    history_seconds: float = 1800.0  # what a policy may look back on (gpufleet's peak memory)
+    gpufleet_headroom: float | None = None
+
+
+class Controller:
+    def __init__(
+        self,
+        cluster: Cluster,
+        prom: PromClient,
+        events: EventRecorder,
+        *,
+        config: ControllerConfig | None = None,
+        clock: Callable[[], float] = time.time,
+        is_leader: Callable[[], bool] = lambda: True,
+        feed: SnapshotFeed | None = None,
+    ) -> None:
+        self._cluster = cluster
+        self._feed = feed
+        self._config = config or ControllerConfig()
+        self._clock = clock
+        self._is_leader = is_leader
+        self._workloads: dict[Key, Workload] = {}
+        self.stats = Stats()
+        self._gather = PromGather(
+            prom,
+            self.stats,
+            step_seconds=self._config.scrape_interval_seconds,
+            history_seconds=self._config.history_seconds,
+        )
+        self._headroom = HeadroomKeeper(cluster, self.stats)
+        self._status = StatusWriter(cluster, events, self.stats, is_leader=is_leader)
+
+    async def tick(self) -> None:
+        """One pass over every GPUAutoscaler. Raises only if the API cannot list them."""
+        started = time.monotonic()
+        now = self._clock()
+        view = await asyncio.to_thread(self._cluster.view)
+        pods = view.pods
+        ticks = await self._sync(view.autoscalers, now)
+        index = _PodIndex(view.pods)
+        for t in ticks:
+            await self._read_target(t, view, index)
+        missing = await self._gather.gather(ticks, self._workloads, now)
+        leader = self._is_leader()
+        self.stats.leader = leader
+        node_pods = Counter(p.node for p in pods if p.node and p.deleting_since is None)
+        free = free_gpus(view.nodepools, view.pool_nodes, pods) if view.nodepools else {}
+        for t in ticks:
+            if missing:
+                t.note(missing_metrics=missing)
+            await self._decide_and_scale(t, now, leader, node_pods, free)
+        if view.nodepools is not None:
+            queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
+            fit_to_nodepools(ticks, view, queued)
+        published = [await self._finish(t, now, leader) for t in ticks]
+        if self._feed is not None:
+            self._feed.publish(MetricsSnapshot(m for m in published if m is not None))
+        self.stats.ticks += 1
+        self.stats.reconcile_seconds += time.monotonic() - started
+
+    # --- gather ---
+
+    async def _sync(self, objects: list[dict[str, Any]], now: float) -> list[Tick]:
+        """Workload state for each valid object; invalid ones get a condition and an event."""
+        seen: set[Key] = set()
+        ticks = []
+        for obj in objects:
+            meta = obj.get("metadata") or {}
+            key = (meta.get("namespace", ""), meta.get("name", ""))
+            seen.add(key)
+            generation = int(meta.get("generation") or 0)
+            previous = obj.get("status") or {}
+            w = self._workloads.get(key)
+            if w is not None and w.generation == generation:  # parsed when it last changed
+                ticks.append(Tick(workload=w, previous_status=previous))
+                continue
+            if self._status.reported(key, generation):
+                continue  # still the bad spec already reported
+            try:
+                spec = parse_spec(obj)
+            except SpecError as err:
+                self._workloads.pop(key, None)
+                await self._status.report_bad_spec(key, generation, err, previous, now)
+                continue
+            w = self._new_workload(spec, generation, w, previous)
+            self._workloads[key] = w
+            ticks.append(Tick(workload=w, previous_status=previous))
+        for key in set(self._workloads) - seen:
+            del self._workloads[key]
+        self._status.forget_all_but(seen)
+        return ticks
+
+    def _new_workload(
+        self,
+        spec: AutoscalerSpec,
+        generation: int,
+        old: Workload | None,
+        previous_status: dict[str, Any],
+    ) -> Workload:
+        """A workload's runtime state; its policy resumes from what the status says it
+        learned (a restart or a failover), or from the old policy's (a spec change)."""
+        tuning = Tuning(
+            hpa_target_util=spec.hpa_target_gpu_utilization,
+            keda_queue_target=spec.keda_queue_target,
+            keda_polling_interval_seconds=spec.keda_polling_interval_seconds,
+            gpufleet_headroom=self._config.gpufleet_headroom,
+            gpufleet_placeholders=spec.placeholders,
+            idle_seconds_to_zero=spec.idle_seconds_to_zero,
+            gpufleet_fill_nodes=False,  # a real pool may be shared (GpufleetSettings)
+        )
+        history = (
+            old.history
+            if old is not None
+            else SignalHistory(history_seconds=self._config.history_seconds)
+        )
+        policy = make_policy(
+            spec.policy, spec.workload, tuning, hpa_workload_behavior=spec.custom_behavior
+        )
+        learned = (
+            old.policy.learned()
+            if old is not None and old.learns
+            else previous_status.get("learned")
+        )
+        learns = isinstance(policy, Learns)
+        if learns and isinstance(learned, dict):
+            policy.resume(learned)
+        selector = model_selector(spec.signals.preset, spec.signals.model)
+        queries = tuple(
+            (query.render(selector=selector, window=self._config.rate_window), query, signal)
+            for signal, query in queries_for(spec.signals.preset, spec.signals.queries).items()
+        )
+        gateway = spec.signals.gateway_queue_depth
+        if gateway:
+            gateway = SignalQuery(gateway).render(
+                selector=selector, window=self._config.rate_window
+            )
+        return Workload(
+            spec=spec,
+            generation=generation,
+            policy=policy,
+            history=history,
+            queries=queries,
+            gateway_query=gateway,
+            learns=learns,
+        )
+
+    async def _read_target(self, t: Tick, view: ClusterView, index: "_PodIndex") -> None:
+        spec = t.workload.spec
+        target = spec.target
+        key = (spec.namespace, target.kind, target.name)
+        try:
+            if target.api_version == "apps/v1" and target.kind in APPS_KINDS:
+                t.scale = view.scales.get(key)
+                if t.scale is None:
+                    plural = "deployments" if target.kind == "Deployment" else "statefulsets"
+                    raise KubeError(
+                        KubeErrorKind.NOT_FOUND,
+                        f'404: {plural}.apps "{target.name}" not found',
+                        status=404,
+                    )
+            else:  # any other kind with a scale subresource: read it
+                t.scale = await asyncio.to_thread(self._cluster.read_scale, spec.namespace, target)
+        except KubeError as err:
+            self.stats.errors[f"kube_{err.kind}"] += 1
+            t.note(scale_error=f"FailedGetScale: {err}")
+            return
+        t.template = view.templates.get(key)
+        own = view.scales.get((spec.namespace, "Deployment", placeholder_name(spec.name)))
+        t.placeholders = own.replicas if own is not None else None
+        t.buffers = view.buffers is not None
+        t.buffer = (view.buffers or {}).get((spec.namespace, placeholder_name(spec.name)))
+        competitor = view.competitors.get(key, "")
+        if competitor:
+            t.note(competitor=competitor)
+        w = t.workload
+        if w.selector_text != t.scale.selector:
+            w.selector_text = t.scale.selector
+            try:
+                w.selector = parse_selector(t.scale.selector)
+            except SelectorError as err:
+                w.selector = err
+        if isinstance(w.selector, SelectorError):
+            t.note(scale_error=f"FailedGetScale: selector {w.selector}")
+            return
+        if not w.selector:  # an empty selector would take every pod of the namespace
+            t.note(scale_error="FailedGetScale: the target has no selector")
+            return
+        t.pods = index.select(spec.namespace, w.selector)
+        t.replicas = tuple(replica_of(p) for p in t.pods)
+
+    # --- decide and act ---
+
+    async def _decide_and_scale(
+        self,
+        t: Tick,
+        now: float,
+        leader: bool,
+        node_pods: Counter[str],
+        free: Mapping[str, tuple[int, ...]],
+    ) -> None:
+        """Decide at the policy's interval and write the scale when the count changes;
+        `free` is each NodePool's nodes' free GPUs (`core.nodepools.free_gpus`)."""
+        w, spec = t.workload, t.workload.spec
+        name = w.name
+        if t.scale is not None and now >= w.next_decision_at:
+            w.next_decision_at = now + w.policy.interval_seconds
+            # a workload naming no NodePool may land on several: its nodes are unknown
+            node_free = free.get(spec.node_pool) if spec.node_pool else None
+            obs = w.history.observe(now, t.replicas, node_free_gpus=node_free)
+            w.decision = w.policy.decide(obs)
+            w.wanted = w.decision.desired
+            self.stats.decisions[(name, str(w.decision.reason))] += 1
+        current = t.scale.replicas if t.scale is not None else None
+        desired = spec.workload.clamp(w.wanted) if w.wanted is not None else current
+        headroom = w.decision.headroom if w.decision is not None else 0
+        if spec.schedules and desired is not None:
+            floor = floor_at(spec.schedules, now, lead_seconds=spec.workload.node_lead_seconds)
+            raised, headroom = floor.merge(
+                desired=desired, headroom=headroom, maximum=spec.workload.max_replicas
+            )
+            t.scheduled = floor.why if raised > desired else ""
+            desired = raised
+        if t.health.missing_metrics and current is not None and desired is not None:
+            desired = max(desired, current)  # never lower the count on missing data
+        act = (
+            leader
+            and current is not None
+            and desired is not None
+            and desired != current
+            and not t.health.competitor
+            and not t.health.scale_error
+        )
+        if act:
+            await self._scale(t, current, desired, node_pods, now)
+        t.desired = desired
+        if w.decision is not None and spec.placeholders and not t.health.competitor:
+            t.headroom = max(0, headroom)
+
+    async def _finish(self, t: Tick, now: float, leader: bool) -> WorkloadMetrics | None:
+        """Keep the headroom, write status; returns what the metrics servers serve of it
+        (None when none is served)."""
+        w, spec = t.workload, t.workload.spec
+        name = w.name
+        desired = t.desired
+        if leader and w.decision is not None and not t.health.scale_error:
+            await self._headroom.keep(t)
+        replicas = t.replicas
+        if desired is not None:
+            self.stats.desired[name] = desired
+        self.stats.max_replicas[name] = spec.workload.max_replicas
+        self.stats.missing_metrics[name] = bool(t.health.missing_metrics)  # the reason, or ''
+        running = sum(1 for r in replicas if r.state is not ReplicaState.TERMINATING)
+        self.stats.current[name] = running
+        self.stats.ready[name] = sum(1 for r in replicas if r.state is ReplicaState.READY)
+        if leader:
+            await self._status.write(t, running, desired, now)
+        if self._feed is None:
+            return None
+        return workload_metrics(
+            namespace=spec.namespace,
+            name=spec.name,
+            target=spec.target.name,
+            model=spec.signals.model,
+            signals=w.history.latest_samples(now),
+            pods=w.history.latest_pods(now),
+            desired=desired,
+            current=running,
+            now=now,
+        )
+
+    async def _scale(
+        self, t: Tick, current: int, desired: int, node_pods: Counter[str], now: float
+    ) -> None:
+        spec, w = t.workload.spec, t.workload
+        try:
+            if desired < current:
+                for pod, cost in deletion_costs(t.pods, node_pods).items():
+                    await asyncio.to_thread(
+                        self._cluster.set_deletion_cost, spec.namespace, pod, cost
+                    )
+            await asyncio.to_thread(self._cluster.write_scale, spec.namespace, spec.target, desired)
+        except KubeError as err:
+            self.stats.errors[f"kube_{err.kind}"] += 1
+            t.note(scale_error=f"FailedUpdateScale: {err}")
+            log.warning(
+                "%s/%s: cannot scale %s: %s", spec.namespace, spec.name, spec.target.name, err
+            )
+            return
+        w.last_scale_time = timestamp(now)
+        decision = w.decision
+        reason = str(decision.reason) if decision else "Scaled"
+        message = decision.message if decision else ""
+        if t.scheduled:
+            reason, message = "ScheduledWindow", f"{t.scheduled}; the policy: {message}"
+        await self._status.event(
+            spec,
+            "Normal",
+            reason,
+            "Scale",
+            f"{current} -> {desired} replicas: {message}",
+        )
+
+
+class _PodIndex:
+    """Pods by namespace and by label, so a tick selects each workload's pods from a few
+    candidates instead of scanning every pod for every workload."""
+
+    def __init__(self, pods: list[PodState]) -> None:
+        self._by_namespace: dict[str, list[PodState]] = {}
+        self._by_label: dict[tuple[str, str, str], list[PodState]] = {}
+        for p in pods:
+            self._by_namespace.setdefault(p.namespace, []).append(p)
+            for k, v in p.labels.items():
+                self._by_label.setdefault((p.namespace, k, v), []).append(p)
+
+    def select(self, namespace: str, selector: tuple[Requirement, ...]) -> list[PodState]:
+        candidates = self._by_namespace.get(namespace, [])
+        for r in selector:
+            if r.op == "=" and len(r.values) == 1:
+                (value,) = r.values
+                candidates = self._by_label.get((namespace, r.key, value), [])
+                break
+        return [p for p in candidates if all(r.matches(p.labels) for r in selector)]

@@ -1,0 +1,171 @@
+"""The loop's act step for what users read: GPUAutoscaler status, and Events.
+
+Status is written only when it says something new (the signal values, the decision's
+message and what the policy learned move every scrape, so they alone are refreshed every
+SIGNALS_REFRESH_SECONDS); a condition that turns bad is also a Warning Event; a bad spec is
+reported once per generation. A failed write is counted, never raised: the next tick
+writes again.
+"""
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+from gpufleet.autoscaler.controller.stats import Stats
+from gpufleet.autoscaler.controller.workload import Key, Tick
+from gpufleet.autoscaler.core.policy import Learns, Reason
+from gpufleet.autoscaler.core.spec import AutoscalerSpec, SpecError
+from gpufleet.autoscaler.core.status import Condition, Health, condition_list, conditions
+from gpufleet.autoscaler.kube.cluster import Cluster
+from gpufleet.kube.errors import KubeError
+from gpufleet.kube.events import EventRecorder, micro_time
+
+SIGNALS_REFRESH_SECONDS = 30.0
+
+
+class StatusWriter:
+    def __init__(
+        self,
+        cluster: Cluster,
+        events: EventRecorder,
+        stats: Stats,
+        *,
+        is_leader: Callable[[], bool],
+    ) -> None:
+        self._cluster = cluster
+        self._events = events
+        self._stats = stats
+        self._is_leader = is_leader
+        self._bad_specs: dict[Key, tuple[int, str]] = {}  # reported once per generation
+
+    async def write(self, t: Tick, current: int, desired: int | None, now: float) -> None:
+        w, spec = t.workload, t.workload.spec
+        decision = w.decision
+        conds = conditions(
+            t.health,
+            wanted=w.wanted,
+            desired=desired,
+            minimum=spec.workload.min_replicas,
+            maximum=spec.workload.max_replicas,
+            rate_limited=decision is not None and decision.reason is Reason.RATE_LIMITED,
+        )
+        status: dict[str, Any] = {
+            "observedGeneration": w.generation,
+            "currentReplicas": current,
+            "desiredReplicas": desired,
+            "conditions": condition_list(
+                conds, t.previous_status.get("conditions") or [], timestamp(now)
+            ),
+        }
+        if decision is not None:
+            status["reason"] = str(decision.reason)
+            if decision.bound_by is not None:
+                status["boundBy"] = str(decision.bound_by)  # the term that set the count
+        if w.last_scale_time:
+            status["lastScaleTime"] = w.last_scale_time
+        await self._warn_on_new_problems(t, conds)
+        if (
+            _same(status, t.previous_status)
+            and now - w.signals_written_at < SIGNALS_REFRESH_SECONDS
+        ):
+            return  # nothing but the signal values moved: no write every tick for each workload
+        # What moves every sample is built only for a write (most ticks write nothing).
+        status["signals"] = {s: round(v, 6) for s, v in w.history.latest(now).items()}
+        if decision is not None:
+            status["message"] = decision.message
+        if w.learns:
+            status["learned"] = dict(cast(Learns, w.policy).learned())
+        try:
+            await asyncio.to_thread(self._cluster.write_status, spec.namespace, spec.name, status)
+            w.signals_written_at = now
+        except KubeError as err:
+            self._stats.errors[f"kube_{err.kind}"] += 1
+
+    async def _warn_on_new_problems(self, t: Tick, conds: tuple[Condition, ...]) -> None:
+        """A Warning Event for each condition that turned bad this tick."""
+        before = {c.get("type"): c for c in t.previous_status.get("conditions") or []}
+        for c in conds:
+            bad = c.type != "ScalingLimited" and c.status == "False"
+            old = before.get(c.type) or {}
+            if bad and (old.get("status"), old.get("reason")) != (c.status, c.reason):
+                await self.event(t.workload.spec, "Warning", c.reason, "Scale", c.message)
+
+    def reported(self, key: Key, generation: int) -> bool:
+        """Whether this generation's spec was already reported bad (and is not reparsed)."""
+        return self._bad_specs.get(key, (None, ""))[0] == generation
+
+    def forget_all_but(self, seen: Iterable[Key]) -> None:
+        """Drop what was reported of the GPUAutoscalers that are gone."""
+        for key in set(self._bad_specs) - set(seen):
+            del self._bad_specs[key]
+
+    async def report_bad_spec(
+        self, key: Key, generation: int, err: SpecError, previous: dict[str, Any], now: float
+    ) -> None:
+        if self._bad_specs.get(key) == (generation, str(err)):
+            return
+        self._bad_specs[key] = (generation, str(err))
+        namespace, name = key
+        conds = conditions(
+            Health(invalid_spec=str(err)),
+            wanted=None,
+            desired=None,
+            minimum=0,
+            maximum=0,
+            rate_limited=False,
+        )
+        status = {
+            "observedGeneration": generation,
+            "conditions": condition_list(conds, previous.get("conditions") or [], timestamp(now)),
+            "reason": "InvalidSpec",
+            "message": str(err),
+        }
+        try:
+            if self._is_leader():
+                await asyncio.to_thread(self._cluster.write_status, namespace, name, status)
+                await asyncio.to_thread(
+                    self._events.record,
+                    regarding=_regarding(namespace, name),
+                    type_="Warning",
+                    reason="InvalidSpec",
+                    action="Validate",
+                    note=str(err),
+                )
+        except KubeError as kube_err:
+            self._stats.errors[f"kube_{kube_err.kind}"] += 1
+
+    async def event(
+        self, spec: AutoscalerSpec, type_: str, reason: str, action: str, note: str
+    ) -> None:
+        try:
+            await asyncio.to_thread(
+                self._events.record,
+                regarding=_regarding(spec.namespace, spec.name),
+                type_=type_,
+                reason=reason,
+                action=action,
+                note=note,
+            )
+        except KubeError as err:
+            self._stats.errors[f"kube_{err.kind}"] += 1
+
+
+def timestamp(seconds: float) -> str:
+    """A status timestamp: RFC 3339 to the second, as Kubernetes writes them."""
+    return micro_time(seconds)[:19] + "Z"
+
+
+def _regarding(namespace: str, name: str) -> dict[str, str]:
+    return {
+        "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
+        "kind": "GPUAutoscaler",
+        "name": name,
+        "namespace": namespace,
+    }
+
+
+def _same(status: dict[str, Any], previous: dict[str, Any]) -> bool:
+    """Whether `status` says what `previous` does, the numbers that move every sample (the
+    signal values, the decision's message, what the policy learned) aside."""
+    keys = (set(status) | set(previous)) - {"signals", "message", "learned"}
+    return all(status.get(k) == previous.get(k) for k in keys)

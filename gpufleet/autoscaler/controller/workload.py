@@ -1,0 +1,78 @@
+"""A GPUAutoscaler's state across ticks, and its view in one tick.
+
+Plain records the loop's parts share: `loop` builds them, `gather` fills histories,
+`headroom` and `status_writer` read them.
+"""
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.autoscaler.core.history import SignalHistory
+from gpufleet.autoscaler.core.observation import Replica
+from gpufleet.autoscaler.core.policy import Decision, Policy
+from gpufleet.autoscaler.core.replicas import PodState
+from gpufleet.autoscaler.core.signals import SignalQuery
+from gpufleet.autoscaler.core.spec import AutoscalerSpec
+from gpufleet.autoscaler.core.status import Health
+from gpufleet.autoscaler.kube.cluster import ScaleView
+from gpufleet.core.selectors import Requirement, SelectorError
+
+Key = tuple[str, str]  # (namespace, name) of a GPUAutoscaler
+
+
+@dataclass(slots=True)
+class Workload:
+    """One GPUAutoscaler's state across ticks."""
+
+    spec: AutoscalerSpec
+    generation: int
+    policy: Policy
+    history: SignalHistory
+    # Derived from the spec once, not every tick: (rendered PromQL, its query, the signal)
+    # and whether the policy learns (a runtime Protocol check costs as much as a decision's
+    # tenth).
+    queries: tuple[tuple[str, SignalQuery, str], ...] = ()
+    gateway_query: str = ""  # signals.gatewayQueueDepth, rendered; "" when unset
+    learns: bool = False
+    # The target's selector as last parsed: re-parsed only when its text changes.
+    selector_text: str | None = None
+    selector: tuple[Requirement, ...] | SelectorError = ()
+    next_decision_at: float = -math.inf
+    last_scale_time: str = ""
+    decision: Decision | None = None
+    wanted: int | None = None
+    signals_written_at: float = -math.inf
+
+    @property
+    def key(self) -> Key:
+        return (self.spec.namespace, self.spec.name)
+
+    @property
+    def name(self) -> str:
+        """`namespace/name`, as logs and the self-metrics name it."""
+        return f"{self.spec.namespace}/{self.spec.name}"
+
+
+@dataclass(slots=True)
+class Tick:
+    """One workload's view in one tick."""
+
+    workload: Workload
+    scale: ScaleView | None = None
+    pods: list[PodState] = field(default_factory=list)
+    replicas: tuple[Replica, ...] = ()  # the pods as the policy sees them
+    health: Health = field(default_factory=Health)
+    previous_status: dict[str, Any] = field(default_factory=dict)
+    template: dict[str, Any] | None = None  # the target's pod template spec, where known
+    placeholders: int | None = None  # the placeholder Deployment's replicas; None: none yet
+    buffers: bool = False  # the CapacityBuffer CRD is installed: headroom goes there
+    buffer: int | None = None  # its CapacityBuffer's replicas; None: none yet
+    desired: int | None = None  # the replicas decided this tick
+    headroom: int = 0  # the replicas' worth of capacity to keep ahead, NodePool limits applied
+    scheduled: str = ""  # which scheduled windows raised the count this tick
+
+    def note(self, **changes: str) -> None:
+        """Record a problem (or a NodePool's answer) in this tick's health."""
+        self.health = dataclasses.replace(self.health, **changes)
