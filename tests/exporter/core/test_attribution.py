@@ -14,11 +14,8 @@ from gpufleet.exporter.core.attribution import (
     GPU_UTIL,
     AttributionStats,
     ContainerDevices,
-    DeviceId,
     attribute,
     build_index,
-    keeps_resource,
-    parse_device_id,
 )
 from gpufleet.exporter.core.dra import DraHolding
 from gpufleet.exporter.core.podmeta import PodMeta
@@ -545,53 +542,6 @@ def test_attribution(case: Case) -> None:
     result = _run(case)
     assert _flat(result.pods) == case.want
     assert result.stats == case.stats
-
-
-PARSE_ROWS = [
-    ("GPU-abc", DeviceId(gpu_uuid="GPU-abc")),
-    ("GPU-abc::7", DeviceId(gpu_uuid="GPU-abc", replica=7)),
-    ("MIG-def", DeviceId(mig_uuid="MIG-def")),
-    ("MIG-def::12", DeviceId(mig_uuid="MIG-def", replica=12)),
-    ("MIG-GPU-abc/3/0", DeviceId(gpu_uuid="GPU-abc", gi_id=3)),
-    ("MIG-GPU-abc/3/0::1", DeviceId(gpu_uuid="GPU-abc", gi_id=3, replica=1)),
-    ("nvidia3", DeviceId(gpu_index=3)),
-    ("nvidia3/vgpu5", DeviceId(gpu_index=3, replica=5)),
-    ("nvidia3/gi9", DeviceId(gpu_index=3, gi_id=9)),
-    ("nvidia3/gi9/vgpu1", DeviceId(gpu_index=3, gi_id=9, replica=1)),
-    ("GPU-", None),
-    ("GPU-abc::", None),
-    ("GPU-abc::x", None),
-    ("GPU-abc::\u0661", None),  # a non-ASCII digit is not a replica index
-    ("MIG-GPU-abc/3", None),
-    ("nvidia", None),
-    ("nvidia3/vgpu", None),
-    ("nvidia3::1", None),
-    ("0", None),
-    ("", None),
-]
-
-
-@pytest.mark.parametrize(("raw", "want"), PARSE_ROWS, ids=[repr(raw) for raw, _ in PARSE_ROWS])
-def test_parse_device_id(raw: str, want: DeviceId | None) -> None:
-    assert parse_device_id(raw) == want
-
-
-@pytest.mark.parametrize(
-    ("name", "extra", "kept"),
-    [
-        ("nvidia.com/gpu", (), True),
-        ("nvidia.com/gpu.shared", (), True),
-        ("nvidia.com/mig-1g.10gb", (), True),
-        ("nvidia.com/mig-3g.40gb.me", (), True),
-        ("nvidia.com/gpu-other", (), False),
-        ("example.com/gpu", (), False),
-        ("example.com/gpu", ("example.com/gpu",), True),
-        ("cpu", (), False),
-    ],
-    ids=lambda v: repr(v) if isinstance(v, str) else None,
-)
-def test_keeps_resource(name: str, extra: tuple[str, ...], kept: bool) -> None:
-    assert keeps_resource(name, extra) is kept
 
 
 def test_index_is_reused_across_collections() -> None:
