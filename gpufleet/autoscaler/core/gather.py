@@ -49,7 +49,12 @@ def workload_sums(
 def workload_quantiles(
     series: Iterable[RangeSeries], owners: Mapping[PodKey, W], q: float
 ) -> dict[W, list[tuple[float, float]]]:
-    """Per workload, the q-quantile of its pods' summed `le` buckets at each timestamp."""
+    """Per workload, the q-quantile of its pods' summed `le` buckets at each timestamp.
+
+    Series with no `le` label at all are quantiles already (a spec's override may return
+    each pod's): two pods' quantiles cannot be combined, so a workload with no buckets gets
+    the largest of its pods' at each timestamp, an upper bound of its own quantile."""
+    series = tuple(series)
     out: dict[W, list[tuple[float, float]]] = {}
     for w, samples in workload_buckets(series, owners).items():
         points = []
@@ -58,6 +63,15 @@ def workload_quantiles(
             if value is not None:
                 points.append((t, value))
         out[w] = points
+    largest: dict[W, dict[float, float]] = {}
+    for s in series:
+        owner = _owner(s, owners)
+        if owner is None or owner in out or "le" in s.labels:
+            continue
+        acc = largest.setdefault(owner, {})
+        for t, v in s.samples:
+            acc[t] = max(acc.get(t, -math.inf), v)
+    out.update((w, sorted(acc.items())) for w, acc in largest.items())
     return out
 
 

@@ -68,8 +68,13 @@ def _bucket_rates(bucket: str) -> str:
     return f"sum by (namespace, pod, le) (irate({bucket}{{{{{{selector}}}}}}[{{{{window}}}}]))"
 
 
+# Signals that are a quantile of a histogram, and which quantile.
+QUANTILE_SIGNALS: Mapping[str, float] = {"ttft_p90_seconds": 0.9}
+
+
 def _quantile(bucket: str, *, scale: float = 1.0) -> SignalQuery:
-    return SignalQuery(_bucket_rates(bucket), kind="quantile", quantile=0.9, scale=scale)
+    q = QUANTILE_SIGNALS["ttft_p90_seconds"]
+    return SignalQuery(_bucket_rates(bucket), kind="quantile", quantile=q, scale=scale)
 
 
 PRESETS: Mapping[str, Mapping[str, SignalQuery]] = {
@@ -134,12 +139,19 @@ PRESETS: Mapping[str, Mapping[str, SignalQuery]] = {
 
 
 def queries_for(preset: str, overrides: Mapping[str, str]) -> dict[str, SignalQuery]:
-    """A workload's signal -> query: the preset's, with the spec's PromQL overrides (summed
-    by pod as written; an override of a quantile signal must itself return the value, one
-    of a histogram signal its buckets by `le`)."""
+    """A workload's signal -> query: the preset's, with the spec's PromQL overrides, each
+    grouped by (namespace, pod) and read as the preset's would be: summed over the
+    workload's pods; a histogram signal's as buckets by `le`; a quantile signal's as
+    buckets by `le` too (in seconds), or as each pod's quantile, of which the workload
+    takes the largest (`gather.workload_quantiles`)."""
     out = dict(PRESETS[preset])
     for signal, template in overrides.items():
-        out[signal] = SignalQuery(template, kind="buckets" if signal in BUCKET_SIGNALS else "sum")
+        if signal in BUCKET_SIGNALS:
+            out[signal] = SignalQuery(template, kind="buckets")
+        elif signal in QUANTILE_SIGNALS:
+            out[signal] = SignalQuery(template, kind="quantile", quantile=QUANTILE_SIGNALS[signal])
+        else:
+            out[signal] = SignalQuery(template)
     return out
 
 

@@ -105,6 +105,24 @@ def test_quantiles_add_the_pods_buckets_before_the_quantile() -> None:
     assert (t, p50) == (10.0, 1.0)
 
 
+def test_quantiles_already_taken_per_pod_give_the_slowest_pods() -> None:
+    """An override may return each pod's p90: the largest bounds the workload's p90 from
+    above; a workload whose pods report buckets still gets its quantile from them."""
+    owners = {("a", "p1"): "chat", ("a", "p2"): "chat", ("a", "p3"): "code"}
+    answer = [
+        s("a", "p1", [(10.0, 0.4), (15.0, 2.0)]),
+        s("a", "p2", [(10.0, 1.5), (15.0, 0.5)]),
+        s("a", "p3", [(10.0, 2.0)], le="1"),
+        s("a", "p3", [(10.0, 2.0)], le="+Inf"),
+        s("a", "p3", [(10.0, 9.0)]),  # beside buckets: not a quantile of this workload
+        s("b", "p9", [(10.0, 9.0)]),  # no workload's pod
+    ]
+    assert workload_quantiles(answer, owners, 0.9) == {
+        "chat": [(10.0, 1.5), (15.0, 2.0)],
+        "code": [(10.0, 0.9)],
+    }
+
+
 def test_a_histogram_signal_keeps_the_pods_summed_buckets_by_bound() -> None:
     owners = {("a", "p1"): "chat", ("a", "p2"): "chat"}
     answer = [
