@@ -1,10 +1,12 @@
-"""The README stays true to the code: its flag table and Quick start."""
+"""The README stays true to the code: its flag tables, Quick start and GPUAutoscaler examples."""
 
 import re
 
 import pytest
+import yaml
 from helpers import REPO
 
+from gpufleet.autoscaler.core.spec import parse_spec
 from gpufleet.autoscaler.replay.settings import SimulateSettings
 from gpufleet.autoscaler.settings import AutoscalerSettings
 from gpufleet.exporter.settings import ExporterSettings
@@ -34,3 +36,14 @@ def test_quick_start_has_exactly_two_commands_and_ci_runs_the_test_one():
     commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
     assert commands == ["./dev lab", "./dev test"]
     assert "exec ./dev test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_every_gpuautoscaler_example_is_a_valid_spec():
+    blocks = [
+        b for b in re.findall(r"```yaml\n(.*?)```", README, re.S) if "kind: GPUAutoscaler" in b
+    ]
+    assert blocks
+    for block in blocks:
+        for doc in yaml.safe_load_all(block):
+            if doc and doc.get("kind") == "GPUAutoscaler":
+                parse_spec({"metadata": {"namespace": "llm", "name": "chat"}, **doc})

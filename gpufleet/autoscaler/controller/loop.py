@@ -1,15 +1,16 @@
 """The live control loop: gather from Prometheus and the API, decide with the policy, act.
 
 Every tick it reads the cluster in eight list calls (GPUAutoscalers, pods, Deployments,
-StatefulSets, HPAs, ScaledObjects, CapacityBuffers, NodePools; with NodePools also their
-nodes and Kueue's Workloads and ResourceFlavors; a Deployment's scale is its replicas and
-selector), reads the scale subresource of any other kind of target, and adds the samples
-since the last tick to each workload's `SignalHistory`, the one the replay fills
-(`prom_gather`). A workload's policy (one instance per GPUAutoscaler, kept across ticks)
-decides at its own interval on that history; the controller writes the scale subresource
-only when the count changes, keeps the headroom (`headroom`), and writes status only when
-it says something new, and an Event (`status_writer`). Only the leader writes; a follower
-gathers and decides, so it takes over warm.
+StatefulSets, HPAs, ScaledObjects, CapacityBuffers, NodePools; where the NodePool CRD is
+installed also Kueue's Workloads, their ResourceFlavors and the pools' nodes, see
+`Cluster.view`; a Deployment's scale is its replicas and selector), reads the scale
+subresource of any other kind of target, and adds the samples since the last tick to each
+workload's `SignalHistory`, the one the replay fills (`prom_gather`). A workload's policy
+(one instance per GPUAutoscaler, kept across ticks) decides at its own interval on that
+history; the controller writes the scale subresource only when the count changes, keeps the
+headroom (`headroom`), and writes status only when it says something new, and an Event
+(`status_writer`). Only the leader writes; a follower gathers and decides, so it takes over
+warm.
 
 Hold, never guess: a failed query holds the count for that tick (never lower), with a
 MissingMetrics condition; a bad spec is a condition and an event naming the field; an API

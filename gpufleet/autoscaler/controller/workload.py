@@ -1,7 +1,7 @@
 """A GPUAutoscaler's state across ticks, and its view in one tick.
 
-Plain records the loop's parts share: `loop` builds them, `gather` fills histories,
-`headroom` and `status_writer` read them.
+Plain records the loop's parts share: `loop` builds them, `prom_gather` fills their
+histories, `headroom` and `status_writer` read them.
 """
 
 import dataclasses

@@ -3,7 +3,7 @@
 Pure numpy over one `Series` of rates: no clock (the caller passes `now`), no state. A
 replica asked for now serves only after its cold start (and a node's boot when no GPU is
 free), so the policy must size for the rate at `now + lead`, not the rate it sees; and the
-rate it sees is already a scrape plus a query old. Three estimates come back, and the policy
+rate it sees is already a scrape plus a query old. Five estimates come back, and the policy
 decides how to combine them:
 
 - `level`: the mean over a short window, what the service gets now;

@@ -2,8 +2,9 @@
 
 Users do not set these one by one: they set a target attainment
 (`WorkloadConfig.target_attainment`), and `knob.apply` maps it onto every setting that
-trades cost for attainment. The policy (`gpufleet_policy`) reads them; the simulator's
-`--set` and the benchmarks override them by name. Pure: plain values.
+trades cost for attainment. The policy (`gpufleet_policy`) reads them; the benchmarks'
+`--set` (`bench.overrides`: `bench.tuning_grid`, `bench.sim_minutes`) overrides them by
+name. Pure: plain values.
 """
 
 import math

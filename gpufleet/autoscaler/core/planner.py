@@ -2,9 +2,11 @@
 
 Pure: the policies say how many replicas each workload needs (and how many warm
 placeholders for demand due within node provisioning); this module turns that into what
-the cluster must hold, as a frozen `CapacityPlan` that a later controller applies as
-placeholder pods and NodePool / node-group sizes. It never reads the cluster: a node count
-here is what the demand needs, not what exists.
+the cluster must hold, as a frozen `CapacityPlan`. The live controller plans through
+`nodepools` to cut each workload's headroom (placeholder pods, CapacityBuffers) to what its
+Karpenter NodePool's limits leave; Karpenter or the Cluster Autoscaler then sizes the node
+groups from the pods. The simulator packs its nodes with `pack_nodes`. It never reads the
+cluster: a node count here is what the demand needs, not what exists.
 
 The three steps:
 

@@ -29,8 +29,8 @@ class Reason(StrEnum):
     RATE_LIMITED = "RateLimited"  # held by a scale-up or scale-down rate policy
     BOUNDED = "Bounded"  # clamped to min or max replicas
     MISSING_METRICS = "MissingMetrics"  # held: never scale down on missing data
-    # Observed TTFT / queue wait corrected the sizing upward (issue 17's SLO feedback term,
-    # `binding.Term.SLO_FEEDBACK`); reserved so the name is fixed before the term lands.
+    # Observed TTFT / queue wait corrected the sizing upward (the SLO feedback term,
+    # `binding.Term.SLO_FEEDBACK`).
     SLO_FEEDBACK = "SLOFeedback"
 
 

@@ -77,9 +77,11 @@ class Cluster:
     # --- reads ---
 
     def view(self) -> ClusterView:
-        """Everything a tick reads, in eight list calls, ten where Karpenter is installed
-        (Kueue's Workloads and ResourceFlavors), eleven where it has NodePools (their
-        nodes); the lists of a CRD that is not installed answer 404 and count as none."""
+        """Everything a tick reads, in eight list calls (NodePools among them); where
+        Karpenter's NodePool CRD is installed also Kueue's Workloads, their
+        ResourceFlavors where any Workload exists, and the pools' nodes where any NodePool
+        exists: at most eleven. The lists of a CRD that is not installed answer 404 and
+        count as none."""
         scales: dict[tuple[str, str, str], ScaleView] = {}
         templates: dict[tuple[str, str, str], dict[str, Any]] = {}
         for kind, call in (

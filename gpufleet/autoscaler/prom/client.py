@@ -1,7 +1,7 @@
 """Prometheus' HTTP API (`/api/v1/query_range`), with plain aiohttp.
 
-The popular Python client is synchronous and pulls in pandas; the controller needs two
-endpoints, a timeout per query and its errors sorted by kind. Answers are parsed into
+The popular Python client is synchronous and pulls in pandas; the controller needs one
+endpoint, a timeout per query and its errors sorted by kind. Answers are parsed into
 `RangeSeries` (labels and (time, value) samples); NaN and infinite samples are dropped,
 since a policy must see a missing value as missing, never as a number.
 """

@@ -94,8 +94,8 @@ class SimulateSettings(BaseSettings):
         "GPUFLEET_SIM_SEED",
         "--seed",
         group=RUN,
-        help="Seed of the --scale copies' jitter; the same seed gives the same numbers, byte "
-        "for byte.",
+        help="Seed of the --scale copies' jitter and of the --workload generator; the same "
+        "seed gives the same numbers, byte for byte.",
     )
     sweep: bool = setting(
         False,

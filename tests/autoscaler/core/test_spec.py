@@ -6,6 +6,7 @@ import pytest
 import yaml
 from helpers import REPO
 
+from gpufleet.autoscaler.core.binding import Term
 from gpufleet.autoscaler.core.spec import FIELDS, Rule, SpecError, parse_spec
 from gpufleet.autoscaler.core.workload import (
     RateKind,
@@ -47,6 +48,15 @@ def test_the_python_model_and_the_crd_agree() -> None:
     assert (crd["spec"]["group"], version["name"]) == ("autoscaling.gpufleet.dev", "v1alpha1")
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert schema_rules(spec) == FIELDS
+
+
+def test_the_crd_names_every_term_that_can_bind_a_decision() -> None:
+    crd = yaml.safe_load(CRD.read_text())
+    (version,) = crd["spec"]["versions"]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    described = status["boundBy"]["description"]
+    listed = described.split(": ", 1)[1].rstrip(".").replace(" or ", ", ").split(", ")
+    assert listed == [t.value for t in Term]
 
 
 def gpa(spec: dict[str, Any]) -> dict[str, Any]:
