@@ -1,8 +1,9 @@
 """The exporter's settings: dcgm-exporter's flags and env vars, plus gpufleet's own.
 
 Every flag in dcgm-exporter's `pkg/cmd/app.go`, as gpufleet last compared them, is
-accepted with its name, alias, env var and default, booleans in urfave/cli's `--flag=false`
-form too, so an existing DaemonSet spec works unchanged. Flags that only make sense with
+accepted with its name, alias, env var and default (but `-c`: 5 s, not 30 s, its help says
+why), booleans in urfave/cli's `--flag=false` form too, so an existing DaemonSet spec works
+unchanged. Flags that only make sense with
 DCGM itself (host engine, DCGM logs, debug dumps, pprof, bind/unbind watch) are in the
 IGNORED group: accepted, and warned about at startup when set to other than the default.
 """

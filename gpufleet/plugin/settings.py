@@ -189,7 +189,7 @@ class PluginSettings(BaseSettings):
         "--kubelet-socket",
         group=NVIDIA,
         help="The kubelet's registration socket; the plugin sockets go in its directory. "
-        "Empty: serve without registering (tests).",
+        "Empty: serve without registering (tests). [file: flags.plugin.kubeletSocket]",
     )
     config_file: str = setting(
         "",
@@ -205,7 +205,8 @@ class PluginSettings(BaseSettings):
         "--cdi-feature-flags",
         group=NVIDIA,
         repeat=True,
-        help="nvidia-ctk's CDI generation feature flags (Helm's cdi.featureFlags). Accepted "
+        help="nvidia-ctk's CDI generation feature flags (NVIDIA's chart's cdi.featureFlags). "
+        "Accepted "
         "and ignored with a warning: gpufleet's CDI specs have no optional features.",
     )
     cdi_disable_hooks: str = setting(

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.plugin.core import config_parse
 from gpufleet.plugin.core.config import ConfigError, PluginConfig, SharingKind
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 from gpufleet.settings import SettingsError, build_parser, load_settings
@@ -397,3 +398,14 @@ def test_node_labels_api_needs_the_node_name(monkeypatch):
         resolve_config(load(["--node-labels-api"], monkeypatch))
     settings = load(["--node-labels-api"], monkeypatch, {"NODE_NAME": "gpu-0"})
     assert resolve_config(settings)[0] == PluginConfig()
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [(f"flags.{k}", attr) for k, (attr, _) in config_parse.FLAG_KEYS.items()]
+    + [(f"flags.plugin.{k}", attr) for k, (attr, _) in config_parse.PLUGIN_KEYS.items()],
+)
+def test_help_names_the_config_file_key_a_flag_overrides(path, field):
+    """The flag table's `[file: ...]` tags come from the help: each key the config file
+    reads names its flag's help, so the README says which key each flag overrides."""
+    assert f"[file: {path}]" in PluginSettings.model_fields[field].description

@@ -3,12 +3,13 @@ pod sharing an entity uses of it.
 
 Pure: no I/O, no clock, no logging. The adapters gather the kubelet's view
 (`pods.podresources`) and the pid -> pod UID map (`pods.procfs`); this module joins them
-with one collection, placing each device ID through `device_placement`. It never guesses: a device ID it cannot place, or a sharing pod whose
-UID it cannot resolve, is left out and counted, never attributed by heuristics; a shared
-entity whose per-process data NVML could not give gets no per-pod values (counted
-unsplit), so its device series keeps the whole value rather than pods a made-up one.
-Each pod also gets its part of the physical GPU (`PodShare.gpu_share`), by SM activity,
-memory, or allocation, so power and energy can be charged to it.
+with one collection, placing each device ID through `device_placement`. It never guesses: a
+device ID it cannot place, or a sharing pod whose UID it cannot resolve, is left out and
+counted, never attributed by heuristics; a shared entity whose per-process data NVML could
+not give gets no per-pod values (counted unsplit), so its device series keeps the whole
+value rather than pods a made-up one. Each pod also gets its part of the physical GPU
+(`PodShare.gpu_share`), by SM activity, memory, or allocation, so power and energy can be
+charged to it.
 
 Terminated pods: kubelets before 1.34 list them too (dcgm-exporter #140). Since 1.16 `List`
 first frees the devices of pods in a terminal phase, so such a pod is listed without

@@ -2,7 +2,8 @@
 
 Runs once per collection, never per scrape; the result is published as an `Exposition`
 holding every encoding served (Prometheus text 0.0.4, OpenMetrics 1.0.0 when enabled, each
-also gzipped), so a scrape only picks bytes. Label values and help texts are escaped here
+also gzipped: text only while scrapers ask for it, see `http.store`), so a scrape only
+picks bytes. Label values and help texts are escaped here
 (dcgm-exporter's template does not escape, which corrupts the exposition on a quote in a
 model name).
 
@@ -25,7 +26,7 @@ from gpufleet.exporter.core.series import Labels, MetricFamily
 
 # Measured on a 1.9 MB exposition (8 GPUs x 7 MIG slices x 4 pods, 5,600 series): level 1
 # gives 53 KB in 2.5 ms, level 4 43 KB in 6.5 ms, level 6 (zlib's default) 42 KB in 10 ms,
-# level 9 39 KB in 24 ms. Both encodings are compressed on every collection, which runs
+# level 9 39 KB in 24 ms. What is served gzipped is compressed on every collection, which runs
 # more often than Prometheus scrapes (5 s vs 15-30 s), so CPU is paid more often than bytes
 # are sent; level 1 already compresses 35x and the ~10 KB a scrape it leaves is noise.
 GZIP_LEVEL = 1

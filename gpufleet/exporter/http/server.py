@@ -1,7 +1,8 @@
 """The exporter's HTTP(S) endpoints: `/metrics`, `/health` and a landing page at `/`.
 
 Exists to serve what the collector already rendered: a scrape is a dict lookup, a choice
-between four prebuilt byte strings and a write. It must never collect, render, call NVML or
+between up to four prebuilt byte strings and a write (gzip text is built only while
+scrapers ask for it: `store`). It must never collect, render, call NVML or
 the kubelet, or log per request.
 
 Decisions:

@@ -1,7 +1,8 @@
 """What the Kubernetes API said, as the collector reads it: plain records only.
 
-Apart from `metadata` so that importing it costs nothing: the collector always reads a view,
-while the kubernetes client (tens of MiB) is imported only when a flag needs the API.
+Apart from `metadata`, which builds these, so that the records cost no import of the
+kubernetes client (tens of MiB); without a flag that needs the API the collector reads no
+view and loads neither.
 """
 
 from collections.abc import Mapping

@@ -142,7 +142,7 @@ def _unknown(key: str, keys: tuple[str, ...]) -> str:
 
 
 # file key -> (Flags attribute, bool or the allowed strings; () means any string)
-_FLAG_KEYS: dict[str, tuple[str, Any]] = {
+FLAG_KEYS: dict[str, tuple[str, Any]] = {
     "migStrategy": ("mig_strategy", MIG_STRATEGIES),
     "failOnInitError": ("fail_on_init_error", bool),
     "mpsRoot": ("mps_root", ()),
@@ -153,7 +153,7 @@ _FLAG_KEYS: dict[str, tuple[str, Any]] = {
     "mofedEnabled": ("mofed_enabled", bool),
     "deviceDiscoveryStrategy": ("device_discovery_strategy", DEVICE_DISCOVERY_STRATEGIES),
 }
-_PLUGIN_KEYS: dict[str, tuple[str, Any]] = {
+PLUGIN_KEYS: dict[str, tuple[str, Any]] = {
     "passDeviceSpecs": ("pass_device_specs", bool),
     "deviceIDStrategy": ("device_id_strategy", DEVICE_ID_STRATEGIES),
     "cdiAnnotationPrefix": ("cdi_annotation_prefix", ()),
@@ -182,16 +182,16 @@ def _scalars(reader: _Reader, raw: dict, path: str, table: dict) -> dict[str, An
 
 
 def _flags(reader: _Reader, value: Any) -> Flags:
-    keys = (*_FLAG_KEYS, *_IGNORED_FLAG_KEYS, "plugin", "gfd")
+    keys = (*FLAG_KEYS, *_IGNORED_FLAG_KEYS, "plugin", "gfd")
     raw = reader.mapping(value, "flags", keys)
     for key, why in _IGNORED_FLAG_KEYS.items():
         if key in raw:
             reader.boolean(raw[key], f"flags.{key}")
             reader.warn(f"flags.{key}", f"ignored ({why})")
     # `gfd` configures GPU feature discovery, which reads the same file; it is GFD's to check.
-    plugin_keys = (*_PLUGIN_KEYS, "deviceListStrategy", "cdiFeatureFlags")
+    plugin_keys = (*PLUGIN_KEYS, "deviceListStrategy", "cdiFeatureFlags")
     plugin_raw = reader.mapping(raw.get("plugin"), "flags.plugin", plugin_keys)
-    plugin = _scalars(reader, plugin_raw, "flags.plugin", _PLUGIN_KEYS)
+    plugin = _scalars(reader, plugin_raw, "flags.plugin", PLUGIN_KEYS)
     if "deviceListStrategy" in plugin_raw:
         plugin["device_list_strategy"] = reader.convert(
             "flags.plugin.deviceListStrategy",
@@ -203,7 +203,7 @@ def _flags(reader: _Reader, value: Any) -> Flags:
             "flags.plugin.cdiFeatureFlags",
             "ignored (gpufleet's CDI specs take no nvcdi feature flags)",
         )
-    return Flags(**_scalars(reader, raw, "flags", _FLAG_KEYS), plugin=PluginFlags(**plugin))
+    return Flags(**_scalars(reader, raw, "flags", FLAG_KEYS), plugin=PluginFlags(**plugin))
 
 
 def _resource_name(reader: _Reader, value: Any, path: str) -> str:
