@@ -80,6 +80,11 @@ def test_plugin_args_and_configs_parse(value_set, tmp_path, monkeypatch):
         config, warnings = resolve_config(settings)
         assert warnings == (), key
         check_config(settings, config)
+        # Where a cdi-* strategy writes its specs: mounted, and writable.
+        first_cdi_dir = settings.cdi_spec_dirs.split(",")[0]
+        mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
+        assert first_cdi_dir in mounts, key
+        assert not mounts[first_cdi_dir].get("readOnly"), key
         if "migStrategy" in values:
             assert config.flags.mig_strategy == values["migStrategy"], key
     if values.get("config", {}).get("map"):
@@ -184,3 +189,36 @@ def test_no_web_config_by_default_nor_without_the_plugin_metrics_port(tmp_path, 
     values = {"devicePlugin": {"metricsAddress": "", "webConfig": {"secret": "plugin-web"}}}
     objects = render(values, tmp_path=tmp_path)
     assert _web_config(objects, monkeypatch, "plugin", PluginSettings) == (None, None)
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_gfd_labels_go_where_the_chart_lets_them(value_set, tmp_path, monkeypatch):
+    """devicePlugin.nodeLabels: "api" sets them on the node (its name from the downward
+    API, RBAC to get and patch nodes, a token), "nfd" writes NFD's feature file into the
+    host's features.d mounted writable, "" does neither and does not look for features.d."""
+    values, apis = VALUE_SETS[value_set]
+    objects = render(values, tmp_path=tmp_path, api_versions=apis)
+    daemonset = find(objects, "DaemonSet", "-plugin")
+    ctr = container(daemonset, "plugin")
+    settings = parse(PluginSettings, ctr, monkeypatch)
+    mode = values.get("devicePlugin", {}).get("nodeLabels", "")
+    rules = [
+        rule
+        for o in objects
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-plugin")
+        for rule in o["rules"]
+    ]
+    patches_nodes = any("nodes" in r["resources"] and "patch" in r["verbs"] for r in rules)
+    assert settings.node_labels_api is (mode == "api")
+    assert patches_nodes is (mode == "api")
+    if mode == "api":
+        assert settings.node_name == "gpu-node-1"
+        assert daemonset["spec"]["template"]["spec"].get("automountServiceAccountToken", True)
+        assert find(objects, "ServiceAccount", "-plugin")["automountServiceAccountToken"]
+    mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
+    if mode == "nfd":
+        directory = str(Path(settings.node_labels_file).parent)
+        assert directory in mounts
+        assert not mounts[directory].get("readOnly")
+    else:
+        assert settings.node_labels_file == ""

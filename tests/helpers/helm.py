@@ -151,6 +151,9 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         },
         (PROMETHEUS_OPERATOR,),
     ),
+    # GFD's labels published by the plugin: on the Node through the API, or for NFD
+    "node-labels-api": ({"devicePlugin": {"nodeLabels": "api"}}, (PROMETHEUS_OPERATOR,)),
+    "node-labels-nfd": ({"devicePlugin": {"nodeLabels": "nfd"}}, (PROMETHEUS_OPERATOR,)),
     # everything off by default turned on, and the exporter without pod attribution
     "all-options": (
         {
