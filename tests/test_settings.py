@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from pydantic import AliasChoices
+from pydantic import AliasChoices, ValidationError
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
+from gpufleet.autoscaler.replay.settings import SimulateSettings
 from gpufleet.autoscaler.settings import AutoscalerSettings
 from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.plugin.settings import PluginSettings
@@ -393,3 +394,59 @@ def test_exporter_settings_leave_no_abc_cache_entries():
         [sys.executable, "-c", _ABC_CHILD], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "0"
+
+
+def _float_fields(settings_cls: type[BaseSettings]) -> list[str]:
+    return [
+        name
+        for name, info in settings_cls.model_fields.items()
+        if info.annotation in (float, float | None)
+    ]
+
+
+@pytest.mark.parametrize(
+    "settings_cls", [ExporterSettings, PluginSettings, AutoscalerSettings, SimulateSettings]
+)
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+def test_no_float_setting_takes_inf_or_nan(settings_cls, value):
+    """A duration or rate of inf is a typo: it crashed the simulator's oracle and killed the
+    exporter's collector thread while the daemon served on."""
+    fields = _float_fields(settings_cls)
+    assert fields
+    for name in fields:
+        with pytest.raises(ValidationError, match="finite number"):
+            settings_cls(**{name: value})
+
+
+@pytest.mark.parametrize(
+    ("settings_cls", "argv", "message"),
+    [
+        (
+            AutoscalerSettings,
+            ["--lease-duration-seconds", "5", "--renew-deadline-seconds", "5"],
+            "invalid flag --renew-deadline-seconds: must be shorter than "
+            "--lease-duration-seconds (5)",
+        ),
+        (
+            AutoscalerSettings,
+            ["--prometheus-url", "prometheus:9090"],
+            "invalid flag --prometheus-url: not an http:// or https:// URL",
+        ),
+        (
+            SimulateSettings,
+            ["--trace", "t.csv", "--min-replicas", "5", "--max-replicas", "2"],
+            "invalid flag --max-replicas: is below --min-replicas (5)",
+        ),
+        (
+            PluginSettings,
+            ["--metrics-address", "nope"],
+            "invalid flag --metrics-address: listen address 'nope': missing port",
+        ),
+    ],
+    ids=["lease", "prometheus url", "replicas", "plugin metrics address"],
+)
+def test_settings_that_contradict_or_cannot_work_name_the_flag(settings_cls, argv, message):
+    parser = build_parser(settings_cls, prog="gpufleet", description="")
+    with pytest.raises(SettingsError) as exc:
+        load_settings(settings_cls, parser, argv)
+    assert message in str(exc.value)

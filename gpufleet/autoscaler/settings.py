@@ -1,8 +1,9 @@
 """`gpufleet autoscaler` flags and env vars (pydantic-settings; see gpufleet.settings)."""
 
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices
+from pydantic import AliasChoices, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.settings import kube_url_setting, kubeconfig_setting, setting
@@ -17,7 +18,8 @@ OPS = "operations"
 class AutoscalerSettings(BaseSettings):
     """All autoscaler settings. Field descriptions are the --help text."""
 
-    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid")
+    # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
+    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
 
     prometheus_url: str = setting(
         "http://127.0.0.1:9090",
@@ -187,3 +189,19 @@ class AutoscalerSettings(BaseSettings):
     log_format: Literal["text", "json"] = setting(
         "text", "GPUFLEET_LOG_FORMAT", "--log-format", group=OPS, help="text or json lines."
     )
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("not an http:// or https:// URL")
+        return value
+
+    @field_validator("renew_deadline_seconds")
+    @classmethod
+    def _renew_before_the_lease_ends(cls, value: float, info: ValidationInfo) -> float:
+        lease = info.data.get("lease_duration_seconds")
+        if lease is not None and not value < lease:
+            raise ValueError(f"must be shorter than --lease-duration-seconds ({lease:g})")
+        return value

@@ -38,7 +38,8 @@ IGNORED = "accepted for compatibility, no effect (DCGM-only)"
 class ExporterSettings(BaseSettings):
     """All exporter settings. Field descriptions are the --help text."""
 
-    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid")
+    # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
+    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
 
     collectors: Path = setting(
         DCGM_DEFAULT_COLLECTORS,

@@ -1,7 +1,9 @@
 """A configured API client: in-cluster, from a kubeconfig, or at a URL."""
 
 import os
+from urllib.parse import urlsplit
 
+import yaml
 from kubernetes import client, config
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -18,6 +20,9 @@ def api_client(
     source = url or kubeconfig or ("in-cluster" if in_cluster else "the default kubeconfig")
     try:
         if url:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError("not an http:// or https:// URL")
             configuration.host = url
         elif kubeconfig:
             config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
@@ -25,8 +30,21 @@ def api_client(
             config.load_incluster_config(client_configuration=configuration)
         else:
             config.load_kube_config(client_configuration=configuration)
-    except (config.ConfigException, OSError) as err:
-        raise ValueError(f"cannot configure the Kubernetes client from {source}: {err}") from None
+    # A kubeconfig that is not YAML, or YAML of the wrong shape, fails inside the client's
+    # loader with whatever its parsing hit: each is one bad file, said as one.
+    except (
+        config.ConfigException,
+        OSError,
+        ValueError,  # UnicodeDecodeError too
+        TypeError,
+        AttributeError,
+        KeyError,
+        yaml.YAMLError,
+    ) as err:
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise ValueError(
+            f"cannot configure the Kubernetes client from {source}: {reason}"
+        ) from None
     configuration.retries = False  # a controller retries at its next tick, not inside a call
     api = client.ApiClient(configuration)
     api.user_agent = user_agent

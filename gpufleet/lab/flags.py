@@ -2,6 +2,7 @@
 whole stack on one machine. A bad value is argparse's one line naming the flag."""
 
 import argparse
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,8 @@ def _at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{text} is below the minimum of {minimum}")
         return value

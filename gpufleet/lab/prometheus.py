@@ -26,6 +26,9 @@ def check_free(host: str, port: int, flag: str) -> None:
     """Raise OSError naming `flag` when host:port is taken (a child's own error would be
     buried in its log, after the lab said it runs)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # As the children bind (Go and aiohttp set it): a port left in TIME_WAIT by the last
+        # lab is free to them, while one with a listener still is not (on Linux).
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as err:

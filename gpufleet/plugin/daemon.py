@@ -292,6 +292,11 @@ def start_plugin(
     built = _build(settings, config, lib, stats=stats, mig_minors_path=mig_minors_path)
     services = built.services
     kubelet = config.flags.plugin.kubelet_socket
+    if not plugin_dir.is_dir():  # said here, before gRPC logs its own lines about it
+        raise StartupError(
+            f"cannot serve the plugin sockets in {plugin_dir}: no such directory "
+            f"(the --kubelet-socket's, {kubelet or 'unset'})"
+        )
     try:
         runner = PluginRunner(
             services,

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import AliasChoices, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpufleet.core.listen import parse_listen_address
 from gpufleet.plugin.core.config import (
     DEFAULT_KUBELET_SOCKET,
     OVERRIDABLE,
@@ -36,7 +37,8 @@ LABELS = "node labels, as GPU Feature Discovery's"
 class PluginSettings(BaseSettings):
     """All device plugin settings. Field descriptions are the --help text."""
 
-    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid")
+    # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
+    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
 
     mig_strategy: Literal["none", "single", "mixed"] = setting(
         "none",
@@ -327,6 +329,13 @@ class PluginSettings(BaseSettings):
     @classmethod
     def _imex_ids(cls, value: str) -> str:
         return ",".join(str(i) for i in _channel_ids(value))
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _listen_address(cls, value: str) -> str:
+        if value:
+            parse_listen_address(value)
+        return value
 
 
 def _channel_ids(value: str) -> tuple[int, ...]:

@@ -398,7 +398,10 @@ def test_a_plugin_directory_it_cannot_serve_in_is_a_startup_error(tmp_path):
     config, _ = resolve_config(settings)
     missing = tmp_path / "no-such-dir"
     try:
-        with pytest.raises(StartupError, match=f"cannot serve the plugin sockets in {missing}"):
+        with pytest.raises(
+            StartupError,
+            match=f"cannot serve the plugin sockets in {missing}: no such directory",
+        ):
             start_plugin(settings, config, sim, plugin_dir=missing)
     finally:
         sim.close()
@@ -410,6 +413,7 @@ def test_a_plugin_directory_too_long_for_a_socket_is_a_startup_error_that_says_s
     settings = PluginSettings(kubelet_socket="")
     config, _ = resolve_config(settings)
     deep = tmp_path / ("d" * 100)
+    deep.mkdir()
     try:
         with pytest.raises(StartupError, match="longer than 107 bytes, the unix socket limit"):
             start_plugin(settings, config, sim, plugin_dir=deep)

@@ -15,6 +15,7 @@ A stream waits through NOT_FOUND and UNAVAILABLE instead: it has nothing to push
 
 import asyncio
 import logging
+import ssl
 from collections.abc import AsyncIterator
 
 import grpc
@@ -132,7 +133,8 @@ def _spec(trigger: ScalerTrigger) -> pb.GetMetricSpecResponse:
 def tls_credentials(cert_file: str, key_file: str, client_ca_file: str) -> grpc.ServerCredentials:
     """Server TLS for KEDA's `enableTLS`; with a client CA, KEDA must present a certificate
     it signed (the trigger's `tlsClientCert`/`tlsClientKey`). Raises ValueError naming the
-    file that cannot be read."""
+    file that cannot be read or is not PEM; they are checked with `ssl` first, since gRPC
+    only logs its own lines and then fails to bind."""
 
     def read(path: str) -> bytes:
         try:
@@ -141,9 +143,20 @@ def tls_credentials(cert_file: str, key_file: str, client_ca_file: str) -> grpc.
         except OSError as err:
             raise ValueError(f"cannot read {path}: {err.strerror or err}") from None
 
+    key, cert = read(key_file), read(cert_file)
     client_ca = read(client_ca_file) if client_ca_file else None
+    check = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        check.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as err:
+        raise ValueError(f"cannot load {cert_file} / {key_file}: {err}") from None
+    if client_ca is not None:
+        try:
+            check.load_verify_locations(cafile=client_ca_file)
+        except (OSError, ssl.SSLError) as err:
+            raise ValueError(f"cannot load {client_ca_file}: {err}") from None
     return grpc.ssl_server_credentials(
-        [(read(key_file), read(cert_file))],
+        [(key, cert)],
         root_certificates=client_ca,
         require_client_auth=client_ca is not None,
     )

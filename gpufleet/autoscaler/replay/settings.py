@@ -41,7 +41,8 @@ _TUNING = Tuning()
 class SimulateSettings(BaseSettings):
     """All `gpufleet simulate` settings. Field descriptions are the --help text."""
 
-    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid")
+    # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
+    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
 
     trace: str = setting(
         "",
@@ -356,6 +357,14 @@ class SimulateSettings(BaseSettings):
             raise ValueError("no policy given")
         policies.check_names(names)
         return ",".join(names)
+
+    @field_validator("max_replicas")
+    @classmethod
+    def _max_at_least_min(cls, value: int, info: ValidationInfo) -> int:
+        low = info.data.get("min_replicas")
+        if low is not None and value < low:
+            raise ValueError(f"is below --min-replicas ({low})")
+        return value
 
     @field_validator("gpufleet_target_attainment")
     @classmethod

@@ -19,6 +19,9 @@ from gpufleet.autoscaler.replay.core.trace import (
 _COLUMNS = ("timestamp", "contexttokens", "generatedtokens")
 # "2023-11-16 18:17:03.9799600" has 7 fractional digits; numpy parses at most 6 (us).
 _TIMESTAMP_CHARS = 26
+# Longer than any model's context window (10M tokens at most today): a count above it is a
+# typo, and replaying it would size the simulator's arrays by it.
+MAX_TOKENS = 10_000_000
 
 
 class TraceError(ValueError):
@@ -36,7 +39,7 @@ def load_trace(path: str | Path, *, scale: int = 1, seed: int = 0) -> Trace:
     their shape and timing. The name is the file stem, with `-x{K}` appended when scaled.
 
     Raises TraceError naming the file and line for: an empty file, a missing column, a bad
-    timestamp, a token count that is negative or not an integer.
+    timestamp, a token count that is negative, over MAX_TOKENS or not an integer.
     """
     if scale < 1:
         raise ValueError(f"scale must be >= 1, got {scale}")
@@ -94,6 +97,8 @@ def _tokens(path: Path, line: int, text: str, column: str) -> int:
         raise TraceError(f"{path}:{line}: {column} {text!r} is not an integer") from None
     if value < 0:
         raise TraceError(f"{path}:{line}: {column} {value} is negative")
+    if value > MAX_TOKENS:
+        raise TraceError(f"{path}:{line}: {column} {value} is over {MAX_TOKENS:,} tokens")
     return value
 
 

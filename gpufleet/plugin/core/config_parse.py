@@ -141,6 +141,10 @@ def _unknown(key: str, keys: tuple[str, ...]) -> str:
     return f"unknown key, ignored as NVIDIA's plugin does{hint}"
 
 
+# Replicas per GPU (NVIDIA sets no bound): every replica is a device ID the plugin builds
+# and the kubelet lists, and a ListAndWatch answer must fit gRPC's 4 MiB; far above any
+# sharing that still gives each replica work to do.
+MAX_REPLICAS = 1024
 # file key -> (Flags attribute, bool or the allowed strings; () means any string)
 FLAG_KEYS: dict[str, tuple[str, Any]] = {
     "migStrategy": ("mig_strategy", MIG_STRATEGIES),
@@ -289,6 +293,11 @@ def _resource(reader: _Reader, item: Any, path: str, rename_by_default: bool) ->
     if replicas < 2:
         raise reader.fail(
             _join(path, "replicas"), f"number of replicas must be >= 2, got {replicas}"
+        )
+    if replicas > MAX_REPLICAS:
+        raise reader.fail(
+            _join(path, "replicas"),
+            f"number of replicas must be <= {MAX_REPLICAS}, got {replicas}",
         )
     if "rename" in raw:
         rename = _resource_name(reader, raw["rename"], _join(path, "rename"))

@@ -282,3 +282,14 @@ def test_an_unreadable_tls_file_is_named(tmp_path) -> None:
     pki = make_pki(tmp_path)
     with pytest.raises(ValueError, match=r"cannot read /nonexistent/tls\.crt: No such file"):
         tls_credentials("/nonexistent/tls.crt", str(pki.server_key), "")
+
+
+def test_a_tls_file_that_is_not_pem_is_named(tmp_path) -> None:
+    """gRPC would only log its own lines and then fail to bind: checked first, by name."""
+    pki = make_pki(tmp_path)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_bytes(b"\x00\x85 not a certificate")
+    with pytest.raises(ValueError, match=f"cannot load {garbage} / {pki.server_key}: "):
+        tls_credentials(str(garbage), str(pki.server_key), "")
+    with pytest.raises(ValueError, match=f"cannot load {garbage}: "):
+        tls_credentials(str(pki.server_cert), str(pki.server_key), str(garbage))

@@ -88,6 +88,11 @@ def test_unsorted_rows_are_sorted_stably(tmp_path: Path) -> None:
             id="negative-prompt",
         ),
         pytest.param(
+            HEADER + "2023-11-16 00:00:00,99999999999999,5\n",
+            "t.csv:2: ContextTokens 99999999999999 is over 10,000,000 tokens",
+            id="prompt-over-any-context",
+        ),
+        pytest.param(
             HEADER + "2023-11-16 00:00:00,4,1.5\n",
             "t.csv:2: GeneratedTokens '1.5' is not an integer",
             id="fractional-output",

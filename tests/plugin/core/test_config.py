@@ -235,6 +235,11 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
             ">= 2, got 1",
         ),
         (
+            TS.replace("replicas: 2", "replicas: 99999999999999999999"),
+            "config.yaml: sharing.timeSlicing.resources[0].replicas: number of replicas must be "
+            "<= 1024, got 99999999999999999999",
+        ),
+        (
             TS.replace("replicas: 2", "replicas: '4'"),
             "config.yaml: sharing.timeSlicing.resources[0].replicas: expected an integer, got a "
             "str",
@@ -332,6 +337,7 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
         "bad device ID strategy",
         "bad discovery strategy",
         "one replica (NVIDIA #1548)",
+        "more replicas than a device list holds",
         "replicas as a string",
         "fractional replicas",
         "missing replicas",
