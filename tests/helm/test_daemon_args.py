@@ -55,6 +55,8 @@ def test_exporter_args_parse(value_set, tmp_path, monkeypatch):
     assert settings.node_name == "gpu-node-1"
     port = ctr["ports"][0]["containerPort"]
     assert settings.address.endswith(f":{port}")
+    # the dashboards' time-slicing panels read the vgpu label, which needs -k
+    assert settings.kubernetes_virtual_gpus is settings.kubernetes
 
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))

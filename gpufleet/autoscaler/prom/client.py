@@ -19,7 +19,7 @@ from gpufleet.autoscaler.core.gather import RangeSeries
 
 
 class PromErrorKind(StrEnum):
-    """The `kind` label of gpufleet_autoscaler_prometheus_errors_total."""
+    """The `kind` of gpufleet_autoscaler_errors_total, after "prometheus_"."""
 
     UNAVAILABLE = "unavailable"  # connection refused or reset, 5xx
     TIMEOUT = "timeout"  # no answer within the query timeout
