@@ -18,6 +18,13 @@ COMMANDS = ("exporter", "plugin", "autoscaler", "lab", "simulate", "version")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _dispatch(argv)
+    except KeyboardInterrupt:  # Ctrl-C before a daemon's own handler is in place
+        return 130
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, end="")

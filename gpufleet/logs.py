@@ -6,8 +6,10 @@ Daemons log through stdlib `logging` with module loggers; structured context goe
 
 import json
 import logging
+import math
 import sys
 import time
+from collections.abc import Callable
 
 
 class _TextFormatter(logging.Formatter):
@@ -46,3 +48,64 @@ def setup_logging(*, debug: bool, json_format: bool) -> None:
     # aiohttp's access log (the autoscaler's external metrics API, the lab's servers) would
     # add a line per request.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+class OutageLog:
+    """A dependency that keeps failing, logged as its transitions rather than per attempt.
+
+    One warning when it starts failing (and when the reason changes), then one every
+    `remind_seconds` while it keeps failing, saying how many failures there were since; one
+    line when it works again. A loop that retries every second thus logs a handful of lines
+    a day for a dependency down all day, and its self-metrics count every failure.
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        *,
+        remind_seconds: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._logger = logger
+        self._what = what
+        self._remind_seconds = remind_seconds
+        self._clock = clock
+        self._key: str | None = None  # what the last line logged said failed
+        self._failures = 0  # since the last line logged
+        self._total = 0  # since it started failing
+        self._logged_at = -math.inf
+
+    @property
+    def failing(self) -> bool:
+        return self._total > 0
+
+    @property
+    def failures(self) -> int:
+        """Failures since it started failing (0 while it works)."""
+        return self._total
+
+    def failed(self, reason: str, *, kind: str | None = None) -> None:
+        """One failure; `kind` (else the reason itself) tells a new reason from the same
+        one said differently (an error's text may name a new object each time)."""
+        now = self._clock()
+        self._failures += 1
+        self._total += 1
+        key = reason if kind is None else kind
+        if key != self._key:
+            self._logger.warning("%s: %s", self._what, reason)
+        elif now - self._logged_at >= self._remind_seconds:
+            self._logger.warning(
+                "%s: %s (still, %d failures since the last line)",
+                self._what,
+                reason,
+                self._failures,
+            )
+        else:
+            return
+        self._key, self._failures, self._logged_at = key, 0, now
+
+    def recovered(self) -> None:
+        if self._total:
+            self._logger.info("%s: works again, after %d failures", self._what, self._total)
+        self._key, self._failures, self._total, self._logged_at = None, 0, 0, -math.inf

@@ -8,6 +8,7 @@ env var and its default can never drift apart. Precedence: flag > env var > defa
 import argparse
 import os
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, get_args, get_origin
 
@@ -280,9 +281,12 @@ def build_parser(
     )
     parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
     groups: dict[str, argparse._ArgumentGroup] = {}
+    env_only: list[str] = []
     for name, info in settings_cls.model_fields.items():
         flags = _flags(info)
         if not flags:
+            if _env_names(info):
+                env_only.append(_env_only_help(info))
             continue
         group = groups.setdefault(_group(info), parser.add_argument_group(_group(info)))
         env = " or ".join(_env_names(info))
@@ -299,7 +303,17 @@ def build_parser(
             if _repeats(info):
                 kwargs["action"] = JoinAction
         group.add_argument(*flags, **kwargs)
+    if env_only:  # argparse lists options only: these would be missing from --help
+        parser.epilog = "settings with no flag, set by env var only:\n" + "\n".join(env_only)
     return parser
+
+
+def _env_only_help(info: FieldInfo) -> str:
+    default = info.get_default(call_default_factory=True)
+    text = f"{' or '.join(_env_names(info))}: {info.description or ''}"
+    if default not in (None, "", False):
+        text += f" (default: {default})"
+    return textwrap.fill(text, width=79, initial_indent="  ", subsequent_indent="      ")
 
 
 def load_settings(

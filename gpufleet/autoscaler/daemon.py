@@ -37,7 +37,7 @@ from gpufleet.kube.connect import api_client
 from gpufleet.kube.errors import KubeError
 from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.lease import LeaderElector, LeaseConfig
-from gpufleet.logs import setup_logging
+from gpufleet.logs import OutageLog, setup_logging
 from gpufleet.settings import settings_from_argv
 
 log = logging.getLogger(__name__)
@@ -170,14 +170,16 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
         return 1
     campaign = asyncio.create_task(elector.run(), name="lease") if elector else None
     log.info("autoscaler %s started (leader election %s)", identity, "on" if elector else "off")
+    api_outage = OutageLog(log, "cannot list GPUAutoscalers")
     try:
         while not stop.is_set():
             try:
                 await controller.tick()
                 last_ok[0] = time.monotonic()
+                api_outage.recovered()
             except KubeError as err:
                 controller.stats.errors[f"kube_{err.kind}"] += 1
-                log.warning("cannot list GPUAutoscalers: %s", err)
+                api_outage.failed(str(err), kind=str(err.kind))
             with contextlib.suppress(TimeoutError):  # the next tick, or a signal sooner
                 await asyncio.wait_for(stop.wait(), timeout=settings.tick_seconds)
     finally:

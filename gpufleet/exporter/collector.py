@@ -32,7 +32,7 @@ from gpufleet.exporter.core.selfmetrics import SelfStats, self_families
 from gpufleet.exporter.core.series import SeriesOptions, build_families
 from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
 from gpufleet.exporter.http.store import ExpositionStore
-from gpufleet.exporter.nvml.reader import NvmlReader
+from gpufleet.exporter.nvml.reader import ERROR_KINDS, NvmlReader
 from gpufleet.exporter.nvml.xid import XidWatcher
 from gpufleet.heap import release_free_heap
 
@@ -264,7 +264,8 @@ class Collector:
         kubelet_errors: Mapping[str, int] = self._kubelet.errors() if self._kubelet else {}
         xid_errors = self._xid.errors if self._xid else 0
         with self._errors_lock:
-            errors = {**self._errors, "xid_watch": xid_errors}
+            # every kind from 0, so an increase() alert (GPUFallenOffBus) sees the first
+            errors = {**dict.fromkeys(ERROR_KINDS, 0), **self._errors, "xid_watch": xid_errors}
         server = self._server_stats
         return SelfStats(
             version=__version__,

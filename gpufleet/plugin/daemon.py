@@ -83,7 +83,8 @@ DESCRIPTION = """Advertise GPUs, MIG slices and time-sliced or MPS replicas to t
 (device plugin API v1beta1): a drop-in for NVIDIA's k8s-device-plugin, reading the same
 config file, flags and env vars. Unlike it, health recovers after a quiet period, every
 replica and MIG slice of a failing GPU goes unhealthy together, and preferred allocation
-never fails because a GPU is lost."""
+never fails because a GPU is lost. SIGHUP rereads the config file (a bad one is one line
+and the running config keeps serving); SIGTERM and SIGINT stop it."""
 
 
 def _allocator(devices: Mapping[str, AdvertisedDevice], options: AllocateOptions):
@@ -264,6 +265,8 @@ def _watch_health(
 
 
 def _publish_labels(settings: PluginSettings, config: PluginConfig, node: NodeGpus) -> None:
+    if not settings.node_labels_file and not settings.node_labels_api:
+        return  # published nowhere: not computed (reading sysfs would only warn)
     publish_labels(
         node,
         config,
@@ -411,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from_argv(
         PluginSettings, prog="gpufleet plugin", description=DESCRIPTION, argv=argv
     )
-    setup_logging(debug=False, json_format=False)
+    setup_logging(debug=settings.debug, json_format=settings.log_format == "json")
     try:
         config, warnings = resolve_config(settings)
         for warning in warnings:

@@ -283,6 +283,20 @@ class PluginSettings(BaseSettings):
         help="Prometheus exporter-toolkit web config (TLS, basic auth) for the self-metrics "
         "port, as the exporter's --web-config-file.",
     )
+    debug: bool = setting(
+        False,
+        "GPUFLEET_DEBUG",
+        "--debug",
+        group=GPUFLEET,
+        help="Debug logs (as the other daemons).",
+    )
+    log_format: Literal["text", "json"] = setting(
+        "text",
+        "GPUFLEET_LOG_FORMAT",
+        "--log-format",
+        group=GPUFLEET,
+        help="Log format: text or json (one object per line), as the other daemons.",
+    )
     health_recovery_seconds: float = setting(
         60.0,
         "GPUFLEET_HEALTH_RECOVERY",

@@ -52,6 +52,7 @@ from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.core.selectors import Requirement, SelectorError, parse_selector
 from gpufleet.kube.errors import KubeError, KubeErrorKind
 from gpufleet.kube.events import EventRecorder
+from gpufleet.logs import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,9 @@ class Controller:
         )
         self._headroom = HeadroomKeeper(cluster, self.stats)
         self._status = StatusWriter(cluster, events, self.stats, is_leader=is_leader)
+        # Every workload holds its count while a query fails (MissingMetrics): said in the
+        # log when it starts and ends, not at every tick.
+        self._prom_outage = OutageLog(log, "Prometheus queries fail; counts held")
 
     async def tick(self) -> None:
         """One pass over every GPUAutoscaler. Raises only if the API cannot list them."""
@@ -103,6 +107,10 @@ class Controller:
         for t in ticks:
             await self._read_target(t, view, index)
         missing = await self._gather.gather(ticks, self._workloads, now)
+        if missing:  # the query's kind, before its text: "unavailable: ..."
+            self._prom_outage.failed(missing, kind=missing.split(":", 1)[0])
+        else:
+            self._prom_outage.recovered()
         leader = self._is_leader()
         self.stats.leader = leader
         node_pods = Counter(p.node for p in pods if p.node and p.deleting_since is None)

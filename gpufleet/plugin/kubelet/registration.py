@@ -28,6 +28,7 @@ import grpc
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from gpufleet.kubelet.sockets import check_socket_path, wait_until_connectable
+from gpufleet.logs import OutageLog
 from gpufleet.plugin.kubelet.server import DevicePluginService
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,9 @@ class PluginRunner:
         self._plugin_dir = plugin_dir
         self._ready = ready
         self._waiting: dict[_Endpoint, str] = {}  # endpoint -> why it is not ready (logged)
+        # Retried every few seconds while the kubelet is away: logged as transitions.
+        self._no_kubelet = OutageLog(log, f"waiting for the kubelet socket {kubelet_socket}")
+        self._refused: dict[str, OutageLog] = {}  # resource -> its Register calls failing
         self._endpoints = [_Endpoint(s, plugin_dir / socket_name(s.resource)) for s in services]
         self._kubelet_socket = kubelet_socket
         self._clock = clock
@@ -207,6 +211,10 @@ class PluginRunner:
         last: tuple[int, int] | None = None
         while not self._stop.is_set():
             kubelet = _identity(self._kubelet_socket)
+            if kubelet is None:
+                self._no_kubelet.failed("no socket there yet", kind="missing")
+            else:
+                self._no_kubelet.recovered()
             if kubelet != last:  # a new kubelet owes nothing to the last one's failures
                 backoff, last = MIN_BACKOFF_SECONDS, kubelet
             failed = self._serve_missing(registered)
@@ -317,12 +325,21 @@ class PluginRunner:
             if exc.code() is grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
                 return False
             self.state.failures += 1
-            log.warning("registering %s failed: %s", endpoint.service.resource, exc)
+            code = exc.code()  # type: ignore[attr-defined]
+            details = " ".join(str(exc.details() or "").split())  # type: ignore[attr-defined]
+            self._refusals(endpoint).failed(f"{code.name}: {details}", kind=code.name)
             return False
         self.state.registrations += 1
         self.state.last_registration_seconds = self._clock()
+        self._refusals(endpoint).recovered()
         log.info("registered %s with the kubelet", endpoint.service.resource)
         return True
+
+    def _refusals(self, endpoint: _Endpoint) -> OutageLog:
+        resource = endpoint.service.resource
+        if resource not in self._refused:
+            self._refused[resource] = OutageLog(log, f"registering {resource} fails")
+        return self._refused[resource]
 
     def _wait_for_change(self, seconds: float, kubelet: tuple[int, int] | None) -> None:
         """Back off for `seconds`, but return as soon as the kubelet socket changes (a new

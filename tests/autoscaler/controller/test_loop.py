@@ -4,6 +4,7 @@ missing metrics, refuses to fight an HPA, and turns a bad spec into a condition.
 
 import asyncio
 import dataclasses
+import logging
 import math
 import shutil
 import time
@@ -757,8 +758,9 @@ async def test_any_kind_with_a_scale_subresource_a_leaderworkerset(api: client.A
 
 
 async def test_prometheus_stopped_mid_run_holds_the_count_then_recovers(
-    api: client.ApiClient, serving_pod: str, tmp_path
+    api: client.ApiClient, serving_pod: str, tmp_path, caplog
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gpufleet.autoscaler.controller.loop")
     deploy(api)
     prometheus = Prometheus(tmp_path / "prom", serving_pod, labels=POD_LABELS)
     try:
@@ -790,5 +792,10 @@ async def test_prometheus_stopped_mid_run_holds_the_count_then_recovers(
         finally:
             await prom.close()
         assert scale(api) == 4
+        # Every failed tick held the count; the log says so when it began and when it ended.
+        said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Prometheus")]
+        assert len(said) == 2, said
+        assert said[0].startswith("Prometheus queries fail; counts held: unavailable: ")
+        assert said[1].startswith("Prometheus queries fail; counts held: works again, after ")
     finally:
         prometheus.stop()

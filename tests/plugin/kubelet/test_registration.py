@@ -1,6 +1,7 @@
 """The registration runner survives what kills naive plugins: its directory vanishing
 under it, and kubelets coming and going while it backs off."""
 
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -56,3 +57,35 @@ def test_a_restart_storm_ends_registered_with_the_last_kubelet(make_node):
         what="every resource registered with the last kubelet",
     )
     wait_for(lambda: node.plugin.runner.state.registered, timeout=10, what="runner's view")
+
+
+def test_waiting_for_the_kubelet_is_one_line_then_one_when_it_comes(tmp_path: Path, caplog):
+    """Retried every 0.1 s while the kubelet is away: logged as transitions, not per try."""
+    kubelet = FakeKubelet(tmp_path / "k", rate_limit=None)
+    kubelet.device_plugins_dir.mkdir(parents=True)
+    sim = SimulatedNvml("2xH100")
+    sim.nvmlInit()
+    socket = kubelet.device_plugins_dir / "kubelet.sock"
+    settings = PluginSettings(kubelet_socket=str(socket))
+    config, _ = resolve_config(settings)
+    caplog.set_level(logging.INFO, logger="gpufleet.plugin.kubelet.registration")
+    plugin = start_plugin(settings, config, sim, plugin_dir=kubelet.device_plugins_dir)
+    try:
+        outage = plugin.runner._no_kubelet
+        wait_for(lambda: outage.failures >= 5, what="five tries with no kubelet")
+        kubelet.start()
+        assert kubelet.device_plugins.wait_for_registrations(
+            "nvidia.com/gpu", 1, timeout_seconds=10
+        )
+        wait_for(lambda: "works again" in caplog.text, what="the line saying it came")
+        waiting = [r for r in caplog.records if "waiting for the kubelet socket" in r.getMessage()]
+        assert [r.getMessage() for r in waiting] == [
+            f"waiting for the kubelet socket {socket}: no socket there yet",
+            f"waiting for the kubelet socket {socket}: works again, after "
+            f"{waiting[-1].getMessage().rsplit(' ', 2)[1]} failures",
+        ]
+        assert int(waiting[-1].getMessage().rsplit(" ", 2)[1]) >= 5
+    finally:
+        plugin.stop()
+        kubelet.stop()
+        sim.close()

@@ -1,0 +1,72 @@
+"""A failing dependency is logged as its transitions: a handful of lines, not one a try."""
+
+import logging
+
+import pytest
+
+from gpufleet.logs import OutageLog
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def outage(caplog):
+    caplog.set_level(logging.INFO, logger="test.outage")
+    clock = Clock()
+    log = OutageLog(
+        logging.getLogger("test.outage"), "cannot reach X", remind_seconds=300, clock=clock
+    )
+    return log, clock, caplog
+
+
+def test_a_day_of_failures_every_second_is_a_few_lines(outage):
+    log, clock, caplog = outage
+    for second in range(86_400):
+        clock.now = float(second)
+        log.failed("connection refused")
+    log.recovered()
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0] == "cannot reach X: connection refused"
+    assert (
+        messages[1]
+        == "cannot reach X: connection refused (still, 300 failures since the last line)"
+    )
+    assert len(messages) == 86_400 // 300 + 1  # the first, a reminder per 5 minutes, recovery
+    assert messages[-1] == "cannot reach X: works again, after 86400 failures"
+    assert [r.levelname for r in caplog.records][-2:] == ["WARNING", "INFO"]
+
+
+def test_a_new_reason_is_said_at_once_and_recovery_only_after_a_failure(outage):
+    log, clock, caplog = outage
+    log.recovered()
+    assert not log.failing
+    log.failed("timeout")
+    clock.now = 1.0
+    log.failed("timeout")
+    clock.now = 2.0
+    log.failed("HTTP 503")
+    assert log.failing
+    log.recovered()
+    log.recovered()
+    assert [r.getMessage() for r in caplog.records] == [
+        "cannot reach X: timeout",
+        "cannot reach X: HTTP 503",
+        "cannot reach X: works again, after 3 failures",
+    ]
+
+
+def test_a_kind_tells_reasons_apart_when_their_text_varies(outage):
+    log, _clock, caplog = outage
+    log.failed("refused by <conn at 0x1>", kind="unavailable")
+    log.failed("refused by <conn at 0x2>", kind="unavailable")
+    log.failed("took 10 s", kind="timeout")
+    assert [r.getMessage() for r in caplog.records] == [
+        "cannot reach X: refused by <conn at 0x1>",
+        "cannot reach X: took 10 s",
+    ]
