@@ -293,7 +293,7 @@ def build_parser(
         default = info.get_default(call_default_factory=True)
         help_text = (info.description or "").replace("%", "%%")
         help_text += f" [env {env}]" if env else ""
-        if default not in (None, "", False):
+        if not _unset(default):
             help_text += f" (default: {default})".replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
         if _is_bool(info):
@@ -308,10 +308,15 @@ def build_parser(
     return parser
 
 
+def _unset(default: object) -> bool:
+    """A default not worth showing: none, empty, or off. Not 0, which equals False."""
+    return default is None or default is False or default == ""
+
+
 def _env_only_help(info: FieldInfo) -> str:
     default = info.get_default(call_default_factory=True)
     text = f"{' or '.join(_env_names(info))}: {info.description or ''}"
-    if default not in (None, "", False):
+    if not _unset(default):
         text += f" (default: {default})"
     return textwrap.fill(text, width=79, initial_indent="  ", subsequent_indent="      ")
 

@@ -40,12 +40,16 @@ def _address(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", port
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written; each flag's default after its help."""
+
+
 def parser(description: str) -> argparse.ArgumentParser:
     """`gpufleet lab`'s flags, with `description` as its help's text."""
     parser = OneLineParser(
         prog="gpufleet lab",
         description=description,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     nodes = parser.add_argument_group("GPU nodes")
     nodes.add_argument("--nodes", type=_at_least(1), default=2, help="simulated GPU nodes")
@@ -126,7 +130,12 @@ def parser(description: str) -> argparse.ArgumentParser:
         default="127.0.0.1:9402",
         help="the autoscaler's metrics",
     )
-    ops.add_argument("--prometheus-address", type=_address, default="127.0.0.1:9090")
+    ops.add_argument(
+        "--prometheus-address",
+        type=_address,
+        default="127.0.0.1:9090",
+        help="Prometheus, scraping every part of the lab with rules/ loaded",
+    )
     ops.add_argument(
         "--alertmanager-address",
         type=_address,

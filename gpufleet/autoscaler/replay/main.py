@@ -200,6 +200,7 @@ def _write_report(
             config=settings.sim_config(),
             tuning=settings.tuning(),
             scale=settings.scale,
+            seed=settings.seed,
             warm_start=warm_start,
         ),
         command=command_line(settings),

@@ -34,7 +34,7 @@ class Target:
     handle: Any
     labels: Mapping[str, str]
     key: str  # GPU or MIG UUID: keys the state kept across rediscovery
-    model: str  # for logs: "NVIDIA H100 80GB HBM3" or "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    model: str  # for logs: "NVIDIA H100 80GB HBM3" (" in MIG mode"), "... MIG 1g.10gb"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,8 +68,11 @@ def discover_gpu(
         model_name=device.name,
     )
     labels = read_labels(calls, label_readers, (lib, device.handle), device.name)
+    # A GPU in MIG mode answers fewer queries (utilization goes to its instances): say so in
+    # the "not supported on ..." lines, or they read as if the model lacked them.
+    model = f"{device.name} in MIG mode" if mig_enabled(lib, device.handle) else device.name
     target = Target(
-        entity=entity, handle=device.handle, labels=labels, key=entity.uuid, model=device.name
+        entity=entity, handle=device.handle, labels=labels, key=entity.uuid, model=model
     )
     gpm = bool(gpm_fields) and _gpm_supported(lib, calls, device.handle, device.name, gpm_fields)
     return Gpu(target=target, gpm=gpm, migs=_discover_migs(lib, calls, device, target, errors))
@@ -158,7 +161,7 @@ def _discover_migs(
                 handle=mig.handle,
                 labels=parent.labels,
                 key=mig.uuid,
-                model=f"{parent.model} MIG {mig.profile}",
+                model=f"{device.name} MIG {mig.profile}",
             )
         )
     return tuple(sorted(migs, key=lambda t: t.entity.key))

@@ -202,6 +202,11 @@ def dominance(results: Sequence[RunResult]) -> str:
         missed = sweep.uncovered(ours, fronts[name])
         verdict = "yes" if not missed else "no; not matched: " + ", ".join(map(_point, missed))
         lines.append(f"- gpufleet's front dominates {name}'s: {verdict}\n")
+    if lines:  # the rule, so that a tie read as "dominates" is not a surprise
+        lines.append(
+            "\n(A front dominates another when every point of the other is matched or beaten"
+            " on both attainment and billed GPU-h: an equal point counts as matched.)\n"
+        )
     return "".join(lines)
 
 
@@ -211,6 +216,7 @@ def parameters(
     config: ReplayConfig,
     tuning: Tuning,
     scale: int,
+    seed: int = 0,
     warm_start: Mapping[str, int] | None = None,
 ) -> list[tuple[str, str]]:
     """The numbers a run depends on, as (name, value) rows, in the dataclasses' order.
@@ -219,8 +225,10 @@ def parameters(
     chose them, which then replace `initial_replicas`."""
     rows = [
         ("trace copies (--scale)", str(scale)),
+        ("seed (--seed)", str(seed)),
         ("min_replicas", str(workload.min_replicas)),
         ("max_replicas", str(workload.max_replicas)),
+        ("slo_ttft_seconds", str(workload.slo_ttft_seconds)),
     ]
     started = None
     if warm_start:

@@ -187,25 +187,34 @@ def test_sweep_table_and_dominance_are_exact_text():
         "- gpufleet's front dominates hpa's: no; not matched: "
         "target_util=80 (90.00%, 10.00 GPU-h)\n"
         "- gpufleet's front dominates keda's: no; not matched: "
-        "queue_target=2 (99.90%, 30.00 GPU-h)\n"
+        "queue_target=2 (99.90%, 30.00 GPU-h)\n" + DOMINANCE_RULE
     )
 
 
 def test_dominance_yes_when_every_baseline_point_is_matched():
     runs = [SWEEP[1], SWEEP[3], SWEEP[4]]
-    assert report.dominance(runs) == "- gpufleet's front dominates hpa's: yes\n"
+    assert report.dominance(runs) == "- gpufleet's front dominates hpa's: yes\n" + DOMINANCE_RULE
+
+
+DOMINANCE_RULE = (
+    "\n(A front dominates another when every point of the other is matched or beaten on both "
+    "attainment and billed GPU-h: an equal point counts as matched.)\n"
+)
 
 
 def test_parameters_list_the_config_fields():
     rows = dict(
         report.parameters(
-            workload=WorkloadConfig(name="w", min_replicas=2),
+            workload=WorkloadConfig(name="w", min_replicas=2, slo_ttft_seconds=3.0),
             config=ReplayConfig(cluster=ClusterModel(gpus_per_node=4)),
             tuning=Tuning(),
             scale=3,
+            seed=7,
         )
     )
     assert rows["trace copies (--scale)"] == "3"
+    assert rows["seed (--seed)"] == "7"
+    assert rows["slo_ttft_seconds"] == "3.0"
     assert rows["min_replicas"] == "2"
     assert rows["cluster.gpus_per_node"] == "4"
     assert rows["service.batch_slots"] == "64"
