@@ -9,7 +9,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from helpers.helm import CHART, VALUE_SETS, find, render, run_helm
+from helpers.helm import CHART, VALUE_SETS, container, find, render, run_helm
 
 CRD_SCHEMAS = Path(__file__).parents[1] / "data" / "crds"
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and a current one.
@@ -106,6 +106,16 @@ def test_crd_schema_check_catches_a_bad_field():
             {"devicePlugin": {"webConfig": {"secrets": "web"}}},
             "devicePlugin.webConfig: Additional property secrets",
             id="plugin-web-config",
+        ),
+        pytest.param(
+            {"autoscaler": {"leaderElect": False}},
+            "autoscaler.replicas above 1 needs autoscaler.leaderElect",
+            id="two-writers",
+        ),
+        pytest.param(
+            {"devicePlugin": {"metricsAddress": "9401"}},
+            "devicePlugin.metricsAddress: Does not match pattern",
+            id="metrics-address-without-port",
         ),
     ],
 )
@@ -235,9 +245,29 @@ def test_node_autoscaler_terms_and_annotations(tmp_path):
     terms = pod_spec(find(karpenter, "DaemonSet", "-plugin"))["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
-    keys = [e["key"] for t in terms for e in t["matchExpressions"]]
-    assert keys[-1] == "karpenter.k8s.aws/instance-gpu-manufacturer"
+    added = terms[-1]["matchExpressions"]
+    # NVIDIA's only: the manufacturer label names AMD GPU instances too
+    assert added == [
+        {
+            "key": "karpenter.k8s.aws/instance-gpu-manufacturer",
+            "operator": "In",
+            "values": ["nvidia"],
+        }
+    ]
     assert len(terms) == 4  # NVIDIA's three terms kept, one added (terms are ORed)
+    ca_terms = pod_spec(
+        find(
+            render({"nodeAutoscaler": "cluster-autoscaler"}, tmp_path=tmp_path),
+            "DaemonSet",
+            "-plugin",
+        )
+    )["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert [t["matchExpressions"] for t in ca_terms[-2:]] == [
+        [{"key": "cloud.google.com/gke-accelerator", "operator": "Exists"}],
+        [{"key": "k8s.amazonaws.com/accelerator", "operator": "Exists"}],
+    ]
     annotations = find(karpenter, "Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {"karpenter.sh/do-not-disrupt": "true"}
     ca = render({"nodeAutoscaler": "cluster-autoscaler"}, tmp_path=tmp_path)
@@ -251,3 +281,37 @@ def test_autoscaler_runs_two_replicas_with_leader_election(tmp_path):
     assert deployment["spec"]["replicas"] == 2
     assert "--leader-elect=true" in pod_spec(deployment)["containers"][0]["args"]
     assert find(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+
+
+def test_every_daemon_is_probed_where_it_serves_health(tmp_path):
+    """The plugin had no probes (a hung one was never restarted) and the autoscaler no
+    readiness (its APIService and KEDA Service reached starting replicas)."""
+    objects = render({}, tmp_path=tmp_path)
+    plugin = container(find(objects, "DaemonSet", "-plugin"), "plugin")
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert plugin[probe]["httpGet"] == {"path": "/health", "port": "metrics"}
+    autoscaler = container(find(objects, "Deployment", "-autoscaler"), "autoscaler")
+    assert autoscaler["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    web = render({"devicePlugin": {"webConfig": {"secret": "web"}}}, tmp_path=tmp_path)
+    plugin = container(find(web, "DaemonSet", "-plugin"), "plugin")
+    assert plugin["livenessProbe"]["tcpSocket"] == {"port": "metrics"}  # no basic auth
+    quiet = render({"devicePlugin": {"metricsAddress": ""}}, tmp_path=tmp_path)
+    plugin = container(find(quiet, "DaemonSet", "-plugin"), "plugin")
+    assert "livenessProbe" not in plugin and "ports" not in plugin
+    ipv6 = render({"devicePlugin": {"metricsAddress": "[::]:9401"}}, tmp_path=tmp_path)
+    plugin = container(find(ipv6, "DaemonSet", "-plugin"), "plugin")
+    assert plugin["ports"][0]["containerPort"] == 9401
+
+
+def test_a_disabled_component_leaves_nothing_behind(tmp_path):
+    without = render({"autoscaler": {"enabled": False}}, tmp_path=tmp_path)
+    names = [o["metadata"]["name"] for o in without if o["kind"] != "CustomResourceDefinition"]
+    assert not [n for n in names if "autoscaler" in n]  # its dashboard was left
+    no_k = render(
+        {"exporter": {"kubernetes": False, "podLabels": True, "dra": True}}, tmp_path=tmp_path
+    )
+    exporter = find(no_k, "DaemonSet", "-exporter")
+    assert not [
+        o for o in no_k if o["kind"] == "ClusterRole" and "exporter" in o["metadata"]["name"]
+    ]
+    assert not exporter["spec"]["template"]["spec"].get("automountServiceAccountToken")

@@ -72,11 +72,15 @@ seccompProfile:
 node labels (nodes it has just created carry no NFD labels yet). */}}
 {{- define "gpufleet.gpuNodeAffinity" -}}
 {{- $affinity := deepCopy (default dict .Values.affinity) -}}
-{{- $keys := dict "karpenter" (list "karpenter.k8s.aws/instance-gpu-manufacturer") "cluster-autoscaler" (list "cloud.google.com/gke-accelerator" "k8s.amazonaws.com/accelerator") -}}
+{{- /* key -> the values a GPU node has (none: the key exists); Karpenter's manufacturer
+label also names AMD GPUs (g4ad), where NVML cannot start */ -}}
+{{- $keys := dict "karpenter" (dict "karpenter.k8s.aws/instance-gpu-manufacturer" (list "nvidia")) "cluster-autoscaler" (dict "cloud.google.com/gke-accelerator" list "k8s.amazonaws.com/accelerator" list) -}}
 {{- $required := dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" dict $affinity -}}
 {{- if and $required.nodeSelectorTerms (hasKey $keys .Values.nodeAutoscaler) -}}
-{{- range (get $keys .Values.nodeAutoscaler) -}}
-{{- $_ := set $required "nodeSelectorTerms" (append $required.nodeSelectorTerms (dict "matchExpressions" (list (dict "key" . "operator" "Exists")))) -}}
+{{- range $key, $values := (get $keys .Values.nodeAutoscaler) -}}
+{{- $term := dict "key" $key "operator" "Exists" -}}
+{{- if $values }}{{ $term = dict "key" $key "operator" "In" "values" $values }}{{ end -}}
+{{- $_ := set $required "nodeSelectorTerms" (append $required.nodeSelectorTerms (dict "matchExpressions" (list $term))) -}}
 {{- end -}}
 {{- end -}}
 {{- with $affinity }}
