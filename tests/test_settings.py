@@ -450,3 +450,11 @@ def test_settings_that_contradict_or_cannot_work_name_the_flag(settings_cls, arg
     with pytest.raises(SettingsError) as exc:
         load_settings(settings_cls, parser, argv)
     assert message in str(exc.value)
+
+
+def test_the_plugin_logs_as_the_other_daemons_do():
+    """It had no --debug or --log-format: GPUFLEET_LOG_FORMAT=json was ignored."""
+    parser = build_parser(PluginSettings, prog="gpufleet plugin", description="")
+    settings = load_settings(PluginSettings, parser, ["--log-format", "json", "--debug"])
+    assert (settings.log_format, settings.debug) == ("json", True)
+    assert "GPUFLEET_LOG_FORMAT" in parser.format_help()

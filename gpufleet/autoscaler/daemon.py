@@ -295,9 +295,9 @@ async def _serve_signals(
 
 
 async def _serve(address, controller: Controller, last_ok: list[float], tick: float):
-    """/metrics and /healthz on the daemons' shared server (`gpufleet.http`): its read and
-    write timeouts, 404 elsewhere, and requests that do not parse counted and logged as
-    one rate-limited line, never a traceback each."""
+    """/metrics, /healthz and /readyz on the daemons' shared server (`gpufleet.http`): its
+    read and write timeouts, 404 elsewhere, and requests that do not parse counted and
+    logged as one rate-limited line, never a traceback each."""
     server_stats = ServerStats()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SelfMetrics(lambda: controller.stats, server=server_stats))
@@ -311,8 +311,15 @@ async def _serve(address, controller: Controller, last_ok: list[float], tick: fl
             return plain(503, "control loop failing")
         return plain(200, "OK")
 
+    async def readyz(_: Request) -> Response:
+        # Ready once a tick has succeeded: the signal servers are up (they start first) and
+        # have something to serve. A Service sends traffic only to ready replicas.
+        if not controller.stats.ticks:
+            return plain(503, "no tick has succeeded yet")
+        return plain(200, "OK")
+
     app = new_app(
-        {"/metrics": metrics, "/healthz": healthz},
+        {"/metrics": metrics, "/healthz": healthz, "/readyz": readyz},
         web_config=None,
         stats=server_stats,
     )

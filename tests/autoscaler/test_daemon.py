@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -183,7 +184,7 @@ def test_two_replicas_one_writer_and_a_warm_takeover(
         api.close()
 
 
-def lone_autoscaler(apiserver: FakeApiServer, port: int, *args: str) -> subprocess.Popen:
+def lone_autoscaler(api_url: str, port: int, *args: str) -> subprocess.Popen:
     """`gpufleet autoscaler` without an election or a Prometheus, its metrics on `port`."""
     return subprocess.Popen(
         [
@@ -192,7 +193,7 @@ def lone_autoscaler(apiserver: FakeApiServer, port: int, *args: str) -> subproce
             "gpufleet.cli",
             "autoscaler",
             "--kube-url",
-            apiserver.url,
+            api_url,
             "--prometheus-url",
             "http://127.0.0.1:9",
             "--leader-elect=false",
@@ -211,13 +212,15 @@ def http_get(port: int, path: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
             return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:  # an answer, not a 2xx one
+        return err.code, err.read().decode()
     except OSError:
         return 0, ""
 
 
 def test_metrics_and_healthz_while_it_runs(apiserver: FakeApiServer) -> None:
     port = free_port()
-    daemon = lone_autoscaler(apiserver, port, "--tick-seconds", "0.2")
+    daemon = lone_autoscaler(apiserver.url, port, "--tick-seconds", "0.2")
     try:
         wait_for(
             lambda: (
@@ -230,16 +233,45 @@ def test_metrics_and_healthz_while_it_runs(apiserver: FakeApiServer) -> None:
         text = http_get(port, "/metrics")[1]
         assert "gpufleet_autoscaler_leader 1.0" in text  # no election: it writes
         assert http_get(port, "/healthz") == (200, "OK")
+        assert http_get(port, "/readyz") == (200, "OK")
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(15) == 0
     finally:
         daemon.kill()
 
 
+def test_an_api_that_stays_down_is_one_line_and_never_ready() -> None:
+    """Listing failed every tick, one warning each (86k lines a day at 1 s); now the outage
+    is one line, and /readyz keeps Services away from a replica with nothing to serve."""
+    port = free_port()
+    nothing_there = f"http://127.0.0.1:{free_port()}"
+    daemon = lone_autoscaler(nothing_there, port, "--tick-seconds", "0.1")
+    try:
+        wait_for(
+            lambda: _failed_ticks(http_get(port, "/metrics")[1]) >= 10,
+            timeout=30,
+            what="ten failed ticks",
+        )
+        assert http_get(port, "/readyz") == (503, "no tick has succeeded yet")
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(15) == 0
+        stderr = daemon.stderr.read()
+        assert stderr.count("cannot list GPUAutoscalers") == 1, stderr
+    finally:
+        daemon.kill()
+
+
+def _failed_ticks(text: str) -> float:
+    for line in text.splitlines():
+        if line.startswith('gpufleet_autoscaler_errors_total{kind="kube_unavailable"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def test_a_request_that_does_not_parse_is_one_line_and_counted(apiserver: FakeApiServer) -> None:
     # Issue 18: aiohttp logged each malformed request on :9402 with a traceback.
     port = free_port()
-    daemon = lone_autoscaler(apiserver, port)
+    daemon = lone_autoscaler(apiserver.url, port)
     try:
         wait_for(lambda: http_get(port, "/metrics")[1] != "", timeout=30, what="the metrics port")
         with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:

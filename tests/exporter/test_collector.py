@@ -25,7 +25,7 @@ from gpufleet.exporter.core.render import Exposition
 from gpufleet.exporter.core.selection import parse_devices
 from gpufleet.exporter.daemon import load_selection, series_options
 from gpufleet.exporter.http.store import TEXT_GZIP_DEMAND_SECONDS, ExpositionStore
-from gpufleet.exporter.nvml.reader import NvmlReader
+from gpufleet.exporter.nvml.reader import ERROR_KINDS, NvmlReader
 from gpufleet.exporter.pods.podresources import PodResourcesWatcher
 from gpufleet.exporter.pods.procfs import PidPodMap
 from gpufleet.exporter.settings import EMBEDDED_COLLECTORS, ExporterSettings
@@ -148,6 +148,15 @@ def test_each_collection_is_published_and_counted(make, clock: ManualClock) -> N
     assert store.latest() is second
     assert value(second, "gpufleet_exporter_collections_total") == 2
     assert second.collected_monotonic == clock.now
+
+
+def test_every_error_kind_is_served_from_zero(make) -> None:
+    """increase() over a counter born at 1 sees nothing: GPUFallenOffBus fired a collection
+    late, and a single nvml_error or timeout was never seen."""
+    collector, _ = make()
+    first = collector.collect_once()
+    served = {s.labels["kind"]: s.value for s in samples(first, "gpufleet_exporter_errors_total")}
+    assert served == dict.fromkeys((*ERROR_KINDS, "xid_watch"), 0.0)
 
 
 def test_text_gzip_is_built_while_scrapes_ask_for_it(make, clock: ManualClock) -> None:

@@ -291,7 +291,7 @@ def test_every_daemon_is_probed_where_it_serves_health(tmp_path):
     for probe in ("livenessProbe", "readinessProbe"):
         assert plugin[probe]["httpGet"] == {"path": "/health", "port": "metrics"}
     autoscaler = container(find(objects, "Deployment", "-autoscaler"), "autoscaler")
-    assert autoscaler["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert autoscaler["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     web = render({"devicePlugin": {"webConfig": {"secret": "web"}}}, tmp_path=tmp_path)
     plugin = container(find(web, "DaemonSet", "-plugin"), "plugin")
     assert plugin["livenessProbe"]["tcpSocket"] == {"port": "metrics"}  # no basic auth

@@ -27,11 +27,12 @@ def test_a_bad_kubeconfig_is_one_line_naming_the_file(text, tmp_path):
     message = str(caught.value)
     assert message.startswith(f"cannot configure the Kubernetes client from {path}: ")
     assert "\n" not in message
+    assert "object is not" not in message  # not Python's ("'int' object is not iterable")
 
 
 @pytest.mark.parametrize("url", ["notaurl", "ftp://host", "http://", "127.0.0.1:6443"])
 def test_a_url_that_is_not_http_is_refused(url):
-    with pytest.raises(ValueError, match=f"from {url}: not an http:// or https:// URL"):
+    with pytest.raises(ValueError, match=f"--kube-url {url}: not an http:// or https:// URL"):
         api_client(url=url)
 
 

@@ -106,9 +106,10 @@ class Controller:
         index = _PodIndex(view.pods)
         for t in ticks:
             await self._read_target(t, view, index)
-        missing = await self._gather.gather(ticks, self._workloads, now)
-        if missing:  # the query's kind, before its text: "unavailable: ..."
-            self._prom_outage.failed(missing, kind=missing.split(":", 1)[0])
+        failed = await self._gather.gather(ticks, self._workloads, now)
+        missing = f"{failed.kind}: {failed}" if failed else ""
+        if failed:
+            self._prom_outage.failed(missing, kind=str(failed.kind))
         else:
             self._prom_outage.recovered()
         leader = self._is_leader()

@@ -47,9 +47,11 @@ class PromGather:
         self._history_seconds = history_seconds
         self._fetched_until: dict[str, float] = {}  # query text -> newest step fetched
 
-    async def gather(self, ticks: list[Tick], workloads: Mapping[Key, Workload], now: float) -> str:
+    async def gather(
+        self, ticks: list[Tick], workloads: Mapping[Key, Workload], now: float
+    ) -> PromError | None:
         """Add the samples since the last tick to each workload's history (signals, and the
-        exporter's per-pod GPU telemetry); returns why a query failed ("" when none did)."""
+        exporter's per-pod GPU telemetry); returns why a query failed (None when none did)."""
         step = self._step
         end = math.floor(now / step) * step
         owners: dict[str, dict[tuple[str, str], Key]] = {}
@@ -127,7 +129,7 @@ class PromGather:
         jobs += [(text, add_gateway(text)) for text in gateways]
         limit = asyncio.Semaphore(QUERY_CONCURRENCY)
 
-        async def fetch(text: str, consume: Consume) -> str:
+        async def fetch(text: str, consume: Consume) -> PromError | None:
             async with limit:
                 return await self._fetch(text, consume, end=end)
 
@@ -139,12 +141,12 @@ class PromGather:
             workloads[key].history.add_pods(
                 ts, tuple(PodTelemetry(pod=name, **by_pod[name]) for name in sorted(by_pod))
             )
-        return next((f for f in failures if f), "")
+        return next((f for f in failures if f is not None), None)
 
-    async def _fetch(self, text: str, consume: Consume, *, end: float) -> str:
+    async def _fetch(self, text: str, consume: Consume, *, end: float) -> PromError | None:
         """Fetch one query's samples since it was last fetched, in chunks of at most
         MAX_POINTS_PER_QUERY steps (a first tick backfills the whole history), handing each
-        chunk to `consume`; returns why it failed, "" when it did not."""
+        chunk to `consume`; returns why it failed, None when it did not."""
         step = self._step
         start = max(self._fetched_until.get(text, -math.inf) + step, end - self._history_seconds)
         while start <= end:
@@ -154,11 +156,11 @@ class PromGather:
                 answer = await self._prom.query_range(text, start=start, end=chunk_end, step=step)
             except PromError as err:
                 self._stats.errors[f"prometheus_{err.kind}"] += 1
-                return f"{err.kind}: {err}"
+                return err
             finally:
                 self._stats.queries += 1
                 self._stats.query_seconds += time.monotonic() - begun
             consume(answer)
             self._fetched_until[text] = chunk_end
             start = chunk_end + step
-        return ""
+        return None

@@ -147,7 +147,8 @@ def tls_credentials(cert_file: str, key_file: str, client_ca_file: str) -> grpc.
     client_ca = read(client_ca_file) if client_ca_file else None
     check = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        check.load_cert_chain(cert_file, key_file)
+        # no password: an encrypted key fails here instead of OpenSSL prompting on a TTY
+        check.load_cert_chain(cert_file, key_file, password=lambda: b"")
     except (OSError, ssl.SSLError) as err:
         raise ValueError(f"cannot load {cert_file} / {key_file}: {err}") from None
     if client_ca is not None:

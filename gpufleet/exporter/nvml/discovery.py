@@ -70,12 +70,14 @@ def discover_gpu(
     labels = read_labels(calls, label_readers, (lib, device.handle), device.name)
     # A GPU in MIG mode answers fewer queries (utilization goes to its instances): say so in
     # the "not supported on ..." lines, or they read as if the model lacked them.
-    model = f"{device.name} in MIG mode" if mig_enabled(lib, device.handle) else device.name
+    in_mig_mode = mig_enabled(lib, device.handle)
+    model = f"{device.name} in MIG mode" if in_mig_mode else device.name
     target = Target(
         entity=entity, handle=device.handle, labels=labels, key=entity.uuid, model=model
     )
     gpm = bool(gpm_fields) and _gpm_supported(lib, calls, device.handle, device.name, gpm_fields)
-    return Gpu(target=target, gpm=gpm, migs=_discover_migs(lib, calls, device, target, errors))
+    migs = _discover_migs(lib, calls, device, target, errors) if in_mig_mode else ()
+    return Gpu(target=target, gpm=gpm, migs=migs)
 
 
 def read_labels(
@@ -114,9 +116,8 @@ def _gpm_supported(
 def _discover_migs(
     lib: Any, calls: NvmlCalls, device: NvmlGpu, parent: Target, errors: Counter[str]
 ) -> tuple[Target, ...]:
-    """The GPU's MIG instances as targets, by GPU instance id; failures counted, logged once."""
-    if not mig_enabled(lib, device.handle):
-        return ()
+    """The MIG instances of a GPU in MIG mode as targets, by GPU instance id; failures
+    counted, logged once."""
     found, failed = mig_devices(lib, device)
     for failure in failed:
         err, kind = failure.error, error_kind(failure.error)

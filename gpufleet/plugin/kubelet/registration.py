@@ -132,13 +132,15 @@ class PluginRunner:
     ) -> None:
         self._plugin_dir = plugin_dir
         self._ready = ready
+        self._clock = clock
         self._waiting: dict[_Endpoint, str] = {}  # endpoint -> why it is not ready (logged)
         # Retried every few seconds while the kubelet is away: logged as transitions.
-        self._no_kubelet = OutageLog(log, f"waiting for the kubelet socket {kubelet_socket}")
+        self._no_kubelet = OutageLog(
+            log, f"waiting for the kubelet socket {kubelet_socket}", clock=clock
+        )
         self._refused: dict[str, OutageLog] = {}  # resource -> its Register calls failing
         self._endpoints = [_Endpoint(s, plugin_dir / socket_name(s.resource)) for s in services]
         self._kubelet_socket = kubelet_socket
-        self._clock = clock
         self.state = RegistrationState()
         self._lock = threading.Lock()  # serving an endpoint
         self._stop = threading.Event()
@@ -338,7 +340,9 @@ class PluginRunner:
     def _refusals(self, endpoint: _Endpoint) -> OutageLog:
         resource = endpoint.service.resource
         if resource not in self._refused:
-            self._refused[resource] = OutageLog(log, f"registering {resource} fails")
+            self._refused[resource] = OutageLog(
+                log, f"registering {resource} fails", clock=self._clock
+            )
         return self._refused[resource]
 
     def _wait_for_change(self, seconds: float, kubelet: tuple[int, int] | None) -> None:

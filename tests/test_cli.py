@@ -1,0 +1,29 @@
+"""The `gpufleet` command: subcommand dispatch, and Ctrl-C before a daemon's own handler."""
+
+import pytest
+
+from gpufleet import cli
+
+
+def test_an_unknown_command_is_one_line_and_exit_2(capsys):
+    assert cli.main(["exportr"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown command 'exportr'" in err
+
+
+def test_ctrl_c_before_a_daemon_handles_it_exits_130_quietly(monkeypatch, capsys):
+    """SIGINT while a daemon still imports (or before asyncio's handler is in place) was a
+    KeyboardInterrupt traceback; it is the shell's 130 and nothing more."""
+
+    def interrupted(_argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_dispatch", interrupted)
+    assert cli.main(["exporter"]) == 130
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["version"]])
+def test_version(argv, capsys):
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out.startswith("gpufleet ")
