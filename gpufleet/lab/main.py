@@ -251,9 +251,16 @@ async def _serve(
             plugin_at = (host, plugin.port)
             lab.urls.append((f"{name} exporter", _url(exporter, "/metrics")))
             lab.urls.append((f"{name} plugin", _url(plugin_at, "/metrics")))
-            prom.write_targets(targets / f"exporter-{i}.json", [f"{exporter[0]}:{exporter[1]}"])
+            # Each component's job named as the chart's, so the alerts tell them apart.
             prom.write_targets(
-                targets / f"plugin-{i}.json", [f"{host}:{plugin.port}"], {"node": name}
+                targets / f"exporter-{i}.json",
+                [f"{exporter[0]}:{exporter[1]}"],
+                {"job": "gpufleet-exporter"},
+            )
+            prom.write_targets(
+                targets / f"plugin-{i}.json",
+                [f"{host}:{plugin.port}"],
+                {"node": name, "job": "gpufleet-plugin"},
             )
         if args.churn_seconds:
             churn = asyncio.create_task(_churn(nodes[0], args.churn_seconds))
@@ -350,7 +357,9 @@ async def _observe(
         lab.children.append(autoscaler)
         await asyncio.to_thread(autoscaler.wait_ready, "/metrics")
         prom.write_targets(
-            targets / "autoscaler.json", [f"{autoscaler_address[0]}:{autoscaler_address[1]}"]
+            targets / "autoscaler.json",
+            [f"{autoscaler_address[0]}:{autoscaler_address[1]}"],
+            {"job": "gpufleet-autoscaler"},
         )
         lab.urls.append(("autoscaler", _url(autoscaler_address, "/metrics")))
         runner = web.AppRunner(page_app(prometheus_url), access_log=None)

@@ -99,7 +99,8 @@ def start_prometheus(
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": [
             {
-                "job_name": "gpufleet-lab",
+                # the serving pods'; the lab's own parts set theirs, as the chart names them
+                "job_name": "serving",
                 "file_sd_configs": [
                     {"files": [str(targets_dir / "*.json")], "refresh_interval": "1s"}
                 ],
