@@ -99,7 +99,7 @@ class HeadroomKeeper:
             want,
             current=t.buffer,
             kept=self._stats.buffers,
-            what="a CapacityBuffer of {}",
+            what="its CapacityBuffer",
             write=write,
         )
 
@@ -124,7 +124,7 @@ class HeadroomKeeper:
             want,
             current=t.placeholders,
             kept=self._stats.placeholders,
-            what="{} placeholder pods",
+            what="its placeholder pods",
             write=write,
         )
 
@@ -140,15 +140,18 @@ class HeadroomKeeper:
     ) -> None:
         """What both forms of headroom share: `write` (in a thread) only when `want`
         differs from what the cluster holds (`current`; None: no object yet) and the
-        target's pod template is known; a failure is counted and logged, never raised."""
+        target's pod template is known; a failure is counted and logged (as an outage: not
+        once per tick while it lasts), never raised."""
         name = t.workload.name
         if t.template is None or current == want or (current is None and not want):
             kept[name] = current or 0
             return
+        outage = t.workload.outage(f"cannot keep {what}", log)
         try:
             await asyncio.to_thread(write)
         except KubeError as err:
             self._stats.errors[f"kube_{err.kind}"] += 1
-            log.warning("%s: cannot keep %s: %s", name, what.format(want), err)
+            outage.failed(f"{want} wanted: {err}", kind=str(err.kind))
             return
+        outage.recovered()
         kept[name] = want

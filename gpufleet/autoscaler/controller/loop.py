@@ -343,6 +343,7 @@ class Controller:
         self, t: Tick, current: int, desired: int, node_pods: Counter[str], now: float
     ) -> None:
         spec, w = t.workload.spec, t.workload
+        outage = w.outage(f"cannot scale {spec.target.name}", log)
         try:
             if desired < current:
                 for pod, cost in deletion_costs(t.pods, node_pods).items():
@@ -353,10 +354,9 @@ class Controller:
         except KubeError as err:
             self.stats.errors[f"kube_{err.kind}"] += 1
             t.note(scale_error=f"FailedUpdateScale: {err}")
-            log.warning(
-                "%s/%s: cannot scale %s: %s", spec.namespace, spec.name, spec.target.name, err
-            )
+            outage.failed(str(err), kind=str(err.kind))
             return
+        outage.recovered()
         w.last_scale_time = timestamp(now)
         decision = w.decision
         reason = str(decision.reason) if decision else "Scaled"

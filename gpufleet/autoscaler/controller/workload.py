@@ -5,6 +5,7 @@ histories, `headroom` and `status_writer` read them.
 """
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from gpufleet.autoscaler.core.spec import AutoscalerSpec
 from gpufleet.autoscaler.core.status import Health
 from gpufleet.autoscaler.kube.cluster import ScaleView
 from gpufleet.core.selectors import Requirement, SelectorError
+from gpufleet.logs import OutageLog
 
 Key = tuple[str, str]  # (namespace, name) of a GPUAutoscaler
 
@@ -44,6 +46,9 @@ class Workload:
     decision: Decision | None = None
     wanted: int | None = None
     signals_written_at: float = -math.inf
+    # A write retried every tick (a scale, its headroom) that keeps failing: one log line
+    # when it starts, a reminder, one when it works (`OutageLog`), not one per tick.
+    outages: dict[str, OutageLog] = field(default_factory=dict)
 
     @property
     def key(self) -> Key:
@@ -53,6 +58,13 @@ class Workload:
     def name(self) -> str:
         """`namespace/name`, as logs and the self-metrics name it."""
         return f"{self.spec.namespace}/{self.spec.name}"
+
+    def outage(self, what: str, logger: logging.Logger) -> OutageLog:
+        """The outage log of this workload's `what` ("cannot scale vllm")."""
+        found = self.outages.get(what)
+        if found is None:
+            found = self.outages[what] = OutageLog(logger, f"{self.name}: {what}")
+        return found
 
 
 @dataclass(slots=True)

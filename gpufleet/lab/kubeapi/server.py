@@ -54,6 +54,8 @@ class Faults:
     fail_code: int = 503
     conflict_next_writes: int = 0  # PUT/PATCH answered 409 Conflict ...
     conflict_path_suffix: str = ""  # ... only on paths ending so ("/scale"); "" any
+    # POST/PUT/PATCH on paths ending so answered 403, until unset: RBAC without the verb
+    forbid_writes_suffix: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,6 +213,13 @@ class FakeApiServer:
                 raise ApiError(
                     code=faults.fail_code, reason="ServiceUnavailable", message="injected failure"
                 )
+            forbid = faults.forbid_writes_suffix
+            if (
+                forbid
+                and request.method in ("POST", "PUT", "PATCH")
+                and request.path.endswith(forbid)
+            ):
+                raise ApiError(code=403, reason="Forbidden", message="injected: no such verb")
             if is_watch(request):
                 return await self._watch(request)
             body = await _answer(state, request)

@@ -238,6 +238,34 @@ async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
         await prom.close()
 
 
+async def test_headroom_it_may_not_write_is_one_line_not_one_a_tick(
+    api: client.ApiClient, apiserver: FakeApiServer, pod_prometheus: Prometheus, caplog
+) -> None:
+    """A ClusterRole without create on deployments: every tick retried the placeholders
+    and logged a warning; now the outage is a line when it starts and one when it ends."""
+    caplog.set_level(logging.INFO, logger="gpufleet.autoscaler.controller.headroom")
+    deploy(api, gpus=2)
+    autoscaler(api, KEDA_SPEC)
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
+    apiserver.faults.forbid_writes_suffix = "/deployments"  # creating one: 403
+    try:
+        await ctl.tick()
+        (workload,) = ctl._workloads.values()
+        workload.policy = WithHeadroom(workload.policy, 3)
+        workload.next_decision_at = 0.0
+        await ticks_until(ctl, lambda: ctl.stats.errors["kube_forbidden"] >= 5)
+        assert placeholder(api) is None
+        apiserver.faults.forbid_writes_suffix = ""  # the verb granted
+        await ticks_until(ctl, lambda: placeholder(api) is not None)
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 2, said
+        assert said[0].startswith("llm/chat: cannot keep its placeholder pods: 3 wanted: ")
+        assert said[1].startswith("llm/chat: cannot keep its placeholder pods: works again")
+    finally:
+        apiserver.faults.forbid_writes_suffix = ""
+        await prom.close()
+
+
 BUFFERS = ("autoscaling.x-k8s.io", "v1beta1", NS, "capacitybuffers")
 
 
