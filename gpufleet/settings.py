@@ -85,6 +85,23 @@ def sim_fleet_setting(*, group: str) -> Any:
     )
 
 
+def debug_setting(*, group: str) -> Any:
+    """`--debug` (GPUFLEET_DEBUG) of the daemons with gpufleet's own env names (the
+    exporter keeps dcgm-exporter's)."""
+    return setting(False, "GPUFLEET_DEBUG", "--debug", group=group, help="Debug logs.")
+
+
+def log_format_setting(*, group: str) -> Any:
+    """`--log-format` (GPUFLEET_LOG_FORMAT) beside `debug_setting`."""
+    return setting(
+        "text",
+        "GPUFLEET_LOG_FORMAT",
+        "--log-format",
+        group=group,
+        help="Log format: text or json (one object per line).",
+    )
+
+
 def _flags(info: FieldInfo) -> list[str]:
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     return list(extra.get("flags", []))

@@ -21,9 +21,11 @@ from gpufleet.settings import (
     ScalarEnvSource,
     SettingsError,
     build_parser,
+    debug_setting,
     kube_url_setting,
     kubeconfig_setting,
     load_settings,
+    log_format_setting,
     setting,
     sim_fleet_setting,
 )
@@ -289,6 +291,16 @@ def test_every_dcgm_exporter_flag_is_known(flags):
     assert [flag for flag in flags if flag not in parser._option_string_actions] == []
 
 
+def _assert_same_field(declared, made) -> None:
+    """A settings field as its shared factory makes it: flags, env var, default, help."""
+    assert (declared.default, declared.validation_alias, declared.description) == (
+        made.default,
+        made.validation_alias,
+        made.description,
+    )
+    assert declared.json_schema_extra == made.json_schema_extra
+
+
 @pytest.mark.parametrize(
     ("settings_cls", "used_for"),
     [
@@ -307,13 +319,7 @@ def test_kube_connection_fields_are_the_shared_definition(settings_cls, used_for
         ("kube_url", kube_url_setting(group=group, used_for=used_for)),
         ("kubeconfig", kubeconfig_setting(group=group)),
     ):
-        declared = fields[name]
-        assert (declared.default, declared.validation_alias, declared.description) == (
-            made.default,
-            made.validation_alias,
-            made.description,
-        )
-        assert declared.json_schema_extra == made.json_schema_extra
+        _assert_same_field(fields[name], made)
 
 
 def test_kube_connection_fields_read_flags_and_kubectl_env(monkeypatch):
@@ -450,6 +456,17 @@ def test_settings_that_contradict_or_cannot_work_name_the_flag(settings_cls, arg
     with pytest.raises(SettingsError) as exc:
         load_settings(settings_cls, parser, argv)
     assert message in str(exc.value)
+
+
+@pytest.mark.parametrize("settings_cls", [PluginSettings, AutoscalerSettings])
+def test_logging_fields_are_the_shared_definition(settings_cls):
+    fields = settings_cls.model_fields
+    group = fields["debug"].json_schema_extra["group"]
+    for name, made in (
+        ("debug", debug_setting(group=group)),
+        ("log_format", log_format_setting(group=group)),
+    ):
+        _assert_same_field(fields[name], made)
 
 
 def test_the_plugin_logs_as_the_other_daemons_do():

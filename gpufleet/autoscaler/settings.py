@@ -6,7 +6,13 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpufleet.settings import kube_url_setting, kubeconfig_setting, setting
+from gpufleet.settings import (
+    debug_setting,
+    kube_url_setting,
+    kubeconfig_setting,
+    log_format_setting,
+    setting,
+)
 
 SOURCES = "sources"
 LOOP = "control loop"
@@ -185,10 +191,8 @@ class AutoscalerSettings(BaseSettings):
         help="[host]:port of /metrics (self-metrics) and /healthz; 9402, next to the "
         "exporter's 9400 and the plugin's 9401.",
     )
-    debug: bool = setting(False, "GPUFLEET_DEBUG", "--debug", group=OPS, help="Debug logs.")
-    log_format: Literal["text", "json"] = setting(
-        "text", "GPUFLEET_LOG_FORMAT", "--log-format", group=OPS, help="text or json lines."
-    )
+    debug: bool = debug_setting(group=OPS)
+    log_format: Literal["text", "json"] = log_format_setting(group=OPS)
 
     @field_validator("prometheus_url")
     @classmethod

@@ -26,7 +26,14 @@ from gpufleet.plugin.core.config import (
 )
 from gpufleet.plugin.core.config_parse import parse_config
 from gpufleet.plugin.host.nfd_features import DEFAULT_FEATURES_FILE
-from gpufleet.settings import kube_url_setting, kubeconfig_setting, setting, sim_fleet_setting
+from gpufleet.settings import (
+    debug_setting,
+    kube_url_setting,
+    kubeconfig_setting,
+    log_format_setting,
+    setting,
+    sim_fleet_setting,
+)
 
 NVIDIA = "k8s-device-plugin compatible"
 GPUFLEET = "gpufleet"
@@ -283,20 +290,8 @@ class PluginSettings(BaseSettings):
         help="Prometheus exporter-toolkit web config (TLS, basic auth) for the self-metrics "
         "port, as the exporter's --web-config-file.",
     )
-    debug: bool = setting(
-        False,
-        "GPUFLEET_DEBUG",
-        "--debug",
-        group=GPUFLEET,
-        help="Debug logs (as the other daemons).",
-    )
-    log_format: Literal["text", "json"] = setting(
-        "text",
-        "GPUFLEET_LOG_FORMAT",
-        "--log-format",
-        group=GPUFLEET,
-        help="Log format: text or json (one object per line), as the other daemons.",
-    )
+    debug: bool = debug_setting(group=GPUFLEET)
+    log_format: Literal["text", "json"] = log_format_setting(group=GPUFLEET)
     health_recovery_seconds: float = setting(
         60.0,
         "GPUFLEET_HEALTH_RECOVERY",

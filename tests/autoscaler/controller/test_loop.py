@@ -208,17 +208,26 @@ def placeholder(api: client.ApiClient):
         return None
 
 
+async def asking_for_headroom(
+    api: client.ApiClient, prometheus: Prometheus, headroom: int
+) -> tuple[Controller, PromClient, WithHeadroom]:
+    """A 2-GPU Deployment whose GPUAutoscaler's policy asks for `headroom` placeholders."""
+    deploy(api, gpus=2)
+    autoscaler(api, KEDA_SPEC)
+    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    await ctl.tick()
+    (workload,) = ctl._workloads.values()
+    workload.policy = policy = WithHeadroom(workload.policy, headroom)
+    workload.next_decision_at = 0.0
+    return ctl, prom, policy
+
+
 async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
     api: client.ApiClient, pod_prometheus: Prometheus
 ) -> None:
-    deploy(api, gpus=2)
-    autoscaler(api, KEDA_SPEC)
-    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
+    ctl, prom, policy = await asking_for_headroom(api, pod_prometheus, 3)
+    (workload,) = ctl._workloads.values()
     try:
-        await ctl.tick()
-        (workload,) = ctl._workloads.values()
-        workload.policy = policy = WithHeadroom(workload.policy, 3)
-        workload.next_decision_at = 0.0
         await ticks_until(ctl, lambda: placeholder(api) is not None)
         made = placeholder(api)
         assert made.spec.replicas == 3
@@ -244,15 +253,9 @@ async def test_headroom_it_may_not_write_is_one_line_not_one_a_tick(
     """A ClusterRole without create on deployments: every tick retried the placeholders
     and logged a warning; now the outage is a line when it starts and one when it ends."""
     caplog.set_level(logging.INFO, logger="gpufleet.autoscaler.controller.headroom")
-    deploy(api, gpus=2)
-    autoscaler(api, KEDA_SPEC)
-    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
+    ctl, prom, _ = await asking_for_headroom(api, pod_prometheus, 3)
     apiserver.faults.forbid_writes_suffix = "/deployments"  # creating one: 403
     try:
-        await ctl.tick()
-        (workload,) = ctl._workloads.values()
-        workload.policy = WithHeadroom(workload.policy, 3)
-        workload.next_decision_at = 0.0
         await ticks_until(ctl, lambda: ctl.stats.errors["kube_forbidden"] >= 5)
         assert placeholder(api) is None
         apiserver.faults.forbid_writes_suffix = ""  # the verb granted
