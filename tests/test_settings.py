@@ -17,16 +17,12 @@ from gpufleet.autoscaler.replay.settings import SimulateSettings
 from gpufleet.autoscaler.settings import AutoscalerSettings
 from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.plugin.settings import PluginSettings
-from gpufleet.settings import (
-    ScalarEnvSource,
-    SettingsError,
-    build_parser,
+from gpufleet.settings import ScalarEnvSource, SettingsError, build_parser, load_settings, setting
+from gpufleet.shared_settings import (
     debug_setting,
     kube_url_setting,
     kubeconfig_setting,
-    load_settings,
     log_format_setting,
-    setting,
     sim_fleet_setting,
 )
 

@@ -6,12 +6,12 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpufleet.settings import (
+from gpufleet.settings import setting
+from gpufleet.shared_settings import (
     debug_setting,
     kube_url_setting,
     kubeconfig_setting,
     log_format_setting,
-    setting,
 )
 
 SOURCES = "sources"

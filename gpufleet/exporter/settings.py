@@ -14,13 +14,8 @@ from typing import Literal
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from gpufleet.settings import (
-    ScalarEnvSource,
-    kube_url_setting,
-    kubeconfig_setting,
-    setting,
-    sim_fleet_setting,
-)
+from gpufleet.settings import ScalarEnvSource, setting
+from gpufleet.shared_settings import kube_url_setting, kubeconfig_setting, sim_fleet_setting
 
 # Where dcgm-exporter's image keeps its CSV; when this default is absent, the embedded copy
 # of the same default list is used, so the exporter starts anywhere with no file.

@@ -26,12 +26,12 @@ from gpufleet.plugin.core.config import (
 )
 from gpufleet.plugin.core.config_parse import parse_config
 from gpufleet.plugin.host.nfd_features import DEFAULT_FEATURES_FILE
-from gpufleet.settings import (
+from gpufleet.settings import setting
+from gpufleet.shared_settings import (
     debug_setting,
     kube_url_setting,
     kubeconfig_setting,
     log_format_setting,
-    setting,
     sim_fleet_setting,
 )
 
