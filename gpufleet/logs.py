@@ -77,10 +77,6 @@ class OutageLog:
         self._logged_at = -math.inf
 
     @property
-    def failing(self) -> bool:
-        return self._total > 0
-
-    @property
     def failures(self) -> int:
         """Failures since it started failing (0 while it works)."""
         return self._total

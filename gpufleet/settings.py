@@ -253,11 +253,9 @@ def build_parser(
             continue
         group = groups.setdefault(_group(info), parser.add_argument_group(_group(info)))
         env = " or ".join(_env_names(info))
-        default = info.get_default(call_default_factory=True)
         help_text = (info.description or "").replace("%", "%%")
         help_text += f" [env {env}]" if env else ""
-        if not _unset(default):
-            help_text += f" (default: {default})".replace("%", "%%")
+        help_text += _default_note(info).replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
         if _is_bool(info):
             kwargs["action"] = BoolAction
@@ -271,16 +269,17 @@ def build_parser(
     return parser
 
 
-def _unset(default: object) -> bool:
-    """A default not worth showing: none, empty, or off. Not 0, which equals False."""
-    return default is None or default is False or default == ""
+def _default_note(info: FieldInfo) -> str:
+    """` (default: X)` for --help, or "" for a default not worth showing: none, empty or
+    off (not 0, which equals False)."""
+    default = info.get_default(call_default_factory=True)
+    if default is None or default is False or default == "":
+        return ""
+    return f" (default: {default})"
 
 
 def _env_only_help(info: FieldInfo) -> str:
-    default = info.get_default(call_default_factory=True)
-    text = f"{' or '.join(_env_names(info))}: {info.description or ''}"
-    if not _unset(default):
-        text += f" (default: {default})"
+    text = f"{' or '.join(_env_names(info))}: {info.description or ''}{_default_note(info)}"
     return textwrap.fill(text, width=79, initial_indent="  ", subsequent_indent="      ")
 
 

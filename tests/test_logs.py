@@ -45,13 +45,13 @@ def test_a_day_of_failures_every_second_is_a_few_lines(outage):
 def test_a_new_reason_is_said_at_once_and_recovery_only_after_a_failure(outage):
     log, clock, caplog = outage
     log.recovered()
-    assert not log.failing
+    assert log.failures == 0
     log.failed("timeout")
     clock.now = 1.0
     log.failed("timeout")
     clock.now = 2.0
     log.failed("HTTP 503")
-    assert log.failing
+    assert log.failures == 3
     log.recovered()
     log.recovered()
     assert [r.getMessage() for r in caplog.records] == [
