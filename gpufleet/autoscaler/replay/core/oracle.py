@@ -28,6 +28,8 @@ Construction, on a grid of `STEP_SECONDS` buckets:
    empties). So the billed nodes at t are at least the most nodes in use anywhere in
    [t - node_idle, t + node_provision]; the oracle asks for exactly that by keeping warm
    placeholders (`Decision.headroom`) for the GPUs needed within the provisioning time.
+   A run bills until its last request completes, so the hours count the steps before the
+   earliest instant every request can have completed (arrival + prefill + decode, at once).
 
 4. Repair (`solve_oracle`): the schedule of steps 1-3 is replayed; while fewer than
    `target_attainment` of the judged requests (arriving after cold start + provisioning,
@@ -106,7 +108,9 @@ def oracle_schedule(
 ) -> OracleSchedule:
     """The schedule from the necessary conditions alone, and its GPU-hours: the bound."""
     serving, infeasible = _serving(trace, workload=workload, config=config)
-    return _schedule(serving, infeasible=infeasible, config=config)
+    return _schedule(
+        serving, infeasible=infeasible, end=_earliest_end(trace, config), config=config
+    )
 
 
 def solve_oracle(
@@ -128,7 +132,8 @@ def solve_oracle(
     """
     slo = workload.slo_ttft_seconds
     serving, infeasible = _serving(trace, workload=workload, config=config)
-    bound = schedule = _schedule(serving, infeasible=infeasible, config=config)
+    end = _earliest_end(trace, config)
+    bound = schedule = _schedule(serving, infeasible=infeasible, end=end, config=config)
     can, after_warmup = judged_requests(trace, slo_seconds=slo, config=config)
     judged = after_warmup & can
     slo_steps = math.ceil(slo / STEP_SECONDS)
@@ -147,7 +152,7 @@ def solve_oracle(
         if np.array_equal(repaired, serving):
             break  # at max_replicas wherever it is late: more replays cannot help
         serving = repaired
-        schedule = _schedule(serving, infeasible=infeasible, config=config)
+        schedule = _schedule(serving, infeasible=infeasible, end=end, config=config)
         repair += 1
     if progress is not None:
         progress(1.0)
@@ -275,8 +280,19 @@ def _stage(progress: Callable[[float], None] | None, repair: int) -> Callable[[f
     return lambda done: progress(low + width * min(done, 0.999))
 
 
-def _schedule(serving: np.ndarray, *, infeasible: int, config: ReplayConfig) -> OracleSchedule:
-    """Steps 2 and 3 of the module docstring: GPUs held and nodes billed for `serving`."""
+def _earliest_end(trace: Trace, config: ReplayConfig) -> float:
+    """The earliest instant every request can have completed: no run ends, or bills, before."""
+    svc = config.service
+    prefill_s = trace.prompt_tokens / svc.prefill_tokens_per_second
+    decode_s = trace.output_tokens * svc.decode_seconds_per_token
+    return float(np.max(trace.arrival_seconds + prefill_s + decode_s, initial=0.0))
+
+
+def _schedule(
+    serving: np.ndarray, *, infeasible: int, end: float, config: ReplayConfig
+) -> OracleSchedule:
+    """Steps 2 and 3 of the module docstring: GPUs held and nodes billed for `serving`,
+    the hours counted over the whole steps before `end` (a run's earliest end)."""
     step = STEP_SECONDS
     cluster = config.cluster
     cold_steps = math.ceil(cluster.cold_start_seconds / step)
@@ -293,13 +309,14 @@ def _schedule(serving: np.ndarray, *, infeasible: int, config: ReplayConfig) -> 
         before=math.ceil(cluster.node_idle_seconds / step),
         after=math.ceil(cluster.node_provision_seconds / step),
     )
+    billed = int(end // step)
     return OracleSchedule(
         step_seconds=step,
         serving=serving,
         holding=holding,
         nodes=nodes,
-        replica_gpu_hours=float(gpus.sum()) * step / 3600.0,
-        node_gpu_hours=float(nodes.sum()) * cluster.gpus_per_node * step / 3600.0,
+        replica_gpu_hours=float(gpus[:billed].sum()) * step / 3600.0,
+        node_gpu_hours=float(nodes[:billed].sum()) * cluster.gpus_per_node * step / 3600.0,
         infeasible_requests=infeasible,
     )
 

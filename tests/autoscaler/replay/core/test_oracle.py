@@ -125,6 +125,17 @@ def test_prompts_too_long_for_the_slo_are_infeasible_not_counted() -> None:
     assert schedule.infeasible_requests == 1
 
 
+def test_the_bound_bills_no_more_than_a_run_that_serves_every_request() -> None:
+    # A run bills until its last request completes; the bound once billed to that
+    # request's latest SLO-meeting end (its SLO later), above the floor run's own bill.
+    trace = bursty_trace(5, rate=1.0)
+    floor = simulate(trace, Fixed(2), workload=WORKLOAD, config=CONFIG)
+    assert floor.slo_attainment == 1.0
+    bound = oracle_schedule(trace, workload=WORKLOAD, config=CONFIG)
+    assert bound.node_gpu_hours <= floor.node_gpu_hours
+    assert bound.replica_gpu_hours <= floor.replica_gpu_hours
+
+
 @pytest.mark.parametrize(
     ("seed", "rate", "fixed_sizes"),
     [
