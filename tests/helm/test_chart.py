@@ -315,3 +315,56 @@ def test_a_disabled_component_leaves_nothing_behind(tmp_path):
         o for o in no_k if o["kind"] == "ClusterRole" and "exporter" in o["metadata"]["name"]
     ]
     assert not exporter["spec"]["template"]["spec"].get("automountServiceAccountToken")
+
+
+def test_extra_env_volumes_and_mounts_reach_each_daemon(tmp_path):
+    objects = render(VALUE_SETS["extras"][0], tmp_path=tmp_path)
+    for kind, name in (
+        ("DaemonSet", "plugin"),
+        ("DaemonSet", "exporter"),
+        ("Deployment", "autoscaler"),
+    ):
+        workload = find(objects, kind, f"-{name}")
+        ctr = container(workload, name)
+        assert {
+            "name": "GPUFLEET_DEBUG" if name != "exporter" else "DCGM_EXPORTER_DEBUG",
+            "value": "true",
+        } in ctr["env"]
+        assert {"name": "extra", "mountPath": "/etc/extra"} in ctr["volumeMounts"]
+        assert {"name": "extra", "configMap": {"name": "my-files"}} in pod_spec(workload)["volumes"]
+
+
+def test_the_keda_scaler_serves_tls_from_its_secret(tmp_path):
+    """Each TLS flag names a file in the mounted Secret: the scaler's certificate and key,
+    and with verifyClients the CA KEDA's client certificate must be signed by."""
+    objects = render(VALUE_SETS["extras"][0], tmp_path=tmp_path)
+    deployment = find(objects, "Deployment", "-autoscaler")
+    ctr = container(deployment, "autoscaler")
+    flags = dict(a.split("=", 1) for a in ctr["args"] if a.startswith("--keda-scaler-"))
+    (mount,) = [m for m in ctr["volumeMounts"] if m["name"] == "keda-scaler-tls"]
+    (volume,) = [v for v in pod_spec(deployment)["volumes"] if v["name"] == "keda-scaler-tls"]
+    assert volume["secret"]["secretName"] == "keda-tls"
+    files = {flag: path for flag, path in flags.items() if flag.endswith("-file")}
+    assert files == {
+        "--keda-scaler-tls-cert-file": f"{mount['mountPath']}/tls.crt",
+        "--keda-scaler-tls-key-file": f"{mount['mountPath']}/tls.key",
+        "--keda-scaler-client-ca-file": f"{mount['mountPath']}/ca.crt",
+    }
+    plain = render({"autoscaler": {"kedaScaler": {"enabled": True}}}, tmp_path=tmp_path)
+    args = container(find(plain, "Deployment", "-autoscaler"), "autoscaler")["args"]
+    assert [a for a in args if a.startswith("--keda-scaler-")] == ["--keda-scaler-address=:9403"]
+    refused = run_helm(
+        "template",
+        "gf",
+        str(CHART),
+        "--set",
+        "autoscaler.kedaScaler.enabled=true",
+        "--set",
+        "autoscaler.kedaScaler.verifyClients=true",
+        tmp_path=tmp_path,
+    )
+    assert refused.returncode != 0
+    assert (
+        "autoscaler.kedaScaler.verifyClients needs autoscaler.kedaScaler.tlsSecret"
+        in refused.stderr
+    )

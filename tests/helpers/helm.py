@@ -106,6 +106,16 @@ sharing:
         replicas: 4
 """
 
+
+def _extras(env: str) -> dict[str, Any]:
+    """A daemon's extraEnv (its debug switch), extraVolumes and extraVolumeMounts."""
+    return {
+        "extraEnv": [{"name": env, "value": "true"}],
+        "extraVolumes": [{"name": "extra", "configMap": {"name": "my-files"}}],
+        "extraVolumeMounts": [{"name": "extra", "mountPath": "/etc/extra"}],
+    }
+
+
 # The value sets the chart is rendered with: name -> (values, API versions the cluster serves).
 VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "defaults": ({}, (PROMETHEUS_OPERATOR,)),
@@ -154,6 +164,16 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     # GFD's labels published by the plugin: on the Node through the API, or for NFD
     "node-labels-api": ({"devicePlugin": {"nodeLabels": "api"}}, (PROMETHEUS_OPERATOR,)),
     "node-labels-nfd": ({"devicePlugin": {"nodeLabels": "nfd"}}, (PROMETHEUS_OPERATOR,)),
+    # a volume, its mount and an env var added to each daemon; the KEDA scaler over mTLS
+    "extras": (
+        {
+            "devicePlugin": _extras("GPUFLEET_DEBUG"),
+            "exporter": _extras("DCGM_EXPORTER_DEBUG"),
+            "autoscaler": _extras("GPUFLEET_DEBUG")
+            | {"kedaScaler": {"enabled": True, "tlsSecret": "keda-tls", "verifyClients": True}},
+        },
+        (PROMETHEUS_OPERATOR,),
+    ),
     # everything off by default turned on, and the exporter without pod attribution
     "all-options": (
         {
