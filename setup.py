@@ -1,4 +1,6 @@
-"""Build hook: plain Python by default; GPUFLEET_COMPILE=1 compiles the simulator's engine.
+"""Build hooks: plain Python by default; GPUFLEET_COMPILE=1 compiles the simulator's engine.
+The wheel also carries rules/ as gpufleet/lab/rules, so an installed `gpufleet lab` loads
+the alerts (a checkout's lab reads rules/ itself).
 
 mypyc compiles the same source to C: a simulated run then takes 0.31-0.91 of the CPU time
 (BENCHMARKS.md, "Simulator speed", the compiled simulator). Everything else, and every
@@ -8,9 +10,12 @@ checks that it replays as the source does.
 """
 
 import os
+import shutil
 import sys
+from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 COMPILED = [
     "gpufleet/autoscaler/replay/core/engine.py",
@@ -39,7 +44,22 @@ def _ext_modules() -> list:
     return mypycify(["--follow-imports=silent", "--ignore-missing-imports", *COMPILED])
 
 
+class _BuildPy(build_py):
+    """build_py, plus rules/*.rules.yml copied into the built gpufleet/lab/rules."""
+
+    def run(self) -> None:
+        super().run()
+        rules = Path(__file__).resolve().parent / "rules"
+        if self.editable_mode or not rules.is_dir():  # editable: the checkout's own rules/
+            return
+        target = Path(self.build_lib) / "gpufleet" / "lab" / "rules"
+        target.mkdir(parents=True, exist_ok=True)
+        for path in sorted(rules.glob("*.rules.yml")):
+            shutil.copyfile(path, target / path.name)
+
+
 setup(
+    cmdclass={"build_py": _BuildPy},
     ext_modules=_ext_modules(),
     setup_requires=[MYPY] if os.environ.get("GPUFLEET_COMPILE") == "1" else [],
 )

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import yaml
 from helpers import REPO
@@ -19,6 +20,7 @@ LOCK = REPO / "docker" / "requirements.txt"
 CHART = REPO / "helm" / "gpufleet"
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 VENV = "/opt/venv"  # where the Dockerfile installs
+_TEXT = {"check": True, "capture_output": True, "text": True, "timeout": 60}
 
 # The closure of a distribution's requirements, read in the target interpreter.
 _CLOSURE = """
@@ -94,6 +96,16 @@ def test_wheel_installs_and_runs_from_a_clean_virtualenv(tmp_path):
         )
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"usage: gpufleet {daemon}"), done.stdout[:200]
+
+    # An installed lab loads the alerts: rules/ travels in the wheel (setup.py). Run
+    # outside the checkout, whose gpufleet/ would be imported first.
+    where = "from gpufleet.lab.flags import RULES; print(RULES)"
+    done = subprocess.run([python, "-c", where], cwd=tmp_path, **_TEXT)
+    rules = Path(done.stdout.strip())
+    assert rules.is_relative_to(venv)
+    assert {p.name: p.read_text() for p in rules.glob("*.rules.yml")} == {
+        p.name: p.read_text() for p in (REPO / "rules").glob("*.rules.yml")
+    }
 
 
 def test_every_locked_dependency_is_pinned():

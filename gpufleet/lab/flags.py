@@ -10,8 +10,11 @@ from gpufleet.core.listen import parse_listen_address
 from gpufleet.lab.node import DEFAULT_FLEET
 from gpufleet.settings import OneLineParser
 
-# rules/ beside the package, in a checkout (where ./dev lab runs).
-RULES = Path(__file__).resolve().parents[2] / "rules"
+# The copy an installed wheel carries (setup.py), else rules/ in a checkout (./dev lab).
+_PACKAGED_RULES = Path(__file__).resolve().parent / "rules"
+RULES = (
+    _PACKAGED_RULES if _PACKAGED_RULES.is_dir() else Path(__file__).resolve().parents[2] / "rules"
+)
 
 
 def _at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
