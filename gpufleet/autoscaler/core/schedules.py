@@ -34,6 +34,7 @@ _MACROS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
+_MAX_DIGITS = 9  # more in a cron field or duration is out of range, not a number to parse
 _DURATION = re.compile(r"^(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?$")
 MAX_LOOKBACK_DAYS = 400  # a schedule that fires less often than yearly never opens
 
@@ -103,6 +104,8 @@ def _value(name: str, text: str, *, bounded: bool = True) -> int:
         return names.index(text) + (1 if name == "month" else 0)
     if not (text.isascii() and text.isdigit()):  # int() reads other scripts' digits too
         raise ScheduleError(f"{name} {text!r}: not a number")
+    if len(text) > _MAX_DIGITS:  # int() refuses thousands of digits with a ValueError
+        raise ScheduleError(f"{name} {text[:_MAX_DIGITS]}...: out of range")
     value = int(text)
     lo, hi = _BOUNDS[name]
     if bounded and not lo <= value <= hi:
@@ -115,6 +118,8 @@ def parse_duration(text: str) -> float:
     match = _DURATION.match(text.strip())
     if not text.strip() or match is None:
         raise ScheduleError(f"{text!r}: want a duration like 8h, 90m or 1h30m")
+    if any(len(g or "") > _MAX_DIGITS for g in match.groups()):
+        raise ScheduleError(f"{text[:40]!r}: too long a duration")
     hours, minutes, seconds = (int(g or 0) for g in match.groups())
     total = hours * 3600 + minutes * 60 + seconds
     if total <= 0:
@@ -125,8 +130,9 @@ def parse_duration(text: str) -> float:
 def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ScheduleError(f"{name!r}: unknown time zone") from None
+    # OSError: a folder of the tz database ("Europe"), or a name too long for a path
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ScheduleError(f"{name[:80]!r}: unknown time zone") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

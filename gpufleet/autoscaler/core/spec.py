@@ -250,10 +250,10 @@ def _windows(items: Any, *, maximum: int) -> tuple[Window, ...]:
         except ScheduleError as err:
             raise SpecError(f"{where}.duration", str(err)) from None
         try:
-            time_zone = zone(item.get("timeZone", FIELDS["schedules[].timeZone"].default))
+            time_zone = zone(_given(item, "timeZone", FIELDS["schedules[].timeZone"].default))
         except ScheduleError as err:
             raise SpecError(f"{where}.timeZone", str(err)) from None
-        floor = item.get("minReplicas", 0)
+        floor = _given(item, "minReplicas", 0)
         if floor > maximum:
             raise SpecError(f"{where}.minReplicas", f"{floor} is more than maxReplicas {maximum}")
         windows.append(
@@ -263,7 +263,7 @@ def _windows(items: Any, *, maximum: int) -> tuple[Window, ...]:
                 duration_seconds=duration,
                 time_zone=time_zone,
                 min_replicas=floor,
-                headroom_replicas=item.get("headroomReplicas", 0),
+                headroom_replicas=_given(item, "headroomReplicas", 0),
             )
         )
     return tuple(windows)
@@ -350,10 +350,17 @@ def _scaling_rules(spec: Mapping[str, Any], key: str, default: ScalingRules) -> 
         for p in rules.get("policies") or ()
     )
     return ScalingRules(
-        stabilization_window_seconds=rules.get(
-            "stabilizationWindowSeconds", default.stabilization_window_seconds
+        stabilization_window_seconds=_given(
+            rules, "stabilizationWindowSeconds", default.stabilization_window_seconds
         ),
         policies=policies or default.policies,
-        select_policy=SelectPolicy(rules.get("selectPolicy", default.select_policy)),
-        tolerance=rules.get("tolerance", default.tolerance),
+        select_policy=SelectPolicy(_given(rules, "selectPolicy", default.select_policy)),
+        tolerance=_given(rules, "tolerance", default.tolerance),
     )
+
+
+def _given(node: Mapping[str, Any], key: str, default: Any) -> Any:
+    """node[key], or `default` where it is absent or null: as `_check` reads a null, which
+    a client-side apply or an API server that kept it can leave in the object."""
+    value = node.get(key)
+    return default if value is None else value

@@ -69,10 +69,31 @@ def test_a_bad_cron_says_why(expr: str, why: str) -> None:
         parse_cron(expr)
 
 
-@given(st.text(max_size=40) | st.text(alphabet="0123456789*/-, monfrijaul@²", max_size=40))
+# Long digit runs too: int() refuses over 4,300 digits with its own ValueError.
+_DIGITS = st.integers(1, 6000).map(lambda n: "9" * n)
+
+
+@given(
+    st.text(max_size=40)
+    | st.text(alphabet="0123456789*/-, monfrijaul@²", max_size=40)
+    | st.tuples(st.sampled_from(["", "*/", "1-"]), _DIGITS).map(lambda p: f"{p[0]}{p[1]} * * * *")
+)
 def test_parse_cron_fails_only_with_schedule_error(text: str) -> None:
     with contextlib.suppress(ScheduleError):
         parse_cron(text)
+
+
+@given(st.text(max_size=40) | _DIGITS.map(lambda d: f"{d}h") | _DIGITS.map(lambda d: f"1h{d}s"))
+def test_parse_duration_fails_only_with_schedule_error(text: str) -> None:
+    with contextlib.suppress(ScheduleError):
+        parse_duration(text)
+
+
+@given(st.text(max_size=300) | st.sampled_from(["Europe", "America", "", ".", "/", "a" * 300]))
+def test_zone_fails_only_with_schedule_error(name: str) -> None:
+    """A folder of the tz database, or a name too long for a path, is an unknown zone."""
+    with contextlib.suppress(ScheduleError):
+        zone(name)
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,13 @@
 """The GPUAutoscaler spec: the Python model agrees with the CRD, and a bad spec names its field."""
 
+import contextlib
 from typing import Any
 
 import pytest
 import yaml
 from helpers import REPO
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.autoscaler.core.binding import Term
 from gpufleet.autoscaler.core.spec import FIELDS, Rule, SpecError, parse_spec
@@ -222,3 +225,48 @@ def test_a_bad_spec_names_its_field(spec: dict[str, Any], field: str) -> None:
         parse_spec(gpa(spec))
     assert err.value.field == field
     assert str(err.value).startswith(f"{field}: ")
+
+
+_LEAVES = sorted(p for p, rule in FIELDS.items() if rule.type not in ("object", "array"))
+_ODD = st.sampled_from(
+    ["Europe", "9" * 5000, "9" * 5000 + "h", "*/" + "9" * 5000 + " * * * *", "a" * 300, ""]
+)
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12) | _ODD,
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=4,
+)
+
+
+def _put(spec: dict[str, Any], path: str, value: Any) -> None:
+    """Set `path` (a FIELDS path; `x[]` is the array's first item) in `spec`."""
+    *parents, leaf = path.split(".")
+    node = spec
+    for part in parents:
+        if part.endswith("[]"):
+            items = node.setdefault(part[:-2], [{}])
+            if not (isinstance(items, list) and items and isinstance(items[0], dict)):
+                return
+            node = items[0]
+        else:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                return
+            node = child
+    node[leaf] = value
+
+
+@given(st.lists(st.tuples(st.sampled_from(_LEAVES), _VALUES), max_size=6))
+def test_parse_spec_fails_only_with_spec_error(edits: list[tuple[str, Any]]) -> None:
+    """One bad GPUAutoscaler is reported on its status; any other exception stopped the
+    controller for every workload (a timeZone naming a tz folder, a 5,000-digit cron)."""
+    spec: dict[str, Any] = {
+        "scaleTargetRef": {"kind": "Deployment", "name": "vllm"},
+        "maxReplicas": 8,
+        "schedules": [{"name": "day", "schedule": "0 8 * * *", "duration": "1h"}],
+        "behavior": {"scaleUp": {"policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}]}},
+    }
+    for path, value in edits:
+        _put(spec, path, value)
+    with contextlib.suppress(SpecError):
+        parse_spec({"metadata": {"namespace": "ml", "name": "vllm"}, "spec": spec})
