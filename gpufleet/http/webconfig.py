@@ -18,7 +18,6 @@ inline key.
 """
 
 import base64
-import binascii
 import hashlib
 import hmac
 import logging
@@ -439,5 +438,5 @@ def _parse_basic_auth(header_value: str | None) -> tuple[str, bytes] | None:
         decoded = base64.b64decode(encoded.strip(), validate=True)
         user, sep, password = decoded.partition(b":")
         return (user.decode("utf-8"), password) if sep else None
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # not base64 (binascii.Error), not ASCII, or a user not UTF-8
         return None

@@ -13,6 +13,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.http.tls import ClientAuth
 from gpufleet.http.webconfig import (
@@ -440,6 +442,7 @@ BASIC_AUTH = [
     ("Basic !!!notbase64", False, "bad-base64"),
     ("Basic " + base64.b64encode(b"alice").decode(), False, "no-colon"),
     ("Basic " + base64.b64encode(b"\xff:s3cret").decode(), False, "user-not-utf8"),
+    ("Basic \xe9", False, "not-ascii"),  # was a 500 from the server
 ]
 
 
@@ -477,3 +480,19 @@ def test_passwords_compare_on_their_first_72_bytes_as_in_go(tmp_path: Path) -> N
     config = parse_web_config(users_config(hashed), source=tmp_path / "w.yml")
 
     assert config.check_basic_auth(basic("alice", password + "ignored"))
+
+
+_FUZZ_CONFIG = parse_web_config(
+    users_config(bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()), source=Path("w.yml")
+)
+
+
+@given(
+    st.text()
+    | st.text().map("Basic ".__add__)
+    | st.binary().map(lambda raw: "Basic " + base64.b64encode(raw).decode())
+)
+def test_any_authorization_header_is_a_yes_or_no(header: str) -> None:
+    """The header comes from any client before it is authenticated: whatever it holds,
+    the answer is a bool (a 401), never an exception (a 500)."""
+    assert _FUZZ_CONFIG.check_basic_auth(header) in (True, False)
