@@ -59,8 +59,9 @@ def parse_allowlist(value: str) -> tuple[re.Pattern[str], ...]:
             continue
         try:
             patterns.append(re.compile(pattern))
-        except re.error as err:
-            raise ValueError(f"pattern {pattern!r} is not a valid regex: {err}") from None
+        # OverflowError: a repeat count over 2^32; RecursionError: nesting too deep
+        except (re.error, OverflowError, RecursionError) as err:
+            raise ValueError(f"pattern {pattern[:80]!r} is not a valid regex: {err}") from None
     return tuple(patterns)
 
 

@@ -93,6 +93,9 @@ class _Items:
     warnings: tuple[str, ...]
 
 
+_XID_DIGITS = 9  # XIDs are small; int() refuses thousands of digits with a ValueError
+
+
 def _items(env: str, value: str) -> _Items:
     words, xids, warnings = set(), set(), []
     for raw in value.lower().split(","):
@@ -101,7 +104,7 @@ def _items(env: str, value: str) -> _Items:
             continue
         if item in ("all", "xids"):
             words.add(item)
-        elif item.isascii() and item.isdigit():
+        elif item.isascii() and item.isdigit() and len(item) <= _XID_DIGITS:
             xids.add(int(item))
         else:
             warnings.append(f'{env}: ignoring {item[:40]!r}: not an XID number, "all" or "xids"')

@@ -32,8 +32,9 @@ MIG_MINORS_PATH = Path("/proc/driver/nvidia-caps/mig-minors")
 # (GPU device minor, GPU instance id, compute instance id or None for the GI itself)
 CapKey = tuple[int, int, int | None]
 
-_GI_ACCESS = re.compile(r"^gpu(\d+)/gi(\d+)/access\s+(\d+)$")
-_CI_ACCESS = re.compile(r"^gpu(\d+)/gi(\d+)/ci(\d+)/access\s+(\d+)$")
+# Numbers of at most 9 digits: a longer one is no minor, and int() refuses thousands.
+_GI_ACCESS = re.compile(r"^gpu(\d{1,9})/gi(\d{1,9})/access\s+(\d{1,9})$")
+_CI_ACCESS = re.compile(r"^gpu(\d{1,9})/gi(\d{1,9})/ci(\d{1,9})/access\s+(\d{1,9})$")
 
 
 class ImexError(Exception):

@@ -4,6 +4,8 @@ that would break a scrape (issue 15 §2)."""
 import itertools
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.exporter.core.podmeta import parse_allowlist, pod_labels, sanitize_label_name
 
@@ -81,3 +83,16 @@ def test_any_labels_give_unique_valid_names(keys: tuple[str, str]) -> None:
         assert name[0].isalpha() or name[0] == "_"
         assert not name.startswith("__")
         assert sanitize_label_name(name) == name
+
+
+@given(
+    st.text(max_size=60)
+    | st.sampled_from(["a{4294967296}", "(" * 2000 + ")" * 2000, "[", "a**", "(?P<"])
+)
+def test_a_bad_allowlist_is_one_value_error(value: str) -> None:
+    """The flag's bad value is one line at startup: a repeat count over 2^32 raised
+    OverflowError, and deep nesting RecursionError, past the flag's error handling."""
+    try:
+        parse_allowlist(value)
+    except ValueError as err:
+        assert len(str(err)) < 300

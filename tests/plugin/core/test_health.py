@@ -3,6 +3,8 @@
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.plugin.core.health import (
     DEFAULT_IGNORED_XIDS,
@@ -277,3 +279,14 @@ def test_device_health(conditions: dict[str, GpuCondition], unhealthy: set[str])
     health = device_health(states, GROUPS)
     assert set(health) == {d for ids in GROUPS.values() for d in ids}
     assert {d for d, h in health.items() if h is Health.UNHEALTHY} == unhealthy
+
+
+_ITEMS = st.text(max_size=12) | st.integers(0, 6000).map(lambda n: "9" * n) | st.just("all")
+
+
+@given(st.lists(_ITEMS, max_size=4).map(",".join), st.lists(_ITEMS, max_size=4).map(",".join))
+def test_any_health_env_values_give_a_policy(disable: str, enable: str) -> None:
+    """Bad items are skipped with a warning, as documented; a 5,000-digit XID raised
+    int()'s ValueError and stopped the plugin."""
+    policy = parse_health_policy(disable, enable)
+    assert all(0 <= xid < 10**9 for xid in policy.forced_xids | policy.ignored_xids)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 from helpers.plugin_node import gpu, node
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.plugin.host.host_devices import (
     ImexError,
@@ -87,3 +89,19 @@ def test_a_regular_file_is_not_a_channel(tmp_path: Path) -> None:
     path.write_text("")
     with pytest.raises(ImexError, match=str(path)):
         imex_channels([0], required=True, container_driver_root=tmp_path)
+
+
+_NUMBER = st.integers(0, 9999).map(str) | st.integers(10, 6000).map(lambda n: "9" * n)
+
+
+@given(
+    st.lists(
+        st.text(max_size=40)
+        | st.tuples(_NUMBER, _NUMBER, _NUMBER).map(lambda t: "gpu{}/gi{}/access {}".format(*t)),
+        max_size=6,
+    ).map("\n".join)
+)
+def test_any_mig_minors_text_parses(text: str) -> None:
+    """The driver's file, whatever it holds: lines that are no access line are ignored
+    (a minor of thousands of digits raised int()'s ValueError)."""
+    assert all(minor < 10**9 for minor in parse_mig_minors(text).values())
