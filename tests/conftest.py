@@ -6,13 +6,13 @@ order-dependent.
 """
 
 import asyncio
-import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from helpers.e2e import Prometheus
+from helpers.tools import require
 
 # A task cancelled during teardown needs a loop iteration or two to finish; one still
 # pending after this long was never going to stop.
@@ -51,8 +51,7 @@ async def _asyncio_tasks_finished() -> AsyncIterator[None]:
 @pytest.fixture
 def prometheus_for(tmp_path: Path) -> Iterator[Callable[..., Prometheus]]:
     """Start real Prometheus servers scraping a target; stopped after the test."""
-    if not shutil.which("prometheus"):
-        pytest.skip("prometheus is not installed (./dev test installs it)")
+    require("prometheus")
     servers: list[Prometheus] = []
 
     def start(target: str, *, labels: dict[str, str] | None = None) -> Prometheus:

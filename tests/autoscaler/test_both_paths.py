@@ -1,9 +1,11 @@
-"""Recorded Prometheus answers through both paths give identical decisions.
+"""The live path's parsing and join lose nothing the replay's policies decide on.
 
 The replay's pipeline scrapes a simulated workload; the same samples, written as the range
 query answers Prometheus would give (JSON, one series per signal for the workload's pod),
 go through the live controller's parser and join into a fresh SignalHistory. A policy fed
-from each path decides the same, tick by tick.
+from each path decides the same, tick by tick. The answers are written here, not computed
+by Prometheus: the presets' queries on real Prometheus are test_presets.py's, and the whole
+live loop over real Prometheus is the controller's and the daemon's tests.
 """
 
 import json

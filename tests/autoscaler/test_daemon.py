@@ -5,7 +5,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -74,6 +73,16 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(args, code: int, text: str) -
 def apiserver() -> Iterator[FakeApiServer]:
     with FakeApiServer() as server:
         yield server
+
+
+def autoscaler_lists(server: FakeApiServer, identity: str) -> int:
+    return sum(
+        1
+        for r in server.requests
+        if r.method == "GET"
+        and r.path.endswith("/gpuautoscalers")
+        and r.user_agent.endswith(f"/{identity}")
+    )
 
 
 def scale_writes(server: FakeApiServer, identity: str) -> int:
@@ -163,7 +172,9 @@ def test_two_replicas_one_writer_and_a_warm_takeover(
         )
         b = start("b")
         try:
-            time.sleep(2)  # b gathers and decides as a follower; it must not write
+            # b gathers and decides as a follower (it lists the GPUAutoscalers each tick),
+            # and must not write
+            wait_for(lambda: autoscaler_lists(apiserver, "b") >= 2, timeout=30, what="b's ticks")
             assert holder() == "a"
             assert (scale_writes(apiserver, "a"), scale_writes(apiserver, "b")) == (1, 0)
             a.send_signal(signal.SIGKILL)

@@ -6,7 +6,6 @@ queries must return a value for it, joined to its workload as the controller joi
 
 import asyncio
 import math
-import shutil
 import time
 from collections.abc import Iterator
 
@@ -14,6 +13,7 @@ import pytest
 from helpers import wait_for
 from helpers.e2e import Prometheus
 from helpers.serving import MetricsServer
+from helpers.tools import require
 
 from gpufleet.autoscaler.core.gather import workload_buckets, workload_quantiles, workload_sums
 from gpufleet.autoscaler.core.signals import PRESETS
@@ -88,8 +88,7 @@ def engines(started: float) -> str:
 
 @pytest.fixture(scope="module")
 def prometheus_url(tmp_path_factory) -> Iterator[str]:
-    if not shutil.which("prometheus"):
-        pytest.skip("prometheus is not installed (./dev test installs it)")
+    require("prometheus")
     started = time.time()
     pod = MetricsServer(lambda: engines(started))
     server = Prometheus(

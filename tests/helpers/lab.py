@@ -3,11 +3,8 @@ API server with the lab cluster (scheduler, node provisioner, deployment control
 simulated vLLM pods of `llm/vllm` and real Prometheus scraping them through file_sd."""
 
 import contextlib
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from gpufleet.lab.kubeapi.cluster import ClusterTiming
 from gpufleet.lab.kubeapi.server import FakeApiServer
@@ -15,6 +12,7 @@ from gpufleet.lab.serving import ServingFleet
 from gpufleet.lab.workload import NAMESPACE as NS
 from gpufleet.lab.workload import ServingWorkload
 from helpers.e2e import Prometheus
+from helpers.tools import require
 
 __all__ = ["NS", "closed_loop"]
 
@@ -31,8 +29,7 @@ def closed_loop(
     """The world, started; no load until the test sets `fleet.rate_rps`. A pod prefills
     2,000 tokens/s: 4 requests/s of 500 tokens. With `gateway`, requests that find no
     ready pod wait at the fleet's gateway (see `ServingFleet`)."""
-    if not shutil.which("prometheus"):
-        pytest.skip("prometheus is not installed (./dev test installs it)")
+    require("prometheus")
     targets = tmp_path / "targets.json"
     with FakeApiServer() as server:
         workload = ServingWorkload(

@@ -217,9 +217,13 @@ async def test_close_waits_for_a_request_whose_head_has_begun() -> None:
     server = await start_server(app, host="127.0.0.1", port=0)
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     writer.write(b"GET /hello HTTP/1.1\r\nHo")
-    await asyncio.sleep(0.1)  # the server has read the first bytes
+    async with asyncio.timeout(10):  # until the server has read the first byte
+        while not [c for c in server._connections.values() if not c.idle]:
+            await asyncio.sleep(0.01)
     closing = asyncio.create_task(server.close())
-    await asyncio.sleep(0.1)
+    async with asyncio.timeout(10):  # until close() has begun
+        while not server._closing:
+            await asyncio.sleep(0.01)
     writer.write(b"st: x\r\n\r\n")
     reply = await asyncio.wait_for(reader.read(), timeout=10)
     await asyncio.wait_for(closing, timeout=10)

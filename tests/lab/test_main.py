@@ -6,7 +6,6 @@ One lab for all of it: it is the costliest thing the suite starts.
 """
 
 import json
-import os
 import shutil
 import subprocess
 import urllib.parse
@@ -20,6 +19,7 @@ from helpers import wait_for
 from helpers.kube import api_client
 from helpers.lab_process import running_lab
 from helpers.png import read_png
+from helpers.tools import require
 from kubernetes import client
 
 pytestmark = pytest.mark.prometheus
@@ -27,19 +27,10 @@ PANELS = ("util-node", "util-pod", "replicas", "idle-cost")  # charts that must 
 WINDOW = (1000, 800)
 
 
-def _need(binary: str) -> None:
-    if shutil.which(binary):
-        return
-    message = f"{binary} is not installed (./dev test installs it)"
-    if os.environ.get("CI") or os.environ.get("GPUFLEET_REQUIRE_TOOLS"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The lab on free ports; its printed URLs by name."""
-    _need("prometheus")
+    require("prometheus")
     log = tmp_path_factory.mktemp("lab") / "stderr"
     with running_lab(log, "--scrape-seconds=1") as urls:
         yield urls
@@ -140,7 +131,7 @@ def _drawn(tmp_path: Path, lab: dict[str, str]) -> dict[str, dict[str, str]] | N
 
 
 def test_the_page_draws_every_panel_in_chromium(lab: dict[str, str], tmp_path: Path) -> None:
-    _need("chromium")
+    require("chromium")
     wait_for(lambda: _query(lab, "gpufleet_autoscaler_desired_replicas"), timeout=60)
     sections = wait_for(
         lambda: _drawn(tmp_path, lab), timeout=120, poll_seconds=2, what="every panel drawn"

@@ -2,24 +2,21 @@
 evaluating rules/, Alertmanager, and a webhook receiver that gets the alert after a fault
 is injected into the simulated GPUs (a GPU falls off the bus; a critical XID)."""
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import REPO, wait_for
 from helpers.e2e import Alertmanager, Prometheus, RunningExporter, node_settings
+from helpers.tools import require
 
 from gpufleet.lab.node import NodeLayout, SimNode
-
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")),
-    reason="prometheus or prometheus-alertmanager missing (./dev test installs them)",
-)
 
 
 @pytest.fixture
 def chain(tmp_path: Path) -> Iterator[tuple[SimNode, Prometheus, Alertmanager]]:
+    require("prometheus")
+    require("prometheus-alertmanager")
     layout = NodeLayout(fleet="3xH100", whole_gpus=3)
     with SimNode(layout, root=tmp_path / "n") as node:
         node.sim.nvmlInit()

@@ -3,20 +3,17 @@ alert has a severity, a summary, a description and a runbook section in rules/RE
 and fires in some test; each recording rule has an expected value in some test."""
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from helpers import REPO
+from helpers.tools import require
 
 RULES = REPO / "rules"
 RULE_FILES = sorted(RULES.glob("*.rules.yml"))
 TEST_FILES = sorted((RULES / "tests").glob("*.test.yml"))
-needs_promtool = pytest.mark.skipif(
-    not shutil.which("promtool"), reason="promtool missing (./dev test installs it)"
-)
 
 
 def _rules() -> list[dict]:
@@ -32,18 +29,20 @@ def _tests() -> list[dict]:
     return [t for path in TEST_FILES for t in yaml.safe_load(path.read_text())["tests"]]
 
 
-@needs_promtool
 def test_promtool_checks_every_rule_file() -> None:
     run = subprocess.run(
-        ["promtool", "check", "rules", *map(str, RULE_FILES)], capture_output=True, text=True
+        [require("promtool"), "check", "rules", *map(str, RULE_FILES)],
+        capture_output=True,
+        text=True,
     )
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-@needs_promtool
 @pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)
 def test_promtool_unit_tests_pass(path: Path) -> None:
-    run = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
+    run = subprocess.run(
+        [require("promtool"), "test", "rules", str(path)], capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 

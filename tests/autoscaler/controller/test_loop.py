@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import logging
 import math
-import shutil
 import time
 from collections.abc import Iterator
 
@@ -15,6 +14,7 @@ from helpers import wait_for
 from helpers.e2e import Prometheus
 from helpers.kube import create_autoscaler, create_vllm
 from helpers.serving import MetricsServer, vllm_queue
+from helpers.tools import require
 from kubernetes import client
 
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
@@ -111,8 +111,7 @@ def pod_prometheus(
 ) -> Iterator[Prometheus]:
     """Prometheus scraping `serving_pod`, once for the module: the tests' controllers only
     query it, and a Prometheus takes seconds to start and scrape."""
-    if not shutil.which("prometheus"):
-        pytest.skip("prometheus is not installed (./dev test installs it)")
+    require("prometheus")
     prometheus = Prometheus(tmp_path_factory.mktemp("prom"), serving_pod, labels=POD_LABELS)
     try:
         wait_scraped(prometheus)

@@ -2,12 +2,12 @@
 and the summed buckets themselves."""
 
 import math
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers.tools import require
 
 from gpufleet.autoscaler.core.gather import (
     RangeSeries,
@@ -55,9 +55,9 @@ def test_histogram_quantile(q: float, buckets, want: float | None) -> None:
 
 
 @pytest.mark.prometheus
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_the_rows_are_what_prometheus_computes(tmp_path: Path) -> None:
     """Every row with a value, evaluated by the real PromQL engine (promtool test rules)."""
+    require("promtool")
     series, exprs = [], []
     for i, row in enumerate(QUANTILE_ROWS):
         q, buckets, want = row.values

@@ -1,11 +1,18 @@
-"""The Prometheus client against a real loopback HTTP server: answers, and errors by kind."""
+"""The Prometheus client against a real loopback HTTP server: answers, and errors by kind
+(a stand-in server, to answer what Prometheus would not), and real Prometheus's own NaN and
+infinities."""
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 from aiohttp import web
+from helpers import wait_for
+from helpers.e2e import Prometheus
+from helpers.tools import require
 
 from gpufleet.autoscaler.prom.client import PromClient, PromError, PromErrorKind
 
@@ -28,10 +35,7 @@ async def serve() -> AsyncIterator[Callable[[web.Response | None, float], str]]:
     runners: list[web.AppRunner] = []
 
     async def start(response: web.Response | None, delay: float = 0.0) -> str:
-        seen: list = []
-
         async def handler(request: web.Request) -> web.Response:
-            seen.append(dict(request.query))
             await asyncio.sleep(delay)
             if response is None:
                 return web.json_response(MATRIX)
@@ -59,6 +63,36 @@ async def test_a_matrix_answer_drops_nan_and_inf(serve) -> None:
         await client.close()
     assert dict(series.labels) == {"namespace": "a", "pod": "p"}
     assert series.samples == ((10.0, 1.5), (25.0, 2.0))
+
+
+@pytest.mark.prometheus
+async def test_real_prometheus_nan_and_infinities_are_dropped(tmp_path: Path) -> None:
+    """0/0 and 1/0 as Prometheus itself writes them ("NaN", "+Inf") leave no sample."""
+    require("prometheus")
+    prometheus = Prometheus(tmp_path / "prom", "127.0.0.1:1")  # a target that never answers
+    client = PromClient(f"http://127.0.0.1:{prometheus.port}")
+    try:
+        await asyncio.to_thread(
+            wait_for, lambda: prometheus.query("vector(1)"), timeout=30, what="Prometheus"
+        )
+        expr = " or ".join(
+            f'label_replace({value}, "kind", "{kind}", "", "")'
+            for kind, value in (
+                ("nan", "vector(0) / vector(0)"),
+                ("inf", "vector(1) / vector(0)"),
+                ("-inf", "vector(-1) / vector(0)"),
+                ("two", "vector(2)"),
+            )
+        )
+        now = time.time()
+        series = await client.query_range(expr, start=now - 30, end=now, step=5)
+    finally:
+        await client.close()
+        prometheus.stop()
+    samples = {s.labels["kind"]: s.samples for s in series}
+    assert samples.keys() == {"nan", "inf", "-inf", "two"}
+    assert samples["nan"] == samples["inf"] == samples["-inf"] == ()
+    assert [value for _, value in samples["two"]] == [2.0] * 7
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,11 @@
 
 import gzip
 import math
-import shutil
 import subprocess
 import zlib
 
 import pytest
+from helpers.tools import require
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from gpufleet.exporter.core.fields import MetricType
@@ -242,15 +242,12 @@ def test_openmetrics_parses_with_a_real_parser() -> None:
     assert parsed["DCGM_FI_DEV_GPU_UTIL"].samples[0].labels["pod"] == 'we"ird\\pod\nname'
 
 
-PROMTOOL = shutil.which("promtool")
-
-
 @pytest.mark.prometheus
-@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
 def test_promtool_parses_the_text_exposition() -> None:
+    promtool = require("promtool")
     exposition = render_text(_escaping_families())
     result = subprocess.run(
-        [PROMTOOL, "check", "metrics"],
+        [promtool, "check", "metrics"],
         input=exposition,
         capture_output=True,
         timeout=30,

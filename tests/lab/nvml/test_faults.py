@@ -170,19 +170,33 @@ def test_injection_rejects_unknown_targets(
         sim.set_not_supported(target)
 
 
-def test_hang_delays_only_the_chosen_gpu_and_call(sim: SimulatedNvml) -> None:
-    sim.set_hang("nvmlDeviceGetTemperature", 0.2, index=1)
+def test_hang_delays_only_the_chosen_gpu_and_call(sim: SimulatedNvml, monkeypatch) -> None:
+    """The hang's sleep is recorded, not waited for; while it sleeps, another thread's call
+    must answer (a hang holding the simulator's lock would block it, and time out here)."""
     h0, h1 = sim.nvmlDeviceGetHandleByIndex(0), sim.nvmlDeviceGetHandleByIndex(1)
-    started = time.monotonic()
+    slept: list[float] = []
+    answered: list[int] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        other = threading.Thread(
+            target=lambda: answered.append(
+                sim.nvmlDeviceGetTemperature(h0, pynvml.NVML_TEMPERATURE_GPU)
+            )
+        )
+        other.start()
+        other.join(timeout=30)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    sim.set_hang("nvmlDeviceGetTemperature", 0.2, index=1)
+    sim.nvmlDeviceGetTemperature(h0, pynvml.NVML_TEMPERATURE_GPU)  # another GPU
+    sim.nvmlDeviceGetPowerUsage(h1)  # another call
+    assert slept == []
     sim.nvmlDeviceGetTemperature(h1, pynvml.NVML_TEMPERATURE_GPU)
-    assert time.monotonic() - started >= 0.2
-    # A hanging call holds no lock: another thread's call answers while it sleeps.
-    sim.set_hang("nvmlDeviceGetTemperature", 1.0, index=1)
-    hung = threading.Thread(target=lambda: sim.nvmlDeviceGetTemperature(h1, 0), daemon=True)
-    hung.start()
-    assert sim.nvmlDeviceGetTemperature(h0, pynvml.NVML_TEMPERATURE_GPU) > 0
-    assert hung.is_alive()
-    hung.join(timeout=10)
+    assert slept == [0.2]
+    assert len(answered) == 1 and answered[0] > 0  # answered while the hang slept
     sim.set_hang("nvmlDeviceGetTemperature", 0, index=1)
+    sim.nvmlDeviceGetTemperature(h1, pynvml.NVML_TEMPERATURE_GPU)
+    assert slept == [0.2]
     with pytest.raises(ValueError, match="not an NVML function"):
         sim.set_hang("nvmlNope", 1)
