@@ -138,6 +138,7 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
         config=ControllerConfig(
             scrape_interval_seconds=settings.scrape_interval_seconds,
             rate_window=settings.rate_window,
+            headroom=settings.headroom,
         ),
         is_leader=elector.is_leader if elector else (lambda: True),
         feed=feed,

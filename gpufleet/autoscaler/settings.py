@@ -63,6 +63,17 @@ class AutoscalerSettings(BaseSettings):
         help="Range of the irate() in the signal queries; it must hold at least two scrapes.",
         pattern=r"^[0-9]+(ms|s|m|h)$",
     )
+    headroom: bool = setting(
+        True,
+        "GPUFLEET_AUTOSCALER_HEADROOM",
+        "--headroom",
+        group=LOOP,
+        help="Keep the node headroom GPUAutoscalers ask for (nodePool.placeholders): a "
+        "CapacityBuffer where Cluster Autoscaler's CRD is installed, else placeholder pods. "
+        "Off: as if every GPUAutoscaler set placeholders false, and the autoscaler needs no "
+        "create or patch on deployments, podtemplates, capacitybuffers or priorityclasses "
+        "(scale any placeholders left from before to 0 first).",
+    )
     query_timeout_seconds: float = setting(
         5.0,
         "GPUFLEET_AUTOSCALER_QUERY_TIMEOUT_SECONDS",

@@ -238,6 +238,28 @@ def test_rbac_is_least_privilege(tmp_path):
     assert rules_of(configured, "plugin") == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
     ]
+    # without headroom, nothing it may create and nothing but scales and pods to patch
+    bare = render({"autoscaler": {"headroom": False}}, tmp_path=tmp_path)
+    writes = {
+        (group, resource, verb)
+        for rule in rules_of(bare, "autoscaler")
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        if verb in ("create", "patch", "update")
+    }
+    assert writes == {
+        ("autoscaling.gpufleet.dev", "gpuautoscalers/status", "patch"),
+        ("apps", "deployments/scale", "patch"),
+        ("apps", "statefulsets/scale", "patch"),
+        ("", "pods", "patch"),
+        ("events.k8s.io", "events", "create"),
+        ("events.k8s.io", "events", "patch"),
+        ("coordination.k8s.io", "leases", "update"),
+        ("coordination.k8s.io", "leases", "create"),
+    }
+    args = container(find(bare, "Deployment", "-autoscaler"), "autoscaler")["args"]
+    assert "--headroom=false" in args
 
 
 def test_node_autoscaler_terms_and_annotations(tmp_path):

@@ -115,6 +115,7 @@ def test_autoscaler_args_parse(value_set, tmp_path, monkeypatch):
     assert ctr["args"][0] == "autoscaler"
     settings = parse(AutoscalerSettings, ctr, monkeypatch)
     assert settings.leader_elect is True
+    assert settings.headroom is values.get("autoscaler", {}).get("headroom", True)
     assert (settings.lease_namespace, settings.identity) == ("gpu", "pod-0")
     (role,) = [o for o in objects if o["kind"] == "Role"]
     assert role["metadata"]["namespace"] == settings.lease_namespace

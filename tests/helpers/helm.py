@@ -172,6 +172,7 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         {
             "exporter": {"kubernetes": False, "collectorsConfigMap": "my-counters"},
             "autoscaler": {
+                "headroom": False,
                 "externalMetrics": {"enabled": True, "tlsSecret": "gpufleet-ext-metrics-tls"},
                 "kedaScaler": {"enabled": True},
                 "extraScaleTargets": [

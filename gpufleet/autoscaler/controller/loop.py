@@ -63,6 +63,7 @@ class ControllerConfig:
     rate_window: str = "30s"  # `{{window}}` in the signal queries
     history_seconds: float = 1800.0  # what a policy may look back on (gpufleet's peak memory)
     gpufleet_headroom: float | None = None
+    headroom: bool = True  # keep the headroom specs ask for (--headroom)
 
 
 class Controller:
@@ -161,6 +162,10 @@ class Controller:
         self._status.forget_all_but(seen)
         return ticks
 
+    def _keeps_headroom(self, spec: AutoscalerSpec) -> bool:
+        """The spec asks for headroom (nodePool.placeholders) and --headroom keeps it."""
+        return spec.placeholders and self._config.headroom
+
     def _new_workload(
         self,
         spec: AutoscalerSpec,
@@ -175,7 +180,7 @@ class Controller:
             keda_queue_target=spec.keda_queue_target,
             keda_polling_interval_seconds=spec.keda_polling_interval_seconds,
             gpufleet_headroom=self._config.gpufleet_headroom,
-            gpufleet_placeholders=spec.placeholders,
+            gpufleet_placeholders=self._keeps_headroom(spec),
             idle_seconds_to_zero=spec.idle_seconds_to_zero,
             gpufleet_fill_nodes=False,  # a real pool may be shared (GpufleetSettings)
         )
@@ -304,7 +309,7 @@ class Controller:
         if act:
             await self._scale(t, current, desired, node_pods, now)
         t.desired = desired
-        if w.decision is not None and spec.placeholders and not t.health.competitor:
+        if w.decision is not None and self._keeps_headroom(spec) and not t.health.competitor:
             t.headroom = max(0, headroom)
 
     async def _finish(self, t: Tick, now: float, leader: bool) -> WorkloadMetrics | None:

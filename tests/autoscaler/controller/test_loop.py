@@ -68,10 +68,12 @@ KEDA_SPEC = {
 }
 
 
-def controller(api: client.ApiClient, prometheus_url: str) -> tuple[Controller, PromClient]:
+def controller(
+    api: client.ApiClient, prometheus_url: str, *, headroom: bool = True
+) -> tuple[Controller, PromClient]:
     prom = PromClient(prometheus_url, timeout_seconds=5)
     events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test-0")
-    config = ControllerConfig(scrape_interval_seconds=1.0, rate_window="5s")
+    config = ControllerConfig(scrape_interval_seconds=1.0, rate_window="5s", headroom=headroom)
     return Controller(Cluster(api), prom, events, config=config), prom
 
 
@@ -208,12 +210,13 @@ def placeholder(api: client.ApiClient):
 
 
 async def asking_for_headroom(
-    api: client.ApiClient, prometheus: Prometheus, headroom: int
+    api: client.ApiClient, prometheus: Prometheus, headroom: int, *, kept: bool = True
 ) -> tuple[Controller, PromClient, WithHeadroom]:
-    """A 2-GPU Deployment whose GPUAutoscaler's policy asks for `headroom` placeholders."""
+    """A 2-GPU Deployment whose GPUAutoscaler's policy asks for `headroom` placeholders;
+    `kept`: the controller's --headroom."""
     deploy(api, gpus=2)
     autoscaler(api, KEDA_SPEC)
-    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
+    ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}", headroom=kept)
     await ctl.tick()
     (workload,) = ctl._workloads.values()
     workload.policy = policy = WithHeadroom(workload.policy, headroom)
@@ -263,6 +266,25 @@ async def test_headroom_it_may_not_write_is_one_line_not_one_a_tick(
         assert len(said) == 2, said
         assert said[0].startswith("llm/chat: cannot keep its placeholder pods: 3 wanted: ")
         assert said[1].startswith("llm/chat: cannot keep its placeholder pods: works again")
+    finally:
+        apiserver.faults.forbid_writes_suffix = ""
+        await prom.close()
+
+
+async def test_with_headroom_off_it_writes_no_capacity_object(
+    api: client.ApiClient, apiserver: FakeApiServer, pod_prometheus: Prometheus
+) -> None:
+    """--headroom=false, the chart's autoscaler.headroom: false, whose ClusterRole cannot
+    create Deployments: the policy's headroom is never written, nor even tried."""
+    ctl, prom, _ = await asking_for_headroom(api, pod_prometheus, 3, kept=False)
+    apiserver.faults.forbid_writes_suffix = "/deployments"
+    try:
+        for _ in range(5):
+            await ctl.tick()
+        assert ctl.stats.decisions  # the policy decided, with its headroom of 3
+        assert placeholder(api) is None
+        assert ctl.stats.errors["kube_forbidden"] == 0
+        assert not [r for r in apiserver.requests if r.path.endswith("/priorityclasses")]
     finally:
         apiserver.faults.forbid_writes_suffix = ""
         await prom.close()
@@ -580,6 +602,20 @@ async def test_the_spec_tells_the_policy_of_placeholders_and_the_idle_period(
         await prom.close()
     settings = ctl._workloads[(NS, "chat")].policy.settings
     assert (settings.placeholders, settings.idle_seconds_to_zero) == (False, 45.0)
+
+
+async def test_headroom_off_tells_the_policy_there_are_no_placeholders(
+    api: client.ApiClient,
+) -> None:
+    """--headroom=false: as if every spec said placeholders false."""
+    deploy(api)
+    autoscaler(api, {**KEDA_SPEC, "policy": "gpufleet"})  # placeholders: true by default
+    ctl, prom = controller(api, "http://127.0.0.1:9", headroom=False)
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert ctl._workloads[(NS, "chat")].policy.settings.placeholders is False
 
 
 async def test_an_open_scheduled_window_sets_the_floor(api: client.ApiClient) -> None:
