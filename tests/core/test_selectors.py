@@ -1,6 +1,8 @@
 """Label selectors as the API server parses and matches them."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.core.selectors import SelectorError, parse_selector, selector_string
 
@@ -48,3 +50,49 @@ def test_match_expressions_format_as_the_scale_subresource_does() -> None:
     )
     assert text == "app=vllm,tier in (gpu,tpu),!canary,model"
     assert [r.key for r in parse_selector(text)] == ["app", "tier", "canary", "model"]
+
+
+# Runs of spaces and pluses around an operator that never completes: the old pattern's
+# `\s*` beside `\s+` took cubic time on these (20 s at 400 spaces).
+_BACKTRACKING = [f"a{pad * n}in{pad * n}!" for pad in (" ", "\t") for n in (50, 300)] + [
+    f"!{' ' * 300}a{' ' * 300}={' ' * 300}(",
+    "a notin " + "(" * 300,
+]
+
+
+@given(
+    st.text(alphabet=" \t!=,()abinot.-_/x", max_size=60)
+    | st.text(max_size=30)
+    | st.sampled_from(_BACKTRACKING)
+)
+def test_any_selector_parses_or_raises_selector_error(text: str) -> None:
+    try:
+        requirements = parse_selector(text)
+    except SelectorError as err:
+        assert len(str(err)) < 300  # the bad requirement quoted, cut
+        return
+    assert all(r.key for r in requirements)
+
+
+@given(
+    st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9./-]{0,8}", fullmatch=True),
+        st.from_regex(r"[a-z0-9]{0,5}", fullmatch=True),
+        max_size=3,
+    ),
+    st.lists(st.from_regex(r"[a-z0-9]{1,4}", fullmatch=True), min_size=1, max_size=3),
+)
+def test_a_formatted_selector_parses_back(labels: dict[str, str], values: list[str]) -> None:
+    expressions = [
+        {"key": "tier", "operator": "In", "values": values},
+        {"key": "zone", "operator": "NotIn", "values": values},
+        {"key": "gpu", "operator": "Exists"},
+    ]
+    requirements = parse_selector(selector_string(labels, expressions))
+    assert {(r.key, r.op, r.values) for r in requirements} == {
+        (k, "=", frozenset((v,))) for k, v in labels.items()
+    } | {
+        ("tier", "in", frozenset(values)),
+        ("zone", "notin", frozenset(values)),
+        ("gpu", "exists", frozenset()),
+    }
