@@ -92,7 +92,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         value = sample.value
         # Both fields: KEDA reads the float only when it is > 0, else the int.
         metric = pb.MetricValue(
-            metricName=trigger.metric, metricValue=round(value), metricValueFloat=value
+            metricName=trigger.metric, metricValue=_int64(value), metricValueFloat=value
         )
         return pb.GetMetricsResponse(metricValues=[metric])
 
@@ -124,10 +124,15 @@ async def _trigger(ref: pb.ScaledObjectRef, context) -> ScalerTrigger:
 def _spec(trigger: ScalerTrigger) -> pb.GetMetricSpecResponse:
     spec = pb.MetricSpec(
         metricName=trigger.metric,
-        targetSize=max(1, round(trigger.target)),
+        targetSize=max(1, _int64(trigger.target)),
         targetSizeFloat=trigger.target,
     )
     return pb.GetMetricSpecResponse(metricSpecs=[spec])
+
+
+def _int64(value: float) -> int:
+    """`value` rounded into the proto's int64 fields (protobuf refuses any other int)."""
+    return min(max(round(value), -(2**63)), 2**63 - 1)
 
 
 def tls_credentials(cert_file: str, key_file: str, client_ca_file: str) -> grpc.ServerCredentials:

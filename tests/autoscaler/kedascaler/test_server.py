@@ -110,6 +110,18 @@ async def test_answers_and_errors_keda_counts(scaler) -> None:
     stream.cancel()
 
 
+async def test_numbers_past_int64_are_clamped_not_a_failed_call(scaler) -> None:
+    """The proto's targetSize and metricValue are int64: a targetValue of 1e19 (or a sample
+    that large) was an UNKNOWN error and a 13-line traceback on every one of KEDA's polls."""
+    feed, stub = scaler
+    huge = ref(**{**TRIGGER, "targetValue": "1e300"})
+    (spec,) = (await stub.GetMetricSpec(huge)).metricSpecs
+    assert (spec.targetSize, spec.targetSizeFloat) == (2**63 - 1, 1e300)
+    publish(feed, 1e19)
+    (value,) = (await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref()))).metricValues
+    assert (value.metricValue, value.metricValueFloat) == (2**63 - 1, 1e19)
+
+
 async def test_stream_is_active_pushes_each_flip_and_nothing_while_unknown(scaler) -> None:
     feed, stub = scaler
     stream = stub.StreamIsActive(ref())
