@@ -31,6 +31,7 @@ from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.autoscaler.settings import AutoscalerSettings
 from gpufleet.core.listen import parse_listen_address
 from gpufleet.core.server_stats import ServerStats
+from gpufleet.http.abuse import AcceptErrorHandler
 from gpufleet.http.server import Response, new_app, plain, start_server
 from gpufleet.http.wire import Request
 from gpufleet.kube.connect import api_client
@@ -259,6 +260,10 @@ async def _serve_signals(
 ) -> None:
     """Start the servers asked for, adding how to stop each to `stoppers`. Raises
     ValueError or OSError naming the flag, file or ConfigMap at fault."""
+    # Out of file descriptors, asyncio logs a traceback per failed accept (hundreds a
+    # second): one rate-limited line instead, as on the main loop (gpufleet.http).
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(AcceptErrorHandler(ServerStats(), loop.get_exception_handler()))
     if signals.external:
         config = await asyncio.to_thread(extmetrics_server.read_auth_config, api)
         tls = extmetrics_server.tls_context(

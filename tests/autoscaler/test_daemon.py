@@ -1,10 +1,13 @@
 """`gpufleet autoscaler` as users run it: flags, errors, and two replicas electing one writer."""
 
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +28,7 @@ from kubernetes import client
 
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2 as pb
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2_grpc as pb_grpc
+from gpufleet.http.abuse import LOG_BURST
 from gpufleet.lab.kubeapi.server import FakeApiServer
 
 NS = "llm"
@@ -411,3 +415,59 @@ def test_the_external_metrics_api_and_the_keda_scaler_while_it_runs(
     finally:
         daemon.kill()
         kube.close()
+
+
+def test_out_of_descriptors_the_external_metrics_server_logs_a_few_lines(
+    apiserver: FakeApiServer, tmp_path
+) -> None:
+    """Its own event loop had asyncio's default handler: a traceback per failed accept,
+    hundreds a second (104 MB of log in 40 s). Now the daemons' one rate-limited line."""
+    pki = make_pki(tmp_path)
+    kube = api_client(apiserver.url)
+    publish_authentication(kube, pki)
+    https = free_port()
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            *("-m", "gpufleet.cli", "autoscaler", "--kube-url", apiserver.url),
+            *("--prometheus-url", "http://127.0.0.1:9", "--leader-elect=false"),
+            *("--metrics-address", "", "--external-metrics-address", f"127.0.0.1:{https}"),
+            *("--external-metrics-tls-cert-file", str(pki.server_cert)),
+            *("--external-metrics-tls-key-file", str(pki.server_key)),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(daemon.stderr), daemon=True)
+    reader.start()
+    held: list[socket.socket] = []
+    try:
+        wait_for(lambda: any("serving external" in line for line in lines), what="serving")
+        in_use = len(os.listdir(f"/proc/{daemon.pid}/fd"))
+        hard = resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)[1]
+        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (in_use + 3, hard))
+        held = [socket.create_connection(("127.0.0.1", https)) for _ in range(20)]
+        wait_for(
+            lambda: any("cannot accept connections" in line for line in lines),
+            timeout=30,
+            what="the accept warning",
+        )
+        time.sleep(2.5)  # failed accepts retry every second: a few cycles of them
+        for conn in held:
+            conn.close()
+        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (hard, hard))
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(15) == 0
+    finally:
+        for conn in held:
+            conn.close()
+        daemon.kill()
+        reader.join(timeout=5)
+        kube.close()
+    log = "".join(lines)
+    accept_lines = [line for line in lines if "cannot accept connections" in line]
+    assert 1 <= len(accept_lines) <= LOG_BURST + 2, log[-2000:]
+    assert "Traceback" not in log and "out of system resource" not in log, log[-2000:]

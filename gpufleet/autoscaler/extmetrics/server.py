@@ -7,7 +7,9 @@ aggregator proxies it (its client certificate, verified against the request-head
 with an allowed name; the user in the auth-proxy headers) and authorized with a
 SubjectAccessReview, cached for 10 s as kube's delegating authorizer does. Failures are
 `Status` bodies: 401 unauthenticated, 403 forbidden, 400 a bad label selector, 404 an
-unknown metric or path, 500 when the review itself fails.
+unknown metric or path, 405 a method other than GET or HEAD, 500 when the review itself
+fails. A connection idle, or stuck in a request head, for `IDLE_TIMEOUT_SECONDS` is closed,
+as the daemons' own server closes it: clients that never finish cannot hold its sockets.
 """
 
 import asyncio
@@ -41,6 +43,8 @@ log = logging.getLogger(__name__)
 ALLOW_TTL_SECONDS = 10.0
 DENY_TTL_SECONDS = 10.0
 _METRIC_PREFIX = ("apis", em.GROUP, em.VERSION, "namespaces")
+_METHODS = ("GET", "HEAD")  # HEAD: aiohttp sends the GET answer's head without its body
+IDLE_TIMEOUT_SECONDS = 10.0  # the daemons' read timeout (gpufleet.http, dcgm-exporter's)
 # (namespace, metric, selector) -> the matching items, one per workload.
 Lookup = Callable[[str, str, tuple[Requirement, ...]], Awaitable[em.Matched]]
 
@@ -131,8 +135,10 @@ def make_app(
         except KubeError as err:
             log.warning("SubjectAccessReview failed: %s", err)
             return _status(500, "InternalError", "authorization failed: the review did not run")
-        if request.method != "GET":
-            return _status(405, "MethodNotAllowed", f"method {request.method} is not allowed")
+        if request.method not in _METHODS:
+            response = _status(405, "MethodNotAllowed", f"method {request.method} is not allowed")
+            response.headers["Allow"] = ", ".join(_METHODS)
+            return response
         if segments == ("apis",):
             return web.json_response(em.group_list())
         if segments == ("apis", em.GROUP, em.VERSION):
@@ -178,7 +184,9 @@ async def serve(
     app: web.Application, host: str | None, port: int, tls: ssl.SSLContext
 ) -> web.AppRunner:
     """Start serving; raises OSError when the address cannot be bound."""
-    runner = web.AppRunner(app, access_log=None)
+    # aiohttp's keep-alive timer runs from the connection's start and closes it while no
+    # request is complete: an idle connection and a half-sent head alike.
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_TIMEOUT_SECONDS)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, ssl_context=tls).start()

@@ -3,6 +3,7 @@ it: the official client with the proxy client certificate and X-Remote-* headers
 ConfigMap and SubjectAccessReviews served by the lab's fake API server."""
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
 
@@ -10,6 +11,8 @@ import pytest
 import pytest_asyncio
 from helpers import free_port, wait_for
 from helpers.aggregator import (
+    HPA_GROUP,
+    HPA_USER,
     AggregatorPki,
     grant_hpa_external_metrics,
     make_pki,
@@ -24,6 +27,7 @@ from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.core import extmetrics as em
 from gpufleet.autoscaler.core.hpa.calc import average_value_replicas
 from gpufleet.autoscaler.core.observation import PodTelemetry
+from gpufleet.autoscaler.extmetrics import server as extmetrics_server
 from gpufleet.autoscaler.extmetrics.server import (
     Authorizer,
     from_feed,
@@ -232,6 +236,52 @@ async def test_a_bad_label_selector_is_400_with_a_status(url: str, pki: Aggregat
 async def test_an_unknown_metric_is_404(url: str, pki: AggregatorPki) -> None:
     err = await failure(proxied_client(url, pki), "list_namespaced_custom_object", *ARGS, "nope")
     assert err.status == 404
+
+
+def _tls_to(pki: AggregatorPki) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki.serving_ca))
+    ctx.load_cert_chain(str(pki.proxy_cert), str(pki.proxy_key))
+    return ctx
+
+
+async def _exchange(url: str, pki: AggregatorPki, request: bytes) -> bytes:
+    """`request` as sent over TLS with the proxy certificate; everything read back until
+    the server closes."""
+    host, port = url.removeprefix("https://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port), ssl=_tls_to(pki))
+    writer.write(request)
+    try:
+        return await asyncio.wait_for(reader.read(), timeout=30)
+    finally:
+        writer.close()
+
+
+async def test_head_is_get_without_a_body_and_other_methods_are_405_with_allow(
+    url: str, pki: AggregatorPki
+) -> None:
+    path = f"/apis/{em.GROUP}/{em.VERSION}/namespaces/{NS}/gpufleet_queue_depth"
+    who = f"X-Remote-User: {HPA_USER}\r\nX-Remote-Group: {HPA_GROUP}\r\nConnection: close"
+    head = await _exchange(url, pki, f"HEAD {path} HTTP/1.1\r\nHost: x\r\n{who}\r\n\r\n".encode())
+    assert head.startswith(b"HTTP/1.1 200 ") and head.endswith(b"\r\n\r\n")  # no body
+    post = await _exchange(url, pki, f"POST {path} HTTP/1.1\r\nHost: x\r\n{who}\r\n\r\n".encode())
+    assert post.startswith(b"HTTP/1.1 405 ") and b"\r\nAllow: GET, HEAD\r\n" in post
+
+
+async def test_a_half_sent_request_is_dropped_at_the_idle_timeout(
+    kube: client.ApiClient, pki: AggregatorPki, monkeypatch
+) -> None:
+    """aiohttp's default kept it an hour: enough of them held every descriptor."""
+    monkeypatch.setattr(extmetrics_server, "IDLE_TIMEOUT_SECONDS", 0.5)
+    config = await asyncio.to_thread(read_auth_config, kube)
+    tls = tls_context(str(pki.server_cert), str(pki.server_key), config)
+    app = make_app(from_feed(em.SnapshotFeed()), config, Authorizer(kube), window_seconds=30)
+    port = free_port()
+    runner = await serve(app, "127.0.0.1", port, tls)
+    try:
+        replies = await _exchange(f"https://127.0.0.1:{port}", pki, b"GET /apis HTTP/1.1\r\nHo")
+    finally:
+        await runner.cleanup()
+    assert replies == b""  # closed, nothing answered
 
 
 async def test_a_review_that_cannot_be_made_is_500_and_no_answer(
