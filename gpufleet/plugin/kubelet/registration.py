@@ -29,7 +29,7 @@ from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from gpufleet.kubelet.sockets import check_socket_path, wait_until_connectable
 from gpufleet.logs import OutageLog
-from gpufleet.plugin.kubelet.server import DevicePluginService
+from gpufleet.plugin.kubelet.server import MAX_WATCHERS, DevicePluginService
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +65,16 @@ class RegistrationState:
     last_registration_seconds: float = 0.0  # monotonic
 
 
+_UNARY_WORKERS = 4  # left for Allocate and the other calls while every stream is open
+
+
 def new_server() -> grpc.Server:
     """The gRPC server a resource is served by (the benchmark's floor uses the same).
 
     A synchronous `grpc.server`: a `grpc.aio` one on an event loop thread measured no
     faster per Allocate (BENCHMARKS.md, device plugin), and running unary handlers inline
     on the completion-queue thread deadlocks gRPC Python's server."""
-    return grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    return grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WATCHERS + _UNARY_WORKERS))
 
 
 class _Endpoint:

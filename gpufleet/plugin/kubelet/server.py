@@ -19,6 +19,10 @@ from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from gpufleet.plugin.core.allocate import ContainerAllocation
 from gpufleet.plugin.core.model import AdvertisedDevice, Health
 
+# ListAndWatch streams served at once per resource: the kubelet holds one, and a second
+# for a moment when it reconnects. Each holds a worker thread (`new_server` has more).
+MAX_WATCHERS = 4
+
 log = logging.getLogger(__name__)
 
 # (request device IDs) -> the container's allocation, or raises ValueError-like errors.
@@ -98,6 +102,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         self._changed = threading.Condition()
         self._version = 0
         self._stopped = False
+        self._watchers = 0  # open ListAndWatch streams
 
     # --- state -------------------------------------------------------------------
 
@@ -146,6 +151,24 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         )
 
     def ListAndWatch(self, request, context) -> Iterator[pb.ListAndWatchResponse]:
+        # A stream holds a worker thread for its life: past MAX_WATCHERS, a client that
+        # opens streams and keeps them would leave no worker for Allocate (pod admission).
+        with self._changed:
+            full = self._watchers >= MAX_WATCHERS
+            if not full:
+                self._watchers += 1
+        if full:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{MAX_WATCHERS} ListAndWatch streams are open (the kubelet needs one)",
+            )
+        try:
+            yield from self._watch(context)
+        finally:
+            with self._changed:
+                self._watchers -= 1
+
+    def _watch(self, context) -> Iterator[pb.ListAndWatchResponse]:
         with self._changed:
             version = self._version
             response = self._device_list()

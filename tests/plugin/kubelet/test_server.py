@@ -3,11 +3,11 @@ allocation that never fails, ListAndWatch re-sending on health changes and endin
 and Allocate's errors in NVIDIA's words."""
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import pytest
+from helpers import wait_for
 from helpers.plugin_node import from_fleet
 
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
@@ -15,7 +15,8 @@ from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from gpufleet.plugin.core.config import PluginConfig
 from gpufleet.plugin.core.model import Health
 from gpufleet.plugin.daemon import build_services
-from gpufleet.plugin.kubelet.server import DevicePluginService, RpcStats
+from gpufleet.plugin.kubelet.registration import new_server
+from gpufleet.plugin.kubelet.server import MAX_WATCHERS, DevicePluginService, RpcStats
 
 Serve = Callable[[DevicePluginService], pb_grpc.DevicePluginStub]
 
@@ -27,7 +28,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
 
     def start(service: DevicePluginService) -> pb_grpc.DevicePluginStub:
         path = tmp_path / f"plugin-{len(running)}.sock"
-        server = grpc.server(ThreadPoolExecutor(max_workers=4))
+        server = new_server()  # the daemon's, with its worker pool
         pb_grpc.add_DevicePluginServicer_to_server(service, server)
         server.add_insecure_port(f"unix://{path}")
         server.start()
@@ -122,6 +123,33 @@ def test_list_and_watch_sends_resends_on_health_and_ends_on_stop(serve):
     }
     service.stop()
     assert list(stream) == []  # the stream ends cleanly, no error
+
+
+def test_streams_past_the_limit_are_refused_and_allocate_still_answers(serve):
+    """Each stream holds a worker thread: eight held ones left Allocate, pod admission,
+    waiting until its deadline."""
+    stub = serve(gpu_service())
+    streams = [stub.ListAndWatch(pb.Empty(), timeout=60) for _ in range(MAX_WATCHERS)]
+    devices = [next(stream).devices for stream in streams][0]
+    with pytest.raises(grpc.RpcError) as refused:
+        next(stub.ListAndWatch(pb.Empty(), timeout=10))
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert allocate(stub, [devices[0].ID]).container_responses  # a worker was left for it
+    streams[0].cancel()  # a stream that ends frees its place
+    fresh = wait_for(lambda: _opened(stub), timeout=30, what="a stream accepted after one closed")
+    fresh.cancel()
+    for stream in streams[1:]:
+        stream.cancel()
+
+
+def _opened(stub: pb_grpc.DevicePluginStub):
+    """A new stream that sent its first list, else None (still refused)."""
+    stream = stub.ListAndWatch(pb.Empty(), timeout=60)
+    try:
+        next(stream)
+    except grpc.RpcError:
+        return None
+    return stream
 
 
 def test_allocate_answers_known_devices(serve):
