@@ -3,8 +3,8 @@
 Wiring only: settings into an API client, a Prometheus client, the event recorder, the
 lease, the controller, an HTTP server for /metrics and /healthz, and, when asked for, the
 external metrics API and KEDA's external scaler, both answering from the snapshot the
-controller publishes each tick. SIGTERM stops the loop after the pass in flight,
-releases the lease (so a standby takes over at once) and exits 0.
+controller publishes each tick. SIGTERM cancels the pass in flight (its queries may take
+minutes to time out), releases the lease (so a standby takes over at once) and exits 0.
 """
 
 import asyncio
@@ -94,6 +94,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return asyncio.run(_run(settings, api, address, signals))
 
 
+async def _unless_stopped(work: Awaitable[object], stop: asyncio.Event) -> bool:
+    """Await `work`, cancelling it if `stop` is set first; False when it was cancelled.
+    Its exceptions are raised."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait((task, stopping), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class _SignalAddresses:
     external: tuple[str | None, int] | None
@@ -176,7 +193,8 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
     try:
         while not stop.is_set():
             try:
-                await controller.tick()
+                if not await _unless_stopped(controller.tick(), stop):
+                    break  # a pass can take minutes (queries timing out): not past SIGTERM
                 last_ok[0] = time.monotonic()
                 api_outage.recovered()
             except KubeError as err:

@@ -10,6 +10,7 @@ candidate may take over: a lost lease stops writes before another holder can sta
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +54,10 @@ class LeaderElector:
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = -float("inf")
         self.transitions = 0  # times this candidate became leader
+        # One attempt at a time: `release` waits for a renewal in flight (cancelling
+        # `run` does not stop its thread), which would otherwise write after it.
+        self._attempt = threading.Lock()
+        self._released = False
 
     def is_leader(self) -> bool:
         return self._clock() - self._renewed_at < self._config.renew_deadline_seconds
@@ -64,9 +69,15 @@ class LeaderElector:
             await asyncio.sleep(self._config.retry_period_seconds)
 
     def release(self) -> None:
-        """Give the lease up on shutdown so another candidate need not wait it out."""
-        if not self.is_leader():
-            return
+        """Give the lease up on shutdown so another candidate need not wait it out; no
+        attempt to take or renew it runs after."""
+        self._released = True
+        with self._attempt:
+            if self.is_leader():
+                self._give_up()
+            self._renewed_at = -float("inf")
+
+    def _give_up(self) -> None:
         c = self._config
         try:
             lease = kube_call(lambda: self._leases.read_namespaced_lease(c.name, c.namespace))
@@ -76,10 +87,14 @@ class LeaderElector:
                 kube_call(lambda: self._leases.replace_namespaced_lease(c.name, c.namespace, lease))
         except KubeError as err:
             log.warning("could not release lease %s/%s: %s", c.namespace, c.name, err)
-        self._renewed_at = -float("inf")
 
     def try_acquire_or_renew(self) -> bool:
-        """One attempt; True when this candidate holds the lease afterwards."""
+        """One attempt; True when this candidate holds the lease afterwards (never once
+        `release` has begun)."""
+        with self._attempt:
+            return not self._released and self._attempt_once()
+
+    def _attempt_once(self) -> bool:
         c = self._config
         now, wall = self._clock(), self._wall()
         try:

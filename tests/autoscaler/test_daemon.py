@@ -471,3 +471,52 @@ def test_out_of_descriptors_the_external_metrics_server_logs_a_few_lines(
     accept_lines = [line for line in lines if "cannot accept connections" in line]
     assert 1 <= len(accept_lines) <= LOG_BURST + 2, log[-2000:]
     assert "Traceback" not in log and "out of system resource" not in log, log[-2000:]
+
+
+def test_sigterm_cancels_a_pass_stuck_on_prometheus_and_releases_the_lease(
+    apiserver: FakeApiServer,
+) -> None:
+    """A Prometheus that accepts and never answers held each pass for its queries'
+    timeouts (75 s with three workloads): SIGTERM waited for the pass, past Kubernetes'
+    30 s grace period, so the lease was never released."""
+    kube = api_client(apiserver.url)
+    create_vllm(kube, NS)
+    create_autoscaler(
+        kube, NS, {"scaleTargetRef": {"kind": "Deployment", "name": "vllm"}, "maxReplicas": 8}
+    )
+    silent = socket.create_server(("127.0.0.1", 0))  # the kernel accepts; nothing answers
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            *("-m", "gpufleet.cli", "autoscaler", "--kube-url", apiserver.url),
+            *("--prometheus-url", f"http://127.0.0.1:{silent.getsockname()[1]}"),
+            *("--query-timeout-seconds", "300", "--metrics-address", ""),
+            *("--lease-namespace", "kube-system", "--identity", "a"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: _holder(kube) == "a", timeout=30, what="the lease")
+        # The pass is waiting on Prometheus once the daemon has connected to it.
+        conn, _ = silent.accept()
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(15) == 0
+        assert _holder(kube) == ""
+        assert "Traceback" not in daemon.stderr.read()
+        conn.close()
+    finally:
+        daemon.kill()
+        silent.close()
+        kube.close()
+
+
+def _holder(api: client.ApiClient) -> str:
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(
+            "gpufleet-autoscaler", "kube-system"
+        )
+    except client.ApiException:
+        return ""
+    return lease.spec.holder_identity or ""

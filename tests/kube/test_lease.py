@@ -1,0 +1,70 @@
+"""Leader election over the fake API server's real REST: client-go's semantics (a lease is
+waited out on the candidate's own clock), and a release no renewal in flight can undo."""
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from helpers import wait_for
+from helpers.kube import api_client
+from kubernetes import client
+
+from gpufleet.kube.lease import LeaderElector, LeaseConfig
+from gpufleet.lab.kubeapi.server import FakeApiServer
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as fake:
+        yield fake
+
+
+def holder(api: client.ApiClient) -> str:
+    lease = client.CoordinationV1Api(api).read_namespaced_lease("lock", "default")
+    return lease.spec.holder_identity or ""
+
+
+def test_a_candidate_waits_the_lease_out_and_a_release_hands_it_over(server) -> None:
+    now = [0.0]
+    with api_client(server.url) as api:
+        a, b = (
+            LeaderElector(
+                api,
+                LeaseConfig(namespace="default", name="lock", identity=who),
+                clock=lambda: now[0],
+            )
+            for who in ("a", "b")
+        )
+        assert a.try_acquire_or_renew() and a.is_leader()
+        assert not b.try_acquire_or_renew()
+        now[0] = 10.0  # a renews; b has seen no change for 10 s of a 15 s lease
+        assert a.try_acquire_or_renew() and not b.try_acquire_or_renew()
+        a.release()
+        assert not a.is_leader() and holder(api) == ""
+        assert b.try_acquire_or_renew() and holder(api) == "b"  # at once, not 15 s later
+        assert not a.try_acquire_or_renew()  # released for good
+        now[0] = 30.0  # b stopped renewing: after a whole lease, another takes it
+        c = LeaderElector(
+            api, LeaseConfig(namespace="default", name="lock", identity="c"), clock=lambda: now[0]
+        )
+        assert not c.try_acquire_or_renew()
+        now[0] = 45.0
+        assert c.try_acquire_or_renew() and holder(api) == "c"
+
+
+def test_a_release_waits_for_the_renewal_in_flight(server) -> None:
+    """Cancelling the campaign leaves its renewal running in a thread: released at the
+    same moment, the renewal's write either took a 409 from the release (the lease kept
+    by a process that had exited) or landed after it (taken back)."""
+    with api_client(server.url) as api:
+        a = LeaderElector(api, LeaseConfig(namespace="default", name="lock", identity="a"))
+        assert a.try_acquire_or_renew()
+        server.faults.delay_seconds = 0.3  # every request: the renewal stays in flight
+        renewing = threading.Thread(target=a.try_acquire_or_renew)
+        renewing.start()
+        wait_for(a._attempt.locked, what="the renewal in flight")
+        a.release()
+        renewing.join(timeout=30)
+        server.faults.delay_seconds = 0.0
+        assert holder(api) == ""
+        assert not a.is_leader() and not a.try_acquire_or_renew()
