@@ -160,6 +160,7 @@ class Controller:
         for key in set(self._workloads) - seen:
             del self._workloads[key]
         self._status.forget_all_but(seen)
+        self.stats.forget_all_but({w.name for w in self._workloads.values()})
         return ticks
 
     def _keeps_headroom(self, spec: AutoscalerSpec) -> bool:

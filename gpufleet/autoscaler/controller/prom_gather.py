@@ -134,6 +134,8 @@ class PromGather:
                 return await self._fetch(text, consume, end=end)
 
         failures = await asyncio.gather(*(fetch(text, consume) for text, consume in jobs))
+        asked = {text for text, _ in jobs}  # a deleted workload's queries are asked no more
+        self._fetched_until = {t: v for t, v in self._fetched_until.items() if t in asked}
         for key, acc in queued.items():
             for ts in sorted(acc):
                 workloads[key].history.add("queue_depth", ts, acc[ts])

@@ -22,3 +22,20 @@ class Stats:
     query_seconds: float = 0.0
     reconcile_seconds: float = 0.0
     leader: bool = False
+
+    def forget_all_but(self, names: set[str]) -> None:
+        """Drop the series of workloads no longer run (deleted, or their spec now bad): a
+        deleted one's missing-metrics or pinned-at-max series kept its alert firing."""
+        for per_workload in (
+            self.desired,
+            self.current,
+            self.ready,
+            self.max_replicas,
+            self.placeholders,
+            self.buffers,
+            self.missing_metrics,
+        ):
+            for name in per_workload.keys() - names:
+                del per_workload[name]
+        for key in [k for k in self.decisions if k[0] not in names]:
+            del self.decisions[key]

@@ -21,6 +21,7 @@ from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.core.observation import Observation
 from gpufleet.autoscaler.core.placeholders import placeholder_deployment
 from gpufleet.autoscaler.core.policy import Decision, Policy
+from gpufleet.autoscaler.core.signals import GPU_TELEMETRY
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.kube.events import EventRecorder
@@ -157,6 +158,33 @@ async def test_it_scales_a_deployment_on_vllm_queue_depth(
     assert len(patches) == 1  # written once, only when the count changed
     # A flag, not the reason text: /metrics renders it as 0 or 1.
     assert ctl.stats.missing_metrics == {f"{NS}/chat": False}
+
+
+async def test_a_deleted_gpuautoscaler_leaves_no_series_and_no_query_state(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """Its missing-metrics and max-replicas series stayed until a restart, so the
+    AutoscalerMissingMetrics and AutoscalerPinnedAtMax alerts kept firing for it; and
+    each deleted workload's queries stayed in the fetch bookkeeping."""
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
+    try:
+        await ticks_until(ctl, lambda: ctl.stats.decisions)
+        name = f"{NS}/chat"
+        assert name in ctl.stats.max_replicas and name in ctl.stats.missing_metrics
+        asked = set(ctl._gather._fetched_until)
+        client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            "autoscaling.gpufleet.dev", "v1alpha1", NS, "gpuautoscalers", "chat"
+        )
+        await ctl.tick()
+    finally:
+        await prom.close()
+    s = ctl.stats
+    per_workload = (s.desired, s.current, s.ready, s.max_replicas, s.missing_metrics)
+    assert not any(per_workload) and not s.decisions
+    # the exporter's per-pod GPU queries are asked for every tick, workloads or not
+    assert set(ctl._gather._fetched_until) == set(GPU_TELEMETRY.values()) < asked
 
 
 async def test_a_gateways_queue_adds_to_the_pods_queue(

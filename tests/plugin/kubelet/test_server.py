@@ -130,7 +130,8 @@ def test_streams_past_the_limit_are_refused_and_allocate_still_answers(serve):
     waiting until its deadline."""
     stub = serve(gpu_service())
     streams = [stub.ListAndWatch(pb.Empty(), timeout=60) for _ in range(MAX_WATCHERS)]
-    devices = [next(stream).devices for stream in streams][0]
+    lists = [next(stream) for stream in streams]  # every stream sends its first list
+    devices = lists[0].devices
     with pytest.raises(grpc.RpcError) as refused:
         next(stub.ListAndWatch(pb.Empty(), timeout=10))
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
