@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import signal
 import socket
 import sys
 import tempfile
@@ -159,6 +160,12 @@ class _Lab:
 
 
 async def _run(args: argparse.Namespace) -> None:
+    # First: a signal during setup must not kill the process before the temporary
+    # directories below exist to be cleaned. SIGHUP too (a closed terminal): Prometheus
+    # and Alertmanager take it for "reload" and would outlive the lab, holding its ports.
+    stop = asyncio.Event()
+    install_signal_handlers(stop)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, stop.set)
     trace = _trace(args)
     try:
         nodes = [
@@ -196,8 +203,6 @@ async def _run(args: argparse.Namespace) -> None:
         api = stack.enter_context(api_client(url=server.url))
         if args.dra:
             nodes[0].publish(api)
-        stop = asyncio.Event()
-        install_signal_handlers(stop)
         try:
             await _serve(
                 args,

@@ -21,12 +21,15 @@ _URL_LINE = re.compile(r"  (.+?)\s{2,}(http://\S+)\n")
 
 
 @contextlib.contextmanager
-def running_lab(log: Path, *args: str) -> Iterator[dict[str, str]]:
+def running_lab(
+    log: Path, *args: str, stop_signal: signal.Signals = signal.SIGINT
+) -> Iterator[dict[str, str]]:
     """The lab with `args`, started; yields the URLs its banner prints, by name
     ("gpu-node-0 exporter", "Prometheus", ...).
 
     Its log goes to the file `log`: a pipe nobody reads would fill and stall the lab. On the
-    way out it gets SIGINT, must exit 0 without a traceback, and a failing test shows its log.
+    way out it gets `stop_signal`, must exit 0 without a traceback, and a failing test shows
+    its log.
     """
     command = [sys.executable, "-m", "gpufleet.cli", "lab", "--address=127.0.0.1:0"]
     proc = subprocess.Popen(
@@ -49,7 +52,7 @@ def running_lab(log: Path, *args: str) -> Iterator[dict[str, str]]:
         assert "page" in urls, f"no banner: {urls}\n{log.read_text()[-3000:]}"
         yield urls
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop_signal)
         proc.communicate(timeout=60)
         print(log.read_text()[-6000:])  # shown only with a failure
     err = log.read_text()

@@ -7,6 +7,7 @@ One lab for all of it: it is the costliest thing the suite starts.
 
 import json
 import shutil
+import signal
 import subprocess
 import urllib.parse
 import urllib.request
@@ -29,11 +30,16 @@ WINDOW = (1000, 800)
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The lab on free ports; its printed URLs by name."""
+    """The lab on free ports; its printed URLs by name. Stopped by SIGHUP, as a closed
+    terminal stops it: it exited at once, and Prometheus and Alertmanager, which take
+    SIGHUP for "reload", outlived it on its ports."""
     require("prometheus")
     log = tmp_path_factory.mktemp("lab") / "stderr"
-    with running_lab(log, "--scrape-seconds=1") as urls:
+    with running_lab(log, "--scrape-seconds=1", stop_signal=signal.SIGHUP) as urls:
         yield urls
+    for name in ("Prometheus", "Alertmanager") & urls.keys():
+        with pytest.raises(OSError):  # stopped with the lab: nothing listens there
+            urllib.request.urlopen(urls[name], timeout=5)
 
 
 def test_it_prints_every_url(lab: dict[str, str]) -> None:

@@ -219,6 +219,9 @@ class LabCluster:
                 self._nominated[key] = node
                 continue
             pending_gpus += need
+        # A nominated pod deleted while pending is never bound: forget its nomination.
+        waiting = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pending}
+        self._nominated = {k: n for k, n in self._nominated.items() if k in waiting}
         pending_gpus += self._hold_buffers(free, now)
         coming = sum(1 for at in self._node_ready_at.values() if at > now)
         needed = math.ceil(pending_gpus / self.timing.gpus_per_node) - coming

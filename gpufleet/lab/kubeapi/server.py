@@ -18,6 +18,7 @@ import asyncio
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,12 +76,16 @@ class _Target:
     subresource: str = ""
 
 
+REQUEST_LOG = 50_000
+
+
 @dataclass(slots=True)
 class _State:
     store: ObjectStore
     resources: dict[tuple[str, str], Resource]  # (group/version, plural) -> what is served
     faults: Faults = field(default_factory=Faults)
-    requests: list[RequestRecord] = field(default_factory=list)
+    # The newest requests only: a lab runs for hours (about 240 bytes a request).
+    requests: deque[RequestRecord] = field(default_factory=lambda: deque(maxlen=REQUEST_LOG))
 
 
 class FakeApiServer:
@@ -123,7 +128,8 @@ class FakeApiServer:
 
     @property
     def requests(self) -> list[RequestRecord]:
-        return self._state.requests
+        """The newest REQUEST_LOG requests, oldest first (a copy: the server thread adds)."""
+        return list(self._state.requests)
 
     @property
     def url(self) -> str:

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gpufleet.lab.kubeapi import server as server_module
 from gpufleet.lab.kubeapi.server import FakeApiServer
 
 GPA = ("autoscaling.gpufleet.dev", "v1alpha1", "gpuautoscalers")
@@ -351,3 +352,24 @@ def test_an_optional_crd_is_served_only_where_installed() -> None:
                     assert err.value.status == 404
     with pytest.raises(ValueError, match="no optional CRD"):
         FakeApiServer(install=("nodepools.karpenter.sh",))
+
+
+def test_the_request_log_keeps_the_newest_only(monkeypatch) -> None:
+    """A lab runs for hours: every request kept grew it by about 240 bytes each."""
+    monkeypatch.setattr(server_module, "REQUEST_LOG", 5)
+    with FakeApiServer() as fake:
+        config = client.Configuration()
+        config.host = fake.url
+        with client.ApiClient(config) as api:
+            core = client.CoreV1Api(api)
+            for name in ("default", "kube-system") * 4:
+                core.read_namespace(name)
+            core.list_namespace()
+        # the last 5 of 9: the last two pairs of reads, then the list
+        assert [r.path for r in fake.requests] == [
+            "/api/v1/namespaces/default",
+            "/api/v1/namespaces/kube-system",
+            "/api/v1/namespaces/default",
+            "/api/v1/namespaces/kube-system",
+            "/api/v1/namespaces",
+        ]
