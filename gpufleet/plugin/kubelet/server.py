@@ -19,9 +19,19 @@ from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from gpufleet.plugin.core.allocate import ContainerAllocation
 from gpufleet.plugin.core.model import AdvertisedDevice, Health
 
-# ListAndWatch streams served at once per resource: the kubelet holds one, and a second
-# for a moment when it reconnects. Each holds a worker thread (`new_server` has more).
+# ListAndWatch streams served at once per resource: the kubelet holds one, and more for a
+# moment when it restarts. Each holds a worker thread (`new_server` has more).
 MAX_WATCHERS = 4
+
+
+class _Watcher:
+    """One ListAndWatch stream; `ended` when a newer stream took its place."""
+
+    __slots__ = ("ended",)
+
+    def __init__(self) -> None:
+        self.ended = False
+
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +112,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         self._changed = threading.Condition()
         self._version = 0
         self._stopped = False
-        self._watchers = 0  # open ListAndWatch streams
+        self._watchers: list[_Watcher] = []  # open ListAndWatch streams, oldest first
 
     # --- state -------------------------------------------------------------------
 
@@ -151,34 +161,39 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         )
 
     def ListAndWatch(self, request, context) -> Iterator[pb.ListAndWatchResponse]:
-        # A stream holds a worker thread for its life: past MAX_WATCHERS, a client that
-        # opens streams and keeps them would leave no worker for Allocate (pod admission).
+        # A stream holds a worker thread for its life. Past MAX_WATCHERS the oldest stream
+        # is ended, so streams opened and kept can never take every worker from Allocate
+        # (pod admission); the newest is served, as a restarted kubelet's must be (it
+        # takes a refused stream for the plugin gone). One that ends wakes its thread.
+        watcher = _Watcher()
         with self._changed:
-            full = self._watchers >= MAX_WATCHERS
-            if not full:
-                self._watchers += 1
-        if full:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{MAX_WATCHERS} ListAndWatch streams are open (the kubelet needs one)",
-            )
+            self._watchers.append(watcher)
+            if len(self._watchers) > MAX_WATCHERS:
+                self._watchers.pop(0).ended = True
+                self._changed.notify_all()
+        context.add_callback(self._wake)
         try:
-            yield from self._watch(context)
+            yield from self._watch(context, watcher)
         finally:
             with self._changed:
-                self._watchers -= 1
+                if watcher in self._watchers:
+                    self._watchers.remove(watcher)
 
-    def _watch(self, context) -> Iterator[pb.ListAndWatchResponse]:
+    def _wake(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def _watch(self, context, watcher: _Watcher) -> Iterator[pb.ListAndWatchResponse]:
         with self._changed:
             version = self._version
             response = self._device_list()
         yield response
         while context.is_active():
             with self._changed:
-                # Bounded wait: notices a cancelled stream without a change to wake it.
-                if not self._stopped and self._version == version:
+                # Bounded wait: a backstop; an ended stream wakes it (`_wake`).
+                if not (self._stopped or watcher.ended) and self._version == version:
                     self._changed.wait(timeout=1.0)
-                if self._stopped:
+                if self._stopped or watcher.ended:
                     return
                 if self._version == version:
                     continue
