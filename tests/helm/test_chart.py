@@ -178,6 +178,20 @@ def test_hardening(value_set, tmp_path):
     assert exporter["automountServiceAccountToken"] is reads_api
 
 
+def test_every_daemon_requests_what_it_was_measured_to_use(tmp_path):
+    """Every container was BestEffort, first to be evicted under node pressure. Requests
+    only: an OOM-killed plugin or exporter costs the node's GPUs or their telemetry."""
+    objects = render({}, tmp_path=tmp_path)
+    for kind, name in (
+        ("DaemonSet", "plugin"),
+        ("DaemonSet", "exporter"),
+        ("Deployment", "autoscaler"),
+    ):
+        resources = container(find(objects, kind, f"-{name}"), name)["resources"]
+        assert set(resources) == {"requests"}, name
+        assert set(resources["requests"]) == {"cpu", "memory"}, name
+
+
 def rules_of(objects, component: str) -> list[dict[str, Any]]:
     return [
         rule
