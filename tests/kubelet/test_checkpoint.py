@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.kubelet.checkpoint import (
     CheckpointEntry,
@@ -232,3 +234,30 @@ def test_read_names_the_path_and_skips_bad_entries(tmp_path: Path) -> None:
     path.write_text('{"Data":[]}')
     with pytest.raises(ValueError, match=f"^{path}: Data: expected an object"):
         read_checkpoint(path)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+_ENTRY_KEYS = ("PodUID", "ContainerName", "ResourceName", "DeviceIDs", "AllocResp")
+
+
+@given(
+    st.text(max_size=80)
+    | _JSON.map(json.dumps)
+    | st.lists(st.dictionaries(st.sampled_from(_ENTRY_KEYS), _JSON), max_size=3).map(
+        lambda entries: json.dumps({"Data": {"PodDeviceEntries": entries}, "Checksum": 1})
+    )
+)
+def test_any_checkpoint_text_parses_or_is_one_value_error(text: str) -> None:
+    """The kubelet's file, whatever it holds: entries, or ValueError naming the source
+    (strict), or entries with the bad ones reported (lenient); nothing else."""
+    for parse in (parse_checkpoint, parse_checkpoint_lenient):
+        try:
+            parse(text, source="ckpt")
+        except ValueError as err:
+            assert str(err).startswith("ckpt")

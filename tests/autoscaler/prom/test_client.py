@@ -4,6 +4,7 @@ infinities."""
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -13,8 +14,10 @@ from aiohttp import web
 from helpers import wait_for
 from helpers.e2e import Prometheus
 from helpers.tools import require
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gpufleet.autoscaler.prom.client import PromClient, PromError, PromErrorKind
+from gpufleet.autoscaler.prom.client import PromClient, PromError, PromErrorKind, parse_matrix
 
 MATRIX = {
     "status": "success",
@@ -140,3 +143,37 @@ async def test_nothing_listening_is_unavailable() -> None:
         await client.close()
     assert err.value.kind is PromErrorKind.UNAVAILABLE
     assert json.dumps(str(err.value))
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+_SAMPLE = st.lists(_JSON | st.text("0123456789.eNaInf+-"), max_size=3)
+_SERIES = st.fixed_dictionaries(
+    {},
+    optional={
+        "metric": _JSON | st.dictionaries(st.text(max_size=5), st.text(max_size=5)),
+        "values": _JSON | st.lists(_SAMPLE, max_size=3),
+    },
+)
+
+
+@given(
+    _JSON
+    | st.fixed_dictionaries(
+        {"resultType": st.just("matrix")}, optional={"result": _JSON | st.lists(_SERIES)}
+    )
+)
+def test_any_answer_is_series_or_a_bad_response(data) -> None:
+    """Whatever a Prometheus (or a proxy before it) answers: series with finite samples,
+    or PromError BAD_RESPONSE (the tick's MissingMetrics), never another exception."""
+    try:
+        series = parse_matrix(data)
+    except PromError as err:
+        assert err.kind is PromErrorKind.BAD_RESPONSE
+        return
+    assert all(math.isfinite(v) for s in series for _, v in s.samples)

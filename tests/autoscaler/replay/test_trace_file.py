@@ -1,10 +1,13 @@
 """Trace parsing: the Azure CSV format, errors that name the line, sorting and scaling."""
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers import TRACES
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.autoscaler.replay.core.trace import trace_from_arrays
 from gpufleet.autoscaler.replay.trace_file import TraceError, load_trace
@@ -161,3 +164,24 @@ def test_real_conv_trace_loads() -> None:
     trace = load_trace(path)
     assert len(trace) == 19_366
     assert 3000 < trace.duration_seconds < 3600
+
+
+_CELL = st.text("0123456789-:. T,Z+eE", max_size=12) | st.text(max_size=6)
+_ROWS = st.lists(st.lists(_CELL, min_size=1, max_size=4).map(",".join), max_size=5)
+_HEADERS = st.sampled_from(
+    ["TIMESTAMP,ContextTokens,GeneratedTokens", "timestamp,generatedtokens,contexttokens", ""]
+)
+
+
+@given(_HEADERS, _ROWS)
+def test_any_csv_is_a_trace_or_one_trace_error(header: str, rows: list[str]) -> None:
+    """A user's trace file, whatever it holds: a trace, or TraceError naming the file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.csv"
+        path.write_text("\n".join([header, *rows]))
+        try:
+            trace = load_trace(path)
+        except TraceError as err:
+            assert "t.csv" in str(err)
+            return
+    assert len(trace.arrival_seconds) == len(trace.prompt_tokens) == len(trace.output_tokens)

@@ -3,6 +3,8 @@
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.exporter.pods.procfs import PidPodMap, pod_uid_from_cgroup, pod_uid_of
 from gpufleet.lab.nvml.procfs import CgroupLayout, QosClass, cgroup_text
@@ -125,3 +127,22 @@ def test_pid_pod_map_caches_and_evicts(tmp_path: Path) -> None:
     # A process that had vanished (13) is read once it exists.
     _proc(tmp_path, 13, f"0::/kubepods/pod{UID}/{CTR}\n")
     assert pods.resolve([13]) == {13: UID}
+
+
+_CGROUP_LINE = st.one_of(
+    st.text(max_size=60),
+    st.builds(
+        "{}:{}:/{}".format,
+        st.text("0123456789", max_size=3),
+        st.text("cpu,memorypids", max_size=12),
+        st.text("kubepods.slice/-_burstable/pod0123456789abcdef:", max_size=80),
+    ),
+)
+
+
+@given(st.lists(_CGROUP_LINE, max_size=5).map("\n".join))
+def test_any_cgroup_text_gives_a_uid_or_none(text: str) -> None:
+    """A process's cgroup file, whatever it holds: a pod's UID (no systemd '_' left in
+    it) or None, never an exception (one process must not fail a collection)."""
+    uid = pod_uid_from_cgroup(text)
+    assert uid is None or (uid and "_" not in uid)
