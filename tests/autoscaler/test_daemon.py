@@ -1,7 +1,6 @@
 """`gpufleet autoscaler` as users run it: flags, errors, and two replicas electing one writer."""
 
 import os
-import resource
 import signal
 import socket
 import subprocess
@@ -22,6 +21,7 @@ from helpers.aggregator import (
     proxied_client,
     publish_authentication,
 )
+from helpers.descriptors import out_of_descriptors
 from helpers.kube import api_client, create_autoscaler, create_vllm
 from helpers.serving import MetricsServer, vllm_queue
 from kubernetes import client
@@ -443,27 +443,18 @@ def test_out_of_descriptors_the_external_metrics_server_logs_a_few_lines(
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(daemon.stderr), daemon=True)
     reader.start()
-    held: list[socket.socket] = []
     try:
         wait_for(lambda: any("serving external" in line for line in lines), what="serving")
-        in_use = len(os.listdir(f"/proc/{daemon.pid}/fd"))
-        hard = resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)[1]
-        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (in_use + 3, hard))
-        held = [socket.create_connection(("127.0.0.1", https)) for _ in range(20)]
-        wait_for(
-            lambda: any("cannot accept connections" in line for line in lines),
-            timeout=30,
-            what="the accept warning",
-        )
-        time.sleep(2.5)  # failed accepts retry every second: a few cycles of them
-        for conn in held:
-            conn.close()
-        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (hard, hard))
+        with out_of_descriptors(daemon.pid, https):
+            wait_for(
+                lambda: any("cannot accept connections" in line for line in lines),
+                timeout=30,
+                what="the accept warning",
+            )
+            time.sleep(2.5)  # failed accepts retry every second: a few cycles of them
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(15) == 0
     finally:
-        for conn in held:
-            conn.close()
         daemon.kill()
         reader.join(timeout=5)
         kube.close()

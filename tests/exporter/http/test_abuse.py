@@ -9,7 +9,6 @@ import asyncio
 import logging
 import os
 import re
-import resource
 import signal
 import socket
 import subprocess
@@ -21,6 +20,7 @@ import urllib.request
 import pytest
 from helpers import free_port, wait_for
 from helpers.clock import ManualClock
+from helpers.descriptors import out_of_descriptors
 
 from gpufleet.exporter.http.server import build_app, start_server
 from gpufleet.exporter.http.store import ExpositionStore
@@ -133,34 +133,24 @@ def test_running_out_of_file_descriptors_is_counted_and_logged_a_few_lines(tmp_p
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
-    held: list[socket.socket] = []
     try:
         wait_for(lambda: _metric(port, "gpufleet_exporter_collections_total"), what="startup")
-        # A few descriptors to spare, then more connections than that.
-        in_use = len(os.listdir(f"/proc/{proc.pid}/fd"))
-        hard = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE)[1]
-        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (in_use + 3, hard))
-        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
-        # The burst of lines, then a retry cycle (asyncio retries a failed accept after 1 s)
-        # whose failures the throttle keeps out of the log. Under load failures come slower,
-        # so the test waits for them instead of counting on a rate.
-        wait_for(
-            lambda: sum("cannot accept connections" in line for line in lines) >= LOG_BURST,
-            timeout=30,
-            what="the burst of accept warnings",
-        )
-        time.sleep(2.5)
-        for conn in held:
-            conn.close()
-        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (hard, hard))
+        with out_of_descriptors(proc.pid, port):
+            # The burst of lines, then a retry cycle (asyncio retries a failed accept after
+            # 1 s) whose failures the throttle keeps out of the log. Under load failures
+            # come slower, so the test waits for them instead of counting on a rate.
+            wait_for(
+                lambda: sum("cannot accept connections" in line for line in lines) >= LOG_BURST,
+                timeout=30,
+                what="the burst of accept warnings",
+            )
+            time.sleep(2.5)
         failures = wait_for(
             lambda: _metric(port, "gpufleet_exporter_http_accept_errors_total"),
             timeout=30,
             what="the exporter serving again, with accept errors counted",
         )
     finally:
-        for conn in held:
-            conn.close()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)
         reader.join(timeout=5)
