@@ -184,6 +184,7 @@ class Controller:
             gpufleet_placeholders=self._keeps_headroom(spec),
             idle_seconds_to_zero=spec.idle_seconds_to_zero,
             gpufleet_fill_nodes=False,  # a real pool may be shared (GpufleetSettings)
+            keda_active_at_start=False,  # a new GPUAutoscaler is a new ScaledObject
         )
         history = (
             old.history

@@ -46,6 +46,10 @@ class Tuning:
     # (a real pool may be shared), as GpufleetSettings' own default is.
     gpufleet_fill_nodes: bool = True
     gpufleet_placeholders: bool = True  # GpufleetSettings.placeholders: node headroom kept
+    # KEDA's lastActiveTime at its first decision: a simulated run starts warm, mid-life,
+    # as if the ScaledObject had been serving (on here); the live controller starts KEDA as
+    # the new ScaledObject it is (passes False), which scales an idle target to zero at once.
+    keda_active_at_start: bool = True
     # min 0: idle this long -> 0 (gpufleet's idle_seconds_to_zero, KEDA's cooldownPeriod);
     # None keeps each policy's default (300 s both).
     idle_seconds_to_zero: float | None = None
@@ -176,6 +180,7 @@ def make_policy(
             polling_interval_s=tuning.keda_polling_interval_seconds,
             metric_type=MetricType(tuning.keda_metric_type),
             cooldown_seconds=tuning.idle_seconds_to_zero,
+            active_at_start=tuning.keda_active_at_start,
         )
     if name == GPUFLEET:
         target = tuning.gpufleet_target_attainment if knob_value is None else knob_value

@@ -68,6 +68,7 @@ class KedaPolicy:
 
     name = "keda"
     __slots__ = (
+        "_active_at_start",
         "_activation_threshold",
         "_cooldown_seconds",
         "_created_at",
@@ -101,6 +102,7 @@ class KedaPolicy:
         metric_type: MetricType = MetricType.AVERAGE_VALUE,
         fallback: Fallback | None = None,
         idle_replica_count: int | None = None,
+        active_at_start: bool = False,
     ) -> None:
         if polling_interval_seconds <= 0:
             raise ValueError("polling_interval_seconds must be positive")
@@ -141,11 +143,17 @@ class KedaPolicy:
         self._next_poll_at: float | None = None
         self._created_at: float | None = None
         self._last_active_at: float | None = None
+        # The ScaledObject was serving before its first decision (the replay's warm start):
+        # its lastActiveTime is then, not unset, so the cooldown runs from there; unset,
+        # KEDA scales an inactive target to zero after initialCooldownPeriod (default 0).
+        self._active_at_start = active_at_start
 
     def decide(self, obs: Observation) -> Decision:
         """One HPA sync, preceded by KEDA's poll when one is due; KEDA's write wins."""
         if self._created_at is None:
             self._created_at = obs.now
+            if self._active_at_start:
+                self._last_active_at = obs.now
         value = self._trigger_value(obs)
         # The HPA syncs on its own schedule against the current scale, as in a cluster,
         # reading the trigger through KEDA's metrics server: one read, fallback applied.
@@ -298,6 +306,7 @@ def field_keda(
     polling_interval_s: float = DEFAULT_POLLING_INTERVAL_SECONDS,
     metric_type: MetricType = MetricType.AVERAGE_VALUE,
     cooldown_seconds: float | None = None,
+    active_at_start: bool = False,
 ) -> KedaPolicy:
     """KEDA as typically deployed for vLLM: Prometheus trigger on waiting requests, defaults
     (`cooldown_seconds` None: KEDA's cooldownPeriod default)."""
@@ -307,4 +316,5 @@ def field_keda(
         polling_interval_seconds=polling_interval_s,
         metric_type=metric_type,
         cooldown_seconds=DEFAULT_COOLDOWN_SECONDS if cooldown_seconds is None else cooldown_seconds,
+        active_at_start=active_at_start,
     )

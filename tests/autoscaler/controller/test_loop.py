@@ -632,6 +632,19 @@ async def test_the_spec_tells_the_policy_of_placeholders_and_the_idle_period(
     assert (settings.placeholders, settings.idle_seconds_to_zero) == (False, 45.0)
 
 
+async def test_a_keda_workload_starts_as_a_new_scaled_object(api: client.ApiClient) -> None:
+    """Unlike the replay's warm start (`Tuning.keda_active_at_start`): a new
+    GPUAutoscaler is a new ScaledObject, never active yet."""
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert ctl._workloads[(NS, "chat")].policy._active_at_start is False
+
+
 async def test_headroom_off_tells_the_policy_there_are_no_placeholders(
     api: client.ApiClient,
 ) -> None:

@@ -82,6 +82,12 @@ SCENARIOS = [
         _keda(initial_cooldown_seconds=120), lambda t: 0.0, 1, 200, [(120, 0, DEACT)],
         id="initial-cooldown",
     ),
+    # Serving before its first decision (the replay's warm start): last active then, so an
+    # idle start waits out the cooldown (300 s: the poll at 300), not 0 at the first poll.
+    pytest.param(
+        _keda(active_at_start=True), lambda t: 0.0, 1, 400, [(300, 0, DEACT)],
+        id="active-at-start",
+    ),
     # 1 -> N is the HPA's (legacy, KEDA sets no behavior): ceil(45/10) = 5 capped at
     # max(2 x 1, 4) = 4; then ceil(45/10) = 5 vs 45/(10 x 4) = 1.125: 5.
     pytest.param(

@@ -453,8 +453,19 @@ class _Run:
     # --- periodic ---
 
     def _queue_depth(self) -> int:
-        waiting_prefill = sum(r.prefilling - 1 for r in self.cluster.replicas if r.prefilling > 1)
-        return self.arrived - self.head + waiting_prefill
+        """Requests waiting as vLLM counts them (`num_requests_waiting`): at the router,
+        and on a replica those not begun. With chunked prefill a prompt that has had a
+        share of a step is running, however much is left; without, all but the one
+        prefilling wait."""
+        if self.chunked:
+            waiting = 0
+            for r in self.cluster.replicas:
+                for chunk in r.chunks:
+                    if chunk.first_chunk_at != chunk.first_chunk_at:  # NaN: no share yet
+                        waiting += 1
+        else:
+            waiting = sum(r.prefilling - 1 for r in self.cluster.replicas if r.prefilling > 1)
+        return self.arrived - self.head + waiting
 
     def _scrape(self) -> None:
         now = self.now

@@ -59,7 +59,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpufleet.autoscaler.core.observation import Observation
+from gpufleet.autoscaler.core.observation import Observation, ReplicaState
 from gpufleet.autoscaler.core.policy import Decision, Reason
 from gpufleet.autoscaler.core.workload import WorkloadConfig
 from gpufleet.autoscaler.replay.core.engine import simulate
@@ -325,7 +325,8 @@ class SchedulePolicy:
     """Plays a precomputed schedule: desired = replicas holding a GPU in the current step.
 
     Headroom asks for warm placeholders for every GPU the schedule needs within the node
-    provisioning time, so nodes are launched exactly that early. After the schedule ends
+    provisioning time, less those replicas still draining hold, so nodes are launched
+    exactly that early. After the schedule ends
     (or if the replay runs late) it keeps one replica while requests are queued, so the run
     always finishes.
     """
@@ -345,6 +346,11 @@ class SchedulePolicy:
             desired, ahead = int(holding[k]), int(self._ahead[k])
         else:
             desired = ahead = 0
+        # A replica draining after a scale-down (this one's too) holds its GPU for seconds:
+        # placeholders for all of `ahead` beside it would not fit, and launch a node the
+        # schedule never needs, which the placeholders then keep up.
+        draining = sum(1 for r in obs.replicas if r.state is ReplicaState.TERMINATING)
+        draining += max(0, len(obs.replicas) - draining - desired)
         queued = obs.queue_depth.latest() or 0.0
         if desired == 0 and queued > 0:
             return Decision(desired=1, reason=Reason.BACKLOG, message=f"{queued:.0f} queued")
@@ -352,7 +358,7 @@ class SchedulePolicy:
             desired=desired,
             reason=Reason.FORECAST,
             message=f"schedule: {desired} holding a GPU, {ahead} within provisioning",
-            headroom=ahead - desired,
+            headroom=ahead - desired - draining,
         )
 
 

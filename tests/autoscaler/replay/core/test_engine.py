@@ -449,17 +449,17 @@ def test_same_seed_same_result() -> None:
 @pytest.mark.parametrize(
     ("service", "digest"),
     [
-        pytest.param(ServiceModel(), "3448a40f9b6cfcf6", id="chunked"),
+        pytest.param(ServiceModel(), "84264e16fe355a1f", id="chunked"),
         pytest.param(
-            ServiceModel(long_prefill_token_threshold=512), "060966c1c848894a", id="chunk-cap"
+            ServiceModel(long_prefill_token_threshold=512), "c6b066a2f38f5925", id="chunk-cap"
         ),
         pytest.param(ServiceModel(chunked_prefill=False), "82409fa8fba0800e", id="fifo-prefill"),
         # Routing by prompt tokens, from the engine that passed over the fleet per request;
         # at 4 slots replicas fill, so a full one's place in the ranking counts too.
-        pytest.param(ServiceModel(routing="least-tokens"), "c5995fd1b5cb30d2", id="least-tokens"),
+        pytest.param(ServiceModel(routing="least-tokens"), "b94ab98f43526cff", id="least-tokens"),
         pytest.param(
             ServiceModel(routing="least-tokens", batch_slots=4),
-            "a06105d257fd622f",
+            "003b116b87f2b78e",
             id="least-tokens-full",
         ),
     ],
@@ -470,7 +470,9 @@ def test_every_number_is_what_it_was_before_the_hot_paths_were_rewritten(
     """Issue 17 §4: the engine's speed-ups (routing table, prefill budget's active prefix,
     scrape totals, the least-tokens ranking in C) change no bit of any result. The digests
     are of the engine before each, on a run that fills the step budget and moves replicas
-    in and out of READY while busy."""
+    in and out of READY while busy. The chunked runs' digests moved once since, with the
+    queue depth alone (prompts with a share of a step count as running, as in vLLM: the
+    same digests without the queue depth, before and after)."""
     trace = poisson_trace(rate=12, seconds=600, seed=7)
     result = run(trace, Script(lambda t: 2 + int(t // 45) % 6), service=service)
     h = hashlib.sha256()
@@ -595,3 +597,25 @@ def test_fewer_placeholders_evict_the_newest_as_their_replicaset_does() -> None:
     cluster.place(12.0)
     assert [n.placeholders for n in cluster.nodes] == [1, 1]
     cluster.check(12.0)
+
+
+@pytest.mark.parametrize(
+    ("service", "waiting"),
+    [
+        # Four prompts share the step (2,048 tokens each of 8,192) for 8 s: running, as in
+        # vLLM; the fifth has had no share. Counted 4 before (all prefilling but one).
+        pytest.param(ServiceModel(long_prefill_token_threshold=2048), 1, id="chunked"),
+        # One at a time, 2 s each: at 5 s two are done, one prefills, two wait.
+        pytest.param(ServiceModel(chunked_prefill=False), 2, id="fifo-prefill"),
+    ],
+)
+def test_queue_depth_counts_what_vllm_counts_as_waiting(
+    service: ServiceModel, waiting: int
+) -> None:
+    """`vllm:num_requests_waiting`: requests not yet scheduled. A prompt that has had a
+    share of a step is running, however much of it is left."""
+    trace = trace_from_arrays([0.0] * 5, [30_000] * 5, [1] * 5)
+    policy = fixed(1)
+    run(trace, policy, service=service)
+    scraped = [obs.queue_depth.latest() for obs in policy.seen if obs.now == 10.0]
+    assert scraped == [waiting]  # the scrape at 5 s, seen at the tick at 10 s

@@ -19,7 +19,10 @@ from gpufleet.autoscaler.replay.core.oracle import (
     warm_start_replicas,
 )
 from gpufleet.autoscaler.replay.core.result import RunResult
+from gpufleet.autoscaler.replay.core.sweep import plan
 from gpufleet.autoscaler.replay.core.trace import Trace, trace_from_arrays
+from gpufleet.autoscaler.replay.core.workloads import workload_trace
+from gpufleet.autoscaler.replay.settings import SimulateSettings
 
 WORKLOAD = WorkloadConfig(name="w", min_replicas=1, max_replicas=64)
 CONFIG = ReplayConfig(initial_replicas=2)
@@ -208,3 +211,24 @@ def test_warm_start_replicas_sees_a_long_prompt_block_the_one_behind_it() -> Non
     pairs = trace_from_arrays([30.0 * (k // 2) for k in range(16)], [20_000] * 16, [1] * 16)
     assert oracle_schedule(pairs, workload=WORKLOAD, config=CONFIG).serving[:241].max() == 1
     assert warm_start_replicas(pairs, workload=WORKLOAD, config=CONFIG) == 2
+
+
+def test_the_replay_launches_no_node_its_schedule_does_not_need() -> None:
+    """A scaled-down replica drains for seconds holding its GPU: the placeholders asked
+    for beside it did not fit, launched a second node, and kept it up for the rest of the
+    run (longctx: 7.31 node GPU-h replayed on a 4.00 schedule)."""
+    settings = SimulateSettings()
+    trace = workload_trace("longctx:duration=1800", seed=0)
+    (spec,) = plan(
+        [trace],
+        ["oracle"],
+        workload=settings.workload(),
+        config=settings.sim_config(),
+        tuning=settings.tuning(),
+        sweep=False,
+        warm_start=True,
+    )
+    solution = solve_oracle(trace, workload=spec.workload, config=spec.config)
+    # The run bills until its last request completes, a few seconds past the schedule.
+    slack = spec.config.cluster.gpus_per_node * 10 / 3600
+    assert solution.result.node_gpu_hours <= solution.schedule.node_gpu_hours + slack
