@@ -49,9 +49,11 @@ class _BuildPy(build_py):
 
     def run(self) -> None:
         super().run()
-        rules = Path(__file__).resolve().parent / "rules"
-        if self.editable_mode or not rules.is_dir():  # editable: the checkout's own rules/
+        if self.editable_mode:  # the lab reads the checkout's own rules/
             return
+        rules = Path(__file__).resolve().parent / "rules"
+        if not rules.is_dir():  # a wheel without them would run the lab with no alerts
+            sys.exit(f"{rules}: missing; the wheel ships it as gpufleet/lab/rules")
         target = Path(self.build_lib) / "gpufleet" / "lab" / "rules"
         target.mkdir(parents=True, exist_ok=True)
         for path in sorted(rules.glob("*.rules.yml")):

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -152,3 +153,24 @@ def test_chart_containers_run_a_subcommand_of_the_entrypoint(tmp_path):
     for c in ours:
         assert "command" not in c, c["name"]
         assert f"  {c['args'][0]} " in gpufleet.cli.USAGE
+
+
+def test_a_wheel_built_from_the_sdist_carries_the_rules(tmp_path):
+    """`python -m build` and `pip install <sdist>` build the wheel from the sdist: without
+    rules/ in it, that wheel's lab ran Prometheus with no alerts."""
+    sdist_dir, wheels = tmp_path / "sdist", tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "sdist", "-d", str(sdist_dir)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    (sdist,) = sdist_dir.glob("gpufleet-*.tar.gz")
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*build, "-w", str(wheels), str(sdist)], check=True, capture_output=True)
+    (wheel,) = wheels.glob("gpufleet-*.whl")
+    with zipfile.ZipFile(wheel) as zipped:
+        shipped = sorted(
+            Path(n).name for n in zipped.namelist() if n.startswith("gpufleet/lab/rules/")
+        )
+    assert shipped == sorted(p.name for p in (REPO / "rules").glob("*.rules.yml"))
