@@ -16,22 +16,14 @@ import grpc
 
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from gpufleet.logs import OutageLog
 from gpufleet.plugin.core.allocate import ContainerAllocation
 from gpufleet.plugin.core.model import AdvertisedDevice, Health
 
-# ListAndWatch streams served at once per resource: the kubelet holds one, and more for a
-# moment when it restarts. Each holds a worker thread (`new_server` has more).
+# ListAndWatch streams served at once per resource: the kubelet holds one (a restarted
+# kubelet's new one comes after the dead one's ended). Each holds a worker thread
+# (`new_server` has more).
 MAX_WATCHERS = 4
-
-
-class _Watcher:
-    """One ListAndWatch stream; `ended` when a newer stream took its place."""
-
-    __slots__ = ("ended",)
-
-    def __init__(self) -> None:
-        self.ended = False
-
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +104,8 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         self._changed = threading.Condition()
         self._version = 0
         self._stopped = False
-        self._watchers: list[_Watcher] = []  # open ListAndWatch streams, oldest first
+        self._watchers: list[grpc.ServicerContext] = []  # open ListAndWatch streams
+        self._refusals = OutageLog(log, f"{resource}: ListAndWatch streams refused")
 
     # --- state -------------------------------------------------------------------
 
@@ -161,39 +154,48 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         )
 
     def ListAndWatch(self, request, context) -> Iterator[pb.ListAndWatchResponse]:
-        # A stream holds a worker thread for its life. Past MAX_WATCHERS the oldest stream
-        # is ended, so streams opened and kept can never take every worker from Allocate
-        # (pod admission); the newest is served, as a restarted kubelet's must be (it
-        # takes a refused stream for the plugin gone). One that ends wakes its thread.
-        watcher = _Watcher()
+        # A stream holds a worker thread for its life: past MAX_WATCHERS live ones a new
+        # stream is refused, so streams opened and kept never take every worker from
+        # Allocate (pod admission). Never a live one ended for it: the kubelet takes an
+        # ended stream for the plugin gone. A client gone wakes its stream to end
+        # (`_wake`), and a stream whose client is gone does not count.
         with self._changed:
-            self._watchers.append(watcher)
-            if len(self._watchers) > MAX_WATCHERS:
-                self._watchers.pop(0).ended = True
-                self._changed.notify_all()
+            self._watchers = [c for c in self._watchers if c.is_active()]
+            full = len(self._watchers) >= MAX_WATCHERS
+            if full:
+                self._refusals.failed(f"{MAX_WATCHERS} are open", kind="streams")
+            else:
+                self._refusals.recovered()
+                self._watchers.append(context)
+        if full:
+            self.stats.record("ListAndWatch", 0.0, failed=True)
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{MAX_WATCHERS} ListAndWatch streams are open (the kubelet needs one)",
+            )
         context.add_callback(self._wake)
         try:
-            yield from self._watch(context, watcher)
+            yield from self._watch(context)
         finally:
             with self._changed:
-                if watcher in self._watchers:
-                    self._watchers.remove(watcher)
+                if context in self._watchers:
+                    self._watchers.remove(context)
 
     def _wake(self) -> None:
         with self._changed:
             self._changed.notify_all()
 
-    def _watch(self, context, watcher: _Watcher) -> Iterator[pb.ListAndWatchResponse]:
+    def _watch(self, context) -> Iterator[pb.ListAndWatchResponse]:
         with self._changed:
             version = self._version
             response = self._device_list()
         yield response
         while context.is_active():
             with self._changed:
-                # Bounded wait: a backstop; an ended stream wakes it (`_wake`).
-                if not (self._stopped or watcher.ended) and self._version == version:
+                # Bounded wait: a backstop; a stream whose client left wakes it (`_wake`).
+                if not self._stopped and self._version == version:
                     self._changed.wait(timeout=1.0)
-                if self._stopped or watcher.ended:
+                if self._stopped:
                     return
                 if self._version == version:
                     continue

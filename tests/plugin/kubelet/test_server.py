@@ -7,6 +7,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from helpers import wait_for
 from helpers.plugin_node import from_fleet
 
 from gpufleet.kubelet.api import deviceplugin_v1beta1_pb2 as pb
@@ -124,20 +125,35 @@ def test_list_and_watch_sends_resends_on_health_and_ends_on_stop(serve):
     assert list(stream) == []  # the stream ends cleanly, no error
 
 
-def test_streams_past_the_limit_end_the_oldest_and_allocate_still_answers(serve):
+def test_streams_past_the_limit_are_refused_and_allocate_still_answers(serve, caplog):
     """Each stream holds a worker thread: eight held ones left Allocate, pod admission,
-    waiting until its deadline. The newest streams are served (a restarted kubelet's: a
-    refused one means the plugin is gone to it); the oldest end."""
+    waiting until its deadline. A live stream is never ended for a new one (the kubelet
+    takes an ended stream for the plugin gone); a stream whose client left frees its
+    place at once."""
     stub = serve(gpu_service())
-    streams, lists = [], []
-    for _ in range(2 * MAX_WATCHERS):  # one after another: oldest first
-        streams.append(stub.ListAndWatch(pb.Empty(), timeout=60))
-        lists.append(next(streams[-1]))
-    for old in streams[:MAX_WATCHERS]:
-        assert list(old) == []  # ended, cleanly
-    assert allocate(stub, [lists[0].devices[0].ID]).container_responses
-    for stream in streams[MAX_WATCHERS:]:
+    streams = [stub.ListAndWatch(pb.Empty(), timeout=60) for _ in range(MAX_WATCHERS)]
+    lists = [next(stream) for stream in streams]  # every stream sends its first list
+    for _ in range(3):
+        with pytest.raises(grpc.RpcError) as refused:
+            next(stub.ListAndWatch(pb.Empty(), timeout=10))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert allocate(stub, [lists[0].devices[0].ID]).container_responses  # a worker left
+    said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(said) == 1, said  # the refusals are one outage, not a line each
+    streams[0].cancel()
+    fresh = wait_for(lambda: _opened(stub), timeout=30, what="a place freed by a client gone")
+    for stream in (*streams[1:], fresh):
         stream.cancel()
+
+
+def _opened(stub: pb_grpc.DevicePluginStub):
+    """A new stream that sent its first list, else None (refused)."""
+    stream = stub.ListAndWatch(pb.Empty(), timeout=60)
+    try:
+        next(stream)
+    except grpc.RpcError:
+        return None
+    return stream
 
 
 def test_allocate_answers_known_devices(serve):
