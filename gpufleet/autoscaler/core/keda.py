@@ -68,8 +68,8 @@ class KedaPolicy:
 
     name = "keda"
     __slots__ = (
-        "_active_at_start",
         "_activation_threshold",
+        "_active_at_start",
         "_cooldown_seconds",
         "_created_at",
         "_failures",

@@ -180,18 +180,31 @@ def _status(code: int, reason: str, message: str) -> web.Response:
     return web.json_response(em.status(code, reason, message), status=code)
 
 
-async def serve(
-    app: web.Application, host: str | None, port: int, tls: ssl.SSLContext
-) -> web.AppRunner:
+class Serving:
+    """The listening server; `cleanup` stops it (the name aiohttp's runner has)."""
+
+    def __init__(self, server: asyncio.Server, runner: web.AppRunner) -> None:
+        self._server, self._runner = server, runner
+
+    async def cleanup(self) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+        await self._runner.cleanup()
+
+
+async def serve(app: web.Application, host: str | None, port: int, tls: ssl.SSLContext) -> Serving:
     """Start serving; raises OSError when the address cannot be bound."""
     # aiohttp's keep-alive timer runs from the connection's start and closes it while no
-    # request is complete: an idle connection and a half-sent head alike.
+    # request is complete: an idle connection and a half-sent head alike. Before that, the
+    # TLS handshake gets as long (asyncio's default is 60 s; aiohttp's site cannot set it).
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_TIMEOUT_SECONDS)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port, ssl_context=tls).start()
+        server = await asyncio.get_running_loop().create_server(
+            runner.server, host, port, ssl=tls, ssl_handshake_timeout=IDLE_TIMEOUT_SECONDS
+        )
     except OSError:
         await runner.cleanup()
         raise
     log.info("serving %s on https://%s:%d", em.GROUP_VERSION, host or "*", port)
-    return runner
+    return Serving(server, runner)

@@ -270,7 +270,8 @@ async def test_head_is_get_without_a_body_and_other_methods_are_405_with_allow(
 async def test_a_half_sent_request_is_dropped_at_the_idle_timeout(
     kube: client.ApiClient, pki: AggregatorPki, monkeypatch
 ) -> None:
-    """aiohttp's default kept it an hour: enough of them held every descriptor."""
+    """aiohttp's default kept it an hour, and a connection that never began its TLS
+    handshake a minute: enough of them held every descriptor."""
     monkeypatch.setattr(extmetrics_server, "IDLE_TIMEOUT_SECONDS", 0.5)
     config = await asyncio.to_thread(read_auth_config, kube)
     tls = tls_context(str(pki.server_cert), str(pki.server_key), config)
@@ -279,9 +280,13 @@ async def test_a_half_sent_request_is_dropped_at_the_idle_timeout(
     runner = await serve(app, "127.0.0.1", port, tls)
     try:
         replies = await _exchange(f"https://127.0.0.1:{port}", pki, b"GET /apis HTTP/1.1\r\nHo")
+        # and one that never begins its TLS handshake (asyncio's own default: 60 s)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        silent = await asyncio.wait_for(reader.read(), timeout=30)
+        writer.close()
     finally:
         await runner.cleanup()
-    assert replies == b""  # closed, nothing answered
+    assert replies == b"" and silent == b""  # closed, nothing answered
 
 
 async def test_a_review_that_cannot_be_made_is_500_and_no_answer(
