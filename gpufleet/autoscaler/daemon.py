@@ -103,12 +103,13 @@ async def _unless_stopped(work: Awaitable[object], stop: asyncio.Event) -> bool:
         await asyncio.wait((task, stopping), return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopping.cancel()
-    if task.done():
-        task.result()
-        return True
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    return False
+        if not task.done():  # stopped, or this await itself cancelled: the work goes too
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,9 @@ class LeaderElector:
         # `run` does not stop its thread), which would otherwise write after it.
         self._attempt = threading.Lock()
         self._released = False
+        # Each call within the renew deadline, as client-go bounds a renewal: a hung API
+        # server must hold neither the campaign nor the release past it.
+        self._timeout = {"_request_timeout": config.renew_deadline_seconds}
 
     def is_leader(self) -> bool:
         return self._clock() - self._renewed_at < self._config.renew_deadline_seconds
@@ -72,19 +75,26 @@ class LeaderElector:
         """Give the lease up on shutdown so another candidate need not wait it out; no
         attempt to take or renew it runs after."""
         self._released = True
-        with self._attempt:
+        if not self._attempt.acquire(timeout=self._config.renew_deadline_seconds):
+            # The renewal in flight is stuck past its own deadline: the lease lapses alone.
+            c = self._config
+            log.warning("lease %s/%s not released: a renewal is stuck", c.namespace, c.name)
+            return
+        try:
             if self.is_leader():
                 self._give_up()
             self._renewed_at = -float("inf")
+        finally:
+            self._attempt.release()
 
     def _give_up(self) -> None:
         c = self._config
         try:
-            lease = kube_call(lambda: self._leases.read_namespaced_lease(c.name, c.namespace))
+            lease = self._get()
             if lease.spec.holder_identity == c.identity:
                 lease.spec.holder_identity = ""
                 lease.spec.lease_duration_seconds = 1
-                kube_call(lambda: self._leases.replace_namespaced_lease(c.name, c.namespace, lease))
+                self._put(lease)
         except KubeError as err:
             log.warning("could not release lease %s/%s: %s", c.namespace, c.name, err)
 
@@ -98,7 +108,7 @@ class LeaderElector:
         c = self._config
         now, wall = self._clock(), self._wall()
         try:
-            lease = kube_call(lambda: self._leases.read_namespaced_lease(c.name, c.namespace))
+            lease = self._get()
         except KubeError as err:
             if err.kind is not KubeErrorKind.NOT_FOUND:
                 log.warning("lease %s/%s unreadable: %s", c.namespace, c.name, err)
@@ -119,7 +129,7 @@ class LeaderElector:
         spec.lease_duration_seconds = int(c.lease_duration_seconds)
         spec.renew_time = micro_time(wall)
         try:
-            kube_call(lambda: self._leases.replace_namespaced_lease(c.name, c.namespace, lease))
+            self._put(lease)
         except KubeError as err:
             if err.kind is not KubeErrorKind.CONFLICT:
                 log.warning("lease %s/%s not renewed: %s", c.namespace, c.name, err)
@@ -139,10 +149,26 @@ class LeaderElector:
             },
         }
         try:
-            kube_call(lambda: self._leases.create_namespaced_lease(c.namespace, body))
+            kube_call(
+                lambda: self._leases.create_namespaced_lease(c.namespace, body, **self._timeout)
+            )
         except KubeError:
             return False  # someone else created it first; the next try reads theirs
         return self._won(now, "")
+
+    def _get(self) -> client.V1Lease:
+        c = self._config
+        return kube_call(
+            lambda: self._leases.read_namespaced_lease(c.name, c.namespace, **self._timeout)
+        )
+
+    def _put(self, lease: client.V1Lease) -> None:
+        c = self._config
+        kube_call(
+            lambda: self._leases.replace_namespaced_lease(
+                c.name, c.namespace, lease, **self._timeout
+            )
+        )
 
     def _won(self, now: float, previous_holder: str) -> bool:
         if previous_holder != self._config.identity and not self.is_leader():
