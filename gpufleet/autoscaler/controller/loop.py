@@ -40,9 +40,9 @@ from gpufleet.autoscaler.core.factory import Tuning, make_policy
 from gpufleet.autoscaler.core.history import SignalHistory
 from gpufleet.autoscaler.core.kueue import pending_demands
 from gpufleet.autoscaler.core.nodepools import free_gpus
-from gpufleet.autoscaler.core.observation import ReplicaState
+from gpufleet.autoscaler.core.observation import Observation, ReplicaState
 from gpufleet.autoscaler.core.placeholders import placeholder_name
-from gpufleet.autoscaler.core.policy import Learns
+from gpufleet.autoscaler.core.policy import Decision, Learns
 from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
 from gpufleet.autoscaler.core.schedules import floor_at
 from gpufleet.autoscaler.core.signals import SignalQuery, model_selector, queries_for
@@ -162,6 +162,21 @@ class Controller:
         self._status.forget_all_but(seen)
         self.stats.forget_all_but({w.name for w in self._workloads.values()})
         return ticks
+
+    def _decide(self, w: Workload, obs: Observation) -> Decision | None:
+        """The policy's decision; None, the last one held, when the policy raises: a bug
+        (or a sample it cannot take) in one workload must not stop the others."""
+        outage = w.outage("its policy fails; the last decision is held", log)
+        try:
+            decision = w.policy.decide(obs)
+        except Exception as err:
+            self.stats.errors["policy"] += 1
+            if not outage.failures:  # the traceback once an outage, for the bug report
+                log.error("%s: the policy raised", w.name, exc_info=True)
+            outage.failed(f"{type(err).__name__}: {err}", kind=type(err).__name__)
+            return None
+        outage.recovered()
+        return decision
 
     def _keeps_headroom(self, spec: AutoscalerSpec) -> bool:
         """The spec asks for headroom (nodePool.placeholders) and --headroom keeps it."""
@@ -285,9 +300,10 @@ class Controller:
             # a workload naming no NodePool may land on several: its nodes are unknown
             node_free = free.get(spec.node_pool) if spec.node_pool else None
             obs = w.history.observe(now, t.replicas, node_free_gpus=node_free)
-            w.decision = w.policy.decide(obs)
-            w.wanted = w.decision.desired
-            self.stats.decisions[(name, str(w.decision.reason))] += 1
+            decision = self._decide(w, obs)
+            if decision is not None:
+                w.decision, w.wanted = decision, decision.desired
+                self.stats.decisions[(name, str(decision.reason))] += 1
         current = t.scale.replicas if t.scale is not None else None
         desired = spec.workload.clamp(w.wanted) if w.wanted is not None else current
         headroom = w.decision.headroom if w.decision is not None else 0

@@ -93,11 +93,14 @@ class PromGather:
                 for key, signal in users:
                     history = workloads[key].history
                     for ts, value in joined.get(key, ()):
+                        scaled = value * query.scale
+                        if not math.isfinite(scaled):
+                            continue  # past the largest float: no sample
                         if signal == "queue_depth" and key in queued:
                             acc = queued[key]
-                            acc[ts] = acc.get(ts, 0.0) + value * query.scale
+                            acc[ts] = acc.get(ts, 0.0) + scaled
                         else:
-                            history.add(signal, ts, value * query.scale)
+                            history.add(signal, ts, scaled)
 
             return add
 
@@ -138,7 +141,8 @@ class PromGather:
         self._fetched_until = {t: v for t, v in self._fetched_until.items() if t in asked}
         for key, acc in queued.items():
             for ts in sorted(acc):
-                workloads[key].history.add("queue_depth", ts, acc[ts])
+                if math.isfinite(acc[ts]):
+                    workloads[key].history.add("queue_depth", ts, acc[ts])
         for key, (ts, by_pod) in telemetry.items():
             workloads[key].history.add_pods(
                 ts, tuple(PodTelemetry(pod=name, **by_pod[name]) for name in sorted(by_pod))

@@ -43,7 +43,8 @@ def workload_sums(
         acc = sums.setdefault(owner, {})
         for t, v in s.samples:
             acc[t] = acc.get(t, 0.0) + v
-    return {w: sorted(acc.items()) for w, acc in sums.items()}
+    # A sum past the largest float is no sample (the parser dropped non-finite ones).
+    return {w: sorted(p for p in acc.items() if math.isfinite(p[1])) for w, acc in sums.items()}
 
 
 def workload_quantiles(
@@ -91,7 +92,11 @@ def workload_buckets(
             at = by_time.setdefault(t, {})
             at[le] = at.get(le, 0.0) + v
     return {
-        w: [(t, tuple(sorted(by_time[t].items()))) for t in sorted(by_time)]
+        w: [
+            (t, tuple(sorted(by_time[t].items())))
+            for t in sorted(by_time)
+            if all(math.isfinite(count) for count in by_time[t].values())
+        ]
         for w, by_time in buckets.items()
     }
 
@@ -136,7 +141,7 @@ def pod_values(
     out: dict[W, dict[float, dict[str, float]]] = {}
     for s in series:
         owner = _owner(s, owners)
-        if owner is None:
+        if owner is None or not s.samples:  # all its samples NaN: no time to keep
             continue
         pod = s.labels.get("pod", "")
         by_time = out.setdefault(owner, {})

@@ -632,6 +632,35 @@ async def test_the_spec_tells_the_policy_of_placeholders_and_the_idle_period(
     assert (settings.placeholders, settings.idle_seconds_to_zero) == (False, 45.0)
 
 
+async def test_a_policy_that_raises_holds_its_count_and_stops_nothing(
+    api: client.ApiClient, pod_prometheus: Prometheus, caplog
+) -> None:
+    """A sample a policy's arithmetic cannot take (or a bug) raised out of the tick, and
+    the daemon, which catches only API errors, exited: every workload stopped, and again
+    after each restart while the sample was in range. Now that workload holds its last
+    decision; the traceback is logged once an outage, then one line."""
+    caplog.set_level(logging.INFO, logger="gpufleet.autoscaler.controller.loop")
+    ctl, prom, policy = await asking_for_headroom(api, pod_prometheus, 0)
+
+    def broken(obs: Observation) -> Decision:
+        raise OverflowError("int too large to convert to float")
+
+    try:
+        await ticks_until(ctl, lambda: scale(api) > 1)  # decided once, scaled up
+        policy.decide = broken  # type: ignore[method-assign]
+        (workload,) = ctl._workloads.values()
+        for _ in range(5):
+            workload.next_decision_at = 0.0  # decide every tick
+            await ctl.tick()
+    finally:
+        await prom.close()
+    assert ctl.stats.errors["policy"] == 5 and ctl.stats.ticks >= 6
+    assert status(api)["desiredReplicas"] == scale(api) > 1  # held, still written
+    said = [r for r in caplog.records if "policy" in r.getMessage()]
+    assert [r.levelname for r in said] == ["ERROR", "WARNING"], [r.getMessage() for r in said]
+    assert said[0].exc_info is not None
+
+
 async def test_a_keda_workload_starts_as_a_new_scaled_object(api: client.ApiClient) -> None:
     """Unlike the replay's warm start (`Tuning.keda_active_at_start`): a new
     GPUAutoscaler is a new ScaledObject, never active yet."""

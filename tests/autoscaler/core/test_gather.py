@@ -12,6 +12,7 @@ from helpers.tools import require
 from gpufleet.autoscaler.core.gather import (
     RangeSeries,
     histogram_quantile,
+    pod_values,
     workload_buckets,
     workload_quantiles,
     workload_sums,
@@ -36,6 +37,24 @@ def test_sums_add_each_workloads_pods_and_ignore_the_rest() -> None:
         "chat": [(10.0, 1.0), (15.0, 5.0), (20.0, 4.0)],
         "code": [(10.0, 7.0)],
     }
+
+
+def test_a_sum_past_the_largest_float_is_no_sample() -> None:
+    """Two pods at 1e308 summed to inf, and the HPA's arithmetic on it raised."""
+    owners = {("a", "p1"): "chat", ("a", "p2"): "chat"}
+    answer = [s("a", "p1", [(10.0, 1e308), (15.0, 1.0)]), s("a", "p2", [(10.0, 1e308)])]
+    assert workload_sums(answer, owners) == {"chat": [(15.0, 1.0)]}
+    buckets = [s("a", p, [(10.0, 1e308)], le=le) for p in ("p1", "p2") for le in ("1", "+Inf")]
+    assert workload_buckets(buckets, owners) == {"chat": []}
+
+
+def test_a_pod_series_left_without_samples_is_no_time() -> None:
+    """The parser drops NaN samples: a pod whose only sample was NaN left a series with
+    none, and taking its newest time stopped the autoscaler (every workload)."""
+    owners = {("a", "p1"): "chat", ("a", "p2"): "chat"}
+    answer = [s("a", "p1", []), s("a", "p2", [(10.0, 80.0)])]
+    assert pod_values(answer, owners) == {"chat": {10.0: {"p2": 80.0}}}
+    assert pod_values([s("a", "p1", [])], owners) == {}
 
 
 QUANTILE_ROWS = [
