@@ -111,10 +111,11 @@ def build_compiled(into: Path) -> Path:
     it would shadow the source), with this environment's mypy: nothing is fetched."""
     src = into / "src"
     src.mkdir(parents=True)
-    for name in ("pyproject.toml", "setup.py", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "MANIFEST.in"):
         shutil.copy(REPO / name, src / name)
     skip = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(REPO / "gpufleet", src / "gpufleet", ignore=skip)
+    for tree in ("gpufleet", "rules"):  # the wheel ships rules/ (setup.py)
+        shutil.copytree(REPO / tree, src / tree, ignore=skip)
     pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
     subprocess.run(
         [*pip, "-w", str(into / "wheel"), str(src)],
