@@ -315,7 +315,9 @@ class Controller:
             t.scheduled = floor.why if raised > desired else ""
             desired = raised
         if t.health.missing_metrics and current is not None and desired is not None:
-            desired = max(desired, current)  # never lower the count on missing data
+            # Never lower the count on missing data, but within the spec's bounds: a
+            # lowered maxReplicas holds (as HPA enforces it when its metrics fail).
+            desired = spec.workload.clamp(max(desired, current))
         act = (
             leader
             and current is not None

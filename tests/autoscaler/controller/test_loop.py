@@ -609,6 +609,20 @@ async def test_missing_metrics_hold_the_count(api: client.ApiClient) -> None:
     assert ctl.stats.missing_metrics[name] is True and ctl.stats.max_replicas[name] > 0
 
 
+async def test_missing_metrics_hold_the_count_within_a_lowered_max(api: client.ApiClient) -> None:
+    """The hold kept 8 replicas with maxReplicas lowered to 3 while Prometheus was down:
+    the bound is the spec's, metrics or not, as HPA enforces it."""
+    deploy(api, replicas=8)
+    autoscaler(api, {**KEDA_SPEC, "maxReplicas": 3})
+    ctl, prom = controller(api, "http://127.0.0.1:9")  # nothing listens there
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert scale(api) == 3
+    assert conditions(api)["ScalingActive"][1] == "MissingMetrics"
+
+
 async def test_the_spec_tells_the_policy_of_placeholders_and_the_idle_period(
     api: client.ApiClient,
 ) -> None:
