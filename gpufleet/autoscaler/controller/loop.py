@@ -140,19 +140,21 @@ class Controller:
             meta = obj.get("metadata") or {}
             key = (meta.get("namespace", ""), meta.get("name", ""))
             seen.add(key)
-            generation = int(meta.get("generation") or 0)
+            generation, uid = int(meta.get("generation") or 0), meta.get("uid", "")
             previous = obj.get("status") or {}
             w = self._workloads.get(key)
+            if w is not None and w.spec.uid != uid:
+                w = None  # deleted and made again (at generation 1 again): a new object
             if w is not None and w.generation == generation:  # parsed when it last changed
                 ticks.append(Tick(workload=w, previous_status=previous))
                 continue
-            if self._status.reported(key, generation):
+            if self._status.reported(key, uid, generation):
                 continue  # still the bad spec already reported
             try:
                 spec = parse_spec(obj)
             except SpecError as err:
                 self._workloads.pop(key, None)
-                await self._status.report_bad_spec(key, generation, err, previous, now)
+                await self._status.report_bad_spec(key, uid, generation, err, previous, now)
                 continue
             w = self._new_workload(spec, generation, w, previous)
             self._workloads[key] = w

@@ -36,7 +36,9 @@ class StatusWriter:
         self._events = events
         self._stats = stats
         self._is_leader = is_leader
-        self._bad_specs: dict[Key, tuple[int, str]] = {}  # reported once per generation
+        # (uid, generation, problem) reported, once each: a GPUAutoscaler deleted and made
+        # again starts at generation 1 again, a new uid
+        self._bad_specs: dict[Key, tuple[str, int, str]] = {}
 
     async def write(self, t: Tick, current: int, desired: int | None, now: float) -> None:
         w, spec = t.workload, t.workload.spec
@@ -90,9 +92,9 @@ class StatusWriter:
             if bad and (old.get("status"), old.get("reason")) != (c.status, c.reason):
                 await self.event(t.workload.spec, "Warning", c.reason, "Scale", c.message)
 
-    def reported(self, key: Key, generation: int) -> bool:
-        """Whether this generation's spec was already reported bad (and is not reparsed)."""
-        return self._bad_specs.get(key, (None, ""))[0] == generation
+    def reported(self, key: Key, uid: str, generation: int) -> bool:
+        """Whether this object's generation was already reported bad (and is not reparsed)."""
+        return self._bad_specs.get(key, ("", -1, ""))[:2] == (uid, generation)
 
     def forget_all_but(self, seen: Iterable[Key]) -> None:
         """Drop what was reported of the GPUAutoscalers that are gone."""
@@ -100,11 +102,16 @@ class StatusWriter:
             del self._bad_specs[key]
 
     async def report_bad_spec(
-        self, key: Key, generation: int, err: SpecError, previous: dict[str, Any], now: float
+        self,
+        key: Key,
+        uid: str,
+        generation: int,
+        err: SpecError,
+        previous: dict[str, Any],
+        now: float,
     ) -> None:
-        if self._bad_specs.get(key) == (generation, str(err)):
-            return
-        self._bad_specs[key] = (generation, str(err))
+        """Its condition, status and one Warning Event; remembered as reported only once
+        written, so a failed write (or a follower that becomes leader) reports it later."""
         namespace, name = key
         conds = conditions(
             Health(invalid_spec=str(err)),
@@ -120,19 +127,22 @@ class StatusWriter:
             "reason": "InvalidSpec",
             "message": str(err),
         }
+        if not self._is_leader():
+            return
         try:
-            if self._is_leader():
-                await asyncio.to_thread(self._cluster.write_status, namespace, name, status)
-                await asyncio.to_thread(
-                    self._events.record,
-                    regarding=_regarding(namespace, name),
-                    type_="Warning",
-                    reason="InvalidSpec",
-                    action="Validate",
-                    note=str(err),
-                )
+            await asyncio.to_thread(self._cluster.write_status, namespace, name, status)
+            await asyncio.to_thread(
+                self._events.record,
+                regarding=_regarding(namespace, name),
+                type_="Warning",
+                reason="InvalidSpec",
+                action="Validate",
+                note=str(err),
+            )
         except KubeError as kube_err:
             self._stats.errors[f"kube_{kube_err.kind}"] += 1
+            return
+        self._bad_specs[key] = (uid, generation, str(err))
 
     async def event(
         self, spec: AutoscalerSpec, type_: str, reason: str, action: str, note: str

@@ -764,6 +764,45 @@ async def test_a_bad_spec_is_a_condition_and_an_event_naming_the_field(
     assert scale(api) == 1
 
 
+async def test_a_bad_spec_whose_report_failed_is_reported_on_a_later_tick(
+    api: client.ApiClient, apiserver: FakeApiServer
+) -> None:
+    """It was remembered as reported before its write: one failed write, and the bad spec
+    was never reported (no status, no Event, no log line)."""
+    deploy(api)
+    autoscaler(api, {**KEDA_SPEC, "minReplicas": 9})
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    apiserver.faults.forbid_writes_suffix = "/status"
+    try:
+        await ctl.tick()
+        apiserver.faults.forbid_writes_suffix = ""
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert conditions(api)["ScalingActive"] == ("False", "InvalidSpec")
+
+
+async def test_a_gpuautoscaler_made_again_is_a_new_object(api: client.ApiClient) -> None:
+    """Deleted and made again between ticks, it is at generation 1 again: the controller
+    kept running the old spec (maxReplicas 8, the old uid) for good."""
+    deploy(api, replicas=4)
+    autoscaler(api, KEDA_SPEC)
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    custom = client.CustomObjectsApi(api)
+    args = ("autoscaling.gpufleet.dev", "v1alpha1", NS, "gpuautoscalers")
+    try:
+        await ctl.tick()
+        old = ctl._workloads[(NS, "chat")].spec.uid
+        custom.delete_namespaced_custom_object(*args, "chat")
+        autoscaler(api, {**KEDA_SPEC, "maxReplicas": 2})
+        await ctl.tick()
+    finally:
+        await prom.close()
+    spec = ctl._workloads[(NS, "chat")].spec
+    assert spec.uid != old and spec.workload.max_replicas == 2
+    assert scale(api) == 2  # the new bound, though the metrics are missing
+
+
 async def test_a_conflict_is_retried_and_a_broken_workload_stops_no_other(
     api: client.ApiClient, pod_prometheus: Prometheus, apiserver: FakeApiServer
 ) -> None:
