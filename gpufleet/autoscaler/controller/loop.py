@@ -108,9 +108,9 @@ class Controller:
         for t in ticks:
             await self._read_target(t, view, index)
         failed = await self._gather.gather(ticks, self._workloads, now)
-        missing = f"{failed.kind}: {failed}" if failed else ""
         if failed:
-            self._prom_outage.failed(missing, kind=str(failed.kind))
+            first = next(iter(failed.values()))
+            self._prom_outage.failed(f"{first.kind}: {first}", kind=str(first.kind))
         else:
             self._prom_outage.recovered()
         leader = self._is_leader()
@@ -118,8 +118,9 @@ class Controller:
         node_pods = Counter(p.node for p in pods if p.node and p.deleting_since is None)
         free = free_gpus(view.nodepools, view.pool_nodes, pods) if view.nodepools else {}
         for t in ticks:
-            if missing:
-                t.note(missing_metrics=missing)
+            err = failed.get(t.workload.key)
+            if err is not None:
+                t.note(missing_metrics=f"{err.kind}: {err}")
             await self._decide_and_scale(t, now, leader, node_pods, free)
         if view.nodepools is not None:
             queued = pending_demands(view.kueue_workloads, view.kueue_flavors)

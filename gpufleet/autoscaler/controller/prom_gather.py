@@ -49,9 +49,10 @@ class PromGather:
 
     async def gather(
         self, ticks: list[Tick], workloads: Mapping[Key, Workload], now: float
-    ) -> PromError | None:
+    ) -> dict[Key, PromError]:
         """Add the samples since the last tick to each workload's history (signals, and the
-        exporter's per-pod GPU telemetry); returns why a query failed (None when none did)."""
+        exporter's per-pod GPU telemetry); returns, for each workload a failed query left
+        short, why (one workload's bad override holds no other)."""
         step = self._step
         end = math.floor(now / step) * step
         owners: dict[str, dict[tuple[str, str], Key]] = {}
@@ -127,17 +128,24 @@ class PromGather:
 
             return add
 
-        jobs = [(text, add_signal(text)) for text in wanted]
-        jobs += [(text, add_telemetry(name)) for name, text in GPU_TELEMETRY.items()]
-        jobs += [(text, add_gateway(text)) for text in gateways]
+        # (query, what takes its answer, the workloads it leaves short when it fails)
+        every = [t.workload.key for t in ticks]
+        jobs = [(text, add_signal(text), [k for k, _ in wanted[text][1]]) for text in wanted]
+        jobs += [(text, add_telemetry(name), every) for name, text in GPU_TELEMETRY.items()]
+        jobs += [(text, add_gateway(text), gateways[text]) for text in gateways]
         limit = asyncio.Semaphore(QUERY_CONCURRENCY)
 
         async def fetch(text: str, consume: Consume) -> PromError | None:
             async with limit:
                 return await self._fetch(text, consume, end=end)
 
-        failures = await asyncio.gather(*(fetch(text, consume) for text, consume in jobs))
-        asked = {text for text, _ in jobs}  # a deleted workload's queries are asked no more
+        results = await asyncio.gather(*(fetch(text, consume) for text, consume, _ in jobs))
+        failed: dict[Key, PromError] = {}
+        for (_, _, keys), err in zip(jobs, results, strict=True):
+            if err is not None:
+                for key in keys:
+                    failed.setdefault(key, err)
+        asked = {text for text, _, _ in jobs}  # a deleted workload's queries are asked no more
         self._fetched_until = {t: v for t, v in self._fetched_until.items() if t in asked}
         for key, acc in queued.items():
             for ts in sorted(acc):
@@ -147,7 +155,7 @@ class PromGather:
             workloads[key].history.add_pods(
                 ts, tuple(PodTelemetry(pod=name, **by_pod[name]) for name in sorted(by_pod))
             )
-        return next((f for f in failures if f is not None), None)
+        return failed
 
     async def _fetch(self, text: str, consume: Consume, *, end: float) -> PromError | None:
         """Fetch one query's samples since it was last fetched, in chunks of at most

@@ -834,6 +834,29 @@ async def test_a_conflict_is_retried_and_a_broken_workload_stops_no_other(
     assert 'deployments.apps "ghost" not found' in able["message"]
 
 
+async def test_one_workloads_failing_query_holds_no_other(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """A query override Prometheus refuses (400) marked every workload MissingMetrics and
+    held all their counts: the first failure of a tick was applied to each."""
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)
+    bad = {
+        **KEDA_SPEC,
+        "scaleTargetRef": {"kind": "Deployment", "name": "ghost"},
+        "signals": {"queries": {"queueDepth": "sum by (namespace, pod) (rate(x[1m]"}},
+    }
+    create_autoscaler(api, NS, bad, name="other")
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
+    try:
+        await ticks_until(ctl, lambda: scale(api) > 1)
+    finally:
+        await prom.close()
+    assert conditions(api)["ScalingActive"] == ("True", "ValidMetricFound")
+    assert ctl.stats.errors["prometheus_bad_query"] >= 1
+    assert ctl.stats.missing_metrics == {f"{NS}/chat": False, f"{NS}/other": True}
+
+
 async def test_the_hpa_policy_scales_on_the_exporters_gpu_utilization(
     api: client.ApiClient, prometheus_for
 ) -> None:
