@@ -44,6 +44,7 @@ from gpufleet.autoscaler.core.observation import Observation, ReplicaState
 from gpufleet.autoscaler.core.placeholders import placeholder_name
 from gpufleet.autoscaler.core.policy import Decision, Learns
 from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
+from gpufleet.autoscaler.core.rivals import rival_autoscalers
 from gpufleet.autoscaler.core.schedules import floor_at
 from gpufleet.autoscaler.core.signals import SignalQuery, model_selector, queries_for
 from gpufleet.autoscaler.core.spec import AutoscalerSpec, SpecError, parse_spec
@@ -105,8 +106,12 @@ class Controller:
         pods = view.pods
         ticks = await self._sync(view.autoscalers, now)
         index = _PodIndex(view.pods)
+        rivals = rival_autoscalers(view.autoscalers)
         for t in ticks:
             await self._read_target(t, view, index)
+            rival = rivals.get(t.workload.key)
+            if rival and not t.health.competitor:
+                t.note(competitor=rival)
         failed = await self._gather.gather(ticks, self._workloads, now)
         if failed:
             first = next(iter(failed.values()))

@@ -857,6 +857,27 @@ async def test_one_workloads_failing_query_holds_no_other(
     assert ctl.stats.missing_metrics == {f"{NS}/chat": False, f"{NS}/other": True}
 
 
+async def test_a_second_gpuautoscaler_on_a_target_stands_aside(
+    api: client.ApiClient, apiserver: FakeApiServer
+) -> None:
+    """Two on one Deployment (maxReplicas 8 and 2) both wrote its scale every tick,
+    flipping it, with an Event each time: now the younger stands aside as from an HPA."""
+    deploy(api, replicas=3)
+    autoscaler(api, KEDA_SPEC)
+    create_autoscaler(api, NS, {**KEDA_SPEC, "maxReplicas": 2}, name="late")
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        for _ in range(3):
+            await ctl.tick()
+    finally:
+        await prom.close()
+    assert scale(api) == 3  # chat holds on missing metrics; late writes nothing
+    late = client.CustomObjectsApi(api).get_namespaced_custom_object(*GPA, "late")["status"]
+    active = {c["type"]: c for c in late["conditions"]}["AbleToScale"]
+    assert "GPUAutoscaler/chat already scales the target" in late["message"] + active["message"]
+    assert not [r for r in apiserver.requests if r.method == "PATCH" and r.path.endswith("/scale")]
+
+
 async def test_the_hpa_policy_scales_on_the_exporters_gpu_utilization(
     api: client.ApiClient, prometheus_for
 ) -> None:
