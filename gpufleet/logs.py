@@ -10,6 +10,9 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
+
+from gpufleet.core.ratelimit import TokenBucket
 
 
 class _TextFormatter(logging.Formatter):
@@ -105,3 +108,28 @@ class OutageLog:
         if self._total:
             self._logger.info("%s: works again, after %d failures", self._what, self._total)
         self._key, self._failures, self._total, self._logged_at = None, 0, 0, -math.inf
+
+
+LOG_BURST = 5  # lines a ThrottledLog logs at once before the limit starts
+LOG_EVERY_SECONDS = 10.0  # then one line per this many seconds, at most
+
+
+class ThrottledLog:
+    """One kind of log line, rate-limited: `LOG_BURST` lines, then one per
+    `LOG_EVERY_SECONDS`; the next line logged says how many were held back meanwhile."""
+
+    def __init__(self, logger: logging.Logger, *, clock: Callable[[], float]) -> None:
+        self._logger = logger
+        self._bucket = TokenBucket(
+            rate_per_second=1.0 / LOG_EVERY_SECONDS, burst=LOG_BURST, clock=clock
+        )
+        self._held_back = 0
+
+    def log(self, level: int, msg: str, *args: object, exc_info: Any = None) -> None:
+        if not self._bucket.take():
+            self._held_back += 1
+            return
+        if self._held_back:
+            msg, args = f"{msg} (and %d more held back)", (*args, self._held_back)
+            self._held_back = 0
+        self._logger.log(level, msg, *args, exc_info=exc_info)

@@ -17,37 +17,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpufleet.core.ratelimit import TokenBucket
 from gpufleet.core.server_stats import ServerStats
 from gpufleet.http.wire import BadRequest
+from gpufleet.logs import ThrottledLog
 
 log = logging.getLogger(__name__)
 
-LOG_BURST = 5  # lines logged at once before the limit starts
-LOG_EVERY_SECONDS = 10.0  # then one line per this many seconds, at most
 _MAX_REASON_CHARS = 200  # the reason quotes client bytes: bounded, on one line
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-
-
-class ThrottledLog:
-    """One kind of log line, rate-limited: `LOG_BURST` lines, then one per
-    `LOG_EVERY_SECONDS`; the next line logged says how many were held back meanwhile."""
-
-    def __init__(self, logger: logging.Logger, *, clock: Callable[[], float]) -> None:
-        self._logger = logger
-        self._bucket = TokenBucket(
-            rate_per_second=1.0 / LOG_EVERY_SECONDS, burst=LOG_BURST, clock=clock
-        )
-        self._held_back = 0
-
-    def log(self, level: int, msg: str, *args: object, exc_info: Any = None) -> None:
-        if not self._bucket.take():
-            self._held_back += 1
-            return
-        if self._held_back:
-            msg, args = f"{msg} (and %d more held back)", (*args, self._held_back)
-            self._held_back = 0
-        self._logger.log(level, msg, *args, exc_info=exc_info)
 
 
 class RequestErrorLog:

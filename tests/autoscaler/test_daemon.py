@@ -28,8 +28,8 @@ from kubernetes import client
 
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2 as pb
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2_grpc as pb_grpc
-from gpufleet.http.abuse import LOG_BURST
 from gpufleet.lab.kubeapi.server import FakeApiServer
+from gpufleet.logs import LOG_BURST
 
 NS = "llm"
 

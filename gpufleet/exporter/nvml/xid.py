@@ -23,6 +23,7 @@ import pynvml
 
 from gpufleet.exporter.core.samples import Entity, XidState
 from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
+from gpufleet.logs import ThrottledLog
 from gpufleet.nvml.values import handle_address, text
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,9 @@ class XidWatcher:
         }
         self._stale: set[int] = set()  # GPUs whose XidState.recent lags self._recent
         self._lock = threading.Lock()
+        # A crash-looping job can raise thousands of XIDs a second: each is counted, and
+        # logged rate-limited per GPU (one GPU's storm hides no other's first XID).
+        self._xid_logs = {g.gpu: ThrottledLog(log, clock=clock) for g in self._gpus}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._event_set: Any = None
@@ -199,7 +203,7 @@ class XidWatcher:
             self._states[gpu] = replace(previous, last=xid, counts=MappingProxyType(counts))
             self._recent.setdefault(gpu, deque(maxlen=HISTORY_MAX_ENTRIES)).append((at, xid))
             self._stale.add(gpu)
-        log.warning("XID %d on GPU %d", xid, gpu)
+        self._xid_logs[gpu].log(logging.WARNING, "XID %d on GPU %d", xid, gpu)
 
     def _gpu_of(self, device: Any) -> int | None:
         address = handle_address(device)

@@ -24,7 +24,7 @@ from helpers.descriptors import out_of_descriptors
 
 from gpufleet.exporter.http.server import build_app, start_server
 from gpufleet.exporter.http.store import ExpositionStore
-from gpufleet.http.abuse import LOG_BURST, LOG_EVERY_SECONDS, ThrottledLog
+from gpufleet.logs import LOG_BURST, LOG_EVERY_SECONDS, ThrottledLog
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
 MALFORMED = [

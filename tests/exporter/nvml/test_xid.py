@@ -1,5 +1,6 @@
 """The XID watcher against the simulated NVML's event sets (real threads, real waits)."""
 
+import logging
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -11,6 +12,7 @@ from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
 from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.exporter.nvml.xid import XidWatcher
 from gpufleet.lab.nvml.api import SimulatedNvml
+from gpufleet.logs import LOG_BURST
 
 
 @pytest.fixture
@@ -159,3 +161,19 @@ def test_snapshot_covers_watched_gpus_only_history_keeps_the_rest(
     watcher = watch(initial=carried)
     assert watcher.snapshot() == {g: XidState(last=0, counts={}) for g in (0, 1, 3)}
     assert watcher.history() == carried
+
+
+def test_an_xid_storm_is_counted_in_full_and_logged_a_few_lines(
+    sim: SimulatedNvml, watch, caplog
+) -> None:
+    """A crash-looping job's XIDs were a warning each (20,000 lines for 20,000 XIDs);
+    now each GPU logs a burst, then one line per interval, while every XID counts."""
+    caplog.set_level(logging.WARNING, logger="gpufleet.exporter.nvml.xid")
+    watcher = watch(clock=lambda: 7.5)  # a frozen clock: no interval passes
+    for _ in range(200):
+        sim.inject_xid(1, 13)
+    sim.inject_xid(2, 48)
+    wait_for(lambda: state(watcher, 1).counts.get(13) == 200 and state(watcher, 2).last == 48)
+    said = [r.getMessage() for r in caplog.records]
+    assert said.count("XID 13 on GPU 1") == LOG_BURST
+    assert "XID 48 on GPU 2" in said  # another GPU's first XID is not held back
