@@ -89,6 +89,8 @@ def _raw_entries(text: str, source: str) -> list[tuple[str, Any]]:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{source}: not JSON: {exc}") from exc
+    except RecursionError:  # nested deeper than the parser goes: no kubelet writes that
+        raise ValueError(f"{source}: not JSON: nested too deep") from None
     data = _field(document, "Data", dict, source=source, where="")
     entries = _field(data, "PodDeviceEntries", list, source=source, where="Data.", nullable=True)
     return [(f"Data.PodDeviceEntries[{i}]", raw) for i, raw in enumerate(entries or ())]

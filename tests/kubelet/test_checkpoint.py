@@ -248,6 +248,7 @@ _ENTRY_KEYS = ("PodUID", "ContainerName", "ResourceName", "DeviceIDs", "AllocRes
 
 @given(
     st.text(max_size=80)
+    | st.integers(500, 200_000).map(lambda depth: "[" * depth)  # the parser's recursion
     | _JSON.map(json.dumps)
     | st.lists(st.dictionaries(st.sampled_from(_ENTRY_KEYS), _JSON), max_size=3).map(
         lambda entries: json.dumps({"Data": {"PodDeviceEntries": entries}, "Checksum": 1})

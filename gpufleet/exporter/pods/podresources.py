@@ -25,6 +25,7 @@ from gpufleet.exporter.pods.grpcwire import CallError, StatusCode
 from gpufleet.exporter.pods.listwire import Listed, decode_list
 from gpufleet.exporter.pods.view import EMPTY_VIEW, KubeletView
 from gpufleet.kubelet.checkpoint import CheckpointEntry, CheckpointRead, read_checkpoint
+from gpufleet.logs import ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class PodResourcesWatcher:
         self._client = UnaryClient(socket_path.absolute(), max_receive_bytes=MAX_RECEIVE_BYTES)
         self._state = "starting"  # "ok" or a failure kind: what was last logged
         self._checkpoint_state: KubeletErrorKind | None = None
+        self._bugs = ThrottledLog(log, clock=clock)
         self._checkpoint_skipped: tuple[str, ...] = ()  # what was last logged
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -161,7 +163,12 @@ class PodResourcesWatcher:
         wait = 0.0
         while not self._stopping.wait(wait):
             with self._refresh_lock:
-                failure = self._refresh_locked()
+                try:
+                    failure = self._refresh_locked()
+                except Exception:  # a bug of ours: the thread must live, or pods freeze
+                    self._count(KubeletErrorKind.ERROR)
+                    self._bugs.log(logging.ERROR, "pod-resources refresh failed", exc_info=True)
+                    failure = KubeletErrorKind.ERROR
             wait = next_wait_seconds(
                 failure, wait, refresh=self._refresh_seconds, cap=self._max_backoff_seconds
             )
