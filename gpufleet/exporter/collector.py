@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pynvml
+
 from gpufleet import __version__
 from gpufleet.core.server_stats import ServerStats
 from gpufleet.exporter.core import attribution
@@ -35,6 +37,7 @@ from gpufleet.exporter.http.store import ExpositionStore
 from gpufleet.exporter.nvml.reader import ERROR_KINDS, NvmlReader
 from gpufleet.exporter.nvml.xid import XidWatcher
 from gpufleet.heap import release_free_heap
+from gpufleet.logs import OutageLog, ThrottledLog
 
 if TYPE_CHECKING:  # h2 (-k) and the kubernetes client (pod labels, DRA) load only when used
     from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
@@ -107,6 +110,7 @@ class Collector:
         self._selected: int | None = None  # entities -d reports, as of the last discovery
         self._said_nothing_selected = False
         self._discovered_at = float("-inf")
+        self._rescan_outage = OutageLog(log, "GPU re-scan fails; the last topology is served")
         self._xid: XidWatcher | None = None
         self._index_key: tuple[object, object, tuple[Entity, ...]] | None = None
         self._index = attribution.EMPTY_INDEX
@@ -142,6 +146,22 @@ class Collector:
         self._entities = entities
         self._selected = len(selected(entities, self._config.devices))
 
+    def _rediscover(self, now: float) -> None:
+        """The periodic re-scan. If it fails (a driver reload), the last topology is kept
+        and served, and the re-scan tried again in 5 s, not on every collection; the
+        first scan has none to keep, and raises."""
+        if not self._entities:
+            self._discover(now)
+            return
+        try:
+            self._discover(now)
+        except pynvml.NVMLError as exc:
+            self.count_error("nvml_error")
+            self._rescan_outage.failed(str(exc), kind=type(exc).__name__)
+            self._discovered_at = now - self._config.rediscover_seconds + 5
+            return
+        self._rescan_outage.recovered()
+
     def _attribution_index(self) -> attribution.AttributionIndex:
         # Without -k there is no view (None): the kubelet's and the API's view modules are
         # then never loaded (issue 15), and the index places the entities only.
@@ -176,7 +196,7 @@ class Collector:
         """Collect, render and publish one snapshot; returns it."""
         start, cpu_start = self._clock(), time.thread_time()
         if start - self._discovered_at >= self._config.rediscover_seconds:
-            self._discover(start)
+            self._rediscover(start)
         nothing_selected = self._selected == 0
         if nothing_selected and not self._said_nothing_selected:  # once each time it happens
             log.warning(
@@ -315,6 +335,10 @@ class CollectorLoop:
         self._stopping = False
         self._in_flight = False
         self._thread = threading.Thread(target=self._run, name="gpufleet-collector", daemon=True)
+        # A GPU slow or failing on every collection: lines when it starts and ends, not
+        # one a collection (8,640 a day at the defaults)
+        self._slow = OutageLog(log, "collection")
+        self._failures = ThrottledLog(log, clock=time.monotonic)
 
     def start(self) -> None:
         self._thread.start()
@@ -341,9 +365,10 @@ class CollectorLoop:
             self._collector.collect_once()
             # The last snapshot's bytes are free now; without this RSS sits at the peak.
             release_free_heap()
-        except Exception:
-            self._collector.count_error("unexpected")
-            log.exception("collection failed")
+        except Exception as exc:
+            nvml = isinstance(exc, pynvml.NVMLError)
+            self._collector.count_error("nvml_error" if nvml else "unexpected")
+            self._failures.log(logging.ERROR, "collection failed", exc_info=True)
         finally:
             with self._cond:
                 self._in_flight = False
@@ -363,8 +388,10 @@ class CollectorLoop:
                 worker.start()
                 if not self._cond.wait_for(self._settled, self._timeout):
                     self._collector.count_error("timeout")
-                    log.warning("collection still running after %.1f s", self._timeout)
+                    self._slow.failed(f"still running after {self._timeout:.1f} s")
                     self._cond.wait_for(self._settled)  # never a second one on a hung one
+                else:
+                    self._slow.recovered()
                 next_at += self._interval
                 now = time.monotonic()
                 if next_at < now:  # fell behind (slow or hung collection): skip, don't burst

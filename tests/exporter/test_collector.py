@@ -2,6 +2,7 @@
 (and the fake kubelet on a real unix socket), with a hand-advanced monotonic clock."""
 
 import gzip
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -361,3 +362,45 @@ def test_every_row_of_dcgm_exporters_files_is_served_on_h100(
     served = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
     served |= set(re.findall(r'[{,](\w+)="', text))
     assert rows - served == NOT_ON_H100 & rows
+
+
+def test_a_failing_re_scan_keeps_serving_the_last_topology(
+    make, node: SimNode, clock: ManualClock, caplog
+) -> None:
+    """A driver reload failed nvmlDeviceGetCount at the periodic re-scan: no snapshot for
+    any GPU, /health 503, and a traceback on every collection (252 in 30 s), counted as
+    "unexpected". The last topology is served now, the re-scan retried every 5 s."""
+    caplog.set_level(logging.INFO, logger="gpufleet.exporter.collector")
+    collector, _ = make()
+    assert gpus(collector.collect_once()) == {"0", "1", "2"}
+    node.sim.set_not_supported("nvmlDeviceGetCount")
+    clock.now += REDISCOVER_S
+    for _ in range(10):
+        served = collector.collect_once()
+        clock.now += 1
+    assert gpus(served) == {"0", "1", "2"}
+    assert errors(served)["nvml_error"] == 2  # at the re-scan, and 5 s later
+    node.sim.clear_injections()
+    clock.now += 5
+    collector.collect_once()
+    said = [r.getMessage() for r in caplog.records if "re-scan" in r.getMessage()]
+    assert len(said) == 2 and said[1].endswith("works again, after 2 failures"), said
+
+
+def test_a_collection_slow_every_time_is_one_line_not_one_each(make, node: SimNode, caplog) -> None:
+    """One slow GPU made every collection overrun the timeout: a warning each (8,640 a
+    day at the defaults). Now one line when it starts; every overrun is still counted."""
+    caplog.set_level(logging.WARNING, logger="gpufleet.exporter.collector")
+    collector, _ = make()
+    node.sim.set_hang("nvmlDeviceGetPowerUsage", 0.1, index=0)
+    loop = CollectorLoop(collector, interval_seconds=0.01, timeout_seconds=0.02)
+    loop.start()
+    try:
+        wait_for(
+            lambda: collector._errors["timeout"] >= 5, timeout=30, what="five slow collections"
+        )
+    finally:
+        node.sim.set_hang("nvmlDeviceGetPowerUsage", 0, index=0)
+        assert loop.stop(timeout_seconds=DEADLINE_S)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].startswith("collection: still running"), said
