@@ -404,3 +404,19 @@ def test_a_collection_slow_every_time_is_one_line_not_one_each(make, node: SimNo
         assert loop.stop(timeout_seconds=DEADLINE_S)
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and said[0].startswith("collection: still running"), said
+
+
+def test_a_label_read_failing_at_a_re_scan_keeps_its_last_value(
+    make, node: SimNode, clock: ManualClock
+) -> None:
+    """One failed read of the driver version at a re-scan took its label off every series
+    until the next re-scan a minute later: every series changed identity twice."""
+    collector, _ = make()
+    first = {
+        s.labels["DCGM_FI_DRIVER_VERSION"]
+        for s in samples(collector.collect_once(), "DCGM_FI_DEV_FB_USED")
+    }
+    node.sim.set_not_supported("nvmlSystemGetDriverVersion")
+    clock.now += REDISCOVER_S
+    after = samples(collector.collect_once(), "DCGM_FI_DEV_FB_USED")
+    assert {s.labels.get("DCGM_FI_DRIVER_VERSION") for s in after} == first != {None}

@@ -54,11 +54,13 @@ def discover_gpu(
     errors: Counter[str],
     label_readers: Mapping[str, Callable[..., str]],
     gpm_fields: Sequence[str],
+    previous: Gpu | None = None,
 ) -> Gpu:
     """Read GPU `index`: identity, label fields, GPM support (if `gpm_fields`), MIG instances.
 
-    Raises NVMLError when the GPU cannot be identified; a label NVML cannot give is omitted;
-    a MIG instance that cannot be read is left out and counted in `errors`.
+    Raises NVMLError when the GPU cannot be identified; a label NVML cannot give keeps its
+    value from `previous` (the same GPU's last discovery), else is omitted; a MIG instance
+    that cannot be read is left out and counted in `errors`.
     """
     device = gpu_device(lib, index)
     entity = Entity(
@@ -67,7 +69,15 @@ def discover_gpu(
         pci_bus_id=text(lib.nvmlDeviceGetPciInfo(device.handle).busId),
         model_name=device.name,
     )
-    labels = read_labels(calls, label_readers, (lib, device.handle), device.name)
+    same = previous is not None and previous.target.entity.uuid == entity.uuid
+    labels = read_labels(
+        calls,
+        label_readers,
+        (lib, device.handle),
+        device.name,
+        errors=errors,
+        previous=previous.target.labels if same else {},
+    )
     # A GPU in MIG mode answers fewer queries (utilization goes to its instances): say so in
     # the "not supported on ..." lines, or they read as if the model lacked them.
     in_mig_mode = mig_enabled(lib, device.handle)
@@ -85,13 +95,20 @@ def read_labels(
     readers: Mapping[str, Callable[..., str]],
     args: tuple[Any, ...],
     model: str,
+    *,
+    errors: Counter[str],
+    previous: Mapping[str, str],
 ) -> dict[str, str]:
-    """Label field -> text, from `read(*args)` per field; a failing read is left out."""
+    """Label field -> text, from `read(*args)` per field. A failing read keeps the
+    `previous` value (one failed read at a re-scan changed every series' labels for a
+    minute), or leaves the label out if there was none; failures count in `errors`."""
     labels = {}
     for name, read in readers.items():
-        value = calls.read(Counter(), name, model, read, *args)
+        value = calls.read(errors, name, model, read, *args)
         if value is not MISSING:
             labels[name] = text(value)
+        elif name in previous:
+            labels[name] = previous[name]
     return labels
 
 

@@ -147,6 +147,7 @@ class NvmlReader:
                         errors=self._discovery_errors,
                         label_readers=self._device_label_readers,
                         gpm_fields=self._gpm_fields,
+                        previous=previous.get(index),
                     )
                 )
             except Exception as err:  # NVML or a surprise: this GPU only
@@ -154,7 +155,14 @@ class NvmlReader:
                     gpus.append(previous[index])
                 self._discovery_failed(index, err, kept=index in previous)
         self._gpus = tuple(gpus)
-        self._node_labels = read_labels(self._calls, self._node_label_readers, (self._lib,), "node")
+        self._node_labels = read_labels(
+            self._calls,
+            self._node_label_readers,
+            (self._lib,),
+            "node",
+            errors=self._discovery_errors,
+            previous=self._node_labels,
+        )
         if self._read_p2p:
             self._p2p = read_p2p(self._lib, self._calls, self._gpus, self._discovery_errors)
         self._forget_vanished()
