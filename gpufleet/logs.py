@@ -53,6 +53,9 @@ def setup_logging(*, debug: bool, json_format: bool) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
+_CHANGES_BURST = 4  # an OutageLog's changes logged at once: fails, works, fails, works
+
+
 class OutageLog:
     """A dependency that keeps failing, logged as its transitions rather than per attempt.
 
@@ -60,6 +63,10 @@ class OutageLog:
     `remind_seconds` while it keeps failing, saying how many failures there were since; one
     line when it works again. A loop that retries every second thus logs a handful of lines
     a day for a dependency down all day, and its self-metrics count every failure.
+
+    The changes (fails, another reason, works again) are themselves rate-limited: a
+    dependency that fails every other attempt logged a line per attempt. Past a few, one
+    change per `remind_seconds / 2` is logged; the next line says how many were not.
     """
 
     def __init__(
@@ -74,10 +81,14 @@ class OutageLog:
         self._what = what
         self._remind_seconds = remind_seconds
         self._clock = clock
-        self._key: str | None = None  # what the last line logged said failed
+        self._key: str | None = None  # what fails now (None: it works)
         self._failures = 0  # since the last line logged
         self._total = 0  # since it started failing
         self._logged_at = -math.inf
+        self._changes = TokenBucket(
+            rate_per_second=2.0 / remind_seconds, burst=_CHANGES_BURST, clock=clock
+        )
+        self._unlogged = 0  # changes not logged since the last line
 
     @property
     def failures(self) -> int:
@@ -92,9 +103,14 @@ class OutageLog:
         self._total += 1
         key = reason if kind is None else kind
         if key != self._key:
-            self._logger.warning("%s: %s", self._what, reason)
+            if not self._changes.take():  # flapping: the reminder will say it
+                self._key = key
+                self._unlogged += 1
+                return
+            self._log(logging.WARNING, "%s: %s", self._what, reason)
         elif now - self._logged_at >= self._remind_seconds:
-            self._logger.warning(
+            self._log(
+                logging.WARNING,
                 "%s: %s (still, %d failures since the last line)",
                 self._what,
                 reason,
@@ -106,8 +122,20 @@ class OutageLog:
 
     def recovered(self) -> None:
         if self._total:
-            self._logger.info("%s: works again, after %d failures", self._what, self._total)
-        self._key, self._failures, self._total, self._logged_at = None, 0, 0, -math.inf
+            if self._changes.take():
+                self._log(
+                    logging.INFO, "%s: works again, after %d failures", self._what, self._total
+                )
+                self._logged_at = -math.inf
+            else:
+                self._unlogged += 1
+        self._key, self._failures, self._total = None, 0, 0
+
+    def _log(self, level: int, msg: str, *args: object) -> None:
+        if self._unlogged:
+            msg, args = f"{msg} (%d changes not logged before it)", (*args, self._unlogged)
+            self._unlogged = 0
+        self._logger.log(level, msg, *args)
 
 
 LOG_BURST = 5  # lines a ThrottledLog logs at once before the limit starts

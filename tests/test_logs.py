@@ -70,3 +70,32 @@ def test_a_kind_tells_reasons_apart_when_their_text_varies(outage):
         "cannot reach X: refused by <conn at 0x1>",
         "cannot reach X: took 10 s",
     ]
+
+
+def test_a_dependency_failing_every_other_try_is_a_few_lines(outage):
+    """Each change was a line: a Prometheus timing out every other tick logged 99 lines
+    in 100 ticks. Past a burst, one change per half reminder period; the next line says
+    how many were not logged."""
+    log, clock, caplog = outage
+    for second in range(3600):
+        clock.now = float(second)
+        if second % 2:
+            log.recovered()
+        else:
+            log.failed("timeout")
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) <= 4 + 3600 // 150 + 1, messages
+    assert "changes not logged before it" in messages[-1]
+
+
+def test_a_failure_after_a_quiet_while_is_said_at_once(outage):
+    log, clock, caplog = outage
+    for second in range(4):  # the burst: four changes
+        clock.now = float(second)
+        if second % 2:
+            log.recovered()
+        else:
+            log.failed("timeout")
+    clock.now = 3600.0
+    log.failed("refused")
+    assert caplog.records[-1].getMessage() == "cannot reach X: refused"
