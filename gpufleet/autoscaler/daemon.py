@@ -167,18 +167,21 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     last_ok = [time.monotonic()]
+    server_stats = ServerStats()  # the metrics server's, and the signal servers' accept errors
     stoppers: list[Callable[[], Awaitable[object]]] = []
     try:
         if address:
             try:
-                server = await _serve(address, controller, last_ok, settings.tick_seconds)
+                server = await _serve(
+                    address, controller, last_ok, settings.tick_seconds, server_stats
+                )
             except OSError as err:  # the port is taken, or the host is not this machine's
                 raise OSError(
                     f"--metrics-address {settings.metrics_address}: {err.strerror or err}"
                 ) from None
             stoppers.append(server.close)
         if feed is not None:
-            servers = _SignalServers(settings, api, feed, signals)
+            servers = _SignalServers(settings, api, feed, signals, server_stats)
             await asyncio.to_thread(servers.start)
             stoppers.append(lambda: asyncio.to_thread(servers.stop))
     except (OSError, ValueError) as err:  # a port taken, a bad certificate or ConfigMap
@@ -221,9 +224,14 @@ class _SignalServers:
     the CPU-bound stretches of a tick (a thousand decisions) never hold an answer up."""
 
     def __init__(
-        self, settings: AutoscalerSettings, api, feed: SnapshotFeed, signals: _SignalAddresses
+        self,
+        settings: AutoscalerSettings,
+        api,
+        feed: SnapshotFeed,
+        signals: _SignalAddresses,
+        stats: ServerStats,
     ) -> None:
-        self._args = (settings, api, feed, signals)
+        self._args = (settings, api, feed, signals, stats)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="signal-servers", daemon=True)
         self._stoppers: list[Callable[[], Awaitable[object]]] = []
@@ -275,14 +283,16 @@ async def _serve_signals(
     api,
     feed: SnapshotFeed,
     signals: _SignalAddresses,
+    stats: ServerStats,
     stoppers: list[Callable[[], Awaitable[object]]],
 ) -> None:
     """Start the servers asked for, adding how to stop each to `stoppers`. Raises
     ValueError or OSError naming the flag, file or ConfigMap at fault."""
     # Out of file descriptors, asyncio logs a traceback per failed accept (hundreds a
-    # second): one rate-limited line instead, as on the main loop (gpufleet.http).
+    # second): one rate-limited line instead, counted with the main server's (the process
+    # is out of them, whichever port sees it), as on the main loop (gpufleet.http).
     loop = asyncio.get_running_loop()
-    loop.set_exception_handler(AcceptErrorHandler(ServerStats(), loop.get_exception_handler()))
+    loop.set_exception_handler(AcceptErrorHandler(stats, loop.get_exception_handler()))
     if signals.external:
         config = await asyncio.to_thread(extmetrics_server.read_auth_config, api)
         tls = extmetrics_server.tls_context(
@@ -319,11 +329,12 @@ async def _serve_signals(
         stoppers.append(lambda: server.stop(grace=1.0))
 
 
-async def _serve(address, controller: Controller, last_ok: list[float], tick: float):
+async def _serve(
+    address, controller: Controller, last_ok: list[float], tick: float, server_stats: ServerStats
+):
     """/metrics, /healthz and /readyz on the daemons' shared server (`gpufleet.http`): its
     read and write timeouts, 404 elsewhere, and requests that do not parse counted and
     logged as one rate-limited line, never a traceback each."""
-    server_stats = ServerStats()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SelfMetrics(lambda: controller.stats, server=server_stats))
 

@@ -22,7 +22,8 @@ HELP = {
 
 
 class ServerStats:
-    """Counters for the daemon's self-metrics; only the HTTP server's event loop writes them.
+    """Counters for the daemon's self-metrics; the HTTP server's event loop writes them (and
+    the autoscaler's signal-servers loop `accept_errors_total`: a lost increment at worst).
 
     `requests_total` is keyed by (route, status), the route being the matched path or
     "other" (unknown paths must not grow the key set); `request_seconds_total` by route.

@@ -476,6 +476,7 @@ def test_sigterm_cancels_a_pass_stuck_on_prometheus_and_releases_the_lease(
         kube, NS, {"scaleTargetRef": {"kind": "Deployment", "name": "vllm"}, "maxReplicas": 8}
     )
     silent = socket.create_server(("127.0.0.1", 0))  # the kernel accepts; nothing answers
+    silent.settimeout(30)  # a daemon that never queries fails the test, not hangs it
     daemon = subprocess.Popen(
         [
             sys.executable,

@@ -12,14 +12,15 @@ def out_of_descriptors(pid: int, port: int, *, connections: int = 20) -> Iterato
     """Process `pid` left 3 spare descriptors, then more connections to loopback `port`
     than that held open; both undone on the way out."""
     in_use = len(os.listdir(f"/proc/{pid}/fd"))
-    hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]
-    resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 3, hard))
+    limits = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 3, limits[1]))
     held: list[socket.socket] = []
     try:
-        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(connections)]
+        for _ in range(connections):
+            held.append(socket.create_connection(("127.0.0.1", port)))
         yield
     finally:
         for conn in held:
             conn.close()
         with contextlib.suppress(ProcessLookupError):  # it may have died meanwhile
-            resource.prlimit(pid, resource.RLIMIT_NOFILE, (hard, hard))
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)

@@ -9,6 +9,7 @@ import json
 import shutil
 import signal
 import subprocess
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -38,8 +39,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     with running_lab(log, "--scrape-seconds=1", stop_signal=signal.SIGHUP) as urls:
         yield urls
     for name in ("Prometheus", "Alertmanager") & urls.keys():
-        with pytest.raises(OSError):  # stopped with the lab: nothing listens there
+        with pytest.raises(urllib.error.URLError) as gone:
             urllib.request.urlopen(urls[name], timeout=5)
+        assert isinstance(gone.value.reason, ConnectionRefusedError)  # nothing listens
 
 
 def test_it_prints_every_url(lab: dict[str, str]) -> None:

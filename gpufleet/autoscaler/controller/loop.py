@@ -346,7 +346,7 @@ class Controller:
         w, spec = t.workload, t.workload.spec
         name = w.name
         desired = t.desired
-        if leader and w.decision is not None and not t.health.scale_error:
+        if leader and w.decision is not None and not t.health.scale_error and self._config.headroom:
             await self._headroom.keep(t)
         replicas = t.replicas
         if desired is not None:
