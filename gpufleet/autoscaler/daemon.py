@@ -41,6 +41,9 @@ from gpufleet.kube.lease import LeaderElector, LeaseConfig
 from gpufleet.logs import OutageLog, setup_logging
 from gpufleet.settings import settings_from_argv
 
+# Each API call's limit: a list of every pod of a large cluster takes seconds; an API
+# server that does not answer must not hold every workload's tick.
+API_TIMEOUT_SECONDS = 30.0
 log = logging.getLogger(__name__)
 PROG = "gpufleet autoscaler"
 GIL_SWITCH_SECONDS = 0.0001
@@ -87,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             url=settings.kube_url,
             kubeconfig=settings.kubeconfig,
             user_agent=f"{PROG}/{_identity(settings)}",
+            timeout_seconds=API_TIMEOUT_SECONDS,
         )
     except ValueError as err:
         log.error("%s", err)

@@ -10,11 +10,16 @@ DEFAULT_TIMEOUT_SECONDS = 10.0
 
 
 def api_client(
-    *, url: str = "", kubeconfig: str = "", user_agent: str = "gpufleet"
+    *,
+    url: str = "",
+    kubeconfig: str = "",
+    user_agent: str = "gpufleet",
+    timeout_seconds: float | None = None,
 ) -> client.ApiClient:
     """`url` (no auth: the lab's fake API server) wins, then `kubeconfig`, then the
     in-cluster service account, then the default kubeconfig. Raises ValueError saying which
-    source failed and why."""
+    source failed and why. `timeout_seconds`: every call's that sets none of its own (a
+    watch, left None, waits as long as its server-side timeout)."""
     configuration = client.Configuration()
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     if url:
@@ -30,9 +35,28 @@ def api_client(
     else:
         _load_kubeconfig(kubeconfig, configuration)
     configuration.retries = False  # a controller retries at its next tick, not inside a call
-    api = client.ApiClient(configuration)
+    if timeout_seconds is None:
+        api = client.ApiClient(configuration)
+    else:
+        api = _Timed(configuration, timeout_seconds)
     api.user_agent = user_agent
     return api
+
+
+class _Timed(client.ApiClient):
+    """An API client whose calls time out unless they say otherwise: a hung API server held
+    the autoscaler's tick, every workload's, for as long as it did not answer."""
+
+    def __init__(self, configuration: client.Configuration, timeout_seconds: float) -> None:
+        super().__init__(configuration)
+        self._timeout_seconds = timeout_seconds
+
+    def call_api(
+        self, method, url, header_params=None, body=None, post_params=None, _request_timeout=None
+    ):
+        if _request_timeout is None:
+            _request_timeout = self._timeout_seconds
+        return super().call_api(method, url, header_params, body, post_params, _request_timeout)
 
 
 def _load_kubeconfig(path: str, configuration: client.Configuration) -> None:

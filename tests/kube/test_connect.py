@@ -1,8 +1,12 @@
-"""Configuring the Kubernetes client: every bad source is one ValueError naming it."""
+"""Configuring the Kubernetes client: every bad source is one ValueError naming it; a
+timeout, when asked for, bounds every call."""
 
 import pytest
+import urllib3
+from kubernetes import client
 
 from gpufleet.kube.connect import api_client
+from gpufleet.lab.kubeapi.server import FakeApiServer
 
 
 @pytest.mark.parametrize(
@@ -38,3 +42,15 @@ def test_a_url_that_is_not_http_is_refused(url):
 
 def test_an_http_url_is_taken_as_it_is():
     assert api_client(url="http://127.0.0.1:8001").configuration.host == "http://127.0.0.1:8001"
+
+
+def test_a_timeout_bounds_every_call_that_sets_none() -> None:
+    """The autoscaler's client: a hung API server held its tick as long as it did not
+    answer. A call's own timeout still wins (the lease's renew deadline)."""
+    with FakeApiServer() as server:
+        server.faults.delay_seconds = 3.0
+        with api_client(url=server.url, timeout_seconds=0.5) as timed:
+            core = client.CoreV1Api(timed)
+            with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+                core.read_namespace("default")
+            assert core.read_namespace("default", _request_timeout=10).metadata.name == "default"
