@@ -243,6 +243,10 @@ class Controller:
             queries=queries,
             gateway_query=gateway,
             learns=learns,
+            # what the status said: a restart that lost it rewrote the status every tick
+            last_scale_time=(
+                old.last_scale_time if old is not None else previous_status.get("lastScaleTime", "")
+            ),
         )
 
     async def _read_target(self, t: Tick, view: ClusterView, index: "_PodIndex") -> None:

@@ -65,6 +65,10 @@ class StatusWriter:
                 status["boundBy"] = str(decision.bound_by)  # the term that set the count
         if w.last_scale_time:
             status["lastScaleTime"] = w.last_scale_time
+        # What it said before and no longer says (boundBy after a switch to keda, an
+        # InvalidSpec's reason): a merge patch keeps a field it omits, so it is deleted.
+        for stale in set(t.previous_status) - set(status) - _MOVING:
+            status[stale] = None
         await self._warn_on_new_problems(t, conds)
         if (
             _same(status, t.previous_status)
@@ -73,8 +77,7 @@ class StatusWriter:
             return  # nothing but the signal values moved: no write every tick for each workload
         # What moves every sample is built only for a write (most ticks write nothing).
         status["signals"] = {s: round(v, 6) for s, v in w.history.latest(now).items()}
-        if decision is not None:
-            status["message"] = decision.message
+        status["message"] = decision.message if decision is not None else None
         if w.learns:
             status["learned"] = dict(cast(Learns, w.policy).learned())
         try:
@@ -174,8 +177,11 @@ def _regarding(namespace: str, name: str) -> dict[str, str]:
     }
 
 
+_MOVING = frozenset({"signals", "message", "learned"})  # what moves every sample
+
+
 def _same(status: dict[str, Any], previous: dict[str, Any]) -> bool:
     """Whether `status` says what `previous` does, the numbers that move every sample (the
     signal values, the decision's message, what the policy learned) aside."""
-    keys = (set(status) | set(previous)) - {"signals", "message", "learned"}
+    keys = (set(status) | set(previous)) - _MOVING
     return all(status.get(k) == previous.get(k) for k in keys)

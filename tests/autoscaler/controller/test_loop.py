@@ -910,6 +910,43 @@ async def test_the_hpa_policy_scales_on_the_exporters_gpu_utilization(
     assert "gpu_util avg 90.0 over 1 pods vs target 60" in status(api)["message"]
 
 
+async def test_a_restarted_controller_writes_no_status_it_need_not(
+    api: client.ApiClient, pod_prometheus: Prometheus, apiserver: FakeApiServer
+) -> None:
+    """A restart lost lastScaleTime, so every tick's status differed from what the API
+    held and was written again (20 PATCHes in 20 steady ticks) until the next scale. And
+    a field no longer said (boundBy after a switch to keda) stayed for good, rewritten
+    every tick: a merge patch keeps what it omits."""
+    deploy(api)
+    autoscaler(api, {**KEDA_SPEC, "policy": "gpufleet"})
+    url = f"http://127.0.0.1:{pod_prometheus.port}"
+    first, prom = controller(api, url)
+    try:
+        await ticks_until(first, lambda: "lastScaleTime" in status(api))
+    finally:
+        await prom.close()
+    assert "boundBy" in status(api)
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        *GPA, "chat", {"spec": {"policy": "keda"}}
+    )
+    restarted, prom = controller(api, url)
+
+    def status_writes() -> int:
+        return sum(
+            1 for r in apiserver.requests if r.method == "PATCH" and r.path.endswith("/status")
+        )
+
+    try:
+        await restarted.tick()
+        before = status_writes()
+        for _ in range(10):
+            await restarted.tick()
+    finally:
+        await prom.close()
+    assert status_writes() - before <= 1  # the 30 s refresh of the signals at most
+    assert "boundBy" not in status(api) and "lastScaleTime" in status(api)
+
+
 async def test_a_restarted_controller_resumes_what_the_policy_learned(
     api: client.ApiClient,
 ) -> None:
