@@ -118,19 +118,18 @@ class Controller:
             self._prom_outage.failed(f"{first.kind}: {first}", kind=str(first.kind))
         else:
             self._prom_outage.recovered()
-        leader = self._is_leader()
-        self.stats.leader = leader
+        self.stats.leader = self._is_leader()
         node_pods = Counter(p.node for p in pods if p.node and p.deleting_since is None)
         free = free_gpus(view.nodepools, view.pool_nodes, pods) if view.nodepools else {}
         for t in ticks:
             err = failed.get(t.workload.key)
             if err is not None:
                 t.note(missing_metrics=f"{err.kind}: {err}")
-            await self._decide_and_scale(t, now, leader, node_pods, free)
+            await self._decide_and_scale(t, now, node_pods, free)
         if view.nodepools is not None:
             queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
             fit_to_nodepools(ticks, view, queued)
-        published = [await self._finish(t, now, leader) for t in ticks]
+        published = [await self._finish(t, now) for t in ticks]
         if self._feed is not None:
             self._feed.publish(MetricsSnapshot(m for m in published if m is not None))
         self.stats.ticks += 1
@@ -299,7 +298,6 @@ class Controller:
         self,
         t: Tick,
         now: float,
-        leader: bool,
         node_pods: Counter[str],
         free: Mapping[str, tuple[int, ...]],
     ) -> None:
@@ -331,7 +329,7 @@ class Controller:
             # lowered maxReplicas holds (as HPA enforces it when its metrics fail).
             desired = spec.workload.clamp(max(desired, current))
         act = (
-            leader
+            self._is_leader()  # asked at each write: a lease lost mid-tick stops them
             and current is not None
             and desired is not None
             and desired != current
@@ -344,13 +342,14 @@ class Controller:
         if w.decision is not None and self._keeps_headroom(spec) and not t.health.competitor:
             t.headroom = max(0, headroom)
 
-    async def _finish(self, t: Tick, now: float, leader: bool) -> WorkloadMetrics | None:
+    async def _finish(self, t: Tick, now: float) -> WorkloadMetrics | None:
         """Keep the headroom, write status; returns what the metrics servers serve of it
         (None when none is served)."""
         w, spec = t.workload, t.workload.spec
         name = w.name
         desired = t.desired
-        if leader and w.decision is not None and not t.health.scale_error and self._config.headroom:
+        headroom = w.decision is not None and not t.health.scale_error and self._config.headroom
+        if headroom and self._is_leader():
             await self._headroom.keep(t)
         replicas = t.replicas
         if desired is not None:
@@ -360,7 +359,7 @@ class Controller:
         running = sum(1 for r in replicas if r.state is not ReplicaState.TERMINATING)
         self.stats.current[name] = running
         self.stats.ready[name] = sum(1 for r in replicas if r.state is ReplicaState.READY)
-        if leader:
+        if self._is_leader():
             await self._status.write(t, running, desired, now)
         if self._feed is None:
             return None

@@ -4,6 +4,7 @@ missing metrics, refuses to fight an HPA, and turns a bad spec into a condition.
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import math
 import time
@@ -908,6 +909,33 @@ async def test_the_hpa_policy_scales_on_the_exporters_gpu_utilization(
         pod.stop()
     assert scale(api) == 2  # ceil(1 x 90 / 60)
     assert "gpu_util avg 90.0 over 1 pods vs target 60" in status(api)["message"]
+
+
+async def test_a_lease_lost_mid_tick_stops_the_writes_left(
+    api: client.ApiClient, apiserver: FakeApiServer
+) -> None:
+    """Leadership was read once a tick: a lease lost meanwhile still let that tick write
+    scales, statuses and Events, while another replica may already lead."""
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)
+    calls = itertools.count()
+    prom = PromClient("http://127.0.0.1:9", timeout_seconds=5)
+    events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test-0")
+    ctl = Controller(
+        Cluster(api),
+        prom,
+        events,
+        config=ControllerConfig(scrape_interval_seconds=1.0, rate_window="5s"),
+        is_leader=lambda: next(calls) == 0,  # leader when the tick began, then not
+    )
+    before = len(apiserver.requests)  # the setup's writes
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert ctl.stats.leader is True
+    made = apiserver.requests[before:]
+    assert made and not [r for r in made if r.method in ("PATCH", "POST", "PUT")]
 
 
 async def test_a_restarted_controller_writes_no_status_it_need_not(
