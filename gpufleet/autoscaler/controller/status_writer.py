@@ -8,6 +8,7 @@ writes again.
 """
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
@@ -19,6 +20,8 @@ from gpufleet.autoscaler.core.status import Condition, Health, condition_list, c
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.kube.errors import KubeError
 from gpufleet.kube.events import EventRecorder, micro_time
+
+log = logging.getLogger(__name__)
 
 SIGNALS_REFRESH_SECONDS = 30.0
 
@@ -85,15 +88,23 @@ class StatusWriter:
             w.signals_written_at = now
         except KubeError as err:
             self._stats.errors[f"kube_{err.kind}"] += 1
+            w.outage("cannot write its status", log).failed(str(err), kind=str(err.kind))
+            return
+        w.outage("cannot write its status", log).recovered()
 
     async def _warn_on_new_problems(self, t: Tick, conds: tuple[Condition, ...]) -> None:
-        """A Warning Event for each condition that turned bad this tick."""
+        """A Warning Event for each condition that turned bad this tick: bad now, and
+        neither the status nor the last Warning said so (a status that cannot be written
+        keeps saying the old state: the Warning went out every tick)."""
+        w = t.workload
         before = {c.get("type"): c for c in t.previous_status.get("conditions") or []}
         for c in conds:
             bad = c.type != "ScalingLimited" and c.status == "False"
             old = before.get(c.type) or {}
-            if bad and (old.get("status"), old.get("reason")) != (c.status, c.reason):
-                await self.event(t.workload.spec, "Warning", c.reason, "Scale", c.message)
+            said = {(old.get("status"), old.get("reason")), w.warned.get(c.type)}
+            if bad and (c.status, c.reason) not in said:
+                await self.event(w.spec, "Warning", c.reason, "Scale", c.message)
+            w.warned[c.type] = (c.status, c.reason)
 
     def reported(self, key: Key, uid: str, generation: int) -> bool:
         """Whether this object's generation was already reported bad (and is not reparsed)."""

@@ -49,6 +49,8 @@ class Workload:
     # A write retried every tick (a scale, its headroom) that keeps failing: one log line
     # when it starts, a reminder, one when it works (`OutageLog`), not one per tick.
     outages: dict[str, OutageLog] = field(default_factory=dict)
+    # condition type -> (status, reason) this controller last said of it
+    warned: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def key(self) -> Key:

@@ -911,6 +911,35 @@ async def test_the_hpa_policy_scales_on_the_exporters_gpu_utilization(
     assert "gpu_util avg 90.0 over 1 pods vs target 60" in status(api)["message"]
 
 
+async def test_a_status_it_cannot_write_is_one_line_and_its_warning_one_event(
+    api: client.ApiClient, apiserver: FakeApiServer, caplog
+) -> None:
+    """403 on the status: nothing was logged, and the Warning for a missing target went
+    out every tick (200 Event writes in 200 ticks), as the status kept the old state."""
+    caplog.set_level(logging.INFO, logger="gpufleet.autoscaler.controller.status_writer")
+    deploy(api)  # the namespace; the GPUAutoscaler's own target is not there
+    create_autoscaler(
+        api, NS, {**KEDA_SPEC, "scaleTargetRef": {"kind": "Deployment", "name": "ghost"}}
+    )
+    apiserver.faults.forbid_writes_suffix = "/status"
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+
+    def event_writes() -> int:
+        return sum(1 for r in apiserver.requests if "/events" in r.path and r.method != "GET")
+
+    try:
+        await ctl.tick()
+        first = event_writes()  # a Warning per condition that turned bad
+        for _ in range(9):
+            await ctl.tick()
+    finally:
+        apiserver.faults.forbid_writes_suffix = ""
+        await prom.close()
+    assert event_writes() == first >= 1
+    said = [r.getMessage() for r in caplog.records if "status" in r.getMessage()]
+    assert said == ["llm/chat: cannot write its status: 403: injected: no such verb"]
+
+
 async def test_a_lease_lost_mid_tick_stops_the_writes_left(
     api: client.ApiClient, apiserver: FakeApiServer
 ) -> None:
