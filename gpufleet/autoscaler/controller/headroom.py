@@ -17,8 +17,10 @@ from gpufleet.autoscaler.core.nodepools import PoolDemand, on_nodepool, pool_hea
 from gpufleet.autoscaler.core.placeholders import (
     OWNER_LABEL,
     placeholder_deployment,
+    placeholder_name,
     priority_class,
 )
+from gpufleet.autoscaler.core.spec import TargetRef
 from gpufleet.autoscaler.kube.cluster import Cluster, ClusterView
 from gpufleet.kube.errors import KubeError
 
@@ -127,6 +129,24 @@ class HeadroomKeeper:
             what="its placeholder pods",
             write=write,
         )
+
+    async def release_placeholders(self, t: Tick) -> None:
+        """Scale `t`'s placeholder pods to 0 where its target cannot be read (deleted, or
+        renamed in the spec): they held GPUs, and kept nodes billed, for nothing. Through
+        the scale subresource, as the target's pod template is gone with it."""
+        if not t.placeholders:
+            return
+        spec = t.workload.spec
+        own = TargetRef(api_version="apps/v1", kind="Deployment", name=placeholder_name(spec.name))
+        outage = t.workload.outage("cannot release its placeholder pods", log)
+        try:
+            await asyncio.to_thread(self._cluster.write_scale, spec.namespace, own, 0)
+        except KubeError as err:
+            self._stats.errors[f"kube_{err.kind}"] += 1
+            outage.failed(str(err), kind=str(err.kind))
+            return
+        outage.recovered()
+        self._stats.placeholders[t.workload.name] = 0
 
     async def _keep(
         self,

@@ -252,6 +252,8 @@ class Controller:
         spec = t.workload.spec
         target = spec.target
         key = (spec.namespace, target.kind, target.name)
+        own = view.scales.get((spec.namespace, "Deployment", placeholder_name(spec.name)))
+        t.placeholders = own.replicas if own is not None else None
         try:
             if target.api_version == "apps/v1" and target.kind in APPS_KINDS:
                 t.scale = view.scales.get(key)
@@ -269,8 +271,6 @@ class Controller:
             t.note(scale_error=f"FailedGetScale: {err}")
             return
         t.template = view.templates.get(key)
-        own = view.scales.get((spec.namespace, "Deployment", placeholder_name(spec.name)))
-        t.placeholders = own.replicas if own is not None else None
         t.buffers = view.buffers is not None
         t.buffer = (view.buffers or {}).get((spec.namespace, placeholder_name(spec.name)))
         competitor = view.competitors.get(key, "")
@@ -348,9 +348,11 @@ class Controller:
         w, spec = t.workload, t.workload.spec
         name = w.name
         desired = t.desired
-        headroom = w.decision is not None and not t.health.scale_error and self._config.headroom
-        if headroom and self._is_leader():
-            await self._headroom.keep(t)
+        if self._config.headroom and self._is_leader():
+            if t.health.scale_error:  # the target is gone: no GPU held for it
+                await self._headroom.release_placeholders(t)
+            elif w.decision is not None:
+                await self._headroom.keep(t)
         replicas = t.replicas
         if desired is not None:
             self.stats.desired[name] = desired

@@ -278,6 +278,21 @@ async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
         await prom.close()
 
 
+async def test_placeholders_of_a_target_gone_are_released(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """The target deleted (or renamed in the spec), its placeholder pods stayed at 3 for
+    good, holding GPUs and keeping nodes billed for nothing."""
+    ctl, prom, _ = await asking_for_headroom(api, pod_prometheus, 3)
+    try:
+        await ticks_until(ctl, lambda: placeholder(api) is not None)
+        client.AppsV1Api(api).delete_namespaced_deployment("vllm", NS)
+        await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 0)
+    finally:
+        await prom.close()
+    assert conditions(api)["AbleToScale"][1] == "FailedGetScale"
+
+
 async def test_headroom_it_may_not_write_is_one_line_not_one_a_tick(
     api: client.ApiClient, apiserver: FakeApiServer, pod_prometheus: Prometheus, caplog
 ) -> None:
