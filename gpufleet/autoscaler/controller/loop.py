@@ -269,6 +269,7 @@ class Controller:
         except KubeError as err:
             self.stats.errors[f"kube_{err.kind}"] += 1
             t.note(scale_error=f"FailedGetScale: {err}")
+            t.target_gone = err.kind is KubeErrorKind.NOT_FOUND
             return
         t.template = view.templates.get(key)
         t.buffers = view.buffers is not None
@@ -349,9 +350,9 @@ class Controller:
         name = w.name
         desired = t.desired
         if self._config.headroom and self._is_leader():
-            if t.health.scale_error:  # the target is gone: no GPU held for it
+            if t.target_gone:  # no GPU held for it (a transient error keeps them)
                 await self._headroom.release_placeholders(t)
-            elif w.decision is not None:
+            elif w.decision is not None and not t.health.scale_error:
                 await self._headroom.keep(t)
         replicas = t.replicas
         if desired is not None:

@@ -81,6 +81,7 @@ class Tick:
     previous_status: dict[str, Any] = field(default_factory=dict)
     template: dict[str, Any] | None = None  # the target's pod template spec, where known
     placeholders: int | None = None  # the placeholder Deployment's replicas; None: none yet
+    target_gone: bool = False  # its scale answered 404: deleted, or renamed in the spec
     buffers: bool = False  # the CapacityBuffer CRD is installed: headroom goes there
     buffer: int | None = None  # its CapacityBuffer's replicas; None: none yet
     desired: int | None = None  # the replicas decided this tick
