@@ -83,6 +83,8 @@ class StatusWriter:
         status["message"] = decision.message if decision is not None else None
         if w.learns:
             status["learned"] = dict(cast(Learns, w.policy).learned())
+        elif "learned" in t.previous_status:  # a policy that learns nothing now: not its
+            status["learned"] = None
         try:
             await asyncio.to_thread(self._cluster.write_status, spec.namespace, spec.name, status)
             w.signals_written_at = now

@@ -1012,6 +1012,7 @@ async def test_a_restarted_controller_writes_no_status_it_need_not(
         await prom.close()
     assert status_writes() - before <= 1  # the 30 s refresh of the signals at most
     assert "boundBy" not in status(api) and "lastScaleTime" in status(api)
+    assert "learned" not in status(api)  # gpufleet's, which keda would never resume
 
 
 async def test_a_restarted_controller_resumes_what_the_policy_learned(
