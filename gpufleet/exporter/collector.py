@@ -231,6 +231,7 @@ class Collector:
             gpus=gpus,
             health=status.health(gpus, lost=self._reader.lost_gpus, xid=xid, now=start),
             p2p=self._reader.p2p,
+            lost=self._lost_samples(),
         )
         families = build_families(
             node,
@@ -254,6 +255,18 @@ class Collector:
         # collections before it (its own cannot be known until it is rendered).
         self._cpu_seconds += time.thread_time() - cpu_start
         return exposition
+
+    def _lost_samples(self) -> tuple[EntitySample, ...]:
+        """The GPUs -d reports (as of the whole topology) that are lost, with no values."""
+        lost = self._reader.lost_gpus
+        if not lost:
+            return ()
+        kept = set(selected(self._entities, self._config.devices))
+        return tuple(
+            EntitySample(entity=e, values={})
+            for e in self._entities
+            if e.mig is None and e.gpu in lost and e in kept
+        )
 
     def _record_clock_events(
         self, samples: tuple[EntitySample, ...], now: float

@@ -420,3 +420,24 @@ def test_a_label_read_failing_at_a_re_scan_keeps_its_last_value(
     clock.now += REDISCOVER_S
     after = samples(collector.collect_once(), "DCGM_FI_DEV_FB_USED")
     assert {s.labels.get("DCGM_FI_DRIVER_VERSION") for s in after} == first != {None}
+
+
+def test_a_lost_gpu_keeps_its_xid_series_with_xid_79(make, node: SimNode, clock) -> None:
+    """A GPU fallen off the bus took its XID series with it: XID 79, which it raises as
+    it goes, was never served, so `DCGM_FI_DEV_XID_ERRORS == 79` alerts could not fire."""
+    collector, _ = make()
+    collector.collect_once()  # discovers the GPUs and starts watching their XIDs
+    wait_for(lambda: collector._xid.watched == (0, 1, 2), what="XIDs watched")
+    node.sim.inject_xid(1, 48)
+    wait_for(lambda: value(collector.collect_once(), "DCGM_FI_DEV_XID_ERRORS", gpu="1") == 48)
+    node.sim.fail_gpu(1)  # raises XID 79
+    clock.now += 1
+
+    def xid_79() -> Exposition | None:
+        served = collector.collect_once()
+        return served if value(served, "DCGM_FI_DEV_XID_ERRORS", gpu="1") == 79 else None
+
+    served = wait_for(xid_79, what="XID 79 on the lost GPU")
+    assert gpus(served) == {"0", "2"}  # its fields are gone, its XIDs are not
+    assert value(served, "gpufleet_xid_errors_total", gpu="1", xid="79") == 1
+    assert value(served, "gpufleet_xid_errors_total", gpu="1", xid="48") == 1

@@ -92,6 +92,9 @@ class NodeSample:
     gpus: Mapping[int, EntitySample] = field(default_factory=dict)
     health: Mapping[int, Mapping[str, Incident]] = field(default_factory=dict)
     p2p: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
+    # The GPUs -d reports that are lost this round, with no values: their XID series stay
+    # (a GPU that fell off the bus raised XID 79, which is what must show).
+    lost: tuple[EntitySample, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

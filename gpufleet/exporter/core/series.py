@@ -162,13 +162,14 @@ def build_families(
     """
     names = OLD_LABEL_NAMES if options.old_namespace else LABEL_NAMES
     rows = _rows(sample, selection=selection, pods=pods, options=options, names=names)
+    xid_rows = _xid_rows(sample, rows, selection=selection, options=options, names=names)
     families = []
     for selected in selection.metrics:
         if selected.spec.name == XID_FIELD:
-            families.append(_xid_family(selected, rows, sample, options.profile))
-            families.append(_xid_total_family(rows, sample))
+            families.append(_xid_family(selected, xid_rows, sample, options.profile))
+            families.append(_xid_total_family(xid_rows, sample))
         elif selected.spec.name in _WINDOWED:
-            families.append(_windowed_family(selected, rows, sample, options))
+            families.append(_windowed_family(selected, xid_rows, sample, options))
         elif selected.spec.name in (HEALTH_FIELD, P2P_FIELD):
             gpu_rows = _gpu_rows(sample, rows, selection=selection, options=options, names=names)
             families.append(_gpu_status_family(selected, gpu_rows, sample))
@@ -426,6 +427,23 @@ def _windowed_family(
         help=selected.help,
         samples=tuple(samples),
     )
+
+
+def _xid_rows(
+    sample: NodeSample,
+    rows: list[_Row],
+    *,
+    selection: Selection,
+    options: SeriesOptions,
+    names: LabelNames,
+) -> list[_Row]:
+    """The rows XIDs and clock events go on: each GPU's own, those read this round and
+    those lost (`sample.lost`: a GPU fallen off the bus keeps its XID series, XID 79)."""
+    if not sample.lost:
+        return rows
+    alone = NodeSample(entities=sample.lost, node_labels=sample.node_labels)
+    lost = _rows(alone, selection=selection, pods={}, options=options, names=names)
+    return sorted(rows + lost, key=lambda r: r.entity.entity.gpu)
 
 
 def _served_gpu_rows(rows: list[_Row]) -> list[_Row]:
