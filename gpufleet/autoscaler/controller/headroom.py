@@ -138,15 +138,13 @@ class HeadroomKeeper:
             return
         spec = t.workload.spec
         own = TargetRef(api_version="apps/v1", kind="Deployment", name=placeholder_name(spec.name))
-        outage = t.workload.outage("cannot release its placeholder pods", log)
-        try:
-            await asyncio.to_thread(self._cluster.write_scale, spec.namespace, own, 0)
-        except KubeError as err:
-            self._stats.errors[f"kube_{err.kind}"] += 1
-            outage.failed(str(err), kind=str(err.kind))
-            return
-        outage.recovered()
-        self._stats.placeholders[t.workload.name] = 0
+        await self._write(
+            t,
+            0,
+            kept=self._stats.placeholders,
+            action="release its placeholder pods",
+            write=lambda: self._cluster.write_scale(spec.namespace, own, 0),
+        )
 
     async def _keep(
         self,
@@ -162,11 +160,23 @@ class HeadroomKeeper:
         differs from what the cluster holds (`current`; None: no object yet) and the
         target's pod template is known; a failure is counted and logged (as an outage: not
         once per tick while it lasts), never raised."""
-        name = t.workload.name
         if t.template is None or current == want or (current is None and not want):
-            kept[name] = current or 0
+            kept[t.workload.name] = current or 0
             return
-        outage = t.workload.outage(f"cannot keep {what}", log)
+        await self._write(t, want, kept=kept, action=f"keep {what}", write=write)
+
+    async def _write(
+        self,
+        t: Tick,
+        want: int,
+        *,
+        kept: dict[str, int],
+        action: str,
+        write: Callable[[], object],
+    ) -> None:
+        """`write` in a thread; `want` kept once it is written. A failure is counted and
+        logged as an outage of `action`, never raised."""
+        outage = t.workload.outage(f"cannot {action}", log)
         try:
             await asyncio.to_thread(write)
         except KubeError as err:
@@ -174,4 +184,4 @@ class HeadroomKeeper:
             outage.failed(f"{want} wanted: {err}", kind=str(err.kind))
             return
         outage.recovered()
-        kept[name] = want
+        kept[t.workload.name] = want

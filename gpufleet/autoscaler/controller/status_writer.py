@@ -85,14 +85,15 @@ class StatusWriter:
             status["learned"] = dict(cast(Learns, w.policy).learned())
         elif "learned" in t.previous_status:  # a policy that learns nothing now: not its
             status["learned"] = None
+        outage = w.outage("cannot write its status", log)
         try:
             await asyncio.to_thread(self._cluster.write_status, spec.namespace, spec.name, status)
             w.signals_written_at = now
         except KubeError as err:
             self._stats.errors[f"kube_{err.kind}"] += 1
-            w.outage("cannot write its status", log).failed(str(err), kind=str(err.kind))
+            outage.failed(str(err), kind=str(err.kind))
             return
-        w.outage("cannot write its status", log).recovered()
+        outage.recovered()
 
     async def _warn_on_new_problems(self, t: Tick, conds: tuple[Condition, ...]) -> None:
         """A Warning Event for each condition that turned bad this tick: bad now, and
