@@ -41,7 +41,6 @@ from gpufleet.autoscaler.core.history import SignalHistory
 from gpufleet.autoscaler.core.kueue import pending_demands
 from gpufleet.autoscaler.core.nodepools import free_gpus
 from gpufleet.autoscaler.core.observation import Observation, ReplicaState
-from gpufleet.autoscaler.core.placeholders import placeholder_name
 from gpufleet.autoscaler.core.policy import Decision, Learns
 from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
 from gpufleet.autoscaler.core.rivals import rival_autoscalers
@@ -252,8 +251,7 @@ class Controller:
         spec = t.workload.spec
         target = spec.target
         key = (spec.namespace, target.kind, target.name)
-        own = view.scales.get((spec.namespace, "Deployment", placeholder_name(spec.name)))
-        t.placeholders = own.replicas if own is not None else None
+        t.placeholders = view.placeholders.get((spec.namespace, spec.name))
         try:
             if target.api_version == "apps/v1" and target.kind in APPS_KINDS:
                 t.scale = view.scales.get(key)
@@ -273,7 +271,7 @@ class Controller:
             return
         t.template = view.templates.get(key)
         t.buffers = view.buffers is not None
-        t.buffer = (view.buffers or {}).get((spec.namespace, placeholder_name(spec.name)))
+        t.buffer = (view.buffers or {}).get((spec.namespace, spec.name))
         competitor = view.competitors.get(key, "")
         if competitor:
             t.note(competitor=competitor)

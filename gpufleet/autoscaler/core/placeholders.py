@@ -33,6 +33,16 @@ def placeholder_name(autoscaler: str) -> str:
     return f"{autoscaler}-placeholder"
 
 
+def placeholder_owner(metadata: Mapping[str, Any]) -> str | None:
+    """The GPUAutoscaler whose headroom an object (Deployment, PodTemplate, CapacityBuffer)
+    holds, from its metadata; None for any object gpufleet did not make, whatever its name:
+    a user's own `chat-placeholder` is never written."""
+    owner = (metadata.get("labels") or {}).get(OWNER_LABEL)
+    if isinstance(owner, str) and metadata.get("name") == placeholder_name(owner):
+        return owner
+    return None
+
+
 def priority_class() -> dict[str, Any]:
     return {
         "apiVersion": "scheduling.k8s.io/v1",

@@ -9,6 +9,7 @@ from kubernetes import client
 
 from gpufleet.autoscaler.core.buffers import BUFFER_GROUP, BUFFER_PLURAL, BUFFER_VERSION
 from gpufleet.autoscaler.core.nodepools import POOL_LABEL, pod_gpus
+from gpufleet.autoscaler.core.placeholders import OWNER_LABEL, placeholder_owner
 from gpufleet.autoscaler.core.replicas import DELETION_COST, PodState
 from gpufleet.autoscaler.core.spec import GROUP, PLURAL, VERSION, TargetRef
 from gpufleet.core.selectors import selector_string
@@ -49,8 +50,10 @@ class ClusterView:
     # (namespace, kind, name) -> the pod template's spec, for Deployments and StatefulSets:
     # what one replica asks for, which its placeholders copy
     templates: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
-    # (namespace, name) -> spec.replicas of each CapacityBuffer; None where the CRD is not
-    # installed (then headroom is held as placeholder pods)
+    # (namespace, GPUAutoscaler) -> spec.replicas of the placeholder Deployment it made
+    placeholders: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (namespace, GPUAutoscaler) -> spec.replicas of the CapacityBuffer it made; None where
+    # the CRD is not installed (then headroom is held as placeholder pods)
     buffers: dict[tuple[str, str], int] | None = None
     # Karpenter's NodePools; None where Karpenter is not installed
     nodepools: list[dict[str, Any]] | None = None
@@ -84,6 +87,7 @@ class Cluster:
         count as none."""
         scales: dict[tuple[str, str, str], ScaleView] = {}
         templates: dict[tuple[str, str, str], dict[str, Any]] = {}
+        placeholders: dict[tuple[str, str], int] = {}
         for kind, call in (
             ("Deployment", self._apps.list_deployment_for_all_namespaces),
             ("StatefulSet", self._apps.list_stateful_set_for_all_namespaces),
@@ -93,12 +97,16 @@ class Cluster:
                 key = (meta.get("namespace", ""), kind, meta["name"])
                 scales[key] = _object_scale(obj)
                 templates[key] = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+                owner = placeholder_owner(meta) if kind == "Deployment" else None
+                if owner is not None:
+                    placeholders[(key[0], owner)] = scales[key].replicas
         return ClusterView(
             autoscalers=self.list_autoscalers(),
             pods=self.list_pods(),
             scales=scales,
             competitors=self._competitors(),
             templates=templates,
+            placeholders=placeholders,
             buffers=self._buffers(),
             **self._node_plan_inputs(),
         )
@@ -140,8 +148,10 @@ class Cluster:
         out = {}
         for buffer in buffers:
             meta = buffer.get("metadata") or {}
-            replicas = (buffer.get("spec") or {}).get("replicas")
-            out[(meta.get("namespace", ""), meta.get("name", ""))] = int(replicas or 0)
+            owner = placeholder_owner(meta)
+            if owner is not None:
+                replicas = (buffer.get("spec") or {}).get("replicas")
+                out[(meta.get("namespace", ""), owner)] = int(replicas or 0)
         return out
 
     def _competitors(self) -> dict[tuple[str, str, str], str]:
@@ -242,7 +252,9 @@ class Cluster:
                 )
             )
         else:
-            kube_call(lambda: self._apps.create_namespaced_deployment(meta["namespace"], body))
+            _create_own(
+                body, lambda: self._apps.create_namespaced_deployment(meta["namespace"], body)
+            )
 
     def write_buffer(
         self, template: dict[str, Any], buffer: dict[str, Any], *, exists: bool
@@ -250,30 +262,33 @@ class Cluster:
         """Create or update a CapacityBuffer and the PodTemplate it names (first, so the
         buffer never names a template that is not there)."""
         meta = template["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
         try:
-            kube_call(
-                lambda: self._core.create_namespaced_pod_template(meta["namespace"], template)
-            )
+            kube_call(lambda: self._core.create_namespaced_pod_template(namespace, template))
         except KubeError as err:
             if err.kind is not KubeErrorKind.CONFLICT:
                 raise
-            kube_call(
-                lambda: self._core.patch_namespaced_pod_template(
-                    meta["name"],
-                    meta["namespace"],
-                    {"template": template["template"]},
-                    _content_type=MERGE_PATCH,
+            found = kube_call(
+                lambda: self._core.read_namespaced_pod_template(
+                    name, namespace, _preload_content=False
                 )
             )
-        args = (BUFFER_GROUP, BUFFER_VERSION, meta["namespace"], BUFFER_PLURAL)
+            if placeholder_owner(json.loads(found.data).get("metadata") or {}) is None:
+                raise _foreign(template) from None
+            kube_call(
+                lambda: self._core.patch_namespaced_pod_template(
+                    name, namespace, {"template": template["template"]}, _content_type=MERGE_PATCH
+                )
+            )
+        args = (BUFFER_GROUP, BUFFER_VERSION, namespace, BUFFER_PLURAL)
         if exists:
             kube_call(
                 lambda: self._custom.patch_namespaced_custom_object(
-                    *args, meta["name"], {"spec": buffer["spec"]}, _content_type=MERGE_PATCH
+                    *args, name, {"spec": buffer["spec"]}, _content_type=MERGE_PATCH
                 )
             )
         else:
-            kube_call(lambda: self._custom.create_namespaced_custom_object(*args, buffer))
+            _create_own(buffer, lambda: self._custom.create_namespaced_custom_object(*args, buffer))
 
     def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None:
         patch = {"metadata": {"annotations": {DELETION_COST: str(cost)}}}
@@ -320,6 +335,28 @@ class Cluster:
             if key not in self._plurals:
                 raise KubeError(KubeErrorKind.NOT_FOUND, f"no resource of kind {kind} in {key[0]}")
         return self._plurals[key]
+
+
+def _create_own(body: dict[str, Any], create: Any) -> None:
+    """Create an object holding a GPUAutoscaler's headroom. An object of its name that the
+    view did not count as gpufleet's is someone else's: the 409 says so."""
+    try:
+        kube_call(create)
+    except KubeError as err:
+        if err.kind is KubeErrorKind.CONFLICT:
+            raise _foreign(body) from None
+        raise
+
+
+def _foreign(body: dict[str, Any]) -> KubeError:
+    meta = body["metadata"]
+    owner = meta["labels"][OWNER_LABEL]
+    return KubeError(
+        KubeErrorKind.CONFLICT,
+        f"409: {body['kind']} {meta['namespace']}/{meta['name']} exists and gpufleet did not "
+        f"make it (no label {OWNER_LABEL}={owner}): left as it is; rename it to keep headroom",
+        status=409,
+    )
 
 
 def _scale_view(scale: Any) -> ScaleView:

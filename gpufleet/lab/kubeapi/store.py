@@ -290,6 +290,14 @@ class ObjectStore:
         name = current["metadata"]["name"]
         namespace = current["metadata"].get("namespace", "")
         new = copy.deepcopy(obj)
+        if res.group == "apps" and subresource != "status":
+            selector = (new.get("spec") or {}).get("selector")
+            if selector != (current.get("spec") or {}).get("selector"):
+                raise invalid(
+                    res.kind,
+                    name,
+                    [("spec.selector", f"Invalid value: {selector}: field is immutable")],
+                )
         if res.status and subresource == "status":
             new = {**current, "status": new.get("status")}
         elif res.status:

@@ -298,6 +298,47 @@ async def test_placeholders_of_a_target_gone_are_released(
     assert conditions(api)["AbleToScale"][1] == "FailedGetScale"
 
 
+USERS_OWN = {
+    "metadata": {"name": "chat-placeholder", "labels": {"app": "batch"}},
+    "spec": {
+        "replicas": 2,
+        "selector": {"matchLabels": {"app": "batch"}},
+        "template": {
+            "metadata": {"labels": {"app": "batch"}},
+            "spec": {"containers": [{"name": "batch", "image": "team/batch:1"}]},
+        },
+    },
+}
+
+
+async def test_a_users_own_object_of_the_placeholders_name_is_never_written(
+    api: client.ApiClient, pod_prometheus: Prometheus, caplog
+) -> None:
+    """The placeholder Deployment was found by its name alone: a user's own
+    `chat-placeholder` was patched to pause containers (a real API server refuses only a
+    changed selector) and released to 0 with the target."""
+    caplog.set_level(logging.INFO, logger="gpufleet.autoscaler.controller.headroom")
+    ctl, prom, _ = await asking_for_headroom(api, pod_prometheus, 3)
+    client.AppsV1Api(api).create_namespaced_deployment(NS, USERS_OWN)
+    try:
+        await ticks_until(ctl, lambda: ctl.stats.errors["kube_conflict"] >= 3)
+        client.AppsV1Api(api).delete_namespaced_deployment("vllm", NS)
+        await ticks_until(ctl, lambda: conditions(api)["AbleToScale"][1] == "FailedGetScale")
+        await ctl.tick()
+    finally:
+        await prom.close()
+    theirs = placeholder(api)
+    assert theirs.spec.replicas == 2
+    assert theirs.spec.template.spec.containers[0].image == "team/batch:1"
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == (
+        "llm/chat: cannot keep its placeholder pods: 3 wanted: 409: Deployment "
+        "llm/chat-placeholder exists and gpufleet did not make it (no label "
+        "autoscaling.gpufleet.dev/placeholder-for=chat): left as it is; rename it to keep "
+        "headroom"
+    )
+
+
 async def test_headroom_it_may_not_write_is_one_line_not_one_a_tick(
     api: client.ApiClient, apiserver: FakeApiServer, pod_prometheus: Prometheus, caplog
 ) -> None:
@@ -397,6 +438,34 @@ async def test_where_the_capacity_buffer_crd_is_installed_headroom_is_a_buffer(
                 assert placeholder(api).spec.replicas == 0
             finally:
                 await prom.close()
+
+
+async def test_a_users_own_pod_template_of_the_buffers_name_is_never_written(
+    pod_prometheus: Prometheus,
+) -> None:
+    """With the CapacityBuffer CRD: a PodTemplate of the buffer's name that already existed
+    was patched into one replica's GPUs, whoever made it."""
+    with FakeApiServer(install=("capacitybuffers.autoscaling.x-k8s.io",)) as server:
+        config = client.Configuration()
+        config.host = server.url
+        with client.ApiClient(config) as api:
+            deploy(api, gpus=2)
+            core = client.CoreV1Api(api)
+            mine = {"metadata": USERS_OWN["metadata"], "template": USERS_OWN["spec"]["template"]}
+            core.create_namespaced_pod_template(NS, mine)
+            autoscaler(api, KEDA_SPEC)
+            ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
+            try:
+                await ctl.tick()
+                (workload,) = ctl._workloads.values()
+                workload.policy = WithHeadroom(workload.policy, 3)
+                workload.next_decision_at = 0.0
+                await ticks_until(ctl, lambda: ctl.stats.errors["kube_conflict"] >= 2)
+            finally:
+                await prom.close()
+            theirs = core.read_namespaced_pod_template("chat-placeholder", NS)
+            assert theirs.template.spec.containers[0].image == "team/batch:1"
+            assert buffer(api) is None
 
 
 NODEPOOLS = ("karpenter.sh", "v1", "nodepools")

@@ -130,6 +130,14 @@ def test_a_stale_resource_version_is_a_409_conflict(api: client.ApiClient) -> No
             "spec.replicas",
             id="negative-scale",
         ),
+        pytest.param(
+            lambda api: client.AppsV1Api(api).patch_namespaced_deployment(
+                "vllm-a", "default", {"spec": {"selector": {"matchLabels": {"app": "other"}}}}
+            ),
+            422,
+            "spec.selector",
+            id="deployment-selector-is-immutable",
+        ),
     ],
 )
 def test_errors_are_status_objects(api: client.ApiClient, call, code: int, text: str) -> None:
