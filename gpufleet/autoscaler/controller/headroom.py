@@ -130,21 +130,32 @@ class HeadroomKeeper:
             write=write,
         )
 
-    async def release_placeholders(self, t: Tick) -> None:
-        """Scale `t`'s placeholder pods to 0 where its target cannot be read (deleted, or
-        renamed in the spec): they held GPUs, and kept nodes billed, for nothing. Through
-        the scale subresource, as the target's pod template is gone with it."""
-        if not t.placeholders:
-            return
+    async def release(self, t: Tick) -> None:
+        """Scale `t`'s placeholder pods and CapacityBuffer to 0 where its target cannot be
+        read (deleted, or renamed in the spec): they held GPUs, and kept nodes billed, for
+        nothing. Through their replicas alone, as the target's pod template is gone with it."""
         spec = t.workload.spec
-        own = TargetRef(api_version="apps/v1", kind="Deployment", name=placeholder_name(spec.name))
-        await self._write(
-            t,
-            0,
-            kept=self._stats.placeholders,
-            action="release its placeholder pods",
-            write=lambda: self._cluster.write_scale(spec.namespace, own, 0),
-        )
+        if t.placeholders:
+            own = TargetRef(
+                api_version="apps/v1", kind="Deployment", name=placeholder_name(spec.name)
+            )
+            await self._write(
+                t,
+                0,
+                kept=self._stats.placeholders,
+                action="release its placeholder pods",
+                write=lambda: self._cluster.write_scale(spec.namespace, own, 0),
+            )
+        if t.buffer:
+            await self._write(
+                t,
+                0,
+                kept=self._stats.buffers,
+                action="release its CapacityBuffer",
+                write=lambda: self._cluster.release_buffer(
+                    spec.namespace, placeholder_name(spec.name)
+                ),
+            )
 
     async def _keep(
         self,

@@ -252,6 +252,8 @@ class Controller:
         target = spec.target
         key = (spec.namespace, target.kind, target.name)
         t.placeholders = view.placeholders.get((spec.namespace, spec.name))
+        t.buffers = view.buffers is not None
+        t.buffer = (view.buffers or {}).get((spec.namespace, spec.name))
         try:
             if target.api_version == "apps/v1" and target.kind in APPS_KINDS:
                 t.scale = view.scales.get(key)
@@ -270,8 +272,6 @@ class Controller:
             t.target_gone = err.kind is KubeErrorKind.NOT_FOUND
             return
         t.template = view.templates.get(key)
-        t.buffers = view.buffers is not None
-        t.buffer = (view.buffers or {}).get((spec.namespace, spec.name))
         competitor = view.competitors.get(key, "")
         if competitor:
             t.note(competitor=competitor)
@@ -349,7 +349,7 @@ class Controller:
         desired = t.desired
         if self._config.headroom and self._is_leader():
             if t.target_gone:  # no GPU held for it (a transient error keeps them)
-                await self._headroom.release_placeholders(t)
+                await self._headroom.release(t)
             elif w.decision is not None and not t.health.scale_error:
                 await self._headroom.keep(t)
         replicas = t.replicas

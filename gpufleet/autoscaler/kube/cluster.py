@@ -290,6 +290,20 @@ class Cluster:
         else:
             _create_own(buffer, lambda: self._custom.create_namespaced_custom_object(*args, buffer))
 
+    def release_buffer(self, namespace: str, name: str) -> None:
+        """Set a CapacityBuffer's replicas to 0, leaving the rest of it as it is."""
+        kube_call(
+            lambda: self._custom.patch_namespaced_custom_object(
+                BUFFER_GROUP,
+                BUFFER_VERSION,
+                namespace,
+                BUFFER_PLURAL,
+                name,
+                {"spec": {"replicas": 0}},
+                _content_type=MERGE_PATCH,
+            )
+        )
+
     def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None:
         patch = {"metadata": {"annotations": {DELETION_COST: str(cost)}}}
         kube_call(

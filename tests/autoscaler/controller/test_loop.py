@@ -397,7 +397,8 @@ async def test_where_the_capacity_buffer_crd_is_installed_headroom_is_a_buffer(
 ) -> None:
     """Cluster Autoscaler's CapacityBuffer instead of placeholder pods: a PodTemplate of
     one replica's GPUs and a buffer of `headroom` chunks naming it; placeholder pods left
-    from before the CRD was installed go to zero."""
+    from before the CRD was installed go to zero, and so does the buffer once its target is
+    deleted."""
     with FakeApiServer(install=("capacitybuffers.autoscaling.x-k8s.io",)) as server:
         config = client.Configuration()
         config.host = server.url
@@ -436,6 +437,10 @@ async def test_where_the_capacity_buffer_crd_is_installed_headroom_is_a_buffer(
                 workload.next_decision_at = 0.0  # decided now, not at the next HPA sync
                 await ticks_until(ctl, lambda: buffer(api)["spec"]["replicas"] == 1)
                 assert placeholder(api).spec.replicas == 0
+                # The target deleted: the buffer kept its node for good.
+                client.AppsV1Api(api).delete_namespaced_deployment("vllm", NS)
+                await ticks_until(ctl, lambda: buffer(api)["spec"]["replicas"] == 0)
+                assert ctl.stats.buffers["llm/chat"] == 0
             finally:
                 await prom.close()
 
