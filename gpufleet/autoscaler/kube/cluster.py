@@ -317,9 +317,14 @@ class Cluster:
     def _scale_api(self, target: TargetRef, verb: str) -> Any:
         """The client call for `verb` (read, patch) on `target`'s scale subresource."""
         group, _, version = target.api_version.rpartition("/")
-        if group == "apps" and target.kind in APPS_KINDS:
-            kind = "deployment" if target.kind == "Deployment" else "stateful_set"
-            call = getattr(self._apps, f"{verb}_namespaced_{kind}_scale")
+        typed = {
+            ("apps", "Deployment"): (self._apps, "deployment"),
+            ("apps", "StatefulSet"): (self._apps, "stateful_set"),
+            ("", "ReplicationController"): (self._core, "replication_controller"),
+        }.get((group, target.kind))
+        if typed is not None:
+            api, kind = typed
+            call = getattr(api, f"{verb}_namespaced_{kind}_scale")
             if verb == "read":
                 return call
             return lambda name, ns, body: call(name, ns, body, _content_type=MERGE_PATCH)
@@ -337,17 +342,22 @@ class Cluster:
         """`kind`'s resource name in group/version, from discovery (cached)."""
         key = (f"{group}/{version}", kind)
         if key not in self._plurals:
-            path = f"/apis/{group}/{version}"
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
             answer = kube_call(
                 lambda: self._api.call_api(
                     *self._api.param_serialize(method="GET", resource_path=path)
                 ).read()
             )
-            for resource in json.loads(answer).get("resources", []):
-                if "/" not in resource["name"]:
+            resources = json.loads(answer).get("resources", [])
+            names = {resource["name"] for resource in resources}
+            for resource in resources:
+                if f"{resource['name']}/scale" in names:
                     self._plurals[(key[0], resource["kind"])] = resource["name"]
             if key not in self._plurals:
-                raise KubeError(KubeErrorKind.NOT_FOUND, f"no resource of kind {kind} in {key[0]}")
+                raise KubeError(
+                    KubeErrorKind.NOT_FOUND,
+                    f"no resource of kind {kind} with a scale subresource in {key[0]}",
+                )
         return self._plurals[key]
 
 

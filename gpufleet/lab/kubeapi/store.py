@@ -368,6 +368,8 @@ def _scale_of(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj["metadata"]
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     selector = spec.get("selector") or {}
+    if obj.get("kind") == "ReplicationController":  # a plain map, not a LabelSelector
+        selector = {"matchLabels": selector}
     return {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",

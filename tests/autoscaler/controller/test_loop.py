@@ -1169,6 +1169,45 @@ async def test_any_kind_with_a_scale_subresource_a_leaderworkerset(api: client.A
     assert status(api)["currentReplicas"] == 1  # the pods its hpaPodSelector selects
 
 
+async def test_a_replicationcontroller_of_the_core_group(api: client.ApiClient) -> None:
+    """apiVersion v1 (the core group, no `/apis/` prefix): discovery asked `/apis//v1`."""
+    deploy(api)
+    client.CoreV1Api(api).create_namespaced_replication_controller(
+        NS,
+        {
+            "metadata": {"name": "vllm-rc"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"app": "vllm"},
+                "template": {
+                    "metadata": {"labels": {"app": "vllm"}},
+                    "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]},
+                },
+            },
+        },
+    )
+    autoscaler(
+        api,
+        {
+            "scaleTargetRef": {
+                "apiVersion": "v1",
+                "kind": "ReplicationController",
+                "name": "vllm-rc",
+            },
+            "minReplicas": 2,
+            "maxReplicas": 4,
+        },
+    )
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    got = client.CoreV1Api(api).read_namespaced_replication_controller_scale("vllm-rc", NS)
+    assert (got.spec.replicas, got.status.selector) == (2, "app=vllm")
+    assert status(api)["currentReplicas"] == 1  # vllm-0, which its selector selects
+
+
 async def test_prometheus_stopped_mid_run_holds_the_count_then_recovers(
     api: client.ApiClient, serving_pod: str, tmp_path, caplog
 ) -> None:
