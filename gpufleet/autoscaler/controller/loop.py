@@ -41,7 +41,7 @@ from gpufleet.autoscaler.core.history import SignalHistory
 from gpufleet.autoscaler.core.kueue import pending_demands
 from gpufleet.autoscaler.core.nodepools import free_gpus
 from gpufleet.autoscaler.core.observation import Observation, ReplicaState
-from gpufleet.autoscaler.core.policy import Decision, Learns
+from gpufleet.autoscaler.core.policy import Decision, Learns, Reason
 from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
 from gpufleet.autoscaler.core.rivals import rival_autoscalers
 from gpufleet.autoscaler.core.schedules import floor_at
@@ -313,6 +313,14 @@ class Controller:
             if decision is not None:
                 w.decision, w.wanted = decision, decision.desired
                 self.stats.decisions[(name, str(decision.reason))] += 1
+        if (
+            w.decision is not None
+            and w.decision.reason is Reason.MISSING_METRICS
+            and not t.health.missing_metrics
+        ):
+            # Queries that answered, but with no sample (a selector matching no series): as
+            # HPA, a held count is not ValidMetricFound, and the alert on it fires.
+            t.note(missing_metrics=w.decision.message)
         current = t.scale.replicas if t.scale is not None else None
         desired = spec.workload.clamp(w.wanted) if w.wanted is not None else current
         headroom = w.decision.headroom if w.decision is not None else 0

@@ -715,6 +715,33 @@ async def test_missing_metrics_hold_the_count(
     assert ctl.stats.missing_metrics[name] is True and ctl.stats.max_replicas[name] > 0
 
 
+async def test_queries_that_answer_no_sample_are_missing_metrics(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """A model selector matching no series: every query answered, with nothing in it, and
+    the policy held; the status said ValidMetricFound and no alert could fire."""
+    deploy(api, replicas=2)
+    autoscaler(
+        api,
+        {
+            "scaleTargetRef": KEDA_SPEC["scaleTargetRef"],
+            "maxReplicas": 8,
+            "signals": {"model": "no-such-model"},
+        },
+    )
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
+    try:
+        await ticks_until(ctl, lambda: ctl.stats.ticks >= 2)
+    finally:
+        await prom.close()
+    assert scale(api) == 2
+    active = next(c for c in status(api)["conditions"] if c["type"] == "ScalingActive")
+    assert (active["status"], active["reason"]) == ("False", "MissingMetrics")
+    assert "arrival rate and queue depth missing" in active["message"]
+    assert ctl.stats.missing_metrics["llm/chat"] is True
+    assert ctl.stats.errors["prometheus_unavailable"] == 0  # Prometheus answered
+
+
 async def test_the_spec_tells_the_policy_of_placeholders_and_the_idle_period(
     api: client.ApiClient,
 ) -> None:
