@@ -166,7 +166,8 @@ class Plugin:
     runner: PluginRunner
     health: HealthWatcher
     stats: RpcStats
-    discovery_errors: Mapping[str, int] = field(default_factory=dict)  # kind -> count
+    # kind -> count, over every discovery (the start's and each reload's): a counter
+    discovery_errors: Counter[str] = field(default_factory=Counter)
 
     def stop(self) -> None:
         self.health.stop()
@@ -179,7 +180,6 @@ class _Built:
 
     node: NodeGpus
     services: list[DevicePluginService]
-    errors: Counter[str]
 
 
 def _build(
@@ -189,10 +189,11 @@ def _build(
     *,
     stats: RpcStats,
     mig_minors_path: Path,
+    errors: Counter[str],
 ) -> _Built:
     """Discover the node and build its services, with the CDI specs their names need in
-    place. Raises StartupError, having served nothing."""
-    errors: Counter[str] = Counter()
+    place; discovery's failures are counted in `errors`. Raises StartupError, having
+    served nothing."""
     node = discover(lib, errors=errors)
     node = with_cap_minors(node, read_mig_minors(mig_minors_path))
     for warning in mig_warnings(node, resource_options(config)):
@@ -216,7 +217,46 @@ def _build(
         raise StartupError(str(exc)) from None
     if uses_cdi(config):
         install_cdi_specs(settings, config, services, channels, driver_version=node.driver_version)
-    return _Built(node=node, services=services, errors=errors)
+    return _Built(node=node, services=services)
+
+
+class _FirstReport:
+    """Publishes health maps to `services`, and waits for the first: if none comes in
+    time, the `unknown` services (those never reported on) turn Unhealthy until it does."""
+
+    def __init__(
+        self,
+        services: Sequence[DevicePluginService],
+        *,
+        unknown: Sequence[DevicePluginService],
+    ) -> None:
+        self._services = services
+        self._unknown = unknown
+        self._reported = threading.Event()
+        self._publishing = threading.Lock()  # a late first report must not be overwritten
+
+    def publish(self, health: Mapping[str, Health]) -> None:
+        with self._publishing:
+            for service in self._services:
+                service.set_health(health)
+            self._reported.set()
+
+    def wait(self, timeout_seconds: float) -> None:
+        if self._reported.wait(timeout_seconds):
+            return
+        with self._publishing:
+            if not self._reported.is_set():
+                log.error(
+                    "no health report within %.1f s: advertising every device Unhealthy "
+                    "until the health watcher reports",
+                    timeout_seconds,
+                )
+                for service in self._unknown:
+                    service.set_health(dict.fromkeys(service.health, Health.UNHEALTHY))
+
+
+def _groups(services: Sequence[DevicePluginService]) -> dict[str, tuple[str, ...]]:
+    return health_groups(d for s in services for d in s.devices)
 
 
 def _watch_health(
@@ -224,44 +264,37 @@ def _watch_health(
     lib: Any,
     services: Sequence[DevicePluginService],
     *,
-    unknown: Sequence[DevicePluginService],
     first_health_timeout_seconds: float,
 ) -> HealthWatcher:
-    """Start a health watcher publishing to `services`, and wait for its first report; if
-    none comes in time, the `unknown` services (those never reported on) turn Unhealthy
-    until it does."""
-    groups = health_groups(d for s in services for d in s.devices)
-    reported = threading.Event()
-    publishing = threading.Lock()  # a late first report must not be overwritten here
-
-    def publish(health: Mapping[str, Health]) -> None:
-        with publishing:
-            for service in services:
-                service.set_health(health)
-            reported.set()
-
+    """Start a health watcher publishing to `services`, and wait for its first report."""
+    first = _FirstReport(services, unknown=services)
     policy = parse_health_policy(settings.dp_disable_healthchecks, settings.dp_enable_healthchecks)
     for warning in policy.warnings:
         log.warning("%s", warning)
     watcher = HealthWatcher(
         lib,
-        groups,
+        _groups(services),
         policy=policy,
-        on_change=publish,
+        on_change=first.publish,
         recovery_seconds=settings.health_recovery_seconds or None,
     )
     watcher.start()
-    if not reported.wait(first_health_timeout_seconds):
-        with publishing:
-            if not reported.is_set():
-                log.error(
-                    "no health report within %.1f s: advertising every device Unhealthy "
-                    "until the health watcher reports",
-                    first_health_timeout_seconds,
-                )
-                for service in unknown:
-                    service.set_health(dict.fromkeys(service.health, Health.UNHEALTHY))
+    first.wait(first_health_timeout_seconds)
     return watcher
+
+
+def _retarget_health(
+    watcher: HealthWatcher,
+    services: Sequence[DevicePluginService],
+    *,
+    unknown: Sequence[DevicePluginService],
+    first_health_timeout_seconds: float,
+) -> None:
+    """Point the running watcher at `services` (it keeps every GPU's state), and wait for
+    its first report to them."""
+    first = _FirstReport(services, unknown=unknown)
+    watcher.retarget(_groups(services), first.publish)
+    first.wait(first_health_timeout_seconds)
 
 
 def _publish_labels(settings: PluginSettings, config: PluginConfig, node: NodeGpus) -> None:
@@ -291,8 +324,10 @@ def start_plugin(
 
     Registers only once the health watcher has reported (or `first_health_timeout_seconds`
     passed, and then every device is advertised Unhealthy until it does)."""
-    stats = RpcStats()
-    built = _build(settings, config, lib, stats=stats, mig_minors_path=mig_minors_path)
+    stats, errors = RpcStats(), Counter[str]()
+    built = _build(
+        settings, config, lib, stats=stats, mig_minors_path=mig_minors_path, errors=errors
+    )
     services = built.services
     kubelet = config.flags.plugin.kubelet_socket
     if not plugin_dir.is_dir():  # said here, before gRPC logs its own lines about it
@@ -310,11 +345,7 @@ def start_plugin(
     except ValueError as exc:  # a socket path too long to bind
         raise StartupError(f"cannot serve the plugin sockets in {plugin_dir}: {exc}") from None
     watcher = _watch_health(
-        settings,
-        lib,
-        services,
-        unknown=services,
-        first_health_timeout_seconds=first_health_timeout_seconds,
+        settings, lib, services, first_health_timeout_seconds=first_health_timeout_seconds
     )
     try:
         runner.start()
@@ -331,7 +362,7 @@ def start_plugin(
         runner=runner,
         health=watcher,
         stats=stats,
-        discovery_errors=built.errors,
+        discovery_errors=errors,
     )
 
 
@@ -346,25 +377,38 @@ def reload_plugin(
 ) -> None:
     """Apply `config` in process (SIGHUP): rediscover, keep serving every resource whose
     service would be built the same (no re-registration, its pods' streams untouched), and
-    replace the others. Raises StartupError with the running plugin left as it was."""
-    built = _build(settings, config, lib, stats=plugin.stats, mig_minors_path=mig_minors_path)
+    replace the others. The health watcher keeps running, so no GPU's health is forgotten.
+    Raises StartupError with the running plugin left as it was."""
+    # Counted on from the running totals, into a copy swapped in whole: the metrics
+    # thread reads the counter while a reload runs.
+    errors = Counter(plugin.discovery_errors)
+    try:
+        built = _build(
+            settings,
+            config,
+            lib,
+            stats=plugin.stats,
+            mig_minors_path=mig_minors_path,
+            errors=errors,
+        )
+    finally:
+        plugin.discovery_errors = errors
     running = {s.resource: s for s in plugin.services}
     services = [
         running[s.resource] if s.resource in running and running[s.resource].spec == s.spec else s
         for s in built.services
     ]
     changed = [s for s in services if s is not running.get(s.resource)]
-    plugin.health.stop()
-    plugin.health = _watch_health(
-        settings,
-        lib,
-        services,
-        unknown=changed,
-        first_health_timeout_seconds=first_health_timeout_seconds,
-    )
-    plugin.runner.replace(services)
+    timeout = first_health_timeout_seconds
+    _retarget_health(plugin.health, services, unknown=changed, first_health_timeout_seconds=timeout)
+    try:
+        plugin.runner.replace(services)
+    except ValueError as exc:  # a socket path too long to bind: nothing was replaced
+        _retarget_health(
+            plugin.health, plugin.services, unknown=(), first_health_timeout_seconds=timeout
+        )
+        raise StartupError(f"cannot serve the new resources' sockets: {exc}") from None
     plugin.services = services
-    plugin.discovery_errors = built.errors
     _publish_labels(settings, config, built.node)
     kept = sorted(r for r, s in running.items() if s in services)
     log.info(
@@ -408,6 +452,13 @@ def _reload(settings: PluginSettings, plugin: Plugin, lib: Any) -> None:
         reload_plugin(plugin, settings, config, lib)
     except (ConfigError, StartupError) as exc:
         log.error("config reload failed, still serving the previous config: %s", exc)
+    except Exception as exc:  # NVML failing mid-discovery, say: the running config serves on
+        log.error(
+            "config reload failed, still serving the previous config: %s: %s",
+            type(exc).__name__,
+            exc,
+        )
+        log.debug("config reload failure", exc_info=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 from helpers import wait_for
-from helpers.plugin_daemon import FLEET
+from helpers.plugin_daemon import FLEET, Node
 from prometheus_client import CollectorRegistry
 
 from gpufleet.lab.kubelet.deviceplugins import AdmissionError
 from gpufleet.lab.nvml.api import SimulatedNvml
 from gpufleet.plugin.cdi_setup import StartupError, check_config
 from gpufleet.plugin.core.config import ConfigError
-from gpufleet.plugin.daemon import start_plugin
+from gpufleet.plugin.daemon import _reload, reload_plugin, start_plugin
 from gpufleet.plugin.metrics import SelfMetrics
 from gpufleet.plugin.nvml.discovery import discover
 from gpufleet.plugin.settings import PluginSettings, resolve_config
@@ -484,3 +484,74 @@ def test_an_mps_resource_is_registered_only_once_its_control_daemon_answers(
     assert set(calls.read_text().splitlines()) == {
         "/mps/nvidia.com/gpu/pipe /mps/nvidia.com/gpu/log get_default_active_thread_percentage"
     }
+
+
+def reload(node, config_text: str | None = None) -> None:
+    """What SIGHUP runs: the config file (re)written, read and applied in process."""
+    if config_text is not None:
+        Path(node.settings.config_file).write_text(config_text)
+    config, _ = resolve_config(node.settings)
+    reload_plugin(node.plugin, node.settings, config, node.sim)
+
+
+def test_a_reload_forgets_no_gpus_health_and_no_error_count(make_node):
+    """The reload replaced the health watcher with one whose GPUs all started Healthy: a
+    GPU awaiting a reset (XID 48) was advertised Healthy again at every SIGHUP, which
+    NVIDIA's config manager sends at each config label change; error counts fell to 0."""
+    node = make_node("version: v1\n", fleet="4xH100", health_recovery_seconds=0.5)
+    resource = "nvidia.com/gpu"
+    wait_for(lambda: node.plugins.capacity().get(resource) == 4, what="devices")
+    gpu0, gpu1 = (d.uuid for d in node.sim.devices[:2])
+    node.sim.inject_xid(0, 48)
+    wait_for(lambda: node.health(resource)[gpu0] == "Unhealthy", what="GPU 0 down")
+    node.sim.fail_gpu(3)  # lost at the reload's discovery: counted
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SelfMetrics(node.plugin))
+    for reloads in (1, 2):
+        reload(node)
+        lost = {"kind": "discovery_gpu_lost"}
+        assert registry.get_sample_value("gpufleet_plugin_errors_total", lost) == reloads
+    node.sim.inject_xid(1, 8)  # reported after the reloads: health flows on
+    wait_for(lambda: node.health(resource).get(gpu1) == "Unhealthy", what="GPU 1 down")
+    assert node.health(resource)[gpu0] == "Unhealthy"
+
+
+def test_a_reload_that_cannot_serve_leaves_the_old_resources_watched(make_node, tmp_path):
+    """A new resource whose socket path is too long: the reload is refused, and the
+    resource still served goes on hearing of its GPUs' XIDs (the new watcher told only the
+    services that were never served)."""
+    sockets = tmp_path / "k" / "device-plugins"
+    # nvidia-gpu.sock fits in 107 bytes; nvidia-gpu.shared.sock does not.
+    fill = 107 - len(str(sockets / "x" / "nvidia-gpu.sock")) - 3
+    node_root = tmp_path / ("x" * fill)
+    node = Node(node_root, "version: v1\n", fleet="2xH100")
+    try:
+        resource = "nvidia.com/gpu"
+        wait_for(lambda: node.plugins.capacity().get(resource) == 2, what="devices")
+        with pytest.raises(StartupError, match="longer than 107 bytes"):
+            reload(node, TIME_SLICING)
+        assert [s.resource for s in node.plugin.services] == [resource]
+        node.sim.inject_xid(0, 48)
+        gpu0 = node.sim.devices[0].uuid
+        wait_for(lambda: node.health(resource).get(gpu0) == "Unhealthy", what="GPU 0 down")
+    finally:
+        node.close()
+
+
+def test_a_reload_failing_on_nvml_is_one_line_and_the_plugin_serves_on(make_node, caplog):
+    """NVML answering errors mid-discovery (its "Unknown error" after a systemd
+    daemon-reload): the error escaped the SIGHUP handler and killed the main thread,
+    leaving a process that ignored SIGTERM."""
+    node = make_node("version: v1\n", fleet="2xH100")
+    wait_for(lambda: node.plugins.capacity().get("nvidia.com/gpu") == 2, what="devices")
+    node.sim.set_not_supported("nvmlDeviceGetCount")
+    _reload(node.settings, node.plugin, node.sim)
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert line == (
+        "config reload failed, still serving the previous config: NVMLError_NotSupported: "
+        "Not Supported"
+    )
+    node.sim.clear_injections()
+    node.sim.inject_xid(1, 48)
+    gpu1 = node.sim.devices[1].uuid
+    wait_for(lambda: node.health("nvidia.com/gpu").get(gpu1) == "Unhealthy", what="down")

@@ -9,9 +9,12 @@ must never report a GPU healthy that it cannot watch: if NVML init or the event 
 or `max_wait_errors` waits in a row fail (NVIDIA marks all unhealthy on any wait error),
 every device is reported Unhealthy (NVIDIA PRs #1641/#2037: healthy-looking GPUs on a broken
 node cause admission-error storms) and setup is torn down and retried with backoff; devices
-then recover through the usual quiet period. A GPU whose XID registration fails stays
-Unhealthy until a later retry succeeds and it recovers. Backoff never delays the probes:
-they keep their own schedule, so a lost GPU is found within a probe interval regardless.
+then recover through the usual quiet period, once an event wait succeeds again (a probe
+alone recovers no GPU while the events it would miss cannot be read). A GPU whose XID
+registration fails stays Unhealthy until a later retry succeeds and it recovers. Backoff
+never delays the probes: they keep their own schedule, so a lost GPU is found within a
+probe interval regardless. A config reload retargets the running watcher (`retarget`), so
+no GPU's state, event or error count is lost to it.
 """
 
 import logging
@@ -93,6 +96,9 @@ class HealthWatcher:
         self._max_backoff_seconds = max_backoff_seconds
         self._max_wait_errors = max_wait_errors
         self._wait_errors = 0  # consecutive; watcher thread only
+        # The last event wait succeeded (or XIDs are not watched): only then may a probe
+        # recover a GPU. Watcher thread only.
+        self._events_ok = False
         self._backoff_seconds = 0.0
         # Real time, not `clock`: retries must go on while a test's manual clock stands still.
         self._retry_at = 0.0
@@ -104,6 +110,8 @@ class HealthWatcher:
         self._published: Mapping[str, Health] | None = None
         self._errors: Counter[str] = Counter()
         self._lock = threading.Lock()
+        # (groups, on_change) a reload handed over, for the watcher thread to take
+        self._pending: tuple[dict[str, tuple[str, ...]], OnChange] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -131,6 +139,17 @@ class HealthWatcher:
         self._thread = threading.Thread(target=self._run, name="health-watcher", daemon=True)
         self._thread.start()
 
+    def retarget(self, groups: Mapping[str, Sequence[str]], on_change: OnChange) -> None:
+        """Watch `groups` from now on and report to `on_change` (a config reload changed
+        the devices advertised). The GPUs still watched keep their state (one awaiting a
+        reset stays Unhealthy) and the event set goes on delivering their XIDs; a GPU new
+        to the watcher starts Healthy once it is watched. `on_change` gets the full map
+        soon after, from the watcher thread (at once where no thread runs)."""
+        with self._lock:
+            self._pending = ({uuid: tuple(ids) for uuid, ids in groups.items()}, on_change)
+        if self._thread is None:  # every check disabled: no thread would take it
+            self._take_pending()
+
     def stop(self, timeout_s: float = 2.0) -> None:
         """Stop the thread (within about `wait_ms`), free the event set, shut NVML down."""
         self._stop.set()
@@ -145,6 +164,7 @@ class HealthWatcher:
         next_probe = self._clock()
         try:
             while not self._stop.is_set():
+                self._take_pending()
                 if not self._initialized and not (self._retry_due() and self._setup()):
                     self._idle()
                     continue
@@ -157,6 +177,26 @@ class HealthWatcher:
                     next_probe = self._clock() + self._probe_interval_seconds
         finally:
             self._teardown()
+
+    def _take_pending(self) -> None:
+        """Apply what `retarget` handed over, if anything."""
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        self._groups, self._on_change = pending
+        for uuid in set(self._states) - set(self._groups):
+            del self._states[uuid]
+        self._unregistered &= set(self._groups)
+        if self._initialized or self._policy.disabled:  # else `_setup` makes the states
+            new = set(self._groups) - set(self._states)
+            for uuid in new:
+                self._states[uuid] = HealthState(uuid=uuid, since=self._clock())
+            if self._initialized:
+                self._unregistered |= new
+                self._register_pending()
+        self._published = None  # the new `on_change` has been told nothing yet
+        self._publish()
 
     def _retry_due(self) -> bool:
         return time.monotonic() >= self._retry_at
@@ -173,6 +213,7 @@ class HealthWatcher:
     def _watch_ok(self) -> None:
         self._backoff_seconds = 0.0
         self._wait_errors = 0
+        self._events_ok = True
 
     def _setup(self) -> bool:
         """Init NVML and register XID events; False (all devices Unhealthy) on failure."""
@@ -187,6 +228,7 @@ class HealthWatcher:
             self._unwatch_all(f"NVML health checks unavailable ({type(err).__name__}: {err})")
             self._back_off()
             return False
+        self._events_ok = False  # until a wait on the new event set succeeds
         # States survive a rebuild (a GPU awaiting a reset must stay so); only GPUs never
         # watched before start Healthy.
         for uuid in self._groups:
@@ -247,6 +289,7 @@ class HealthWatcher:
             return
         except Exception as err:  # NVML errors and surprises alike: count, back off, retry
             self._count("wait")
+            self._events_ok = False
             self._wait_errors += 1
             if self._wait_errors >= self._max_wait_errors:
                 self._wait_errors = 0
@@ -288,6 +331,8 @@ class HealthWatcher:
             if uuid in self._unregistered:
                 continue
             usable = self._usable(uuid)
+            if usable and not self._events_ok:
+                continue  # the XIDs it would need to see cannot be read: no recovery yet
             state = self._states[uuid]
             self._apply(
                 on_probe(state, usable, now=self._clock(), recovery_seconds=self._recovery_seconds)

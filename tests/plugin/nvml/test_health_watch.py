@@ -268,3 +268,56 @@ def test_stop_joins_the_thread(sim: SimulatedNvml, watch) -> None:
     wait_started(reports)
     watcher.stop()
     assert all(t.name != "health-watcher" for t in threading.enumerate())
+
+
+def test_no_probe_recovers_a_gpu_while_event_waits_fail(
+    sim: SimulatedNvml, clock: ManualClock, watch
+) -> None:
+    """Probes ran on through the waits' backoff and finished the quiet period: a GPU came
+    back Healthy while the XIDs that would show it failing could not be read."""
+    watcher, reports = watch(max_wait_errors=1000)
+    wait_started(reports)
+    sim.inject_xid(0, RECOVERABLE_XID)
+    wait_for(lambda: reports.unhealthy() == devices_of(sim, 0), timeout=DEADLINE, what="down")
+    sim.set_not_supported("nvmlEventSetWait_v2")
+    wait_for(lambda: watcher.errors.get("wait"), timeout=DEADLINE, what="a wait failed")
+    for _ in range(3):  # well past the quiet period, with probes run after each step
+        clock.advance(2 * RECOVERY_SECONDS)
+        seen = watcher.errors.get("wait", 0)
+        wait_for(
+            lambda seen=seen: watcher.errors.get("wait", 0) >= seen + 2,
+            timeout=DEADLINE,
+            what="waits",
+        )
+    assert reports.unhealthy() == devices_of(sim, 0)
+    sim.clear_injections()  # events readable again: the quiet period may end it
+    advance_until_healthy(clock, reports, sim, 0)
+
+
+def test_retarget_keeps_each_gpus_state_and_tells_the_new_callback(
+    sim: SimulatedNvml, watch
+) -> None:
+    """A config reload: the GPUs still watched keep their state (XID 48 awaits a reset),
+    a GPU no longer advertised leaves the map, and XIDs go on arriving."""
+    watcher, _ = watch()
+    sim.inject_xid(0, 48)
+    wait_for(
+        lambda: (
+            {d for d, h in watcher.health.items() if h is Health.UNHEALTHY} == devices_of(sim, 0)
+        ),
+        timeout=DEADLINE,
+        what="GPU 0 down",
+    )
+    groups = groups_of(sim)
+    del groups[sim.devices[7].uuid]
+    reports = Reports()
+    watcher.retarget(groups, reports)
+    wait_started(reports)
+    assert set(reports.latest) == {d for ids in groups.values() for d in ids}
+    assert reports.unhealthy() == devices_of(sim, 0)
+    sim.inject_xid(1, RECOVERABLE_XID)
+    wait_for(
+        lambda: reports.unhealthy() == devices_of(sim, 0) | devices_of(sim, 1),
+        timeout=DEADLINE,
+        what="GPU 1's XID reported to the new callback",
+    )
