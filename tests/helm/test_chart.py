@@ -225,7 +225,7 @@ def test_rbac_is_least_privilege(tmp_path):
             ("apps", "deployments", ("create", "patch"), ()),
             ("scheduling.k8s.io", "priorityclasses", ("get", "create"), ()),
             ("autoscaling.x-k8s.io", "capacitybuffers", ("list", "create", "patch"), ()),
-            ("", "podtemplates", ("create", "patch"), ()),
+            ("", "podtemplates", ("get", "create", "patch"), ()),
             ("karpenter.sh", "nodepools", ("list",), ()),
             ("", "nodes", ("list",), ()),
             ("kueue.x-k8s.io", "workloads", ("list",), ()),
