@@ -43,6 +43,32 @@ def review(sar: Mapping[str, Any], objects: Lister) -> dict[str, Any]:
     return out
 
 
+def authorize(
+    user: str, groups: list[str], attributes: Mapping[str, Any], objects: Lister
+) -> ApiError | None:
+    """A request's authorization, as kube-apiserver's RBAC authorizer gives it: None when
+    allowed, else the 403 it answers. `attributes` are a SubjectAccessReview's
+    resourceAttributes (verb, group, resource, subresource, namespace, name)."""
+    allowed, _ = _authorize(user, groups, attributes, None, objects)
+    if allowed:
+        return None
+    a = attributes
+    resource = a["resource"] + (f"/{a['subresource']}" if a.get("subresource") else "")
+    what = f"{a['resource']}.{a['group']}" if a.get("group") else a["resource"]
+    where = (
+        f' in the namespace "{a["namespace"]}"' if a.get("namespace") else " at the cluster scope"
+    )
+    return ApiError(
+        code=403,
+        reason="Forbidden",
+        message=(
+            f'{what} "{a.get("name", "")}" is forbidden: User "{user}" cannot {a["verb"]} '
+            f'resource "{resource}" in API group "{a.get("group", "")}"{where}'
+        ),
+        details={"name": a.get("name", ""), "group": a.get("group", ""), "kind": a["resource"]},
+    )
+
+
 def _authorize(
     user: str,
     groups: list[str],

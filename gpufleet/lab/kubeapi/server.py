@@ -10,7 +10,10 @@ code against this one.
 Faults a test can turn on (`faults`): a delay on every answer, the next N requests failing
 with a 5xx, the next N writes answering 409, and the whole server going down and coming
 back on the same port. SubjectAccessReviews are answered from the RBAC objects stored
-(`rbac`), as an aggregated API server's delegated authorization needs. Every request is
+(`rbac`), as an aggregated API server's delegated authorization needs. A request bearing a
+token given to `add_user` is authorized through RBAC as kube-apiserver does (403 when no
+role grants it; discovery is open to every user, as `system:discovery` makes it); one
+bearing no token is the cluster's admin, as the lab's own controllers are. Every request is
 recorded (method, path, User-Agent), so a test can count who wrote what.
 """
 
@@ -86,6 +89,8 @@ class _State:
     faults: Faults = field(default_factory=Faults)
     # The newest requests only: a lab runs for hours (about 240 bytes a request).
     requests: deque[RequestRecord] = field(default_factory=lambda: deque(maxlen=REQUEST_LOG))
+    # bearer token -> (user, groups): the requests authorized through RBAC
+    users: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
 
 
 class FakeApiServer:
@@ -125,6 +130,11 @@ class FakeApiServer:
     @property
     def faults(self) -> Faults:
         return self._state.faults
+
+    def add_user(self, token: str, user: str, groups: tuple[str, ...] = ()) -> None:
+        """Requests bearing `token` are `user`'s (a service account's is
+        `system:serviceaccount:<namespace>:<name>`), authorized through the RBAC objects."""
+        self._state.users[token] = (user, ["system:authenticated", *groups])
 
     @property
     def requests(self) -> list[RequestRecord]:
@@ -226,6 +236,7 @@ class FakeApiServer:
                 and request.path.endswith(forbid)
             ):
                 raise ApiError(code=403, reason="Forbidden", message="injected: no such verb")
+            _authorize(state, request)
             if is_watch(request):
                 return await self._watch(request)
             body = await _answer(state, request)
@@ -261,6 +272,45 @@ class FakeApiServer:
         return await serve_watch(
             self.store, request, target.res, target.namespace, closing=lambda: self._closing
         )
+
+
+def _authorize(state: _State, request: web.Request) -> None:
+    """Raise the 401 or 403 a request bearing a token gets where its user may not make it."""
+    auth = request.headers.get("Authorization", "")
+    if not auth:
+        return
+    token = auth.removeprefix("Bearer ").strip()
+    if token not in state.users:
+        raise ApiError(code=401, reason="Unauthorized", message="Unauthorized")
+    user, groups = state.users[token]
+    segments = [s for s in request.path.split("/") if s]
+    if segments == ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]:
+        attributes = {"group": "authorization.k8s.io", "resource": "subjectaccessreviews"}
+    else:
+        target = _target(state, segments)
+        if target is None:
+            return  # discovery and /version: every authenticated user's
+        attributes = {
+            "group": target.res.group,
+            "resource": target.res.plural,
+            "subresource": target.subresource,
+            "namespace": target.namespace or "",
+            "name": target.name,
+        }
+    verbs = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+    if request.method == "GET":
+        verb = "get" if attributes.get("name") else ("watch" if is_watch(request) else "list")
+    else:
+        verb = verbs.get(request.method, request.method.lower())
+    store = state.store
+    denied = rbac.authorize(
+        user,
+        groups,
+        {**attributes, "verb": verb},
+        lambda plural, ns: store.list(_BY_PATH[(_RBAC, plural)], ns),
+    )
+    if denied is not None:
+        raise denied
 
 
 _BY_PATH: dict[tuple[str, str], Resource] = {(r.group_version, r.plural): r for r in RESOURCES}

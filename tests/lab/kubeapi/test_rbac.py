@@ -1,6 +1,7 @@
 """SubjectAccessReviews on the fake API server, through the official client, answered from
 the RBAC objects it stores as kube-apiserver's RBAC authorizer answers them."""
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -122,3 +123,53 @@ def test_a_review_without_a_user_is_invalid(api: client.ApiClient) -> None:
     with pytest.raises(client.ApiException) as caught:
         review(api, "", **metric())
     assert caught.value.status == 422
+
+
+def test_a_request_bearing_a_token_is_authorized_as_its_user() -> None:
+    """What a daemon's service account may do, decided per request: 401 for a token no
+    one holds, 403 naming the verb and resource, discovery open, no token the admin."""
+    with FakeApiServer() as server:
+        admin_config = client.Configuration()
+        admin_config.host = server.url
+        admin = client.ApiClient(admin_config)
+        rbac = client.RbacAuthorizationV1Api(admin)
+        rule = {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get"]}
+        rbac.create_cluster_role({"metadata": {"name": "scaler"}, "rules": [rule]})
+        rbac.create_cluster_role_binding(
+            binding("scaler", "ClusterRole", "scaler", kind="User", name="carol")
+        )
+        client.AppsV1Api(admin).create_namespaced_deployment(
+            "default",
+            {
+                "metadata": {"name": "vllm"},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "vllm"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "vllm"}},
+                        "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+                    },
+                },
+            },
+        )
+        server.add_user("carols", "carol")
+
+        def as_(token: str) -> client.AppsV1Api:
+            config = client.Configuration()
+            config.host = server.url
+            config.api_key = {"authorization": token}
+            config.api_key_prefix = {"authorization": "Bearer"}
+            return client.AppsV1Api(client.ApiClient(config))
+
+        carol = as_("carols")
+        assert carol.read_namespaced_deployment_scale("vllm", "default").spec.replicas == 1
+        assert client.ApisApi(carol.api_client).get_api_versions().groups  # discovery
+        with pytest.raises(client.ApiException) as err:
+            carol.patch_namespaced_deployment_scale("vllm", "default", {"spec": {"replicas": 2}})
+        assert err.value.status == 403
+        assert json.loads(err.value.body)["message"] == (
+            'deployments.apps "vllm" is forbidden: User "carol" cannot patch resource '
+            '"deployments/scale" in API group "apps" in the namespace "default"'
+        )
+        with pytest.raises(client.ApiException) as err:
+            as_("nobodys").list_deployment_for_all_namespaces()
+        assert err.value.status == 401
