@@ -88,6 +88,14 @@ class ForecastSettings:
     # queued request in a long lull is what kept the burst capacity for the next burst.
     forget_after_blocks: int = 5
     forget_below_ratio: float = 1 / 3
+    # Bursts that recur are evidence too: where the memory holds several busy runs, `quiet`
+    # forgets only after a quiet run this many times the longest quiet gap between them
+    # (0: off). On/off traffic (MMPP: bursts a few minutes apart, gaps exponential) went
+    # quiet for 14 minutes after three bursts 3-4 minutes apart; forgetting after five
+    # halved the fleet two minutes before the next burst (on/off x10 at 99%: 96.73%, and
+    # 99.65% with 2, for 0.05 GPU-h more; 2 and 3 alike, 4 worse; nothing else on the
+    # tuning seeds moved). A one-off crowd has no gap, and is forgotten as before.
+    forget_recurrence_ratio: float = 2.0
     # The base rate is this quantile of the samples within the peak memory: low enough that
     # a crowd filling most of the memory does not become the base.
     base_quantile: float = 0.25
@@ -254,7 +262,8 @@ def _forget(highest: np.ndarray, settings: ForecastSettings, *, one_off_only: bo
     """The blocks' highest means (oldest first), without those before a trailing run of at
     least `forget_after_blocks` blocks below `forget_below_ratio` x the remembered peak;
     with `one_off_only`, only where the blocks before that run hold one run of busy ones
-    (a crowd, not recurring bursts)."""
+    (a crowd, not recurring bursts), else only where that run is also
+    `forget_recurrence_ratio` x the longest quiet gap between the busy ones."""
     if settings.forget_after_blocks < 1 or highest.size <= settings.forget_after_blocks:
         return highest
     low = highest < settings.forget_below_ratio * _quantile(highest, settings.peak_quantile)
@@ -263,11 +272,23 @@ def _forget(highest: np.ndarray, settings: ForecastSettings, *, one_off_only: bo
     run = highest.size - 1 - int(np.flatnonzero(~low)[-1])  # trailing quiet blocks
     if run < settings.forget_after_blocks:
         return highest
+    busy = ~low[:-run]
     if one_off_only:
-        busy = ~low[:-run]
         if int(busy[0]) + int(np.count_nonzero(busy[1:] & ~busy[:-1])) > 1:
             return highest  # more than one run of busy blocks: the bursts recur
+    elif settings.forget_recurrence_ratio > 0:
+        gap = _longest_inner_gap(busy)
+        if gap and run < settings.forget_recurrence_ratio * gap:
+            return highest
     return highest[-run:]
+
+
+def _longest_inner_gap(busy: np.ndarray) -> int:
+    """The longest run of quiet blocks between two busy ones; 0 when there is none."""
+    where = np.flatnonzero(busy)
+    if where.size < 2:
+        return 0
+    return int(np.max(np.diff(where)) - 1)
 
 
 def _median(x: np.ndarray) -> float:

@@ -203,6 +203,29 @@ def test_a_request_or_two_queued_brings_back_no_one_off_crowd(
     assert peak == (pytest.approx(10.0) if forgotten else pytest.approx(100.0))
 
 
+@pytest.mark.parametrize(
+    ("lull_minutes", "forgotten"),
+    [
+        pytest.param(7, False, id="a-lull-under-twice-the-gaps-keeps"),
+        pytest.param(15, True, id="a-lull-past-twice-the-gaps-forgets"),
+    ],
+)
+def test_recurring_bursts_are_forgotten_only_after_twice_their_gaps(
+    lull_minutes: int, forgotten: bool
+) -> None:
+    # Issue 17, on/off traffic: a minute's burst every six minutes, then a lull. Five quiet
+    # minutes forgot the bursts (an empty queue) and halved the fleet just before the next;
+    # their gaps are four quiet minutes, so eight are needed now.
+    last = NOW - 60.0 * (lull_minutes + 1)
+    starts = [last - 360.0 * k for k in range(5)]
+    t, v = series(
+        lambda x: 100.0 if any(s <= x < s + 60.0 for s in starts) else 10.0, seconds=1800.0
+    )
+    fc = forecast_rate(t, v, now=NOW, horizon_seconds=60, settings=S, quiet=True)
+    peak = dict(fc.peaks)[5.0]
+    assert peak == (pytest.approx(10.0) if forgotten else pytest.approx(100.0))
+
+
 @given(
     st.lists(
         st.floats(allow_nan=False, allow_infinity=False, min_value=-1e12, max_value=1e12),
