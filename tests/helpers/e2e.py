@@ -142,10 +142,12 @@ class Prometheus:
         port: int | None = None,
         rule_files: tuple[Path, ...] = (),
         alertmanager: str | None = None,
+        scrape: dict | None = None,
     ) -> None:
         """Scrape `target` every second, its series labelled with `labels` (as Kubernetes
-        service discovery would add namespace and pod), or the targets a file_sd file lists;
-        evaluate `rule_files` every second and send alerts to `alertmanager` (host:port)."""
+        service discovery would add namespace and pod), or the targets a file_sd file lists,
+        with the `scrape` config's other keys (honor_labels, relabel_configs); evaluate
+        `rule_files` every second and send alerts to `alertmanager` (host:port)."""
         self.port = port or free_port()  # the same port again: a restart
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "prometheus.yml"
@@ -162,7 +164,9 @@ class Prometheus:
         config.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
             f"rule_files: {rules}\n" + alerting + "scrape_configs:\n"
-            "- job_name: gpu\n" + targets
+            "- job_name: gpu\n"
+            + targets
+            + "".join(f"  {key}: {json.dumps(value)}\n" for key, value in (scrape or {}).items())
         )
         self._proc = subprocess.Popen(
             [
