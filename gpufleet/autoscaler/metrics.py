@@ -30,33 +30,37 @@ class SelfMetrics:
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats()
-        yield _per_workload("desired_replicas", "Replicas the last decision asked for.", s.desired)
-        yield _per_workload("current_replicas", "Replicas starting or ready.", s.current)
-        yield _per_workload("ready_replicas", "Replicas Ready and serving.", s.ready)
+        # Per-workload series from the replica that writes only: a standby decides too (to
+        # take over warm), and its copies drew every workload twice on the dashboards,
+        # doubled the decision rates and paged each workload alert once per replica.
+        w = s if s.leader else Stats()
+        yield _per_workload("desired_replicas", "Replicas the last decision asked for.", w.desired)
+        yield _per_workload("current_replicas", "Replicas starting or ready.", w.current)
+        yield _per_workload("ready_replicas", "Replicas Ready and serving.", w.ready)
         yield _per_workload(
             "max_replicas",
             "The workload's maxReplicas (alerts: pinned at the ceiling).",
-            s.max_replicas,
+            w.max_replicas,
         )
         yield _per_workload(
             "placeholder_replicas",
             "Placeholder pods kept for the node headroom the policy asked for.",
-            s.placeholders,
+            w.placeholders,
         )
         yield _per_workload(
             "capacity_buffer_replicas",
             "CapacityBuffer chunks kept for the node headroom the policy asked for.",
-            s.buffers,
+            w.buffers,
         )
         yield _per_workload(
             "missing_metrics",
             "1 while the workload is held because its signals are missing.",
-            {name: int(held) for name, held in s.missing_metrics.items()},
+            {name: int(held) for name, held in w.missing_metrics.items()},
         )
         decisions = CounterMetricFamily(
             f"{P}decisions", "Policy decisions by reason.", labels=["workload", "reason"]
         )
-        for (name, reason), value in sorted(s.decisions.items()):
+        for (name, reason), value in sorted(w.decisions.items()):
             decisions.add_metric([name, reason], value)
         yield decisions
         errors = CounterMetricFamily(f"{P}errors", "Errors by kind.", labels=["kind"])

@@ -13,6 +13,7 @@ def test_per_workload_gauges_give_the_alert_rules_what_they_need() -> None:
         ready={"ml/chat": 6},
         max_replicas={"ml/chat": 8},
         missing_metrics={"ml/chat": True},
+        leader=True,
     )
     registry = CollectorRegistry()
     registry.register(SelfMetrics(lambda: stats))
@@ -50,3 +51,17 @@ def test_every_error_kind_is_served_as_zero_before_its_first_error() -> None:
         'gpufleet_autoscaler_errors_total{kind="prometheus_timeout"} 0.0',
         'gpufleet_autoscaler_errors_total{kind="prometheus_unavailable"} 0.0',
     ]
+
+
+def test_a_standby_serves_no_per_workload_series() -> None:
+    """The chart runs two replicas; the standby's copies of every workload's series doubled
+    the dashboards' lines and decision rates and paged each workload alert twice."""
+    stats = Stats(desired={"ml/chat": 8}, missing_metrics={"ml/chat": True}, leader=False)
+    stats.decisions[("ml/chat", "ScaleUp")] += 3
+    stats.ticks = 5
+    registry = CollectorRegistry()
+    registry.register(SelfMetrics(lambda: stats))
+    lines = generate_latest(registry).decode().splitlines()
+    assert not [line for line in lines if 'workload="' in line]
+    assert "gpufleet_autoscaler_leader 0.0" in lines
+    assert "gpufleet_autoscaler_ticks_total 5.0" in lines  # its own health, still served
