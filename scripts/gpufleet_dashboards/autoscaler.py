@@ -8,6 +8,25 @@ W = '{workload=~"$workload"}'
 S = '{namespace=~"$namespace"}'
 
 
+def leader_on_its_own_axis(p: dict) -> dict:
+    """Target B, the 0/1 leader flag, on a right axis of its own: on the seconds axis it
+    read "1 s" and flattened the milliseconds a pass takes."""
+    p["fieldConfig"]["overrides"].append(
+        {
+            "matcher": {"id": "byFrameRefID", "options": "B"},
+            "properties": [
+                {"id": "unit", "value": "none"},
+                {"id": "min", "value": 0},
+                {"id": "max", "value": 1},
+                {"id": "custom.axisPlacement", "value": "right"},
+                {"id": "custom.drawStyle", "value": "line"},
+                {"id": "custom.lineInterpolation", "value": "stepAfter"},
+            ],
+        }
+    )
+    return p
+
+
 def autoscaler() -> dict:
     per_ns = "{{namespace}}"
     panels = [
@@ -41,16 +60,18 @@ def autoscaler() -> dict:
             description="Placeholder pods kept for the replicas the policy expects to need within node provisioning plus a cold start; nodes are provisioned for them ahead, and replicas preempt them.",
             h=5,
         ),
-        ts(
-            "Control loop: seconds per pass",
-            target(
-                "sum by (instance) (rate(gpufleet_autoscaler_reconcile_seconds_total[$__rate_interval]))"
-                " / sum by (instance) (rate(gpufleet_autoscaler_ticks_total[$__rate_interval]))",
-                "{{instance}}",
-            ),
-            target("gpufleet_autoscaler_leader", "{{instance}} leader"),
-            unit="s",
-            h=5,
+        leader_on_its_own_axis(
+            ts(
+                "Control loop: seconds per pass",
+                target(
+                    "sum by (instance) (rate(gpufleet_autoscaler_reconcile_seconds_total[$__rate_interval]))"
+                    " / sum by (instance) (rate(gpufleet_autoscaler_ticks_total[$__rate_interval]))",
+                    "{{instance}}",
+                ),
+                target("gpufleet_autoscaler_leader", "{{instance}} leader"),
+                unit="s",
+                h=5,
+            )
         ),
         row("Demand and signals (the vLLM preset's)"),
         ts(

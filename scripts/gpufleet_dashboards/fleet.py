@@ -12,7 +12,10 @@ GPU = "{{Hostname}} GPU {{gpu}}"
 
 
 def fleet() -> dict:
-    shared = 'gpufleet_pod_gpu_share{instance=~"$instance", gpu=~"$gpu", vgpu!=""}'
+    # The pods of each whole GPU held by more than one (time-slicing, MPS): `vgpu` would
+    # name them only with --kubernetes-virtual-gpus, which is off by default.
+    whole = 'gpufleet_pod_gpu_share{instance=~"$instance", gpu=~"$gpu", GPU_I_ID=""}'
+    shared = f"({whole} and on (UUID) (count by (UUID) ({whole}) > 1))"
     panels = [
         row(
             "dcgm-exporter dashboard 12239: the same metrics and variables, one true value per GPU"

@@ -62,7 +62,11 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromApi]:
     layout = NodeLayout(fleet="4xH100+1xH100:mig=7x1g.10gb", whole_gpus=2, replicas=4)
     with SimNode(layout, root=tmp / "n") as node, FakeApiServer() as server:
         node.sim.nvmlInit()
-        settings = node_settings(node, collectors=counters, collect_interval_ms=500)
+        # The exporter's default labels (no vgpu): the time-slicing row read only `vgpu`
+        # and stayed empty wherever --kubernetes-virtual-gpus was off, as in the lab.
+        settings = node_settings(
+            node, collectors=counters, collect_interval_ms=500, kubernetes_virtual_gpus=False
+        )
         exporter = RunningExporter(settings, node.sim).start()
         _targets(sd / "exporter.json", f"127.0.0.1:{exporter.port}")
         wait_for(lambda: exporter.get("/health")[0] == 200, what="first collection")
