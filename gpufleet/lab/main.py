@@ -176,6 +176,7 @@ async def _run(args: argparse.Namespace) -> None:
                     dra_gpus=args.dra if i == 0 else 0,
                     seed=i,  # distinct GPU UUIDs and pod UIDs per node
                     node_name=f"gpu-node-{i}",
+                    pod_prefix=f"n{i}-" if i else "",  # unique in their namespaces
                 )
             )
             for i in range(args.nodes)

@@ -63,6 +63,10 @@ class NodeLayout:
     seed: int = 0
     node_name: str = "gpufleet-lab"  # the Node, and the DRA driver's pool
     dra_gpus: int = 0
+    # Before every pod's name: a pod's name is unique in its namespace across the cluster,
+    # so a second node's pods must not repeat the first's (`train-0` twice summed two pods
+    # in every per-pod panel and rule).
+    pod_prefix: str = ""
 
 
 def _uid(seed: int, name: str) -> str:
@@ -81,7 +85,7 @@ def _memory_bytes(uid: str, *, shared: bool, mig: bool) -> int:
 
 def _plan(sim: SimulatedNvml, layout: NodeLayout) -> list[tuple[str, str, tuple[str, ...]]]:
     """(pod name, resource name, device IDs) for every pod of the layout."""
-    plan = []
+    plan: list[tuple[str, str, tuple[str, ...]]] = []
     whole = 0
     for gpu in sim.devices:
         if gpu.mig_enabled:
@@ -98,7 +102,7 @@ def _plan(sim: SimulatedNvml, layout: NodeLayout) -> list[tuple[str, str, tuple[
             for n in range(layout.replicas):
                 name = f"serve-{gpu.index}-{n}"
                 plan.append((name, layout.shared_resource, (replica_id(gpu.uuid, n),)))
-    return plan
+    return [(f"{layout.pod_prefix}{name}", resource, ids) for name, resource, ids in plan]
 
 
 class SimNode:
@@ -173,7 +177,8 @@ class SimNode:
     def _publish_pod(self, pod: SimPod) -> None:
         if self._core is None:
             return
-        workload = pod.name.split("-", 1)[0]  # train, serve, mig, claim
+        # train, serve, mig, claim
+        workload = pod.name.removeprefix(self.layout.pod_prefix).split("-", 1)[0]
         self._core.create_namespaced_pod(
             pod.namespace,
             {

@@ -72,6 +72,20 @@ def test_prometheus_holds_every_parts_series(lab, part: str, expr: str, count: i
     wait_for(lambda: len(_query(lab, expr)) >= count, timeout=60, poll_seconds=0.5, what=f"{part}")
 
 
+def test_a_pods_name_is_one_pod_across_the_nodes(lab: dict[str, str]) -> None:
+    """Both nodes named their pods alike (`inference/train-0`): every per-pod panel and
+    rule summed two pods as one (141-171% utilization)."""
+
+    def counts() -> tuple[int, int]:
+        by_name = _query(lab, "count(count by (namespace, pod) (gpufleet_pod_gpu_share))")
+        by_uid = _query(lab, "count(count by (pod_uid) (gpufleet_pod_gpu_share))")
+        return tuple(int(float(r[0]["value"][1])) if r else 0 for r in (by_name, by_uid))
+
+    wait_for(lambda: counts()[1] > 100, timeout=60, poll_seconds=0.5, what="both nodes' pods")
+    by_name, by_uid = counts()
+    assert by_name == by_uid
+
+
 def test_the_autoscaler_scales_the_serving_deployment(lab: dict[str, str]) -> None:
     """6 requests/s on pods that serve 4 each: the Deployment grows past its one replica."""
     with api_client(lab["Kubernetes API"]) as api:
