@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from helpers.chart_rbac import NAMESPACE, RELEASE, admin, as_the_chart_grants, client_with, refused
 from helpers.e2e import Prometheus
-from helpers.helm import render
 from helpers.kube import create_autoscaler, create_vllm
 from helpers.serving import MetricsServer, vllm_queue
 from helpers.tools import require
@@ -28,9 +28,8 @@ from gpufleet.kube.lease import LeaderElector, LeaseConfig
 from gpufleet.lab.kubeapi.server import FakeApiServer
 
 pytestmark = pytest.mark.prometheus
-RELEASE, NAMESPACE, NS = "gf", "gpu", "llm"
+NS = "llm"
 ACCOUNT = f"{RELEASE}-gpufleet-autoscaler"
-TOKEN = "autoscaler-token"
 BUFFERS = "capacitybuffers.autoscaling.x-k8s.io"
 
 
@@ -61,53 +60,19 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
         pod.stop()
 
 
-def as_the_chart_grants(server: FakeApiServer, tmp_path) -> client.ApiClient:
-    """The chart's RBAC objects for the autoscaler stored, and a client bearing its
-    service account's token."""
-    admin = client.ApiClient(configuration(server))
-    client.CoreV1Api(admin).create_namespace({"metadata": {"name": NAMESPACE}})
-    rbac = client.RbacAuthorizationV1Api(admin)
-    objects = render({}, tmp_path=tmp_path, release=RELEASE, namespace=NAMESPACE)
-    stored = 0
-    for obj in objects:
-        if obj["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "autoscaler":
-            continue
-        create = {
-            "ClusterRole": lambda o: rbac.create_cluster_role(o),
-            "ClusterRoleBinding": lambda o: rbac.create_cluster_role_binding(o),
-            "Role": lambda o: rbac.create_namespaced_role(NAMESPACE, o),
-            "RoleBinding": lambda o: rbac.create_namespaced_role_binding(NAMESPACE, o),
-        }.get(obj["kind"])
-        if create is not None:
-            create(obj)
-            stored += 1
-    assert stored == 4  # the ClusterRole, the lease's Role and their bindings
-    server.add_user(TOKEN, f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}")
-    config = configuration(server)
-    config.api_key = {"authorization": TOKEN}
-    config.api_key_prefix = {"authorization": "Bearer"}
-    return client.ApiClient(config)
-
-
-def configuration(server: FakeApiServer) -> client.Configuration:
-    config = client.Configuration()
-    config.host = server.url
-    return config
-
-
 def the_world(server: FakeApiServer) -> None:
     """The target, its GPUAutoscaler, and an object of every kind a tick reads more of."""
-    admin = client.ApiClient(configuration(server))
-    create_vllm(admin, NS, replicas=1, gpus=2, ready_pod="vllm-0")
+    api = admin(server)
+    create_vllm(api, NS, replicas=1, gpus=2, ready_pod="vllm-0")
     create_autoscaler(
-        admin,
+        api,
         NS,
         {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
             "maxReplicas": 8,
         },
     )
-    custom = client.CustomObjectsApi(admin)
+    custom = client.CustomObjectsApi(api)
     custom.create_cluster_custom_object(
         "karpenter.sh",
         "v1",
@@ -123,16 +88,12 @@ def the_world(server: FakeApiServer) -> None:
     )
 
 
-def forbidden(server: FakeApiServer) -> list[str]:
-    return [f"{r.method} {r.path}" for r in server.requests if r.status in (401, 403)]
-
-
 @pytest.mark.parametrize("install", [(), (BUFFERS,)], ids=["placeholders", "capacitybuffers"])
 async def test_every_call_the_autoscaler_makes_is_granted_by_the_chart(
     install: tuple[str, ...], prometheus: Prometheus, tmp_path
 ) -> None:
     with FakeApiServer(install=install) as server:
-        api = as_the_chart_grants(server, tmp_path)
+        api = client_with(server, as_the_chart_grants(server, tmp_path, "autoscaler"))
         the_world(server)
         elector = LeaderElector(
             api, LeaseConfig(namespace=NAMESPACE, name=ACCOUNT, identity="autoscaler-0")
@@ -151,9 +112,7 @@ async def test_every_call_the_autoscaler_makes_is_granted_by_the_chart(
                 policy.desired, policy.headroom = step
                 workload.next_decision_at = 0.0
                 await ctl.tick()
-            client.AppsV1Api(client.ApiClient(configuration(server))).delete_namespaced_deployment(
-                "vllm", NS
-            )
+            client.AppsV1Api(admin(server)).delete_namespaced_deployment("vllm", NS)
             await ctl.tick()  # the target gone: its headroom released
         finally:
             await prom.close()
@@ -161,7 +120,7 @@ async def test_every_call_the_autoscaler_makes_is_granted_by_the_chart(
         kept = ctl.stats.buffers if install else ctl.stats.placeholders
         assert kept["llm/chat"] == 0
         assert ctl.stats.errors == {"kube_not_found": 1}  # the deleted target's scale
-        assert forbidden(server) == []
+        assert refused(server) == []
         # and the authorizer refuses what the chart does not grant
         with pytest.raises(client.ApiException) as err:
             client.CoreV1Api(api).delete_namespaced_pod("vllm-0", NS)
