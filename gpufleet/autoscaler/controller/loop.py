@@ -381,6 +381,7 @@ class Controller:
             pods=w.history.latest_pods(now),
             desired=desired,
             current=running,
+            ready=self.stats.ready[name],
             now=now,
         )
 

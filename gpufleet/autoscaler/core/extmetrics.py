@@ -32,7 +32,7 @@ SIGNAL_METRICS = {
 }
 GPU_UTILIZATION = "gpufleet_gpu_utilization"  # mean DCGM_FI_DEV_GPU_UTIL of its pods, percent
 DESIRED_REPLICAS = "gpufleet_desired_replicas"  # AverageValue target 1: the HPA follows it
-DESIRED_RATIO = "gpufleet_desired_ratio"  # desired / current; a Value target of 1
+DESIRED_RATIO = "gpufleet_desired_ratio"  # desired / ready pods; a Value target of 1
 METRICS = (*SIGNAL_METRICS.values(), GPU_UTILIZATION, DESIRED_REPLICAS, DESIRED_RATIO)
 # Metrics measured over a rate window; the others are instantaneous (no `window`).
 WINDOWED = frozenset(("gpufleet_arrival_rate", "gpufleet_ttft_p90_seconds"))
@@ -64,10 +64,12 @@ def workload_metrics(
     pods: tuple[float, tuple[PodTelemetry, ...]] | None,
     desired: int | None,
     current: int,
+    ready: int,
     now: float,
 ) -> WorkloadMetrics:
     """`signals`: signal -> (time, value) of its newest sample; `pods`: the newest telemetry
-    and its time; `desired`: the count the controller wants (None before a decision)."""
+    and its time; `desired`: the count the controller wants (None before a decision);
+    `current` and `ready`: the target's replicas (starting or ready) and its Ready pods."""
     values = {
         metric: Sample(*signals[signal])
         for signal, metric in SIGNAL_METRICS.items()
@@ -79,13 +81,26 @@ def workload_metrics(
             values[GPU_UTILIZATION] = Sample(pods[0], sum(utils) / len(utils))
     if desired is not None:
         values[DESIRED_REPLICAS] = Sample(now, float(desired))
-        # At 0 replicas the ratio is the count itself: an HPA's Value target at 0 replicas
-        # computes ceil(ratio), so it still lands on `desired`.
-        values[DESIRED_RATIO] = Sample(now, desired / current if current else float(desired))
+        values[DESIRED_RATIO] = Sample(now, desired_ratio(desired, current=current, ready=ready))
     labels = {"autoscaler": name, "target": target}
     if model:
         labels["model"] = model
     return WorkloadMetrics(namespace=namespace, name=name, labels=labels, values=values)
+
+
+def desired_ratio(desired: int, *, current: int, ready: int) -> float:
+    """The ratio from which an HPA's `Value` target of 1 lands on `desired`. The HPA proposes
+    ceil(ratio x its Ready pods), in floats, the ratio read at milli precision (`hpa.calc.
+    value_replicas`): so the largest milli below desired / ready (rounded to nearest, 2/3
+    read 0.667 and 3 x 0.667 asked for 3; and 25 x 0.28 is 7.000000000000001 in floats).
+    Exact for up to 999 Ready pods. With none Ready the HPA would propose 0 from any ratio:
+    1 holds (inside its tolerance). At 0 replicas it proposes ceil(ratio): the count
+    itself. Within its tolerance (10% either side of 1) the HPA keeps its count."""
+    if current == 0:
+        return float(desired)
+    if ready == 0:
+        return 1.0
+    return max(0, desired * 1000 - 1) // ready / 1000
 
 
 Matched = list[tuple[Mapping[str, str], Sample]]  # one item per workload: labels, value

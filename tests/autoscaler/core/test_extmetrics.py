@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity
 
 from gpufleet.autoscaler.core import extmetrics as em
+from gpufleet.autoscaler.core.hpa.calc import FLAG_TOLERANCES, value_replicas
 from gpufleet.core.selectors import parse_selector
 
 
@@ -51,6 +52,7 @@ def workload(name: str, **labels: str) -> em.WorkloadMetrics:
         pods=None,
         desired=None,
         current=1,
+        ready=1,
         now=11.0,
     )
 
@@ -68,22 +70,22 @@ def test_a_selector_picks_workloads_by_their_labels_and_a_missing_signal_has_no_
     assert snap.select("other", "gpufleet_queue_depth", ()) == []
 
 
-def test_the_desired_ratio_at_zero_replicas_is_the_desired_count() -> None:
-    def ratio(desired: int, current: int) -> float:
-        w = em.workload_metrics(
-            namespace="n",
-            name="w",
-            target="w",
-            model="",
-            signals={},
-            pods=None,
-            desired=desired,
-            current=current,
-            now=1.0,
-        )
-        return w.values[em.DESIRED_RATIO].value
-
-    assert (ratio(6, 4), ratio(2, 0), ratio(0, 0)) == (1.5, 2.0, 0.0)
+def test_an_hpas_value_target_of_one_lands_on_the_desired_count() -> None:
+    """The ratio was desired / current, rounded to the milli: 2/3 read 0.667, and the HPA,
+    which proposes ceil(ratio x its Ready pods), asked for 3 (612 of 1,938 such moves landed
+    one above); and with replicas still starting it proposed half the scale-up."""
+    for ready in (*range(1, 65), 500, 999):
+        for current in (ready, ready + 3):  # every pod Ready, or three still starting
+            for desired in range(0, 129):
+                ratio = em.desired_ratio(desired, current=current, ready=ready)
+                hpa = value_replicas(
+                    current_replicas=current, ready_pods=ready, total=ratio, target=1.0
+                )
+                if not FLAG_TOLERANCES.within(hpa.ratio):
+                    assert hpa.replicas == desired, (ready, current, desired, ratio)
+    # at 0 replicas the HPA proposes ceil(ratio): the count; none Ready: 1 holds
+    assert em.desired_ratio(2, current=0, ready=0) == 2.0
+    assert em.desired_ratio(6, current=4, ready=0) == 1.0
 
 
 def test_the_feed_tells_subscribers_until_they_leave() -> None:

@@ -78,6 +78,7 @@ def snapshot() -> em.MetricsSnapshot:
             pods=(NOW - 1, (PodTelemetry(pod="p0", gpu_util_percent=80.0),)),
             desired=3,
             current=2,
+            ready=2,
             now=NOW,
         )
 
@@ -165,7 +166,8 @@ async def test_windows_utilization_and_the_policys_recommendation(
     )
     (desired,) = (await read("gpufleet_desired_replicas"))["items"]
     (ratio,) = (await read("gpufleet_desired_ratio"))["items"]
-    assert (desired["value"], ratio["value"]) == ("3", "1500m")
+    # 3 wanted of 2 Ready: the largest milli below 1.5, so ceil(ratio x 2) is 3 in floats
+    assert (desired["value"], ratio["value"]) == ("3", "1499m")
 
 
 async def test_discovery_lists_every_metric(url: str, pki: AggregatorPki) -> None:

@@ -69,6 +69,7 @@ def publish(feed: em.SnapshotFeed, queue: float | None) -> None:
                     pods=None,
                     desired=None,
                     current=0,
+                    ready=0,
                     now=101.0,
                 )
             ]
