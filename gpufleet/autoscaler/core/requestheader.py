@@ -67,6 +67,13 @@ def _list(data: Mapping[str, str], key: str, where: str) -> tuple[str, ...]:
     return tuple(values)
 
 
+ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED = (
+    "system:anonymous",
+    "system:authenticated",
+    "system:unauthenticated",
+)
+
+
 def name_allowed(config: RequestHeaderConfig, common_name: str) -> bool:
     return not config.allowed_names or common_name in config.allowed_names
 
@@ -82,6 +89,12 @@ def user_from_headers(
     if not name:
         return None
     groups = tuple(g for h in config.group_headers for g in headers.get(h.lower(), ()))
+    # As every Kubernetes API server's authenticator chain does (AuthenticatedGroupAdder):
+    # the aggregator's own discovery and OpenAPI requests name no group, and RBAC grants
+    # discovery to system:authenticated; without it they were 403, and discovery of the
+    # group went stale (kubectl's warnings, namespaces stuck Terminating).
+    if name != ANONYMOUS and not {AUTHENTICATED, UNAUTHENTICATED} & set(groups):
+        groups += (AUTHENTICATED,)
     extra: dict[str, list[str]] = {}
     for prefix in (p.lower() for p in config.extra_prefixes):
         for header, values in headers.items():

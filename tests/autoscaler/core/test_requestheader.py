@@ -41,6 +41,12 @@ def test_user_groups_and_extra_come_from_the_configured_headers() -> None:
         (("acme.com/project", ("p1",)), ("scopes", ("a", "b"))),
     )
     assert user_from_headers(config, {"x-remote-group": ["dev"]}) is None
+    # The aggregator's discovery and OpenAPI requests name no group: authenticated all the
+    # same, as any API server's chain makes them (they were 403: discovery went stale).
+    aggregator = user_from_headers(config, {"x-remote-user": ["system:kube-aggregator"]})
+    assert aggregator == UserInfo("system:kube-aggregator", ("system:authenticated",), ())
+    anonymous = user_from_headers(config, {"x-remote-user": ["system:anonymous"]})
+    assert anonymous is not None and anonymous.groups == ()
     assert name_allowed(config, "front-proxy-client") and not name_allowed(config, "mallory")
     assert name_allowed(parse_config({**DATA, "requestheader-allowed-names": "[]"}), "anyone")
 
