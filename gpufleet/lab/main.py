@@ -61,6 +61,7 @@ from gpufleet.settings import describe_validation_error
 if TYPE_CHECKING:  # loaded when the lab starts, after its flags are checked
     from kubernetes.client import ApiClient
 
+    from gpufleet.exporter.settings import ExporterSettings
     from gpufleet.lab.kubeapi.server import FakeApiServer
 
 log = logging.getLogger(__name__)
@@ -92,13 +93,13 @@ def _exporter_address(address: str, index: int) -> str:
     return f"{f'[{host}]' if host and ':' in host else host or ''}:{port + index if port else 0}"
 
 
-def _prepare(
+def _exporter_settings(
     node: SimNode, args: argparse.Namespace, index: int, kube: dict[str, object]
-) -> Prepared:
-    """The exporter of node `index`, ready to serve; a bad value is a StartupError naming
-    the lab's flag."""
+) -> "ExporterSettings":
+    """The settings of node `index`'s exporter; a bad value is a StartupError naming the
+    lab's flag."""
     try:
-        settings = node.exporter_settings(
+        return node.exporter_settings(
             address=_exporter_address(args.address, index),
             collect_interval_ms=args.interval_ms,
             kubelet_refresh_seconds=1.0,
@@ -107,7 +108,6 @@ def _prepare(
         )
     except ValidationError as exc:
         raise StartupError(describe_validation_error(exc, flags=_FLAGS)) from None
-    return prepare(settings)
 
 
 def _trace(args: argparse.Namespace) -> Trace | None:
@@ -186,11 +186,16 @@ async def _run(args: argparse.Namespace) -> None:
     from gpufleet.kube.connect import api_client
     from gpufleet.lab.kubeapi.server import FakeApiServer
 
+    prepare(_exporter_settings(nodes[0], args, 0, {}))  # a mistaken flag first, whatever is taken
     api_address = _free("--api-address", args.api_address)
     server = FakeApiServer(port=api_address[1])
     kube = {"kube_url": server.url, "kubernetes_enable_pod_labels": True}
     prepared = [
-        _prepare(n, args, i, {**kube, "kubernetes_enable_dra": True} if i == 0 and args.dra else {})
+        prepare(
+            _exporter_settings(
+                n, args, i, {**kube, "kubernetes_enable_dra": True} if i == 0 and args.dra else {}
+            )
+        )
         for i, n in enumerate(nodes)
     ]
     with (
