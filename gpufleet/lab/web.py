@@ -15,9 +15,10 @@ from aiohttp import web
 READ_ONLY = ("query", "query_range", "alerts")
 _PAGE = resources.files("gpufleet.lab") / "page"
 _TYPES = {"index.html": "text/html", "page.js": "text/javascript"}
+TIMEOUT_SECONDS = 10.0  # a query the page waits for
 
 
-def page_app(prometheus_url: str) -> web.Application:
+def page_app(prometheus_url: str, *, timeout_seconds: float = TIMEOUT_SECONDS) -> web.Application:
     """An app serving the page at `/` and `page.js`, and `/api/v1/{query,query_range,alerts}`
     forwarded to `prometheus_url` (GET only; Prometheus' answer and status as they are, 502
     when it cannot be reached)."""
@@ -25,7 +26,7 @@ def page_app(prometheus_url: str) -> web.Application:
     session: list[aiohttp.ClientSession] = []
 
     async def open_session(_: web.Application) -> None:
-        session.append(aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)))
+        session.append(aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)))
 
     async def close_session(_: web.Application) -> None:
         for s in session:
@@ -46,12 +47,14 @@ def page_app(prometheus_url: str) -> web.Application:
         try:
             async with session[0].get(url, params=request.query) as answer:
                 body = await answer.read()
+                # Its own type: a Prometheus starting up answers 503 in plain text.
                 return web.Response(
-                    body=body, status=answer.status, content_type="application/json"
+                    body=body, status=answer.status, content_type=answer.content_type
                 )
         except (aiohttp.ClientError, TimeoutError) as err:
+            why = str(err) or f"no answer within {timeout_seconds:g} s"  # a timeout says nothing
             return web.json_response(
-                {"status": "error", "error": f"Prometheus at {prometheus_url}: {err}"},
+                {"status": "error", "error": f"Prometheus at {prometheus_url}: {why}"},
                 status=502,
             )
 

@@ -8,16 +8,15 @@ One lab for all of it: it is the costliest thing the suite starts.
 import json
 import shutil
 import signal
-import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from helpers import wait_for
+from helpers.chromium import WINDOW, Panels, chromium
 from helpers.kube import api_client
 from helpers.lab_process import running_lab
 from helpers.png import read_png
@@ -26,7 +25,6 @@ from kubernetes import client
 
 pytestmark = pytest.mark.prometheus
 PANELS = ("util-node", "util-pod", "replicas", "idle-cost")  # charts that must show data
-WINDOW = (1000, 800)
 
 
 @pytest.fixture(scope="module")
@@ -102,64 +100,23 @@ def test_the_autoscaler_scales_the_serving_deployment(lab: dict[str, str]) -> No
     assert autoscaler["spec"]["nodePool"]["placeholders"] is True
 
 
-class _Panels(HTMLParser):
-    """Each <section>'s data-* attributes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sections: dict[str, dict[str, str]] = {}
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = {k: v or "" for k, v in attrs}
-        if tag == "section":
-            self.sections[values["id"]] = values
-
-
-def _chromium(tmp_path: Path, url: str, *args: str) -> str:
-    """Headless Chromium on `url` with the flags that work on a closed network."""
-    result = subprocess.run(
-        [
-            "chromium",
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            f"--window-size={WINDOW[0]},{WINDOW[1]}",
-            "--virtual-time-budget=15000",  # the page's fetches and first draw
-            *args,
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
-
-
 def _drawn(tmp_path: Path, lab: dict[str, str]) -> dict[str, dict[str, str]] | None:
-    parser = _Panels()
-    parser.feed(_chromium(tmp_path, lab["page"], "--dump-dom"))
+    parser = Panels()
+    parser.feed(chromium(tmp_path, lab["page"], "--dump-dom"))
     sections = parser.sections
     if all(int(sections.get(p, {}).get("data-points") or 0) > 0 for p in PANELS):
         return sections
     return None
 
 
-def test_the_page_draws_every_panel_in_chromium(lab: dict[str, str], tmp_path: Path) -> None:
+def test_the_page_draws_every_panel_inchromium(lab: dict[str, str], tmp_path: Path) -> None:
     require("chromium")
     wait_for(lambda: _query(lab, "gpufleet_autoscaler_desired_replicas"), timeout=60)
     sections = wait_for(
         lambda: _drawn(tmp_path, lab), timeout=120, poll_seconds=2, what="every panel drawn"
     )
     assert "data-error" not in sections["alerts"] and "data-points" in sections["alerts"]
-    _chromium(tmp_path, lab["page"], f"--screenshot={tmp_path / 'page.png'}")
+    chromium(tmp_path, lab["page"], f"--screenshot={tmp_path / 'page.png'}")
     width, height, rows = read_png((tmp_path / "page.png").read_bytes())
     assert (width, height) == WINDOW
     bpp = len(rows[0]) // width

@@ -1,8 +1,13 @@
 """The lab's web page server over real loopback HTTP: the page, and only Prometheus'
 read-only query endpoints forwarded (the page in a browser is tested in test_main.py)."""
 
+import asyncio
+
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from helpers import free_port
+from helpers.chromium import Panels, chromium
+from helpers.tools import require
 
 from gpufleet.lab.web import page_app
 
@@ -47,3 +52,73 @@ async def test_prometheus_down_is_a_json_error_the_page_shows() -> None:
         assert body["status"] == "error" and "Prometheus at http://127.0.0.1:" in body["error"]
     finally:
         await client.close()
+
+
+async def prometheus_answering(handler) -> TestServer:
+    """A stand-in Prometheus whose /api/v1/query answers with `handler`."""
+    app = web.Application()
+    app.router.add_get("/api/v1/query", handler)
+    server = TestServer(app)
+    await server.start_server()
+    return server
+
+
+async def test_a_prometheus_starting_up_is_forwarded_as_it_answers() -> None:
+    """Prometheus answers 503 in plain text while it starts: the lab called it JSON, and
+    the page showed "SyntaxError: ... is not valid JSON"."""
+
+    async def starting(_: web.Request) -> web.Response:
+        return web.Response(status=503, text="Service Unavailable")
+
+    prometheus = await prometheus_answering(starting)
+    client = await client_for(str(prometheus.make_url("")).rstrip("/"))
+    try:
+        answer = await client.get("/api/v1/query", params={"query": "up"})
+        assert (answer.status, answer.content_type) == (503, "text/plain")
+        assert await answer.text() == "Service Unavailable"
+    finally:
+        await client.close()
+        await prometheus.close()
+
+
+async def test_a_hung_prometheus_is_an_error_that_says_so() -> None:
+    """A timeout's own text is empty: the page said "Prometheus at ...: " and nothing."""
+
+    async def hung(_: web.Request) -> web.Response:
+        await asyncio.sleep(30)
+        return web.Response(text="{}")
+
+    prometheus = await prometheus_answering(hung)
+    client = TestClient(
+        TestServer(page_app(str(prometheus.make_url("")).rstrip("/"), timeout_seconds=0.2))
+    )
+    await client.start_server()
+    try:
+        answer = await client.get("/api/v1/query", params={"query": "up"})
+        assert answer.status == 502
+        assert (await answer.json())["error"].endswith(": no answer within 0.2 s")
+    finally:
+        await client.close()
+        await prometheus.close()
+
+
+async def test_with_prometheus_down_each_panel_keeps_its_title_and_one_error_line(
+    tmp_path,
+) -> None:
+    """The page opened with Prometheus down had untitled panels and a new error line every
+    5 s (35 after 30 s); after a failure the old chart stayed under "now"."""
+    require("chromium")
+    client = await client_for(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    try:
+        # 15 s of the page's virtual time: three refreshes
+        dom = await asyncio.to_thread(chromium, tmp_path, str(client.make_url("/")), "--dump-dom")
+    finally:
+        await client.close()
+    panels = Panels()
+    panels.feed(dom)
+    assert len(panels.sections) == 5
+    for name, attributes in panels.sections.items():
+        assert attributes.get("data-error", "").startswith("Error: Prometheus at"), name
+        body = dom.split(f'id="{name}"', 1)[1].split("</section>", 1)[0]
+        assert body.count("<h2>") == 1 and body.count('class="empty"') == 1, (name, body)
+        assert "<svg" not in body

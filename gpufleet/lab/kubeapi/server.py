@@ -322,6 +322,8 @@ async def _answer(state: _State, request: web.Request) -> dict[str, Any]:
     segments = [s for s in request.path.split("/") if s]
     if segments == ["version"]:
         return SERVER_VERSION
+    if not segments:  # what kube-apiserver lists at its root: its paths (a browser's view)
+        return {"paths": ["/api", "/api/v1", "/apis", *_group_paths(state), "/version"]}
     if segments == ["api"]:
         return {
             "kind": "APIVersions",
@@ -449,6 +451,11 @@ def _not_allowed(method: str) -> ApiError:
         reason="MethodNotAllowed",
         message=f"the server does not allow this method on the requested resource: {method}",
     )
+
+
+def _group_paths(state: _State) -> list[str]:
+    groups = sorted({gv for gv, _ in state.resources if "/" in gv})
+    return sorted({f"/apis/{gv.split('/')[0]}" for gv in groups} | {f"/apis/{gv}" for gv in groups})
 
 
 def _group_list(state: _State) -> dict[str, Any]:

@@ -11,6 +11,11 @@ const SVG = "http://www.w3.org/2000/svg";
 
 async function api(path, params) {
   const answer = await fetch("api/v1/" + path + "?" + new URLSearchParams(params));
+  if (!(answer.headers.get("Content-Type") || "").includes("json")) {
+    // A Prometheus restarting answers in plain text: say what it said, not a JSON error.
+    const text = (await answer.text()).trim().slice(0, 120);
+    throw new Error(`${answer.status} ${answer.statusText}${text ? ": " + text : ""}`);
+  }
   const body = await answer.json();
   if (body.status !== "success") throw new Error(body.error || answer.statusText);
   return body.data;
@@ -34,13 +39,19 @@ function el(tag, attrs, parent) {
   return node;
 }
 
-function frame(section) {
-  // The panel's title, a fresh SVG and legend; `data-points` counts what was drawn.
+function titled(section) {
+  // The panel emptied to its title: what every draw, and a failed one, starts from.
   section.replaceChildren();
   const title = document.createElement("h2");
   title.textContent = section.dataset.title;
   section.appendChild(title);
-  const svg = el("svg", {viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img"}, section);
+}
+
+function frame(section) {
+  // The panel's title, a fresh SVG and legend; `data-points` counts what was drawn.
+  titled(section);
+  const svg = el("svg", {viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img",
+                         "aria-label": section.dataset.title}, section);
   el("rect", {x: PAD, y: 4, width: W - 2 * PAD, height: H - PAD - 4,
               fill: "none", stroke: "#e5e7eb"}, svg);
   const legend = document.createElement("div");
@@ -90,15 +101,18 @@ function lines(section, series, options) {
   let points = 0;
   series.forEach((s, i) => {
     const color = COLORS[i % COLORS.length];
-    const d = s.values.map(([t, v], j) => `${j ? "L" : "M"}${x(t).toFixed(1)},` +
-                                         `${y(v, !!s.right).toFixed(1)}`).join("");
+    // A gap in the samples (a part down, a metric absent) is a gap in the line, not a ramp.
+    const d = s.values.map(([t, v], j) => {
+      const jump = !j || t - s.values[j - 1][0] > 2 * STEP_SECONDS;
+      return `${jump ? "M" : "L"}${x(t).toFixed(1)},${y(v, !!s.right).toFixed(1)}`;
+    }).join("");
     el("path", {d, fill: "none", stroke: color, "stroke-width": 2,
                 "stroke-dasharray": s.right ? "4 3" : "none"}, svg);
     points += s.values.length;
     key(legend, color, s.name);
   });
   section.dataset.points = String(points);
-  if (!points) note(section, "no data yet");
+  if (!points) note(section, options.empty || "no data yet");
 }
 
 function bars(section, rows, digits) {
@@ -124,16 +138,19 @@ const numeric = (values) => values.map(([t, v]) => [Number(t), Number(v)])
   .filter(([, v]) => Number.isFinite(v));
 
 async function utilByNode(section) {
-  // Per GPU first: a shared GPU's pods' series add up to the GPU's own value.
+  // Per GPU first: a shared GPU's pods' series add up to the GPU's own value. NVML has no
+  // utilization for a MIG-enabled GPU: its instances' pods are in the pod panel.
   const result = await range(
     "avg by (Hostname) (sum by (Hostname, UUID) (DCGM_FI_DEV_GPU_UTIL))");
   lines(section, result.map((r) => ({name: r.metric.Hostname || "?",
-                                     values: numeric(r.values)})), {min: 100});
+                                     values: numeric(r.values)})),
+        {min: 100, empty: "no data: no GPU without MIG reports utilization yet"});
 }
 
 async function utilByPod(section) {
-  const result = await instant(
-    'topk(12, avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{pod!=""}))');
+  // The rules' definition of a pod's use, in % of one GPU: its own GPU_UTIL (its part of a
+  // shared GPU), or its MIG slice's engine activity times its part of the GPU.
+  const result = await instant("topk(12, 100 * pod:gpufleet_gpus_used:sum)");
   bars(section, result.map((r) => ({name: `${r.metric.namespace}/${r.metric.pod}`,
                                     value: Number(r.value[1])}))
     .sort((a, b) => b.value - a.value), 0);
@@ -167,10 +184,7 @@ async function idleCost(section) {
 
 async function alerts(section) {
   const data = await api("alerts", {});
-  section.replaceChildren();
-  const title = document.createElement("h2");
-  title.textContent = section.dataset.title;
-  section.appendChild(title);
+  titled(section);
   const list = document.createElement("ul");
   list.className = "alerts";
   const shown = data.alerts.filter((a) => a.state === "firing" || a.state === "pending");
@@ -195,7 +209,12 @@ async function refresh() {
     const section = document.getElementById(id);
     try {
       await draw(section);
+      delete section.dataset.error;
     } catch (err) {
+      // One line in place of the chart: a stale chart under "now" would read as current,
+      // and a line added at each refresh piled up.
+      titled(section);
+      section.dataset.points = "0";
       section.dataset.error = String(err);
       note(section, "Prometheus: " + err);
     }

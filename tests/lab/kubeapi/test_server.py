@@ -8,6 +8,7 @@ resourceVersion conflicts, Status errors naming the field, selectors, status sub
 import json
 import shutil
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,6 +68,13 @@ def test_discovery_lists_core_groups_and_crds(api: client.ApiClient) -> None:
     names = {r.name: r for r in apps.resources}
     assert names["deployments/scale"].kind == "Scale"
     assert client.VersionApi(api).get_code().git_version.startswith("v1.33")
+
+
+def test_its_root_lists_its_paths_as_kube_apiservers_does(server: FakeApiServer) -> None:
+    """The lab prints the API's URL; opened in a browser it was a 404."""
+    with urllib.request.urlopen(server.url + "/", timeout=5) as answer:
+        paths = json.load(answer)["paths"]
+    assert {"/api", "/api/v1", "/apis", "/apis/apps", "/apis/apps/v1", "/version"} <= set(paths)
 
 
 def test_scale_subresource_is_a_real_autoscaling_v1_scale(api: client.ApiClient) -> None:
