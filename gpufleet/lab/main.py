@@ -13,8 +13,8 @@
   - real Prometheus with rules/ scraping all of it, and Alertmanager, when installed;
   - a web page of the dashboards' key panels, drawn from Prometheus.
 
-Every URL is printed once all of it runs. Port 0 in any address picks a free port. Pods
-come and go every few seconds on the first node, so attribution is visibly live. With
+Every URL is printed once all of it runs. Port 0 in any address picks a free port. A pod
+of the first node is replaced every 10 s (--churn-seconds), so attribution is visibly live. With
 `--dra N`, the first node's first N whole GPUs go to pods through DRA claims instead, and
 the API server holds its pods and the gpu.nvidia.com ResourceSlice the exporter joins.
 """
@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import random
 import signal
 import socket
 import sys
@@ -127,11 +128,30 @@ def _free(flag: str, address: tuple[str, int]) -> tuple[str, int]:
     """The address with port 0 replaced by a free port; OSError naming `flag` if taken."""
     host, port = address
     if port == 0:
-        with socket.socket() as probe:
-            probe.bind((host, 0))
-            return host, probe.getsockname()[1]
+        return host, _unused_port(host)
     prom.check_free(host, port, flag)
     return address
+
+
+def _unused_port(host: str) -> int:
+    """A port nothing listens on, for a child to bind later: below the kernel's ephemeral
+    range. One the kernel picked (a bind to port 0) it may give to any connection's source
+    port, or another bind to 0, before the child binds it (the suite's labs failed with
+    "address already in use" beside tests that connect)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    for _ in range(100):
+        port = random.randint(max(1024, low - 12000), max(1024, low - 1))
+        try:
+            prom.check_free(host, port, "")
+        except OSError:
+            continue
+        return port
+    with socket.socket() as probe:  # every one tried was taken: let the kernel choose
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
 
 
 def _url(address: tuple[str, int], path: str = "") -> str:
