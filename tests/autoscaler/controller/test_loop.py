@@ -1154,6 +1154,17 @@ async def test_status_names_the_term_that_bound_the_decision(api: client.ApiClie
     assert conditions(api)["ScalingActive"][1] == "MissingMetrics"  # not InvalidSpec
 
 
+async def one_tick_at_min_two(api: client.ApiClient, target: dict) -> None:
+    """One tick of a GPUAutoscaler on `target` with minReplicas 2 and Prometheus down:
+    the count is held, never lowered, but raised to the minimum."""
+    autoscaler(api, {"scaleTargetRef": target, "minReplicas": 2, "maxReplicas": 4})
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+
+
 async def test_any_kind_with_a_scale_subresource_a_leaderworkerset(api: client.ApiClient) -> None:
     """A custom resource's scale subresource, found through discovery."""
     deploy(api)
@@ -1173,23 +1184,14 @@ async def test_any_kind_with_a_scale_subresource_a_leaderworkerset(api: client.A
         {"status": {"replicas": 1, "hpaPodSelector": "app=vllm"}},
         _content_type="application/merge-patch+json",
     )
-    autoscaler(
+    await one_tick_at_min_two(
         api,
         {
-            "scaleTargetRef": {
-                "apiVersion": "leaderworkerset.x-k8s.io/v1",
-                "kind": "LeaderWorkerSet",
-                "name": "llama-70b",
-            },
-            "minReplicas": 2,
-            "maxReplicas": 4,
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "name": "llama-70b",
         },
     )
-    ctl, prom = controller(api, "http://127.0.0.1:9")
-    try:
-        await ctl.tick()
-    finally:
-        await prom.close()
     got = client.CustomObjectsApi(api).get_namespaced_custom_object(*lws, "llama-70b")
     # Prometheus is down (held, never lowered), but minReplicas 2 raises it from 1.
     assert got["spec"]["replicas"] == 2
@@ -1213,23 +1215,9 @@ async def test_a_replicationcontroller_of_the_core_group(api: client.ApiClient) 
             },
         },
     )
-    autoscaler(
-        api,
-        {
-            "scaleTargetRef": {
-                "apiVersion": "v1",
-                "kind": "ReplicationController",
-                "name": "vllm-rc",
-            },
-            "minReplicas": 2,
-            "maxReplicas": 4,
-        },
+    await one_tick_at_min_two(
+        api, {"apiVersion": "v1", "kind": "ReplicationController", "name": "vllm-rc"}
     )
-    ctl, prom = controller(api, "http://127.0.0.1:9")
-    try:
-        await ctl.tick()
-    finally:
-        await prom.close()
     got = client.CoreV1Api(api).read_namespaced_replication_controller_scale("vllm-rc", NS)
     assert (got.spec.replicas, got.status.selector) == (2, "app=vllm")
     assert status(api)["currentReplicas"] == 1  # vllm-0, which its selector selects
