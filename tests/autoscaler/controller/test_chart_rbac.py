@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from helpers import wait_for
 from helpers.chart_rbac import NAMESPACE, RELEASE, admin, as_the_chart_grants, client_with, refused
 from helpers.e2e import Prometheus
 from helpers.kube import create_autoscaler, create_vllm
@@ -54,6 +55,13 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
     pod = MetricsServer(vllm_queue())
     prom = Prometheus(tmp_path_factory.mktemp("prom"), pod.address, labels={"namespace": NS})
     try:
+        # Up and scraping: a query refused while it starts holds the count, and the
+        # scale-down (deletion costs first) would never be written.
+        wait_for(
+            lambda: prom.query("count_over_time(vllm:num_requests_waiting[1m]) >= 3"),
+            timeout=30,
+            what="three scrapes",
+        )
         yield prom
     finally:
         prom.stop()
@@ -121,6 +129,10 @@ async def test_every_call_the_autoscaler_makes_is_granted_by_the_chart(
         assert kept["llm/chat"] == 0
         assert ctl.stats.errors == {"kube_not_found": 1}  # the deleted target's scale
         assert refused(server) == []
+        made = {(r.method, r.path.rsplit("/", 1)[-1]) for r in server.requests if r.status < 300}
+        # the writes this was about: the scale both ways, deletion costs, Events, the lease
+        assert {("PATCH", "scale"), ("PATCH", "vllm-0"), ("POST", "events")} <= made
+        assert ("PUT", ACCOUNT) in made
         # and the authorizer refuses what the chart does not grant
         with pytest.raises(client.ApiException) as err:
             client.CoreV1Api(api).delete_namespaced_pod("vllm-0", NS)
