@@ -404,11 +404,36 @@ async def _observe(
             else:
                 load = f"Poisson load of {args.rate:g} requests/s"
             lab.print(load)
-            await stop.wait()
+            watch = asyncio.create_task(watch_children(lab.children, stop))
+            try:
+                await stop.wait()
+            finally:
+                watch.cancel()
         finally:
             await runner.cleanup()
     finally:
         await asyncio.to_thread(workload.stop)
+
+
+async def watch_children(
+    children: Sequence[prom.Child], stop: asyncio.Event, every_seconds: float = 1.0
+) -> None:
+    """One line for each child (Prometheus, Alertmanager, the autoscaler) that exits while
+    the lab runs: its panels and alerts stop, and nothing else would say why."""
+    told: set[int] = set()
+    while not stop.is_set():
+        for child in children:
+            code = child.exit_code()
+            if code is not None and id(child) not in told:
+                told.add(id(child))
+                log.error(
+                    "%s exited with code %d (see %s); the lab runs on without it",
+                    child.name,
+                    code,
+                    child.log_file,
+                )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_seconds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -70,6 +70,10 @@ class Child:
             time.sleep(0.2)
         raise LabProcessError(f"{self.name} did not answer at {self.url} (see {self.log_file})")
 
+    def exit_code(self) -> int | None:
+        """Its exit code once it has exited; None while it runs."""
+        return self._proc.poll()
+
     def stop(self) -> None:
         if self._proc.poll() is None:
             self._proc.terminate()

@@ -5,9 +5,12 @@ draws every panel in a real (headless) Chromium.
 One lab for all of it: it is the costliest thing the suite starts.
 """
 
+import asyncio
 import json
+import logging
 import shutil
 import signal
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,6 +25,9 @@ from helpers.lab_process import running_lab
 from helpers.png import read_png
 from helpers.tools import require
 from kubernetes import client
+
+from gpufleet.lab.main import watch_children
+from gpufleet.lab.prometheus import Child
 
 pytestmark = pytest.mark.prometheus
 PANELS = ("util-node", "util-pod", "replicas", "idle-cost")  # charts that must show data
@@ -131,3 +137,24 @@ def test_the_page_draws_every_panel_inchromium(lab: dict[str, str], tmp_path: Pa
         # Inside the chart (legends excluded): a blank chart has none; a line of the lab's
         # first minute, a few dozen.
         assert coloured > 20, f"{panel}: {coloured} coloured pixels"
+
+
+async def test_a_child_that_exits_while_the_lab_runs_is_one_line(tmp_path: Path, caplog) -> None:
+    """Prometheus or the autoscaler dying left the lab's terminal silent: only the page's
+    panels froze."""
+    caplog.set_level(logging.ERROR, logger="gpufleet.lab.main")
+    child = Child(
+        [sys.executable, "-c", "raise SystemExit(3)"],
+        tmp_path / "child.log",
+        url="http://127.0.0.1:9",
+        name="Prometheus",
+    )
+    stop = asyncio.Event()
+    watch = asyncio.create_task(watch_children([child], stop, every_seconds=0.05))
+    await asyncio.to_thread(wait_for, lambda: caplog.records, what="the line")
+    await asyncio.sleep(0.3)  # several more polls: still one line
+    stop.set()
+    await watch
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Prometheus exited with code 3 (see {tmp_path / 'child.log'}); the lab runs on without it"
+    ]
