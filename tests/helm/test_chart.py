@@ -2,6 +2,7 @@
 object against its schema (kubernetes-validate's for Kubernetes kinds, strict; the
 vendored prometheus-operator CRD schemas, closed to unknown fields, for its kinds)."""
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,23 @@ def test_crd_schema_check_catches_a_bad_field():
             {"devicePlugin": {"metricsAddress": "9401"}},
             "devicePlugin.metricsAddress: Does not match pattern",
             id="metrics-address-without-port",
+        ),
+        # bound to loopback, the plugin's probes (on the pod's IP) failed: a restart loop
+        pytest.param(
+            {"devicePlugin": {"metricsAddress": "127.0.0.1:9401"}},
+            "devicePlugin.metricsAddress: Does not match pattern",
+            id="metrics-address-on-loopback",
+        ),
+        # NVIDIA's chart refuses both, and the config-manager failed on unlabelled nodes
+        pytest.param(
+            {"config": {"name": "mine", "map": {"a": "version: v1"}}},
+            "only one of config.name (an existing ConfigMap of configs) and config.map",
+            id="config-name-and-map",
+        ),
+        pytest.param(
+            {"config": {"map": {"a": "version: v1", "b": "version: v1"}}},
+            "config.map has no default config: set config.default, or a fallback",
+            id="config-map-without-a-default",
         ),
     ],
 )
@@ -404,3 +422,51 @@ def test_the_keda_scaler_serves_tls_from_its_secret(tmp_path):
         "autoscaler.kedaScaler.verifyClients needs autoscaler.kedaScaler.tlsSecret"
         in refused.stderr
     )
+
+
+@pytest.mark.parametrize("release", ["gf", "r" * 27, "r" * 44, "r" * 53])
+def test_a_long_release_name_keeps_every_name_valid_and_its_own(release, tmp_path):
+    """Names were <release>-gpufleet-<component> cut at 63: from a 27-character release the
+    external metrics Service was over 63 (the API server refuses it), from 43 the four
+    dashboards had one name, from 44 the autoscaler's job was cut to "-autoscal" (the alerts
+    took it for an exporter), and at 53, Helm's most, every component had one name."""
+    values, apis = VALUE_SETS["all-options"]
+    objects = render(values, tmp_path=tmp_path, api_versions=apis, release=release)
+    names = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    assert len(names) == len(set(names)), sorted(names)
+    for kind, name in names:
+        if kind in ("Service", "DaemonSet", "Deployment", "ConfigMap", "ServiceMonitor"):
+            assert len(name) <= 63, (kind, name)
+    for o in objects:
+        for value in (o["metadata"].get("labels") or {}).values():
+            assert len(value) <= 63, (o["kind"], o["metadata"]["name"], value)
+    for component in ("exporter", "plugin", "autoscaler"):
+        assert any(n.endswith(f"-{component}") for _, n in names), component
+
+
+def test_it_renders_as_a_subchart(tmp_path):
+    """Helm gives a subchart `global`, and an umbrella chart's `condition: gpufleet.enabled`
+    puts `enabled` in its values: the closed schema refused both, so no umbrella chart
+    could depend on this one."""
+    umbrella = tmp_path / "umbrella"
+    (umbrella / "charts").mkdir(parents=True)
+    (umbrella / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: platform\nversion: 1.0.0\n"
+        "dependencies:\n- name: gpufleet\n  version: '>=0.0.0-0'\n"
+        "  condition: gpufleet.enabled\n"
+    )
+    (umbrella / "values.yaml").write_text(
+        "global: {imageRegistry: registry.example}\ngpufleet: {enabled: true}\n"
+    )
+    shutil.copytree(CHART, umbrella / "charts" / "gpufleet")
+    objects = render({}, tmp_path=tmp_path, chart=umbrella)
+    assert find(objects, "DaemonSet", "-exporter")
+
+
+def test_without_leader_election_the_autoscaler_is_replaced_not_rolled(tmp_path):
+    """One writer and no lease: a rolling update ran the old and the new replica together,
+    both writing, for at least a tick of every upgrade."""
+    single = render({"autoscaler": {"replicas": 1, "leaderElect": False}}, tmp_path=tmp_path)
+    assert find(single, "Deployment", "-autoscaler")["spec"]["strategy"] == {"type": "Recreate"}
+    elected = render({}, tmp_path=tmp_path)
+    assert "strategy" not in find(elected, "Deployment", "-autoscaler")["spec"]

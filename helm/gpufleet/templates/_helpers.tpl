@@ -17,10 +17,15 @@
 {{- end -}}
 {{- end -}}
 
-{{/* A component's name: <fullname>-<component>. Call with (list $ "exporter"). */}}
+{{/* A component's name: <fullname>-<component>, at most 63 characters (a Service's
+limit, and a label's: its job). A long fullname is cut, never the component: cutting the
+component gave components one name, and the autoscaler's job a name the alerts did not
+know. Call with (list $ "exporter"). */}}
 {{- define "gpufleet.component" -}}
 {{- $root := index . 0 -}}
-{{- printf "%s-%s" (include "gpufleet.fullname" $root) (index . 1) | trunc 63 | trimSuffix "-" -}}
+{{- $component := index . 1 -}}
+{{- $room := sub 62 (len $component) | int -}}
+{{- printf "%s-%s" (include "gpufleet.fullname" $root | trunc $room | trimSuffix "-") $component -}}
 {{- end -}}
 
 {{- define "gpufleet.selectorLabels" -}}
