@@ -169,8 +169,9 @@ def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
 def test_hardening(value_set, tmp_path):
-    """Every container: no escalation, no capabilities, read-only root; every pod:
-    seccomp RuntimeDefault; the autoscaler non-root; DaemonSets with a priority class."""
+    """Every container: no escalation, no capabilities (but the plugin's SYS_ADMIN where
+    it may serve MIG, as NVIDIA's: below), read-only root; every pod: seccomp
+    RuntimeDefault; the autoscaler non-root; DaemonSets with a priority class."""
     values, apis = VALUE_SETS[value_set]
     objects = render(values, tmp_path=tmp_path, api_versions=apis)
     workloads = [o for o in objects if o["kind"] in ("DaemonSet", "Deployment")]
@@ -179,7 +180,10 @@ def test_hardening(value_set, tmp_path):
         spec = pod_spec(workload)
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         for c in spec["containers"] + spec.get("initContainers", []):
-            assert c["securityContext"] == {
+            context = dict(c["securityContext"])
+            if c["name"] == "plugin" and context["capabilities"].get("add") == ["SYS_ADMIN"]:
+                context["capabilities"] = {"drop": context["capabilities"]["drop"]}
+            assert context == {
                 "allowPrivilegeEscalation": False,
                 "readOnlyRootFilesystem": True,
                 "capabilities": {"drop": ["ALL"]},
@@ -470,3 +474,39 @@ def test_without_leader_election_the_autoscaler_is_replaced_not_rolled(tmp_path)
     assert find(single, "Deployment", "-autoscaler")["spec"]["strategy"] == {"type": "Recreate"}
     elected = render({}, tmp_path=tmp_path)
     assert "strategy" not in find(elected, "Deployment", "-autoscaler")["spec"]
+
+
+@pytest.mark.parametrize(
+    ("values", "monitor", "sys_admin"),
+    [
+        pytest.param({}, False, False, id="default"),
+        pytest.param({"migStrategy": "none"}, False, False, id="mig-none"),
+        pytest.param({"migStrategy": "mixed"}, True, True, id="mig-mixed"),
+        pytest.param({"config": {"name": "theirs", "default": "a"}}, True, True, id="external"),
+        pytest.param(
+            {"config": {"map": {"a": "version: v1\nflags: {migStrategy: single}\n"}}},
+            True,
+            True,
+            id="map-with-mig",
+        ),
+        pytest.param(
+            {"config": {"map": {"a": "version: v1\nflags: {migStrategy: none}\n"}}},
+            False,
+            False,
+            id="map-without-mig",
+        ),
+        pytest.param({"deviceListStrategy": "volume-mounts"}, False, True, id="volume-mounts"),
+    ],
+)
+def test_the_plugin_gets_the_mig_monitor_devices_where_nvidias_chart_gives_them(
+    values, monitor: bool, sys_admin: bool, tmp_path
+):
+    """NVIDIA's chart adds NVIDIA_MIG_MONITOR_DEVICES=all and SYS_ADMIN wherever MIG may be
+    served (and SYS_ADMIN for volume-mounts): without them NVML answers "Insufficient
+    Permissions" on MIG devices (NVIDIA #399, #229, #609). gpufleet's dropped both."""
+    plugin = container(find(render(values, tmp_path=tmp_path), "DaemonSet", "-plugin"), "plugin")
+    env = {e["name"]: e.get("value") for e in plugin["env"]}
+    assert (env.get("NVIDIA_MIG_MONITOR_DEVICES") == "all") is monitor
+    capabilities = plugin["securityContext"]["capabilities"]
+    assert capabilities["drop"] == ["ALL"]
+    assert (capabilities.get("add") == ["SYS_ADMIN"]) is sys_admin

@@ -17,7 +17,7 @@ from gpufleet.plugin.settings import PluginSettings, resolve_config
 from gpufleet.settings import _env_names, build_parser, load_settings
 
 # For the container runtime (NVIDIA's), not for the daemon.
-RUNTIME_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
+RUNTIME_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_MONITOR_DEVICES"}
 # The downward API's values, as the kubelet would fill them in.
 FIELD_REFS = {"spec.nodeName": "gpu-node-1", "metadata.namespace": "gpu", "metadata.name": "pod-0"}
 

@@ -127,6 +127,26 @@ init container and sidecar run. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* "true" where the plugin may serve MIG devices, as NVIDIA's chart decides it
+(allPossibleMigStrategiesAreNone): a migStrategy other than none; or, with none given, an
+external config (which may set one), or a config.map entry whose flags set one other than
+none. Its container then gets the MIG monitor devices and SYS_ADMIN, as NVIDIA's does:
+NVML answers "Insufficient Permissions" on MIG devices without them. */}}
+{{- define "gpufleet.pluginMayServeMig" -}}
+{{- if .Values.migStrategy -}}
+{{- if ne .Values.migStrategy "none" }}true{{ end -}}
+{{- else if .Values.config.name -}}
+true
+{{- else -}}
+{{- $any := false -}}
+{{- range $_, $contents := .Values.config.map -}}
+{{- $flags := ($contents | fromYaml).flags -}}
+{{- if and $flags (ne (toString $flags.migStrategy) "none") }}{{ $any = true }}{{ end -}}
+{{- end -}}
+{{- if $any }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The Prometheus Operator's API, served by the cluster (or given with --api-versions). */}}
 {{- define "gpufleet.hasPrometheusOperator" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
