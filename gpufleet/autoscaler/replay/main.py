@@ -28,7 +28,7 @@ DESCRIPTION = """Replay request traces through the autoscaling policies in a sim
 cluster (replica cold starts, node provisioning, batch-slot serving, delayed metrics) and
 compare SLO attainment and GPU-hours against a clairvoyant oracle.
 
-  gpufleet simulate --trace azure-llm-2023-conv.csv
+  gpufleet simulate --trace ../shared/traces/azure-llm-2023-conv.csv
   gpufleet simulate --trace code.csv,conv.csv --report out/
   gpufleet simulate --trace conv.csv --sweep --report sweep/
 
