@@ -124,6 +124,12 @@ def test_crd_schema_check_catches_a_bad_field():
             "devicePlugin.metricsAddress: Does not match pattern",
             id="metrics-address-on-loopback",
         ),
+        # NVIDIA's `image` carried over ran NVIDIA's plugin image as all three daemons
+        pytest.param(
+            {"image": {"repository": "registry.example.com/nvidia/k8s-device-plugin"}},
+            "image.repository is registry.example.com/nvidia/k8s-device-plugin, NVIDIA's",
+            id="nvidias-image-carried-over",
+        ),
         # NVIDIA's chart refuses both, and the config-manager failed on unlabelled nodes
         pytest.param(
             {"config": {"name": "mine", "map": {"a": "version: v1"}}},
@@ -510,3 +516,20 @@ def test_the_plugin_gets_the_mig_monitor_devices_where_nvidias_chart_gives_them(
     capabilities = plugin["securityContext"]["capabilities"]
     assert capabilities["drop"] == ["ALL"]
     assert (capabilities.get("add") == ["SYS_ADMIN"]) is sys_admin
+
+
+def test_the_exporters_monitor_takes_dcgm_exporters_relabelings_after_its_own(tmp_path):
+    """The only way to add them was exporter.webConfig.scrape, whose keys duplicated the
+    endpoint's: Helm kept the last, and a user's relabelings replaced the chart's labeldrop."""
+    mine = {"action": "replace", "targetLabel": "cluster", "replacement": "east"}
+    drop = {"action": "drop", "sourceLabels": ["__name__"], "regex": "DCGM_FI_DEV_ECC_.*"}
+    values = {"serviceMonitor": {"relabelings": [mine], "metricRelabelings": [drop]}}
+    monitor = find(render(values, tmp_path=tmp_path), "ServiceMonitor", "-exporter")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["relabelings"] == [
+        {"action": "labeldrop", "regex": "(pod|namespace|container)"},
+        mine,
+    ]
+    assert endpoint["metricRelabelings"] == [drop]
+    schema = crd_schema(monitor["apiVersion"], monitor["kind"])
+    assert not list(jsonschema.Draft7Validator(schema).iter_errors(monitor))

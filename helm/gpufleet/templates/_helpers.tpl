@@ -44,6 +44,9 @@ helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace 
 {{- end -}}
 
 {{- define "gpufleet.image" -}}
+{{- if contains "k8s-device-plugin" .Values.image.repository -}}
+{{- fail (printf "image.repository is %s, NVIDIA's device plugin's (an NVIDIA values file carried over?): image is gpufleet's one image for all three daemons; NVIDIA's config-manager has configManager.image" .Values.image.repository) -}}
+{{- end -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
