@@ -236,6 +236,16 @@ class WithHeadroom:
         return dataclasses.replace(self.inner.decide(obs), headroom=self.headroom)
 
 
+async def first_tick_with_headroom(ctl: Controller, headroom: int) -> WithHeadroom:
+    """One tick to load the only workload, then its policy asks for `headroom` placeholders,
+    decided at the next tick (not at the next 15 s HPA sync)."""
+    await ctl.tick()
+    (workload,) = ctl._workloads.values()
+    workload.policy = policy = WithHeadroom(workload.policy, headroom)
+    workload.next_decision_at = 0.0
+    return policy
+
+
 def placeholder(api: client.ApiClient):
     try:
         return client.AppsV1Api(api).read_namespaced_deployment("chat-placeholder", NS)
@@ -251,11 +261,7 @@ async def asking_for_headroom(
     deploy(api, gpus=2)
     autoscaler(api, KEDA_SPEC)
     ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}", headroom=kept)
-    await ctl.tick()
-    (workload,) = ctl._workloads.values()
-    workload.policy = policy = WithHeadroom(workload.policy, headroom)
-    workload.next_decision_at = 0.0
-    return ctl, prom, policy
+    return ctl, prom, await first_tick_with_headroom(ctl, headroom)
 
 
 async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
@@ -461,10 +467,7 @@ async def test_a_users_own_pod_template_of_the_buffers_name_is_never_written(
             autoscaler(api, KEDA_SPEC)
             ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
             try:
-                await ctl.tick()
-                (workload,) = ctl._workloads.values()
-                workload.policy = WithHeadroom(workload.policy, 3)
-                workload.next_decision_at = 0.0
+                await first_tick_with_headroom(ctl, 3)
                 await ticks_until(ctl, lambda: ctl.stats.errors["kube_conflict"] >= 2)
             finally:
                 await prom.close()
@@ -491,10 +494,7 @@ async def test_a_nodepool_limit_caps_the_headroom_and_says_so(
     )
     ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
     try:
-        await ctl.tick()
-        (workload,) = ctl._workloads.values()
-        workload.policy = WithHeadroom(workload.policy, 3)
-        workload.next_decision_at = 0.0
+        await first_tick_with_headroom(ctl, 3)
         # one node of 2 GPUs, taken by the replicas: no room for any placeholder
         await ticks_until(
             ctl, lambda: conditions(api).get("NodeHeadroom") == ("False", "NodePoolLimit")
@@ -525,10 +525,7 @@ async def three_placeholders_in_h100(api: client.ApiClient, ctl: Controller) -> 
     autoscaler(
         api, {**KEDA_SPEC, "gpu": {"count": 2}, "nodePool": {"name": "h100", "gpusPerNode": 2}}
     )
-    await ctl.tick()
-    (workload,) = ctl._workloads.values()
-    workload.policy = WithHeadroom(workload.policy, 3)
-    workload.next_decision_at = 0.0
+    await first_tick_with_headroom(ctl, 3)
     await ticks_until(ctl, lambda: status(api).get("desiredReplicas") is not None)
     limit = 2 * (status(api)["desiredReplicas"] + 3)
     pool = {"metadata": {"name": "h100"}, "spec": {"limits": {"nvidia.com/gpu": str(limit)}}}
