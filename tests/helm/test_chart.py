@@ -10,7 +10,15 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from helpers.helm import CHART, VALUE_SETS, container, find, render, run_helm
+from helpers.helm import (
+    CHART,
+    PROMETHEUS_OPERATOR,
+    VALUE_SETS,
+    container,
+    find,
+    render,
+    run_helm,
+)
 
 CRD_SCHEMAS = Path(__file__).parents[1] / "data" / "crds"
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and a current one.
@@ -533,3 +541,35 @@ def test_the_exporters_monitor_takes_dcgm_exporters_relabelings_after_its_own(tm
     assert endpoint["metricRelabelings"] == [drop]
     schema = crd_schema(monitor["apiVersion"], monitor["kind"])
     assert not list(jsonschema.Draft7Validator(schema).iter_errors(monitor))
+
+
+def test_kubelet_root_moves_the_host_paths_not_the_mounts(tmp_path):
+    """/var/lib/kubelet was written into both DaemonSets: on k0s or microk8s the exporter's
+    and the plugin's hostPath volumes (type Directory) kept the pods from starting."""
+    objects = render({"kubeletRoot": "/var/lib/k0s/kubelet/"}, tmp_path=tmp_path)
+    for suffix, volume, mounted in (
+        ("-exporter", "pod-resources", "/var/lib/kubelet/pod-resources"),
+        ("-exporter", "device-plugins", "/var/lib/kubelet/device-plugins"),
+        ("-plugin", "device-plugins", "/var/lib/kubelet/device-plugins"),
+    ):
+        spec = pod_spec(find(objects, "DaemonSet", suffix))
+        (host,) = [v["hostPath"]["path"] for v in spec["volumes"] if v["name"] == volume]
+        assert host == f"/var/lib/k0s/kubelet/{volume}"
+        mounts = [m["mountPath"] for c in spec["containers"] for m in c.get("volumeMounts", ())]
+        assert mounted in mounts  # where the daemons look, unchanged
+
+
+def test_the_gpu_price_may_come_from_helm_set(tmp_path):
+    """helm --set rules.gpuHourlyPrice=2.5 keeps 2.5 a string, which the schema refused."""
+    done = run_helm(
+        "template",
+        "gf",
+        str(CHART),
+        "--api-versions",
+        PROMETHEUS_OPERATOR,
+        "--set",
+        "rules.gpuHourlyPrice=2.5",
+        tmp_path=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "vector(2.5)" in done.stdout
