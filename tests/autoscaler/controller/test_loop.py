@@ -84,6 +84,17 @@ def controller(
     return ctl, prom
 
 
+async def one_tick_without_prometheus(api: client.ApiClient) -> Controller:
+    """A controller's one tick with nothing listening for Prometheus: every signal
+    missing, the count held (never lowered)."""
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        await ctl.tick()
+    finally:
+        await prom.close()
+    return ctl
+
+
 def status(api: client.ApiClient) -> dict:
     return client.CustomObjectsApi(api).get_namespaced_custom_object(*GPA, "chat").get("status", {})
 
@@ -700,11 +711,7 @@ async def test_missing_metrics_hold_the_count(
 ) -> None:
     deploy(api, replicas=replicas)
     autoscaler(api, {**KEDA_SPEC, "maxReplicas": maximum})
-    ctl, prom = controller(api, "http://127.0.0.1:9")  # nothing listens there
-    try:
-        await ctl.tick()
-    finally:
-        await prom.close()
+    ctl = await one_tick_without_prometheus(api)  # nothing listens there
     assert scale(api) == held
     assert conditions(api)["ScalingActive"][1] == "MissingMetrics"
     assert ctl.stats.errors["prometheus_unavailable"] >= 1
@@ -753,11 +760,7 @@ async def test_the_spec_tells_the_policy_of_placeholders_and_the_idle_period(
         "nodePool": {"placeholders": False},
     }
     autoscaler(api, spec)
-    ctl, prom = controller(api, "http://127.0.0.1:9")
-    try:
-        await ctl.tick()
-    finally:
-        await prom.close()
+    ctl = await one_tick_without_prometheus(api)
     settings = ctl._workloads[(NS, "chat")].policy.settings
     assert (settings.placeholders, settings.idle_seconds_to_zero) == (False, 45.0)
 
@@ -796,11 +799,7 @@ async def test_a_keda_workload_starts_as_a_new_scaled_object(api: client.ApiClie
     GPUAutoscaler is a new ScaledObject, never active yet."""
     deploy(api)
     autoscaler(api, KEDA_SPEC)
-    ctl, prom = controller(api, "http://127.0.0.1:9")
-    try:
-        await ctl.tick()
-    finally:
-        await prom.close()
+    ctl = await one_tick_without_prometheus(api)
     assert ctl._workloads[(NS, "chat")].policy._active_at_start is False
 
 
@@ -825,11 +824,7 @@ async def test_an_open_scheduled_window_sets_the_floor(api: client.ApiClient) ->
     deploy(api, replicas=1)
     always = {"name": "office", "schedule": "* * * * *", "duration": "1h", "minReplicas": 3}
     autoscaler(api, {**KEDA_SPEC, "schedules": [always]})
-    ctl, prom = controller(api, "http://127.0.0.1:9")  # no metrics: the count is held
-    try:
-        await ctl.tick()
-    finally:
-        await prom.close()
+    await one_tick_without_prometheus(api)  # no metrics: the count is held
     assert scale(api) == 3
     events = client.EventsV1Api(api).list_namespaced_event(NS).items
     (event,) = [e for e in events if e.action == "Scale" and e.type == "Normal"]
@@ -851,11 +846,7 @@ async def test_it_refuses_to_fight_an_hpa(api: client.ApiClient, serving_pod: st
         },
     )
     autoscaler(api, {**KEDA_SPEC, "minReplicas": 2})
-    ctl, prom = controller(api, "http://127.0.0.1:9")
-    try:
-        await ctl.tick()
-    finally:
-        await prom.close()
+    await one_tick_without_prometheus(api)
     assert scale(api) == 1  # minReplicas 2 would raise it, but an HPA owns the target
     assert conditions(api)["AbleToScale"] == ("False", "Competing")
     notes = [e.note for e in client.EventsV1Api(api).list_namespaced_event(NS).items]
@@ -1125,11 +1116,7 @@ async def test_a_restarted_controller_resumes_what_the_policy_learned(
         {"status": {"learned": learned}},
         _content_type="application/merge-patch+json",
     )
-    ctl, prom = controller(api, "http://127.0.0.1:9")
-    try:
-        await ctl.tick()
-    finally:
-        await prom.close()
+    await one_tick_without_prometheus(api)
     resumed = status(api)["learned"]
     assert resumed["samples"] >= 500 and resumed["probe"] == 1.25  # not relearning from 0
 
@@ -1140,11 +1127,7 @@ async def test_status_names_the_term_that_bound_the_decision(api: client.ApiClie
     deploy(api, replicas=3)
     spec = {k: v for k, v in KEDA_SPEC.items() if k not in ("policy", "keda")}
     autoscaler(api, {**spec, "slo": {"ttftSeconds": 2, "targetAttainment": 0.999}})
-    ctl, prom = controller(api, "http://127.0.0.1:9")  # nothing listens: signals missing
-    try:
-        await ctl.tick()
-    finally:
-        await prom.close()
+    await one_tick_without_prometheus(api)  # nothing listens: signals missing
     s = status(api)
     assert (s["reason"], s["boundBy"]) == ("MissingMetrics", "missing signals")
     assert s["message"].endswith("; bound by missing signals")
@@ -1155,11 +1138,7 @@ async def one_tick_at_min_two(api: client.ApiClient, target: dict) -> None:
     """One tick of a GPUAutoscaler on `target` with minReplicas 2 and Prometheus down:
     the count is held, never lowered, but raised to the minimum."""
     autoscaler(api, {"scaleTargetRef": target, "minReplicas": 2, "maxReplicas": 4})
-    ctl, prom = controller(api, "http://127.0.0.1:9")
-    try:
-        await ctl.tick()
-    finally:
-        await prom.close()
+    await one_tick_without_prometheus(api)
 
 
 async def test_any_kind_with_a_scale_subresource_a_leaderworkerset(api: client.ApiClient) -> None:
