@@ -280,18 +280,18 @@ class Cluster:
                     name, namespace, {"template": template["template"]}, _content_type=MERGE_PATCH
                 )
             )
-        args = (BUFFER_GROUP, BUFFER_VERSION, namespace, BUFFER_PLURAL)
         if exists:
-            kube_call(
-                lambda: self._custom.patch_namespaced_custom_object(
-                    *args, name, {"spec": buffer["spec"]}, _content_type=MERGE_PATCH
-                )
-            )
+            self._patch_buffer_spec(namespace, name, buffer["spec"])
         else:
+            args = (BUFFER_GROUP, BUFFER_VERSION, namespace, BUFFER_PLURAL)
             _create_own(buffer, lambda: self._custom.create_namespaced_custom_object(*args, buffer))
 
     def release_buffer(self, namespace: str, name: str) -> None:
         """Set a CapacityBuffer's replicas to 0, leaving the rest of it as it is."""
+        self._patch_buffer_spec(namespace, name, {"replicas": 0})
+
+    def _patch_buffer_spec(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
+        """Merge `spec` into a CapacityBuffer's."""
         kube_call(
             lambda: self._custom.patch_namespaced_custom_object(
                 BUFFER_GROUP,
@@ -299,7 +299,7 @@ class Cluster:
                 namespace,
                 BUFFER_PLURAL,
                 name,
-                {"spec": {"replicas": 0}},
+                {"spec": spec},
                 _content_type=MERGE_PATCH,
             )
         )
