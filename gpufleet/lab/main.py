@@ -206,9 +206,9 @@ async def _run(args: argparse.Namespace) -> None:
     from gpufleet.kube.connect import api_client
     from gpufleet.lab.kubeapi.server import FakeApiServer
 
-    prepare(_exporter_settings(nodes[0], args, 0, {}))  # a mistaken flag first, whatever is taken
-    api_address = _free("--api-address", args.api_address)
-    server = FakeApiServer(port=api_address[1])
+    api_host, api_port = args.api_address
+    api_port = api_port or _unused_port(api_host)
+    server = FakeApiServer(port=api_port)
     kube = {"kube_url": server.url, "kubernetes_enable_pod_labels": True}
     prepared = [
         prepare(
@@ -218,6 +218,8 @@ async def _run(args: argparse.Namespace) -> None:
         )
         for i, n in enumerate(nodes)
     ]
+    # After the flags: a mistaken one is the line to show, whatever port is taken.
+    _free("--api-address", (api_host, api_port))
     with (
         contextlib.ExitStack() as stack,
         tempfile.TemporaryDirectory(prefix="gpufleet-lab-") as tmp,

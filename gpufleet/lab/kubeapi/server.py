@@ -454,8 +454,9 @@ def _not_allowed(method: str) -> ApiError:
 
 
 def _group_paths(state: _State) -> list[str]:
-    groups = sorted({gv for gv, _ in state.resources if "/" in gv})
-    return sorted({f"/apis/{gv.split('/')[0]}" for gv in groups} | {f"/apis/{gv}" for gv in groups})
+    versions = {gv for gv, _ in state.resources if "/" in gv}
+    groups = {gv.split("/")[0] for gv in versions}
+    return sorted({f"/apis/{g}" for g in groups} | {f"/apis/{gv}" for gv in versions})
 
 
 def _group_list(state: _State) -> dict[str, Any]:
