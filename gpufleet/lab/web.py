@@ -26,7 +26,7 @@ def page_app(prometheus_url: str, *, timeout_seconds: float = TIMEOUT_SECONDS) -
     session: list[aiohttp.ClientSession] = []
 
     async def open_session(_: web.Application) -> None:
-        session.append(aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)))
+        session.append(aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_seconds)))
 
     async def close_session(_: web.Application) -> None:
         for s in session:
