@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 
 from gpufleet.autoscaler.controller.stats import Stats
-from gpufleet.autoscaler.controller.workload import Tick
+from gpufleet.autoscaler.controller.workload import Key, Tick
 from gpufleet.autoscaler.core.buffers import capacity_buffer, pod_template
 from gpufleet.autoscaler.core.nodepools import PoolDemand, on_nodepool, pool_headroom, pool_use
 from gpufleet.autoscaler.core.placeholders import (
@@ -23,6 +23,7 @@ from gpufleet.autoscaler.core.placeholders import (
 from gpufleet.autoscaler.core.spec import TargetRef
 from gpufleet.autoscaler.kube.cluster import Cluster, ClusterView
 from gpufleet.kube.errors import KubeError
+from gpufleet.logs import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,9 @@ class HeadroomKeeper:
         self._cluster = cluster
         self._stats = stats
         self._priority_class_ready = False  # the placeholders' PriorityClass exists
+        # The release failures of GPUAutoscalers with an invalid spec, which have no
+        # `Workload` to keep them: ((namespace, name), what) -> its log.
+        self._invalid: dict[tuple[Key, str], OutageLog] = {}
 
     async def keep(self, t: Tick) -> None:
         """Keep `t.headroom` replicas' worth of GPU capacity ahead of the target: as a
@@ -134,27 +138,64 @@ class HeadroomKeeper:
         """Scale `t`'s placeholder pods and CapacityBuffer to 0 where its target cannot be
         read (deleted, or renamed in the spec): they held GPUs, and kept nodes billed, for
         nothing. Through their replicas alone, as the target's pod template is gone with it."""
-        spec = t.workload.spec
-        if t.placeholders:
-            own = TargetRef(
-                api_version="apps/v1", kind="Deployment", name=placeholder_name(spec.name)
-            )
+        w = t.workload
+        await self._release(
+            w.key,
+            placeholders=t.placeholders,
+            buffer=t.buffer,
+            outage=lambda what: w.outage(what, log),
+            kept_as=w.name,
+        )
+
+    async def release_invalid(self, key: Key, view: ClusterView) -> None:
+        """The same for a GPUAutoscaler whose spec is invalid: nothing sizes its headroom
+        while it is, and it held GPUs at its last size for as long as the spec stayed bad.
+        A failure is one outage line per GPUAutoscaler, as for a valid one."""
+
+        def outage(what: str) -> OutageLog:
+            found = self._invalid.get((key, what))
+            if found is None:
+                found = self._invalid[(key, what)] = OutageLog(log, f"{key[0]}/{key[1]}: {what}")
+            return found
+
+        await self._release(
+            key,
+            placeholders=view.placeholders.get(key),
+            buffer=(view.buffers or {}).get(key),
+            outage=outage,
+            kept_as=None,
+        )
+
+    def forget_invalid_all_but(self, keys: set[Key]) -> None:
+        """Drop the failure logs of GPUAutoscalers no longer invalid (or gone)."""
+        self._invalid = {k: v for k, v in self._invalid.items() if k[0] in keys}
+
+    async def _release(
+        self,
+        key: Key,
+        *,
+        placeholders: int | None,
+        buffer: int | None,
+        outage: Callable[[str], OutageLog],
+        kept_as: str | None,
+    ) -> None:
+        namespace, name = key
+        if placeholders:
+            own = TargetRef(api_version="apps/v1", kind="Deployment", name=placeholder_name(name))
             await self._write(
-                t,
+                outage("cannot release its placeholder pods"),
                 0,
                 kept=self._stats.placeholders,
-                action="release its placeholder pods",
-                write=lambda: self._cluster.write_scale(spec.namespace, own, 0),
+                kept_as=kept_as,
+                write=lambda: self._cluster.write_scale(namespace, own, 0),
             )
-        if t.buffer:
+        if buffer:
             await self._write(
-                t,
+                outage("cannot release its CapacityBuffer"),
                 0,
                 kept=self._stats.buffers,
-                action="release its CapacityBuffer",
-                write=lambda: self._cluster.release_buffer(
-                    spec.namespace, placeholder_name(spec.name)
-                ),
+                kept_as=kept_as,
+                write=lambda: self._cluster.release_buffer(namespace, placeholder_name(name)),
             )
 
     async def _keep(
@@ -174,20 +215,23 @@ class HeadroomKeeper:
         if t.template is None or current == want or (current is None and not want):
             kept[t.workload.name] = current or 0
             return
-        await self._write(t, want, kept=kept, action=f"keep {what}", write=write)
+        w = t.workload
+        await self._write(
+            w.outage(f"cannot keep {what}", log), want, kept=kept, kept_as=w.name, write=write
+        )
 
     async def _write(
         self,
-        t: Tick,
+        outage: OutageLog,
         want: int,
         *,
         kept: dict[str, int],
-        action: str,
+        kept_as: str | None,
         write: Callable[[], object],
     ) -> None:
-        """`write` in a thread; `want` kept once it is written. A failure is counted and
-        logged as an outage of `action`, never raised."""
-        outage = t.workload.outage(f"cannot {action}", log)
+        """`write` in a thread; `want` kept (under `kept_as`, where it is a workload's) once
+        it is written. A failure is counted and logged as an outage (`outage`), never
+        raised."""
         try:
             await asyncio.to_thread(write)
         except KubeError as err:
@@ -195,4 +239,5 @@ class HeadroomKeeper:
             outage.failed(f"{want} wanted: {err}", kind=str(err.kind))
             return
         outage.recovered()
-        kept[t.workload.name] = want
+        if kept_as is not None:
+            kept[kept_as] = want

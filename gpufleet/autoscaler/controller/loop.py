@@ -13,8 +13,8 @@ headroom (`headroom`), and writes status only when it says something new, and an
 warm.
 
 Hold, never guess: a failed query holds the count for that tick (never lower), with a
-MissingMetrics condition; a bad spec is a condition and an event naming the field; an API
-error on one workload never stops another.
+MissingMetrics condition; a bad spec is a condition and an event naming the field, and its
+headroom is released until it is mended; an API error on one workload never stops another.
 """
 
 import asyncio
@@ -103,7 +103,10 @@ class Controller:
         now = self._clock()
         view = await asyncio.to_thread(self._cluster.view)
         pods = view.pods
-        ticks = await self._sync(view.autoscalers, now)
+        ticks, invalid = await self._sync(view.autoscalers, now)
+        if self._config.headroom and self._is_leader():
+            for key in invalid:
+                await self._headroom.release_invalid(key, view)
         index = _PodIndex(view.pods)
         rivals = rival_autoscalers(view.autoscalers)
         for t in ticks:
@@ -136,10 +139,13 @@ class Controller:
 
     # --- gather ---
 
-    async def _sync(self, objects: list[dict[str, Any]], now: float) -> list[Tick]:
-        """Workload state for each valid object; invalid ones get a condition and an event."""
+    async def _sync(
+        self, objects: list[dict[str, Any]], now: float
+    ) -> tuple[list[Tick], list[Key]]:
+        """Workload state for each valid object; invalid ones get a condition and an event,
+        and are returned apart."""
         seen: set[Key] = set()
-        ticks = []
+        ticks, invalid = [], []
         for obj in objects:
             meta = obj.get("metadata") or {}
             key = (meta.get("namespace", ""), meta.get("name", ""))
@@ -153,12 +159,14 @@ class Controller:
                 ticks.append(Tick(workload=w, previous_status=previous))
                 continue
             if self._status.reported(key, uid, generation):
-                continue  # still the bad spec already reported
+                invalid.append(key)  # still the bad spec already reported
+                continue
             try:
                 spec = parse_spec(obj)
             except SpecError as err:
                 self._workloads.pop(key, None)
                 await self._status.report_bad_spec(key, uid, generation, err, previous, now)
+                invalid.append(key)
                 continue
             w = self._new_workload(spec, generation, w, previous)
             self._workloads[key] = w
@@ -167,7 +175,8 @@ class Controller:
             del self._workloads[key]
         self._status.forget_all_but(seen)
         self.stats.forget_all_but({w.name for w in self._workloads.values()})
-        return ticks
+        self._headroom.forget_invalid_all_but(set(invalid))
+        return ticks, invalid
 
     def _decide(self, w: Workload, obs: Observation) -> Decision | None:
         """The policy's decision; None, the last one held, when the policy raises: a bug

@@ -315,6 +315,38 @@ async def test_placeholders_of_a_target_gone_are_released(
     assert conditions(api)["AbleToScale"][1] == "FailedGetScale"
 
 
+async def test_placeholders_of_an_invalid_spec_are_released_until_it_is_mended(
+    api: client.ApiClient, apiserver: FakeApiServer, pod_prometheus: Prometheus, caplog
+) -> None:
+    """A spec made invalid left its placeholder pods at their last size for as long as it
+    stayed so: the controller dropped the workload and never looked at its headroom again.
+    A release that fails is one line, and is tried again on the next tick."""
+    caplog.set_level(logging.INFO, logger="gpufleet.autoscaler.controller.headroom")
+    ctl, prom, _ = await asking_for_headroom(api, pod_prometheus, 3)
+    custom = client.CustomObjectsApi(api)
+    args = ("autoscaling.gpufleet.dev", "v1alpha1", NS, "gpuautoscalers", "chat")
+    try:
+        await ticks_until(ctl, lambda: placeholder(api) is not None)
+        assert placeholder(api).spec.replicas == 3
+        custom.patch_namespaced_custom_object(*args, {"spec": {"minReplicas": 9}})
+        apiserver.faults.forbid_writes_suffix = "/chat-placeholder/scale"
+        await ctl.tick()
+        await ctl.tick()
+        assert placeholder(api).spec.replicas == 3
+        apiserver.faults.forbid_writes_suffix = ""
+        await ticks_until(ctl, lambda: placeholder(api).spec.replicas == 0)
+        assert conditions(api)["ScalingActive"] == ("False", "InvalidSpec")
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 2, said  # the outage, and its end
+        assert said[0].startswith("llm/chat: cannot release its placeholder pods: 0 wanted: 403")
+        custom.patch_namespaced_custom_object(*args, {"spec": {"minReplicas": 1}})
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert conditions(api)["ScalingActive"][1] != "InvalidSpec"
+    assert ctl.stats.errors["kube_forbidden"] == 2
+
+
 USERS_OWN = {
     "metadata": {"name": "chat-placeholder", "labels": {"app": "batch"}},
     "spec": {
