@@ -1,6 +1,8 @@
 """What the controller reads from and writes to the cluster, over the official client."""
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -65,10 +67,15 @@ class ClusterView:
 
 
 APPS_KINDS = ("Deployment", "StatefulSet")
+# A kind discovery did not find is looked for again after this long, not at every tick of
+# each workload naming it: a CRD installed later is found within a minute.
+DISCOVERY_RETRY_SECONDS = 60.0
 
 
 class Cluster:
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(
+        self, api: client.ApiClient, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
         self._custom = client.CustomObjectsApi(api)
@@ -76,6 +83,9 @@ class Cluster:
         self._resources = client.ApisApi(api)
         self._api = api
         self._plurals: dict[tuple[str, str], str] = {}
+        # (group/version, kind) discovery did not find -> (when, what it said)
+        self._unfound: dict[tuple[str, str], tuple[float, KubeError]] = {}
+        self._clock = clock
 
     # --- reads ---
 
@@ -339,26 +349,41 @@ class Cluster:
         )
 
     def _plural(self, group: str, version: str, kind: str) -> str:
-        """`kind`'s resource name in group/version, from discovery (cached)."""
+        """`kind`'s resource name in group/version, from discovery (cached; a kind not
+        found, or a group/version that fails, is asked for again only after
+        DISCOVERY_RETRY_SECONDS)."""
         key = (f"{group}/{version}", kind)
-        if key not in self._plurals:
-            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
-            answer = kube_call(
-                lambda: self._api.call_api(
-                    *self._api.param_serialize(method="GET", resource_path=path)
-                ).read()
-            )
-            resources = json.loads(answer).get("resources", [])
-            names = {resource["name"] for resource in resources}
-            for resource in resources:
-                if f"{resource['name']}/scale" in names:
-                    self._plurals[(key[0], resource["kind"])] = resource["name"]
+        if key in self._plurals:
+            return self._plurals[key]
+        now = self._clock()
+        unfound = self._unfound.get(key)
+        if unfound is not None and now - unfound[0] < DISCOVERY_RETRY_SECONDS:
+            raise unfound[1]
+        try:
+            self._discover(key[0], f"/apis/{group}/{version}" if group else f"/api/{version}")
             if key not in self._plurals:
                 raise KubeError(
                     KubeErrorKind.NOT_FOUND,
                     f"no resource of kind {kind} with a scale subresource in {key[0]}",
                 )
+        except KubeError as err:
+            self._unfound[key] = (now, err)
+            raise
+        self._unfound.pop(key, None)
         return self._plurals[key]
+
+    def _discover(self, group_version: str, path: str) -> None:
+        """Cache the resource name of every kind with a scale subresource at `path`."""
+        answer = kube_call(
+            lambda: self._api.call_api(
+                *self._api.param_serialize(method="GET", resource_path=path)
+            ).read()
+        )
+        resources = json.loads(answer).get("resources", [])
+        names = {resource["name"] for resource in resources}
+        for resource in resources:
+            if f"{resource['name']}/scale" in names:
+                self._plurals[(group_version, resource["kind"])] = resource["name"]
 
 
 def _create_own(body: dict[str, Any], create: Any) -> None:

@@ -1,0 +1,77 @@
+"""Targets of any kind with a scale subresource, found through the API's discovery: a kind
+it does not find is asked for again a minute later, not at every tick of every workload
+naming it."""
+
+from collections.abc import Iterator
+
+import pytest
+from helpers.kube import api_client
+from kubernetes import client
+
+from gpufleet.autoscaler.core.spec import TargetRef
+from gpufleet.autoscaler.kube.cluster import DISCOVERY_RETRY_SECONDS, Cluster
+from gpufleet.kube.errors import KubeError, KubeErrorKind
+from gpufleet.lab.kubeapi.server import FakeApiServer
+
+NS = "llm"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+
+
+def _discoveries(server: FakeApiServer, path: str) -> int:
+    return sum(1 for r in server.requests if r.method == "GET" and r.path == path)
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "path"),
+    [
+        # the plural for the kind: its group is served, the kind is not
+        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSets", "/apis/leaderworkerset.x-k8s.io/v1"),
+        ("rollouts.example.com/v1", "Rollout", "/apis/rollouts.example.com/v1"),  # no group
+    ],
+)
+def test_a_kind_discovery_did_not_find_is_asked_for_again_after_a_minute(
+    server: FakeApiServer, api_version: str, kind: str, path: str
+) -> None:
+    now = [0.0]
+    with api_client(server.url) as api:
+        cluster = Cluster(api, clock=lambda: now[0])
+        target = TargetRef(api_version=api_version, kind=kind, name="llama-70b")
+        for _ in range(3):  # three ticks
+            with pytest.raises(KubeError) as raised:
+                cluster.read_scale(NS, target)
+            assert raised.value.kind is KubeErrorKind.NOT_FOUND
+            group_version = path.removeprefix("/apis/")
+            assert str(raised.value) == (
+                f"no resource of kind {kind} with a scale subresource in {group_version}"
+            )
+        assert _discoveries(server, path) == 1
+        now[0] = DISCOVERY_RETRY_SECONDS
+        with pytest.raises(KubeError):
+            cluster.read_scale(NS, target)
+        assert _discoveries(server, path) == 2
+
+
+def test_a_kind_found_is_never_asked_for_again(server: FakeApiServer) -> None:
+    lws = ("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets")
+    with api_client(server.url) as api:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            *lws,
+            {
+                "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                "kind": "LeaderWorkerSet",
+                "metadata": {"name": "llama-70b"},
+                "spec": {"replicas": 3},
+            },
+        )
+        cluster = Cluster(api)
+        target = TargetRef(
+            api_version="leaderworkerset.x-k8s.io/v1", kind="LeaderWorkerSet", name="llama-70b"
+        )
+        assert [cluster.read_scale(NS, target).replicas for _ in range(3)] == [3, 3, 3]
+    assert _discoveries(server, "/apis/leaderworkerset.x-k8s.io/v1") == 1
