@@ -14,7 +14,7 @@ from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import AliasChoices, Field, ValidationError
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gpufleet import __version__
 from gpufleet.core.messages import did_you_mean, shown
@@ -75,15 +75,19 @@ def _env_names(info: FieldInfo) -> list[str]:
 
 class ScalarEnvSource(PydanticBaseSettingsSource):
     """pydantic-settings' env source, for settings whose fields are all scalars (str, int,
-    float, bool, Path, Literal, X | None) under the config every daemon uses
-    (`populate_by_name`, case-insensitive names, no prefix, no .env file).
+    float, bool, Path, Literal, X | None) under the config every command uses
+    (`CommandSettings`: case-insensitive names, no prefix, no .env file), reading each
+    field's own env var names only.
 
-    It gives what `EnvSettingsSource` gives for such a class (tested against it): per field,
-    the first of its env var names, then its field name, set in the environment in any case,
-    keyed by the first env var name (by the field name when found under it), the value as
-    the string it is. `EnvSettingsSource` also asks of each field's type whether it is a
-    model, mapping or sequence, with `issubclass` against collections.abc; the answers stay
-    in the ABCs' caches, 0.2 MiB for the exporter's 45 fields (BENCHMARKS.md, issue 15).
+    It gives what `EnvSettingsSource` gives for such a class (tested against it) but for
+    one thing: that source also reads a field by its field name (`populate_by_name`, which
+    the flags need), so `DEBUG`, `ADDRESS`, `SEED` or `JOBS`, set in a container or a CI job
+    for something else, turned on debug logging, moved a listener or failed a command on a
+    setting no `--help` names. Per field: the first of its env var names set in the
+    environment in any case, keyed by the first name, the value as the string it is.
+    `EnvSettingsSource` also asks of each field's type whether it is a model, mapping or
+    sequence, with `issubclass` against collections.abc; the answers stay in the ABCs'
+    caches, 0.2 MiB for the exporter's 45 fields (BENCHMARKS.md, issue 15).
     """
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
@@ -94,10 +98,10 @@ class ScalarEnvSource(PydanticBaseSettingsSource):
         environ: Mapping[str, str], field: FieldInfo, field_name: str
     ) -> tuple[str | None, str, bool]:
         names = _env_names(field)
-        for name in (*names, field_name):
+        for name in names:
             value = environ.get(name.lower())
             if value is not None:
-                return value, field_name if name == field_name else names[0], False
+                return value, names[0], False
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
@@ -110,6 +114,27 @@ class ScalarEnvSource(PydanticBaseSettingsSource):
         return data
 
 
+class CommandSettings(BaseSettings):
+    """What every command's settings share: flags and env vars only (`ScalarEnvSource`),
+    the field names accepted as keyword arguments (the parsed flags come in by name), no
+    unknown keys, no inf or nan."""
+
+    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then the environment, as pydantic-settings' default order (no .env
+        file or secrets dir is configured)."""
+        return init_settings, ScalarEnvSource(settings_cls)
+
+
 def _lower_environ() -> dict[str, str]:
     """The environment keyed by lowercased names: env names match in any case."""
     return {key.lower(): value for key, value in os.environ.items()}
@@ -118,6 +143,12 @@ def _lower_environ() -> dict[str, str]:
 def _env_name(info: FieldInfo) -> str | None:
     names = _env_names(info)
     return names[0] if names else None
+
+
+def _env_set(info: FieldInfo) -> str | None:
+    """The env var the field's value came from, as the environment spells it; None if unset."""
+    environ = {key.lower(): key for key in os.environ}
+    return next((environ[n.lower()] for n in _env_names(info) if n.lower() in environ), None)
 
 
 def _is_bool(info: FieldInfo) -> bool:
@@ -329,8 +360,8 @@ def _describe(settings_cls: type[BaseSettings], exc: ValidationError, given: dic
             name = loc
         if name in given and info is not None and _flags(info):
             where = f"flag {_flags(info)[-1]}"
-        elif info is not None and _env_name(info) and _env_name(info) in os.environ:
-            where = f"env var {_env_name(info)}"
+        elif info is not None and (env := _env_set(info)):
+            where = f"env var {env}"
         else:
             where = f"setting {name}"
         lines.append(f"invalid {where}: {_message(err)}")

@@ -367,11 +367,36 @@ _ENV_VALUE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_chara
 @given(env=st.dictionaries(_ENV_KEY, _ENV_VALUE, max_size=12))
 @hypothesis_settings(max_examples=200)
 def test_scalar_env_source_reads_what_pydantic_settings_reads(settings_cls, env):
-    """Issue 15: the exporter's light env source gives the state pydantic-settings' own env
-    source gives, for any environment: the same names in any case, the field name too, the
-    same precedence between them and the same keys (which name errors and precedence)."""
+    """Issue 15: the light env source gives the state pydantic-settings' own env source
+    gives, for any environment: the same names in any case, the same precedence between
+    them and the same keys (which name errors and precedence); but for field names, which
+    it does not read, so they are left out of what pydantic-settings is given."""
+    declared = {n.lower() for n in _env_keys(settings_cls)[len(settings_cls.model_fields) :]}
+    env = {k: v for k, v in env.items() if k.lower() in declared or k == "OTHER"}
     with mock.patch.dict(os.environ, env, clear=True):
         assert ScalarEnvSource(settings_cls)() == EnvSettingsSource(settings_cls)()
+
+
+@pytest.mark.parametrize(
+    ("settings_cls", "required"),
+    [
+        (ExporterSettings, {}),
+        (PluginSettings, {}),
+        (AutoscalerSettings, {}),
+        (SimulateSettings, {"trace": "t.csv"}),
+    ],
+)
+def test_no_command_reads_an_env_var_by_its_field_name(settings_cls, required):
+    """`DEBUG=1`, `ADDRESS=...`, `SEED=x`: set for something else in a container or a CI
+    job, they turned on debug logging, moved a listener or failed the command on a setting
+    no `--help` names. Only the env vars `--help` names are read."""
+    declared = {n.lower() for n in _env_keys(settings_cls)[len(settings_cls.model_fields) :]}
+    names = [n for n in settings_cls.model_fields if n.lower() not in declared]
+    assert names
+    with mock.patch.dict(os.environ, {}, clear=True):
+        clean = settings_cls(**required)
+    with mock.patch.dict(os.environ, {n.upper(): "not a value" for n in names}, clear=True):
+        assert settings_cls(**required) == clean
 
 
 # In a fresh interpreter: does building ExporterSettings leave answers in the ABCs' caches?

@@ -4,9 +4,8 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpufleet.settings import setting
+from gpufleet.settings import CommandSettings, setting
 from gpufleet.shared_settings import (
     debug_setting,
     kube_url_setting,
@@ -21,11 +20,10 @@ SIGNALS = "signals for HPA and KEDA"
 OPS = "operations"
 
 
-class AutoscalerSettings(BaseSettings):
+class AutoscalerSettings(CommandSettings):
     """All autoscaler settings. Field descriptions are the --help text."""
 
     # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
-    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
 
     prometheus_url: str = setting(
         "http://127.0.0.1:9090",

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from gpufleet.settings import ScalarEnvSource, setting
+from gpufleet.settings import CommandSettings, setting
 from gpufleet.shared_settings import kube_url_setting, kubeconfig_setting, sim_fleet_setting
 
 # Where dcgm-exporter's image keeps its CSV; when this default is absent, the embedded copy
@@ -30,11 +29,10 @@ GPUFLEET = "gpufleet"
 IGNORED = "accepted for compatibility, no effect (DCGM-only)"
 
 
-class ExporterSettings(BaseSettings):
+class ExporterSettings(CommandSettings):
     """All exporter settings. Field descriptions are the --help text."""
 
     # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
-    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
 
     collectors: Path = setting(
         DCGM_DEFAULT_COLLECTORS,
@@ -417,20 +415,6 @@ class ExporterSettings(BaseSettings):
         "the last snapshot keeps being served (and turns stale).",
         gt=0,
     )
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Arguments, then the environment, as pydantic-settings' default order, through
-        `ScalarEnvSource`: every field here is a scalar, and the default env source's type
-        checks hold 0.2 MiB in each exporter (no .env file or secrets dir is configured)."""
-        return init_settings, ScalarEnvSource(settings_cls)
 
     @field_validator("collect_interval_ms")
     @classmethod

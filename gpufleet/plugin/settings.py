@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.core.listen import parse_listen_address
 from gpufleet.plugin.core.config import (
@@ -26,7 +25,7 @@ from gpufleet.plugin.core.config import (
 )
 from gpufleet.plugin.core.config_parse import parse_config
 from gpufleet.plugin.host.nfd_features import DEFAULT_FEATURES_FILE
-from gpufleet.settings import setting
+from gpufleet.settings import CommandSettings, setting
 from gpufleet.shared_settings import (
     debug_setting,
     kube_url_setting,
@@ -41,11 +40,10 @@ HEALTH = "health checks (env only)"
 LABELS = "node labels, as GPU Feature Discovery's"
 
 
-class PluginSettings(BaseSettings):
+class PluginSettings(CommandSettings):
     """All device plugin settings. Field descriptions are the --help text."""
 
     # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
-    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
 
     mig_strategy: Literal["none", "single", "mixed"] = setting(
         "none",

@@ -10,7 +10,6 @@ import shlex
 from typing import Literal
 
 from pydantic import ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.autoscaler.core import factory as policies
 from gpufleet.autoscaler.core import knob
@@ -23,7 +22,7 @@ from gpufleet.autoscaler.replay.core.model import (
     Routing,
     ServiceModel,
 )
-from gpufleet.settings import setting
+from gpufleet.settings import CommandSettings, setting
 
 RUN = "what to run"
 WORKLOAD = "workload"
@@ -38,11 +37,10 @@ _PIPELINE = PipelineModel()
 _TUNING = Tuning()
 
 
-class SimulateSettings(BaseSettings):
+class SimulateSettings(CommandSettings):
     """All `gpufleet simulate` settings. Field descriptions are the --help text."""
 
     # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
-    model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
 
     trace: str = setting(
         "",
