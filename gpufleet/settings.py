@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, get_args, get_origin
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -114,12 +114,28 @@ class ScalarEnvSource(PydanticBaseSettingsSource):
         return data
 
 
+# The longest duration a `*_seconds` or `*_ms` setting takes. Longer is a typo (a unit, an
+# exponent): a thread's wait overflows near 9.2e9 s, which killed the exporter's collector
+# and pod-resources threads while the daemon served its first snapshot on.
+MAX_DURATION_SECONDS = 86400.0
+
+
 class CommandSettings(BaseSettings):
     """What every command's settings share: flags and env vars only (`ScalarEnvSource`),
     the field names accepted as keyword arguments (the parsed flags come in by name), no
-    unknown keys, no inf or nan."""
+    unknown keys, no inf or nan, and durations of at most a day."""
 
     model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _at_most_a_day(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.field_name or ""
+        unit = "ms" if name.endswith("_ms") else "s" if name.endswith("_seconds") else ""
+        limit = MAX_DURATION_SECONDS * (1000.0 if unit == "ms" else 1.0)
+        if unit and isinstance(value, int | float) and value > limit:
+            raise ValueError(f"must be at most {limit:.0f} {unit} (a day)")
+        return value
 
     @classmethod
     def settings_customise_sources(

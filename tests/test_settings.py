@@ -496,3 +496,20 @@ def test_the_plugin_logs_as_the_other_daemons_do():
     settings = load_settings(PluginSettings, parser, ["--log-format", "json", "--debug"])
     assert (settings.log_format, settings.debug) == ("json", True)
     assert "GPUFLEET_LOG_FORMAT" in parser.format_help()
+
+
+@pytest.mark.parametrize(
+    "settings_cls", [ExporterSettings, PluginSettings, AutoscalerSettings, SimulateSettings]
+)
+def test_no_duration_setting_takes_more_than_a_day(settings_cls):
+    """`--collect-timeout 1e10`, `-c 9999999999999`: a thread's wait overflowed, which killed
+    the exporter's collector while it served its first snapshot on."""
+    durations = [n for n in settings_cls.model_fields if n.endswith(("_seconds", "_ms"))]
+    assert durations
+    for name in durations:
+        day = 86_400 * (1000 if name.endswith("_ms") else 1)
+        with pytest.raises(ValidationError) as raised:
+            settings_cls(**{name: day + 1})
+        said = {e["loc"][0]: e["msg"] for e in raised.value.errors()}
+        unit = "ms" if name.endswith("_ms") else "s"
+        assert said[name] == f"Value error, must be at most {day} {unit} (a day)"
