@@ -9,6 +9,7 @@ exit 2 with a message naming the flag or the file and line, before any run start
 import concurrent.futures
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -111,6 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             return _usage_error(f"invalid flag --report: cannot create {out_dir}: {exc.strerror}")
+        try:  # before the runs, not after them: /proc and /sys exist but take no files
+            tempfile.TemporaryFile(dir=out_dir).close()
+        except OSError as exc:
+            return _usage_error(f"invalid flag --report: cannot write in {out_dir}: {exc.strerror}")
     specs = sweep.plan(
         traces,
         settings.policy_names,
@@ -136,7 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(report.sweep_tables(results) if settings.sweep else report.tables(results), end="")
         return 0
     warm = {s.trace.name: s.config.initial_replicas for s in specs} if settings.warm_start else {}
-    _write_report(settings, results, out_dir, warm_start=warm)
+    try:
+        _write_report(settings, results, out_dir, warm_start=warm)
+    except OSError as exc:  # the disk filled, or the directory went, during the runs
+        print(f"{PROG}: error: cannot write the report in {out_dir}: {exc}", file=sys.stderr)
+        print(report.sweep_tables(results) if settings.sweep else report.tables(results), end="")
+        return 1
     return 0
 
 

@@ -85,8 +85,9 @@ class SimulateSettings(CommandSettings):
         "GPUFLEET_SIM_SCALE",
         "--scale",
         group=RUN,
-        help="Replay K shifted copies of each trace at once (K times the load).",
+        help="Replay K shifted copies of each trace at once (K times the load), up to 1000.",
         ge=1,
+        le=1000,
     )
     seed: int = setting(
         0,
@@ -95,6 +96,7 @@ class SimulateSettings(CommandSettings):
         group=RUN,
         help="Seed of the --scale copies' jitter and of the --workload generator; the same "
         "seed gives the same numbers, byte for byte.",
+        ge=0,
     )
     sweep: bool = setting(
         False,
@@ -208,7 +210,7 @@ class SimulateSettings(CommandSettings):
         group=SERVICE,
         help="Prompt tokens one replica prefills per second (compute-bound; an 8B model on an "
         "H100).",
-        gt=0,
+        ge=1,
     )
     decode_seconds_per_token: float = setting(
         _SERVICE.decode_seconds_per_token,
@@ -218,6 +220,7 @@ class SimulateSettings(CommandSettings):
         help="Seconds per output token with one sequence in the batch; it grows with the "
         "batch, as memory-bound decode does.",
         gt=0,
+        le=60,
     )
     chunked_prefill: bool = setting(
         _SERVICE.chunked_prefill,

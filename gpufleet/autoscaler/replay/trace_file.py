@@ -52,9 +52,13 @@ def load_trace(path: str | Path, *, scale: int = 1, seed: int = 0) -> Trace:
 
 
 def _read_rows(path: Path) -> tuple["_Stamps", np.ndarray, np.ndarray]:
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
+    try:  # utf-8-sig: a byte-order mark (Excel's CSV export) is not part of the header
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            try:
+                rows = list(reader)
+            except csv.Error as e:  # a field over csv's limit: not a trace (a JSON file?)
+                raise TraceError(f"{path}:{reader.line_num}: not a CSV trace: {e}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise TraceError(f"{path}: cannot read: {e}") from e
     if not rows or not any(c.strip() for c in rows[0]):
@@ -103,19 +107,25 @@ def _tokens(path: Path, line: int, text: str, column: str) -> int:
 
 
 def _parse_timestamps(path: Path, stamps: "_Stamps") -> np.ndarray:
-    """Seconds since the first row's timestamp; the fast path parses all rows at once."""
+    """Seconds since the first row's timestamp; the fast path parses all rows at once.
+    Each must be a date and time: numpy reads a bare number as a year, so seconds (0, 1,
+    2) or an epoch (1700000000) became centuries, and a replay that never ended."""
     try:
+        dated = all(s[4:5] == "-" for s in stamps)
         parsed = np.array([s[:_TIMESTAMP_CHARS] for s in stamps], dtype="datetime64[us]")
     except ValueError:
         parsed = None
-    if parsed is None or np.isnat(parsed).any():
+    if parsed is None or not dated or np.isnat(parsed).any():
         # Slow path only to find the first bad row for the message.
         for line, s in zip(stamps.lines, stamps, strict=True):
             try:
-                bad = np.isnat(np.datetime64(s[:_TIMESTAMP_CHARS], "us"))
+                bad = s[4:5] != "-" or np.isnat(np.datetime64(s[:_TIMESTAMP_CHARS], "us"))
             except ValueError:
                 bad = True
             if bad:
-                raise TraceError(f"{path}:{line}: bad timestamp {s!r}")
+                raise TraceError(
+                    f"{path}:{line}: bad timestamp {s!r} (expected a date and time, e.g. "
+                    f"2023-11-16 18:17:03.97)"
+                )
     micros = (parsed - parsed.min()).astype(np.int64)
     return micros.astype(np.float64) / 1e6

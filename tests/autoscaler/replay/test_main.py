@@ -95,6 +95,9 @@ def test_without_report_the_table_goes_to_stdout(trace, capsys):
             ["--trace", "{trace}", "--gpufleet-target-attainment", "1"],
             "invalid flag --gpufleet-target-attainment",
         ),
+        (["--trace", "{trace}", "--seed", "-1"], "invalid flag --seed"),  # numpy's traceback
+        (["--trace", "{trace}", "--slo-ttft-seconds", "1e12"], "at most 86400 s (a day)"),
+        (["--trace", "{trace}", "--report", "/proc"], "invalid flag --report: cannot write in"),
     ],
     ids=[
         "no trace",
@@ -107,6 +110,9 @@ def test_without_report_the_table_goes_to_stdout(trace, capsys):
         "token budget within the batch",
         "two gpufleet knobs",
         "target attainment of one",
+        "negative seed",
+        "SLO of 30,000 years",
+        "report where no file can be made",  # found after every run, as a traceback
     ],
 )
 def test_bad_input_exits_2_naming_the_flag_or_line(argv, message, trace, tmp_path, capsys):

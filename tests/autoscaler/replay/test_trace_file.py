@@ -86,6 +86,21 @@ def test_unsorted_rows_are_sorted_stably(tmp_path: Path) -> None:
             id="impossible-date",
         ),
         pytest.param(
+            HEADER + "0,1,1\n1,1,1\n",
+            "t.csv:2: bad timestamp '0' (expected a date and time, e.g. 2023-11-16",
+            id="seconds-not-a-date",  # numpy read it as the year 0: a replay of centuries
+        ),
+        pytest.param(
+            HEADER + "2023-11-16 00:00:00,1,1\n1700000000,1,1\n",
+            "t.csv:3: bad timestamp '1700000000'",
+            id="epoch-not-a-date",
+        ),
+        pytest.param(
+            '{"requests": "' + "x" * 200_000 + '"}\n',
+            "t.csv:1: not a CSV trace: field larger than field limit",
+            id="json-by-mistake",  # a traceback from csv
+        ),
+        pytest.param(
             HEADER + "2023-11-16 00:00:00,-4,1\n",
             "t.csv:2: ContextTokens -4 is negative",
             id="negative-prompt",
@@ -112,6 +127,13 @@ def test_bad_input_names_file_and_line(tmp_path: Path, text: str, message: str) 
     with pytest.raises(TraceError) as err:
         load_trace(path)
     assert message in str(err.value)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_header(tmp_path: Path) -> None:
+    """Excel's CSV export starts with one: 'missing column(s) timestamp'."""
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + (HEADER + "2023-11-16 00:00:00,7,5\n").encode())
+    assert load_trace(path).prompt_tokens.tolist() == [7]
 
 
 def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:

@@ -98,6 +98,12 @@ def generate(workload: Workload, *, seed: int) -> Trace:
         rate = sum(_RATES[p.family](p.params, duration, rng) for p in workload.parts)
     else:
         rate = _RATES[workload.family](workload.params, duration, rng)
+    expected = float(np.sum(rate))
+    if not expected <= _MAX_REQUESTS:  # nan too
+        raise WorkloadError(
+            f"workload {workload.spec!r}: about {expected:.3g} requests, more than "
+            f"{_MAX_REQUESTS:,}: lower its rate, heights or duration"
+        )
     counts = rng.poisson(rate)
     seconds = np.repeat(np.arange(duration, dtype=np.float64), counts)
     arrivals = seconds + rng.uniform(0.0, 1.0, size=len(seconds))
@@ -171,6 +177,14 @@ def _number(spec: str, key: str, text: str) -> float:
 
 
 # Keys that may be negative (-1: "choose for me"), and those that may be 0.
+# A trace's size in memory and time: a hundred million requests is hours of simulation.
+_MAX_REQUESTS = 100_000_000
+# Token counts beyond this are typos (the longest contexts are about 10^6), and 10^30
+# overflowed the int64 sizes.
+_MAX_TOKENS = 10_000_000
+_TOKEN_KEYS = frozenset({"prompt", "output", "tail_min", "max_prompt", "max_output"})
+# Sojourns drawn one by one: a mean under a second (the rate's resolution) took billions.
+_AT_LEAST_A_SECOND = frozenset({"on", "off"})
 _MAY_BE_NEGATIVE = frozenset({"at", "period"})
 _MAY_BE_ZERO = frozenset({"rate", "tail", "phase", "ramp", "at", "idle"})
 
@@ -181,6 +195,10 @@ def _check(spec: str, params: Mapping[str, float]) -> None:
             continue
         if value < 0 or (value == 0 and key not in _MAY_BE_ZERO):
             raise WorkloadError(f"workload {spec!r}: {key}={value:g} must be > 0")
+        if key in _TOKEN_KEYS and value > _MAX_TOKENS:
+            raise WorkloadError(f"workload {spec!r}: {key}={value:g} is over {_MAX_TOKENS:,}")
+        if key in _AT_LEAST_A_SECOND and value < 1:
+            raise WorkloadError(f"workload {spec!r}: {key}={value:g} must be >= 1 s")
     if params["duration"] < 1 or params["duration"] > 30 * 86400:
         raise WorkloadError(f"workload {spec!r}: duration must be 1 s to 30 days")
     for key in ("tail", "phase"):

@@ -45,6 +45,9 @@ def test_defaults_fill_every_key() -> None:
         ("mix:of=diurnal+flsh", "unknown family 'flsh' in of=diurnal+flsh (did you mean"),
         ("mix", "a mix needs of=FAMILY+FAMILY"),
         ("mix:of=diurnal,onoff.height=3", "'onoff.height' names no family of the mix"),
+        # int64 overflow: "token counts must be >= 0" from deep in the generator
+        ("flash:max_prompt=1e30", "max_prompt=1e+30 is over 10,000,000"),
+        ("onoff:on=1e-9", "on=1e-09 must be >= 1 s"),  # billions of sojourns: a hang
     ],
 )
 def test_a_bad_spec_is_one_error_naming_the_key(spec: str, message: str) -> None:
@@ -52,6 +55,15 @@ def test_a_bad_spec_is_one_error_naming_the_key(spec: str, message: str) -> None
         parse_workload(spec)
     assert str(raised.value).startswith(f"workload {spec!r}: ")
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "spec", ["flash:rate=1e9", "flash:rate=1e20", "mix:of=flash+onoff,flash.rate=1e300"]
+)
+def test_a_trace_too_large_to_replay_is_one_error(spec: str) -> None:
+    """numpy's 'lam value too large' or a 38 TiB allocation, as tracebacks."""
+    with pytest.raises(WorkloadError, match=r"requests, more than 100,000,000: lower its rate"):
+        _trace(spec, 0)
 
 
 @given(st.text(max_size=60))
