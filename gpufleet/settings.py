@@ -10,6 +10,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
@@ -126,6 +127,21 @@ class CommandSettings(BaseSettings):
     unknown keys, no inf or nan, and durations of at most a day."""
 
     model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_path(cls, value: Any, info: ValidationInfo) -> Any:
+        """An empty path is no file where none may be given (as dcgm-exporter reads an
+        empty web config: a chart templating `""` for it), else an error: Path("") is
+        ".", which became "Is a directory: '.'" or a socket path of "."."""
+        if value != "" or info.field_name is None:
+            return value
+        annotation = cls.model_fields[info.field_name].annotation
+        if Path not in (annotation, *get_args(annotation)):
+            return value
+        if type(None) in get_args(annotation):
+            return None
+        raise ValueError("must not be empty")
 
     @field_validator("*")
     @classmethod

@@ -513,3 +513,26 @@ def test_no_duration_setting_takes_more_than_a_day(settings_cls):
         said = {e["loc"][0]: e["msg"] for e in raised.value.errors()}
         unit = "ms" if name.endswith("_ms") else "s"
         assert said[name] == f"Value error, must be at most {day} {unit} (a day)"
+
+
+@pytest.mark.parametrize(
+    ("settings_cls", "field", "read"),
+    [
+        (ExporterSettings, "web_config_file", None),  # dcgm-exporter's "": plain HTTP
+        (PluginSettings, "web_config_file", None),
+        (ExporterSettings, "collectors", "must not be empty"),
+        (ExporterSettings, "pod_resources_kubelet_socket", "must not be empty"),
+    ],
+)
+def test_an_empty_path_is_none_or_an_error(settings_cls, field, read):
+    """Path("") is ".": a chart templating "" for the web config failed with "Is a
+    directory: '.'", and the exporter dialled a pod-resources socket named "."."""
+    env = _env_keys(settings_cls)[len(settings_cls.model_fields) :]
+    alias = settings_cls.model_fields[field].validation_alias
+    assert alias in env
+    with mock.patch.dict(os.environ, {alias: ""}, clear=True):
+        if read is None:
+            assert getattr(settings_cls(), field) is None
+        else:
+            with pytest.raises(ValidationError, match=read):
+                settings_cls()

@@ -136,6 +136,8 @@ def _load_certificate(context: ssl.SSLContext, tls: TlsServerConfig) -> None:
     for key, path in (("cert_file", tls.cert_file), ("key_file", tls.key_file)):
         if path is not None and not os.access(path, os.R_OK):
             raise TlsSetupError(f"tls_server_config.{key}", f"cannot read {path}")
+        if path is not None and os.path.isdir(path):  # readable, and "[Errno 21]" from ssl
+            raise TlsSetupError(f"tls_server_config.{key}", f"{path} is a directory")
     # ssl only loads certificates from files: inline PEM goes through a private temp dir.
     with tempfile.TemporaryDirectory(prefix="gpufleet-tls-") as private_dir:
         cert = tls.cert_file or _write_private(Path(private_dir) / "cert.pem", tls.cert)

@@ -303,6 +303,21 @@ def test_missing_certificate_file_fails_at_load(tls_dir: Path, missing: str) -> 
     assert f"tls_server_config.{missing}: cannot read {tls_dir / 'gone.pem'}" in str(caught.value)
 
 
+@pytest.mark.parametrize("directory", ["cert_file", "key_file"])
+def test_a_certificate_file_that_is_a_directory_is_named(tls_dir: Path, directory: str) -> None:
+    """Readable, so it passed the check above, and ssl said only "[Errno 21] Is a directory"."""
+    (tls_dir / "certs").mkdir()
+    files = {"cert_file": "server.crt", "key_file": "server.key"} | {directory: "certs"}
+    path = write_config(
+        tls_dir, "tls_server_config:\n" + "".join(f"  {k}: {v}\n" for k, v in files.items())
+    )
+
+    with pytest.raises(WebConfigError) as caught:
+        load_web_config(path)
+
+    assert f"tls_server_config.{directory}: {tls_dir / 'certs'} is a directory" in str(caught.value)
+
+
 def test_invalid_certificate_pem_fails_at_load(tls_dir: Path) -> None:
     (tls_dir / "server.crt").write_text("not a certificate\n")
     path = write_config(
