@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpufleet.core.listen import parse_listen_address
-from gpufleet.lab.node import DEFAULT_FLEET
+from gpufleet.lab.node import DEFAULT_FLEET, WHOLE_GPUS
 from gpufleet.settings import OneLineParser
 
 # The copy an installed wheel carries (setup.py), else rules/ in a checkout (./dev lab).
@@ -75,7 +75,8 @@ def parser(description: str) -> argparse.ArgumentParser:
         type=_at_least(0),
         default=0,
         metavar="N",
-        help="give the first node's first N whole GPUs to pods through DRA claims of "
+        help=f"give the first node's first N (at most {WHOLE_GPUS}) whole GPUs to pods "
+        "through DRA claims of "
         "gpu.nvidia.com, show its pods and the driver's ResourceSlice on the API server, and "
         "serve pod labels and dra_* labels from it",
     )
@@ -154,5 +155,36 @@ def parser(description: str) -> argparse.ArgumentParser:
         default=2.0,
         help="Prometheus' scrape and rule interval (the autoscaler is told it)",
     )
-    ops.add_argument("--rules", type=Path, default=RULES, help="folder of *.rules.yml")
+    # Absolute: Prometheus runs in the lab's temporary directory, where a relative glob
+    # matched nothing, and Prometheus ran without a rule and said nothing.
+    ops.add_argument(
+        "--rules", type=lambda t: Path(t).resolve(), default=RULES, help="folder of *.rules.yml"
+    )
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The flags, each alone and together; argparse's one line and exit 2 for a mistake."""
+    args = parser.parse_args(argv)
+    if args.min_replicas > args.max_replicas:
+        parser.error(
+            f"--min-replicas {args.min_replicas} is more than --max-replicas {args.max_replicas}"
+        )
+    if args.dra > WHOLE_GPUS:
+        parser.error(f"--dra {args.dra}: the first node has {WHOLE_GPUS} whole GPUs for pods")
+    last = args.nodes - 1  # the next nodes listen on the next ports
+    for flag, port in (
+        ("--address", _port(args.address)),
+        ("--plugin-address", args.plugin_address[1]),
+    ):
+        if port and port + last > 65535:
+            parser.error(f"{flag}: node {last} would listen on port {port + last}, over 65535")
+    return args
+
+
+def _port(text: str) -> int:
+    """The port of an exporter address; 0 where the exporter's own settings will refuse it."""
+    try:
+        return parse_listen_address(text)[1]
+    except ValueError:
+        return 0

@@ -439,7 +439,7 @@ async def watch_children(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = flags.parser(__doc__).parse_args(argv)
+    args = flags.parse(flags.parser(__doc__), None if argv is None else list(argv))
     setup_logging(debug=False, json_format=False)
     try:
         asyncio.run(_run(args))

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 # The benchmark's node (issue 2): 8 x H100, two of them MIG 7 x 1g.10gb.
 DEFAULT_FLEET = "6xH100+2xH100:mig=7x1g.10gb"
+WHOLE_GPUS = 2  # non-MIG GPUs given whole to a pod each (`NodeLayout.whole_gpus`)
 NAMESPACES = ("inference", "research", "batch")
 GIB = 1 << 30
 
@@ -57,7 +58,7 @@ class NodeLayout:
     """
 
     fleet: str = DEFAULT_FLEET
-    whole_gpus: int = 2
+    whole_gpus: int = WHOLE_GPUS
     replicas: int = 22
     shared_resource: str = "nvidia.com/gpu.shared"  # renameByDefault: true
     seed: int = 0

@@ -58,8 +58,10 @@ class Child:
         deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
+                # Its log's last line says why: the log goes with the lab's temporary
+                # directory, so "see prometheus.log" named a file gone by the time it is read.
                 raise LabProcessError(
-                    f"{self.name} exited with code {self._proc.returncode} (see {self.log_file})"
+                    f"{self.name} exited with code {self._proc.returncode}: {self.last_words()}"
                 )
             try:
                 with urllib.request.urlopen(self.url + path, timeout=2) as answer:
@@ -69,6 +71,15 @@ class Child:
                 pass
             time.sleep(0.2)
         raise LabProcessError(f"{self.name} did not answer at {self.url} (see {self.log_file})")
+
+    def last_words(self, limit: int = 500) -> str:
+        """The last non-empty line of its log, at most `limit` characters."""
+        try:
+            lines = self.log_file.read_text(errors="replace").splitlines()
+        except OSError as err:
+            return f"(its log {self.log_file}: {err.strerror})"
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "(no output)")
+        return last if len(last) <= limit else last[: limit - 3] + "..."
 
     def exit_code(self) -> int | None:
         """Its exit code once it has exited; None while it runs."""

@@ -230,6 +230,24 @@ def test_lab_serves_an_attributed_node(tmp_path: Path):
         pytest.param(
             ("--trace", "/nonexistent.csv"), 2, "--trace: /nonexistent.csv: cannot read", id="trace"
         ),
+        # the bad-input audit: a lab that said "scaled by the GPUAutoscaler" while its spec
+        # was InvalidSpec; --dra 100 run as --dra 2; a pydantic traceback for port 65536
+        pytest.param(
+            ("--min-replicas", "5", "--max-replicas", "2"),
+            2,
+            "--min-replicas 5 is more than --max-replicas 2",
+            id="min-over-max",
+        ),
+        pytest.param(("--dra", "3"), 2, "--dra 3: the first node has 2 whole GPUs", id="dra"),
+        pytest.param(
+            ("--plugin-address", "127.0.0.1:65535"),
+            2,
+            "--plugin-address: node 1 would listen on port 65536, over 65535",
+            id="plugin-port-past-the-last",
+        ),
+        pytest.param(
+            ("--workload", "flash:rate=1e20"), 2, "requests, more than 100,000,000", id="huge"
+        ),
     ],
 )
 def test_lab_bad_input_is_one_line_not_a_traceback(args, code: int, message: str):

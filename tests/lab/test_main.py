@@ -27,7 +27,7 @@ from helpers.tools import require
 from kubernetes import client
 
 from gpufleet.lab.main import watch_children
-from gpufleet.lab.prometheus import Child
+from gpufleet.lab.prometheus import Child, LabProcessError
 
 pytestmark = pytest.mark.prometheus
 PANELS = ("util-node", "util-pod", "replicas", "idle-cost")  # charts that must show data
@@ -158,3 +158,30 @@ async def test_a_child_that_exits_while_the_lab_runs_is_one_line(tmp_path: Path,
     assert [r.getMessage() for r in caplog.records] == [
         f"Prometheus exited with code 3 (see {tmp_path / 'child.log'}); the lab runs on without it"
     ]
+
+
+def test_a_child_that_fails_to_start_says_why_in_the_error(tmp_path: Path) -> None:
+    """The error said "(see .../prometheus.log)", a file in the lab's temporary directory,
+    gone by the time anyone read the line: a broken rules file said nothing of itself."""
+    said = 'msg="Error loading rule file patterns" file=/rules/bad.rules.yml'
+    child = Child(
+        [sys.executable, "-c", f"print('starting'); print({said!r}); raise SystemExit(1)"],
+        tmp_path / "child.log",
+        url="http://127.0.0.1:9",
+        name="prometheus",
+    )
+    with pytest.raises(LabProcessError) as raised:
+        child.wait_ready("/-/ready")
+    assert str(raised.value) == f"prometheus exited with code 1: {said}"
+
+
+def test_a_relative_rules_folder_is_read_from_where_the_lab_was_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prometheus runs in the lab's temporary directory, where `--rules rules` matched no
+    file: it ran without a rule and nothing said so."""
+    from gpufleet.lab import flags
+
+    monkeypatch.chdir(tmp_path)
+    args = flags.parse(flags.parser(""), ["--rules", "rules"])
+    assert args.rules == tmp_path / "rules"
