@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gpufleet import __version__
 from gpufleet.core.messages import did_you_mean, shown
+from gpufleet.core.urls import check_http_url
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -142,6 +143,14 @@ class CommandSettings(BaseSettings):
         if type(None) in get_args(annotation):
             return None
         raise ValueError("must not be empty")
+
+    @field_validator("*")
+    @classmethod
+    def _http_url(cls, value: Any, info: ValidationInfo) -> Any:
+        """A `*_url` setting is empty (unset) or an http(s) URL (`check_http_url`)."""
+        if (info.field_name or "").endswith("_url") and value != "":
+            check_http_url(value)
+        return value
 
     @field_validator("*")
     @classmethod

@@ -1,6 +1,7 @@
 """Flags, env vars and defaults: precedence and error messages (dcgm-exporter names)."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -536,3 +537,22 @@ def test_an_empty_path_is_none_or_an_error(settings_cls, field, read):
         else:
             with pytest.raises(ValidationError, match=read):
                 settings_cls()
+
+
+@pytest.mark.parametrize("settings_cls", [ExporterSettings, PluginSettings, AutoscalerSettings])
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://[::1", "not a URL: Invalid IPv6 URL"),
+        ("http://127.0.0.1:99999", "not a URL: Port out of range"),
+        ("127.0.0.1:8001", "not an http:// or https:// URL"),
+        ("http://", "not an http:// or https:// URL"),
+    ],
+)
+def test_a_url_is_checked_where_it_is_given(settings_cls, url, said):
+    """`--kube-url http://[::1` was a bare "Invalid IPv6 URL" from the autoscaler, named
+    --configmap-data in the exporter, and a runtime warning in the plugin; port 99999 was
+    accepted, and failed at every tick."""
+    with pytest.raises(ValidationError, match=re.escape(said)):
+        settings_cls(kube_url=url)
+    settings_cls(kube_url="http://[::1]:8001")

@@ -1,10 +1,11 @@
 """A configured API client: in-cluster, from a kubeconfig, or at a URL."""
 
 import os
-from urllib.parse import urlsplit
 
 import yaml
 from kubernetes import client, config
+
+from gpufleet.core.urls import check_http_url
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 
@@ -23,9 +24,10 @@ def api_client(
     configuration = client.Configuration()
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"--kube-url {url}: not an http:// or https:// URL")
+        try:
+            check_http_url(url)
+        except ValueError as err:
+            raise ValueError(f"--kube-url {url}: {err}") from None
         configuration.host = url
     elif in_cluster and not kubeconfig:
         try:
