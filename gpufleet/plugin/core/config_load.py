@@ -44,6 +44,15 @@ def load_document(text: str) -> Any:
             pass
     try:
         return yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
+    except yaml.reader.ReaderError as exc:  # a control character: two lines, no line number
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise ValueError(
+            f"line {line}, column {column}: not valid YAML or JSON: control character "
+            f"{chr(exc.character)!r} is not allowed"
+            if isinstance(exc.character, int)
+            else f"line {line}, column {column}: not valid YAML or JSON: {exc.reason}"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -323,6 +323,10 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
             "config.yaml: flags.restartOnDeviceUnhealthy: expected a boolean",
         ),
         ("flags: {migStrategy: none\n", "config.yaml: line 2, column 1: not valid YAML or JSON"),
+        (
+            "version: v1\nflags:\n  migStrategy: \x00\n",
+            "config.yaml: line 3, column 16: not valid YAML or JSON: control character '\\x00'",
+        ),
     ],
     ids=[
         "version v2",
@@ -359,12 +363,14 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
         "imex channel other than 0",
         "ignored key still type-checked",
         "YAML syntax error has line and column",
+        "a control character has its line too",  # two lines and an offset, before
     ],
 )
 def test_invalid_configs_name_file_and_key(text, message):
     with pytest.raises(ConfigError) as exc:
         parse(text)
     assert str(exc.value).startswith(message)
+    assert "\n" not in str(exc.value)
 
 
 @pytest.mark.parametrize(
