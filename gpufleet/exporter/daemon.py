@@ -327,9 +327,12 @@ async def run(
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     try:
         ssl_context = prepared.web_config.ssl_context() if prepared.web_config else None
-        server = await start_server(
-            parts.app, host=prepared.host, port=prepared.port, ssl_context=ssl_context
-        )
+        try:
+            server = await start_server(
+                parts.app, host=prepared.host, port=prepared.port, ssl_context=ssl_context
+            )
+        except OSError as exc:  # the flag, as the plugin and the autoscaler name theirs
+            raise OSError(f"--address {prepared.settings.address}: {exc.strerror}") from None
     except BaseException:  # the discovery above started the XID watcher: stop it
         parts.collector.close()
         raise

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -365,7 +366,9 @@ async def start_server(
         )
     except OSError as exc:
         where = f"[{host}]:{port}" if host and ":" in host else f"{host or ''}:{port}"
-        raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror or exc}") from exc
+        # asyncio's own strerror repeats the address: "error while attempting to bind..."
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OSError(exc.errno, f"cannot listen on {where}: {reason}") from exc
     server._server = listening
     server.addresses = [(s.getsockname()[0], s.getsockname()[1]) for s in listening.sockets]
     loop = asyncio.get_running_loop()

@@ -121,6 +121,21 @@ def test_startup_errors_exit_non_zero_naming_the_input(args, code, message):
     assert "Traceback" not in result.stderr
 
 
+def test_a_busy_port_is_one_line_naming_the_flag():
+    """It said "[Errno 98] cannot listen on ...: error while attempting to bind on address
+    (...): address already in use", naming no flag (the plugin and the autoscaler do)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("exporter", "--fake-gpus", "-a", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith(
+        f"--address 127.0.0.1:{port}: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
+    assert result.stderr.count("\n") == 1
+
+
 def test_a_selection_matching_nothing_is_warned_and_counted():
     """Issue 15: `-d i` on a node without MIG served nothing, silently. Without a range it
     still runs (a DaemonSet spans nodes that differ), says so once, and reports 0."""
