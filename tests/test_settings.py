@@ -1,5 +1,6 @@
 """Flags, env vars and defaults: precedence and error messages (dcgm-exporter names)."""
 
+import functools
 import os
 import re
 import subprocess
@@ -556,3 +557,18 @@ def test_a_url_is_checked_where_it_is_given(settings_cls, url, said):
     with pytest.raises(ValidationError, match=re.escape(said)):
         settings_cls(kube_url=url)
     settings_cls(kube_url="http://[::1]:8001")
+
+
+@pytest.mark.parametrize(
+    ("window", "scrape", "ok"),
+    [("0s", 5, False), ("9s", 5, False), ("10s", 5, True), ("500ms", 1, False), ("2m", 5, True)],
+)
+def test_the_rate_window_holds_two_scrapes(window, scrape, ok):
+    """Its help said so, and `0s` was taken: irate() then answers no sample, and every
+    workload holds on MissingMetrics."""
+    make = functools.partial(AutoscalerSettings, rate_window=window, scrape_interval_seconds=scrape)
+    if ok:
+        make()
+    else:
+        with pytest.raises(ValidationError, match="must hold at least two scrapes"):
+            make()

@@ -19,6 +19,9 @@ SIGNALS = "signals for HPA and KEDA"
 OPS = "operations"
 
 
+_WINDOW_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
 class AutoscalerSettings(CommandSettings):
     """All autoscaler settings. Field descriptions are the --help text."""
 
@@ -201,6 +204,21 @@ class AutoscalerSettings(CommandSettings):
     )
     debug: bool = debug_setting(group=OPS)
     log_format: Literal["text", "json"] = log_format_setting(group=OPS)
+
+    @field_validator("rate_window")
+    @classmethod
+    def _two_scrapes(cls, value: str, info: ValidationInfo) -> str:
+        """irate() needs two samples in its range: `0s` or one scrape's worth answered no
+        sample, and every workload held on MissingMetrics."""
+        number, unit = value[: len(value.rstrip("hms"))], value[len(value.rstrip("hms")) :]
+        seconds = int(number) * _WINDOW_UNITS[unit]
+        scrape = info.data.get("scrape_interval_seconds")
+        if scrape is not None and seconds < 2 * scrape:
+            raise ValueError(
+                f"must hold at least two scrapes: at least {2 * scrape:g}s at "
+                f"--scrape-interval-seconds {scrape:g}"
+            )
+        return value
 
     @field_validator("prometheus_url")
     @classmethod

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import random
 import signal
 import socket
@@ -381,7 +382,8 @@ async def _observe(
                 "--leader-elect=false",
                 f"--metrics-address={autoscaler_address[0]}:{autoscaler_address[1]}",
                 f"--scrape-interval-seconds={args.scrape_seconds:g}",
-                f"--rate-window={max(4 * args.scrape_seconds, 10):g}s",
+                # Whole seconds: the flag takes no fraction (--scrape-seconds 3.3 gave 13.2s).
+                f"--rate-window={math.ceil(max(4 * args.scrape_seconds, 10))}s",
             ],
             lab.workdir / "autoscaler.log",
             url=_url(autoscaler_address),

@@ -108,7 +108,7 @@ def start_prometheus(
     """Prometheus scraping every `targets_dir/*.json` each `scrape_seconds`, with `rule_files`
     and, if given, alerts sent to `alertmanager` (host:port)."""
     config = workdir / "prometheus.yml"
-    interval = f"{scrape_seconds:g}s"
+    interval = f"{round(scrape_seconds * 1000)}ms"  # Prometheus reads no "3.3s"
     document: dict = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(p) for p in rule_files],

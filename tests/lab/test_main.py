@@ -185,3 +185,25 @@ def test_a_relative_rules_folder_is_read_from_where_the_lab_was_started(
     monkeypatch.chdir(tmp_path)
     args = flags.parse(flags.parser(""), ["--rules", "rules"])
     assert args.rules == tmp_path / "rules"
+
+
+def test_prometheus_takes_a_scrape_interval_that_is_not_whole_seconds(tmp_path: Path) -> None:
+    """`--scrape-seconds 3.3` wrote "3.3s", which Prometheus refuses: the lab failed to
+    start (and the autoscaler's --rate-window got 13.2s, which it refuses too)."""
+    require("prometheus")
+    from gpufleet.lab import prometheus as prom
+    from gpufleet.lab.main import _unused_port
+
+    (tmp_path / "targets").mkdir()
+    child = prom.start_prometheus(
+        tmp_path,
+        host="127.0.0.1",
+        port=_unused_port("127.0.0.1"),
+        targets_dir=tmp_path / "targets",
+        rule_files=[],
+        scrape_seconds=3.3,
+    )
+    try:
+        child.wait_ready("/-/ready")
+    finally:
+        child.stop()
