@@ -104,8 +104,8 @@ class Controller:
         view = await asyncio.to_thread(self._cluster.view)
         pods = view.pods
         ticks, invalid = await self._sync(view.autoscalers, now)
-        if self._config.headroom and self._is_leader():
-            for key in invalid:
+        for key in invalid:  # leadership asked only where there is a write to make
+            if self._config.headroom and self._is_leader():
                 await self._headroom.release_invalid(key, view)
         index = _PodIndex(view.pods)
         rivals = rival_autoscalers(view.autoscalers)
