@@ -188,7 +188,13 @@ def test_hardening(value_set, tmp_path):
     RuntimeDefault; the autoscaler non-root; DaemonSets with a priority class."""
     values, apis = VALUE_SETS[value_set]
     objects = render(values, tmp_path=tmp_path, api_versions=apis)
-    workloads = [o for o in objects if o["kind"] in ("DaemonSet", "Deployment")]
+    # NVIDIA's MPS control daemon runs privileged, as NVIDIA's chart runs it (below)
+    workloads = [
+        o
+        for o in objects
+        if o["kind"] in ("DaemonSet", "Deployment")
+        and not o["metadata"]["name"].endswith("-mps-control-daemon")
+    ]
     assert len(workloads) == 3
     for workload in workloads:
         spec = pod_spec(workload)
@@ -573,3 +579,90 @@ def test_the_gpu_price_may_come_from_helm_set(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "vector(2.5)" in done.stdout
+
+
+def _mps_daemon(values: dict[str, Any], tmp_path: Path) -> dict[str, Any] | None:
+    found = [
+        o
+        for o in render(values, tmp_path=tmp_path)
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"].endswith("-mps-control-daemon")
+    ]
+    return found[0] if found else None
+
+
+def test_the_mps_control_daemon_runs_where_nvidias_chart_runs_it(tmp_path):
+    """A resource shared with sharing.mps is registered only once its MPS control daemon
+    answers, and nothing in the chart started one: MPS sharing never came up. NVIDIA's
+    chart's daemonset-mps-control-daemon.yml, ported: its image, commands, env, privilege,
+    volumes and node selector."""
+    assert _mps_daemon({}, tmp_path) is None  # no config: nothing asks for MPS
+    no_mps = "version: v1\nflags:\n  migStrategy: mixed\n"
+    assert _mps_daemon({"config": {"map": {"a": no_mps}}}, tmp_path) is None
+    daemon = _mps_daemon({"nodeSelector": {"pool": "gpu"}, "config": {"name": "mine"}}, tmp_path)
+    spec = pod_spec(daemon)
+    assert spec["nodeSelector"] == {"nvidia.com/mps.capable": "true", "pool": "gpu"}
+    assert spec["shareProcessNamespace"] is True
+    mounts, _ = spec["initContainers"]  # and the config-manager's first read
+    assert mounts["command"] == ["mps-control-daemon", "mount-shm"]
+    assert mounts["securityContext"] == {"privileged": True}
+    assert mounts["volumeMounts"] == [
+        {"name": "mps-root", "mountPath": "/mps", "mountPropagation": "Bidirectional"}
+    ]
+    ctr = container(daemon, "mps-control-daemon")
+    assert ctr["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"  # NVIDIA's, as theirs
+    assert ctr["command"] == ["mps-control-daemon"]
+    assert ctr["securityContext"] == {"privileged": True}
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env == {
+        "NODE_NAME": None,  # from the pod's node
+        "CONFIG_FILE": "/config/config.yaml",
+        "NVIDIA_MIG_MONITOR_DEVICES": "all",  # an external config may set a MIG strategy
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    }
+    assert {m["name"]: m["mountPath"] for m in ctr["volumeMounts"]} == {
+        "mps-shm": "/dev/shm",
+        "mps-root": "/mps",
+        "available-configs": "/available-configs",
+        "config": "/config",
+    }
+    volumes = {v["name"]: v.get("hostPath") for v in spec["volumes"]}
+    assert volumes == {
+        "mps-root": {"path": "/run/nvidia/mps", "type": "DirectoryOrCreate"},
+        "mps-shm": {"path": "/run/nvidia/mps/shm"},
+        "available-configs": None,
+        "config": None,
+    }
+    off = {"config": {"name": "mine"}, "mps": {"controlDaemon": {"enabled": False}}}
+    assert _mps_daemon(off, tmp_path) is None
+    for version in KUBE_VERSIONS:
+        kubernetes_validate.validate(daemon, version, strict=True)
+
+
+MPS_CONFIG = """version: v1
+sharing:
+  mps:
+    resources:
+      - name: nvidia.com/gpu
+        replicas: 4
+"""
+
+
+def test_the_mps_control_daemon_reads_the_plugins_config_and_is_signalled_on_a_new_one(
+    tmp_path,
+):
+    values = {"config": {"map": {"a": MPS_CONFIG}}, "migStrategy": "mixed"}
+    daemon = _mps_daemon(values, tmp_path)
+    ctr = container(daemon, "mps-control-daemon")
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["CONFIG_FILE"] == "/config/config.yaml"
+    assert env["MIG_STRATEGY"] == "mixed"
+    assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    sidecar = {e["name"]: e.get("value") for e in container(daemon, "config-manager")["env"]}
+    assert sidecar["PROCESS_TO_SIGNAL"] == "/usr/bin/mps-control-daemon"
+    assert sidecar["SEND_SIGNAL"] == "true"
+    # the plugin's own config-manager still signals the plugin
+    plugin = find(render(values, tmp_path=tmp_path), "DaemonSet", "-plugin")
+    mine = {e["name"]: e.get("value") for e in container(plugin, "config-manager")["env"]}
+    assert mine["PROCESS_TO_SIGNAL"] == "/opt/venv/bin/python"
+    assert pod_spec(daemon)["serviceAccountName"] == pod_spec(plugin)["serviceAccountName"]

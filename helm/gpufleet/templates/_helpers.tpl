@@ -130,6 +130,22 @@ init container and sidecar run. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* "true" where a config may share GPUs with MPS: an external config (config.name), or a
+config.map entry with sharing.mps. Only then does the MPS control daemon run: without a
+config, nothing can ask for MPS. */}}
+{{- define "gpufleet.pluginMayServeMps" -}}
+{{- if .Values.config.name -}}
+true
+{{- else -}}
+{{- $any := false -}}
+{{- range $_, $contents := .Values.config.map -}}
+{{- $sharing := ($contents | fromYaml).sharing -}}
+{{- if and $sharing $sharing.mps }}{{ $any = true }}{{ end -}}
+{{- end -}}
+{{- if $any }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* "true" where the plugin may serve MIG devices, as NVIDIA's chart decides it
 (allPossibleMigStrategiesAreNone): a migStrategy other than none; or, with none given, an
 external config (which may set one), or a config.map entry whose flags set one other than
@@ -161,6 +177,9 @@ true
 {{- $root := index . 0 -}}
 {{- $oneshot := index . 1 -}}
 {{- $cm := $root.Values.configManager -}}
+{{- /* the process it sends SIGHUP: the plugin's, unless a third item names another */ -}}
+{{- $signalled := $cm.processToSignal -}}
+{{- if gt (len .) 2 }}{{ $signalled = index . 2 }}{{ end -}}
 image: {{ printf "%s:%s" $cm.image.repository $cm.image.tag }}
 imagePullPolicy: {{ $cm.image.pullPolicy }}
 command: ["config-manager"]
@@ -188,7 +207,7 @@ env:
   - name: SIGNAL
     value: {{ ternary "" "1" (eq $oneshot "true") | quote }}
   - name: PROCESS_TO_SIGNAL
-    value: {{ ternary "" $cm.processToSignal (eq $oneshot "true") | quote }}
+    value: {{ ternary "" $signalled (eq $oneshot "true") | quote }}
 securityContext:
   {{- include "gpufleet.containerSecurity" $root | nindent 2 }}
 {{- with $cm.resources }}
