@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpufleet.core.messages import MAX_SHOWN_CHARS, cut
 from gpufleet.core.ratelimit import TokenBucket
 
 
@@ -95,9 +96,12 @@ class OutageLog:
         """Failures since it started failing (0 while it works)."""
         return self._total
 
-    def failed(self, reason: str, *, kind: str | None = None) -> None:
+    def failed(
+        self, reason: str, *, kind: str | None = None, exc_info: BaseException | None = None
+    ) -> None:
         """One failure; `kind` (else the reason itself) tells a new reason from the same
-        one said differently (an error's text may name a new object each time)."""
+        one said differently (an error's text may name a new object each time). With
+        `exc_info`, a line it logs is an error with that traceback."""
         now = self._clock()
         self._failures += 1
         self._total += 1
@@ -107,7 +111,8 @@ class OutageLog:
                 self._key = key
                 self._unlogged += 1
                 return
-            self._log(logging.WARNING, "%s: %s", self._what, reason)
+            level = logging.WARNING if exc_info is None else logging.ERROR
+            self._log(level, "%s: %s", self._what, reason, exc_info=exc_info)
         elif now - self._logged_at >= self._remind_seconds:
             self._log(
                 logging.WARNING,
@@ -120,6 +125,14 @@ class OutageLog:
             return
         self._key, self._failures, self._logged_at = key, 0, now
 
+    def raised(self, err: BaseException) -> None:
+        """A failure that is an exception nothing expected (a bug, or data nothing
+        checked): its traceback once an outage, for the bug report, then `failed` with its
+        type and bounded text."""
+        what = type(err).__name__
+        first = None if self._total else err
+        self.failed(f"{what}: {cut(str(err), MAX_SHOWN_CHARS)}", kind=what, exc_info=first)
+
     def recovered(self) -> None:
         if self._total:
             if self._changes.take():
@@ -131,11 +144,13 @@ class OutageLog:
                 self._unlogged += 1
         self._key, self._failures, self._total = None, 0, 0
 
-    def _log(self, level: int, msg: str, *args: object) -> None:
+    def _log(
+        self, level: int, msg: str, *args: object, exc_info: BaseException | None = None
+    ) -> None:
         if self._unlogged:
             msg, args = f"{msg} (%d changes not logged before it)", (*args, self._unlogged)
             self._unlogged = 0
-        self._logger.log(level, msg, *args)
+        self._logger.log(level, msg, *args, exc_info=exc_info)
 
 
 LOG_BURST = 5  # lines a ThrottledLog logs at once before the limit starts

@@ -99,3 +99,26 @@ def test_a_failure_after_a_quiet_while_is_said_at_once(outage):
     clock.now = 3600.0
     log.failed("refused")
     assert caplog.records[-1].getMessage() == "cannot reach X: refused"
+
+
+def test_an_exception_is_its_traceback_once_an_outage_and_bounded(outage):
+    """What nothing expected (a bug, or data nothing checked): the traceback goes with the
+    outage's first line only, and its text is cut to a line."""
+    log, clock, caplog = outage
+    for second in range(3):
+        clock.now = float(second)
+        try:
+            raise ValueError("x" * 10_000)
+        except ValueError as err:
+            log.raised(err)
+    log.recovered()
+    try:
+        raise KeyError("again")
+    except KeyError as err:
+        log.raised(err)
+    first, recovered, again = caplog.records
+    assert first.levelname == "ERROR" and first.exc_info is not None
+    assert first.getMessage().startswith("cannot reach X: ValueError: xxx")
+    assert len(first.getMessage()) < 160
+    assert recovered.getMessage() == "cannot reach X: works again, after 3 failures"
+    assert again.exc_info is not None  # a new outage: its traceback too

@@ -198,6 +198,7 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
     campaign = asyncio.create_task(elector.run(), name="lease") if elector else None
     log.info("autoscaler %s started (leader election %s)", identity, "on" if elector else "off")
     api_outage = OutageLog(log, "cannot list GPUAutoscalers")
+    tick_outage = OutageLog(log, "a tick fails; the next is tried")
     try:
         while not stop.is_set():
             try:
@@ -205,9 +206,13 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
                     break  # a pass can take minutes (queries timing out): not past SIGTERM
                 last_ok[0] = time.monotonic()
                 api_outage.recovered()
+                tick_outage.recovered()
             except KubeError as err:
                 controller.stats.errors[f"kube_{err.kind}"] += 1
                 api_outage.failed(str(err), kind=str(err.kind))
+            except Exception as err:  # a bug, or cluster data nothing checked: not an exit
+                controller.stats.errors["tick"] += 1
+                tick_outage.raised(err)
             with contextlib.suppress(TimeoutError):  # the next tick, or a signal sooner
                 await asyncio.wait_for(stop.wait(), timeout=settings.tick_seconds)
     finally:

@@ -27,7 +27,9 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 
 def shown(value: object) -> str:
     """`repr(value)`, cut to about MAX_SHOWN_CHARS characters whatever its size or depth."""
-    text = _REPR.repr(value)
-    if len(text) > MAX_SHOWN_CHARS:
-        text = text[: MAX_SHOWN_CHARS - 3] + "..."
-    return text
+    return cut(_REPR.repr(value), MAX_SHOWN_CHARS)
+
+
+def cut(text: str, limit: int) -> str:
+    """`text`, or its first `limit` - 3 characters and "..." where it is longer."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpufleet.core.messages import cut
 from gpufleet.core.server_stats import ServerStats
 from gpufleet.http.wire import BadRequest
 from gpufleet.logs import ThrottledLog
@@ -39,9 +40,7 @@ class RequestErrorLog:
 
     def bad_request(self, peer: str, exc: BadRequest) -> None:
         self._stats.bad_requests_total += 1
-        reason = " ".join(exc.reason.split())  # quotes client bytes: one line, bounded
-        if len(reason) > _MAX_REASON_CHARS:
-            reason = reason[: _MAX_REASON_CHARS - 3] + "..."
+        reason = cut(" ".join(exc.reason.split()), _MAX_REASON_CHARS)  # client bytes: bounded
         self._bad_requests.log(
             logging.WARNING, "bad request from %s: refused with %d: %s", peer, exc.status, reason
         )

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,10 +49,11 @@ from gpufleet.autoscaler.core.signals import SignalQuery, model_selector, querie
 from gpufleet.autoscaler.core.spec import AutoscalerSpec, SpecError, parse_spec
 from gpufleet.autoscaler.kube.cluster import APPS_KINDS, Cluster, ClusterView
 from gpufleet.autoscaler.prom.client import PromClient
+from gpufleet.core.messages import MAX_SHOWN_CHARS, cut
 from gpufleet.core.selectors import Requirement, SelectorError, parse_selector
 from gpufleet.kube.errors import KubeError, KubeErrorKind
 from gpufleet.kube.events import EventRecorder
-from gpufleet.logs import OutageLog
+from gpufleet.logs import OutageLog, ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class Controller:
         # Every workload holds its count while a query fails (MissingMetrics): said in the
         # log when it starts and ends, not at every tick.
         self._prom_outage = OutageLog(log, "Prometheus queries fail; counts held")
+        self._spec_bugs = ThrottledLog(log, clock=time.monotonic)
 
     async def tick(self) -> None:
         """One pass over every GPUAutoscaler. Raises only if the API cannot list them."""
@@ -109,11 +111,14 @@ class Controller:
                 await self._headroom.release_invalid(key, view)
         index = _PodIndex(view.pods)
         rivals = rival_autoscalers(view.autoscalers)
-        for t in ticks:
+
+        async def read(t: Tick) -> None:
             await self._read_target(t, view, index)
             rival = rivals.get(t.workload.key)
             if rival and not t.health.competitor:
                 t.note(competitor=rival)
+
+        ticks = await self._each(ticks, "reading its target", read)
         failed = await self._gather.gather(ticks, self._workloads, now)
         if failed:
             first = next(iter(failed.values()))
@@ -123,19 +128,47 @@ class Controller:
         self.stats.leader = self._is_leader()
         node_pods = Counter(p.node for p in pods if p.node and p.deleting_since is None)
         free = free_gpus(view.nodepools, view.pool_nodes, pods) if view.nodepools else {}
-        for t in ticks:
+
+        async def decide(t: Tick) -> None:
             err = failed.get(t.workload.key)
             if err is not None:
                 t.note(missing_metrics=f"{err.kind}: {err}")
             await self._decide_and_scale(t, now, node_pods, free)
+
+        ticks = await self._each(ticks, "deciding", decide)
         if view.nodepools is not None:
             queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
             fit_to_nodepools(ticks, view, queued)
-        published = [await self._finish(t, now) for t in ticks]
+        published: list[WorkloadMetrics | None] = []
+
+        async def finish(t: Tick) -> None:
+            published.append(await self._finish(t, now))
+
+        await self._each(ticks, "keeping its headroom and status", finish)
         if self._feed is not None:
             self._feed.publish(MetricsSnapshot(m for m in published if m is not None))
         self.stats.ticks += 1
         self.stats.reconcile_seconds += time.monotonic() - started
+
+    async def _each(
+        self, ticks: list[Tick], step: str, run: Callable[[Tick], Awaitable[None]]
+    ) -> list[Tick]:
+        """`run` on each tick; those it did not raise on. A workload whose `step` raises (a
+        bug, or data nothing checked) sits out the rest of this pass, counted and logged
+        as an outage (the traceback once): one workload must not stop the others, and an
+        exception out of the tick stopped the daemon."""
+        kept = []
+        for t in ticks:
+            outage = t.workload.outage(f"{step} fails; it sits this tick out", log)
+            try:
+                await run(t)
+            except Exception as err:
+                self.stats.errors["workload"] += 1
+                outage.raised(err)
+                continue
+            outage.recovered()
+            kept.append(t)
+        return kept
 
     # --- gather ---
 
@@ -152,6 +185,8 @@ class Controller:
             seen.add(key)
             generation, uid = int(meta.get("generation") or 0), meta.get("uid", "")
             previous = obj.get("status") or {}
+            if not isinstance(previous, dict):  # the API would refuse it; a status is ours
+                previous = {}
             w = self._workloads.get(key)
             if w is not None and w.spec.uid != uid:
                 w = None  # deleted and made again (at generation 1 again): a new object
@@ -163,12 +198,19 @@ class Controller:
                 continue
             try:
                 spec = parse_spec(obj)
-            except SpecError as err:
+                w = self._new_workload(spec, generation, w, previous)
+            except Exception as err:  # what parse_spec did not foresee is a bad spec too
                 self._workloads.pop(key, None)
+                if not isinstance(err, SpecError):
+                    # rate-limited: a follower reads it again every tick
+                    self._spec_bugs.log(
+                        logging.ERROR, "%s/%s: reading its spec raised", *key, exc_info=err
+                    )
+                    text = cut(str(err), MAX_SHOWN_CHARS)
+                    err = SpecError("spec", f"cannot be read: {type(err).__name__}: {text}")
                 await self._status.report_bad_spec(key, uid, generation, err, previous, now)
                 invalid.append(key)
                 continue
-            w = self._new_workload(spec, generation, w, previous)
             self._workloads[key] = w
             ticks.append(Tick(workload=w, previous_status=previous))
         for key in set(self._workloads) - seen:
@@ -186,9 +228,7 @@ class Controller:
             decision = w.policy.decide(obs)
         except Exception as err:
             self.stats.errors["policy"] += 1
-            if not outage.failures:  # the traceback once an outage, for the bug report
-                log.error("%s: the policy raised", w.name, exc_info=True)
-            outage.failed(f"{type(err).__name__}: {err}", kind=type(err).__name__)
+            outage.raised(err)
             return None
         outage.recovered()
         return decision

@@ -25,7 +25,8 @@ from gpufleet.autoscaler.core.gather import (
 )
 from gpufleet.autoscaler.core.observation import PodTelemetry
 from gpufleet.autoscaler.core.signals import GPU_TELEMETRY, SignalQuery
-from gpufleet.autoscaler.prom.client import PromClient, PromError
+from gpufleet.autoscaler.prom.client import PromClient, PromError, PromErrorKind
+from gpufleet.core.messages import MAX_SHOWN_CHARS, cut
 
 # Queries in flight at once: a first tick backfills half an hour of every signal, and
 # parsing all of them at the same time for a thousand workloads doubles the peak memory.
@@ -174,7 +175,12 @@ class PromGather:
             finally:
                 self._stats.queries += 1
                 self._stats.query_seconds += time.monotonic() - begun
-            consume(answer)
+            try:
+                consume(answer)
+            except Exception as err:  # an answer nothing checked: its workloads' signal fails
+                self._stats.errors["prometheus_bad_response"] += 1
+                what = f"cannot take the answer: {type(err).__name__}: {err}"
+                return PromError(PromErrorKind.BAD_RESPONSE, cut(what, MAX_SHOWN_CHARS))
             self._fetched_until[text] = chunk_end
             start = chunk_end + step
         return None

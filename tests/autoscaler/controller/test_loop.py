@@ -803,7 +803,7 @@ async def test_a_policy_that_raises_holds_its_count_and_stops_nothing(
     """A sample a policy's arithmetic cannot take (or a bug) raised out of the tick, and
     the daemon, which catches only API errors, exited: every workload stopped, and again
     after each restart while the sample was in range. Now that workload holds its last
-    decision; the traceback is logged once an outage, then one line."""
+    decision; the outage is one error line, with the traceback, for all five ticks."""
     caplog.set_level(logging.INFO, logger="gpufleet.autoscaler.controller.loop")
     ctl, prom, policy = await asking_for_headroom(api, pod_prometheus, 0)
 
@@ -822,8 +822,12 @@ async def test_a_policy_that_raises_holds_its_count_and_stops_nothing(
     assert ctl.stats.errors["policy"] == 5 and ctl.stats.ticks >= 6
     assert status(api)["desiredReplicas"] == scale(api) > 1  # held, still written
     said = [r for r in caplog.records if "policy" in r.getMessage()]
-    assert [r.levelname for r in said] == ["ERROR", "WARNING"], [r.getMessage() for r in said]
+    assert [r.levelname for r in said] == ["ERROR"], [r.getMessage() for r in said]
     assert said[0].exc_info is not None
+    assert said[0].getMessage() == (
+        "llm/chat: its policy fails; the last decision is held: "
+        "OverflowError: int too large to convert to float"
+    )
 
 
 async def test_a_keda_workload_starts_as_a_new_scaled_object(api: client.ApiClient) -> None:
@@ -1273,3 +1277,84 @@ async def test_prometheus_stopped_mid_run_holds_the_count_then_recovers(
         assert said[1].startswith("Prometheus queries fail; counts held: works again, after ")
     finally:
         prometheus.stop()
+
+
+OTHER = {
+    **KEDA_SPEC,
+    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "x"},
+}
+
+
+async def test_a_workload_whose_step_raises_sits_the_tick_out_alone(
+    api: client.ApiClient, caplog, monkeypatch
+) -> None:
+    """An exception out of one workload's step (a bug, or cluster data nothing checked)
+    left the tick, so no workload was decided or written, and the daemon exited. Injected
+    here into one workload's target read: the other is still raised to its minimum, and
+    the failing one is one error line with its traceback, not one a tick."""
+    caplog.set_level(logging.INFO, logger="gpufleet.autoscaler.controller.loop")
+    deploy(api)
+    autoscaler(api, {**KEDA_SPEC, "minReplicas": 2})
+    create_autoscaler(api, NS, OTHER, name="other")
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    read = ctl._read_target
+
+    async def failing(t, view, index) -> None:
+        if t.workload.spec.name == "other":
+            raise RuntimeError("a bug")
+        await read(t, view, index)
+
+    monkeypatch.setattr(ctl, "_read_target", failing)
+    try:
+        await ctl.tick()
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert scale(api) == 2
+    assert ctl.stats.errors["workload"] == 2
+    said = [r for r in caplog.records if "reading its target fails" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is not None
+    assert said[0].getMessage() == (
+        "llm/other: reading its target fails; it sits this tick out: RuntimeError: a bug"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        # the API server keeps a null in a preserve-unknown-fields object
+        (
+            {"signals": {"queries": {"queueDepth": None}}},
+            "spec: cannot be read: AttributeError",
+        ),
+        (
+            {"schedules": [{"name": "s", "schedule": "0 9 * * *", "duration": "999999999h"}]},
+            "'999999999h': at most 8784h (366 days)",
+        ),
+    ],
+    ids=["null-query", "duration-past-year-one"],
+)
+async def test_a_spec_nothing_foresaw_is_an_invalid_spec_not_a_stopped_loop(
+    api: client.ApiClient, change: dict, said: str
+) -> None:
+    deploy(api)
+    autoscaler(api, {**KEDA_SPEC, **change})
+    await one_tick_without_prometheus(api)
+    assert conditions(api)["ScalingActive"] == ("False", "InvalidSpec")
+    assert said in status(api)["message"]
+
+
+async def test_a_status_of_any_shape_is_rewritten_not_a_stopped_loop(api: client.ApiClient) -> None:
+    """A status edited by hand: condition items that are not objects, a type that is a
+    list. condition_list raised on them, every tick, for every workload."""
+    deploy(api)
+    autoscaler(api, {**KEDA_SPEC, "minReplicas": 2})
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        *GPA,
+        "chat",
+        {"status": {"conditions": ["x", 3, {"type": ["AbleToScale"]}, {"status": "True"}]}},
+        _content_type="application/merge-patch+json",
+    )
+    await one_tick_without_prometheus(api)
+    assert scale(api) == 2
+    assert conditions(api)["AbleToScale"][0] == "True"
