@@ -18,6 +18,9 @@ def is_replica(device_id: str) -> bool:
     return REPLICA_SEPARATOR in device_id
 
 
+MAX_REPLICA_DIGITS = 9
+
+
 def base_id(device_id: str) -> str:
     """The GPU or MIG ID without a `::<n>` replica suffix."""
     return device_id.split(REPLICA_SEPARATOR, 1)[0]
@@ -25,10 +28,11 @@ def base_id(device_id: str) -> str:
 
 def split_replica(device_id: str) -> tuple[str, int | None] | None:
     """`<id>::<n>` -> (`<id>`, n); `<id>` -> (`<id>`, None); None when the suffix after the
-    last `::` is not a decimal number."""
+    last `::` is not a decimal number of at most MAX_REPLICA_DIGITS digits (past 4300,
+    int() raises: one such ID stopped the exporter's every collection on its node)."""
     base, sep, suffix = device_id.rpartition(REPLICA_SEPARATOR)
     if not sep:
         return device_id, None
-    if suffix.isascii() and suffix.isdigit():
+    if suffix.isascii() and suffix.isdigit() and len(suffix) <= MAX_REPLICA_DIGITS:
         return base, int(suffix)
     return None

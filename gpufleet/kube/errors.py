@@ -48,6 +48,8 @@ def kube_call(fn: Callable[[], T]) -> T:
         raise KubeError(kind, _message(err), status=err.status or 0) from None
     except (HTTPError, OSError) as err:
         raise KubeError(KubeErrorKind.UNAVAILABLE, f"{type(err).__name__}: {err}") from None
+    except RecursionError:  # an object nested thousands deep (a preserve-unknown field)
+        raise KubeError(KubeErrorKind.UNAVAILABLE, "an answer nested too deeply to read") from None
 
 
 def _message(err: ApiException) -> str:

@@ -16,7 +16,13 @@ from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.workload import Key, Tick
 from gpufleet.autoscaler.core.policy import Learns, Reason
 from gpufleet.autoscaler.core.spec import AutoscalerSpec, SpecError
-from gpufleet.autoscaler.core.status import Condition, Health, condition_list, conditions
+from gpufleet.autoscaler.core.status import (
+    Condition,
+    Health,
+    by_type,
+    condition_list,
+    conditions,
+)
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.kube.errors import KubeError
 from gpufleet.kube.events import EventRecorder, micro_time
@@ -100,7 +106,7 @@ class StatusWriter:
         neither the status nor the last Warning said so (a status that cannot be written
         keeps saying the old state: the Warning went out every tick)."""
         w = t.workload
-        before = {c.get("type"): c for c in t.previous_status.get("conditions") or []}
+        before = by_type(t.previous_status.get("conditions"))
         for c in conds:
             bad = c.type != "ScalingLimited" and c.status == "False"
             old = before.get(c.type) or {}

@@ -26,6 +26,7 @@ What the plan does not see: the node size where no GPUAutoscaler names it
 Pure: plain dicts in, frozen results out.
 """
 
+import math
 import re
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -55,7 +56,9 @@ def count(value: Any) -> int | None:
     match = _QUANTITY.match(str(value).strip())
     if match is None:
         return None
-    return int(float(match.group(1)) * _SUFFIX[match.group(2) or ""])
+    number = float(match.group(1)) * _SUFFIX[match.group(2) or ""]
+    # Over 308 digits (the CRDs' Quantity pattern allows them) is inf: no count either.
+    return int(number) if math.isfinite(number) else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,6 +35,7 @@ _MACROS = {
     "@hourly": "0 * * * *",
 }
 _MAX_DIGITS = 9  # more in a cron field or duration is out of range, not a number to parse
+MAX_DURATION_SECONDS = 366 * 86400  # a window longer than a year is a typo
 _DURATION = re.compile(r"^(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?$")
 MAX_LOOKBACK_DAYS = 400  # a schedule that fires less often than yearly never opens
 
@@ -124,6 +125,8 @@ def parse_duration(text: str) -> float:
     total = hours * 3600 + minutes * 60 + seconds
     if total <= 0:
         raise ScheduleError(f"{text!r}: must be longer than 0s")
+    if total > MAX_DURATION_SECONDS:  # 999999999h put its start before year 1: OverflowError
+        raise ScheduleError(f"{text!r}: at most {MAX_DURATION_SECONDS // 3600}h (366 days)")
     return float(total)
 
 

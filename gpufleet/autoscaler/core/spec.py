@@ -31,11 +31,13 @@ from gpufleet.autoscaler.core.workload import (
     default_scale_down,
     default_scale_up,
 )
+from gpufleet.core.messages import cut
 
 GROUP = "autoscaling.gpufleet.dev"
 VERSION = "v1alpha1"
 PLURAL = "gpuautoscalers"
 KIND = "GPUAutoscaler"
+MAX_ERROR_CHARS = 500  # a SpecError's message: the status message and an Event's note
 PRESETS = ("vllm", "sglang", "tgi", "triton", "torchserve")
 # spec.signals.queries keys -> the Observation series they fill.
 QUERY_SIGNALS = {
@@ -97,12 +99,13 @@ FIELDS: dict[str, Rule] = {
     "gpu.migProfile": Rule("string"),
     "gpu.sharesPerGpu": Rule("integer", default=1, minimum=1),
     "batchSlots": Rule("integer", default=0, minimum=0),
-    "coldStartSeconds": Rule("number", default=60, minimum=0),
+    # At most a day: a lead of 10^12 s overflowed the schedules' clock arithmetic.
+    "coldStartSeconds": Rule("number", default=60, minimum=0, maximum=86400),
     "idleSecondsToZero": Rule("integer", default=300, minimum=0),
     "nodePool": Rule("object"),
     "nodePool.name": Rule("string"),
     "nodePool.gpusPerNode": Rule("integer", default=0, minimum=0),
-    "nodePool.provisionSeconds": Rule("number", default=180, minimum=0),
+    "nodePool.provisionSeconds": Rule("number", default=180, minimum=0, maximum=86400),
     "nodePool.placeholders": Rule("boolean", default=True),
     "behavior": Rule("object"),
     **_rules_fields("behavior.scaleUp"),
@@ -133,6 +136,9 @@ class SpecError(ValueError):
     """A GPUAutoscaler spec that cannot run; `field` is its path, e.g. `spec.maxReplicas`."""
 
     def __init__(self, field_path: str, message: str) -> None:
+        # Bounded: it is the status message and an Event's note (a 400 KB schedule echoed
+        # twice made a status past what etcd stores).
+        message = cut(message, MAX_ERROR_CHARS)
         super().__init__(f"{field_path}: {message}")
         self.field = field_path
         self.message = message

@@ -111,11 +111,19 @@ def conditions(
     return able, active, limited, headroom
 
 
+def by_type(conditions: Any) -> dict[str, Mapping[str, Any]]:
+    """A status's conditions by their type. The API holds what it was given: a status
+    edited by hand may hold anything, which here is no condition."""
+    if not isinstance(conditions, list):
+        return {}
+    return {c["type"]: c for c in conditions if isinstance(c, dict) and type(c.get("type")) is str}
+
+
 def condition_list(
-    current: Sequence[Condition], previous: Sequence[Mapping[str, Any]], now_text: str
+    current: Sequence[Condition], previous: Any, now_text: str
 ) -> list[dict[str, str]]:
     """Conditions as the API writes them, keeping each transition time while unchanged."""
-    before = {c.get("type"): c for c in previous}
+    before = by_type(previous)
     out = []
     for c in current:
         old = before.get(c.type)

@@ -2,7 +2,7 @@
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -167,13 +167,14 @@ class Cluster:
     def _competitors(self) -> dict[tuple[str, str, str], str]:
         out: dict[tuple[str, str, str], str] = {}
         for hpa in _items(self._autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces):
-            ref = (hpa.get("spec") or {}).get("scaleTargetRef") or {}
+            ref = _field(_field(hpa, "spec"), "scaleTargetRef")
             meta = hpa["metadata"]
             key = (meta.get("namespace", ""), ref.get("kind", ""), ref.get("name", ""))
             out.setdefault(key, f"HorizontalPodAutoscaler/{meta['name']}")
         for so in self._installed_list(*KEDA) or []:
-            ref = (so.get("spec") or {}).get("scaleTargetRef") or {}
-            meta = so.get("metadata") or {}
+            # a CRD's object: its schema may be looser than its controller assumes
+            ref = _field(_field(so, "spec"), "scaleTargetRef")
+            meta = _field(so, "metadata")
             key = (meta.get("namespace", ""), ref.get("kind", "Deployment"), ref.get("name", ""))
             out.setdefault(key, f"ScaledObject/{meta.get('name', '')}")
         return out
@@ -386,6 +387,21 @@ class Cluster:
                 self._plurals[(group_version, resource["kind"])] = resource["name"]
 
 
+def _field(obj: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """`obj[name]` where it is an object, else an empty one."""
+    value = obj.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _cost(text: Any) -> int | None:
+    """A pod-deletion-cost annotation as the API takes it (an int32), else None: "²" is a
+    digit to isdigit() and not to int()."""
+    digits = text.removeprefix("-") if isinstance(text, str) else ""
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 10):
+        return None
+    return int(text)
+
+
 def _create_own(body: dict[str, Any], create: Any) -> None:
     """Create an object holding a GPUAutoscaler's headroom. An object of its name that the
     view did not count as gpufleet's is someone else's: the 409 says so."""
@@ -473,7 +489,7 @@ def _pod_state(pod: dict[str, Any]) -> PodState:
         ready_since=ready_since,
         scheduled_since=scheduled_since,
         deleting_since=_seconds(meta.get("deletionTimestamp")),
-        deletion_cost=int(cost) if cost is not None and cost.lstrip("-").isdigit() else None,
+        deletion_cost=_cost(cost),
         gpus=pod_gpus(spec),
         finished=status.get("phase") in ("Succeeded", "Failed"),
     )

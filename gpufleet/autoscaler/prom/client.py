@@ -16,6 +16,11 @@ from typing import Any
 import aiohttp
 
 from gpufleet.autoscaler.core.gather import RangeSeries
+from gpufleet.core.messages import cut, shown
+
+# An error's text goes into a log line and every workload's status condition: a 200 KB
+# error page became a 200 KB line and condition message.
+MAX_ERROR_CHARS = 500
 
 
 class PromErrorKind(StrEnum):
@@ -52,7 +57,7 @@ class PromClient:
         """A matrix query. Raises PromError."""
         params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
         data = await self._get("/api/v1/query_range", params)
-        return parse_matrix(data)
+        return parse_matrix(data, start=start, end=end)
 
     async def _get(self, path: str, params: Mapping[str, str]) -> Any:
         if self._session is None:
@@ -80,31 +85,42 @@ def _payload(status: int, body: bytes) -> Any:
     if not isinstance(doc, dict):
         raise PromError(PromErrorKind.BAD_RESPONSE, f"HTTP {status}: not an API answer")
     if doc.get("status") != "success":
-        error = f"{doc.get('errorType', '?')}: {doc.get('error', '?')}"
+        # Bounded: it goes into a log line and every workload's status condition.
+        error = cut(f"{doc.get('errorType', '?')}: {doc.get('error', '?')}", MAX_ERROR_CHARS)
         kind = PromErrorKind.BAD_QUERY if status in (400, 422) else PromErrorKind.UNAVAILABLE
         raise PromError(kind, error)
     return doc.get("data")
 
 
-def parse_matrix(data: Any) -> tuple[RangeSeries, ...]:
-    """`data` of a range query -> series; raises PromError(BAD_RESPONSE) on any other shape."""
+def parse_matrix(
+    data: Any, *, start: float = -math.inf, end: float = math.inf
+) -> tuple[RangeSeries, ...]:
+    """`data` of a range query -> series; raises PromError(BAD_RESPONSE) on any other shape,
+    or on a label value that is not a string. Samples outside the query's [start, end]
+    (give or take a second of its rounding) are dropped: a range query answers none, and a
+    sample from the future held a workload's history still until that time came (each
+    later sample was "not newer")."""
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         raise PromError(PromErrorKind.BAD_RESPONSE, "expected a matrix result")
     out = []
     isfinite = math.isfinite
+    low, high = start - 1.0, end + 1.0
     try:
         # A tick parses a sample per pod and signal: one pass, and the decoded label dict
         # kept as it came (the answer is ours alone).
         for item in data.get("result") or ():
             samples = tuple(
-                (float(t), value)
+                (ts, value)
                 for t, v in item.get("values") or ()
-                if isfinite(value := float(v))
+                if low <= (ts := float(t)) <= high and isfinite(value := float(v))
             )
             labels = item.get("metric") or {}
             if not isinstance(labels, dict):
                 raise TypeError("metric is not an object")
+            if not all(type(v) is str for v in labels.values()):
+                raise TypeError(f"a label value is not a string in {shown(labels)}")
             out.append(RangeSeries(labels=labels, samples=samples))
     except (TypeError, ValueError, AttributeError) as err:
-        raise PromError(PromErrorKind.BAD_RESPONSE, f"malformed matrix: {err}") from None
+        message = cut(f"malformed matrix: {err}", MAX_ERROR_CHARS)
+        raise PromError(PromErrorKind.BAD_RESPONSE, message) from None
     return tuple(out)

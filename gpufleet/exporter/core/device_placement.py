@@ -20,9 +20,10 @@ GPU_RESOURCE_NAMES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 # GKE's device plugin: nvidiaN (whole GPU), nvidiaN/giK (MIG), optional /vgpuM (sharing).
-_GKE_ID = re.compile(r"nvidia([0-9]+)(?:/gi([0-9]+))?(?:/vgpu([0-9]+))?")
+# Indexes of at most 9 digits: int() of thousands raised, for the whole node's collection.
+_GKE_ID = re.compile(r"nvidia([0-9]{1,9})(?:/gi([0-9]{1,9}))?(?:/vgpu([0-9]{1,9}))?")
 _UUID_ID = re.compile(r"(GPU|MIG)-[0-9a-fA-F][0-9a-fA-F-]*")
-_OLD_MIG_ID = re.compile(r"MIG-(GPU-[0-9a-fA-F][0-9a-fA-F-]*)/([0-9]+)/([0-9]+)")
+_OLD_MIG_ID = re.compile(r"MIG-(GPU-[0-9a-fA-F][0-9a-fA-F-]*)/([0-9]{1,9})/([0-9]{1,9})")
 
 Key = tuple[int, int | None]  # Entity.key
 

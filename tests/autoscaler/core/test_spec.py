@@ -270,3 +270,13 @@ def test_parse_spec_fails_only_with_spec_error(edits: list[tuple[str, Any]]) -> 
         _put(spec, path, value)
     with contextlib.suppress(SpecError):
         parse_spec({"metadata": {"namespace": "ml", "name": "vllm"}, "spec": spec})
+
+
+def test_a_bad_specs_message_is_bounded() -> None:
+    """A 400 KB schedule was echoed twice into the status message and the Event's note: a
+    status past what etcd stores, rewritten on every tick that failed to store it."""
+    bad = {"name": "s", "schedule": "x" * 400_000, "duration": "1h"}
+    with pytest.raises(SpecError) as raised:
+        parse_spec(gpa({**MINIMAL, "schedules": [bad]}))
+    assert raised.value.field == "spec.schedules[0].schedule"
+    assert len(raised.value.message) <= 500 and raised.value.message.endswith("...")

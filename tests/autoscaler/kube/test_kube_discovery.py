@@ -10,7 +10,7 @@ from kubernetes import client
 
 from gpufleet.autoscaler.core.spec import TargetRef
 from gpufleet.autoscaler.kube.cluster import DISCOVERY_RETRY_SECONDS, Cluster
-from gpufleet.kube.errors import KubeError, KubeErrorKind
+from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
 from gpufleet.lab.kubeapi.server import FakeApiServer
 
 NS = "llm"
@@ -75,3 +75,39 @@ def test_a_kind_found_is_never_asked_for_again(server: FakeApiServer) -> None:
         )
         assert [cluster.read_scale(NS, target).replicas for _ in range(3)] == [3, 3, 3]
     assert _discoveries(server, "/apis/leaderworkerset.x-k8s.io/v1") == 1
+
+
+def test_a_scaled_object_of_any_shape_is_read_or_left_out(server: FakeApiServer) -> None:
+    """A ScaledObject whose spec is a string (its CRD's schema looser than KEDA assumes):
+    the view raised, and no workload was decided."""
+    with api_client(server.url) as api:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+        objects = client.CustomObjectsApi(api)
+        for name, spec in (("junk", "spec"), ("ref", {"scaleTargetRef": "vllm"})):
+            objects.create_namespaced_custom_object(
+                "keda.sh",
+                "v1alpha1",
+                NS,
+                "scaledobjects",
+                {
+                    "apiVersion": "keda.sh/v1alpha1",
+                    "kind": "ScaledObject",
+                    "metadata": {"name": name},
+                    "spec": spec,
+                },
+            )
+        competitors = Cluster(api).view().competitors
+    assert set(competitors) == {(NS, "Deployment", "")}  # no target has an empty name
+
+
+def test_an_answer_nested_too_deeply_is_a_kube_error() -> None:
+    """A status.learned nested 2,000 deep (preserve-unknown-fields; the API takes 10,000)
+    raised RecursionError out of the list call, and the daemon exited."""
+
+    def deep() -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    with pytest.raises(KubeError) as raised:
+        kube_call(deep)
+    assert raised.value.kind is KubeErrorKind.UNAVAILABLE
+    assert str(raised.value) == "an answer nested too deeply to read"

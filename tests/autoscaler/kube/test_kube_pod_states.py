@@ -43,3 +43,21 @@ def test_a_pod_on_a_node_says_since_when(api: client.ApiClient) -> None:
     assert pods["waiting"].scheduled_since is None
     assert pods["bound"].scheduled_since == scheduled
     assert pods["bound-by-hand"].scheduled_since == pods["bound-by-hand"].created > 0
+
+
+def test_a_pod_deletion_cost_that_is_no_int32_is_none(api: client.ApiClient) -> None:
+    """ "²" is a digit to isdigit() and not to int(): the view raised, for every workload."""
+    create_vllm(api, NS, replicas=0)
+    for name, cost in (("sup", "\u00b2"), ("big", "9" * 5000), ("ok", "-3")):
+        client.CoreV1Api(api).create_namespaced_pod(
+            NS,
+            {
+                "metadata": {
+                    "name": name,
+                    "annotations": {"controller.kubernetes.io/pod-deletion-cost": cost},
+                },
+                "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+            },
+        )
+    pods = {p.name: p.deletion_cost for p in Cluster(api).list_pods()}
+    assert pods == {"sup": None, "big": None, "ok": -3}

@@ -177,3 +177,40 @@ def test_any_answer_is_series_or_a_bad_response(data) -> None:
         assert err.kind is PromErrorKind.BAD_RESPONSE
         return
     assert all(math.isfinite(v) for s in series for _, v in s.samples)
+    assert all(type(v) is str for s in series for v in s.labels.values())
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [{"namespace": "a", "pod": ["p"]}, {"namespace": {"x": 1}}, {"le": [0.5]}, {"pod": 3}],
+)
+def test_a_label_value_that_is_not_a_string_is_a_bad_response(labels) -> None:
+    """A series with `"pod": ["x"]` raised TypeError deep in the tick, which stopped every
+    workload, and the daemon exited."""
+    data = {"resultType": "matrix", "result": [{"metric": labels, "values": [[10, "1"]]}]}
+    with pytest.raises(PromError) as err:
+        parse_matrix(data)
+    assert err.value.kind is PromErrorKind.BAD_RESPONSE
+    assert "a label value is not a string" in str(err.value)
+
+
+@pytest.mark.parametrize("ts", [1e12, "+Inf", "NaN", 5])
+def test_a_sample_outside_the_querys_range_is_dropped(ts) -> None:
+    """A sample timestamped in the future (1e12, +Inf) was kept, and every later sample
+    was then "not newer" than it: the workload's history stood still, and KEDA's policy
+    read a queue of 0 against a real 20."""
+    data = {"resultType": "matrix", "result": [{"values": [[ts, "7"], [20, "1"], [30, "2"]]}]}
+    (series,) = parse_matrix(data, start=10, end=30)
+    assert series.samples == ((20.0, 1.0), (30.0, 2.0))
+
+
+async def test_an_error_text_is_bounded(serve) -> None:
+    """A 200 KB error page became a 200 KB log line and every workload's condition."""
+    body = {"status": "error", "errorType": "execution", "error": "x" * 200_000}
+    client = PromClient(await serve(web.json_response(body, status=422)))
+    try:
+        with pytest.raises(PromError) as err:
+            await client.query_range("up", start=0, end=30, step=5)
+    finally:
+        await client.close()
+    assert len(str(err.value)) <= 500 and str(err.value).endswith("...")

@@ -29,10 +29,16 @@ PARSE_ROWS = [
     ("nvidia3::1", None),
     ("0", None),
     ("", None),
+    # int() raises past 4300 digits: one such ID stopped every collection on the node
+    ("GPU-abc::" + "9" * 5000, None),
+    ("nvidia" + "9" * 5000, None),
+    ("nvidia3/vgpu" + "9" * 5000, None),
+    ("MIG-GPU-abc/" + "9" * 5000 + "/0", None),
+    ("GPU-abc::999999999", DeviceId(gpu_uuid="GPU-abc", replica=999_999_999)),
 ]
 
 
-@pytest.mark.parametrize(("raw", "want"), PARSE_ROWS, ids=[repr(raw) for raw, _ in PARSE_ROWS])
+@pytest.mark.parametrize(("raw", "want"), PARSE_ROWS, ids=[repr(raw)[:40] for raw, _ in PARSE_ROWS])
 def test_parse_device_id(raw: str, want: DeviceId | None) -> None:
     assert parse_device_id(raw) == want
 
