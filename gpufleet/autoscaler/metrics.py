@@ -15,8 +15,12 @@ P = "gpufleet_autoscaler_"
 # Every kind the controller counts, served as 0 until it happens: an alert on
 # `increase(errors_total[...])` sees nothing from a series that appears only with its first
 # error (the Prometheus client libraries' advice for known label values).
-ERROR_KINDS = tuple(f"kube_{k}" for k in KubeErrorKind) + tuple(
-    f"prometheus_{k}" for k in PromErrorKind
+# `policy`, `workload` and `tick`: an exception nothing expected (a bug, or cluster data
+# nothing checked) in a workload's decision, in one of its steps, or in a whole tick.
+ERROR_KINDS = (
+    tuple(f"kube_{k}" for k in KubeErrorKind)
+    + tuple(f"prometheus_{k}" for k in PromErrorKind)
+    + ("policy", "workload", "tick")
 )
 
 

@@ -46,10 +46,13 @@ def test_every_error_kind_is_served_as_zero_before_its_first_error() -> None:
         'gpufleet_autoscaler_errors_total{kind="kube_invalid"} 0.0',
         'gpufleet_autoscaler_errors_total{kind="kube_not_found"} 0.0',
         'gpufleet_autoscaler_errors_total{kind="kube_unavailable"} 0.0',
+        'gpufleet_autoscaler_errors_total{kind="policy"} 0.0',
         'gpufleet_autoscaler_errors_total{kind="prometheus_bad_query"} 0.0',
         'gpufleet_autoscaler_errors_total{kind="prometheus_bad_response"} 0.0',
         'gpufleet_autoscaler_errors_total{kind="prometheus_timeout"} 0.0',
         'gpufleet_autoscaler_errors_total{kind="prometheus_unavailable"} 0.0',
+        'gpufleet_autoscaler_errors_total{kind="tick"} 0.0',
+        'gpufleet_autoscaler_errors_total{kind="workload"} 0.0',
     ]
 
 
