@@ -64,3 +64,19 @@ def create_autoscaler(
             "spec": spec,
         },
     )
+
+
+def create_scaled_object(api: client.ApiClient, namespace: str, name: str, spec: object) -> None:
+    """A KEDA ScaledObject `name` with this spec (whatever its shape: the CRD keeps it)."""
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "keda.sh",
+        "v1alpha1",
+        namespace,
+        "scaledobjects",
+        {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "ScaledObject",
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+    )

@@ -290,9 +290,22 @@ def test_missing_config_file_is_named(tmp_path: Path) -> None:
         load_web_config(path)
 
 
-@pytest.mark.parametrize("missing", ["cert_file", "key_file"])
-def test_missing_certificate_file_fails_at_load(tls_dir: Path, missing: str) -> None:
-    files = {"cert_file": "server.crt", "key_file": "server.key"} | {missing: "gone.pem"}
+@pytest.mark.parametrize("key", ["cert_file", "key_file"])
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("gone.pem", "cannot read {path}"),
+        # readable, so it passed the check above, and ssl said only "[Errno 21] Is a
+        # directory"
+        ("certs", "{path} is a directory"),
+    ],
+    ids=["missing", "a-directory"],
+)
+def test_a_certificate_file_that_cannot_be_loaded_is_named(
+    tls_dir: Path, key: str, given: str, said: str
+) -> None:
+    (tls_dir / "certs").mkdir(exist_ok=True)
+    files = {"cert_file": "server.crt", "key_file": "server.key"} | {key: given}
     path = write_config(
         tls_dir, "tls_server_config:\n" + "".join(f"  {k}: {v}\n" for k, v in files.items())
     )
@@ -300,22 +313,7 @@ def test_missing_certificate_file_fails_at_load(tls_dir: Path, missing: str) -> 
     with pytest.raises(WebConfigError) as caught:
         load_web_config(path)
 
-    assert f"tls_server_config.{missing}: cannot read {tls_dir / 'gone.pem'}" in str(caught.value)
-
-
-@pytest.mark.parametrize("directory", ["cert_file", "key_file"])
-def test_a_certificate_file_that_is_a_directory_is_named(tls_dir: Path, directory: str) -> None:
-    """Readable, so it passed the check above, and ssl said only "[Errno 21] Is a directory"."""
-    (tls_dir / "certs").mkdir()
-    files = {"cert_file": "server.crt", "key_file": "server.key"} | {directory: "certs"}
-    path = write_config(
-        tls_dir, "tls_server_config:\n" + "".join(f"  {k}: {v}\n" for k, v in files.items())
-    )
-
-    with pytest.raises(WebConfigError) as caught:
-        load_web_config(path)
-
-    assert f"tls_server_config.{directory}: {tls_dir / 'certs'} is a directory" in str(caught.value)
+    assert f"tls_server_config.{key}: {said.format(path=tls_dir / given)}" in str(caught.value)
 
 
 def test_invalid_certificate_pem_fails_at_load(tls_dir: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 from helpers import free_port, wait_for
 from helpers.aggregator import make_pki
-from helpers.kube import create_autoscaler, create_vllm
+from helpers.kube import create_autoscaler, create_scaled_object, create_vllm
 from helpers.serving import MetricsServer
 from kubernetes import client
 
@@ -190,19 +190,13 @@ async def test_keda_activates_from_zero_scales_through_its_hpa_and_back(
             }
             create_autoscaler(api, NS, spec)
             # KEDA owns the Deployment: the controller computes and publishes, never writes.
-            client.CustomObjectsApi(api).create_namespaced_custom_object(
-                "keda.sh",
-                "v1alpha1",
+            create_scaled_object(
+                api,
                 NS,
-                "scaledobjects",
+                "chat-so",
                 {
-                    "apiVersion": "keda.sh/v1alpha1",
-                    "kind": "ScaledObject",
-                    "metadata": {"name": "chat-so"},
-                    "spec": {
-                        "scaleTargetRef": {"name": "vllm"},
-                        "triggers": [{"type": "external-push", "metadata": TRIGGER}],
-                    },
+                    "scaleTargetRef": {"name": "vllm"},
+                    "triggers": [{"type": "external-push", "metadata": TRIGGER}],
                 },
             )
             apps = client.AppsV1Api(api)

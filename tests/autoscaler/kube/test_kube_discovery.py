@@ -5,7 +5,7 @@ naming it."""
 from collections.abc import Iterator
 
 import pytest
-from helpers.kube import api_client
+from helpers.kube import api_client, create_scaled_object
 from kubernetes import client
 
 from gpufleet.autoscaler.core.spec import TargetRef
@@ -82,20 +82,8 @@ def test_a_scaled_object_of_any_shape_is_read_or_left_out(server: FakeApiServer)
     the view raised, and no workload was decided."""
     with api_client(server.url) as api:
         client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
-        objects = client.CustomObjectsApi(api)
         for name, spec in (("junk", "spec"), ("ref", {"scaleTargetRef": "vllm"})):
-            objects.create_namespaced_custom_object(
-                "keda.sh",
-                "v1alpha1",
-                NS,
-                "scaledobjects",
-                {
-                    "apiVersion": "keda.sh/v1alpha1",
-                    "kind": "ScaledObject",
-                    "metadata": {"name": name},
-                    "spec": spec,
-                },
-            )
+            create_scaled_object(api, NS, name, spec)
         competitors = Cluster(api).view().competitors
     assert set(competitors) == {(NS, "Deployment", "")}  # no target has an empty name
 
