@@ -81,6 +81,7 @@ words the message, `paid_nodes` counts the nodes already paid for.
 
 import dataclasses
 import math
+import sys
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -142,6 +143,8 @@ class GpufleetPolicy:
     def resume(self, learned: Mapping[str, Any]) -> None:
         """Start from what `learned()` gave; unknown keys and non-numbers are ignored."""
         names = {f.name for f in dataclasses.fields(CapacityState)}
+        # Every sum is >= 0, and a subnormal weight (1e-320) divided into a hint made the
+        # capacity infinite: a workload at 500 requests/s held at one replica.
         values: dict[str, Any] = {
             k: float(v)
             for k, v in learned.items()
@@ -149,6 +152,7 @@ class GpufleetPolicy:
             and isinstance(v, int | float)
             and not isinstance(v, bool)
             and math.isfinite(v)
+            and (v == 0 or v >= sys.float_info.min)
         }
         if "samples" in values:
             values["samples"] = int(values["samples"])

@@ -755,6 +755,17 @@ def test_what_the_policy_learned_survives_a_restart() -> None:
     assert again["probe"] == GpufleetPolicy(WorkloadConfig(name="w")).settings.feedback.max_ratio
 
 
+def test_a_learned_sum_that_no_fold_makes_is_not_resumed() -> None:
+    """A subnormal weight (1e-320) divided into a hint made the capacity infinite, and a
+    workload at 500 requests/s stayed at one replica; a negative sum no fold makes either."""
+    clean = policy()
+    poisoned = policy()
+    poisoned.resume({"hint_busy": 1e-320, "hint_requests": 50.0, "sat_weight": -3.0})
+    assert poisoned.learned()["hint_busy"] == poisoned.learned()["sat_weight"] == 0.0
+    obs = observe(1000.0, const(500.0), ready=1)
+    assert poisoned.decide(obs).desired == clean.decide(obs).desired > 1
+
+
 def with_latency(obs: Observation, *, wait: float) -> Observation:
     """`obs` with TTFT signals whose first tokens each waited `wait` s for 0.1 s of prefill."""
     t = obs.completion_rate.times
