@@ -365,7 +365,8 @@ async def run(
         if parts.kube:
             await asyncio.to_thread(parts.kube.stop)
         if quiescent:  # else freeing GPM samples or the XID event set could crash NVML
-            parts.collector.close()
+            # and a hung XID wait keeps NVML in use too: no nvmlShutdown under it
+            quiescent = await asyncio.to_thread(parts.collector.close)
     return quiescent
 
 

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -203,6 +204,18 @@ def test_hung_nvml_call_is_a_counted_timeout_and_health_goes_stale(node, exporte
         ),
         what="timeout counted",
     )
+
+
+def test_an_xid_wait_hung_at_shutdown_keeps_nvml_initialised(node, exporter_for):
+    """The XID watcher's hung nvmlEventSetWait_v2 was said in a log line only, and the
+    daemon shut NVML down under it (the event set itself was left allocated, since
+    freeing it under a blocked wait is undefined)."""
+    exporter = exporter_for(node)
+    node.sim.set_hang("nvmlEventSetWait_v2", 6.0)
+    time.sleep(1.5)  # its current wait ends, and the next one hangs
+    exporter.stop()
+    node.sim.set_hang("nvmlEventSetWait_v2", 0)
+    assert exporter.quiescent is False
 
 
 def test_dcgm_counters_file_with_every_default_field(node, exporter_for):

@@ -33,12 +33,15 @@ class RunningExporter:
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
         self._error: BaseException | None = None
+        self.quiescent: bool | None = None  # serve's answer: may NVML be shut down?
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         async def main() -> None:
             self._stop = asyncio.Event()
-            await serve(self.prepared, self.lib, stop=self._stop, on_listening=self._on_port)
+            self.quiescent = await serve(
+                self.prepared, self.lib, stop=self._stop, on_listening=self._on_port
+            )
 
         try:
             self._loop.run_until_complete(main())
@@ -58,6 +61,8 @@ class RunningExporter:
         return self
 
     def stop(self) -> None:
+        if self._loop.is_closed():  # stopped already (a test that stops it itself)
+            return
         if self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(15)

@@ -138,18 +138,20 @@ class XidWatcher:
         self._thread = threading.Thread(target=self._run, name="xid-watcher", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float | None = None) -> None:
+    def stop(self, timeout_s: float | None = None) -> bool:
         """Stop the thread and free the event set. Returns within about `wait_ms` unless
         NVML itself hangs; then the set is left allocated (freeing it under a blocked wait
-        is undefined) and a warning is logged after `timeout_s` (default: 2 s past
-        `wait_ms`)."""
+        is undefined), a warning is logged after `timeout_s` (default: 2 s past
+        `wait_ms`), and it returns False: NVML is still in use, and must not be shut
+        down either. True when no NVML call of its is left."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self._wait_ms / 1000 + 2.0 if timeout_s is None else timeout_s)
             if self._thread.is_alive():
                 log.warning("XID watcher thread did not stop: an NVML wait is hanging")
-                return
+                return False
         self._free_event_set()
+        return True
 
     def _register(self, gpu: Entity) -> None:
         lib = self._lib

@@ -1,6 +1,7 @@
 """The XID watcher against the simulated NVML's event sets (real threads, real waits)."""
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -101,9 +102,20 @@ def test_recent_history_is_bounded_and_survives_a_replacement(sim: SimulatedNvml
 def test_stop_ends_the_thread_promptly(sim: SimulatedNvml, watch) -> None:
     watcher = watch()
     assert watcher.running
-    watcher.stop()
+    assert watcher.stop() is True
     assert not watcher.running
-    watcher.stop()  # idempotent
+    assert watcher.stop() is True  # idempotent
+
+
+def test_stop_says_when_a_hung_wait_keeps_nvml_in_use(sim: SimulatedNvml, watch) -> None:
+    """It said so only in a log line: the daemon shut NVML down under the hung
+    nvmlEventSetWait_v2, which the event set's own freeing avoided as undefined."""
+    watcher = watch()
+    sim.set_hang("nvmlEventSetWait_v2", 1.0)
+    time.sleep(0.3)  # its 50-ms wait ends, and the next one hangs for a second
+    assert watcher.stop(timeout_s=0.05) is False
+    sim.set_hang("nvmlEventSetWait_v2", 0)
+    assert watcher.stop() is True  # the wait returned: now it is freed
 
 
 def test_lost_gpu_reports_xid_79_and_the_watcher_goes_on(sim: SimulatedNvml, watch) -> None:
