@@ -324,11 +324,14 @@ class Collector:
             process_cpu_seconds_total=cpu,
         )
 
-    def close(self) -> None:
-        """Stop the XID watcher and free NVML resources; never while `collect_once` runs."""
-        if self._xid:
-            self._xid.stop()
+    def close(self) -> bool:
+        """Stop the XID watcher and free NVML resources; never while `collect_once` runs.
+        False when the XID watcher is still inside a hung NVML wait: NVML must then not be
+        shut down (its resources are left allocated)."""
+        if self._xid and not self._xid.stop():
+            return False
         self._reader.close()
+        return True
 
 
 class CollectorLoop:
@@ -390,6 +393,19 @@ class CollectorLoop:
     def _settled(self) -> bool:
         return not self._in_flight or self._stopping
 
+    def _started(self, worker: threading.Thread) -> bool:
+        """Start a collection's thread. A start that fails ("can't start new thread": a
+        pids limit) is counted and logged, and leaves nothing in flight: it killed the
+        loop for good, and the daemon served its last snapshot on."""
+        try:
+            worker.start()
+        except RuntimeError:
+            self._in_flight = False
+            self._collector.count_error("unexpected")
+            self._failures.log(logging.ERROR, "cannot start a collection", exc_info=True)
+            return False
+        return True
+
     def _run(self) -> None:
         next_at = time.monotonic()
         with self._cond:  # released while waiting
@@ -398,8 +414,9 @@ class CollectorLoop:
                 worker = threading.Thread(
                     target=self._collect, name="gpufleet-collect", daemon=True
                 )
-                worker.start()
-                if not self._cond.wait_for(self._settled, self._timeout):
+                if not self._started(worker):
+                    pass  # counted and logged; the next tick tries again
+                elif not self._cond.wait_for(self._settled, self._timeout):
                     self._collector.count_error("timeout")
                     self._slow.failed(f"still running after {self._timeout:.1f} s")
                     self._cond.wait_for(self._settled)  # never a second one on a hung one

@@ -302,6 +302,31 @@ def test_loop_stop_reports_a_collection_still_in_flight(make, node: SimNode) -> 
     assert loop.stop(timeout_seconds=DEADLINE_S) is True  # the hang ended
 
 
+def test_a_collection_thread_that_cannot_start_is_counted_and_tried_again(
+    make, node: SimNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPython raises "can't start new thread" at a pids limit. The loop's thread died with
+    a bare traceback, nothing was in flight for good, and the daemon served its last
+    snapshot on. Injected once: counted as unexpected, and the next tick collects."""
+    collector, store = make()
+    real_start = threading.Thread.start
+    refusals = iter([True])
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "gpufleet-collect" and next(refusals, False):
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    loop = CollectorLoop(collector, interval_seconds=0.05, timeout_seconds=DEADLINE_S)
+    loop.start()
+    try:
+        wait_for(lambda: store.latest() is not None, timeout=DEADLINE_S, what="a collection")
+    finally:
+        assert loop.stop(timeout_seconds=DEADLINE_S) is True
+    assert value(collector.collect_once(), "gpufleet_exporter_errors_total", kind="unexpected") == 1
+
+
 # dcgm-exporter's 1.x compatibility file: 22 rows, two of which repeat the PCIe PROF fields.
 V1_SERVED = {
     "dcgm_sm_clock",
