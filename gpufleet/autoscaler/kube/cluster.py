@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from gpufleet.autoscaler.core.buffers import BUFFER_GROUP, BUFFER_PLURAL, BUFFER_VERSION
 from gpufleet.autoscaler.core.nodepools import POOL_LABEL, pod_gpus
@@ -350,9 +351,9 @@ class Cluster:
         )
 
     def _plural(self, group: str, version: str, kind: str) -> str:
-        """`kind`'s resource name in group/version, from discovery (cached; a kind not
-        found, or a group/version that fails, is asked for again only after
-        DISCOVERY_RETRY_SECONDS)."""
+        """`kind`'s resource name in group/version, from discovery (cached; a kind or a
+        group/version not found is asked for again only after DISCOVERY_RETRY_SECONDS, an
+        API error at the next call)."""
         key = (f"{group}/{version}", kind)
         if key in self._plurals:
             return self._plurals[key]
@@ -368,19 +369,29 @@ class Cluster:
                     f"no resource of kind {kind} with a scale subresource in {key[0]}",
                 )
         except KubeError as err:
-            self._unfound[key] = (now, err)
+            if err.kind is KubeErrorKind.NOT_FOUND:
+                self._unfound[key] = (now, err)
             raise
         self._unfound.pop(key, None)
         return self._plurals[key]
 
     def _discover(self, group_version: str, path: str) -> None:
-        """Cache the resource name of every kind with a scale subresource at `path`."""
-        answer = kube_call(
-            lambda: self._api.call_api(
+        """Cache the resource name of every kind with a scale subresource at `path` (none
+        where the API serves no such group/version). `call_api` raises on no status: a 503
+        read as an empty list said the target's kind was gone, and its headroom went."""
+
+        def get() -> tuple[int, bytes]:
+            answer = self._api.call_api(
                 *self._api.param_serialize(method="GET", resource_path=path)
-            ).read()
-        )
-        resources = json.loads(answer).get("resources", [])
+            )
+            if answer.status >= 400 and answer.status != 404:
+                raise ApiException(status=answer.status, reason=answer.reason)
+            return answer.status, answer.read()
+
+        status, body = kube_call(get)
+        if status == 404:
+            return
+        resources = json.loads(body).get("resources", [])
         names = {resource["name"] for resource in resources}
         for resource in resources:
             if f"{resource['name']}/scale" in names:

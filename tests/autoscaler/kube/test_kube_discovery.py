@@ -99,3 +99,30 @@ def test_an_answer_nested_too_deeply_is_a_kube_error() -> None:
         kube_call(deep)
     assert raised.value.kind is KubeErrorKind.UNAVAILABLE
     assert str(raised.value) == "an answer nested too deeply to read"
+
+
+def test_an_api_error_in_discovery_is_no_missing_kind(server: FakeApiServer) -> None:
+    """call_api raises on no status: a 503 read as an empty resource list said the kind
+    was not served, the target counted as gone (its headroom released), and, cached, for a
+    minute. It is an API error, asked again at the next call."""
+    lws = ("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets")
+    with api_client(server.url) as api:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            *lws,
+            {
+                "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                "kind": "LeaderWorkerSet",
+                "metadata": {"name": "llama-70b"},
+                "spec": {"replicas": 3},
+            },
+        )
+        cluster = Cluster(api, clock=lambda: 0.0)
+        target = TargetRef(
+            api_version="leaderworkerset.x-k8s.io/v1", kind="LeaderWorkerSet", name="llama-70b"
+        )
+        server.faults.fail_code, server.faults.fail_next = 503, 1
+        with pytest.raises(KubeError) as raised:
+            cluster.read_scale(NS, target)
+        assert raised.value.kind is KubeErrorKind.UNAVAILABLE
+        assert cluster.read_scale(NS, target).replicas == 3  # the clock has not moved
