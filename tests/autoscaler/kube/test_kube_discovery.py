@@ -56,23 +56,30 @@ def test_a_kind_discovery_did_not_find_is_asked_for_again_after_a_minute(
         assert _discoveries(server, path) == 2
 
 
+def _leader_worker_set(api: client.ApiClient) -> TargetRef:
+    """The namespace and a LeaderWorkerSet `llama-70b` of 3 replicas; the target naming it."""
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "leaderworkerset.x-k8s.io",
+        "v1",
+        NS,
+        "leaderworkersets",
+        {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "llama-70b"},
+            "spec": {"replicas": 3},
+        },
+    )
+    return TargetRef(
+        api_version="leaderworkerset.x-k8s.io/v1", kind="LeaderWorkerSet", name="llama-70b"
+    )
+
+
 def test_a_kind_found_is_never_asked_for_again(server: FakeApiServer) -> None:
-    lws = ("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets")
     with api_client(server.url) as api:
-        client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
-        client.CustomObjectsApi(api).create_namespaced_custom_object(
-            *lws,
-            {
-                "apiVersion": "leaderworkerset.x-k8s.io/v1",
-                "kind": "LeaderWorkerSet",
-                "metadata": {"name": "llama-70b"},
-                "spec": {"replicas": 3},
-            },
-        )
+        target = _leader_worker_set(api)
         cluster = Cluster(api)
-        target = TargetRef(
-            api_version="leaderworkerset.x-k8s.io/v1", kind="LeaderWorkerSet", name="llama-70b"
-        )
         assert [cluster.read_scale(NS, target).replicas for _ in range(3)] == [3, 3, 3]
     assert _discoveries(server, "/apis/leaderworkerset.x-k8s.io/v1") == 1
 
@@ -105,22 +112,9 @@ def test_an_api_error_in_discovery_is_no_missing_kind(server: FakeApiServer) -> 
     """call_api raises on no status: a 503 read as an empty resource list said the kind
     was not served, the target counted as gone (its headroom released), and, cached, for a
     minute. It is an API error, asked again at the next call."""
-    lws = ("leaderworkerset.x-k8s.io", "v1", NS, "leaderworkersets")
     with api_client(server.url) as api:
-        client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
-        client.CustomObjectsApi(api).create_namespaced_custom_object(
-            *lws,
-            {
-                "apiVersion": "leaderworkerset.x-k8s.io/v1",
-                "kind": "LeaderWorkerSet",
-                "metadata": {"name": "llama-70b"},
-                "spec": {"replicas": 3},
-            },
-        )
+        target = _leader_worker_set(api)
         cluster = Cluster(api, clock=lambda: 0.0)
-        target = TargetRef(
-            api_version="leaderworkerset.x-k8s.io/v1", kind="LeaderWorkerSet", name="llama-70b"
-        )
         server.faults.fail_code, server.faults.fail_next = 503, 1
         with pytest.raises(KubeError) as raised:
             cluster.read_scale(NS, target)
