@@ -127,6 +127,7 @@ class CommandSettings(BaseSettings):
     the field names accepted as keyword arguments (the parsed flags come in by name), no
     unknown keys, no inf or nan, and durations of at most a day."""
 
+    # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
     model_config = SettingsConfigDict(populate_by_name=True, extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="before")

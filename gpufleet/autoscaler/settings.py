@@ -25,8 +25,6 @@ _WINDOW_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 class AutoscalerSettings(CommandSettings):
     """All autoscaler settings. Field descriptions are the --help text."""
 
-    # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
-
     prometheus_url: str = setting(
         "http://127.0.0.1:9090",
         "GPUFLEET_PROMETHEUS_URL",

@@ -32,8 +32,6 @@ IGNORED = "accepted for compatibility, no effect (DCGM-only)"
 class ExporterSettings(CommandSettings):
     """All exporter settings. Field descriptions are the --help text."""
 
-    # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
-
     collectors: Path = setting(
         DCGM_DEFAULT_COLLECTORS,
         "DCGM_EXPORTER_COLLECTORS",

@@ -43,8 +43,6 @@ LABELS = "node labels, as GPU Feature Discovery's"
 class PluginSettings(CommandSettings):
     """All device plugin settings. Field descriptions are the --help text."""
 
-    # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
-
     mig_strategy: Literal["none", "single", "mixed"] = setting(
         "none",
         "MIG_STRATEGY",

@@ -40,8 +40,6 @@ _TUNING = Tuning()
 class SimulateSettings(CommandSettings):
     """All `gpufleet simulate` settings. Field descriptions are the --help text."""
 
-    # allow_inf_nan: a duration or rate of inf or nan is a typo, never a setting.
-
     trace: str = setting(
         "",
         "GPUFLEET_SIM_TRACE",
