@@ -5,6 +5,8 @@ A shared (time-sliced or MPS) device is advertised once per replica as `<id>::<n
 the kubelet, and the lab allocates it to its pods: one spelling, kept here.
 """
 
+from gpufleet.core.numbers import ascii_int
+
 REPLICA_SEPARATOR = "::"
 
 
@@ -33,6 +35,5 @@ def split_replica(device_id: str) -> tuple[str, int | None] | None:
     base, sep, suffix = device_id.rpartition(REPLICA_SEPARATOR)
     if not sep:
         return device_id, None
-    if suffix.isascii() and suffix.isdigit() and len(suffix) <= MAX_REPLICA_DIGITS:
-        return base, int(suffix)
-    return None
+    replica = ascii_int(suffix, max_digits=MAX_REPLICA_DIGITS)
+    return None if replica is None else (base, replica)

@@ -4,6 +4,8 @@ One parser for the exporter's `--address` and the plugin's `--metrics-address`, 
 accept and refuse exactly the same strings. Pure: no I/O (nothing is bound here).
 """
 
+from gpufleet.core.numbers import ascii_int
+
 
 def parse_listen_address(text: str) -> tuple[str | None, int]:
     """Parse dcgm-exporter's `--address`: `:9400`, `0.0.0.0:9400`, `[::1]:9400`, `host:9400`.
@@ -22,8 +24,9 @@ def parse_listen_address(text: str) -> tuple[str | None, int]:
             raise ValueError(f"listen address {text!r}: missing port, e.g. :9400")
         if ":" in host:
             raise ValueError(f"listen address {text!r}: put an IPv6 host in brackets: [::1]:9400")
-    if not port.isascii() or not port.isdigit() or len(port) > 10 or int(port) > 65535:
+    number = ascii_int(port, max_digits=10)
+    if number is None or number > 65535:
         raise ValueError(f"listen address {text!r}: port must be a number from 0 to 65535")
     if any(c.isspace() for c in host):
         raise ValueError(f"listen address {text!r}: the host contains whitespace")
-    return host or None, int(port)
+    return host or None, number

@@ -13,3 +13,12 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError("is not a finite number")
     return value
+
+
+def ascii_int(text: str, *, max_digits: int) -> int | None:
+    """`text` as a non-negative int where it is 1 to `max_digits` ASCII digits; else None.
+    str.isdigit() also takes '²', which int() refuses, and int() of over 4,300 digits
+    raises: an ID or a count from outside must fail neither way."""
+    if text.isascii() and text.isdigit() and len(text) <= max_digits:
+        return int(text)
+    return None

@@ -1,8 +1,9 @@
-"""User-typed numbers: finite floats, one wording for the two ways to be wrong."""
+"""User-typed numbers: finite floats, one wording for the two ways to be wrong; bounded ASCII
+integers."""
 
 import pytest
 
-from gpufleet.core.numbers import finite_float
+from gpufleet.core.numbers import ascii_int, finite_float
 
 
 def test_finite_floats_parse() -> None:
@@ -20,3 +21,22 @@ def test_finite_floats_parse() -> None:
 def test_anything_else_says_why(text: str, problem: str) -> None:
     with pytest.raises(ValueError, match=f"^{problem}$"):
         finite_float(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("0", 0),
+        ("042", 42),
+        ("999", 999),
+        ("1000", None),
+        ("", None),
+        ("-1", None),
+        ("\u00b2", None),
+        ("\u0661", None),
+        (" 1", None),
+        ("9" * 5000, None),
+    ],
+)
+def test_ascii_int_takes_a_bounded_run_of_ascii_digits_only(text: str, want: int | None) -> None:
+    assert ascii_int(text, max_digits=3) == want

@@ -15,6 +15,7 @@ from gpufleet.autoscaler.core.nodepools import POOL_LABEL, pod_gpus
 from gpufleet.autoscaler.core.placeholders import OWNER_LABEL, placeholder_owner
 from gpufleet.autoscaler.core.replicas import DELETION_COST, PodState
 from gpufleet.autoscaler.core.spec import GROUP, PLURAL, VERSION, TargetRef
+from gpufleet.core.numbers import ascii_int
 from gpufleet.core.selectors import selector_string
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
 
@@ -407,10 +408,10 @@ def _field(obj: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 def _cost(text: Any) -> int | None:
     """A pod-deletion-cost annotation as the API takes it (an int32), else None: "²" is a
     digit to isdigit() and not to int()."""
-    digits = text.removeprefix("-") if isinstance(text, str) else ""
-    if not (digits.isascii() and digits.isdigit() and len(digits) <= 10):
+    if not isinstance(text, str):
         return None
-    return int(text)
+    cost = ascii_int(text.removeprefix("-"), max_digits=10)
+    return None if cost is None else -cost if text.startswith("-") else cost
 
 
 def _create_own(body: dict[str, Any], create: Any) -> None:

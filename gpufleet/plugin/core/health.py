@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from gpufleet.core.numbers import ascii_int
 from gpufleet.plugin.core.model import Health
 
 DISABLE_ENV = "DP_DISABLE_HEALTHCHECKS"
@@ -104,8 +105,8 @@ def _items(env: str, value: str) -> _Items:
             continue
         if item in ("all", "xids"):
             words.add(item)
-        elif item.isascii() and item.isdigit() and len(item) <= _XID_DIGITS:
-            xids.add(int(item))
+        elif (xid := ascii_int(item, max_digits=_XID_DIGITS)) is not None:
+            xids.add(xid)
         else:
             warnings.append(f'{env}: ignoring {item[:40]!r}: not an XID number, "all" or "xids"')
     return _Items(keywords=frozenset(words), xids=frozenset(xids), warnings=tuple(warnings))
