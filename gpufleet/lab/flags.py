@@ -3,7 +3,7 @@ whole stack on one machine. A bad value is argparse's one line naming the flag."
 
 import argparse
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpufleet.core.listen import parse_listen_address
@@ -163,7 +163,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """The flags, each alone and together; argparse's one line and exit 2 for a mistake."""
     args = parser.parse_args(argv)
     if args.min_replicas > args.max_replicas:

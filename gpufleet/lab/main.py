@@ -441,7 +441,7 @@ async def watch_children(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = flags.parse(flags.parser(__doc__), None if argv is None else list(argv))
+    args = flags.parse(flags.parser(__doc__), argv)
     setup_logging(debug=False, json_format=False)
     try:
         asyncio.run(_run(args))

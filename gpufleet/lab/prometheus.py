@@ -13,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from gpufleet.core.messages import cut
+
 PROMETHEUS = "prometheus"
 ALERTMANAGER = "prometheus-alertmanager"  # Debian's name for the binary
 
@@ -78,8 +80,7 @@ class Child:
             lines = self.log_file.read_text(errors="replace").splitlines()
         except OSError as err:
             return f"(its log {self.log_file}: {err.strerror})"
-        last = next((line.strip() for line in reversed(lines) if line.strip()), "(no output)")
-        return last if len(last) <= limit else last[: limit - 3] + "..."
+        return cut(next((x.strip() for x in reversed(lines) if x.strip()), "(no output)"), limit)
 
     def exit_code(self) -> int | None:
         """Its exit code once it has exited; None while it runs."""

@@ -138,14 +138,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     if out_dir is None:
-        print(report.sweep_tables(results) if settings.sweep else report.tables(results), end="")
+        print(_tables(settings, results), end="")
         return 0
     warm = {s.trace.name: s.config.initial_replicas for s in specs} if settings.warm_start else {}
     try:
         _write_report(settings, results, out_dir, warm_start=warm)
     except OSError as exc:  # the disk filled, or the directory went, during the runs
         print(f"{PROG}: error: cannot write the report in {out_dir}: {exc}", file=sys.stderr)
-        print(report.sweep_tables(results) if settings.sweep else report.tables(results), end="")
+        print(_tables(settings, results), end="")
         return 1
     return 0
 
@@ -188,6 +188,11 @@ def run_parallel(
         # After a failed run (or Ctrl-C) the queued runs are dropped, not run to the end.
         pool.shutdown(wait=True, cancel_futures=True)
     return [r for r in results if r is not None]
+
+
+def _tables(settings: SimulateSettings, results: list[RunResult]) -> str:
+    """The results as the terminal shows them: the fronts of a sweep, else one table."""
+    return report.sweep_tables(results) if settings.sweep else report.tables(results)
 
 
 def _write_report(

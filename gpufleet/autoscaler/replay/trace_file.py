@@ -111,7 +111,7 @@ def _parse_timestamps(path: Path, stamps: "_Stamps") -> np.ndarray:
     Each must be a date and time: numpy reads a bare number as a year, so seconds (0, 1,
     2) or an epoch (1700000000) became centuries, and a replay that never ended."""
     try:
-        dated = all(s[4:5] == "-" for s in stamps)
+        dated = all(_dated(s) for s in stamps)
         parsed = np.array([s[:_TIMESTAMP_CHARS] for s in stamps], dtype="datetime64[us]")
     except ValueError:
         parsed = None
@@ -119,7 +119,7 @@ def _parse_timestamps(path: Path, stamps: "_Stamps") -> np.ndarray:
         # Slow path only to find the first bad row for the message.
         for line, s in zip(stamps.lines, stamps, strict=True):
             try:
-                bad = s[4:5] != "-" or np.isnat(np.datetime64(s[:_TIMESTAMP_CHARS], "us"))
+                bad = not _dated(s) or np.isnat(np.datetime64(s[:_TIMESTAMP_CHARS], "us"))
             except ValueError:
                 bad = True
             if bad:
@@ -129,3 +129,8 @@ def _parse_timestamps(path: Path, stamps: "_Stamps") -> np.ndarray:
                 )
     micros = (parsed - parsed.min()).astype(np.int64)
     return micros.astype(np.float64) / 1e6
+
+
+def _dated(stamp: str) -> bool:
+    """Whether `stamp` starts with a year and a dash (YYYY-), as a date does."""
+    return stamp[4:5] == "-"
