@@ -10,6 +10,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from helpers import TEST_DATA
 from helpers.helm import (
     CHART,
     PROMETHEUS_OPERATOR,
@@ -666,3 +667,51 @@ def test_the_mps_control_daemon_reads_the_plugins_config_and_is_signalled_on_a_n
     mine = {e["name"]: e.get("value") for e in container(plugin, "config-manager")["env"]}
     assert mine["PROCESS_TO_SIGNAL"] == "/opt/venv/bin/python"
     assert pod_spec(daemon)["serviceAccountName"] == pod_spec(plugin)["serviceAccountName"]
+
+
+NVIDIA_CHART = TEST_DATA / "nvidia-device-plugin-chart"  # NVIDIA's own, verbatim (its README)
+
+
+def _mps_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The MPS control daemon's pod, its containers keyed by what they run: the shm mount
+    (init), the config-manager's first read (init) and its watch, and the daemon."""
+    (daemon,) = [
+        o
+        for o in objects
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"].endswith("mps-control-daemon")
+    ]
+    spec = pod_spec(daemon)
+    roles = {}
+    for c in spec["initContainers"] + spec["containers"]:
+        env = {e["name"]: e.get("value") for e in c.get("env", ())}
+        roles[(c["command"][-1], env.get("ONESHOT"))] = {
+            "env": env,
+            "privileged": (c.get("securityContext") or {}).get("privileged", False),
+            "mounts": {m["mountPath"]: m.get("mountPropagation") for m in c["volumeMounts"]},
+        }
+    return {
+        "containers": roles,
+        "nodeSelector": spec["nodeSelector"],
+        "hostPaths": {v["name"]: v.get("hostPath") for v in spec["volumes"]},
+    }
+
+
+def test_the_mps_control_daemon_renders_as_nvidias_own_chart_renders_it(tmp_path):
+    """NVIDIA's chart (tests/data, verbatim) and gpufleet's, given the same values: the same
+    containers running the same commands with the same env, privilege and mounts, on the
+    same host paths and MPS-capable nodes."""
+    config = (
+        "version: v1\nflags:\n  migStrategy: mixed\n"
+        "sharing:\n  mps:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n"
+    )
+    values = {"config": {"map": {"default": config}, "default": "default"}}
+    theirs = _mps_pod(render(values, tmp_path=tmp_path, chart=NVIDIA_CHART, api_versions=()))
+    ours = _mps_pod(render(values, tmp_path=tmp_path))
+    assert ours["nodeSelector"] == theirs["nodeSelector"] == {"nvidia.com/mps.capable": "true"}
+    assert ours["hostPaths"] == theirs["hostPaths"]
+    assert ours["containers"].keys() == theirs["containers"].keys()
+    for role, their in theirs["containers"].items():
+        mine = ours["containers"][role]
+        assert mine["privileged"] == their["privileged"], role
+        assert mine["mounts"] == their["mounts"], role
+        assert mine["env"] == their["env"], role
