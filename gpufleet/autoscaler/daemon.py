@@ -162,6 +162,7 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
             scrape_interval_seconds=settings.scrape_interval_seconds,
             rate_window=settings.rate_window,
             headroom=settings.headroom,
+            query_wait_seconds=settings.tick_seconds,
         ),
         is_leader=elector.is_leader if elector else (lambda: True),
         feed=feed,
@@ -222,6 +223,7 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
             await asyncio.to_thread(elector.release)
         for stop_one in reversed(stoppers):
             await stop_one()
+        controller.close()
         await prom.close()
         api.close()
     log.info("autoscaler %s stopped", identity)

@@ -77,6 +77,12 @@ class SelfMetrics:
             f"{P}query_seconds", "Time spent in Prometheus queries.", value=s.query_seconds
         )
         yield CounterMetricFamily(
+            f"{P}late_queries",
+            "Prometheus queries still answering when a tick stopped waiting; their answers "
+            "joined a later tick.",
+            value=s.late_queries,
+        )
+        yield CounterMetricFamily(
             f"{P}reconcile_seconds", "Time spent in control loop passes.", value=s.reconcile_seconds
         )
         yield GaugeMetricFamily(f"{P}leader", "1 while this replica writes.", value=int(s.leader))

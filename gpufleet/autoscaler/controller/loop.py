@@ -65,6 +65,9 @@ class ControllerConfig:
     history_seconds: float = 1800.0  # what a policy may look back on (gpufleet's peak memory)
     gpufleet_headroom: float | None = None
     headroom: bool = True  # keep the headroom specs ask for (--headroom)
+    # The longest a tick waits for Prometheus (--tick-seconds): a slower query's answer
+    # joins a later tick (`prom_gather`).
+    query_wait_seconds: float = 1.0
 
 
 class Controller:
@@ -91,6 +94,7 @@ class Controller:
             self.stats,
             step_seconds=self._config.scrape_interval_seconds,
             history_seconds=self._config.history_seconds,
+            wait_seconds=self._config.query_wait_seconds,
         )
         self._headroom = HeadroomKeeper(cluster, self.stats)
         self._status = StatusWriter(cluster, events, self.stats, is_leader=is_leader)
@@ -98,6 +102,10 @@ class Controller:
         # log when it starts and ends, not at every tick.
         self._prom_outage = OutageLog(log, "Prometheus queries fail; counts held")
         self._spec_bugs = ThrottledLog(log, clock=time.monotonic)
+
+    def close(self) -> None:
+        """Stop what a tick left running: the Prometheus queries still answering."""
+        self._gather.close()
 
     async def tick(self) -> None:
         """One pass over every GPUAutoscaler. Raises only if the API cannot list them."""

@@ -6,13 +6,21 @@ workload's `signals.gatewayQueueDepth` is one more query, all of its series the 
 summed into its queue depth (at zero replicas no pod reports one). The exporter's per-pod
 GPU telemetry is read the same way, and only its newest sample kept.
 
-A failed query is reported, not raised: the loop holds the count for that tick.
+A failed query is reported, not raised: the loop holds the count for that tick. A tick waits
+for the answers at most `wait_seconds`: a query still answering then goes on beside the
+loop, its workloads decide on the samples they have (the policies judge their age), and its
+answer joins their histories at the first tick after it arrives. One workload's slow
+override held up every workload's tick, as many times over as there were such overrides;
+once late, a query is asked in a lane of its own until it answers in time again. A queue
+depth summed from the pods' and a gateway's answers is added once both have answered for
+its time: a sample of one alone is never the sum.
 """
 
 import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.workload import Key, Tick, Workload
@@ -36,17 +44,46 @@ MAX_POINTS_PER_QUERY = 60  # per series: a backfill arrives in answers of bounde
 Consume = Callable[[tuple[RangeSeries, ...]], None]
 
 
+@dataclass(eq=False)
+class _Fetch:
+    """One query's fetch, which may outlive the tick that started it."""
+
+    sink: Consume | None  # the tick's consumer while the tick waits; None once it stopped
+    asking: bool = False  # a query is in flight
+    kept: tuple[float, tuple[RangeSeries, ...]] | None = None  # answered after: (end, answer)
+    task: asyncio.Task[PromError | None] | None = None
+
+
 class PromGather:
-    """Remembers how far each query was fetched, so a tick asks only for what is new."""
+    """Remembers how far each query was fetched, so a tick asks only for what is new, and
+    the fetches still answering from earlier ticks."""
 
     def __init__(
-        self, prom: PromClient, stats: Stats, *, step_seconds: float, history_seconds: float
+        self,
+        prom: PromClient,
+        stats: Stats,
+        *,
+        step_seconds: float,
+        history_seconds: float,
+        wait_seconds: float,
     ) -> None:
         self._prom = prom
         self._stats = stats
         self._step = step_seconds
         self._history_seconds = history_seconds
+        self._wait = wait_seconds
         self._fetched_until: dict[str, float] = {}  # query text -> newest step fetched
+        self._late: dict[str, _Fetch] = {}  # query text -> its fetch a tick stopped waiting for
+        self._slow: set[str] = set()  # late once, not yet in time since: the slow lane
+        # workload with a gateway -> sample time -> its queue depth summed so far
+        self._queued: dict[Key, dict[float, float]] = {}
+
+    def close(self) -> None:
+        """Cancel the fetches still answering (at shutdown)."""
+        for fetch in self._late.values():
+            if fetch.task is not None:
+                fetch.task.cancel()
+        self._late.clear()
 
     async def gather(
         self, ticks: list[Tick], workloads: Mapping[Key, Workload], now: float
@@ -60,9 +97,10 @@ class PromGather:
         wanted: dict[str, tuple[SignalQuery, list[tuple[Key, str]]]] = {}
         all_pods = {}
         # A workload with a gateway: its queue depth is its pods' plus what the gateway
-        # holds, summed per sample time here and added once every answer is in.
+        # holds, summed per sample time and added once each of its queries has answered
+        # for that time (`_add_queued`): the texts each such workload's sum waits for.
         gateways: dict[str, list[Key]] = {}
-        queued: dict[Key, dict[float, float]] = {}
+        summed: dict[Key, list[str]] = {}
         for t in ticks:
             key = t.workload.key
             pods = {(p.namespace, p.name): key for p in t.pods}
@@ -72,7 +110,10 @@ class PromGather:
                 owners.setdefault(text, {}).update(pods)
             if t.workload.gateway_query:
                 gateways.setdefault(t.workload.gateway_query, []).append(key)
-                queued[key] = {}
+                summed[key] = [t.workload.gateway_query] + [
+                    text for text, _, signal in t.workload.queries if signal == "queue_depth"
+                ]
+        queued = self._queued = {key: self._queued.get(key, {}) for key in summed}
         # A policy sees only the newest pods' telemetry, so only the newest is kept:
         # workload -> (time, pod -> field -> value).
         telemetry: dict[Key, tuple[float, dict[str, dict[str, float]]]] = {}
@@ -134,53 +175,132 @@ class PromGather:
         jobs = [(text, add_signal(text), [k for k, _ in wanted[text][1]]) for text in wanted]
         jobs += [(text, add_telemetry(name), every) for name, text in GPU_TELEMETRY.items()]
         jobs += [(text, add_gateway(text), gateways[text]) for text in gateways]
-        limit = asyncio.Semaphore(QUERY_CONCURRENCY)
-
-        async def fetch(text: str, consume: Consume) -> PromError | None:
-            async with limit:
-                return await self._fetch(text, consume, end=end)
-
-        results = await asyncio.gather(*(fetch(text, consume) for text, consume, _ in jobs))
-        failed: dict[Key, PromError] = {}
-        for (_, _, keys), err in zip(jobs, results, strict=True):
-            if err is not None:
-                for key in keys:
-                    failed.setdefault(key, err)
+        failed = await self._run(jobs, end=end)
         asked = {text for text, _, _ in jobs}  # a deleted workload's queries are asked no more
         self._fetched_until = {t: v for t, v in self._fetched_until.items() if t in asked}
-        for key, acc in queued.items():
-            for ts in sorted(acc):
-                if math.isfinite(acc[ts]):
-                    workloads[key].history.add("queue_depth", ts, acc[ts])
+        self._slow &= asked
+        for text in self._late.keys() - asked:
+            task = self._late.pop(text).task
+            if task is not None:
+                task.cancel()
+        for key, texts in summed.items():
+            self._add_queued(workloads[key], queued[key], texts, oldest=end - self._history_seconds)
         for key, (ts, by_pod) in telemetry.items():
             workloads[key].history.add_pods(
                 ts, tuple(PodTelemetry(pod=name, **by_pod[name]) for name in sorted(by_pod))
             )
         return failed
 
-    async def _fetch(self, text: str, consume: Consume, *, end: float) -> PromError | None:
+    async def _run(
+        self, jobs: list[tuple[str, Consume, list[Key]]], *, end: float
+    ) -> dict[Key, PromError]:
+        """Fetch each job's query up to `end` into its consumer, waiting at most
+        `wait_seconds`. A fetch still asking then finishes the query it has in flight, keeps
+        the answer for the next tick and asks nothing more; one not yet begun is dropped,
+        asked again next tick. Returns why each workload a query failed was left short."""
+        lane, slow_lane = asyncio.Semaphore(QUERY_CONCURRENCY), asyncio.Semaphore(1)
+        errors: list[tuple[list[Key], PromError]] = []
+        started: dict[asyncio.Task[PromError | None], tuple[str, _Fetch, list[Key]]] = {}
+        for text, consume, keys in jobs:
+            if (late := self._late.get(text)) is not None:
+                if late.task is None or not late.task.done():
+                    continue  # still asking: its workloads decide on what they have
+                del self._late[text]
+                result = late.task.result()
+                err = self._take_kept(text, late, consume) or result
+                if err is not None:
+                    errors.append((keys, err))
+            fetch = _Fetch(sink=consume)
+            its_lane = slow_lane if text in self._slow else lane
+            fetch.task = asyncio.create_task(self._fetch_in(its_lane, text, fetch, end=end))
+            started[fetch.task] = (text, fetch, keys)
+        if started:
+            done, pending = await asyncio.wait(started.keys(), timeout=self._wait)
+            for task in done:
+                text, _, keys = started[task]
+                self._slow.discard(text)
+                if (err := task.result()) is not None:
+                    errors.append((keys, err))
+            for task in pending:
+                text, fetch, _ = started[task]
+                fetch.sink = None
+                if not fetch.asking:
+                    task.cancel()  # never began: behind a slow query, not slow itself
+                    continue
+                self._late[text] = fetch
+                self._slow.add(text)
+                self._stats.late_queries += 1
+        failed: dict[Key, PromError] = {}
+        for keys, err in errors:
+            for key in keys:
+                failed.setdefault(key, err)
+        return failed
+
+    async def _fetch_in(
+        self, lane: asyncio.Semaphore, text: str, fetch: _Fetch, *, end: float
+    ) -> PromError | None:
+        async with lane:
+            return await self._fetch(text, fetch, end=end)
+
+    async def _fetch(self, text: str, fetch: _Fetch, *, end: float) -> PromError | None:
         """Fetch one query's samples since it was last fetched, in chunks of at most
-        MAX_POINTS_PER_QUERY steps (a first tick backfills the whole history), handing each
-        chunk to `consume`; returns why it failed, None when it did not."""
+        MAX_POINTS_PER_QUERY steps (a first tick backfills the whole history), each chunk
+        into the tick's consumer while it waits; returns why it failed, None when it did
+        not. Once the tick stops waiting, the answer in flight is kept and no more asked:
+        a late backfill holds one chunk, not half an hour of every pod."""
         step = self._step
         start = max(self._fetched_until.get(text, -math.inf) + step, end - self._history_seconds)
-        while start <= end:
+        while start <= end and fetch.sink is not None:
             chunk_end = min(end, start + (MAX_POINTS_PER_QUERY - 1) * step)
             begun = time.monotonic()
+            fetch.asking = True
             try:
                 answer = await self._prom.query_range(text, start=start, end=chunk_end, step=step)
             except PromError as err:
                 self._stats.errors[f"prometheus_{err.kind}"] += 1
                 return err
             finally:
+                fetch.asking = False
                 self._stats.queries += 1
                 self._stats.query_seconds += time.monotonic() - begun
-            try:
-                consume(answer)
-            except Exception as err:  # an answer nothing checked: its workloads' signal fails
-                self._stats.errors["prometheus_bad_response"] += 1
-                what = f"cannot take the answer: {type(err).__name__}: {err}"
-                return PromError(PromErrorKind.BAD_RESPONSE, cut(what, MAX_SHOWN_CHARS))
-            self._fetched_until[text] = chunk_end
+            if fetch.sink is None:
+                fetch.kept = (chunk_end, answer)
+            elif (err := self._take(text, chunk_end, answer, fetch.sink)) is not None:
+                return err
             start = chunk_end + step
         return None
+
+    def _take_kept(self, text: str, fetch: _Fetch, consume: Consume) -> PromError | None:
+        """Hand what a late fetch answered after its tick stopped waiting to `consume`."""
+        if fetch.kept is None:
+            return None
+        chunk_end, answer = fetch.kept
+        return self._take(text, chunk_end, answer, consume)
+
+    def _take(
+        self, text: str, chunk_end: float, answer: tuple[RangeSeries, ...], consume: Consume
+    ) -> PromError | None:
+        """`answer`, fetched up to `chunk_end`, into `consume`: why it could not be taken,
+        or None (and the query counts as fetched that far)."""
+        try:
+            consume(answer)
+        except Exception as err:  # an answer nothing checked: its workloads' signal fails
+            self._stats.errors["prometheus_bad_response"] += 1
+            what = f"cannot take the answer: {type(err).__name__}: {err}"
+            return PromError(PromErrorKind.BAD_RESPONSE, cut(what, MAX_SHOWN_CHARS))
+        self._fetched_until[text] = chunk_end
+        return None
+
+    def _add_queued(
+        self, workload: Workload, acc: dict[float, float], texts: list[str], *, oldest: float
+    ) -> None:
+        """Add a gateway workload's summed queue depth for the times each of `texts` has
+        answered for; keep the rest (no older than `oldest`) until they have."""
+        answered = min(self._fetched_until.get(text, -math.inf) for text in texts)
+        for ts in sorted(acc):
+            if ts <= answered:
+                value = acc.pop(ts)
+                if math.isfinite(value):
+                    workload.history.add("queue_depth", ts, value)
+            elif ts < oldest:
+                del acc[ts]

@@ -20,6 +20,7 @@ class Stats:
     missing_metrics: dict[str, bool] = field(default_factory=dict)  # held on missing data
     queries: int = 0
     query_seconds: float = 0.0
+    late_queries: int = 0  # still asking when a tick stopped waiting (`prom_gather`)
     reconcile_seconds: float = 0.0
     leader: bool = False
 

@@ -8,9 +8,11 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
+import aiohttp
 import pytest
+from aiohttp import web
 from helpers import wait_for
 from helpers.e2e import Prometheus
 from helpers.kube import create_autoscaler, create_vllm
@@ -76,10 +78,17 @@ def controller(
     *,
     headroom: bool = True,
     is_leader: Callable[[], bool] = lambda: True,
+    query_timeout: float = 5.0,
+    query_wait: float = 1.0,
 ) -> tuple[Controller, PromClient]:
-    prom = PromClient(prometheus_url, timeout_seconds=5)
+    prom = PromClient(prometheus_url, timeout_seconds=query_timeout)
     events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test-0")
-    config = ControllerConfig(scrape_interval_seconds=1.0, rate_window="5s", headroom=headroom)
+    config = ControllerConfig(
+        scrape_interval_seconds=1.0,
+        rate_window="5s",
+        headroom=headroom,
+        query_wait_seconds=query_wait,
+    )
     ctl = Controller(Cluster(api), prom, events, config=config, is_leader=is_leader)
     return ctl, prom
 
@@ -204,11 +213,10 @@ async def test_a_deleted_gpuautoscaler_leaves_no_series_and_no_query_state(
     assert set(ctl._gather._fetched_until) == set(GPU_TELEMETRY.values()) < asked
 
 
-async def test_a_gateways_queue_adds_to_the_pods_queue(
-    api: client.ApiClient, prometheus_for
-) -> None:
-    """Issue 18 §3: signals.gatewayQueueDepth is the workload's whole (no pod label joins
-    it), summed into the queue depth with its pods' 200 waiting."""
+@pytest.fixture
+async def gateway_workload(api: client.ApiClient, prometheus_for) -> AsyncIterator[Prometheus]:
+    """The workload `chat` whose queue is its pod's 200 waiting plus a gateway's 7
+    (signals.gatewayQueueDepth), and Prometheus scraping both."""
     pod_queue = vllm_queue()
     server = MetricsServer(
         lambda: pod_queue() + "# TYPE gateway_waiting gauge\ngateway_waiting 7\n"
@@ -217,14 +225,134 @@ async def test_a_gateways_queue_adds_to_the_pods_queue(
         deploy(api)
         prometheus = await scraped(prometheus_for(server.address, labels=POD_LABELS))
         autoscaler(api, {**KEDA_SPEC, "signals": {"gatewayQueueDepth": "sum(gateway_waiting)"}})
-        ctl, prom = controller(api, f"http://127.0.0.1:{prometheus.port}")
-        try:
-            await ticks_until(ctl, lambda: "queue_depth" in status(api).get("signals", {}))
-        finally:
-            await prom.close()
+        yield prometheus
     finally:
         server.stop()
+
+
+async def test_a_gateways_queue_adds_to_the_pods_queue(
+    api: client.ApiClient, gateway_workload: Prometheus
+) -> None:
+    """Issue 18 §3: signals.gatewayQueueDepth is the workload's whole (no pod label joins
+    it), summed into the queue depth with its pods' 200 waiting."""
+    ctl, prom = controller(api, f"http://127.0.0.1:{gateway_workload.port}")
+    try:
+        await ticks_until(ctl, lambda: "queue_depth" in status(api).get("signals", {}))
+    finally:
+        await prom.close()
     assert status(api)["signals"]["queue_depth"] == 207.0
+
+
+class StallingProxy:
+    """Prometheus's query API through a loopback proxy that holds every query containing
+    `marker` until `release()`: a query as slow as a costly override, on demand."""
+
+    def __init__(self, prometheus: Prometheus, marker: str) -> None:
+        self._upstream = f"http://127.0.0.1:{prometheus.port}"
+        self._marker = marker
+        self.released = asyncio.Event()
+        self.held = 0  # queries held so far
+
+    async def __aenter__(self) -> str:
+        async def forward(request: web.Request) -> web.Response:
+            if self._marker in request.query.get("query", ""):
+                self.held += 1
+                await self.released.wait()
+            url = self._upstream + request.path
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(url, params=request.query) as answer,
+            ):
+                return web.Response(status=answer.status, body=await answer.read())
+
+        app = web.Application()
+        app.router.add_get("/api/v1/query_range", forward)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.released.set()
+        await self._runner.cleanup()
+
+    def release(self) -> None:
+        self.released.set()
+
+
+async def tick(ctl: Controller) -> None:
+    """One tick, which must end: a tick that waited for a held query would not."""
+    await asyncio.wait_for(ctl.tick(), timeout=30)
+
+
+async def test_one_workloads_slow_query_slows_no_others_tick(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """A query override Prometheus takes long to answer (here a gateway's queue) held
+    every workload's tick until it answered: each two such overrides added a query timeout
+    to every tick. A tick now waits at most its wait, and the late answer joins the other
+    workload's history at a later tick."""
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)
+    slow = {
+        **KEDA_SPEC,
+        "scaleTargetRef": {"kind": "Deployment", "name": "ghost"},
+        "signals": {"gatewayQueueDepth": 'sum(vllm:num_requests_waiting{pod!="held"})'},
+    }
+    create_autoscaler(api, NS, slow, name="other")
+    proxy = StallingProxy(pod_prometheus, 'pod!="held"')
+    async with proxy as url:
+        ctl, prom = controller(api, url, query_timeout=120, query_wait=0.5)
+        try:
+            for _ in range(40):  # the workload with nothing slow scales, tick after tick
+                await tick(ctl)
+                if scale(api) > 1:
+                    break
+                await asyncio.sleep(0.2)
+            assert scale(api) > 1
+            assert proxy.held == 1  # asked once, not again while it answers
+            assert ctl.stats.late_queries == 1
+            # late is not failed: neither workload is held on missing metrics
+            assert ctl.stats.missing_metrics == {f"{NS}/chat": False, f"{NS}/other": False}
+            history = ctl._workloads[(NS, "other")].history
+            assert history.latest_time("queue_depth") is None
+            proxy.release()
+            for _ in range(40):
+                await tick(ctl)
+                if history.latest_time("queue_depth") is not None:
+                    break
+                await asyncio.sleep(0.2)
+            assert history.latest_time("queue_depth") is not None
+            await tick(ctl)  # answered in time: out of the slow lane
+            assert not ctl._gather._late and not ctl._gather._slow
+        finally:
+            ctl.close()
+            await prom.close()
+
+
+async def test_a_late_gateway_queue_is_never_added_without_it(
+    api: client.ApiClient, gateway_workload: Prometheus
+) -> None:
+    """A workload's queue depth is its pods' plus its gateway's: while the gateway's query
+    is late, the pods' 200 alone is no sample of it; once it answers, 207 is."""
+    proxy = StallingProxy(gateway_workload, "gateway_waiting")
+    async with proxy as url:
+        ctl, prom = controller(api, url, query_timeout=120, query_wait=0.5)
+        try:
+            for _ in range(8):  # the pods' queue answers each tick; the gateway's not
+                await tick(ctl)
+                await asyncio.sleep(0.2)
+            history = ctl._workloads[(NS, "chat")].history
+            assert history.latest_time("queue_depth") is None
+            # the pods' answers wait, summed, for the gateway's
+            assert set(ctl._gather._queued[(NS, "chat")].values()) == {200.0}
+            proxy.release()
+            await ticks_until(ctl, lambda: history.latest_time("queue_depth") is not None)
+            queue = history.observe(time.time(), ()).queue_depth
+            assert queue.values and set(queue.values) == {207.0}
+        finally:
+            ctl.close()
+            await prom.close()
 
 
 @dataclasses.dataclass
