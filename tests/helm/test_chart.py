@@ -497,40 +497,63 @@ def test_without_leader_election_the_autoscaler_is_replaced_not_rolled(tmp_path)
     assert "strategy" not in find(elected, "Deployment", "-autoscaler")["spec"]
 
 
+NVIDIA_CHART = TEST_DATA / "nvidia-device-plugin-chart"  # NVIDIA's own, verbatim (its README)
+
+
+def _plugin_mig_access(objects: list[dict[str, Any]], name: str) -> tuple[bool, bool]:
+    """Whether the plugin container `name` gets NVIDIA_MIG_MONITOR_DEVICES=all, and SYS_ADMIN."""
+    (plugin,) = [
+        c
+        for o in objects
+        if o["kind"] == "DaemonSet"
+        for c in pod_spec(o)["containers"]
+        if c["name"] == name
+    ]
+    env = {e["name"]: e.get("value") for e in plugin.get("env", ())}
+    capabilities = (plugin.get("securityContext") or {}).get("capabilities") or {}
+    return env.get("NVIDIA_MIG_MONITOR_DEVICES") == "all", "SYS_ADMIN" in capabilities.get(
+        "add", ()
+    )
+
+
 @pytest.mark.parametrize(
-    ("values", "monitor", "sys_admin"),
+    ("values", "as_nvidia"),
     [
-        pytest.param({}, False, False, id="default"),
-        pytest.param({"migStrategy": "none"}, False, False, id="mig-none"),
-        pytest.param({"migStrategy": "mixed"}, True, True, id="mig-mixed"),
-        pytest.param({"config": {"name": "theirs", "default": "a"}}, True, True, id="external"),
+        pytest.param({}, True, id="default"),
+        pytest.param({"migStrategy": "none"}, True, id="mig-none"),
+        pytest.param({"migStrategy": "mixed"}, True, id="mig-mixed"),
+        pytest.param({"config": {"name": "theirs", "default": "a"}}, True, id="external"),
         pytest.param(
             {"config": {"map": {"a": "version: v1\nflags: {migStrategy: single}\n"}}},
             True,
-            True,
             id="map-with-mig",
         ),
+        # NVIDIA's allPossibleMigStrategiesAreNone takes any config.map as MIG without
+        # reading its entries (README): gpufleet reads them and gives neither.
         pytest.param(
             {"config": {"map": {"a": "version: v1\nflags: {migStrategy: none}\n"}}},
             False,
-            False,
             id="map-without-mig",
         ),
-        pytest.param({"deviceListStrategy": "volume-mounts"}, False, True, id="volume-mounts"),
+        pytest.param({"deviceListStrategy": "volume-mounts"}, True, id="volume-mounts"),
     ],
 )
 def test_the_plugin_gets_the_mig_monitor_devices_where_nvidias_chart_gives_them(
-    values, monitor: bool, sys_admin: bool, tmp_path
+    values, as_nvidia: bool, tmp_path
 ):
-    """NVIDIA's chart adds NVIDIA_MIG_MONITOR_DEVICES=all and SYS_ADMIN wherever MIG may be
-    served (and SYS_ADMIN for volume-mounts): without them NVML answers "Insufficient
-    Permissions" on MIG devices (NVIDIA #399, #229, #609). gpufleet's dropped both."""
+    """NVIDIA's chart (tests/data, verbatim) adds NVIDIA_MIG_MONITOR_DEVICES=all and SYS_ADMIN
+    wherever MIG may be served (and SYS_ADMIN for volume-mounts): without them NVML answers
+    "Insufficient Permissions" on MIG devices (NVIDIA #399, #229, #609). gpufleet's dropped
+    both. Its capabilities otherwise stay dropped, where NVIDIA's MIG rendering drops none."""
+    nvidia = render(values, tmp_path=tmp_path, chart=NVIDIA_CHART, api_versions=())
+    theirs = _plugin_mig_access(nvidia, "nvidia-device-plugin-ctr")
+    ours = _plugin_mig_access(render(values, tmp_path=tmp_path), "plugin")
+    if as_nvidia:
+        assert ours == theirs
+    else:
+        assert theirs == (True, True) and ours == (False, False)
     plugin = container(find(render(values, tmp_path=tmp_path), "DaemonSet", "-plugin"), "plugin")
-    env = {e["name"]: e.get("value") for e in plugin["env"]}
-    assert (env.get("NVIDIA_MIG_MONITOR_DEVICES") == "all") is monitor
-    capabilities = plugin["securityContext"]["capabilities"]
-    assert capabilities["drop"] == ["ALL"]
-    assert (capabilities.get("add") == ["SYS_ADMIN"]) is sys_admin
+    assert plugin["securityContext"]["capabilities"]["drop"] == ["ALL"]
 
 
 def test_the_exporters_monitor_takes_dcgm_exporters_relabelings_after_its_own(tmp_path):
@@ -667,9 +690,6 @@ def test_the_mps_control_daemon_reads_the_plugins_config_and_is_signalled_on_a_n
     mine = {e["name"]: e.get("value") for e in container(plugin, "config-manager")["env"]}
     assert mine["PROCESS_TO_SIGNAL"] == "/opt/venv/bin/python"
     assert pod_spec(daemon)["serviceAccountName"] == pod_spec(plugin)["serviceAccountName"]
-
-
-NVIDIA_CHART = TEST_DATA / "nvidia-device-plugin-chart"  # NVIDIA's own, verbatim (its README)
 
 
 def _mps_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:

@@ -146,11 +146,12 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* "true" where the plugin may serve MIG devices, as NVIDIA's chart decides it
+{{/* "true" where the plugin may serve MIG devices, as NVIDIA's chart means to decide it
 (allPossibleMigStrategiesAreNone): a migStrategy other than none; or, with none given, an
 external config (which may set one), or a config.map entry whose flags set one other than
-none. Its container then gets the MIG monitor devices and SYS_ADMIN, as NVIDIA's does:
-NVML answers "Insufficient Permissions" on MIG devices without them. */}}
+none. (NVIDIA's never reads the entries: any config.map counts there.) Its container then
+gets the MIG monitor devices and SYS_ADMIN, as NVIDIA's does: NVML answers "Insufficient
+Permissions" on MIG devices without them. */}}
 {{- define "gpufleet.pluginMayServeMig" -}}
 {{- if .Values.migStrategy -}}
 {{- if ne .Values.migStrategy "none" }}true{{ end -}}
