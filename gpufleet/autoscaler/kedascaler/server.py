@@ -14,7 +14,9 @@ A stream waits through NOT_FOUND and UNAVAILABLE instead: it has nothing to push
 """
 
 import asyncio
+import errno
 import logging
+import socket
 import ssl
 from collections.abc import AsyncIterator
 
@@ -176,9 +178,11 @@ async def serve(
 ) -> grpc.aio.Server:
     """Start serving on host:port (every interface when host is None or empty), over TLS
     with `credentials`, else plaintext; raises OSError when the address cannot be bound."""
+    # gRPC reads "::1:9443" as a host with no port (443): an IPv6 host needs its brackets.
+    address = f"[{host or '::'}]:{port}" if not host or ":" in host else f"{host}:{port}"
+    _check_bindable(host, port, address)
     server = grpc.aio.server()
     pb_grpc.add_ExternalScalerServicer_to_server(ExternalScaler(feed), server)
-    address = f"{host or '[::]'}:{port}"
     try:
         bound = (
             server.add_secure_port(address, credentials)
@@ -196,3 +200,21 @@ async def serve(
         "TLS" if credentials is not None else "plaintext",
     )
     return server
+
+
+def _check_bindable(host: str | None, port: int, address: str) -> None:
+    """Raise OSError if the address is taken or not this host's. gRPC's own failure says
+    less and prints a line of its C core's to stderr besides; an error the check cannot
+    judge (no IPv6 here) is left to gRPC, which falls back as it does."""
+    try:
+        infos = socket.getaddrinfo(host or "::", port, type=socket.SOCK_STREAM)
+    except OSError:
+        return
+    family, kind, proto, _, sockaddr = infos[0]
+    try:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            probe.bind(sockaddr)
+    except OSError as err:
+        if err.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise OSError(f"cannot listen on {address}: {err.strerror}") from None

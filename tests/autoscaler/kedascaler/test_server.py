@@ -7,6 +7,7 @@ External AverageValue metric), writing the Deployment's scale through the offici
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Iterator
 
 import grpc
@@ -300,3 +301,39 @@ def test_a_tls_file_that_is_not_pem_is_named(tmp_path) -> None:
         tls_credentials(str(garbage), str(pki.server_key), "")
     with pytest.raises(ValueError, match=f"cannot load {garbage}: "):
         tls_credentials(str(pki.server_cert), str(pki.server_key), str(garbage))
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+async def test_an_ipv6_host_is_served_on_it() -> None:
+    """`--keda-scaler-address [::1]:PORT`: gRPC read "::1:PORT" as a host with its default
+    port 443 and failed to bind."""
+    port = free_port()
+    server = await serve(em.SnapshotFeed(), "::1", port)
+    try:
+        async with grpc.aio.insecure_channel(f"[::1]:{port}") as channel:
+            spec = await pb_grpc.ExternalScalerStub(channel).GetMetricSpec(ref(), timeout=10)
+            assert spec.metricSpecs[0].targetSizeFloat == 10.0
+    finally:
+        await server.stop(grace=None)
+
+
+async def test_a_taken_port_is_one_line_and_nothing_from_grpc(capfd) -> None:
+    """gRPC's failure to bind also printed its C core's own E-line on stderr, and its
+    message pointed at GRPC_VERBOSITY."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError) as caught:
+            await serve(em.SnapshotFeed(), "127.0.0.1", port)
+    assert str(caught.value) == f"cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert capfd.readouterr().err == ""
