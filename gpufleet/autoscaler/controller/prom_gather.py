@@ -198,7 +198,9 @@ class PromGather:
         `wait_seconds`. A fetch still asking then finishes the query it has in flight, keeps
         the answer for the next tick and asks nothing more; one not yet begun is dropped,
         asked again next tick. Returns why each workload a query failed was left short."""
-        lane, slow_lane = asyncio.Semaphore(QUERY_CONCURRENCY), asyncio.Semaphore(1)
+        # As many slots in the slow lane: where every query is slow, one slot would ask
+        # each query once in as many ticks as there are queries.
+        lane, slow_lane = (asyncio.Semaphore(QUERY_CONCURRENCY) for _ in range(2))
         errors: list[tuple[list[Key], PromError]] = []
         started: dict[asyncio.Task[PromError | None], tuple[str, _Fetch, list[Key]]] = {}
         for text, consume, keys in jobs:
