@@ -35,6 +35,7 @@ def setting(
     group: str,
     help: str,
     repeat: bool = False,
+    empty_env_unset: bool = False,
     **kw: Any,
 ) -> Any:
     """A settings field with its flags, env var and --help group, for `build_parser`.
@@ -43,10 +44,13 @@ def setting(
     error messages then name none, so say them in `help`), or None for no env var. No flags
     makes the field env-only (absent from the parser, listed in `markdown_table`). `help` is
     the field's description and its --help text; `repeat` lets a string flag repeat, its
-    values joined with commas (urfave/cli's string slices); `kw` passes constraints (gt, ge,
-    ...) on to pydantic's Field.
+    values joined with commas (urfave/cli's string slices); `empty_env_unset` reads an empty
+    env var as unset, as urfave/cli reads an int slice's (a number's always is); `kw` passes
+    constraints (gt, ge, ...) on to pydantic's Field.
     """
     extra = {"flags": list(flags), "group": group, "repeat": repeat}
+    if empty_env_unset:
+        extra["empty_env_unset"] = True
     return Field(default, validation_alias=env, description=help, json_schema_extra=extra, **kw)
 
 
@@ -58,6 +62,16 @@ def _flags(info: FieldInfo) -> list[str]:
 def _repeats(info: FieldInfo) -> bool:
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     return bool(extra.get("repeat"))
+
+
+def _empty_env_unset(info: FieldInfo) -> bool:
+    """An empty env var leaves the field unset: urfave/cli skips an empty value for its
+    number and int-slice flags (`DCGM_EXPORTER_INTERVAL=` keeps the default)."""
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    ann = info.annotation
+    types = get_args(ann) if get_origin(ann) is not None else (ann,)
+    number = any(t in (int, float) for t in types) and bool not in types
+    return number or bool(extra.get("empty_env_unset"))
 
 
 def _group(info: FieldInfo) -> str:
@@ -102,6 +116,8 @@ class ScalarEnvSource(PydanticBaseSettingsSource):
         names = _env_names(field)
         for name in names:
             value = environ.get(name.lower())
+            if value == "" and _empty_env_unset(field):
+                continue
             if value is not None:
                 return value, names[0], False
         return None, field_name, False
@@ -144,6 +160,20 @@ class CommandSettings(BaseSettings):
         if type(None) in get_args(annotation):
             return None
         raise ValueError("must not be empty")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _go_bool(cls, value: Any, info: ValidationInfo) -> Any:
+        """A boolean env var reads as urfave/cli reads it: Go's ParseBool, and empty is
+        false. pydantic took "yes" and "on" (a manifest NVIDIA's daemons then refuse), and
+        refused the empty value a chart templates."""
+        if not isinstance(value, str) or not _is_bool(cls.model_fields[info.field_name or ""]):
+            return value
+        if value == "":
+            return False
+        if value not in _GO_BOOLS:
+            raise ValueError(f"not a boolean ({_GO_BOOL_HINT})")
+        return _GO_BOOLS[value]
 
     @field_validator("*")
     @classmethod
@@ -200,17 +230,23 @@ def _is_bool(info: FieldInfo) -> bool:
     return ann is bool
 
 
-# Go's strconv.ParseBool, which urfave/cli uses, read in any case.
-_BOOL_WORDS = {"true": True, "t": True, "1": True, "false": False, "f": False, "0": False}
+# Go's strconv.ParseBool, which urfave/cli uses for flags and env vars alike: these
+# spellings only (not "yes", "on" or "tRUE").
+_GO_BOOLS = {
+    **dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+    **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
+}
+_GO_BOOL_HINT = "use true, false, t, f, 1 or 0; TRUE, True, T, FALSE, False and F too"
 
 
 class BoolAction(argparse.Action):
     """A boolean flag in urfave/cli's forms (dcgm-exporter's CLI library) plus `--no-FLAG`.
 
-    `--flag` and `-f` set True; `--flag=VALUE` and `-f=VALUE` take true, false, t, f, 1 or 0
-    in any case (Go's ParseBool); `--no-flag` sets False and takes no value. A value given as
-    the next word (`--flag false`) is taken too: urfave/cli would set True and ignore that
-    word, which contradicts what the word says. Any other value is an error naming the flag.
+    `--flag` and `-f` set True; `--flag=VALUE` and `-f=VALUE` take what Go's ParseBool
+    does (true, false, t, f, 1 or 0; TRUE, True, T and their false forms); `--no-flag`
+    sets False and takes no value. A value given as the next word (`--flag false`) is taken
+    too: urfave/cli would set True and ignore that word, which contradicts what the word
+    says. Any other value is an error naming the flag.
     """
 
     def __init__(
@@ -249,12 +285,10 @@ class BoolAction(argparse.Action):
         if values is None:
             setattr(namespace, self.dest, True)
             return
-        value = _BOOL_WORDS.get(str(values).lower())
+        value = _GO_BOOLS.get(str(values))
         if value is None:
             raise argparse.ArgumentError(
-                None,
-                f"invalid flag {option_string}: {values!r} is not a boolean "
-                "(use true, false, t, f, 1 or 0)",
+                None, f"invalid flag {option_string}: {values!r} is not a boolean ({_GO_BOOL_HINT})"
             )
         setattr(namespace, self.dest, value)
 
@@ -315,7 +349,8 @@ def build_parser(
     parser = OneLineParser(
         prog=prog, description=description, allow_abbrev=False, formatter_class=_HelpFormatter
     )
-    parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
+    # -v as urfave/cli's built-in version flag, which both NVIDIA daemons have
+    parser.add_argument("-v", "--version", action="version", version=f"{prog} {__version__}")
     groups: dict[str, argparse._ArgumentGroup] = {}
     env_only: list[str] = []
     for name, info in settings_cls.model_fields.items():

@@ -27,3 +27,13 @@ def test_ctrl_c_before_a_daemon_handles_it_exits_130_quietly(monkeypatch, capsys
 def test_version(argv, capsys):
     assert cli.main(argv) == 0
     assert capsys.readouterr().out.startswith("gpufleet ")
+
+
+@pytest.mark.parametrize("command", ["exporter", "plugin"])
+def test_v_is_the_version_as_urfave_cli_has_it(command, capsys):
+    """NVIDIA's two daemons answer -v (urfave/cli's version flag); a manifest's probe or
+    script calling it was refused as an unknown argument."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main([command, "-v"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith(f"gpufleet {command} ")

@@ -19,7 +19,14 @@ from gpufleet.autoscaler.replay.settings import SimulateSettings
 from gpufleet.autoscaler.settings import AutoscalerSettings
 from gpufleet.exporter.settings import ExporterSettings
 from gpufleet.plugin.settings import PluginSettings
-from gpufleet.settings import ScalarEnvSource, SettingsError, build_parser, load_settings, setting
+from gpufleet.settings import (
+    ScalarEnvSource,
+    SettingsError,
+    _empty_env_unset,
+    build_parser,
+    load_settings,
+    setting,
+)
 from gpufleet.shared_settings import (
     debug_setting,
     kube_url_setting,
@@ -53,6 +60,29 @@ def load(argv, monkeypatch, env=None):
         (["-rbmn"], {}, "replace_blanks_in_model_name", True),
         (["-f", "/x.csv"], {}, "collectors", __import__("pathlib").Path("/x.csv")),
         ([], {"NVIDIA_RESOURCE_NAMES": "a/b, c/d"}, "resource_names", ("a/b", "c/d")),
+        # urfave/cli's string slices: each repeat adds (dcgm-exporter app.go)
+        (
+            ["--nvidia-resource-names", "a/b", "--nvidia-resource-names", "c/d"],
+            {},
+            "resource_names",
+            ("a/b", "c/d"),
+        ),
+        (
+            [
+                "--kubernetes-pod-label-allowlist-regex=^a$",
+                "--kubernetes-pod-label-allowlist-regex=^b$",
+            ],
+            {},
+            "kubernetes_pod_label_allowlist_regex",
+            "^a$,^b$",
+        ),
+        # urfave/cli: an empty bool env var is false, an empty number's is unset
+        ([], {"DCGM_EXPORTER_KUBERNETES": ""}, "kubernetes", False),
+        ([], {"DCGM_EXPORTER_INTERVAL": ""}, "collect_interval_ms", 5000),
+        # Go's ParseBool spellings
+        ([], {"DCGM_EXPORTER_KUBERNETES": "TRUE"}, "kubernetes", True),
+        ([], {"DCGM_EXPORTER_KUBERNETES": "T"}, "kubernetes", True),
+        (["--kubernetes=False"], {}, "kubernetes", False),
     ],
     ids=[
         "default address",
@@ -69,6 +99,13 @@ def load(argv, monkeypatch, env=None):
         "multi-letter single-dash alias",
         "collectors path",
         "resource names list",
+        "resource names repeated",
+        "allowlist repeated",
+        "empty bool env is false",
+        "empty number env is unset",
+        "bool env TRUE",
+        "bool env T",
+        "bool flag False",
     ],
 )
 def test_precedence(argv, env, field, expected, monkeypatch):
@@ -91,6 +128,9 @@ def test_precedence(argv, env, field, expected, monkeypatch):
         ([], {"DCGM_EXPORTER_INTERVAL": "soon"}, "invalid env var DCGM_EXPORTER_INTERVAL"),
         (["--compat", "5.0"], {}, "invalid flag --compat"),
         ([], {"DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE": "x"}, "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE"),
+        # pydantic took these; Go's ParseBool, and so NVIDIA's daemons, refuse them
+        ([], {"DCGM_EXPORTER_KUBERNETES": "yes"}, "invalid env var DCGM_EXPORTER_KUBERNETES: "),
+        ([], {"DCGM_EXPORTER_KUBERNETES": "on"}, "not a boolean"),
     ],
     ids=[
         "ms footgun flag",
@@ -100,6 +140,8 @@ def test_precedence(argv, env, field, expected, monkeypatch):
         "not a number",
         "bad choice",
         "bad env choice",
+        "bool env yes",
+        "bool env on",
     ],
 )
 def test_bad_values_name_the_flag_or_env(argv, env, message, monkeypatch):
@@ -116,8 +158,9 @@ def test_bad_values_name_the_flag_or_env(argv, env, message, monkeypatch):
         (["--kubernetes-enable-pod-label=1"], "(did you mean '--kubernetes-enable-pod-labels'?)"),
         (["-c"], "argument -c/--collect-interval: expected one argument"),
         (["stray"], "unrecognized arguments: stray;"),
+        (["--kubernetes=tRUE"], "invalid flag --kubernetes: 'tRUE' is not a boolean"),  # Go's
     ],
-    ids=["unknown", "typo", "typo with value", "missing value", "positional"],
+    ids=["unknown", "typo", "typo with value", "missing value", "positional", "bool case"],
 )
 def test_flag_errors_are_one_line_first(argv, message, monkeypatch, capsys):
     """Issue 15: the error and a did-you-mean, not 20-38 lines of usage before them."""
@@ -351,11 +394,15 @@ class _Choices(BaseSettings):
     maybe: Path | None = setting(None, "MAYBE_PATH", group="g", help="h")
 
 
+def _aliases(info) -> list[str]:
+    alias = info.validation_alias
+    return alias.choices if isinstance(alias, AliasChoices) else [alias] if alias else []
+
+
 def _env_keys(settings_cls: type[BaseSettings]) -> list[str]:
     names = [*settings_cls.model_fields]
     for info in settings_cls.model_fields.values():
-        alias = info.validation_alias
-        names += alias.choices if isinstance(alias, AliasChoices) else [alias] if alias else []
+        names += _aliases(info)
     return names
 
 
@@ -372,11 +419,21 @@ def test_scalar_env_source_reads_what_pydantic_settings_reads(settings_cls, env)
     """Issue 15: the light env source gives the state pydantic-settings' own env source
     gives, for any environment: the same names in any case, the same precedence between
     them and the same keys (which name errors and precedence); but for field names, which
-    it does not read, so they are left out of what pydantic-settings is given."""
+    it does not read, so they are left out of what pydantic-settings is given; and but for
+    an empty number, which is unset as urfave/cli reads it (pydantic-settings passes it on,
+    to fail)."""
     declared = {n.lower() for n in _env_keys(settings_cls)[len(settings_cls.model_fields) :]}
     env = {k: v for k, v in env.items() if k.lower() in declared or k == "OTHER"}
+    unset_if_empty = {
+        name
+        for info in settings_cls.model_fields.values()
+        if _empty_env_unset(info)
+        for name in _aliases(info)
+    }
     with mock.patch.dict(os.environ, env, clear=True):
-        assert ScalarEnvSource(settings_cls)() == EnvSettingsSource(settings_cls)()
+        theirs = EnvSettingsSource(settings_cls)()
+        expected = {k: v for k, v in theirs.items() if not (v == "" and k in unset_if_empty)}
+        assert ScalarEnvSource(settings_cls)() == expected
 
 
 @pytest.mark.parametrize(

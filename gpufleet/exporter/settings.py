@@ -100,8 +100,10 @@ class ExporterSettings(CommandSettings):
         "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
         "--kubernetes-pod-label-allowlist-regex",
         group=K8S,
-        help="Regexes, comma separated, matched anywhere in a pod label's key: only "
-        "matching labels are copied (with --kubernetes-enable-pod-labels). Empty: all.",
+        repeat=True,
+        help="Regexes, comma separated or the flag repeated, matched anywhere in a pod "
+        "label's key: only matching labels are copied (with --kubernetes-enable-pod-labels). "
+        "Empty: all.",
     )
     kubernetes_virtual_gpus: bool = setting(
         False,
@@ -131,8 +133,9 @@ class ExporterSettings(CommandSettings):
         "NVIDIA_RESOURCE_NAMES",
         "--nvidia-resource-names",
         group=K8S,
-        help="Extra resource names to attribute, comma separated (nvidia.com/gpu, "
-        "nvidia.com/gpu.shared and nvidia.com/mig-* are always recognised).",
+        repeat=True,
+        help="Extra resource names to attribute, comma separated or the flag repeated "
+        "(nvidia.com/gpu, nvidia.com/gpu.shared and nvidia.com/mig-* are always recognised).",
     )
     hpc_job_mapping_dir: str = setting(
         "",

@@ -179,6 +179,7 @@ class PluginSettings(CommandSettings):
         "IMEX_CHANNEL_IDS",
         "--imex-channel-ids",
         group=NVIDIA,
+        empty_env_unset=True,  # NVIDIA's is an int slice: an empty value keeps the file's
         help="IMEX channels to inject, comma separated: empty or 0. [file: imex.channelIDs]",
     )
     imex_required: bool = setting(
@@ -194,7 +195,8 @@ class PluginSettings(CommandSettings):
         "--kubelet-socket",
         group=NVIDIA,
         help="The kubelet's registration socket; the plugin sockets go in its directory. "
-        "Empty: serve without registering (tests). [file: flags.plugin.kubeletSocket]",
+        "Empty: serve without registering (tests). [file: flags.plugin.kubeletSocket, "
+        "gpufleet's own: NVIDIA's plugin has no file key for it]",
     )
     config_file: str = setting(
         "",
@@ -313,14 +315,6 @@ class PluginSettings(CommandSettings):
         help="'all' (or 'xids', as NVIDIA reads it) or a comma list of XIDs that count as "
         "critical even when ignored. Other items are skipped with a warning.",
     )
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _empty_bool_env_is_false(cls, value, info):
-        # NVIDIA's CLI library reads a boolean env var set to "" as false; pydantic rejects it.
-        if value == "" and cls.model_fields[info.field_name].annotation is bool:
-            return False
-        return value
 
     # Comma-separated strings, not lists: pydantic-settings would read a list-typed env var
     # as JSON, and NVIDIA's is "envvar,volume-mounts". Checked here so that a bad value names

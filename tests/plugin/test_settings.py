@@ -276,6 +276,16 @@ def test_imex_and_kubelet_socket_reach_the_config(monkeypatch):
     assert config.flags.plugin.kubelet_socket == ""
 
 
+def test_an_empty_imex_env_var_keeps_the_files_channels(tmp_path, monkeypatch):
+    """NVIDIA's IMEX_CHANNEL_IDS is an int slice, which urfave/cli leaves unset when empty
+    (flag_int_slice.go): the file's channels stay. gpufleet's cleared them."""
+    path = tmp_path / "c.yaml"
+    path.write_text("version: v1\nimex:\n  channelIDs: [0]\n")
+    env = {"CONFIG_FILE": str(path), "IMEX_CHANNEL_IDS": ""}
+    config, _ = resolve_config(load([], monkeypatch, env))
+    assert config.imex.channel_ids == (0,)
+
+
 def test_warnings_come_back(tmp_path, monkeypatch):
     path = tmp_path / "config.yaml"
     path.write_text("resources:\n  gpus:\n  - {pattern: '*', name: any}\n")

@@ -163,7 +163,7 @@ PLUGIN_KEYS: dict[str, tuple[str, Any]] = {
     "cdiAnnotationPrefix": ("cdi_annotation_prefix", ()),
     "nvidiaCTKPath": ("nvidia_ctk_path", ()),
     "containerDriverRoot": ("container_driver_root", ()),
-    "kubeletSocket": ("kubelet_socket", ()),
+    "kubeletSocket": ("kubelet_socket", ()),  # gpufleet's own: not in NVIDIA's flags.go
     "sharedDevicesAllocationPolicy": ("shared_devices_allocation_policy", ALLOCATION_POLICIES),
 }
 # Keys NVIDIA's v0.20.0 accepts that gpufleet has no use for: accepted, and warned about.
