@@ -195,8 +195,8 @@ class PluginSettings(CommandSettings):
         "--kubelet-socket",
         group=NVIDIA,
         help="The kubelet's registration socket; the plugin sockets go in its directory. "
-        "Empty: serve without registering (tests). [file: flags.plugin.kubeletSocket, "
-        "gpufleet's own: NVIDIA's plugin has no file key for it]",
+        "Empty: serve without registering (tests). The file key is gpufleet's own: NVIDIA's "
+        "plugin has none. [file: flags.plugin.kubeletSocket]",
     )
     config_file: str = setting(
         "",

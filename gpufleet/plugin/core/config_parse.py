@@ -1,9 +1,10 @@
 """NVIDIA k8s-device-plugin's config file (`version: v1`), parsed into `config`'s records.
 
 It exists so that a config written for any NVIDIA plugin version works here unchanged. NVIDIA
-reads the file as JSON (sigs.k8s.io/yaml), so keys match ignoring case, unknown keys are
-ignored and a whole float such as `4.0` is an integer; here the same holds, but each unknown
-or oddly cased key is named in a warning with a did-you-mean, because NVIDIA's silence turns
+reads the file as JSON (sigs.k8s.io/yaml), so keys match ignoring case (but inside the
+sharing sections, which it reads through maps: exactly), unknown keys are ignored and a
+whole float such as `4.0` is an integer; here the same holds, but each unknown or oddly
+cased key is named in a warning with a did-you-mean, because NVIDIA's silence turns
 `replica: 10` into no sharing at all. `config_load` reads the text.
 
 Pure: the caller reads the file. No I/O, no logging; warnings are returned as strings. Never
@@ -62,10 +63,14 @@ class _Reader:
     def warn(self, path: str, message: str) -> None:
         self.warnings.append(f"{self.source}: {path}: {message}")
 
-    def mapping(self, value: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
-        """The `keys` of a mapping, matched ignoring case as NVIDIA does (the last of two
-        spellings wins); other keys are warned about and dropped. None (an empty YAML
-        section) reads as empty, and so does a key whose value is null."""
+    def mapping(
+        self, value: Any, path: str, keys: tuple[str, ...], *, exact: bool = False
+    ) -> dict[str, Any]:
+        """The `keys` of a mapping, matched ignoring case as NVIDIA's JSON structs match
+        them (the last of two spellings wins), or `exact`ly as its custom unmarshallers
+        look them up in a map (the sharing sections, `replicas.go`); other keys are warned
+        about and dropped. None (an empty YAML section) reads as empty, and so does a key
+        whose value is null."""
         if value is None:
             return {}
         if not isinstance(value, dict):
@@ -77,6 +82,12 @@ class _Reader:
             canonical = name if name in keys else folded.get(name.lower())
             if canonical is None:
                 self.warn(_join(path, name), _unknown(name, keys))
+                continue
+            if canonical != name and exact:
+                self.warn(
+                    _join(path, name),
+                    f"ignored: NVIDIA's plugin reads this key only as {canonical!r}",
+                )
                 continue
             if canonical != name:
                 self.warn(
@@ -254,7 +265,7 @@ def _devices(reader: _Reader, value: Any, path: str) -> bool:
 
 def _replicated(reader: _Reader, value: Any, path: str, kind: SharingKind) -> Sharing:
     keys = ("renameByDefault", "failRequestsGreaterThanOne", "resources")
-    raw = reader.mapping(value, path, keys)
+    raw = reader.mapping(value, path, keys, exact=True)
     rename_by_default = reader.boolean(raw.get("renameByDefault", False), _join(path, keys[0]))
     # MPS fails requests for more than one replica unless the file says otherwise (v0.20.0).
     fail_default = kind is SharingKind.MPS
@@ -284,7 +295,7 @@ def _replicated(reader: _Reader, value: Any, path: str, kind: SharingKind) -> Sh
 
 
 def _resource(reader: _Reader, item: Any, path: str, rename_by_default: bool) -> ReplicatedResource:
-    raw = reader.mapping(item, path, ("name", "rename", "devices", "replicas"))
+    raw = reader.mapping(item, path, ("name", "rename", "devices", "replicas"), exact=True)
     for required in ("name", "replicas"):
         if required not in raw:
             raise reader.fail(_join(path, required), "required")
@@ -325,15 +336,16 @@ def _sharing(reader: _Reader, value: Any) -> Sharing:
         and any(str(k).lower() == "timeslicing" and v is None for k, v in value.items())
     ):
         raise reader.fail("sharing.timeSlicing.resources", "no resources specified")
-    if "timeSlicing" in raw and "mps" in raw:
-        raise reader.fail("sharing", "timeSlicing and mps are mutually exclusive; set one")
-    if "mps" in raw:
-        return _replicated(reader, raw["mps"], "sharing.mps", SharingKind.MPS)
-    if "timeSlicing" in raw:
-        return _replicated(
+    time_slicing = None
+    if "timeSlicing" in raw:  # read even beside mps: NVIDIA's refuses a bad one either way
+        time_slicing = _replicated(
             reader, raw["timeSlicing"], "sharing.timeSlicing", SharingKind.TIME_SLICING
         )
-    return Sharing()
+    if "mps" in raw:
+        if time_slicing is not None:
+            reader.warn("sharing.timeSlicing", "ignored: mps is set, and wins (sharing.go)")
+        return _replicated(reader, raw["mps"], "sharing.mps", SharingKind.MPS)
+    return time_slicing or Sharing()
 
 
 def _resources(reader: _Reader, value: Any) -> None:

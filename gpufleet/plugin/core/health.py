@@ -105,7 +105,14 @@ def _items(env: str, value: str) -> _Items:
             continue
         if item in ("all", "xids"):
             words.add(item)
-        elif (xid := ascii_int(item, max_digits=_XID_DIGITS)) is not None:
+        elif (xid := ascii_int(item, max_digits=_XID_DIGITS)) == 0:
+            # NVIDIA's keeps "all" as XID 0 (health.go's allXIDs), so its 0 is "all" by
+            # accident: a DP_DISABLE_HEALTHCHECKS=0 meant as "off" turned every check off.
+            warnings.append(
+                f'{env}: ignoring 0: no XID is 0; NVIDIA\'s plugin reads it as "all", so '
+                'write "all" where that is meant'
+            )
+        elif xid is not None:
             xids.add(xid)
         else:
             warnings.append(f'{env}: ignoring {item[:40]!r}: not an XID number, "all" or "xids"')

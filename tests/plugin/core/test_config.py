@@ -290,9 +290,10 @@ TS = "sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n    
             TS.replace("    resources", "    renameByDefault: 1\n    resources"),
             "config.yaml: sharing.timeSlicing.renameByDefault: expected a boolean",
         ),
-        (
-            TS + "  mps:\n    resources:\n    - {name: gpu, replicas: 2}\n",
-            "config.yaml: sharing: timeSlicing and mps are mutually exclusive",
+        (  # read even beside mps, as NVIDIA's reads it
+            TS.replace("replicas: 2", "replicas: 1")
+            + "  mps:\n    resources:\n    - {name: gpu, replicas: 2}\n",
+            "config.yaml: sharing.timeSlicing.resources[0].replicas: number of replicas",
         ),
         (
             TS + "      devices: some\n",

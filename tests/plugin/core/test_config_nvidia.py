@@ -1,6 +1,7 @@
 """Issue 16: configs NVIDIA k8s-device-plugin v0.20 accepts load here, those it rejects fail
 here, and no config crashes the loader. NVIDIA's verdicts (sigs.k8s.io/yaml into
-`api/config/v1`: JSON semantics, keys matched ignoring case, unknown keys ignored) are facts."""
+`api/config/v1`: JSON semantics, keys matched ignoring case but exactly inside the sharing
+sections, read through maps in `replicas.go`, unknown keys ignored) are facts."""
 
 import pytest
 from hypothesis import given, settings
@@ -92,6 +93,23 @@ GPU_X2 = Sharing(
             "config.yaml: sharing",
         ),
         ("sharing:\n  mps:\n", PluginConfig(), None),
+        (  # replicas.go reads renameByDefault from a map: RenameByDefault is no key of it
+            TS.replace("    resources", "    RenameByDefault: true\n    resources"),
+            PluginConfig(sharing=GPU_X2),
+            "config.yaml: sharing.timeSlicing.RenameByDefault: ignored: NVIDIA's plugin reads "
+            "this key only as 'renameByDefault'",
+        ),
+        (  # sharing.go: MPS wins where both are set
+            TS + "  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 3}\n",
+            PluginConfig(
+                sharing=Sharing(
+                    kind=SharingKind.MPS,
+                    fail_requests_greater_than_one=True,
+                    resources=(ReplicatedResource(name="nvidia.com/gpu", replicas=3),),
+                )
+            ),
+            "config.yaml: sharing.timeSlicing: ignored: mps is set, and wins",
+        ),
     ],
     ids=[
         "sharedDevicesAllocationPolicy is a v0.20 key",
@@ -108,6 +126,8 @@ GPU_X2 = Sharing(
         "devices: 2.0 is a count",
         "whole floats in a devices list are indexes",
         "an empty mps section is no sharing (a nil pointer)",
+        "sharing keys match exactly (replicas.go's maps)",
+        "timeSlicing and mps: mps",
     ],
 )
 def test_nvidia_accepts_and_so_do_we(text, expected, warning):
@@ -149,6 +169,14 @@ def test_nvidia_accepts_and_so_do_we(text, expected, warning):
         ("version: !!timestamp x\n", "config.yaml: version: unknown version 'x'"),
         ("version: !!int x\n", "config.yaml: not valid YAML or JSON: invalid literal"),
         ("flags:\n  migStrategy: {a: b}\n", "config.yaml: flags.migStrategy: expected a string"),
+        (  # replicas.go: "no resources specified"
+            TS.replace("    resources", "    Resources"),
+            "config.yaml: sharing.timeSlicing.resources: no resources specified",
+        ),
+        (  # replicas.go: "no replicas specified"
+            TS.replace("replicas: 2", "Replicas: 2"),
+            "config.yaml: sharing.timeSlicing.resources[0].replicas: required",
+        ),
     ],
     ids=[
         "an empty timeSlicing section",
@@ -161,6 +189,8 @@ def test_nvidia_accepts_and_so_do_we(text, expected, warning):
         "an explicit timestamp tag is not an AttributeError",
         "a bad explicit int tag",
         "mapping where a string goes",
+        "Resources is no resources key",
+        "Replicas is no replicas key",
     ],
 )
 def test_nvidia_rejects_and_so_do_we(text, message):

@@ -95,8 +95,20 @@ def test_which_checks_run(disable: str, enable: str, xids: bool, probe: bool, di
         ),
         ("68  ", "", DEFAULT_IGNORED_XIDS | {68}, set(), []),
         ("", "-3,79", DEFAULT_IGNORED_XIDS, {79}, ["DP_ENABLE_HEALTHCHECKS: ignoring '-3'"]),
+        # health.go keeps "all" as XID 0: its 0 turns every check off (or forces every XID
+        # critical). Not followed, said: DP_DISABLE_HEALTHCHECKS=0 is more likely "off".
+        ("0", "", DEFAULT_IGNORED_XIDS, set(), ["DP_DISABLE_HEALTHCHECKS: ignoring 0: no XID"]),
+        ("", "0,79", DEFAULT_IGNORED_XIDS, {79}, ["DP_ENABLE_HEALTHCHECKS: ignoring 0: no XID"]),
     ],
-    ids=["not-an-int", "negative", "junk-between-xids", "trailing-space", "enable-negative"],
+    ids=[
+        "not-an-int",
+        "negative",
+        "junk-between-xids",
+        "trailing-space",
+        "enable-negative",
+        "disable-zero",
+        "enable-zero",
+    ],
 )
 def test_malformed_items_are_skipped_with_a_warning(disable, enable, ignored, forced, warnings):
     """Issue 16: NVIDIA's tests skip a malformed item; it no longer stops startup."""
