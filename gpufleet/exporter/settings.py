@@ -364,7 +364,9 @@ class ExporterSettings(CommandSettings):
         "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS",
         "--enable-exporter-metrics",
         group=DCGM,
-        help="Serve the gpufleet_exporter_* self-metrics.",
+        help="Serve the gpufleet_exporter_* self-metrics. On by default, where "
+        "dcgm-exporter 4.8.4's own is opt-in: the alerts GPUExporterStale and GPUFallenOffBus "
+        "read them.",
     )
     compat: Literal["legacy", "4.9"] = setting(
         "legacy",
