@@ -304,14 +304,16 @@ async def test_one_workloads_slow_query_slows_no_others_tick(
     async with proxy as url:
         ctl, prom = controller(api, url, query_timeout=120, query_wait=0.5)
         try:
-            for _ in range(40):  # the workload with nothing slow scales, tick after tick
+            for _ in range(40):  # ticks end while the held query waits; chat scales
                 await tick(ctl)
-                if scale(api) > 1:
+                if scale(api) > 1 and proxy.held:
                     break
                 await asyncio.sleep(0.2)
+            for _ in range(3):
+                await tick(ctl)
             assert scale(api) > 1
             assert proxy.held == 1  # asked once, not again while it answers
-            assert ctl.stats.late_queries == 1
+            assert ctl.stats.late_queries >= 1
             # late is not failed: neither workload is held on missing metrics
             assert ctl.stats.missing_metrics == {f"{NS}/chat": False, f"{NS}/other": False}
             history = ctl._workloads[(NS, "other")].history
@@ -339,8 +341,10 @@ async def test_a_late_gateway_queue_is_never_added_without_it(
     async with proxy as url:
         ctl, prom = controller(api, url, query_timeout=120, query_wait=0.5)
         try:
-            for _ in range(8):  # the pods' queue answers each tick; the gateway's not
+            for _ in range(40):  # the pods' queue answers; the gateway's does not
                 await tick(ctl)
+                if ctl._gather._queued.get((NS, "chat")) and proxy.held:
+                    break
                 await asyncio.sleep(0.2)
             history = ctl._workloads[(NS, "chat")].history
             assert history.latest_time("queue_depth") is None
