@@ -162,7 +162,7 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
             scrape_interval_seconds=settings.scrape_interval_seconds,
             rate_window=settings.rate_window,
             headroom=settings.headroom,
-            query_wait_seconds=settings.tick_seconds,
+            wait_seconds=settings.tick_seconds,
         ),
         is_leader=elector.is_leader if elector else (lambda: True),
         feed=feed,

@@ -83,6 +83,12 @@ class SelfMetrics:
             value=s.late_queries,
         )
         yield CounterMetricFamily(
+            f"{P}busy_steps",
+            "Workload steps (their API writes) still running when a tick stopped waiting; "
+            "the workload sat out later ticks until they ended.",
+            value=s.busy_steps,
+        )
+        yield CounterMetricFamily(
             f"{P}reconcile_seconds", "Time spent in control loop passes.", value=s.reconcile_seconds
         )
         yield GaugeMetricFamily(f"{P}leader", "1 while this replica writes.", value=int(s.leader))

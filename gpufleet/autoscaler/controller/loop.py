@@ -14,14 +14,16 @@ warm.
 
 Hold, never guess: a failed query holds the count for that tick (never lower), with a
 MissingMetrics condition; a bad spec is a condition and an event naming the field, and its
-headroom is released until it is mended; an API error on one workload never stops another.
+headroom is released until it is mended; an API error on one workload never stops another,
+and neither does a slow one: a tick waits for Prometheus and for each step of the workloads'
+at most `wait_seconds`, and what runs longer goes on beside the loop (`steps`).
 """
 
 import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,23 +31,21 @@ from gpufleet.autoscaler.controller.headroom import HeadroomKeeper, fit_to_nodep
 from gpufleet.autoscaler.controller.prom_gather import PromGather
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.status_writer import StatusWriter, timestamp
-from gpufleet.autoscaler.controller.workload import Key, Tick, Workload
+from gpufleet.autoscaler.controller.steps import Steps
+from gpufleet.autoscaler.controller.workload import Key, Tick, Workload, new_workload
 from gpufleet.autoscaler.core.extmetrics import (
     MetricsSnapshot,
     SnapshotFeed,
     WorkloadMetrics,
     workload_metrics,
 )
-from gpufleet.autoscaler.core.factory import Tuning, make_policy
-from gpufleet.autoscaler.core.history import SignalHistory
 from gpufleet.autoscaler.core.kueue import pending_demands
 from gpufleet.autoscaler.core.nodepools import free_gpus
 from gpufleet.autoscaler.core.observation import Observation, ReplicaState
-from gpufleet.autoscaler.core.policy import Decision, Learns, Reason
+from gpufleet.autoscaler.core.policy import Decision, Reason
 from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
 from gpufleet.autoscaler.core.rivals import rival_autoscalers
 from gpufleet.autoscaler.core.schedules import floor_at
-from gpufleet.autoscaler.core.signals import SignalQuery, model_selector, queries_for
 from gpufleet.autoscaler.core.spec import AutoscalerSpec, SpecError, parse_spec
 from gpufleet.autoscaler.kube.cluster import APPS_KINDS, Cluster, ClusterView
 from gpufleet.autoscaler.prom.client import PromClient
@@ -65,9 +65,10 @@ class ControllerConfig:
     history_seconds: float = 1800.0  # what a policy may look back on (gpufleet's peak memory)
     gpufleet_headroom: float | None = None
     headroom: bool = True  # keep the headroom specs ask for (--headroom)
-    # The longest a tick waits for Prometheus (--tick-seconds): a slower query's answer
-    # joins a later tick (`prom_gather`).
-    query_wait_seconds: float = 1.0
+    # The longest a tick waits (--tick-seconds) for Prometheus, and for each step of a
+    # workload's (its writes): what runs longer goes on beside the loop (`prom_gather`,
+    # `steps`).
+    wait_seconds: float = 1.0
 
 
 class Controller:
@@ -94,8 +95,9 @@ class Controller:
             self.stats,
             step_seconds=self._config.scrape_interval_seconds,
             history_seconds=self._config.history_seconds,
-            wait_seconds=self._config.query_wait_seconds,
+            wait_seconds=self._config.wait_seconds,
         )
+        self._steps = Steps(self.stats, log, wait_seconds=self._config.wait_seconds)
         self._headroom = HeadroomKeeper(cluster, self.stats)
         self._status = StatusWriter(cluster, events, self.stats, is_leader=is_leader)
         # Every workload holds its count while a query fails (MissingMetrics): said in the
@@ -104,8 +106,10 @@ class Controller:
         self._spec_bugs = ThrottledLog(log, clock=time.monotonic)
 
     def close(self) -> None:
-        """Stop what a tick left running: the Prometheus queries still answering."""
+        """Stop what a tick left running: the Prometheus queries still answering and the
+        workload steps still writing."""
         self._gather.close()
+        self._steps.close()
 
     async def tick(self) -> None:
         """One pass over every GPUAutoscaler. Raises only if the API cannot list them."""
@@ -126,8 +130,11 @@ class Controller:
             if rival and not t.health.competitor:
                 t.note(competitor=rival)
 
-        ticks = await self._each(ticks, "reading its target", read)
+        busy = self._steps.busy()
+        ticks = await self._steps.each(ticks, "reading its target", read)
         failed = await self._gather.gather(ticks, self._workloads, now)
+        served = ticks  # their signals are fresh, busy or not
+        ticks = [t for t in ticks if t.workload.key not in busy]
         if failed:
             first = next(iter(failed.values()))
             self._prom_outage.failed(f"{first.kind}: {first}", kind=str(first.kind))
@@ -143,40 +150,26 @@ class Controller:
                 t.note(missing_metrics=f"{err.kind}: {err}")
             await self._decide_and_scale(t, now, node_pods, free)
 
-        ticks = await self._each(ticks, "deciding", decide)
+        ticks = await self._steps.each(ticks, "deciding", decide)
         if view.nodepools is not None:
             queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
             fit_to_nodepools(ticks, view, queued)
-        published: list[WorkloadMetrics | None] = []
-
-        async def finish(t: Tick) -> None:
-            published.append(await self._finish(t, now))
-
-        await self._each(ticks, "keeping its headroom and status", finish)
+        finished = await self._steps.each(
+            ticks, "keeping its headroom and status", lambda t: self._finish(t, now)
+        )
         if self._feed is not None:
-            self._feed.publish(MetricsSnapshot(m for m in published if m is not None))
+            # a busy workload's too, with the count it last decided; one that raised is out
+            busy = self._steps.busy()
+            done = {t.workload.key for t in finished} | busy
+            self._feed.publish(
+                MetricsSnapshot(
+                    self._metrics(t, now, busy=t.workload.key in busy)
+                    for t in served
+                    if t.workload.key in done
+                )
+            )
         self.stats.ticks += 1
         self.stats.reconcile_seconds += time.monotonic() - started
-
-    async def _each(
-        self, ticks: list[Tick], step: str, run: Callable[[Tick], Awaitable[None]]
-    ) -> list[Tick]:
-        """`run` on each tick; those it did not raise on. A workload whose `step` raises (a
-        bug, or data nothing checked) sits out the rest of this pass, counted and logged
-        as an outage (the traceback once): one workload must not stop the others, and an
-        exception out of the tick stopped the daemon."""
-        kept = []
-        for t in ticks:
-            outage = t.workload.outage(f"{step} fails; it sits this tick out", log)
-            try:
-                await run(t)
-            except Exception as err:
-                self.stats.errors["workload"] += 1
-                outage.raised(err)
-                continue
-            outage.recovered()
-            kept.append(t)
-        return kept
 
     # --- gather ---
 
@@ -206,7 +199,16 @@ class Controller:
                 continue
             try:
                 spec = parse_spec(obj)
-                w = self._new_workload(spec, generation, w, previous)
+                w = new_workload(
+                    spec,
+                    generation,
+                    w,
+                    previous,
+                    rate_window=self._config.rate_window,
+                    history_seconds=self._config.history_seconds,
+                    gpufleet_headroom=self._config.gpufleet_headroom,
+                    placeholders=self._keeps_headroom(spec),
+                )
             except Exception as err:  # what parse_spec did not foresee is a bad spec too
                 self._workloads.pop(key, None)
                 if not isinstance(err, SpecError):
@@ -244,65 +246,6 @@ class Controller:
     def _keeps_headroom(self, spec: AutoscalerSpec) -> bool:
         """The spec asks for headroom (nodePool.placeholders) and --headroom keeps it."""
         return spec.placeholders and self._config.headroom
-
-    def _new_workload(
-        self,
-        spec: AutoscalerSpec,
-        generation: int,
-        old: Workload | None,
-        previous_status: dict[str, Any],
-    ) -> Workload:
-        """A workload's runtime state; its policy resumes from what the status says it
-        learned (a restart or a failover), or from the old policy's (a spec change)."""
-        tuning = Tuning(
-            hpa_target_util=spec.hpa_target_gpu_utilization,
-            keda_queue_target=spec.keda_queue_target,
-            keda_polling_interval_seconds=spec.keda_polling_interval_seconds,
-            gpufleet_headroom=self._config.gpufleet_headroom,
-            gpufleet_placeholders=self._keeps_headroom(spec),
-            idle_seconds_to_zero=spec.idle_seconds_to_zero,
-            gpufleet_fill_nodes=False,  # a real pool may be shared (GpufleetSettings)
-            keda_active_at_start=False,  # a new GPUAutoscaler is a new ScaledObject
-        )
-        history = (
-            old.history
-            if old is not None
-            else SignalHistory(history_seconds=self._config.history_seconds)
-        )
-        policy = make_policy(
-            spec.policy, spec.workload, tuning, hpa_workload_behavior=spec.custom_behavior
-        )
-        learned = (
-            old.policy.learned()
-            if old is not None and old.learns
-            else previous_status.get("learned")
-        )
-        learns = isinstance(policy, Learns)
-        if learns and isinstance(learned, dict):
-            policy.resume(learned)
-        selector = model_selector(spec.signals.preset, spec.signals.model)
-        queries = tuple(
-            (query.render(selector=selector, window=self._config.rate_window), query, signal)
-            for signal, query in queries_for(spec.signals.preset, spec.signals.queries).items()
-        )
-        gateway = spec.signals.gateway_queue_depth
-        if gateway:
-            gateway = SignalQuery(gateway).render(
-                selector=selector, window=self._config.rate_window
-            )
-        return Workload(
-            spec=spec,
-            generation=generation,
-            policy=policy,
-            history=history,
-            queries=queries,
-            gateway_query=gateway,
-            learns=learns,
-            # what the status said: a restart that lost it rewrote the status every tick
-            last_scale_time=(
-                old.last_scale_time if old is not None else previous_status.get("lastScaleTime", "")
-            ),
-        )
 
     async def _read_target(self, t: Tick, view: ClusterView, index: "_PodIndex") -> None:
         spec = t.workload.spec
@@ -406,9 +349,8 @@ class Controller:
         if w.decision is not None and self._keeps_headroom(spec) and not t.health.competitor:
             t.headroom = max(0, headroom)
 
-    async def _finish(self, t: Tick, now: float) -> WorkloadMetrics | None:
-        """Keep the headroom, write status; returns what the metrics servers serve of it
-        (None when none is served)."""
+    async def _finish(self, t: Tick, now: float) -> None:
+        """Keep the headroom, write status, count it for the self-metrics."""
         w, spec = t.workload, t.workload.spec
         name = w.name
         desired = t.desired
@@ -417,18 +359,21 @@ class Controller:
                 await self._headroom.release(t)
             elif w.decision is not None and not t.health.scale_error:
                 await self._headroom.keep(t)
-        replicas = t.replicas
         if desired is not None:
             self.stats.desired[name] = desired
         self.stats.max_replicas[name] = spec.workload.max_replicas
         self.stats.missing_metrics[name] = bool(t.health.missing_metrics)  # the reason, or ''
-        running = sum(1 for r in replicas if r.state is not ReplicaState.TERMINATING)
+        running, self.stats.ready[name] = _running_and_ready(t)
         self.stats.current[name] = running
-        self.stats.ready[name] = sum(1 for r in replicas if r.state is ReplicaState.READY)
         if self._is_leader():
             await self._status.write(t, running, desired, now)
-        if self._feed is None:
-            return None
+
+    def _metrics(self, t: Tick, now: float, *, busy: bool) -> WorkloadMetrics:
+        """What the external metrics and KEDA servers serve of a workload: its newest
+        signals, and the count decided this tick (a `busy` workload's: the last one)."""
+        w, spec = t.workload, t.workload.spec
+        desired = self.stats.desired.get(w.name) if busy else t.desired
+        running, ready = _running_and_ready(t)
         return workload_metrics(
             namespace=spec.namespace,
             name=spec.name,
@@ -438,7 +383,7 @@ class Controller:
             pods=w.history.latest_pods(now),
             desired=desired,
             current=running,
-            ready=self.stats.ready[name],
+            ready=ready,
             now=now,
         )
 
@@ -473,6 +418,12 @@ class Controller:
             "Scale",
             f"{current} -> {desired} replicas: {message}",
         )
+
+
+def _running_and_ready(t: Tick) -> tuple[int, int]:
+    """The target's replicas not terminating, and those Ready."""
+    running = sum(1 for r in t.replicas if r.state is not ReplicaState.TERMINATING)
+    return running, sum(1 for r in t.replicas if r.state is ReplicaState.READY)
 
 
 class _PodIndex:

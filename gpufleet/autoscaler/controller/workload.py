@@ -1,7 +1,7 @@
 """A GPUAutoscaler's state across ticks, and its view in one tick.
 
-Plain records the loop's parts share: `loop` builds them, `prom_gather` fills their
-histories, `headroom` and `status_writer` read them.
+Plain records the loop's parts share: `loop` builds them (a spec's with `new_workload`),
+`prom_gather` fills their histories, `headroom` and `status_writer` read them.
 """
 
 import dataclasses
@@ -10,11 +10,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.autoscaler.core.factory import Tuning, make_policy
 from gpufleet.autoscaler.core.history import SignalHistory
 from gpufleet.autoscaler.core.observation import Replica
-from gpufleet.autoscaler.core.policy import Decision, Policy
+from gpufleet.autoscaler.core.policy import Decision, Learns, Policy
 from gpufleet.autoscaler.core.replicas import PodState
-from gpufleet.autoscaler.core.signals import SignalQuery
+from gpufleet.autoscaler.core.signals import SignalQuery, model_selector, queries_for
 from gpufleet.autoscaler.core.spec import AutoscalerSpec
 from gpufleet.autoscaler.core.status import Health
 from gpufleet.autoscaler.kube.cluster import ScaleView
@@ -67,6 +68,63 @@ class Workload:
         if found is None:
             found = self.outages[what] = OutageLog(logger, f"{self.name}: {what}")
         return found
+
+
+def new_workload(
+    spec: AutoscalerSpec,
+    generation: int,
+    old: Workload | None,
+    previous_status: dict[str, Any],
+    *,
+    rate_window: str,
+    history_seconds: float,
+    gpufleet_headroom: float | None,
+    placeholders: bool,
+) -> Workload:
+    """A workload's runtime state; its policy resumes from what the status says it learned
+    (a restart or a failover), or from the old policy's (a spec change), and keeps the old
+    history. `placeholders`: the spec's headroom is kept (--headroom)."""
+    tuning = Tuning(
+        hpa_target_util=spec.hpa_target_gpu_utilization,
+        keda_queue_target=spec.keda_queue_target,
+        keda_polling_interval_seconds=spec.keda_polling_interval_seconds,
+        gpufleet_headroom=gpufleet_headroom,
+        gpufleet_placeholders=placeholders,
+        idle_seconds_to_zero=spec.idle_seconds_to_zero,
+        gpufleet_fill_nodes=False,  # a real pool may be shared (GpufleetSettings)
+        keda_active_at_start=False,  # a new GPUAutoscaler is a new ScaledObject
+    )
+    history = old.history if old is not None else SignalHistory(history_seconds=history_seconds)
+    policy = make_policy(
+        spec.policy, spec.workload, tuning, hpa_workload_behavior=spec.custom_behavior
+    )
+    learned = (
+        old.policy.learned() if old is not None and old.learns else previous_status.get("learned")
+    )
+    learns = isinstance(policy, Learns)
+    if learns and isinstance(learned, dict):
+        policy.resume(learned)
+    selector = model_selector(spec.signals.preset, spec.signals.model)
+    queries = tuple(
+        (query.render(selector=selector, window=rate_window), query, signal)
+        for signal, query in queries_for(spec.signals.preset, spec.signals.queries).items()
+    )
+    gateway = spec.signals.gateway_queue_depth
+    if gateway:
+        gateway = SignalQuery(gateway).render(selector=selector, window=rate_window)
+    return Workload(
+        spec=spec,
+        generation=generation,
+        policy=policy,
+        history=history,
+        queries=queries,
+        gateway_query=gateway,
+        learns=learns,
+        # what the status said: a restart that lost it rewrote the status every tick
+        last_scale_time=(
+            old.last_scale_time if old is not None else previous_status.get("lastScaleTime", "")
+        ),
+    )
 
 
 @dataclass(slots=True)

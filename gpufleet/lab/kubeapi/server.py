@@ -8,8 +8,9 @@ kube-apiserver can be installed here, so tests and the lab run the product's Kub
 code against this one.
 
 Faults a test can turn on (`faults`): a delay on every answer, the next N requests failing
-with a 5xx, the next N writes answering 409, and the whole server going down and coming
-back on the same port. SubjectAccessReviews are answered from the RBAC objects stored
+with a 5xx, the next N writes answering 409, writes to some paths refused (403) or held
+unanswered (a hung admission webhook), and the whole server going down and coming back on
+the same port. SubjectAccessReviews are answered from the RBAC objects stored
 (`rbac`), as an aggregated API server's delegated authorization needs. A request bearing a
 token given to `add_user` is authorized through RBAC as kube-apiserver does (403 when no
 role grants it; discovery is open to every user, as `system:discovery` makes it); one
@@ -60,6 +61,8 @@ class Faults:
     conflict_path_suffix: str = ""  # ... only on paths ending so ("/scale"); "" any
     # POST/PUT/PATCH on paths ending so answered 403, until unset: RBAC without the verb
     forbid_writes_suffix: str = ""
+    # POST/PUT/PATCH on paths ending so held unanswered until unset: a hung webhook
+    hold_writes_suffix: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -229,6 +232,12 @@ class FakeApiServer:
                 raise ApiError(
                     code=faults.fail_code, reason="ServiceUnavailable", message="injected failure"
                 )
+            while (
+                faults.hold_writes_suffix
+                and request.method in ("POST", "PUT", "PATCH")
+                and request.path.endswith(faults.hold_writes_suffix)
+            ):
+                await asyncio.sleep(0.05)
             forbid = faults.forbid_writes_suffix
             if (
                 forbid

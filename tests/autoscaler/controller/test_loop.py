@@ -21,6 +21,7 @@ from helpers.tools import require
 from kubernetes import client
 
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
+from gpufleet.autoscaler.core.extmetrics import SnapshotFeed
 from gpufleet.autoscaler.core.observation import Observation
 from gpufleet.autoscaler.core.placeholders import placeholder_deployment
 from gpufleet.autoscaler.core.policy import Decision, Policy
@@ -80,6 +81,7 @@ def controller(
     is_leader: Callable[[], bool] = lambda: True,
     query_timeout: float = 5.0,
     query_wait: float = 1.0,
+    feed: SnapshotFeed | None = None,
 ) -> tuple[Controller, PromClient]:
     prom = PromClient(prometheus_url, timeout_seconds=query_timeout)
     events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test-0")
@@ -87,9 +89,9 @@ def controller(
         scrape_interval_seconds=1.0,
         rate_window="5s",
         headroom=headroom,
-        query_wait_seconds=query_wait,
+        wait_seconds=query_wait,
     )
-    ctl = Controller(Cluster(api), prom, events, config=config, is_leader=is_leader)
+    ctl = Controller(Cluster(api), prom, events, config=config, is_leader=is_leader, feed=feed)
     return ctl, prom
 
 
@@ -357,6 +359,48 @@ async def test_a_late_gateway_queue_is_never_added_without_it(
         finally:
             ctl.close()
             await prom.close()
+
+
+async def test_one_workloads_hung_write_holds_no_others_tick(
+    api: client.ApiClient, apiserver: FakeApiServer, pod_prometheus: Prometheus
+) -> None:
+    """A scale write held by a hung webhook (up to the API call's 30 s) held the whole tick:
+    no other workload decided, wrote its status or served its metrics until it ended. The
+    workload is now busy and sits out later ticks until its write ends; the others go on,
+    and its metrics stay served as last."""
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)  # chat: 200 waiting, it scales up
+    ghost = {**KEDA_SPEC, "scaleTargetRef": {"kind": "Deployment", "name": "ghost"}}
+    create_autoscaler(api, NS, ghost, name="other")
+    apiserver.faults.hold_writes_suffix = "/deployments/vllm/scale"
+    feed = SnapshotFeed()
+    ctl, prom = controller(
+        api, f"http://127.0.0.1:{pod_prometheus.port}", query_wait=0.5, feed=feed
+    )
+    gpa = client.CustomObjectsApi(api)
+
+    def other_status() -> dict:
+        return gpa.get_namespaced_custom_object(*GPA, "other").get("status", {})
+
+    try:
+        for _ in range(40):  # chat's write is held; other's status is written all the same
+            await tick(ctl)
+            if (NS, "chat") in ctl._steps.busy() and other_status().get("conditions"):
+                break
+            await asyncio.sleep(0.2)
+        assert (NS, "chat") in ctl._steps.busy() and ctl.stats.busy_steps >= 1
+        able = {c["type"]: c["reason"] for c in other_status()["conditions"]}["AbleToScale"]
+        assert able == "FailedGetScale"
+        for _ in range(3):  # busy: sits the steps out, its metrics served as last
+            await tick(ctl)
+            assert scale(api) == 1
+            assert feed.latest.get(NS, "chat") is not None
+        apiserver.faults.hold_writes_suffix = ""
+        await ticks_until(ctl, lambda: (NS, "chat") not in ctl._steps.busy() and scale(api) > 1)
+    finally:
+        apiserver.faults.hold_writes_suffix = ""
+        ctl.close()
+        await prom.close()
 
 
 @dataclasses.dataclass
