@@ -73,6 +73,22 @@ def autoscaler() -> dict:
                 h=5,
             )
         ),
+        ts(
+            "Control loop: late queries and busy workloads",
+            target(
+                "sum by (instance) (increase(gpufleet_autoscaler_late_queries_total[$__rate_interval]))",
+                "{{instance}} late queries",
+            ),
+            target(
+                "sum by (instance) (increase(gpufleet_autoscaler_busy_steps_total[$__rate_interval]))",
+                "{{instance}} busy steps",
+            ),
+            description="Prometheus queries still answering, and workload steps (their API "
+            "writes) still running, when a tick stopped waiting (--tick-seconds). A few at "
+            "startup are the history's backfill; a steady count is a slow query override or a "
+            "hung admission webhook: that workload acts late, and no other.",
+            h=5,
+        ),
         row("Demand and signals (the vLLM preset's)"),
         ts(
             "Demand: requests per second",
