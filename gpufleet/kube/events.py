@@ -6,6 +6,7 @@ The same event (regarding object, type, reason, action, note) again within
 a count, not thousands. The cache of recent events is bounded.
 """
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -42,8 +43,10 @@ class EventRecorder:
         self._instance = instance
         self._clock = clock
         self._window = window_seconds
-        # key -> (event name, count, when first recorded)
+        # key -> (event name, count, when first recorded); the autoscaler records from up to
+        # STEP_CONCURRENCY threads, and a trim by one could pop the key another just moved
         self._recent: OrderedDict[tuple[str, ...], tuple[str, int, float]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def record(
         self,
@@ -92,7 +95,8 @@ class EventRecorder:
         self._remember(key, (created.metadata.name, 1, now))
 
     def _remember(self, key: tuple[str, ...], value: tuple[str, int, float]) -> None:
-        self._recent[key] = value
-        self._recent.move_to_end(key)
-        while len(self._recent) > _MAX_KEYS:
-            self._recent.popitem(last=False)
+        with self._lock:
+            self._recent[key] = value
+            self._recent.move_to_end(key)
+            while len(self._recent) > _MAX_KEYS:
+                self._recent.popitem(last=False)
