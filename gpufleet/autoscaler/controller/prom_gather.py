@@ -13,7 +13,9 @@ answer joins their histories at the first tick after it arrives. One workload's 
 override held up every workload's tick, as many times over as there were such overrides;
 once late, a query is asked in a lane of its own until it answers in time again. A queue
 depth summed from the pods' and a gateway's answers is added once both have answered for
-its time: a sample of one alone is never the sum.
+its time, and only from when both were first fetched for that workload (a gateway's
+backfill reaches back past what the pods' shared query gave it): a sample of one alone is
+never the sum.
 """
 
 import asyncio
@@ -77,6 +79,9 @@ class PromGather:
         self._slow: set[str] = set()  # late once, not yet in time since: the slow lane
         # workload with a gateway -> sample time -> its queue depth summed so far
         self._queued: dict[Key, dict[float, float]] = {}
+        # workload with a gateway -> query text -> the first sample time fetched for it: a
+        # gateway's backfill reaches back past what the pods' shared query gave it
+        self._joined: dict[Key, dict[str, float]] = {}
 
     def close(self) -> None:
         """Cancel the fetches still answering (at shutdown)."""
@@ -114,6 +119,7 @@ class PromGather:
                     text for text, _, signal in t.workload.queries if signal == "queue_depth"
                 ]
         queued = self._queued = {key: self._queued.get(key, {}) for key in summed}
+        self._joined = {key: self._join(key, texts, end) for key, texts in summed.items()}
         # A policy sees only the newest pods' telemetry, so only the newest is kept:
         # workload -> (time, pod -> field -> value).
         telemetry: dict[Key, tuple[float, dict[str, dict[str, float]]]] = {}
@@ -184,7 +190,10 @@ class PromGather:
             if task is not None:
                 task.cancel()
         for key, texts in summed.items():
-            self._add_queued(workloads[key], queued[key], texts, oldest=end - self._history_seconds)
+            since = max(self._joined[key].values())
+            self._add_queued(
+                workloads[key], queued[key], texts, since=since, oldest=end - self._history_seconds
+            )
         for key, (ts, by_pod) in telemetry.items():
             workloads[key].history.add_pods(
                 ts, tuple(PodTelemetry(pod=name, **by_pod[name]) for name in sorted(by_pod))
@@ -217,7 +226,12 @@ class PromGather:
             fetch.task = asyncio.create_task(self._fetch_in(its_lane, text, fetch, end=end))
             started[fetch.task] = (text, fetch, keys)
         if started:
-            done, pending = await asyncio.wait(started.keys(), timeout=self._wait)
+            try:
+                done, pending = await asyncio.wait(started.keys(), timeout=self._wait)
+            except asyncio.CancelledError:  # SIGTERM mid-tick: nothing asks on after it
+                for task in started:
+                    task.cancel()
+                raise
             for task in done:
                 text, _, keys = started[task]
                 self._slow.discard(text)
@@ -293,14 +307,37 @@ class PromGather:
         self._fetched_until[text] = chunk_end
         return None
 
+    def _join(self, key: Key, texts: list[str], end: float) -> dict[str, float]:
+        """For each of a gateway workload's `texts`, the first sample time fetched for it:
+        kept from before, else where this tick's fetch up to `end` starts."""
+        joined = self._joined.get(key, {})
+        return {
+            text: joined[text]
+            if text in joined
+            else max(
+                self._fetched_until.get(text, -math.inf) + self._step,
+                end - self._history_seconds,
+            )
+            for text in texts
+        }
+
     def _add_queued(
-        self, workload: Workload, acc: dict[float, float], texts: list[str], *, oldest: float
+        self,
+        workload: Workload,
+        acc: dict[float, float],
+        texts: list[str],
+        *,
+        since: float,
+        oldest: float,
     ) -> None:
         """Add a gateway workload's summed queue depth for the times each of `texts` has
-        answered for; keep the rest (no older than `oldest`) until they have."""
+        answered for since each was first fetched for it (`since`: before that, one of them
+        gave it nothing); keep the rest (no older than `oldest`) until they have."""
         answered = min(self._fetched_until.get(text, -math.inf) for text in texts)
         for ts in sorted(acc):
-            if ts <= answered:
+            if ts < since:
+                del acc[ts]
+            elif ts <= answered:
                 value = acc.pop(ts)
                 if math.isfinite(value):
                     workload.history.add("queue_depth", ts, value)

@@ -1,0 +1,91 @@
+"""The gather step's joins across ticks, on answers a stand-in gives in Prometheus's shape
+(what is under test is how answers become each workload's samples, not Prometheus): a
+gateway workload's queue depth is its pods' plus its gateway's, never one of them alone."""
+
+import dataclasses
+
+import pytest
+
+from gpufleet.autoscaler.controller.prom_gather import PromGather
+from gpufleet.autoscaler.controller.stats import Stats
+from gpufleet.autoscaler.controller.workload import Tick, Workload, new_workload
+from gpufleet.autoscaler.core.gather import RangeSeries
+from gpufleet.autoscaler.core.replicas import PodState
+from gpufleet.autoscaler.core.spec import parse_spec
+
+
+def workload(namespace: str, gateway: str = "") -> Workload:
+    spec: dict = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+        "maxReplicas": 8,
+        "policy": "keda",
+        "keda": {"queueTarget": 10},
+    }
+    if gateway:
+        spec["signals"] = {"gatewayQueueDepth": gateway}
+    obj = {
+        "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
+        "kind": "GPUAutoscaler",
+        "metadata": {"namespace": namespace, "name": "chat", "uid": namespace, "generation": 1},
+        "spec": spec,
+    }
+    return new_workload(
+        parse_spec(obj),
+        1,
+        None,
+        {},
+        rate_window="5s",
+        history_seconds=60,
+        gpufleet_headroom=None,
+        placeholders=False,
+    )
+
+
+def pod(namespace: str, name: str) -> PodState:
+    required = {
+        f.name: None
+        for f in dataclasses.fields(PodState)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    return PodState(**(required | {"namespace": namespace, "name": name, "labels": {}}))
+
+
+class Answers:
+    """Every step of a range query answered: the gateway holds 7, pod a-0 200, pod b-0 50."""
+
+    async def query_range(self, text: str, *, start: float, end: float, step: float):
+        times = [start + i * step for i in range(round((end - start) / step) + 1)]
+        if "gateway_waiting" in text:
+            return (RangeSeries(labels={}, samples=tuple((t, 7.0) for t in times)),)
+        if "num_requests_waiting" in text:
+            return tuple(
+                RangeSeries(
+                    labels={"namespace": ns, "pod": name}, samples=tuple((t, v) for t in times)
+                )
+                for ns, name, v in (("a", "a-0", 200.0), ("b", "b-0", 50.0))
+            )
+        return ()
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        pytest.param(
+            [(1000, "VW"), (1005, "V"), (1010, "VW")], id="the gateway workload sat a tick out"
+        ),
+        pytest.param([(1000, "V"), (1010, "VW")], id="created after the shared query ran"),
+    ],
+)
+async def test_a_gateways_queue_is_never_summed_without_the_pods(schedule) -> None:
+    """W (pod a-0 and a gateway) shares the pods' queue query with V. Where the shared query
+    had answered without W's pods (W new, or out of a tick), the gateway's backfill gave
+    samples of 7 alone: the sum only where both answered for W."""
+    w, v = workload("a", "sum(gateway_waiting)"), workload("b")
+    workloads = {w.key: w, v.key: v}
+    gather = PromGather(Answers(), Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
+    for now, members in schedule:
+        ticks = [Tick(workload=v, pods=[pod("b", "b-0")])] if "V" in members else []
+        ticks += [Tick(workload=w, pods=[pod("a", "a-0")])] if "W" in members else []
+        await gather.gather(ticks, workloads, now)
+    queue = w.history.observe(schedule[-1][0], ()).queue_depth
+    assert queue.values and set(queue.values) == {207.0}
