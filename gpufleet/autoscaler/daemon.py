@@ -217,13 +217,13 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
             with contextlib.suppress(TimeoutError):  # the next tick, or a signal sooner
                 await asyncio.wait_for(stop.wait(), timeout=settings.tick_seconds)
     finally:
+        controller.close()  # no step of its writes after the lease is released
         if campaign:
             campaign.cancel()
             await asyncio.gather(campaign, return_exceptions=True)
             await asyncio.to_thread(elector.release)
         for stop_one in reversed(stoppers):
             await stop_one()
-        controller.close()
         await prom.close()
         api.close()
     log.info("autoscaler %s stopped", identity)

@@ -27,7 +27,9 @@ def micro_time(seconds: float) -> str:
 
 
 class EventRecorder:
-    """Records Events for one controller instance. Not thread-safe: one caller at a time."""
+    """Records Events for one controller instance, from several threads at once, but for
+    one object from one at a time (the autoscaler runs one step per workload at a time):
+    two calls about the same object could both create its Event."""
 
     def __init__(
         self,

@@ -24,6 +24,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,9 @@ from gpufleet.kube.events import EventRecorder
 from gpufleet.logs import OutageLog, ThrottledLog
 
 log = logging.getLogger(__name__)
+# The tick's listing runs here, not on the default pool, which steps held by a hung webhook
+# can fill: the tick then waited for them after all.
+_LISTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpufleet-list")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,7 +119,11 @@ class Controller:
         """One pass over every GPUAutoscaler. Raises only if the API cannot list them."""
         started = time.monotonic()
         now = self._clock()
-        view = await asyncio.to_thread(self._cluster.view)
+        # Taken before the listing: a step that ends during it acted on an older view.
+        busy = self._steps.busy()
+        # On a thread of its own: steps held by a hung webhook may fill the default pool.
+        loop = asyncio.get_running_loop()
+        view = await loop.run_in_executor(_LISTER, self._cluster.view)
         pods = view.pods
         ticks, invalid = await self._sync(view.autoscalers, now)
         for key in invalid:  # leadership asked only where there is a write to make
@@ -130,11 +138,14 @@ class Controller:
             if rival and not t.health.competitor:
                 t.note(competitor=rival)
 
-        busy = self._steps.busy()
-        ticks = await self._steps.each(ticks, "reading its target", read)
-        failed = await self._gather.gather(ticks, self._workloads, now)
-        served = ticks  # their signals are fresh, busy or not
+        raised: set[Key] = set()
+        held = [t for t in ticks if t.workload.key in busy]
+        for t in held:  # a busy workload's signals still flow: its pods, as last selected
+            self._select_pods(t, index)
         ticks = [t for t in ticks if t.workload.key not in busy]
+        ticks = await self._steps.each(ticks, "reading its target", read, raised=raised)
+        served = ticks + held
+        failed = await self._gather.gather(served, self._workloads, now)
         if failed:
             first = next(iter(failed.values()))
             self._prom_outage.failed(f"{first.kind}: {first}", kind=str(first.kind))
@@ -150,22 +161,18 @@ class Controller:
                 t.note(missing_metrics=f"{err.kind}: {err}")
             await self._decide_and_scale(t, now, node_pods, free)
 
-        ticks = await self._steps.each(ticks, "deciding", decide)
+        ticks = await self._steps.each(ticks, "deciding", decide, raised=raised)
         if view.nodepools is not None:
             queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
             fit_to_nodepools(ticks, view, queued)
-        finished = await self._steps.each(
-            ticks, "keeping its headroom and status", lambda t: self._finish(t, now)
+        await self._steps.each(
+            ticks, "keeping its headroom and status", lambda t: self._finish(t, now), raised=raised
         )
         if self._feed is not None:
-            # a busy workload's too, with the count it last decided; one that raised is out
-            busy = self._steps.busy()
-            done = {t.workload.key for t in finished} | busy
+            # busy ones too, with the count they last decided; one whose step raised is out
             self._feed.publish(
                 MetricsSnapshot(
-                    self._metrics(t, now, busy=t.workload.key in busy)
-                    for t in served
-                    if t.workload.key in done
+                    self._metrics(t, now) for t in served if t.workload.key not in raised
                 )
             )
         self.stats.ticks += 1
@@ -226,6 +233,7 @@ class Controller:
         for key in set(self._workloads) - seen:
             del self._workloads[key]
         self._status.forget_all_but(seen)
+        self._steps.forget_all_but(set(self._workloads))
         self.stats.forget_all_but({w.name for w in self._workloads.values()})
         self._headroom.forget_invalid_all_but(set(invalid))
         return ticks, invalid
@@ -288,8 +296,15 @@ class Controller:
         if not w.selector:  # an empty selector would take every pod of the namespace
             t.note(scale_error="FailedGetScale: the target has no selector")
             return
-        t.pods = index.select(spec.namespace, w.selector)
-        t.replicas = tuple(replica_of(p) for p in t.pods)
+        self._select_pods(t, index)
+
+    @staticmethod
+    def _select_pods(t: Tick, index: "_PodIndex") -> None:
+        """The target's pods by its selector as last read; none while it has no valid one."""
+        selector = t.workload.selector
+        if selector and not isinstance(selector, SelectorError):
+            t.pods = index.select(t.workload.spec.namespace, selector)
+            t.replicas = tuple(replica_of(p) for p in t.pods)
 
     # --- decide and act ---
 
@@ -343,9 +358,9 @@ class Controller:
             and not t.health.competitor
             and not t.health.scale_error
         )
+        t.desired = w.decided = desired
         if act:
             await self._scale(t, current, desired, node_pods, now)
-        t.desired = desired
         if w.decision is not None and self._keeps_headroom(spec) and not t.health.competitor:
             t.headroom = max(0, headroom)
 
@@ -368,11 +383,10 @@ class Controller:
         if self._is_leader():
             await self._status.write(t, running, desired, now)
 
-    def _metrics(self, t: Tick, now: float, *, busy: bool) -> WorkloadMetrics:
+    def _metrics(self, t: Tick, now: float) -> WorkloadMetrics:
         """What the external metrics and KEDA servers serve of a workload: its newest
-        signals, and the count decided this tick (a `busy` workload's: the last one)."""
+        signals, and the count it last decided (this tick's, unless it is busy)."""
         w, spec = t.workload, t.workload.spec
-        desired = self.stats.desired.get(w.name) if busy else t.desired
         running, ready = _running_and_ready(t)
         return workload_metrics(
             namespace=spec.namespace,
@@ -381,7 +395,7 @@ class Controller:
             model=spec.signals.model,
             signals=w.history.latest_samples(now),
             pods=w.history.latest_pods(now),
-            desired=desired,
+            desired=w.decided,
             current=running,
             ready=ready,
             now=now,
@@ -398,6 +412,8 @@ class Controller:
                     await asyncio.to_thread(
                         self._cluster.set_deletion_cost, spec.namespace, pod, cost
                     )
+                if not self._is_leader():  # lost while a write was held: no scale after it
+                    return
             await asyncio.to_thread(self._cluster.write_scale, spec.namespace, spec.target, desired)
         except KubeError as err:
             self.stats.errors[f"kube_{err.kind}"] += 1
@@ -411,6 +427,8 @@ class Controller:
         message = decision.message if decision else ""
         if t.scheduled:
             reason, message = "ScheduledWindow", f"{t.scheduled}; the policy: {message}"
+        if not self._is_leader():  # lost while the scale write was held
+            return
         await self._status.event(
             spec,
             "Normal",

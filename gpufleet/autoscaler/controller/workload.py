@@ -46,6 +46,7 @@ class Workload:
     last_scale_time: str = ""
     decision: Decision | None = None
     wanted: int | None = None
+    decided: int | None = None  # the count last decided, written or not: what the feed serves
     signals_written_at: float = -math.inf
     # A write retried every tick (a scale, its headroom) that keeps failing: one log line
     # when it starts, a reminder, one when it works (`OutageLog`), not one per tick.

@@ -234,6 +234,7 @@ class FakeApiServer:
                 )
             while (
                 faults.hold_writes_suffix
+                and not self._closing
                 and request.method in ("POST", "PUT", "PATCH")
                 and request.path.endswith(faults.hold_writes_suffix)
             ):

@@ -24,7 +24,7 @@ from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.core.extmetrics import SnapshotFeed
 from gpufleet.autoscaler.core.observation import Observation
 from gpufleet.autoscaler.core.placeholders import placeholder_deployment
-from gpufleet.autoscaler.core.policy import Decision, Policy
+from gpufleet.autoscaler.core.policy import Decision, Policy, Reason
 from gpufleet.autoscaler.core.signals import GPU_TELEMETRY
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
@@ -391,16 +391,74 @@ async def test_one_workloads_hung_write_holds_no_others_tick(
         assert (NS, "chat") in ctl._steps.busy() and ctl.stats.busy_steps >= 1
         able = {c["type"]: c["reason"] for c in other_status()["conditions"]}["AbleToScale"]
         assert able == "FailedGetScale"
-        for _ in range(3):  # busy: sits the steps out, its metrics served as last
+        decided = ctl._workloads[(NS, "chat")].decided
+        assert decided is not None and decided > 1
+        for _ in range(3):  # busy: sits the steps out, served with the count it decided
             await tick(ctl)
             assert scale(api) == 1
-            assert feed.latest.get(NS, "chat") is not None
+            served = feed.latest.get(NS, "chat")
+            assert served is not None
+            assert served.values["gpufleet_desired_replicas"].value == decided
         apiserver.faults.hold_writes_suffix = ""
         await ticks_until(ctl, lambda: (NS, "chat") not in ctl._steps.busy() and scale(api) > 1)
     finally:
         apiserver.faults.hold_writes_suffix = ""
         ctl.close()
         await prom.close()
+
+
+@dataclasses.dataclass
+class Wants:
+    """A policy that always asks for `desired` replicas: the controller is under test."""
+
+    desired: int
+    name: str = "wants"
+    interval_seconds: float = 0.0
+
+    def decide(self, obs: Observation) -> Decision:
+        return Decision(desired=self.desired, reason=Reason.SCALE_DOWN, message="wants")
+
+
+async def test_a_step_held_past_a_lost_lease_writes_no_scale(
+    api: client.ApiClient, apiserver: FakeApiServer, pod_prometheus: Prometheus
+) -> None:
+    """A scale-down writes each pod's deletion cost, then the scale. With a deletion-cost
+    write held while the lease was lost, the step went on to write the scale and an Event
+    once it was answered: leadership was asked only before the first write."""
+    deploy(api, replicas=2)
+    autoscaler(api, KEDA_SPEC)
+    leader = [False]
+    ctl, prom = controller(
+        api,
+        f"http://127.0.0.1:{pod_prometheus.port}",
+        is_leader=lambda: leader[0],
+        query_wait=0.5,
+    )
+    try:
+        await tick(ctl)  # loads the workload, as a follower: nothing written
+        (workload,) = ctl._workloads.values()
+        workload.policy, workload.next_decision_at = Wants(1), 0.0
+        apiserver.faults.hold_writes_suffix = "/pods/vllm-0"
+        leader[0] = True
+        for _ in range(40):
+            await tick(ctl)
+            if (NS, "chat") in ctl._steps.busy():
+                break
+        assert (NS, "chat") in ctl._steps.busy()
+        leader[0] = False
+        apiserver.faults.hold_writes_suffix = ""
+        for _ in range(20):
+            await tick(ctl)
+            if not ctl._steps.busy():
+                break
+            await asyncio.sleep(0.1)
+        assert not ctl._steps.busy()
+    finally:
+        apiserver.faults.hold_writes_suffix = ""
+        ctl.close()
+        await prom.close()
+    assert scale(api) == 2
+    assert not [r for r in apiserver.requests if r.path.endswith("/scale") and r.method != "GET"]
 
 
 @dataclasses.dataclass
