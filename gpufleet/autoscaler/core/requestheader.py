@@ -60,8 +60,8 @@ def _list(data: Mapping[str, str], key: str, where: str) -> tuple[str, ...]:
     text = data.get(key, "") or "[]"
     try:
         values = json.loads(text)
-    except ValueError:
-        raise AuthConfigError(f"{where}: {key} is not a JSON array: {text!r}") from None
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        raise AuthConfigError(f"{where}: {key} is not a JSON array: {text[:200]!r}") from None
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise AuthConfigError(f"{where}: {key} is not a JSON array of strings: {text!r}")
     return tuple(values)

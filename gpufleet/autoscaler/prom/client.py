@@ -79,7 +79,7 @@ class PromClient:
 def _payload(status: int, body: bytes) -> Any:
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         kind = PromErrorKind.UNAVAILABLE if status >= 500 else PromErrorKind.BAD_RESPONSE
         raise PromError(kind, f"HTTP {status}: not JSON") from None
     if not isinstance(doc, dict):

@@ -181,6 +181,8 @@ def _json_object(data: bytes | str) -> dict[str, Any]:
         body = json.loads(data)
     except ValueError as err:
         raise KubeError(KubeErrorKind.INVALID, f"answer is not JSON: {err}") from None
+    except RecursionError:  # nested deeper than the parser goes: no API server answers that
+        raise KubeError(KubeErrorKind.INVALID, "answer is not JSON: nested too deep") from None
     if not isinstance(body, dict):
         raise KubeError(KubeErrorKind.INVALID, "answer is not a JSON object")
     return body

@@ -58,6 +58,8 @@ def test_user_groups_and_extra_come_from_the_configured_headers() -> None:
         ({"requestheader-allowed-names": "front-proxy"}, "requestheader-allowed-names is not a"),
         ({"requestheader-group-headers": "[1]"}, "requestheader-group-headers is not a JSON"),
         ({"requestheader-username-headers": "[]"}, "requestheader-username-headers is empty"),
+        # json.loads raises RecursionError here, which ValueError did not catch
+        ({"requestheader-allowed-names": "[" * 100_000}, "requestheader-allowed-names is not"),
     ],
 )
 def test_a_bad_configmap_names_the_key(change: dict, says: str) -> None:

@@ -122,6 +122,13 @@ async def test_real_prometheus_nan_and_infinities_are_dropped(tmp_path: Path) ->
             id="not-a-matrix",
         ),
         pytest.param(None, 1.0, PromErrorKind.TIMEOUT, id="slow"),
+        # json.loads raises RecursionError, not ValueError: out of the gather, the tick
+        pytest.param(
+            web.Response(text="[" * 100_000 + "]" * 100_000),
+            0.0,
+            PromErrorKind.BAD_RESPONSE,
+            id="nested-too-deep",
+        ),
     ],
 )
 async def test_errors_have_a_kind(serve, response, delay: float, kind: PromErrorKind) -> None:

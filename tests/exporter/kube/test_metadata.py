@@ -5,7 +5,8 @@ import re
 import pytest
 
 from gpufleet.exporter.core.podmeta import PodMeta
-from gpufleet.exporter.kube.metadata import pod_meta, slice_entry
+from gpufleet.exporter.kube.metadata import _json_object, pod_meta, slice_entry
+from gpufleet.kube.errors import KubeError, KubeErrorKind
 
 ALL = ()
 
@@ -57,3 +58,17 @@ def test_slice_entry_keeps_the_slice_name_even_without_gpus() -> None:
         (),
     )
     assert slice_entry({"metadata": {}}) is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        (b"<html>", "answer is not JSON: "),
+        (b"[" * 100_000, "answer is not JSON: nested too deep"),  # RecursionError, not ValueError
+        (b"[]", "answer is not a JSON object"),
+    ],
+)
+def test_an_answer_that_is_no_json_object_is_an_invalid_answer(answer: bytes, says: str) -> None:
+    with pytest.raises(KubeError) as caught:
+        _json_object(answer)
+    assert caught.value.kind is KubeErrorKind.INVALID and str(caught.value).startswith(says)
