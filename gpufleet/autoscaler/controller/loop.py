@@ -26,13 +26,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 from gpufleet.autoscaler.controller.headroom import HeadroomKeeper, fit_to_nodepools
 from gpufleet.autoscaler.controller.prom_gather import PromGather
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.status_writer import StatusWriter, timestamp
-from gpufleet.autoscaler.controller.steps import Steps
+from gpufleet.autoscaler.controller.steps import Steps, tick_key
 from gpufleet.autoscaler.controller.workload import Key, Tick, Workload, new_workload
 from gpufleet.autoscaler.core.extmetrics import (
     MetricsSnapshot,
@@ -73,6 +74,16 @@ class ControllerConfig:
     # workload's (its writes): what runs longer goes on beside the loop (`prom_gather`,
     # `steps`).
     wait_seconds: float = 1.0
+
+
+class _BadSpec(NamedTuple):
+    """An invalid GPUAutoscaler whose condition and event are still to write."""
+
+    key: Key
+    uid: str
+    generation: int
+    err: SpecError
+    previous: dict[str, Any]
 
 
 class Controller:
@@ -125,10 +136,24 @@ class Controller:
         loop = asyncio.get_running_loop()
         view = await loop.run_in_executor(_LISTER, self._cluster.view)
         pods = view.pods
-        ticks, invalid = await self._sync(view.autoscalers, now)
-        for key in invalid:  # leadership asked only where there is a write to make
-            if self._config.headroom and self._is_leader():
+        ticks, invalid, reports = self._sync(view.autoscalers)
+        raised: set[Key] = set()
+
+        async def report(bad: _BadSpec) -> None:
+            await self._status.report_bad_spec(*bad, now)
+
+        await self._steps.each(
+            reports, "reporting its invalid spec", report, key=attrgetter("key"), raised=raised
+        )
+        # leadership asked only where there is a write to make
+        if invalid and self._config.headroom and self._is_leader():
+
+            async def release(key: Key) -> None:
                 await self._headroom.release_invalid(key, view)
+
+            await self._steps.each(
+                invalid, "releasing its headroom", release, key=lambda key: key, raised=raised
+            )
         index = _PodIndex(view.pods)
         rivals = rival_autoscalers(view.autoscalers)
 
@@ -138,12 +163,13 @@ class Controller:
             if rival and not t.health.competitor:
                 t.note(competitor=rival)
 
-        raised: set[Key] = set()
         held = [t for t in ticks if t.workload.key in busy]
         for t in held:  # a busy workload's signals still flow: its pods, as last selected
             self._select_pods(t, index)
         ticks = [t for t in ticks if t.workload.key not in busy]
-        ticks = await self._steps.each(ticks, "reading its target", read, raised=raised)
+        ticks = await self._steps.each(
+            ticks, "reading its target", read, key=tick_key, raised=raised
+        )
         served = ticks + held
         failed = await self._gather.gather(served, self._workloads, now)
         if failed:
@@ -161,12 +187,16 @@ class Controller:
                 t.note(missing_metrics=f"{err.kind}: {err}")
             await self._decide_and_scale(t, now, node_pods, free)
 
-        ticks = await self._steps.each(ticks, "deciding", decide, raised=raised)
+        ticks = await self._steps.each(ticks, "deciding", decide, key=tick_key, raised=raised)
         if view.nodepools is not None:
             queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
             fit_to_nodepools(ticks, view, queued)
         await self._steps.each(
-            ticks, "keeping its headroom and status", lambda t: self._finish(t, now), raised=raised
+            ticks,
+            "keeping its headroom and status",
+            lambda t: self._finish(t, now),
+            key=tick_key,
+            raised=raised,
         )
         if self._feed is not None:
             # busy ones too, with the count they last decided; one whose step raised is out
@@ -180,13 +210,13 @@ class Controller:
 
     # --- gather ---
 
-    async def _sync(
-        self, objects: list[dict[str, Any]], now: float
-    ) -> tuple[list[Tick], list[Key]]:
-        """Workload state for each valid object; invalid ones get a condition and an event,
-        and are returned apart."""
+    def _sync(self, objects: list[dict[str, Any]]) -> tuple[list[Tick], list[Key], list[_BadSpec]]:
+        """Workload state for each valid object; the invalid ones apart, and those of them
+        whose condition and event are still to write."""
         seen: set[Key] = set()
-        ticks, invalid = [], []
+        ticks: list[Tick] = []
+        invalid: list[Key] = []
+        reports: list[_BadSpec] = []
         for obj in objects:
             meta = obj.get("metadata") or {}
             key = (meta.get("namespace", ""), meta.get("name", ""))
@@ -225,7 +255,7 @@ class Controller:
                     )
                     text = cut(str(err), MAX_SHOWN_CHARS)
                     err = SpecError("spec", f"cannot be read: {type(err).__name__}: {text}")
-                await self._status.report_bad_spec(key, uid, generation, err, previous, now)
+                reports.append(_BadSpec(key, uid, generation, err, previous))
                 invalid.append(key)
                 continue
             self._workloads[key] = w
@@ -233,10 +263,10 @@ class Controller:
         for key in set(self._workloads) - seen:
             del self._workloads[key]
         self._status.forget_all_but(seen)
-        self._steps.forget_all_but(set(self._workloads))
+        self._steps.forget_all_but(seen)
         self.stats.forget_all_but({w.name for w in self._workloads.values()})
         self._headroom.forget_invalid_all_but(set(invalid))
-        return ticks, invalid
+        return ticks, invalid, reports
 
     def _decide(self, w: Workload, obs: Observation) -> Decision | None:
         """The policy's decision; None, the last one held, when the policy raises: a bug

@@ -14,9 +14,13 @@ until one ends in time, so that slow workloads never take every slot from the ot
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.workload import Key, Tick
+from gpufleet.logs import OutageLog
+
+T = TypeVar("T")
 
 # A tick's workload steps at once, in each lane: each may make API calls, on threads.
 STEP_CONCURRENCY = 4
@@ -31,6 +35,7 @@ class Steps:
         self._wait = wait_seconds
         self._busy: dict[Key, asyncio.Task[bool]] = {}
         self._slow: set[Key] = set()  # busy once, no step in time since: the slow lane
+        self._outages: dict[tuple[Key, str], OutageLog] = {}  # (GPUAutoscaler, step) ->
 
     def busy(self) -> set[Key]:
         """The workloads whose step from an earlier tick still runs."""
@@ -38,8 +43,16 @@ class Steps:
         return set(self._busy)
 
     def forget_all_but(self, keys: set[Key]) -> None:
-        """Drop what is kept of workloads no longer run (their running steps go on)."""
+        """Drop what is kept of GPUAutoscalers gone (their running steps go on)."""
         self._slow &= keys
+        self._outages = {k: v for k, v in self._outages.items() if k[0] in keys}
+
+    def _outage(self, key: Key, step: str) -> OutageLog:
+        found = self._outages.get((key, step))
+        if found is None:
+            what = f"{key[0]}/{key[1]}: {step} fails; it sits this tick out"
+            found = self._outages[(key, step)] = OutageLog(self._log, what)
+        return found
 
     def close(self) -> None:
         """Cancel the steps still running (at shutdown)."""
@@ -49,26 +62,29 @@ class Steps:
 
     async def each(
         self,
-        ticks: list[Tick],
+        items: list[T],
         step: str,
-        run: Callable[[Tick], Awaitable[None]],
+        run: Callable[[T], Awaitable[None]],
         *,
+        key: Callable[[T], Key],
         raised: set[Key],
-    ) -> list[Tick]:
-        """`run` on each tick of a workload not busy; the ticks it ended on within the wait
-        without raising, in order; those it raised on are added to `raised`. A step that
-        had not begun at the wait is dropped, taken again next tick. Cancelled (SIGTERM
-        mid-tick), it cancels the steps it started."""
+    ) -> list[T]:
+        """`run` on each item (a Tick, or an invalid GPUAutoscaler's key) whose `key` is not
+        busy; the items it ended on within the wait without raising, in order; the keys it
+        raised on are added to `raised`. A step that had not begun at the wait is dropped,
+        taken again next tick. Cancelled (SIGTERM mid-tick), it cancels the steps it
+        started."""
         busy = self.busy()
         lane, slow_lane = (asyncio.Semaphore(STEP_CONCURRENCY) for _ in range(2))
         begun: set[Key] = set()
 
-        async def one(t: Tick) -> bool:
-            async with slow_lane if t.workload.key in self._slow else lane:
-                begun.add(t.workload.key)
-                outage = t.workload.outage(f"{step} fails; it sits this tick out", self._log)
+        async def one(item: T) -> bool:
+            k = key(item)
+            async with slow_lane if k in self._slow else lane:
+                begun.add(k)
+                outage = self._outage(k, step)
                 try:
-                    await run(t)
+                    await run(item)
                 except Exception as err:
                     self._stats.errors["workload"] += 1
                     outage.raised(err)
@@ -76,7 +92,7 @@ class Steps:
                 outage.recovered()
                 return True
 
-        tasks = {asyncio.create_task(one(t)): t for t in ticks if t.workload.key not in busy}
+        tasks = {asyncio.create_task(one(item)): item for item in items if key(item) not in busy}
         if not tasks:
             return []
         try:
@@ -86,16 +102,21 @@ class Steps:
                 task.cancel()
             raise
         for task in done:
-            key = tasks[task].workload.key
-            self._slow.discard(key)
+            k = key(tasks[task])
+            self._slow.discard(k)
             if not task.result():
-                raised.add(key)
+                raised.add(k)
         for task in pending:
-            key = tasks[task].workload.key
-            if key in begun:
-                self._busy[key] = task
-                self._slow.add(key)
+            k = key(tasks[task])
+            if k in begun:
+                self._busy[k] = task
+                self._slow.add(k)
                 self._stats.busy_steps += 1
             else:
                 task.cancel()
-        return [t for task, t in tasks.items() if task in done and task.result()]
+        return [item for task, item in tasks.items() if task in done and task.result()]
+
+
+def tick_key(t: Tick) -> Key:
+    """The GPUAutoscaler a tick is of."""
+    return t.workload.key

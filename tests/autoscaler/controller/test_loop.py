@@ -407,6 +407,34 @@ async def test_one_workloads_hung_write_holds_no_others_tick(
         await prom.close()
 
 
+async def test_an_invalid_specs_held_status_write_holds_no_others_tick(
+    api: client.ApiClient, apiserver: FakeApiServer, pod_prometheus: Prometheus
+) -> None:
+    """An invalid GPUAutoscaler's condition and event were written inside the tick, before
+    any workload's step: a held status write held every workload. They are steps now."""
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)
+    bad = {**KEDA_SPEC, "scaleTargetRef": {"kind": "Deployment", "name": "x"}, "minReplicas": 9}
+    create_autoscaler(api, NS, bad, name="bad")
+    apiserver.faults.hold_writes_suffix = "/gpuautoscalers/bad/status"
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}", query_wait=0.5)
+    try:
+        for _ in range(40):
+            await tick(ctl)
+            if scale(api) > 1:
+                break
+            await asyncio.sleep(0.2)
+        assert scale(api) > 1 and (NS, "bad") in ctl._steps.busy()
+        apiserver.faults.hold_writes_suffix = ""
+        await ticks_until(ctl, lambda: not ctl._steps.busy())
+    finally:
+        apiserver.faults.hold_writes_suffix = ""
+        ctl.close()
+        await prom.close()
+    reported = client.CustomObjectsApi(api).get_namespaced_custom_object(*GPA, "bad")["status"]
+    assert reported["reason"] == "InvalidSpec"
+
+
 @dataclasses.dataclass
 class Wants:
     """A policy that always asks for `desired` replicas: the controller is under test."""
