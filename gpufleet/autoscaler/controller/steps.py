@@ -1,7 +1,8 @@
 """The loop's per-workload steps, run so that no workload holds up another.
 
-A step (reading a target, deciding and scaling, keeping headroom and status) runs for every
-workload of a tick, STEP_CONCURRENCY at a time, and the tick waits for them at most its wait.
+A step (reading a target, deciding and scaling, keeping headroom and status; for an invalid
+GPUAutoscaler, writing its condition and releasing its headroom) runs for every workload of a
+tick, STEP_CONCURRENCY at a time, and the tick waits for them at most its wait.
 A step that raises (a bug, or data nothing checked) leaves its workload out of the rest of
 the tick, counted and logged as an outage (the traceback once): an exception out of the tick
 stopped the daemon. A step still running at the wait (a write a hung admission webhook holds
@@ -35,7 +36,7 @@ class Steps:
         self._wait = wait_seconds
         self._busy: dict[Key, asyncio.Task[bool]] = {}
         self._slow: set[Key] = set()  # busy once, no step in time since: the slow lane
-        self._outages: dict[tuple[Key, str], OutageLog] = {}  # (GPUAutoscaler, step) ->
+        self._outages: dict[tuple[Key, str], OutageLog] = {}  # by (GPUAutoscaler, step)
 
     def busy(self) -> set[Key]:
         """The workloads whose step from an earlier tick still runs."""
