@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from gpufleet.autoscaler.controller.deadline import Lanes, wait_or_detach
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.workload import Key, Tick, Workload
 from gpufleet.autoscaler.core.gather import (
@@ -76,7 +77,9 @@ class PromGather:
         self._wait = wait_seconds
         self._fetched_until: dict[str, float] = {}  # query text -> newest step fetched
         self._late: dict[str, _Fetch] = {}  # query text -> its fetch a tick stopped waiting for
-        self._slow: set[str] = set()  # late once, not yet in time since: the slow lane
+        # As many slots in the slow lane: where every query is slow, one slot would ask each
+        # query once in as many ticks as there are queries.
+        self._lanes: Lanes[str] = Lanes(QUERY_CONCURRENCY)
         # workload with a gateway -> sample time -> its queue depth summed so far
         self._queued: dict[Key, dict[float, float]] = {}
         # workload with a gateway -> query text -> the first sample time fetched for it: a
@@ -184,7 +187,7 @@ class PromGather:
         failed = await self._run(jobs, end=end)
         asked = {text for text, _, _ in jobs}  # a deleted workload's queries are asked no more
         self._fetched_until = {t: v for t, v in self._fetched_until.items() if t in asked}
-        self._slow &= asked
+        self._lanes.keep_only(asked)
         for text in self._late.keys() - asked:
             task = self._late.pop(text).task
             if task is not None:
@@ -207,9 +210,7 @@ class PromGather:
         `wait_seconds`. A fetch still asking then finishes the query it has in flight, keeps
         the answer for the next tick and asks nothing more; one not yet begun is dropped,
         asked again next tick. Returns why each workload a query failed was left short."""
-        # As many slots in the slow lane: where every query is slow, one slot would ask
-        # each query once in as many ticks as there are queries.
-        lane, slow_lane = (asyncio.Semaphore(QUERY_CONCURRENCY) for _ in range(2))
+        lane = self._lanes.open()
         errors: list[tuple[list[Key], PromError]] = []
         started: dict[asyncio.Task[PromError | None], tuple[str, _Fetch, list[Key]]] = {}
         for text, consume, keys in jobs:
@@ -222,30 +223,24 @@ class PromGather:
                 if err is not None:
                     errors.append((keys, err))
             fetch = _Fetch(sink=consume)
-            its_lane = slow_lane if text in self._slow else lane
-            fetch.task = asyncio.create_task(self._fetch_in(its_lane, text, fetch, end=end))
+            fetch.task = asyncio.create_task(self._fetch_in(lane(text), text, fetch, end=end))
             started[fetch.task] = (text, fetch, keys)
         if started:
-            try:
-                done, pending = await asyncio.wait(started.keys(), timeout=self._wait)
-            except asyncio.CancelledError:  # SIGTERM mid-tick: nothing asks on after it
-                for task in started:
-                    task.cancel()
-                raise
+            done, detached = await wait_or_detach(
+                started.keys(), self._wait, begun=lambda task: started[task][1].asking
+            )
             for task in done:
-                text, _, keys = started[task]
-                self._slow.discard(text)
                 if (err := task.result()) is not None:
-                    errors.append((keys, err))
-            for task in pending:
+                    errors.append((started[task][2], err))
+            for task in detached:
                 text, fetch, _ = started[task]
-                fetch.sink = None
-                if not fetch.asking:
-                    task.cancel()  # never began: behind a slow query, not slow itself
-                    continue
+                fetch.sink = None  # its answer waits for a later tick
                 self._late[text] = fetch
-                self._slow.add(text)
-                self._stats.late_queries += 1
+            self._stats.late_queries += len(detached)
+            self._lanes.settle(
+                in_time=[started[task][0] for task in done],
+                late=[started[task][0] for task in detached],
+            )
         failed: dict[Key, PromError] = {}
         for keys, err in errors:
             for key in keys:

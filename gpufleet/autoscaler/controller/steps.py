@@ -17,13 +17,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from gpufleet.autoscaler.controller.deadline import Lanes, wait_or_detach
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.workload import Key, Tick
 from gpufleet.logs import OutageLog
 
 T = TypeVar("T")
 
-# A tick's workload steps at once, in each lane: each may make API calls, on threads.
+# A tick's workload steps at once, in each lane (`deadline`): each may make API calls, on
+# threads.
 STEP_CONCURRENCY = 4
 
 
@@ -35,7 +37,7 @@ class Steps:
         self._log = log
         self._wait = wait_seconds
         self._busy: dict[Key, asyncio.Task[bool]] = {}
-        self._slow: set[Key] = set()  # busy once, no step in time since: the slow lane
+        self._lanes: Lanes[Key] = Lanes(STEP_CONCURRENCY)
         self._outages: dict[tuple[Key, str], OutageLog] = {}  # by (GPUAutoscaler, step)
 
     def busy(self) -> set[Key]:
@@ -45,7 +47,7 @@ class Steps:
 
     def forget_all_but(self, keys: set[Key]) -> None:
         """Drop what is kept of GPUAutoscalers gone (their running steps go on)."""
-        self._slow &= keys
+        self._lanes.keep_only(keys)
         self._outages = {k: v for k, v in self._outages.items() if k[0] in keys}
 
     def _outage(self, key: Key, step: str) -> OutageLog:
@@ -76,12 +78,12 @@ class Steps:
         taken again next tick. Cancelled (SIGTERM mid-tick), it cancels the steps it
         started."""
         busy = self.busy()
-        lane, slow_lane = (asyncio.Semaphore(STEP_CONCURRENCY) for _ in range(2))
+        lane = self._lanes.open()
         begun: set[Key] = set()
 
         async def one(item: T) -> bool:
             k = key(item)
-            async with slow_lane if k in self._slow else lane:
+            async with lane(k):
                 begun.add(k)
                 outage = self._outage(k, step)
                 try:
@@ -96,25 +98,17 @@ class Steps:
         tasks = {asyncio.create_task(one(item)): item for item in items if key(item) not in busy}
         if not tasks:
             return []
-        try:
-            done, pending = await asyncio.wait(tasks.keys(), timeout=self._wait)
-        except asyncio.CancelledError:
-            for task in tasks:
-                task.cancel()
-            raise
-        for task in done:
-            k = key(tasks[task])
-            self._slow.discard(k)
-            if not task.result():
-                raised.add(k)
-        for task in pending:
-            k = key(tasks[task])
-            if k in begun:
-                self._busy[k] = task
-                self._slow.add(k)
-                self._stats.busy_steps += 1
-            else:
-                task.cancel()
+        done, detached = await wait_or_detach(
+            tasks.keys(), self._wait, begun=lambda task: key(tasks[task]) in begun
+        )
+        for task in detached:
+            self._busy[key(tasks[task])] = task
+        self._stats.busy_steps += len(detached)
+        self._lanes.settle(
+            in_time=[key(tasks[task]) for task in done],
+            late=[key(tasks[task]) for task in detached],
+        )
+        raised.update(key(tasks[task]) for task in done if not task.result())
         return [item for task, item in tasks.items() if task in done and task.result()]
 
 

@@ -328,7 +328,7 @@ async def test_one_workloads_slow_query_slows_no_others_tick(
                 await asyncio.sleep(0.2)
             assert history.latest_time("queue_depth") is not None
             await tick(ctl)  # answered in time: out of the slow lane
-            assert not ctl._gather._late and not ctl._gather._slow
+            assert not ctl._gather._late and not ctl._gather._lanes.slow
         finally:
             ctl.close()
             await prom.close()
