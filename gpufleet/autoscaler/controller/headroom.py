@@ -39,7 +39,7 @@ def fit_to_nodepools(ticks: list[Tick], view: ClusterView, queued: list[PoolDema
             workload=t.workload.name,
             node_pool=t.workload.spec.node_pool,
             shape=t.workload.spec.workload.shape,
-            replicas=t.desired or 0,
+            replicas=t.workload.decided or 0,
             headroom=t.headroom,
             gpus_per_node=t.workload.spec.workload.gpus_per_node,
         )

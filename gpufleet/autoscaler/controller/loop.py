@@ -388,7 +388,7 @@ class Controller:
             and not t.health.competitor
             and not t.health.scale_error
         )
-        t.desired = w.decided = desired
+        w.decided = desired
         if act:
             await self._scale(t, current, desired, node_pods, now)
         if w.decision is not None and self._keeps_headroom(spec) and not t.health.competitor:
@@ -398,7 +398,7 @@ class Controller:
         """Keep the headroom, write status, count it for the self-metrics."""
         w, spec = t.workload, t.workload.spec
         name = w.name
-        desired = t.desired
+        desired = w.decided
         if self._config.headroom and self._is_leader():
             if t.target_gone:  # no GPU held for it (a transient error keeps them)
                 await self._headroom.release(t)

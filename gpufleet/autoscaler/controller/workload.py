@@ -46,7 +46,9 @@ class Workload:
     last_scale_time: str = ""
     decision: Decision | None = None
     wanted: int | None = None
-    decided: int | None = None  # the count last decided, written or not: what the feed serves
+    # the count last decided, written or not: what this tick's finish and headroom use, and
+    # what the feed serves while the workload is busy
+    decided: int | None = None
     signals_written_at: float = -math.inf
     # A write retried every tick (a scale, its headroom) that keeps failing: one log line
     # when it starts, a reminder, one when it works (`OutageLog`), not one per tick.
@@ -143,7 +145,6 @@ class Tick:
     target_gone: bool = False  # its scale answered 404: deleted, or renamed in the spec
     buffers: bool = False  # the CapacityBuffer CRD is installed: headroom goes there
     buffer: int | None = None  # its CapacityBuffer's replicas; None: none yet
-    desired: int | None = None  # the replicas decided this tick
     headroom: int = 0  # the replicas' worth of capacity to keep ahead, NodePool limits applied
     scheduled: str = ""  # which scheduled windows raised the count this tick
 
