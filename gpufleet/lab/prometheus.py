@@ -7,13 +7,13 @@ alerts to Alertmanager when that is installed. Nothing is fetched: both bind loo
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 from gpufleet.core.messages import cut
+from gpufleet.ports import check_bindable
 
 PROMETHEUS = "prometheus"
 ALERTMANAGER = "prometheus-alertmanager"  # Debian's name for the binary
@@ -27,14 +27,10 @@ class LabProcessError(Exception):
 def check_free(host: str, port: int, flag: str) -> None:
     """Raise OSError naming `flag` when host:port is taken (a child's own error would be
     buried in its log, after the lab said it runs)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        # As the children bind (Go and aiohttp set it): a port left in TIME_WAIT by the last
-        # lab is free to them, while one with a listener still is not (on Linux).
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as err:
-            raise OSError(f"{flag}: cannot listen on {host}:{port}: {err.strerror}") from None
+    try:
+        check_bindable(host, port)
+    except OSError as err:
+        raise OSError(f"{flag}: cannot listen on {host}:{port}: {err.strerror}") from None
 
 
 def write_targets(path: Path, targets: list[str], labels: dict[str, str] | None = None) -> None:

@@ -16,7 +16,6 @@ A stream waits through NOT_FOUND and UNAVAILABLE instead: it has nothing to push
 import asyncio
 import errno
 import logging
-import socket
 import ssl
 from collections.abc import AsyncIterator
 
@@ -26,6 +25,7 @@ from gpufleet.autoscaler.core.extmetrics import Sample, SnapshotFeed
 from gpufleet.autoscaler.core.scaler_metadata import MetadataError, ScalerTrigger, parse_metadata
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2 as pb
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2_grpc as pb_grpc
+from gpufleet.ports import check_bindable
 
 log = logging.getLogger(__name__)
 
@@ -205,16 +205,9 @@ async def serve(
 def _check_bindable(host: str | None, port: int, address: str) -> None:
     """Raise OSError if the address is taken or not this host's. gRPC's own failure says
     less and prints a line of its C core's to stderr besides; an error the check cannot
-    judge (no IPv6 here) is left to gRPC, which falls back as it does."""
+    judge (no IPv6 here, a name that does not resolve) is left to gRPC."""
     try:
-        infos = socket.getaddrinfo(host or "::", port, type=socket.SOCK_STREAM)
-    except OSError:
-        return
-    family, kind, proto, _, sockaddr = infos[0]
-    try:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
-            probe.bind(sockaddr)
+        check_bindable(host, port)
     except OSError as err:
         if err.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise OSError(f"cannot listen on {address}: {err.strerror}") from None
