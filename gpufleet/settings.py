@@ -68,10 +68,15 @@ def _empty_env_unset(info: FieldInfo) -> bool:
     """An empty env var leaves the field unset: urfave/cli skips an empty value for its
     number and int-slice flags (`DCGM_EXPORTER_INTERVAL=` keeps the default)."""
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-    ann = info.annotation
-    types = get_args(ann) if get_origin(ann) is not None else (ann,)
+    types = _types(info)
     number = any(t in (int, float) for t in types) and bool not in types
     return number or bool(extra.get("empty_env_unset"))
+
+
+def _types(info: FieldInfo) -> tuple[Any, ...]:
+    """The field's type, or the members of its union (`Path | None`)."""
+    ann = info.annotation
+    return get_args(ann) if get_origin(ann) is not None else (ann,)
 
 
 def _group(info: FieldInfo) -> str:
@@ -154,10 +159,10 @@ class CommandSettings(BaseSettings):
         ".", which became "Is a directory: '.'" or a socket path of "."."""
         if value != "" or info.field_name is None:
             return value
-        annotation = cls.model_fields[info.field_name].annotation
-        if Path not in (annotation, *get_args(annotation)):
+        types = _types(cls.model_fields[info.field_name])
+        if Path not in types:
             return value
-        if type(None) in get_args(annotation):
+        if type(None) in types:
             return None
         raise ValueError("must not be empty")
 
@@ -224,10 +229,7 @@ def _env_set(info: FieldInfo) -> str | None:
 
 
 def _is_bool(info: FieldInfo) -> bool:
-    ann = info.annotation
-    if get_origin(ann) is not None:
-        return bool in get_args(ann)
-    return ann is bool
+    return bool in _types(info)
 
 
 # Go's strconv.ParseBool, which urfave/cli uses for flags and env vars alike: these
