@@ -22,7 +22,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpufleet.autoscaler.controller.deadline import Lanes, wait_or_detach
 from gpufleet.autoscaler.controller.stats import Stats
@@ -55,6 +55,9 @@ class _Fetch:
     asking: bool = False  # a query is in flight
     kept: tuple[float, tuple[RangeSeries, ...]] | None = None  # answered after: (end, answer)
     task: asyncio.Task[PromError | None] | None = None
+    # the pods of the tick that asked: a late answer is joined with them, not with the pods
+    # of the tick that takes it, which may have lost one since
+    owners: Mapping[tuple[str, str], Key] = field(default_factory=dict)
 
 
 class PromGather:
@@ -121,6 +124,9 @@ class PromGather:
                 summed[key] = [t.workload.gateway_query] + [
                     text for text, _, signal in t.workload.queries if signal == "queue_depth"
                 ]
+        for text, late in self._late.items():
+            if text in owners:
+                owners[text] = {**late.owners, **owners[text]}
         queued = self._queued = {key: self._queued.get(key, {}) for key in summed}
         self._joined = {key: self._join(key, texts, end) for key, texts in summed.items()}
         # A policy sees only the newest pods' telemetry, so only the newest is kept:
@@ -184,7 +190,7 @@ class PromGather:
         jobs = [(text, add_signal(text), [k for k, _ in wanted[text][1]]) for text in wanted]
         jobs += [(text, add_telemetry(name), every) for name, text in GPU_TELEMETRY.items()]
         jobs += [(text, add_gateway(text), gateways[text]) for text in gateways]
-        failed = await self._run(jobs, end=end)
+        failed = await self._run(jobs, owners, end=end)
         asked = {text for text, _, _ in jobs}  # a deleted workload's queries are asked no more
         self._fetched_until = {t: v for t, v in self._fetched_until.items() if t in asked}
         self._lanes.keep_only(asked)
@@ -204,7 +210,11 @@ class PromGather:
         return failed
 
     async def _run(
-        self, jobs: list[tuple[str, Consume, list[Key]]], *, end: float
+        self,
+        jobs: list[tuple[str, Consume, list[Key]]],
+        owners: Mapping[str, Mapping[tuple[str, str], Key]],
+        *,
+        end: float,
     ) -> dict[Key, PromError]:
         """Fetch each job's query up to `end` into its consumer, waiting at most
         `wait_seconds`. A fetch still asking then finishes the query it has in flight, keeps
@@ -222,7 +232,7 @@ class PromGather:
                 err = self._take_kept(text, late, consume) or result
                 if err is not None:
                     errors.append((keys, err))
-            fetch = _Fetch(sink=consume)
+            fetch = _Fetch(sink=consume, owners=owners.get(text, {}))
             fetch.task = asyncio.create_task(self._fetch_in(lane(text), text, fetch, end=end))
             started[fetch.task] = (text, fetch, keys)
         if started:
