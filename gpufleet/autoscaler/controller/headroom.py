@@ -28,33 +28,38 @@ from gpufleet.logs import OutageLog
 log = logging.getLogger(__name__)
 
 
-def fit_to_nodepools(ticks: list[Tick], view: ClusterView, queued: list[PoolDemand]) -> None:
+def fit_to_nodepools(
+    ticks: list[Tick], view: ClusterView, queued: list[PoolDemand], *, busy: list[Tick]
+) -> None:
     """Cut each workload's headroom to what its Karpenter NodePool's limits leave,
     planning every workload's replicas and headroom together with Kueue's pending
     Workloads (`queued`), after what other pods' nodes use of the limits (see
-    `core.nodepools`, `core.kueue`)."""
+    `core.nodepools`, `core.kueue`). The `busy` workloads' steps are still running: they
+    are planned with the replicas and headroom they last asked for, and left as they are
+    (their placeholders hold part of the limits all the same)."""
     nodepools = view.nodepools or []
+    planned = ticks + busy
     demands = [
         PoolDemand(
             workload=t.workload.name,
             node_pool=t.workload.spec.node_pool,
             shape=t.workload.spec.workload.shape,
             replicas=t.workload.decided or 0,
-            headroom=t.headroom,
+            headroom=t.workload.headroom,
             gpus_per_node=t.workload.spec.workload.gpus_per_node,
         )
-        for t in ticks
+        for t in planned
     ]
     ours = {
         (p.namespace, p.name)
-        for t, d in zip(ticks, demands, strict=True)
+        for t, d in zip(planned, demands, strict=True)
         if on_nodepool(d, nodepools)
         for p in t.pods
     }
     ours |= {(p.namespace, p.name) for p in view.pods if OWNER_LABEL in p.labels}
     used = pool_use(view.pool_nodes, view.pods, ours)
     fitted = pool_headroom(nodepools, demands + queued, used)
-    for t, d in zip(ticks, demands, strict=True):
+    for t, d in zip(ticks, demands[: len(ticks)], strict=True):
         if not on_nodepool(d, nodepools):
             continue
         held = fitted[d.workload]

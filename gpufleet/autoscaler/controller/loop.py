@@ -190,7 +190,10 @@ class Controller:
         ticks = await self._steps.each(ticks, "deciding", decide, key=tick_key, raised=raised)
         if view.nodepools is not None:
             queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
-            fit_to_nodepools(ticks, view, queued)
+            decided = {t.workload.key for t in ticks}
+            # the busy ones: their steps still run, their placeholders still hold capacity
+            busy_now = [t for t in served if t.workload.key not in decided | raised]
+            fit_to_nodepools(ticks, view, queued, busy=busy_now)
         await self._steps.each(
             ticks,
             "keeping its headroom and status",
@@ -391,8 +394,8 @@ class Controller:
         w.decided = desired
         if act:
             await self._scale(t, current, desired, node_pods, now)
-        if w.decision is not None and self._keeps_headroom(spec) and not t.health.competitor:
-            t.headroom = max(0, headroom)
+        keeps = w.decision is not None and self._keeps_headroom(spec) and not t.health.competitor
+        t.headroom = w.headroom = max(0, headroom) if keeps else 0
 
     async def _finish(self, t: Tick, now: float) -> None:
         """Keep the headroom, write status, count it for the self-metrics."""

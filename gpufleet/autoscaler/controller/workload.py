@@ -49,6 +49,8 @@ class Workload:
     # the count last decided, written or not: what this tick's finish and headroom use, and
     # what the feed serves while the workload is busy
     decided: int | None = None
+    # the headroom last asked for, before NodePool limits: a busy workload's part of the plan
+    headroom: int = 0
     signals_written_at: float = -math.inf
     # A write retried every tick (a scale, its headroom) that keeps failing: one log line
     # when it starts, a reminder, one when it works (`OutageLog`), not one per tick.

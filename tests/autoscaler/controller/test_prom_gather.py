@@ -4,52 +4,14 @@ gateway workload's queue depth is its pods' plus its gateway's, never one of the
 late answer is joined with the pods of the tick that asked."""
 
 import asyncio
-import dataclasses
 
 import pytest
+from helpers.autoscalers import pod, workload
 
 from gpufleet.autoscaler.controller.prom_gather import PromGather
 from gpufleet.autoscaler.controller.stats import Stats
-from gpufleet.autoscaler.controller.workload import Tick, Workload, new_workload
+from gpufleet.autoscaler.controller.workload import Tick
 from gpufleet.autoscaler.core.gather import RangeSeries
-from gpufleet.autoscaler.core.replicas import PodState
-from gpufleet.autoscaler.core.spec import parse_spec
-
-
-def workload(namespace: str, gateway: str = "") -> Workload:
-    spec: dict = {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
-        "maxReplicas": 8,
-        "policy": "keda",
-        "keda": {"queueTarget": 10},
-    }
-    if gateway:
-        spec["signals"] = {"gatewayQueueDepth": gateway}
-    obj = {
-        "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
-        "kind": "GPUAutoscaler",
-        "metadata": {"namespace": namespace, "name": "chat", "uid": namespace, "generation": 1},
-        "spec": spec,
-    }
-    return new_workload(
-        parse_spec(obj),
-        1,
-        None,
-        {},
-        rate_window="5s",
-        history_seconds=60,
-        gpufleet_headroom=None,
-        placeholders=False,
-    )
-
-
-def pod(namespace: str, name: str) -> PodState:
-    required = {
-        f.name: None
-        for f in dataclasses.fields(PodState)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    }
-    return PodState(**(required | {"namespace": namespace, "name": name, "labels": {}}))
 
 
 class Answers:
