@@ -28,7 +28,7 @@ from gpufleet.exporter.core.podmeta import parse_allowlist
 from gpufleet.exporter.core.profiles import HostnameLabel, Profile
 from gpufleet.exporter.core.selection import DeviceSelector, missing, parse_devices
 from gpufleet.exporter.core.series import SeriesOptions
-from gpufleet.exporter.http.server import App, build_app, start_server
+from gpufleet.exporter.http.server import App, RunningServer, build_app, start_server
 from gpufleet.exporter.http.store import ExpositionStore
 from gpufleet.exporter.nvml.reader import NvmlReader
 from gpufleet.exporter.settings import (
@@ -83,6 +83,13 @@ def inert_flags(settings: ExporterSettings) -> list[str]:
 
 class StartupError(Exception):
     """A startup problem; the message names the file, flag or setting."""
+
+    # set where a hung XID wait still holds NVML as startup gives up: no nvmlShutdown then
+    nvml_in_use = False
+
+
+class ListenError(StartupError):
+    """The listen address is taken or cannot be bound: a runtime clash, not a bad flag."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -318,23 +325,19 @@ async def run(
     on_listening: Callable[[int], None] | None = None,
 ) -> bool:
     """Check -d against the node, listen, start the parts, wait for `stop`, then stop
-    them; see `serve`. Raises StartupError when a -d range names what the node lacks."""
+    them; see `serve`. Raises StartupError when a -d range names what the node lacks or
+    it cannot listen."""
     limit_arenas(MALLOC_ARENAS)  # before any of the exporter's threads starts
-    check_devices(parts.collector, prepared)
     # A collection holds the interpreter for ~10 ms of Python; with the default 5 ms
     # switch interval a scrape arriving then waits up to 5 ms. 1 ms bounds that wait
     # for a small cost in thread switches (BENCHMARKS.md has the p99 either way).
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     try:
-        ssl_context = prepared.web_config.ssl_context() if prepared.web_config else None
-        try:
-            server = await start_server(
-                parts.app, host=prepared.host, port=prepared.port, ssl_context=ssl_context
-            )
-        except OSError as exc:  # the flag, as the plugin and the autoscaler name theirs
-            raise OSError(f"--address {prepared.settings.address}: {exc.strerror}") from None
-    except BaseException:  # the discovery above started the XID watcher: stop it
-        parts.collector.close()
+        check_devices(parts.collector, prepared)
+        server = await listen(parts.app, prepared)
+    except BaseException as exc:  # the discovery in check_devices started the XID watcher
+        if not parts.collector.close() and isinstance(exc, StartupError):
+            exc.nvml_in_use = True
         raise
     if parts.kubelet:
         parts.kubelet.start()
@@ -386,6 +389,19 @@ async def serve(
     return await run(build(prepared, lib), prepared, stop=stop, on_listening=on_listening)
 
 
+async def listen(app: App, prepared: Prepared) -> RunningServer:
+    """The server, listening. Raises StartupError naming the flag or file at fault."""
+    try:
+        ssl_context = prepared.web_config.ssl_context() if prepared.web_config else None
+        return await start_server(
+            app, host=prepared.host, port=prepared.port, ssl_context=ssl_context
+        )
+    except OSError as exc:  # the flag, as the plugin and the autoscaler name theirs
+        raise ListenError(f"--address {prepared.settings.address}: {exc.strerror}") from None
+    except ValueError as exc:  # a certificate file changed since `prepare` read it
+        raise StartupError(str(exc)) from None
+
+
 def check_devices(collector: Collector, prepared: Prepared) -> None:
     """Refuse a -d range that names GPUs (or MIG instances) the node lacks, as
     dcgm-exporter does ("couldn't find requested GPU ID"): such a typo would serve no
@@ -394,7 +410,6 @@ def check_devices(collector: Collector, prepared: Prepared) -> None:
     collector: a DaemonSet spans nodes that differ."""
     problem = missing(prepared.devices, collector.discover())
     if problem:
-        collector.close()
         raise StartupError(f"--devices {prepared.settings.devices!r}: {problem}")
 
 
@@ -444,8 +459,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiescent = True  # nothing reached NVML if serving never started
     try:
         quiescent = asyncio.run(run_until_signal())
-    except (OSError, StartupError) as exc:  # cannot listen; -d names what is not there
+    except StartupError as exc:  # cannot listen; -d names what is not there
         log.error("%s", exc)
+        quiescent = not exc.nvml_in_use
         return 1
     finally:
         if quiescent:

@@ -43,7 +43,13 @@ from gpufleet.autoscaler.replay.core.workloads import WorkloadError, workload_tr
 from gpufleet.autoscaler.replay.trace_file import TraceError, load_trace
 from gpufleet.core.device_ids import is_replica
 from gpufleet.core.listen import parse_listen_address
-from gpufleet.exporter.daemon import Prepared, StartupError, install_signal_handlers, prepare
+from gpufleet.exporter.daemon import (
+    ListenError,
+    Prepared,
+    StartupError,
+    install_signal_handlers,
+    prepare,
+)
 from gpufleet.lab import flags
 from gpufleet.lab import prometheus as prom
 from gpufleet.lab.gpunode import RunningPlugin, run_exporter, start_node_plugin
@@ -445,10 +451,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(debug=False, json_format=False)
     try:
         asyncio.run(_run(args))
+    except (OSError, ListenError, prom.LabProcessError) as exc:  # a port taken, a child failed
+        log.error("%s", exc)
+        return 1
     except StartupError as exc:  # a bad flag (the message names it)
         log.error("%s", exc)
         return 2
-    except (OSError, prom.LabProcessError) as exc:  # a port taken, a child that failed
-        log.error("%s", exc)
-        return 1
     return 0

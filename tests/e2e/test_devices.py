@@ -91,5 +91,26 @@ def test_a_busy_port_leaves_no_watcher_running(node):
         with pytest.raises(RuntimeError, match="exporter did not start"):
             exporter.start()
     exporter._thread.join(15)
-    assert isinstance(exporter._error, OSError)
+    assert isinstance(exporter._error, StartupError)
+    assert str(exporter._error).startswith(f"--address {settings.address}: ")
+    assert not exporter._error.nvml_in_use
     assert not [t for t in threading.enumerate() if t.name == "xid-watcher"]
+
+
+def test_startup_given_up_under_a_hung_xid_wait_leaves_nvml_initialised(node):
+    """The refusal's stop of the XID watcher found its wait hung: NVML is still in use, and
+    the daemon must not shut it down. Startup's error paths ignored that answer."""
+    node.sim.set_hang("nvmlEventSetWait_v2", 6.0)
+    try:
+        exporter = RunningExporter(node_settings(node, devices="g:0-99"), node.sim)
+        with pytest.raises(RuntimeError, match="exporter did not start"):
+            exporter.start()
+        exporter._thread.join(15)
+        assert isinstance(exporter._error, StartupError) and exporter._error.nvml_in_use
+    finally:
+        node.sim.set_hang("nvmlEventSetWait_v2", 0)
+        wait_for(
+            lambda: not [t for t in threading.enumerate() if t.name == "xid-watcher"],
+            timeout=15,
+            what="the hung wait to end",
+        )
