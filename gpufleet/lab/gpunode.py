@@ -2,24 +2,23 @@
 the node's kubelet and the exporter attributing its pods, both on the node's simulated NVML.
 
 The plugin is the real `start_plugin` over real unix sockets; its self-metrics are served
-on a port of their own, as `gpufleet plugin --metrics-address` serves them. The exporter is
-the real `serve`. A bad setting or a busy port raises before anything says "running".
+on a port of their own by the server `gpufleet plugin --metrics-address` runs (`/metrics`,
+`/health`). The exporter is the real `serve`. A bad setting or a busy port raises before
+anything says "running".
 """
 
 import asyncio
 import logging
 from dataclasses import dataclass
 
-from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry
 
 from gpufleet.core.listen import parse_listen_address
 from gpufleet.exporter.daemon import Prepared, serve
 from gpufleet.lab.node import SimNode
 from gpufleet.lab.prometheus import LabProcessError
 from gpufleet.plugin.daemon import Plugin, StartupError, start_plugin
-from gpufleet.plugin.metrics import SelfMetrics
+from gpufleet.plugin.metrics import MetricsServer, SelfMetrics
 from gpufleet.plugin.settings import PluginSettings, resolve_config
 
 log = logging.getLogger(__name__)
@@ -28,11 +27,14 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True)
 class RunningPlugin:
     plugin: Plugin
-    runner: web.AppRunner
-    port: int
+    server: MetricsServer  # its self-metrics, /metrics and /health
+
+    @property
+    def port(self) -> int:
+        return self.server.port
 
     async def stop(self) -> None:
-        await self.runner.cleanup()
+        await asyncio.to_thread(self.server.stop)
         await asyncio.to_thread(self.plugin.stop)
 
 
@@ -51,30 +53,20 @@ async def start_node_plugin(node: SimNode, address: str) -> RunningPlugin:
     config, _ = resolve_config(settings)
     host, port = parse_listen_address(address)
     registry = CollectorRegistry(auto_describe=False)
-
-    async def metrics(_: web.Request) -> web.Response:
-        body = await asyncio.to_thread(generate_latest, registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
+    server = MetricsServer(registry, host=host, port=port)
     try:
-        site = web.TCPSite(runner, host or "0.0.0.0", port)
-        await site.start()
+        await asyncio.to_thread(server.start)
     except OSError as err:
-        await runner.cleanup()
-        raise OSError(f"--plugin-address: cannot listen on {address}: {err.strerror}") from None
+        raise OSError(f"--plugin-address: {err.strerror}") from None
     try:
         plugin = await asyncio.to_thread(
             start_plugin, settings, config, node.sim, plugin_dir=node.kubelet.device_plugins_dir
         )
     except StartupError as err:
-        await runner.cleanup()
+        await asyncio.to_thread(server.stop)
         raise LabProcessError(f"device plugin on {node.layout.node_name}: {err}") from None
     registry.register(SelfMetrics(plugin))
-    return RunningPlugin(plugin=plugin, runner=runner, port=runner.addresses[0][1])
+    return RunningPlugin(plugin=plugin, server=server)
 
 
 async def run_exporter(

@@ -76,6 +76,16 @@ def test_prometheus_holds_every_parts_series(lab, part: str, expr: str, count: i
     wait_for(lambda: len(_query(lab, expr)) >= count, timeout=60, poll_seconds=0.5, what=f"{part}")
 
 
+def test_each_nodes_daemons_answer_health_as_in_a_cluster(lab: dict[str, str]) -> None:
+    """The chart probes /health; the lab's plugin served /metrics alone, on an aiohttp app of
+    its own, not the server `gpufleet plugin --metrics-address` runs."""
+    for node in ("gpu-node-0", "gpu-node-1"):
+        for part in ("exporter", "plugin"):
+            url = lab[f"{node} {part}"].removesuffix("/metrics") + "/health"
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                assert answer.status == 200, url
+
+
 def test_a_pods_name_is_one_pod_across_the_nodes(lab: dict[str, str]) -> None:
     """Both nodes named their pods alike (`inference/train-0`): every per-pod panel and
     rule summed two pods as one (141-171% utilization)."""
