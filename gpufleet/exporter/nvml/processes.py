@@ -5,6 +5,13 @@ timestamp, so the last one seen is kept per GPU and MIG instance) and because a 
 instance's processes may have to be taken from its parent GPU's lists. Keeping that here lets
 `reader` treat processes as one more read.
 
+NVML samples only the processes that used the GPU in a sample period (nvml.h: "that had some
+non-zero utilization during the last sample period"; NotFound when none did). A running
+process without a sample in an answer that has new ones used none: 0, not its last busy
+value, which an idle pod sharing a GPU kept for as long as it lived. An answer with no new
+sample may only mean no period ended since the last call (a collection faster than NVML's
+sampling): the last values stand, for at most IDLE_AFTER_SECONDS.
+
 It must never attribute a parent GPU's process to a MIG instance it does not run on (the
 fallback matches GPU and compute instance ids), must keep "NVML could not tell" apart from
 "no processes" all the way into the snapshot (MISSING here, None in `EntitySample`), so
@@ -12,6 +19,7 @@ that attribution never turns an unknown into a pod using 0, and never logs: fail
 through the given `NvmlCalls`.
 """
 
+import math
 from collections import Counter
 from typing import Any
 
@@ -20,6 +28,10 @@ import pynvml
 from gpufleet.exporter.core.samples import ProcessSample
 from gpufleet.exporter.nvml.calls import MISSING, NvmlCalls
 from gpufleet.exporter.nvml.discovery import Target
+
+# Past NVML's longest sample period (1 s, "between 1 second and 1/6 second depending on the
+# product"): this long without a new sample, no process used the GPU.
+IDLE_AFTER_SECONDS = 2.0
 
 
 class ProcessReader:
@@ -32,10 +44,11 @@ class ProcessReader:
         # Each entity's latest SM util per pid: NVML answers only samples newer than the
         # last call, and none when its sampling period is longer than the collection's.
         self._last_util: dict[str, dict[int, float]] = {}
+        self._sampled_at: dict[str, float] = {}  # when an answer last held a new sample
 
-    def read(self, target: Target, errors: Counter[str]) -> tuple[Any, Any]:
-        """(running compute processes, pid -> SM util %) of a handle; MISSING where NVML
-        could not tell."""
+    def read(self, target: Target, errors: Counter[str], now: float) -> tuple[Any, Any]:
+        """(running compute processes, pid -> SM util %) of a handle at `now` (monotonic
+        seconds); MISSING where NVML could not tell. A pid left out used no SM."""
         running = self._calls.read(
             errors,
             "nvmlDeviceGetComputeRunningProcesses",
@@ -55,7 +68,11 @@ class ProcessReader:
         )
         if samples is MISSING:
             return running, MISSING
-        utilization = dict(self._last_util.get(target.key, {}))
+        utilization: dict[int, float] = {}  # a new period: a pid without a sample used none
+        if samples:
+            self._sampled_at[target.key] = now
+        elif now - self._sampled_at.get(target.key, -math.inf) < IDLE_AFTER_SECONDS:
+            utilization = dict(self._last_util.get(target.key, {}))  # no period ended yet
         for sample in sorted(samples, key=lambda s: s.timeStamp):  # the latest wins
             utilization[sample.pid] = float(sample.smUtil)
             since = max(since, sample.timeStamp)
@@ -67,11 +84,16 @@ class ProcessReader:
         return running, utilization
 
     def read_mig(
-        self, mig: Target, parent_running: Any, parent_utilization: Any, errors: Counter[str]
+        self,
+        mig: Target,
+        parent_running: Any,
+        parent_utilization: Any,
+        errors: Counter[str],
+        now: float,
     ) -> tuple[Any, Any]:
         """A MIG instance's processes; where its own handle cannot tell, the parent's lists,
         matched by GPU and compute instance id."""
-        running, utilization = self.read(mig, errors)
+        running, utilization = self.read(mig, errors, now)
         instance = mig.entity.mig
         if running is MISSING and parent_running is not MISSING:
             running = [
@@ -87,19 +109,20 @@ class ProcessReader:
         """Drop the sample times of entities whose UUID is not in `keys`."""
         self._seen_us = {k: v for k, v in self._seen_us.items() if k in keys}
         self._last_util = {k: v for k, v in self._last_util.items() if k in keys}
+        self._sampled_at = {k: v for k, v in self._sampled_at.items() if k in keys}
 
 
 def process_samples(running: Any, utilization: Any) -> tuple[ProcessSample, ...] | None:
     """The `read` results as ProcessSamples by pid; None when the running processes are
-    MISSING. MISSING utilization leaves each process's `sm_util_percent` None."""
+    MISSING. MISSING utilization leaves each process's `sm_util_percent` None; a process
+    the answered utilization leaves out used no SM."""
     if running is MISSING:
         return None
-    util = {} if utilization is MISSING else utilization
     return tuple(
         ProcessSample(
             pid=p.pid,
             used_memory_bytes=None if p.usedGpuMemory is None else int(p.usedGpuMemory),
-            sm_util_percent=util.get(p.pid),
+            sm_util_percent=None if utilization is MISSING else utilization.get(p.pid, 0.0),
         )
         for p in sorted(running, key=lambda p: p.pid)
     )

@@ -250,7 +250,7 @@ class NvmlReader:
             self._gpm.read_gpu(target, self._gpm_fields, values, errors)
         running, utilization = MISSING, MISSING
         if processes:
-            running, utilization = self._processes.read(target, errors)
+            running, utilization = self._processes.read(target, errors, now)
         samples = [_sample(target, values, running, utilization)]
         instance_calls = [n for n in self._call_fields if self._specs[n].mig is MigSource.INSTANCE]
         instance_gpm = [n for n in self._gpm_fields if self._specs[n].mig is MigSource.INSTANCE]
@@ -262,7 +262,7 @@ class NvmlReader:
             mig_running, mig_utilization = MISSING, MISSING
             if processes:
                 mig_running, mig_utilization = self._processes.read_mig(
-                    mig, running, utilization, errors
+                    mig, running, utilization, errors, now
                 )
             samples.append(_sample(mig, mig_values, mig_running, mig_utilization))
         return samples

@@ -199,6 +199,16 @@ class SimulatedNvml(DeviceCalls, CounterCalls, MigCalls, GpmCalls, EventCalls):
             self._m.remove_process(pid)
             self._proc.remove(pid)
 
+    def set_process_sm_share(self, pid: int, sm_share: float) -> None:
+        """Change how much of its GPU's SM a running process wants (0: it sits idle, alive,
+        holding its memory, as a pod between requests does)."""
+        if not 0.0 <= sm_share <= 1.0:
+            raise ValueError(f"sm_share must be within [0, 1], got {sm_share}")
+        with self._m.lock:
+            if pid not in self._m.processes:
+                raise ValueError(f"no simulated process with pid {pid}")
+            self._m.set_sm_share(pid, sm_share)
+
     def processes(self) -> tuple[SimProcess, ...]:
         """Running simulated processes, by pid."""
         with self._m.lock:

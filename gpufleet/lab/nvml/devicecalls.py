@@ -247,7 +247,9 @@ class DeviceCalls:
         return []
 
     def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
-        """Latest c_nvmlProcessUtilizationSample_t per process newer than `timeStamp` (µs).
+        """Latest c_nvmlProcessUtilizationSample_t per process newer than `timeStamp` (µs),
+        for the processes that used the SM in that period only (nvml.h: "that had some
+        non-zero utilization during the last sample period").
 
         Raises NVMLError_NotFound when there is none, like NVML.
         """
@@ -264,7 +266,8 @@ class DeviceCalls:
                 s.pid, s.timeStamp = proc.pid, stamp
                 s.smUtil = self._m.process_sm_percent(proc, load)
                 s.memUtil = s.smUtil * 55 // 100
-                samples.append(s)
+                if s.smUtil:
+                    samples.append(s)
         if not samples:
             raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
         return samples

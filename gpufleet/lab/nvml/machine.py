@@ -6,6 +6,7 @@ swapped under the lock, so readers never see a half-applied change. Injected han
 outside the lock. It never calls the real NVML library.
 """
 
+import dataclasses
 import math
 import threading
 import time
@@ -289,6 +290,14 @@ class Machine:
             self._advance_energy(gpu, self._energy[proc.gpu], self.now())
             self._reindex(gpu)
             return proc
+
+    def set_sm_share(self, pid: int, sm_share: float) -> None:
+        with self.lock:
+            proc = self.processes[pid]
+            gpu = self.nodes[proc.gpu]
+            self._advance_energy(gpu, self._energy[proc.gpu], self.now())
+            self.processes[pid] = dataclasses.replace(proc, sm_share=sm_share)
+            self._reindex(gpu)
 
     def _reindex(self, gpu: Node) -> None:
         procs = tuple(

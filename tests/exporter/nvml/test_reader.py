@@ -458,6 +458,30 @@ def test_process_sm_util_is_kept_between_nvml_samples(make_sim, clock: ManualClo
     assert [(p.pid, p.sm_util_percent) for p in again[0].processes] == [(pid, util)]
 
 
+def test_a_process_gone_idle_reads_0_not_its_last_busy_value(make_sim, clock) -> None:
+    """NVML samples only processes that used the SM in the period. A pod gone idle kept its
+    last busy SM % for as long as it lived, alone on the GPU (NVML: NotFound) or beside a
+    busy one (its sample left out); both read 0 once a new period has ended."""
+    sim = make_sim("1xH100")
+    gpu = sim.devices[0].uuid
+    idle = sim.spawn_process(gpu, pod_uid="a", used_memory_bytes=MIB, sm_share=0.5)
+    reader = reader_for(sim, ["DCGM_FI_DEV_FB_USED"])
+
+    def sm() -> dict[int, float | None]:
+        samples, _ = reader.collect(clock.advance(INTERVAL_S))
+        return {p.pid: p.sm_util_percent for p in samples[0].processes}
+
+    assert sm()[idle] > 0
+    sim.set_process_sm_share(idle, 0.0)
+    assert sm() == {idle: 0.0}  # alone: NVML answers NotFound
+    busy = sim.spawn_process(gpu, pod_uid="b", used_memory_bytes=MIB, sm_share=0.5)
+    sim.set_process_sm_share(idle, 0.5)
+    assert sm()[idle] > 0
+    sim.set_process_sm_share(idle, 0.0)
+    after = sm()
+    assert after[idle] == 0.0 and after[busy] > 0  # beside a busy one: its sample left out
+
+
 def test_processes_are_read_only_on_the_gpus_asked(make_sim, clock: ManualClock) -> None:
     """A GPU left out of `processes_of` says "could not tell" on itself and its MIG
     instances; the GPUs asked keep their processes."""

@@ -300,6 +300,15 @@ def test_process_utilization_samples(sim: SimulatedNvml, clock: ManualClock) -> 
         sim.nvmlDeviceGetProcessUtilization(h, latest)
     clock.now += 1.0
     assert {s.pid for s in sim.nvmlDeviceGetProcessUtilization(h, latest)} == {big, small}
+    # nvml.h: a sample only for a process "that had some non-zero utilization during the
+    # last sample period"; NotFound when none had
+    sim.set_process_sm_share(small, 0.0)
+    clock.now += 1.0
+    assert {s.pid for s in sim.nvmlDeviceGetProcessUtilization(h, latest)} == {big}
+    sim.set_process_sm_share(big, 0.0)
+    clock.now += 1.0
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        sim.nvmlDeviceGetProcessUtilization(h, latest)
 
 
 def test_topology_and_p2p(sim: SimulatedNvml) -> None:
