@@ -128,11 +128,15 @@ class DeviceCalls:
         return rates
 
     def nvmlDeviceGetEncoderUtilization(self, handle: Any) -> list[int]:
-        self._m.enter("nvmlDeviceGetEncoderUtilization", handle, mig_ok=False)
+        node = self._m.enter("nvmlDeviceGetEncoderUtilization", handle, mig_ok=False)
+        if node.mig_parent:  # nvml.h: "not supported" on MIG-enabled GPUs
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return [0, _SAMPLING_PERIOD_US]
 
     def nvmlDeviceGetDecoderUtilization(self, handle: Any) -> list[int]:
-        self._m.enter("nvmlDeviceGetDecoderUtilization", handle, mig_ok=False)
+        node = self._m.enter("nvmlDeviceGetDecoderUtilization", handle, mig_ok=False)
+        if node.mig_parent:  # nvml.h: "not supported" on MIG-enabled GPUs
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return [0, _SAMPLING_PERIOD_US]
 
     def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
@@ -251,9 +255,13 @@ class DeviceCalls:
         for the processes that used the SM in that period only (nvml.h: "that had some
         non-zero utilization during the last sample period").
 
-        Raises NVMLError_NotFound when there is none, like NVML.
+        Raises NVMLError_NotFound when there is none, like NVML, and NotSupported on a
+        MIG-enabled GPU and its instances ("On MIG-enabled GPUs, querying process
+        utilization is not currently supported").
         """
-        node = self._m.enter("nvmlDeviceGetProcessUtilization", handle)
+        node = self._m.enter("nvmlDeviceGetProcessUtilization", handle, mig_ok=False)
+        if node.mig_parent:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         e = self._m.now()
         stamp = self._m.wall_us(e) // _PROCESS_SAMPLE_US * _PROCESS_SAMPLE_US
         sample_e = e - (self._m.wall_us(e) - stamp) / 1e6

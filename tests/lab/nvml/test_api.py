@@ -187,9 +187,18 @@ def test_mig_empty_slot_is_not_found(clock: ManualClock) -> None:
 def test_utilization_is_not_supported_on_mig(sim: SimulatedNvml) -> None:
     parent = sim.nvmlDeviceGetHandleByIndex(2)
     mig = sim.nvmlDeviceGetMigDeviceHandleByIndex(parent, 0)
+    # nvml.h: utilization, encoder and decoder utilization and process utilization are
+    # "not supported" on MIG-enabled GPUs
     for handle in (parent, mig):
+        for call in (
+            sim.nvmlDeviceGetUtilizationRates,
+            sim.nvmlDeviceGetEncoderUtilization,
+            sim.nvmlDeviceGetDecoderUtilization,
+        ):
+            with pytest.raises(pynvml.NVMLError_NotSupported):
+                call(handle)
         with pytest.raises(pynvml.NVMLError_NotSupported):
-            sim.nvmlDeviceGetUtilizationRates(handle)
+            sim.nvmlDeviceGetProcessUtilization(handle, 0)
     with pytest.raises(pynvml.NVMLError_NotSupported):
         sim.nvmlDeviceGetPowerUsage(mig)
     assert sim.nvmlDeviceGetPowerUsage(parent) > 0
