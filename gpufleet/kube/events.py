@@ -21,9 +21,36 @@ MERGE_PATCH = "application/merge-patch+json"
 _MAX_KEYS = 4096
 
 
-def micro_time(seconds: float) -> str:
-    """metav1.MicroTime: RFC 3339 with microseconds, UTC."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+NOTE_LIMIT_BYTES = 1024  # events.k8s.io's limit on `note`, in bytes (Go's len)
+
+
+class MicroTime(datetime):
+    """metav1.MicroTime, which the API server parses with exactly six fractional digits.
+    The client holds a body's times as datetimes (it validates dict bodies into its models)
+    and writes them with isoformat(), which drops a zero microsecond: a Lease renewed, or
+    an Event made, on a whole second was refused. This one always writes six."""
+
+    def isoformat(self, sep: str = "T", timespec: str = "auto") -> str:
+        return super().isoformat(sep, "microseconds")
+
+    @classmethod
+    def of(cls, value: datetime) -> "MicroTime":
+        """`value` (as the client read it back) written with six digits."""
+        return cls(
+            value.year,
+            value.month,
+            value.day,
+            value.hour,
+            value.minute,
+            value.second,
+            value.microsecond,
+            tzinfo=value.tzinfo or UTC,
+        )
+
+
+def micro_time(seconds: float) -> MicroTime:
+    """A metav1.MicroTime of `seconds` since the epoch, UTC."""
+    return MicroTime.fromtimestamp(seconds, UTC)
 
 
 class EventRecorder:
@@ -89,7 +116,7 @@ class EventRecorder:
             "reportingInstance": self._instance,
             "action": action,
             "reason": reason,
-            "note": note[:1024],  # the API's limit on note
+            "note": note.encode()[:NOTE_LIMIT_BYTES].decode(errors="ignore"),
             "type": type_,
             "regarding": dict(regarding),
         }

@@ -10,15 +10,17 @@ candidate may take over: a lost lease stops writes before another holder can sta
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from kubernetes import client
 
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
-from gpufleet.kube.events import micro_time
+from gpufleet.kube.events import MicroTime, micro_time
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +128,7 @@ class LeaderElector:
             spec.acquire_time = micro_time(wall)
             spec.lease_transitions = (spec.lease_transitions or 0) + 1
         spec.holder_identity = c.identity
-        spec.lease_duration_seconds = int(c.lease_duration_seconds)
+        spec.lease_duration_seconds = _whole_seconds(c.lease_duration_seconds)
         spec.renew_time = micro_time(wall)
         try:
             self._put(lease)
@@ -142,7 +144,7 @@ class LeaderElector:
             "metadata": {"name": c.name, "namespace": c.namespace},
             "spec": {
                 "holderIdentity": c.identity,
-                "leaseDurationSeconds": int(c.lease_duration_seconds),
+                "leaseDurationSeconds": _whole_seconds(c.lease_duration_seconds),
                 "acquireTime": micro_time(wall),
                 "renewTime": micro_time(wall),
                 "leaseTransitions": 0,
@@ -152,7 +154,9 @@ class LeaderElector:
             kube_call(
                 lambda: self._leases.create_namespaced_lease(c.namespace, body, **self._timeout)
             )
-        except KubeError:
+        except KubeError as err:
+            if err.kind is not KubeErrorKind.CONFLICT:
+                log.warning("lease %s/%s not created: %s", c.namespace, c.name, err)
             return False  # someone else created it first; the next try reads theirs
         return self._won(now, "")
 
@@ -164,6 +168,10 @@ class LeaderElector:
 
     def _put(self, lease: client.V1Lease) -> None:
         c = self._config
+        spec = lease.spec
+        for name in ("acquire_time", "renew_time"):  # as read back: plain datetimes
+            if isinstance(value := getattr(spec, name), datetime):
+                setattr(spec, name, MicroTime.of(value))
         kube_call(
             lambda: self._leases.replace_namespaced_lease(
                 c.name, c.namespace, lease, **self._timeout
@@ -176,3 +184,9 @@ class LeaderElector:
             log.info("became leader (lease %s/%s)", self._config.namespace, self._config.name)
         self._renewed_at = now
         return True
+
+
+def _whole_seconds(seconds: float) -> int:
+    """The Lease's `leaseDurationSeconds`, an int32 the API server wants above 0: a
+    duration under a second rounded down to 0 was refused, and no replica ever led."""
+    return max(1, math.ceil(seconds))

@@ -68,3 +68,39 @@ def test_a_release_waits_for_the_renewal_in_flight(server) -> None:
         server.faults.delay_seconds = 0.0
         assert holder(api) == ""
         assert not a.is_leader() and not a.try_acquire_or_renew()
+
+
+def test_a_lease_taken_on_a_whole_second_is_renewed(server) -> None:
+    """The client writes the times it read back with isoformat(), which drops a zero
+    microsecond; the API server parses metav1.MicroTime with six digits and refused every
+    renewal of a lease acquired on a whole second."""
+    now = [0.0]
+    with api_client(server.url) as api:
+        a = LeaderElector(
+            api,
+            LeaseConfig(namespace="default", name="lock", identity="a"),
+            clock=lambda: now[0],
+            wall_clock=lambda: 1_767_225_600.0 + now[0],  # 2026-01-01T00:00:00Z
+        )
+        assert a.try_acquire_or_renew()
+        for second in (1.0, 2.0):
+            now[0] = second
+            assert a.try_acquire_or_renew() and a.is_leader()
+        spec = client.CoordinationV1Api(api).read_namespaced_lease("lock", "default").spec
+        assert spec.renew_time.timestamp() == 1_767_225_602.0
+
+
+def test_a_lease_shorter_than_a_second_is_one_second_not_0(server) -> None:
+    """leaseDurationSeconds is an int the API server wants above 0: int(0.5) was 0, the
+    create was refused, and no replica ever led."""
+    with api_client(server.url) as api:
+        config = LeaseConfig(
+            namespace="default",
+            name="lock",
+            identity="a",
+            lease_duration_seconds=0.5,
+            renew_deadline_seconds=0.4,
+        )
+        assert LeaderElector(api, config).try_acquire_or_renew()
+        spec = client.CoordinationV1Api(api).read_namespaced_lease("lock", "default").spec
+        assert spec.lease_duration_seconds == 1

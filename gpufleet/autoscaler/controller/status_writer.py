@@ -185,7 +185,7 @@ class StatusWriter:
 
 def timestamp(seconds: float) -> str:
     """A status timestamp: RFC 3339 to the second, as Kubernetes writes them."""
-    return micro_time(seconds)[:19] + "Z"
+    return micro_time(seconds).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _regarding(namespace: str, name: str) -> dict[str, str]:

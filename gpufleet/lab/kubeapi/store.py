@@ -28,6 +28,7 @@ from gpufleet.core.selectors import (
     parse_selector,
     selector_string,
 )
+from gpufleet.lab.kubeapi import validation
 from gpufleet.lab.kubeapi.objects import (
     ApiError,
     conflict,
@@ -150,6 +151,8 @@ class ObjectStore:
             meta["name"] = f"{meta['generateName']}{self._version + 1:05x}"
         name = meta.get("name") or ""
         self._check_new(res, namespace, name, obj)
+        if bad := validation.causes(res.plural, res.group, obj):
+            raise invalid(res.kind, name, bad)
         self._version += 1
         meta.update(
             name=name,
@@ -298,6 +301,8 @@ class ObjectStore:
                     name,
                     [("spec.selector", f"Invalid value: {selector}: field is immutable")],
                 )
+        if bad := validation.causes(res.plural, res.group, new):
+            raise invalid(res.kind, name, bad)
         if res.status and subresource == "status":
             new = {**current, "status": new.get("status")}
         elif res.status:
