@@ -11,6 +11,7 @@ to nodes already there, where they only pay their own cold start.
 Pure: manifests as plain dicts; `kube.cluster` writes them.
 """
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,19 +29,35 @@ OWNER_LABEL = "autoscaling.gpufleet.dev/placeholder-for"
 _PLACEMENT = ("nodeSelector", "affinity", "tolerations", "runtimeClassName")
 
 
+_SUFFIX = "-placeholder"
+
+
 def placeholder_name(autoscaler: str) -> str:
     """The placeholder Deployment of a GPUAutoscaler, in its namespace."""
-    return f"{autoscaler}-placeholder"
+    return f"{autoscaler}{_SUFFIX}"
+
+
+def owner_label(autoscaler: str) -> str:
+    """OWNER_LABEL's value for a GPUAutoscaler: its name, where it fits a label value (63
+    characters); else its first 54, then a hash of the whole. A GPUAutoscaler's name may
+    be 253 characters long, and the API server refused every object labelled with one
+    past 63: such a workload never had headroom."""
+    if len(autoscaler) <= 63:
+        return autoscaler
+    digest = hashlib.sha256(autoscaler.encode()).hexdigest()[:8]
+    return f"{autoscaler[:54].rstrip('-.')}-{digest}"
 
 
 def placeholder_owner(metadata: Mapping[str, Any]) -> str | None:
     """The GPUAutoscaler whose headroom an object (Deployment, PodTemplate, CapacityBuffer)
     holds, from its metadata; None for any object gpufleet did not make, whatever its name:
     a user's own `chat-placeholder` is never written."""
-    owner = (metadata.get("labels") or {}).get(OWNER_LABEL)
-    if isinstance(owner, str) and metadata.get("name") == placeholder_name(owner):
-        return owner
-    return None
+    name = metadata.get("name")
+    label = (metadata.get("labels") or {}).get(OWNER_LABEL)
+    if not isinstance(name, str) or not name.endswith(_SUFFIX):
+        return None
+    owner = name.removesuffix(_SUFFIX)
+    return owner if label == owner_label(owner) else None
 
 
 def priority_class() -> dict[str, Any]:
@@ -79,7 +96,7 @@ def placeholder_deployment(
     """The placeholder Deployment standing for `replicas` pods of `template_spec` (the
     target's pod template spec): their GPUs and placement, none of their work. Owned by
     the GPUAutoscaler, so deleting it deletes them."""
-    labels = {OWNER_LABEL: autoscaler}
+    labels = {OWNER_LABEL: owner_label(autoscaler)}
     spec = {"priorityClassName": PRIORITY_CLASS, **placeholder_pod_spec(template_spec)}
     return {
         "apiVersion": "apps/v1",
@@ -99,11 +116,20 @@ def placeholder_pod_spec(template_spec: Mapping[str, Any]) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": 0,  # give the GPUs back at once when preempted
         "automountServiceAccountToken": False,
+        # Pod Security's `restricted` level, enforced per namespace: there the API server
+        # refused every placeholder pod, and the headroom counted as kept was none. No
+        # runAsUser: pause runs as 65535, and OpenShift's SCCs assign their own uid.
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [
             {
                 "name": "placeholder",
                 "image": PAUSE_IMAGE,
                 "resources": {"requests": dict(requests), "limits": dict(requests)},
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                    "readOnlyRootFilesystem": True,
+                },
             }
         ],
     }
@@ -117,7 +143,10 @@ def owned_metadata(*, namespace: str, autoscaler: str, uid: str) -> dict[str, An
     return {
         "name": placeholder_name(autoscaler),
         "namespace": namespace,
-        "labels": {OWNER_LABEL: autoscaler, "app.kubernetes.io/managed-by": "gpufleet"},
+        "labels": {
+            OWNER_LABEL: owner_label(autoscaler),
+            "app.kubernetes.io/managed-by": "gpufleet",
+        },
         "ownerReferences": [
             {
                 "apiVersion": f"{GROUP}/{VERSION}",

@@ -562,6 +562,32 @@ async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
         await prom.close()
 
 
+async def test_a_long_named_autoscaler_gets_its_placeholders(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """A name past a label value's 63 characters: the API server (and now the fake one)
+    refused the placeholder Deployment labelled with it, every tick."""
+    name = "chat-" + "x" * 70
+    deploy(api, gpus=2)
+    create_autoscaler(api, NS, KEDA_SPEC, name=name)
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
+    await first_tick_with_headroom(ctl, 2)
+    apps = client.AppsV1Api(api)
+
+    def made() -> bool:
+        try:
+            return apps.read_namespaced_deployment(f"{name}-placeholder", NS).spec.replicas == 2
+        except client.ApiException:
+            return False
+
+    try:
+        await ticks_until(ctl, made)
+        assert ctl.stats.placeholders[f"{NS}/{name}"] == 2
+        assert not ctl.stats.errors  # no write refused on the way
+    finally:
+        await prom.close()
+
+
 async def test_placeholders_of_a_target_gone_are_released(
     api: client.ApiClient, pod_prometheus: Prometheus
 ) -> None:

@@ -4,7 +4,9 @@ from gpufleet.autoscaler.core.placeholders import (
     OWNER_LABEL,
     PRIORITY_CLASS,
     gpu_requests,
+    owner_label,
     placeholder_deployment,
+    placeholder_owner,
     priority_class,
 )
 
@@ -48,3 +50,37 @@ def test_the_priority_class_is_below_every_default_and_never_preempts() -> None:
     body = priority_class()
     assert body["value"] < 0 and body["preemptionPolicy"] == "Never"
     assert body["globalDefault"] is False
+
+
+def test_a_placeholder_meets_pod_securitys_restricted_level() -> None:
+    """Pod Security admission (on since 1.25) refuses, in a namespace that enforces
+    `restricted`, a pod without these: the placeholder Deployment stood at 0 pods there
+    while its replicas counted as headroom kept. (The pod-security-standards page lists
+    the level's checks.)"""
+    body = placeholder_deployment(
+        namespace="llm", autoscaler="chat", autoscaler_uid="u", replicas=1, template_spec=TEMPLATE
+    )
+    pod = body["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "runAsUser" not in pod["securityContext"]  # OpenShift's SCCs pick the uid
+
+
+def test_a_name_past_a_label_values_63_characters_is_labelled_with_its_hash() -> None:
+    """A GPUAutoscaler's name may be 253 characters; a label value at most 63, beginning and
+    ending with a letter or digit. Labelled with the whole name, every headroom object was
+    refused."""
+    long = "a" * 53 + "-" + "b" * 20
+    label = owner_label(long)
+    assert len(label) <= 63 and label[0].isalnum() and label[-1].isalnum()
+    assert label != owner_label(long + "c")  # two long names share no label
+    assert owner_label("chat") == "chat"  # short names keep theirs, as before
+    body = placeholder_deployment(
+        namespace="llm", autoscaler=long, autoscaler_uid="u", replicas=1, template_spec=TEMPLATE
+    )
+    assert body["spec"]["selector"]["matchLabels"] == {OWNER_LABEL: label}
+    assert placeholder_owner(body["metadata"]) == long
+    assert placeholder_owner({**body["metadata"], "labels": {OWNER_LABEL: long}}) is None
