@@ -12,7 +12,7 @@ import urllib3
 from kubernetes.client import ApiException
 
 from gpufleet.kube.connect import api_client
-from gpufleet.kube.node_labels import apply_node_labels
+from gpufleet.kube.node_labels import apply_node_labels, is_label_value
 from gpufleet.plugin.core.config import PluginConfig
 from gpufleet.plugin.core.labels import MACHINE_UNKNOWN, gfd_labels
 from gpufleet.plugin.core.model import NodeGpus
@@ -56,10 +56,21 @@ def publish_labels(
         except OSError as exc:
             log.warning("%s: cannot write GFD labels: %s", path, exc)
     if node_name:
+        # NFD leaves off a label whose value it cannot set; one such label in the Node's
+        # patch would cost all the others (a DMI name of "To-Be-Filled-By-O.E.M.")
+        valid = {name: value for name, value in labels.items() if is_label_value(value)}
+        for name in sorted(labels.keys() - valid.keys()):
+            log.warning(
+                "node %s: GFD label %s=%r left off: not a label value (at most 63 "
+                "characters, beginning and ending with a letter or digit)",
+                node_name,
+                name,
+                labels[name],
+            )
         try:
             api = api_client(url=kube_url, kubeconfig=kubeconfig, user_agent="gpufleet-plugin")
-            apply_node_labels(api, node_name, labels, owner=OWNER)
-            log.info("GFD labels set on node %s (%d labels)", node_name, len(labels))
+            apply_node_labels(api, node_name, valid, owner=OWNER)
+            log.info("GFD labels set on node %s (%d labels)", node_name, len(valid))
         except (ValueError, ApiException, urllib3.exceptions.HTTPError) as exc:
             log.warning("node %s: cannot set GFD labels: %s", node_name, str(exc).strip())
     return labels

@@ -73,6 +73,32 @@ def test_file_and_node_get_the_same_labels(tmp_path: Path, apiserver) -> None:
     assert on_node == labels
 
 
+def test_a_label_the_api_server_would_refuse_costs_only_itself(
+    tmp_path: Path, apiserver, caplog
+) -> None:
+    """A common BIOS default DMI name ends in '.', which no label value may: the one merge
+    patch carrying it was refused (422), and the Node got none of GFD's labels. NFD leaves
+    such a label off; so does the Node's patch now."""
+    dmi = tmp_path / "product_name"
+    dmi.write_text("To Be Filled By O.E.M.\n")
+    labels = publish_labels(
+        NODE,
+        SINGLE,
+        features_file="",
+        node_name="gpu-0",
+        machine_type_file=str(dmi),
+        kube_url=apiserver.url,
+        pci_devices=sysfs(tmp_path, "0x030200"),
+    )
+    assert labels["nvidia.com/gpu.machine"] == "To-Be-Filled-By-O.E.M."  # as GFD makes it
+    on_node = client.CoreV1Api(api_client(apiserver.url)).read_node("gpu-0").metadata.labels
+    assert on_node == {k: v for k, v in labels.items() if k != "nvidia.com/gpu.machine"}
+    assert any(
+        "nvidia.com/gpu.machine='To-Be-Filled-By-O.E.M.' left off" in r.getMessage()
+        for r in caplog.records
+    )
+
+
 def test_failures_are_warnings(tmp_path: Path, caplog) -> None:
     caplog.set_level(logging.WARNING)
     labels = publish_labels(

@@ -27,6 +27,7 @@ from gpufleet.plugin.core.model import GpuInfo, MigInfo, NodeGpus
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MACHINE_UNKNOWN = "unknown"
+LABEL_VALUE_MAX = 63  # Kubernetes' limit on a label value
 _UNSAFE = re.compile(r"[^A-Za-z0-9\-_. ]")
 # A MIG profile's slices: "[<c>c.]<g>g.<memory>gb[+...]".
 _SLICES = re.compile(r"(?:(\d+)c\.)?(\d+)g\.")
@@ -164,16 +165,32 @@ def _base(resource: str, sharing: Sharing | None, count: int, *parts: str) -> di
     """GFD's product, count, replicas and sharing-strategy for `resource`; `sharing` None is
     GFD's "without sharing" (replicas 0)."""
     replicas = 0 if sharing is None else _replicas(sharing, resource)
-    suffix, strategy = "", "none"
+    product, strategy = [_sanitise(p) for p in parts if p], "none"
     if sharing is not None and replicas > 1:
-        suffix = "" if sharing.rename_by_default else "-SHARED"
+        product += [] if sharing.rename_by_default else ["SHARED"]
         strategy = _STRATEGY[sharing.kind]
     return {
-        f"{resource}.product": "-".join(_sanitise(p) for p in parts if p) + suffix,
+        f"{resource}.product": product_value(product),
         f"{resource}.count": str(count),
         f"{resource}.replicas": str(replicas),
         f"{resource}.sharing-strategy": strategy,
     }
+
+
+def product_value(parts: list[str]) -> str:
+    """The product label's value from its parts (model, then MIG and profile, SHARED),
+    within a label value's 63 characters: only the model is cut, and any separator it then
+    ends with, since the parts after it tell resources apart. NVIDIA's fix for the same
+    (k8s-device-plugin issue #1876, PR #1880): a 67-character product had no label at
+    all under NFD, and failed the whole Node patch under nodeLabels=api."""
+    full = "-".join(parts)
+    if len(full) <= LABEL_VALUE_MAX:
+        return full
+    suffix = "-".join(parts[1:])
+    room = LABEL_VALUE_MAX - len(suffix) - 1
+    if not suffix or room <= 0:
+        return full[:LABEL_VALUE_MAX].rstrip("-._")
+    return f"{parts[0][:room].rstrip('-._')}-{suffix}"
 
 
 def _replicas(sharing: Sharing, resource: str) -> int:

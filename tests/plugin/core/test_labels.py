@@ -16,7 +16,7 @@ from gpufleet.plugin.core.config import (
     Sharing,
     SharingKind,
 )
-from gpufleet.plugin.core.labels import gfd_labels, render_features
+from gpufleet.plugin.core.labels import gfd_labels, product_value, render_features
 from gpufleet.plugin.core.model import MigAttributes
 
 # GFD's documented labels (docs/gpu-feature-discovery/README.md, v0.20), MIG_TYPE standing
@@ -385,3 +385,44 @@ def test_gpu_mode(classes, mode):
 def test_no_gpu_no_labels_and_feature_file_format():
     assert gfd_labels(node(), PluginConfig()) == {}
     assert render_features({"a/b": "1", "c/d": ""}) == "a/b=1\nc/d=\n"
+
+
+LONG_MODEL = "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition"  # 55 characters
+
+
+@pytest.mark.parametrize(
+    ("parts", "expected"),
+    [
+        (["MOCKMODEL", "MIG", "1g.300gb"], "MOCKMODEL-MIG-1g.300gb"),
+        (["MOCKMODEL"], "MOCKMODEL"),
+        (
+            [LONG_MODEL, "MIG", "1g.24gb"],
+            "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edi-MIG-1g.24gb",
+        ),
+        (
+            [LONG_MODEL, "MIG", "1g.24gb.me"],
+            "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-MIG-1g.24gb.me",
+        ),
+        (["A" * 51 + "." + "B" * 10, "MIG", "1g.5gb"], "A" * 51 + "-MIG-1g.5gb"),
+        (["A" * 80], "A" * 63),
+        (
+            [LONG_MODEL, "MIG", "1g.24gb", "SHARED"],
+            "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstat-MIG-1g.24gb-SHARED",
+        ),
+    ],
+    ids=[
+        "short value is returned unchanged",
+        "short bare model is returned unchanged",
+        "long model with mig profile truncates the model and preserves the profile",
+        "media-extension profile is preserved and trailing separator is trimmed",
+        "trailing dot from truncation is trimmed",
+        "long bare model is truncated to the limit",
+        "shared suffix is preserved when truncating",
+    ],
+)
+def test_a_product_fits_a_label_value_as_nvidias_fix_cuts_it(parts, expected) -> None:
+    """NVIDIA k8s-device-plugin PR #1880 (issue #1876), internal/lm/resource_test.go's
+    TestGetProductName: a 67-character product had no label under NFD."""
+    value = product_value(parts)
+    assert value == expected
+    assert len(value) <= 63 and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", value)
