@@ -284,6 +284,27 @@ class FakeApiServer:
         )
 
 
+def _resource_attributes(segments: list[str]) -> dict[str, str] | None:
+    """The resource attributes kube-apiserver's RequestInfoFactory reads from a path, served
+    or not; None for discovery (/api, /apis/<group>/<version>) and other non-resource URLs."""
+    if segments[:1] == ["api"] and len(segments) > 2:
+        group, parts = "", segments[2:]
+    elif segments[:1] == ["apis"] and len(segments) > 3:
+        group, parts = segments[1], segments[3:]
+    else:
+        return None
+    namespace = ""
+    if parts[0] == "namespaces" and len(parts) > 2:
+        namespace, parts = parts[1], parts[2:]
+    return {
+        "group": group,
+        "resource": parts[0],
+        "name": parts[1] if len(parts) > 1 else "",
+        "subresource": parts[2] if len(parts) > 2 else "",
+        "namespace": namespace,
+    }
+
+
 def _authorize(state: _State, request: web.Request) -> None:
     """Raise the 401 or 403 a request bearing a token gets where its user may not make it."""
     auth = request.headers.get("Authorization", "")
@@ -298,15 +319,20 @@ def _authorize(state: _State, request: web.Request) -> None:
         attributes = {"group": "authorization.k8s.io", "resource": "subjectaccessreviews"}
     else:
         target = _target(state, segments)
-        if target is None:
+        if target is not None:
+            attributes = {
+                "group": target.res.group,
+                "resource": target.res.plural,
+                "subresource": target.subresource,
+                "namespace": target.namespace or "",
+                "name": target.name,
+            }
+        elif (unserved := _resource_attributes(segments)) is not None:
+            # kube-apiserver authorizes before it routes: a resource it does not serve is a
+            # 403 to a user without the grant, not a 404 that reads as "not installed"
+            attributes = unserved
+        else:
             return  # discovery and /version: every authenticated user's
-        attributes = {
-            "group": target.res.group,
-            "resource": target.res.plural,
-            "subresource": target.subresource,
-            "namespace": target.namespace or "",
-            "name": target.name,
-        }
     verbs = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
     if request.method == "GET":
         verb = "get" if attributes.get("name") else ("watch" if is_watch(request) else "list")

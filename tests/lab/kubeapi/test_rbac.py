@@ -173,3 +173,10 @@ def test_a_request_bearing_a_token_is_authorized_as_its_user() -> None:
         with pytest.raises(client.ApiException) as err:
             as_("nobodys").list_deployment_for_all_namespaces()
         assert err.value.status == 401
+        # kube-apiserver authorizes before it routes: a CRD not installed is a 403 to a
+        # user without the grant (a chart missing the rule), not a 404 ("not installed")
+        with pytest.raises(client.ApiException) as err:
+            client.CustomObjectsApi(carol.api_client).list_cluster_custom_object(
+                "karpenter.sh", "v1", "nodepools"
+            )
+        assert err.value.status == 403

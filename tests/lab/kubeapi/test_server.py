@@ -277,7 +277,9 @@ def test_leases_and_events(api: client.ApiClient) -> None:
         "default",
         {
             "metadata": {"generateName": "chat."},
-            "eventTime": "2026-11-24T00:00:00.000000Z",
+            # the client reads this into a datetime and writes it with isoformat(): a
+            # whole second would lose the six digits MicroTime wants (422 here, as there)
+            "eventTime": "2026-11-24T00:00:00.250000Z",
             "reason": "ScaleUp",
             "note": "3 -> 5",
             "type": "Normal",
@@ -329,7 +331,7 @@ def test_requests_are_recorded_by_user_agent(server: FakeApiServer, api: client.
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-def test_kubectl_drives_it(server: FakeApiServer, tmp_path: Path) -> None:
+def test_kubectl_drives_it(server: FakeApiServer, api: client.ApiClient, tmp_path: Path) -> None:
     config = server.write_kubeconfig(tmp_path / "kubeconfig")
 
     def kubectl(*args: str) -> str:
@@ -343,9 +345,11 @@ def test_kubectl_drives_it(server: FakeApiServer, tmp_path: Path) -> None:
         assert run.returncode == 0, run.stderr
         return run.stdout
 
-    kubectl("scale", "deployment/vllm-a", "--replicas=6")
-    assert kubectl("get", "deployment", "vllm-a", "-o", "jsonpath={.spec.replicas}") == "6"
-    assert "vllm-a" in kubectl("get", "deploy", "-n", "default")
+    # its own Deployment: the module's server is shared, and this test ran alone failed
+    client.AppsV1Api(api).create_namespaced_deployment("default", deployment("vllm-k"))
+    kubectl("scale", "deployment/vllm-k", "--replicas=6")
+    assert kubectl("get", "deployment", "vllm-k", "-o", "jsonpath={.spec.replicas}") == "6"
+    assert "vllm-k" in kubectl("get", "deploy", "-n", "default")
 
 
 def test_an_optional_crd_is_served_only_where_installed() -> None:
