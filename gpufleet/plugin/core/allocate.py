@@ -261,10 +261,15 @@ def _mps(
     envs = {
         "CUDA_MPS_PIPE_DIRECTORY": pipe_dir,
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // mps.replicas),
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ",".join(
-            f"{ordinal}={d.gpu.memory_mib // mps.replicas}M" for ordinal, d in enumerate(physical)
-        ),
     }
+    # none for a GPU whose memory NVML did not say (0), as NVIDIA's MPS daemon skips it
+    limits = [
+        f"{ordinal}={d.gpu.memory_mib // mps.replicas}M"
+        for ordinal, d in enumerate(physical)
+        if d.gpu.memory_mib
+    ]
+    if limits:
+        envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(limits)
     mounts = [
         Mount(pipe_dir, posixpath.join(mps.root, resource, "pipe"), False),
         Mount("/dev/shm", posixpath.join(mps.root, "shm"), False),

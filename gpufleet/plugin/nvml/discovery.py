@@ -89,7 +89,7 @@ def _gpu(lib: Any, device: NvmlGpu, *, errors: Counter[str]) -> GpuInfo:
         uuid=device.uuid,
         minor=lib.nvmlDeviceGetMinorNumber(handle),
         name=device.name,
-        memory_mib=lib.nvmlDeviceGetMemoryInfo(handle).total // _MIB,
+        memory_mib=_memory_mib(lib, handle, f"GPU {device.index}"),
         numa_node=_numa_node(lib, handle),
         mig_enabled=enabled,
         migs=_migs(lib, device, errors) if enabled else (),
@@ -97,6 +97,18 @@ def _gpu(lib: Any, device: NvmlGpu, *, errors: Counter[str]) -> GpuInfo:
         mig_capable=mig_capable(lib, handle),
         pci_bus_id=text(lib.nvmlDeviceGetPciInfo(handle).busId),
     )
+
+
+def _memory_mib(lib: Any, handle: Any, what: str) -> int:
+    """Total memory in MiB; 0 where NVML does not say, as NVIDIA's plugin ignores it (no
+    nvidia.com/gpu.memory label, no MPS memory limit) since its commit e3323ce: some
+    systems answer NotSupported, and an unprivileged caller gets NoPermission for a
+    MIG-enabled GPU's aggregate. The device itself was left out."""
+    try:
+        return lib.nvmlDeviceGetMemoryInfo(handle).total // _MIB
+    except pynvml.NVMLError as err:
+        log.warning("%s: ignoring an error getting its memory: %s", what, err)
+        return 0
 
 
 def _numa_node(lib: Any, handle: Any) -> int | None:
@@ -149,7 +161,7 @@ def _mig(lib: Any, mig: NvmlMig) -> MigInfo:
         gi_id=mig.gi_id,
         ci_id=mig.ci_id,
         index=mig.index,
-        memory_mib=lib.nvmlDeviceGetMemoryInfo(mig.handle).total // _MIB,
+        memory_mib=_memory_mib(lib, mig.handle, f"MIG device {mig.uuid}"),
         attributes=_mig_attributes(lib, mig.handle),
     )
 

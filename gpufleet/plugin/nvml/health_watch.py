@@ -343,8 +343,8 @@ class HealthWatcher:
         try:
             handle = self._lib.nvmlDeviceGetHandleByUUID(uuid)
             self._lib.nvmlDeviceGetMemoryInfo(handle)
-        except pynvml.NVMLError_NotSupported:
-            return True  # it answered
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_NoPermission):
+            return True  # it answered (a MIG-enabled GPU's aggregate needs privileges)
         except pynvml.NVMLError:
             return False
         return True

@@ -381,3 +381,18 @@ def test_allocate_rejects(
 )
 def test_fail_requests_greater_than_one_allows(request_ids: list[str], devices: dict) -> None:
     allocate(request_ids, devices, options(fail_requests_greater_than_one=True))
+
+
+def test_mps_sets_no_memory_limit_for_a_gpu_whose_memory_nvml_did_not_say() -> None:
+    """Its memory read as 0 (NVML could not tell): "0=0M" pinned the client to no memory.
+    NVIDIA's MPS daemon skips such a device's limit; so does the allocation."""
+    unread = node(gpu(0), gpu(1, memory_mib=0))
+    sharing = SharingOptions(kind=SharingKind.MPS, replicas={"nvidia.com/gpu": 4})
+    devices = {
+        d.id: d for d in advertise(unread, ResourceOptions(sharing=sharing))["nvidia.com/gpu"]
+    }
+    mps = options(mps=MpsOptions(root="/run/nvidia/mps", replicas=4))
+    both = allocate([f"{G0}::0", f"{G1}::0"], devices, mps).envs
+    assert both["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={H100_MIB // 4}M"
+    alone = allocate([f"{G1}::0"], devices, mps).envs
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in alone

@@ -57,6 +57,18 @@ def test_without_nvlink_pcie_distance_scores(sim: SimulatedNvml) -> None:
     assert (0, 7) not in links  # across sockets: 0
 
 
+def test_memory_nvml_cannot_tell_is_0_not_a_gpu_left_out(sim: SimulatedNvml) -> None:
+    """NVIDIA's plugin ignores an error reading a device's memory (its commit e3323ce: some
+    systems answer NotSupported; an unprivileged caller gets NoPermission for a MIG-enabled
+    GPU's aggregate). Discovery raised, and the GPU (or the whole node) was left out."""
+    sim.set_not_supported("nvmlDeviceGetMemoryInfo", index=6)  # a MIG-enabled GPU
+    node = discover(sim)
+    assert [g.index for g in node.gpus] == list(range(8))
+    assert node.gpus[6].memory_mib == 0 and len(node.gpus[6].migs) == 7
+    assert {m.memory_mib for m in node.gpus[6].migs} == {0}  # its MIG handles: same index
+    assert node.gpus[5].memory_mib > 80_000
+
+
 def test_numa_not_supported_is_unknown(sim: SimulatedNvml) -> None:
     sim.set_not_supported("nvmlDeviceGetNumaNodeId", index=3)
     node = discover(sim)
