@@ -116,6 +116,12 @@ def _mig_device(lib: Any, handle: Any, index: int, profiles: Mapping[int, str]) 
     gi_id = lib.nvmlDeviceGetGpuInstanceId(mig_handle)
     pid = profile_id(lib, handle, gi_id)
     profile = profiles.get(pid) or mig_profile_name(text(lib.nvmlDeviceGetName(mig_handle)))
+    # GetGpuInstanceById "requires privileged user" (nvml.h): without it the profile's
+    # name, unique in the table, ranks it, so DCGM's instance ids come out the same
+    names = list(profiles.values())
+    rank = list(profiles).index(pid) if pid in profiles else None
+    if rank is None and profile in names:
+        rank = names.index(profile)
     return NvmlMig(
         index=index,
         handle=mig_handle,
@@ -123,7 +129,7 @@ def _mig_device(lib: Any, handle: Any, index: int, profiles: Mapping[int, str]) 
         profile=profile or "",
         gi_id=gi_id,
         ci_id=lib.nvmlDeviceGetComputeInstanceId(mig_handle),
-        profile_rank=list(profiles).index(pid) if pid in profiles else None,
+        profile_rank=rank,
     )
 
 

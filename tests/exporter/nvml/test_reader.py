@@ -271,11 +271,19 @@ def test_mig_profile_names_of_a_mixed_layout(make_sim, hidden: str | None) -> No
     assert sorted(m.profile for m in migs) == ["1g.10gb", "1g.20gb", "3g.40gb"]
 
 
-def test_mig_instances_carry_dcgm_gpu_instance_entity_ids(make_sim) -> None:
+@pytest.mark.parametrize(
+    "hidden",
+    [None, "nvmlDeviceGetGpuInstanceById"],
+    ids=["privileged", "GetGpuInstanceById refused: it requires a privileged user"],
+)
+def test_mig_instances_carry_dcgm_gpu_instance_entity_ids(make_sim, hidden) -> None:
     # DCGM numbers GPU g's instances from g times nvmlDeviceGetMaxMigDeviceCount (7 on an
     # H100), profile by profile in NVML's table order (PROFILE_1_SLICE, 3_SLICE, then
     # 1g.20gb's 1_SLICE_REV1), then by instance: what dcgm-exporter's `-d i:<range>` names.
+    # Without the instance's profile id, its name ranks it: the ids came out reversed.
     sim = make_sim("1xH100+1xH100:mig=3g.40gb,1g.20gb,1g.10gb")
+    if hidden:
+        sim.set_not_supported(hidden)
     migs = [e.mig for e in reader_for(sim).entities if e.mig]
     by_profile = {m.profile: m.dcgm_id for m in migs}
     assert by_profile == {"1g.10gb": 7, "3g.40gb": 8, "1g.20gb": 9}
