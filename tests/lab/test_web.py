@@ -122,3 +122,32 @@ async def test_with_prometheus_down_each_panel_keeps_its_title_and_one_error_lin
         body = dom.split(f'id="{name}"', 1)[1].split("</section>", 1)[0]
         assert body.count("<h2>") == 1 and body.count('class="empty"') == 1, (name, body)
         assert "<svg" not in body
+
+
+async def test_an_exporter_down_is_said_under_the_idle_cost(tmp_path) -> None:
+    """A node whose exporter is down has no pods in the idle-cost sum: the bars halved with
+    one of the lab's two exporters down, and nothing said why."""
+    require("chromium")
+
+    async def query(request: web.Request) -> web.Response:
+        expr = request.query["query"]
+        if expr.startswith("namespace:gpufleet_idle_gpu_cost"):
+            result = [{"metric": {"namespace": "llm"}, "value": [0, "12.5"]}]
+        elif expr.startswith("up{"):
+            result = [{"metric": {"job": "gpufleet-exporter", "instance": "b"}, "value": [0, "0"]}]
+        else:
+            result = []
+        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        return web.json_response(body)
+
+    prometheus = await prometheus_answering(query)
+    client = await client_for(str(prometheus.make_url("")).rstrip("/"))
+    try:
+        dom = await asyncio.to_thread(chromium, tmp_path, str(client.make_url("/")), "--dump-dom")
+    finally:
+        await client.close()
+        await prometheus.close()
+    panels = Panels()
+    panels.feed(dom)
+    assert panels.sections["idle-cost"].get("data-exporters-down") == "1"
+    assert "1 exporter down: their nodes' idle cost is missing" in dom

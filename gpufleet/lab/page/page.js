@@ -177,9 +177,19 @@ async function replicas(section) {
 }
 
 async function idleCost(section) {
-  const result = await instant("namespace:gpufleet_idle_gpu_cost:dollars_per_hour");
+  const [result, down] = await Promise.all([
+    instant("namespace:gpufleet_idle_gpu_cost:dollars_per_hour"),
+    instant('up{job="gpufleet-exporter"} == 0'),
+  ]);
   bars(section, result.map((r) => ({name: r.metric.namespace || "?", value: Number(r.value[1])}))
     .sort((a, b) => b.value - a.value), 2);
+  // A node whose exporter is down has no pods in the sum: the cost drawn is too low, and
+  // read alone it looked like savings.
+  section.dataset.exportersDown = String(down.length);
+  if (down.length) {
+    note(section, `${down.length} exporter${down.length > 1 ? "s" : ""} down: ` +
+                  "their nodes' idle cost is missing from these bars");
+  }
 }
 
 async function alerts(section) {
