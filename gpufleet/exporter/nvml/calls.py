@@ -1,8 +1,9 @@
 """How the NVML reader calls NVML: a failing call is counted and logged, and its values dropped.
 
 Exists so every part of the reader (`reader`, `discovery`, `gpm`, `processes`)
-accounts for NVML errors the same way: NotSupported is dropped without counting and logged
-once per call and GPU model; any other NVMLError is counted as `timeout` or `nvml_error` and
+accounts for NVML errors the same way: NotSupported (and NoPermission, a steady fact of the
+exporter's privileges) is dropped without counting and logged once per call and GPU model;
+any other NVMLError is counted as `timeout` or `nvml_error` and
 logged once per call, model and error code. A conversion of NVML's answer that raises (a
 bug, or a struct this code does not expect) is counted as `unexpected`, logged once with
 its traceback, and costs only the value it was converting.
@@ -64,12 +65,26 @@ class NvmlCalls:
             return MISSING
 
     def failed(self, errors: Counter[str], what: str, model: str, err: Any) -> None:
-        """Count (unless unsupported) and log once a failure of `what` on a `model` GPU."""
+        """Count (unless unsupported or refused) and log once a failure of `what` on a
+        `model` GPU."""
         if isinstance(err, UNSUPPORTED):
             self.once(
                 ("unsupported", what, model),
                 logging.INFO,
                 "%s: not supported on %s; omitted",
+                what,
+                model,
+            )
+            return
+        if isinstance(err, pynvml.NVMLError_NoPermission):
+            # Steady, not a failure: a MIG-enabled GPU gives its aggregates (memory,
+            # processes) only to a caller with CAP_SYS_ADMIN (nvml.h), which the exporter
+            # is not given; its instances answer for themselves.
+            self.once(
+                ("no_permission", what, model),
+                logging.WARNING,
+                "%s: no permission on %s (a MIG-enabled GPU answers it with CAP_SYS_ADMIN "
+                "only); omitted",
                 what,
                 model,
             )

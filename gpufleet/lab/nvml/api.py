@@ -257,6 +257,13 @@ class SimulatedNvml(DeviceCalls, CounterCalls, MigCalls, GpmCalls, EventCalls):
             self._gpu_node(index)
         self._m.add_not_supported(function_or_field, model, index)
 
+    def set_privileged(self, privileged: bool) -> None:
+        """The caller's privileges (CAP_SYS_ADMIN; True by default). Unprivileged, a
+        MIG-enabled GPU's memory and processes and GPU instances by id answer
+        NoPermission (nvml.h), as they do to gpufleet's exporter, which runs with every
+        capability dropped."""
+        self._m.privileged = privileged
+
     def set_hang(self, function_name: str, seconds: float, *, index: int | None = None) -> None:
         """Make a function sleep `seconds` (real time) before answering; 0 removes the hang."""
         self._check_function(function_name)

@@ -105,6 +105,7 @@ class DeviceCalls:
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
         """v1 (`version` falsy) or `nvmlMemory_v2`; on a MIG handle, the instance's memory."""
         node = self._m.enter("nvmlDeviceGetMemoryInfo", handle)
+        self._m.require_privilege(node)
         total, reserved, used = self._m.memory_bytes(node)
         if not version:
             mem = pynvml.c_nvmlMemory_t()
@@ -242,6 +243,7 @@ class DeviceCalls:
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
         """pynvml friendly objects; a MIG parent lists every instance's processes."""
         node = self._m.enter("nvmlDeviceGetComputeRunningProcesses", handle)
+        self._m.require_privilege(node)
         return [p.info for p in node.procs]
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[Any]:

@@ -115,6 +115,9 @@ class Machine:
         self.lock = threading.RLock()
         self.initialized = 0  # nvmlInit refcount
         self.lost: set[int] = set()
+        # The caller has CAP_SYS_ADMIN: nvml.h gives a MIG-enabled GPU's aggregates (memory,
+        # processes) and its GPU instances by id to such a caller only.
+        self.privileged = True
         # gpu index -> uncorrectable ECC errors injected since the driver loaded; a row
         # remapping GPU holds each as a pending remap, an older one as a pending retirement.
         self.uncorrectable: dict[int, int] = {}
@@ -171,6 +174,11 @@ class Machine:
         if node.mig is not None and not mig_ok:
             raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return node
+
+    def require_privilege(self, node: Node) -> None:
+        """NoPermission for a MIG-enabled GPU's aggregate when the caller is unprivileged."""
+        if node.mig_parent and not self.privileged:
+            raise nvml_error(pynvml.NVML_ERROR_NO_PERMISSION)
 
     def require_init(self) -> None:
         if not self.initialized:

@@ -110,6 +110,8 @@ class MigCalls:
         node = self._mig_capable("nvmlDeviceGetGpuInstanceById", device)
         if not node.gpu.mig_enabled:
             raise nvml_error(pynvml.NVML_ERROR_INVALID_STATE)
+        if not self._m.privileged:  # nvml.h: "Requires privileged user"
+            raise nvml_error(pynvml.NVML_ERROR_NO_PERMISSION)
         handle = self._gi_handles.get((node.gpu.index, gpuInstanceId))
         if handle is None:
             raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)

@@ -204,6 +204,24 @@ def test_utilization_is_not_supported_on_mig(sim: SimulatedNvml) -> None:
     assert sim.nvmlDeviceGetPowerUsage(parent) > 0
 
 
+def test_an_unprivileged_caller_gets_no_mig_gpus_aggregates(sim: SimulatedNvml) -> None:
+    """nvml.h: in MIG mode, a GPU's memory and processes "only if the caller has appropriate
+    privileges", and nvmlDeviceGetGpuInstanceById "Requires privileged user"."""
+    parent = sim.nvmlDeviceGetHandleByIndex(2)
+    mig = sim.nvmlDeviceGetMigDeviceHandleByIndex(parent, 0)
+    whole = sim.nvmlDeviceGetHandleByIndex(0)
+    sim.set_privileged(False)
+    for call in (sim.nvmlDeviceGetMemoryInfo, sim.nvmlDeviceGetComputeRunningProcesses):
+        with pytest.raises(pynvml.NVMLError_NoPermission):
+            call(parent)
+        call(mig), call(whole)  # an instance, and a GPU without MIG, answer
+    gi_id = sim.nvmlDeviceGetGpuInstanceId(mig)
+    with pytest.raises(pynvml.NVMLError_NoPermission):
+        sim.nvmlDeviceGetGpuInstanceById(parent, gi_id)
+    sim.set_privileged(True)
+    assert sim.nvmlDeviceGetMemoryInfo(parent).total > 0
+
+
 def test_no_fans_on_any_model(sim: SimulatedNvml) -> None:
     """H100 SXM, A100 SXM and L4 are passively cooled: NVML answers NotSupported (issue 15)."""
     parent = sim.nvmlDeviceGetHandleByIndex(2)

@@ -59,14 +59,23 @@ def test_without_nvlink_pcie_distance_scores(sim: SimulatedNvml) -> None:
 
 def test_memory_nvml_cannot_tell_is_0_not_a_gpu_left_out(sim: SimulatedNvml) -> None:
     """NVIDIA's plugin ignores an error reading a device's memory (its commit e3323ce: some
-    systems answer NotSupported; an unprivileged caller gets NoPermission for a MIG-enabled
-    GPU's aggregate). Discovery raised, and the GPU (or the whole node) was left out."""
+    systems answer NotSupported). Discovery raised, and the node's discovery failed."""
     sim.set_not_supported("nvmlDeviceGetMemoryInfo", index=6)  # a MIG-enabled GPU
     node = discover(sim)
     assert [g.index for g in node.gpus] == list(range(8))
     assert node.gpus[6].memory_mib == 0 and len(node.gpus[6].migs) == 7
     assert {m.memory_mib for m in node.gpus[6].migs} == {0}  # its MIG handles: same index
     assert node.gpus[5].memory_mib > 80_000
+
+
+def test_an_unprivileged_plugin_serves_a_mig_gpu_it_cannot_read_whole(sim) -> None:
+    """Without CAP_SYS_ADMIN (a plugin not given MIG access: migStrategy none), a
+    MIG-enabled GPU's memory answers NoPermission (nvml.h): the GPU was left out."""
+    sim.set_privileged(False)
+    node = discover(sim)
+    assert [g.index for g in node.gpus] == list(range(8))
+    assert node.gpus[6].memory_mib == 0
+    assert all(m.memory_mib > 0 for m in node.gpus[6].migs)  # instances answer for themselves
 
 
 def test_numa_not_supported_is_unknown(sim: SimulatedNvml) -> None:
