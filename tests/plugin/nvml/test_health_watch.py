@@ -166,6 +166,19 @@ def test_lost_gpu_recovers_after_quiet_period_once_restored(
     advance_until_healthy(clock, reports, sim, 2)
 
 
+def test_an_unprivileged_probe_of_a_mig_gpu_finds_it_there(
+    sim: SimulatedNvml, clock: ManualClock, watch
+) -> None:
+    """The probe reads the GPU's memory; a MIG-enabled GPU refuses it to a caller without
+    CAP_SYS_ADMIN (NoPermission, nvml.h). That read as a GPU gone, and it never recovered."""
+    sim.set_privileged(False)
+    _, reports = watch()
+    wait_started(reports)
+    sim.inject_xid(6, RECOVERABLE_XID)
+    wait_for(lambda: reports.unhealthy(), timeout=DEADLINE, what="GPU 6 unhealthy")
+    advance_until_healthy(clock, reports, sim, 6)
+
+
 def test_reset_xid_outlasts_the_quiet_period(sim: SimulatedNvml, clock: ManualClock, watch):
     _, reports = watch()
     wait_started(reports)
