@@ -10,8 +10,11 @@ behaviour, from kubelet `devicemanager/plugin/v1beta1/{server,client}.go` and `m
   with the kubelet's texts;
 - `ListAndWatch` is consumed on a thread: each message replaces the resource's devices
   (capacity: all of them, allocatable: the healthy ones); when the stream ends the devices
-  turn Unhealthy (`PluginDisconnected`). A second registration of a resource replaces the
-  first and closes its stream;
+  turn Unhealthy (`PluginDisconnected`). A second registration of a resource becomes the
+  current one but, as since 1.26 (`handler.go` appends to the resource's clients), the
+  first keeps its stream until the plugin ends it, and that end then disconnects the
+  resource, whichever registration is current: its devices turn Unhealthy until the plugin
+  sends them again;
 - `allocate` runs `GetPreferredAllocation` (when advertised) then `Allocate`, with the
   kubelet's `UnexpectedAdmissionError` texts; `pre_start` runs `PreStartContainer`.
 
@@ -150,6 +153,7 @@ class _Endpoint:
     stub: pb_grpc.DevicePluginStub
     options: pb.DevicePluginOptions
     stream: grpc.Future | None = None
+    generation: int = 0  # the kubelet's life it registered in (see stop)
 
 
 DevicesListener = Callable[[str, tuple[DeviceState, ...]], None]
@@ -243,6 +247,13 @@ class FakeDevicePlugins:
         """Serve `Registration` on `kubelet.sock`; returns once it accepts connections."""
         self._grpc.start()
         self.serving_since = self._clock()
+
+    def recreate_socket(self) -> None:
+        """Serve `Registration` on a new `kubelet.sock` in the same life, every plugin
+        connection kept, as the kubelet's `serveWithRetry` does: a plugin sees a new socket
+        and its own left in place."""
+        self._grpc.stop()
+        self._grpc.start()
 
     def stop(self) -> None:
         """Stop as a dying kubelet does: `kubelet.sock` goes, every plugin connection is
@@ -368,7 +379,6 @@ class FakeDevicePlugins:
             )
         with self._lock:
             generation = self._generation
-        old: _Endpoint | None = None
         # A fresh connection per dial, as the kubelet's grpc-go Dial makes: gRPC Python
         # otherwise shares a subchannel per address process-wide, and one that failed (the
         # plugin's socket wiped by a restart) sits in reconnect backoff for seconds.
@@ -382,10 +392,10 @@ class FakeDevicePlugins:
             channel.close()
             context.abort(grpc.StatusCode.UNKNOWN, str(exc))
         endpoint.stream = endpoint.stub.ListAndWatch(pb.Empty())
+        endpoint.generation = generation
         with self._lock:
             stale = generation != self._generation
             if not stale:
-                old = self._endpoints.get(request.resource_name)
                 self._endpoints[request.resource_name] = endpoint
                 self._registrations[request.resource_name] += 1
                 times = self._registration_times.setdefault(request.resource_name, [])
@@ -395,8 +405,6 @@ class FakeDevicePlugins:
             _cancel(endpoint)
             channel.close()
             context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet is shutting down")
-        if old is not None:
-            _cancel(old)
         threading.Thread(
             target=self._watch,
             args=(endpoint,),
@@ -424,12 +432,15 @@ class FakeDevicePlugins:
                     go_rpc_error(exc),
                 )
         with self._lock:
-            if self._endpoints.get(endpoint.resource) is endpoint:
+            current = self._endpoints.get(endpoint.resource) is endpoint
+            if current:
                 del self._endpoints[endpoint.resource]
-                # A stream can end before its first message: then there is nothing to mark.
-                known = self._devices.get(endpoint.resource)
-                if known is not None:
-                    self._set_devices(endpoint.resource, _unhealthy(known))
+            # An earlier registration's stream ending disconnects the resource all the same
+            # (`runClient`): not after this kubelet stopped, which disconnected it already.
+            # A stream can end before its first message: then there is nothing to mark.
+            known = self._devices.get(endpoint.resource)
+            if (current or endpoint.generation == self._generation) and known is not None:
+                self._set_devices(endpoint.resource, _unhealthy(known))
         endpoint.channel.close()
 
     def _set_devices(self, resource: str, devices: tuple[DeviceState, ...]) -> None:

@@ -234,6 +234,8 @@ class PluginRunner:
                 unready = self._unready(pending)
                 pending = [e for e in pending if e not in unready]
                 failed = failed or bool(unready)
+                failed = self._restart_registered(pending, registered) or failed
+                pending = [e for e in pending if e.serving]
             superseded = False
             if kubelet is not None and pending:
                 done, superseded = self._register_all(pending, kubelet)
@@ -267,6 +269,31 @@ class PluginRunner:
             if why != before:
                 log.warning("not registering %s until %s; retrying", endpoint.service.resource, why)
         return unready
+
+    def _restart_registered(
+        self, pending: Sequence[_Endpoint], registered: dict[_Endpoint, tuple[int, int]]
+    ) -> bool:
+        """Serve again, before registering them anew, the endpoints registered with an
+        earlier kubelet socket whose own socket the kubelet left in place (it re-created
+        kubelet.sock in the same process, as the Bottlerocket ordering does), as NVIDIA's
+        plugin restarts its servers when kubelet.sock is created. Since 1.26 a kubelet
+        keeps the earlier client and its ListAndWatch stream when a resource registers
+        again: each such registration left one more stream open, until the plugin refused
+        one (MAX_WATCHERS) and the kubelet, the stream failing, took the resource's devices
+        for disconnected. True if one could not be served."""
+        failed = False
+        with self._lock:
+            for endpoint in pending:
+                if registered.pop(endpoint, None) is None or not endpoint.serving:
+                    continue
+                log.info("kubelet socket re-created: serving %s again", endpoint.path)
+                try:
+                    endpoint.start()  # ends the streams to the earlier registration
+                except (RuntimeError, OSError) as exc:
+                    failed = True
+                    self.state.failures += 1
+                    log.warning("cannot serve %s yet: %s", endpoint.path, exc)
+        return failed
 
     def _serve_missing(self, registered: dict[_Endpoint, tuple[int, int]]) -> bool:
         """Re-serve endpoints whose socket was deleted; True if one could not be served."""

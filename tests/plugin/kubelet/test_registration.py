@@ -59,6 +59,29 @@ def test_a_restart_storm_ends_registered_with_the_last_kubelet(make_node):
     wait_for(lambda: node.plugin.runner.state.registered, timeout=10, what="runner's view")
 
 
+def test_a_kubelet_socket_made_anew_in_place_leaves_no_earlier_stream_open(make_node):
+    """The kubelet re-creates kubelet.sock in the same life (serveWithRetry; Bottlerocket)
+    and leaves the plugin's socket: the plugin registers again. Since 1.26 the kubelet keeps
+    the earlier client and its ListAndWatch stream, so each such round left one more open;
+    the fifth was refused (MAX_WATCHERS), and the kubelet, its stream failing, took the GPUs
+    for disconnected. The plugin now serves again before it registers, as NVIDIA's does."""
+    node = make_node()
+    resource = "nvidia.com/gpu"
+    assert node.plugins.wait_for_registrations(resource, 1, timeout_seconds=10)
+    for round_ in range(2, 8):
+        node.plugins.recreate_socket()
+        assert node.plugins.wait_for_registrations(resource, round_, timeout_seconds=10)
+    wait_for(
+        lambda: (
+            node.plugins.allocatable().get(resource) == len(node.plugins.devices(resource))
+            and node.plugins.allocatable()[resource] > 0
+        ),
+        timeout=10,
+        what="every GPU healthy after the last registration",
+    )
+    assert node.plugin.runner.state.registered
+
+
 def test_waiting_for_the_kubelet_is_one_line_then_one_when_it_comes(tmp_path: Path, caplog):
     """Retried every 0.1 s while the kubelet is away: logged as transitions, not per try."""
     kubelet = FakeKubelet(tmp_path / "k", rate_limit=None)
