@@ -573,20 +573,43 @@ def test_the_exporters_monitor_takes_dcgm_exporters_relabelings_after_its_own(tm
     assert not list(jsonschema.Draft7Validator(schema).iter_errors(monitor))
 
 
-def test_kubelet_root_moves_the_host_paths_not_the_mounts(tmp_path):
+def test_kubelet_root_moves_pod_resources_only(tmp_path):
     """/var/lib/kubelet was written into both DaemonSets: on k0s or microk8s the exporter's
-    and the plugin's hostPath volumes (type Directory) kept the pods from starting."""
+    hostPath volume (type Directory) kept its pods from starting. But the kubelet keeps its
+    device-plugins directory at /var/lib/kubelet/device-plugins whatever its --root-dir (a
+    constant of its device manager; kubernetes/website#55430 documents it, k0s#7585 met
+    it): moved with the root, the plugin found no kubelet.sock and never registered."""
     objects = render({"kubeletRoot": "/var/lib/k0s/kubelet/"}, tmp_path=tmp_path)
-    for suffix, volume, mounted in (
-        ("-exporter", "pod-resources", "/var/lib/kubelet/pod-resources"),
-        ("-exporter", "device-plugins", "/var/lib/kubelet/device-plugins"),
-        ("-plugin", "device-plugins", "/var/lib/kubelet/device-plugins"),
+    for suffix, volume, host_path, mounted in (
+        (
+            "-exporter",
+            "pod-resources",
+            "/var/lib/k0s/kubelet/pod-resources",
+            "/var/lib/kubelet/pod-resources",
+        ),
+        (
+            "-exporter",
+            "device-plugins",
+            "/var/lib/kubelet/device-plugins",
+            "/var/lib/kubelet/device-plugins",
+        ),
+        (
+            "-plugin",
+            "device-plugins",
+            "/var/lib/kubelet/device-plugins",
+            "/var/lib/kubelet/device-plugins",
+        ),
     ):
         spec = pod_spec(find(objects, "DaemonSet", suffix))
         (host,) = [v["hostPath"]["path"] for v in spec["volumes"] if v["name"] == volume]
-        assert host == f"/var/lib/k0s/kubelet/{volume}"
+        assert host == host_path
         mounts = [m["mountPath"] for c in spec["containers"] for m in c.get("volumeMounts", ())]
         assert mounted in mounts  # where the daemons look, unchanged
+    moved = render({"kubeletDevicePluginsDir": "/data/kubelet/device-plugins/"}, tmp_path=tmp_path)
+    for suffix in ("-exporter", "-plugin"):
+        spec = pod_spec(find(moved, "DaemonSet", suffix))
+        (host,) = [v["hostPath"]["path"] for v in spec["volumes"] if v["name"] == "device-plugins"]
+        assert host == "/data/kubelet/device-plugins"
 
 
 def test_the_gpu_price_may_come_from_helm_set(tmp_path):
