@@ -13,8 +13,8 @@ behaviour, from kubelet `devicemanager/plugin/v1beta1/{server,client}.go` and `m
   turn Unhealthy (`PluginDisconnected`). A second registration of a resource becomes the
   current one but, as since 1.26 (`handler.go` appends to the resource's clients), the
   first keeps its stream until the plugin ends it, and that end then disconnects the
-  resource, whichever registration is current: its devices turn Unhealthy until the plugin
-  sends them again;
+  resource, whichever registration is current: its devices turn Unhealthy and the current
+  stream is closed, until the plugin registers again;
 - `allocate` runs `GetPreferredAllocation` (when advertised) then `Allocate`, with the
   kubelet's `UnexpectedAdmissionError` texts; `pre_start` runs `PreStartContainer`.
 
@@ -248,6 +248,14 @@ class FakeDevicePlugins:
         self._grpc.start()
         self.serving_since = self._clock()
 
+    def disconnect(self, resource: str) -> None:
+        """Close the resource's current plugin connection, as `runClient` does when a
+        stream ends: its devices turn Unhealthy until the plugin registers again."""
+        with self._lock:
+            endpoint = self._endpoints.get(resource)
+        if endpoint is not None:
+            _cancel(endpoint)
+
     def recreate_socket(self) -> None:
         """Serve `Registration` on a new `kubelet.sock` in the same life, every plugin
         connection kept, as the kubelet's `serveWithRetry` does: a plugin sees a new socket
@@ -431,16 +439,22 @@ class FakeDevicePlugins:
                     endpoint.resource,
                     go_rpc_error(exc),
                 )
+        dropped: _Endpoint | None = None
         with self._lock:
-            current = self._endpoints.get(endpoint.resource) is endpoint
-            if current:
-                del self._endpoints[endpoint.resource]
+            current = self._endpoints.get(endpoint.resource)
             # An earlier registration's stream ending disconnects the resource all the same
-            # (`runClient`): not after this kubelet stopped, which disconnected it already.
+            # (`runClient`): the current client is closed too. Not after this kubelet
+            # stopped, which disconnected everything already.
+            disconnects = current is endpoint or endpoint.generation == self._generation
+            if disconnects and current is not None:
+                del self._endpoints[endpoint.resource]
+                dropped = current if current is not endpoint else None
             # A stream can end before its first message: then there is nothing to mark.
             known = self._devices.get(endpoint.resource)
-            if (current or endpoint.generation == self._generation) and known is not None:
+            if disconnects and known is not None:
                 self._set_devices(endpoint.resource, _unhealthy(known))
+        if dropped is not None:
+            _cancel(dropped)
         endpoint.channel.close()
 
     def _set_devices(self, resource: str, devices: tuple[DeviceState, ...]) -> None:

@@ -86,10 +86,14 @@ class _Endpoint:
         self.path = path
         self._server: grpc.Server | None = None
         self.identity: tuple[int, int] | None = None
+        # A Register was sent for this server, whatever came of it: a kubelet may have
+        # taken a call the plugin then cancelled (it connects before it answers).
+        self.asked = False
+        self.streams_before = 0  # the service's streams_started when Register was sent
 
-    def start(self) -> None:
+    def start(self, *, grace: float = 0.5) -> None:
         """Serve on the socket; raises (with nothing left running) if it cannot."""
-        self.stop()
+        self.stop(grace=grace)
         self.path.unlink(missing_ok=True)  # a stale socket from an earlier run
         server = new_server()
         pb_grpc.add_DevicePluginServicer_to_server(self.service, server)
@@ -103,14 +107,15 @@ class _Endpoint:
             raise
         self._server = server
         self.identity = _identity(self.path)
+        self.asked = False  # no Register sent for this server yet
 
     @property
     def serving(self) -> bool:
         return self._server is not None
 
-    def stop(self) -> None:
+    def stop(self, *, grace: float = 0.5) -> None:
         if self._server is not None:
-            self._server.stop(grace=0.5).wait(1)
+            self._server.stop(grace=grace).wait(grace + 0.5)
             self._server = None
 
 
@@ -234,13 +239,14 @@ class PluginRunner:
                 unready = self._unready(pending)
                 pending = [e for e in pending if e not in unready]
                 failed = failed or bool(unready)
-                failed = self._restart_registered(pending, registered) or failed
+                failed = self._restart_asked(pending) or failed
                 pending = [e for e in pending if e.serving]
             superseded = False
             if kubelet is not None and pending:
                 done, superseded = self._register_all(pending, kubelet)
                 registered.update(dict.fromkeys(done, kubelet))
                 failed = failed or (len(done) < len(pending) and not superseded)
+            failed = self._forget_dropped(registered, kubelet) or failed
             self.state.registered = kubelet is not None and all(
                 registered.get(e) == kubelet for e in endpoints
             )
@@ -270,30 +276,53 @@ class PluginRunner:
                 log.warning("not registering %s until %s; retrying", endpoint.service.resource, why)
         return unready
 
-    def _restart_registered(
-        self, pending: Sequence[_Endpoint], registered: dict[_Endpoint, tuple[int, int]]
-    ) -> bool:
-        """Serve again, before registering them anew, the endpoints registered with an
-        earlier kubelet socket whose own socket the kubelet left in place (it re-created
-        kubelet.sock in the same process, as the Bottlerocket ordering does), as NVIDIA's
-        plugin restarts its servers when kubelet.sock is created. Since 1.26 a kubelet
-        keeps the earlier client and its ListAndWatch stream when a resource registers
-        again: each such registration left one more stream open, until the plugin refused
-        one (MAX_WATCHERS) and the kubelet, the stream failing, took the resource's devices
-        for disconnected. True if one could not be served."""
-        failed = False
+    def _restart_asked(self, pending: Sequence[_Endpoint]) -> bool:
+        """Serve again, before registering it anew, each endpoint whose server was already
+        asked to register, as NVIDIA's plugin restarts its servers when kubelet.sock is
+        created: one registration per server. Since 1.26 a kubelet keeps the earlier client
+        and its ListAndWatch stream when a resource registers again (the kubelet re-made
+        its socket in place, as the Bottlerocket ordering does, or took a Register the
+        plugin then cancelled): each such registration left one more stream open, until
+        the plugin refused one (MAX_WATCHERS) and the kubelet, the stream failing, took the
+        resource's devices for disconnected. All stop at once, with no grace: the kubelet
+        sees the resource gone no longer than it must. True if one could not be served."""
         with self._lock:
-            for endpoint in pending:
-                if registered.pop(endpoint, None) is None or not endpoint.serving:
-                    continue
-                log.info("kubelet socket re-created: serving %s again", endpoint.path)
+            again = [e for e in pending if e.asked and e.serving]
+            for endpoint in again:
+                log.info("registering %s again: serving it anew first", endpoint.path)
+                endpoint.stop(grace=0)
+            failed = False
+            for endpoint in again:
                 try:
-                    endpoint.start()  # ends the streams to the earlier registration
+                    endpoint.start(grace=0)
                 except (RuntimeError, OSError) as exc:
                     failed = True
                     self.state.failures += 1
                     log.warning("cannot serve %s yet: %s", endpoint.path, exc)
         return failed
+
+    def _forget_dropped(
+        self, registered: dict[_Endpoint, tuple[int, int]], kubelet: tuple[int, int] | None
+    ) -> bool:
+        """Registered endpoints whose ListAndWatch stream the kubelet closed (a kubelet
+        disconnects a resource when an earlier client's stream ends after the plugin
+        registered again): registered again at once, not never. True if one was."""
+        dropped = [
+            e
+            for e, at in registered.items()
+            if at == kubelet
+            and e.serving
+            # the kubelet opens its stream after Register answers: none yet is no drop
+            and e.service.streams_started > e.streams_before
+            and e.service.streams_open() == 0
+        ]
+        for endpoint in dropped:
+            log.warning(
+                "the kubelet closed %s's ListAndWatch stream: registering it again",
+                endpoint.service.resource,
+            )
+            del registered[endpoint]
+        return bool(dropped)
 
     def _serve_missing(self, registered: dict[_Endpoint, tuple[int, int]]) -> bool:
         """Re-serve endpoints whose socket was deleted; True if one could not be served."""
@@ -329,6 +358,8 @@ class PluginRunner:
             stub = pb_grpc.RegistrationStub(channel)
             calls = {}
             for endpoint in endpoints:
+                endpoint.asked = True
+                endpoint.streams_before = endpoint.service.streams_started
                 call = stub.Register.future(
                     self._request(endpoint), timeout=REGISTER_TIMEOUT_SECONDS
                 )

@@ -105,6 +105,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         self._version = 0
         self._stopped = False
         self._watchers: list[grpc.ServicerContext] = []  # open ListAndWatch streams
+        self.streams_started = 0  # ListAndWatch streams taken since the service began
         self._refusals = OutageLog(log, f"{resource}: ListAndWatch streams refused")
 
     # --- state -------------------------------------------------------------------
@@ -128,6 +129,11 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
             self._health.update(changed)
             self._version += 1
             self._changed.notify_all()
+
+    def streams_open(self) -> int:
+        """The ListAndWatch streams whose client is still there."""
+        with self._changed:
+            return sum(1 for c in self._watchers if c.is_active())
 
     def stop(self) -> None:
         """End every ListAndWatch stream (the kubelet sees the plugin go away)."""
@@ -167,6 +173,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
             else:
                 self._refusals.recovered()
                 self._watchers.append(context)
+                self.streams_started += 1
         if full:
             self.stats.record("ListAndWatch", 0.0, failed=True)
             context.abort(

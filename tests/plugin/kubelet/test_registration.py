@@ -71,15 +71,34 @@ def test_a_kubelet_socket_made_anew_in_place_leaves_no_earlier_stream_open(make_
     for round_ in range(2, 8):
         node.plugins.recreate_socket()
         assert node.plugins.wait_for_registrations(resource, round_, timeout_seconds=10)
+    healthy_and_registered(node, resource)
+    assert node.plugin.services[0].streams_open() == 1  # the current registration's only
+
+
+def test_a_stream_the_kubelet_closes_gets_the_plugin_registered_again(make_node):
+    """A kubelet closes the current client too when an earlier one's stream ends after the
+    plugin registered again (runClient disconnects the resource): the plugin, its socket
+    and kubelet.sock unchanged, never registered again, and the GPUs stayed unallocatable."""
+    node = make_node()
+    resource = "nvidia.com/gpu"
+    assert node.plugins.wait_for_registrations(resource, 1, timeout_seconds=10)
+    healthy_and_registered(node, resource)
+    node.plugins.disconnect(resource)
+    assert node.plugins.wait_for_registrations(resource, 2, timeout_seconds=10)
+    healthy_and_registered(node, resource)
+
+
+def healthy_and_registered(node, resource: str) -> None:
     wait_for(
         lambda: (
             node.plugins.allocatable().get(resource) == len(node.plugins.devices(resource))
             and node.plugins.allocatable()[resource] > 0
+            and node.plugins.options(resource) is not None
+            and node.plugin.runner.state.registered
         ),
         timeout=10,
-        what="every GPU healthy after the last registration",
+        what="every GPU healthy and the plugin registered",
     )
-    assert node.plugin.runner.state.registered
 
 
 def test_waiting_for_the_kubelet_is_one_line_then_one_when_it_comes(tmp_path: Path, caplog):
