@@ -29,16 +29,16 @@ log = logging.getLogger(__name__)
 
 
 def fit_to_nodepools(
-    ticks: list[Tick], view: ClusterView, queued: list[PoolDemand], *, busy: list[Tick]
+    ticks: list[Tick], view: ClusterView, queued: list[PoolDemand], *, undecided: list[Tick]
 ) -> None:
     """Cut each workload's headroom to what its Karpenter NodePool's limits leave,
     planning every workload's replicas and headroom together with Kueue's pending
     Workloads (`queued`), after what other pods' nodes use of the limits (see
-    `core.nodepools`, `core.kueue`). The `busy` workloads' steps are still running: they
-    are planned with the replicas and headroom they last asked for, and left as they are
-    (their placeholders hold part of the limits all the same)."""
+    `core.nodepools`, `core.kueue`). The `undecided` workloads (busy, or a step of theirs
+    raised this tick) are planned with the replicas and headroom they last asked for, and
+    left as they are: their placeholders hold part of the limits all the same."""
     nodepools = view.nodepools or []
-    planned = ticks + busy
+    planned = ticks + undecided
     demands = [
         PoolDemand(
             workload=t.workload.name,

@@ -163,6 +163,7 @@ class Controller:
             if rival and not t.health.competitor:
                 t.note(competitor=rival)
 
+        listed = ticks
         held = [t for t in ticks if t.workload.key in busy]
         for t in held:  # a busy workload's signals still flow: its pods, as last selected
             self._select_pods(t, index)
@@ -191,9 +192,12 @@ class Controller:
         if view.nodepools is not None:
             queued = pending_demands(view.kueue_workloads, view.kueue_flavors)
             decided = {t.workload.key for t in ticks}
-            # the busy ones: their steps still run, their placeholders still hold capacity
-            busy_now = [t for t in served if t.workload.key not in decided | raised]
-            fit_to_nodepools(ticks, view, queued, busy=busy_now)
+            # Busy, or a step raised: their placeholders hold capacity all the same.
+            undecided = [t for t in listed if t.workload.key not in decided]
+            for t in undecided:
+                if not t.pods:  # its read never got that far
+                    self._select_pods(t, index)
+            fit_to_nodepools(ticks, view, queued, undecided=undecided)
         await self._steps.each(
             ticks,
             "keeping its headroom and status",

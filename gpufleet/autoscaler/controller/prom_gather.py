@@ -124,6 +124,9 @@ class PromGather:
                 summed[key] = [t.workload.gateway_query] + [
                     text for text, _, signal in t.workload.queries if signal == "queue_depth"
                 ]
+        # a fetch started now keeps this tick's pods only: a chain of late answers would
+        # otherwise carry every pod it ever saw
+        asking = {text: dict(pods) for text, pods in owners.items()}
         for text, late in self._late.items():
             if text in owners:
                 owners[text] = {**late.owners, **owners[text]}
@@ -190,7 +193,7 @@ class PromGather:
         jobs = [(text, add_signal(text), [k for k, _ in wanted[text][1]]) for text in wanted]
         jobs += [(text, add_telemetry(name), every) for name, text in GPU_TELEMETRY.items()]
         jobs += [(text, add_gateway(text), gateways[text]) for text in gateways]
-        failed = await self._run(jobs, owners, end=end)
+        failed = await self._run(jobs, asking, end=end)
         asked = {text for text, _, _ in jobs}  # a deleted workload's queries are asked no more
         self._fetched_until = {t: v for t, v in self._fetched_until.items() if t in asked}
         self._lanes.keep_only(asked)

@@ -23,6 +23,6 @@ def test_a_busy_workloads_headroom_stays_in_the_plan() -> None:
     view = ClusterView(autoscalers=[], pods=[], scales={}, competitors={}, nodepools=[POOL])
     a = on_pool("a", replicas=4, headroom=8)
     b = on_pool("b", replicas=4, headroom=4)
-    fit_to_nodepools([a], view, [], busy=[b])
+    fit_to_nodepools([a], view, [], undecided=[b])
     assert a.headroom == 4
     assert b.headroom == 4 and b.health.node_pool_limit == ""  # left as it was: not written

@@ -93,3 +93,19 @@ async def test_a_late_answer_keeps_the_pods_of_the_tick_that_asked() -> None:
     await gather.gather([Tick(workload=w, pods=[pod("a", "a-0")])], {w.key: w}, 1005)
     queue = w.history.observe(1000, ()).queue_depth
     assert queue.values and set(queue.values) == {250.0}
+
+
+async def test_a_chain_of_late_answers_keeps_only_the_asking_ticks_pods() -> None:
+    """Each late fetch kept the pods it was joined with, its predecessor's too: while the
+    query stayed late, every pod ever seen was carried on."""
+    w = workload("a")
+    prom = HeldAnswers()
+    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=0.01)
+    for i, now in enumerate((1000, 1005, 1010)):
+        prom.release.clear()
+        await gather.gather([Tick(workload=w, pods=[pod("a", f"a-{i}")])], {w.key: w}, now)
+        prom.release.set()
+        await asyncio.wait_for(asyncio.gather(*(f.task for f in gather._late.values())), 30)
+        prom.release.clear()
+    assert gather._late
+    assert all(set(late.owners) == {("a", "a-2")} for late in gather._late.values())
