@@ -1,8 +1,9 @@
 """How the NVML reader calls NVML: a failing call is counted and logged, and its values dropped.
 
 Exists so every part of the reader (`reader`, `discovery`, `gpm`, `processes`)
-accounts for NVML errors the same way: NotSupported (and NoPermission, a steady fact of the
-exporter's privileges) is dropped without counting and logged once per call and GPU model;
+accounts for NVML errors the same way: NotSupported (and NoPermission on a MIG-enabled GPU, a
+steady fact of the exporter's privileges) is dropped without counting and logged once per
+call and GPU model;
 any other NVMLError is counted as `timeout` or `nvml_error` and
 logged once per call, model and error code. A conversion of NVML's answer that raises (a
 bug, or a struct this code does not expect) is counted as `unexpected`, logged once with
@@ -25,6 +26,7 @@ from gpufleet.nvml.values import error_kind
 MISSING = object()
 """A read that gave nothing: NotSupported, or an error already counted."""
 UNSUPPORTED = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
+MIG_MODE = " in MIG mode"  # ends a MIG-enabled GPU's model, as the reader names it in logs
 
 
 class NvmlCalls:
@@ -76,10 +78,10 @@ class NvmlCalls:
                 model,
             )
             return
-        if isinstance(err, pynvml.NVMLError_NoPermission):
+        if isinstance(err, pynvml.NVMLError_NoPermission) and model.endswith(MIG_MODE):
             # Steady, not a failure: a MIG-enabled GPU gives its aggregates (memory,
             # processes) only to a caller with CAP_SYS_ADMIN (nvml.h), which the exporter
-            # is not given; its instances answer for themselves.
+            # is not given; its instances answer for themselves. Anywhere else it counts.
             self.once(
                 ("no_permission", what, model),
                 logging.WARNING,

@@ -21,7 +21,7 @@ from typing import Any
 
 from gpufleet.exporter.core.samples import Entity, MigInstance
 from gpufleet.exporter.core.selection import dcgm_instance_ids
-from gpufleet.exporter.nvml.calls import MISSING, UNSUPPORTED, NvmlCalls
+from gpufleet.exporter.nvml.calls import MIG_MODE, MISSING, UNSUPPORTED, NvmlCalls
 from gpufleet.nvml.discovery import NvmlGpu, gpu_device, mig_devices, mig_enabled
 from gpufleet.nvml.values import error_kind, text
 
@@ -81,7 +81,7 @@ def discover_gpu(
     # A GPU in MIG mode answers fewer queries (utilization goes to its instances): say so in
     # the "not supported on ..." lines, or they read as if the model lacked them.
     in_mig_mode = mig_enabled(lib, device.handle)
-    model = f"{device.name} in MIG mode" if in_mig_mode else device.name
+    model = f"{device.name}{MIG_MODE}" if in_mig_mode else device.name
     target = Target(
         entity=entity, handle=device.handle, labels=labels, key=entity.uuid, model=model
     )

@@ -461,6 +461,24 @@ def test_a_mig_gpus_aggregates_refused_to_an_unprivileged_caller_are_no_errors(
     assert len(refused) == 2  # memory and processes, each once, not at every collection
 
 
+def test_no_permission_anywhere_else_is_an_error(make_sim, clock: ManualClock) -> None:
+    """NoPermission is a steady fact on a MIG-enabled GPU only; a whole GPU's reads refused
+    (a device node the container lacks) are errors, counted as any other."""
+    sim = make_sim("1xH100")
+    reader = reader_for(sim, ["DCGM_FI_DEV_FB_USED"])
+    real = sim.nvmlDeviceGetMemoryInfo
+
+    def refused(handle, version=None):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+
+    sim.nvmlDeviceGetMemoryInfo = refused
+    try:
+        _, errors = reader.collect(clock.advance(INTERVAL_S))
+    finally:
+        sim.nvmlDeviceGetMemoryInfo = real
+    assert errors["nvml_error"] >= 1
+
+
 def test_processes_unknown_when_nvml_cannot_list_them(make_sim, clock: ManualClock) -> None:
     """ "Could not tell" must reach the snapshot as None, never as () ("no processes")."""
     sim = make_sim("1xH100+1xH100:mig=2x3g.40gb")
