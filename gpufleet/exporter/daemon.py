@@ -393,13 +393,14 @@ async def listen(app: App, prepared: Prepared) -> RunningServer:
     """The server, listening. Raises StartupError naming the flag or file at fault."""
     try:
         ssl_context = prepared.web_config.ssl_context() if prepared.web_config else None
+    except ValueError as exc:  # a certificate file changed since `prepare` read it
+        raise StartupError(str(exc)) from None
+    try:
         return await start_server(
             app, host=prepared.host, port=prepared.port, ssl_context=ssl_context
         )
     except OSError as exc:  # the flag, as the plugin and the autoscaler name theirs
         raise ListenError(f"--address {prepared.settings.address}: {exc.strerror}") from None
-    except ValueError as exc:  # a certificate file changed since `prepare` read it
-        raise StartupError(str(exc)) from None
 
 
 def check_devices(collector: Collector, prepared: Prepared) -> None:
@@ -462,6 +463,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StartupError as exc:  # cannot listen; -d names what is not there
         log.error("%s", exc)
         quiescent = not exc.nvml_in_use
+        return 1
+    except OSError as exc:  # anything else the system refused: one line, not a traceback
+        log.error("%s", exc)
         return 1
     finally:
         if quiescent:
