@@ -7,10 +7,11 @@ instance's processes may have to be taken from its parent GPU's lists. Keeping t
 
 NVML samples only the processes that used the GPU in a sample period (nvml.h: "that had some
 non-zero utilization during the last sample period"; NotFound when none did). A running
-process without a sample in an answer that has new ones used none: 0, not its last busy
-value, which an idle pod sharing a GPU kept for as long as it lived. An answer with no new
-sample may only mean no period ended since the last call (a collection faster than NVML's
-sampling): the last values stand, for at most IDLE_AFTER_SECONDS.
+process whose last sample is older than the entity's newest by IDLE_AFTER_SECONDS used
+none since: 0, not its last busy value, which an idle pod sharing a GPU kept for as long
+as it lived. An answer with no new sample may only mean no period ended since the last
+call (a collection faster than NVML's sampling): the last values stand, for at most
+IDLE_AFTER_SECONDS.
 
 It must never attribute a parent GPU's process to a MIG instance it does not run on (the
 fallback matches GPU and compute instance ids), must keep "NVML could not tell" apart from
@@ -41,9 +42,10 @@ class ProcessReader:
         self._lib = lib
         self._calls = calls
         self._seen_us: dict[str, int] = {}  # last process-utilization timestamp
-        # Each entity's latest SM util per pid: NVML answers only samples newer than the
-        # last call, and none when its sampling period is longer than the collection's.
-        self._last_util: dict[str, dict[int, float]] = {}
+        # Each entity's latest sample per pid, (SM util, its timestamp): NVML answers only
+        # samples newer than the last call, and none when its sampling period is longer
+        # than the collection's.
+        self._last_util: dict[str, dict[int, tuple[float, int]]] = {}
         self._sampled_at: dict[str, float] = {}  # when an answer last held a new sample
 
     def read(self, target: Target, errors: Counter[str], now: float) -> tuple[Any, Any]:
@@ -68,20 +70,26 @@ class ProcessReader:
         )
         if samples is MISSING:
             return running, MISSING
-        utilization: dict[int, float] = {}  # a new period: a pid without a sample used none
+        kept: dict[int, tuple[float, int]] = {}
         if samples:
             self._sampled_at[target.key] = now
+            kept = dict(self._last_util.get(target.key, {}))
         elif now - self._sampled_at.get(target.key, -math.inf) < IDLE_AFTER_SECONDS:
-            utilization = dict(self._last_util.get(target.key, {}))  # no period ended yet
+            kept = dict(self._last_util.get(target.key, {}))  # no period ended yet
         for sample in sorted(samples, key=lambda s: s.timeStamp):  # the latest wins
-            utilization[sample.pid] = float(sample.smUtil)
+            kept[sample.pid] = (float(sample.smUtil), sample.timeStamp)
             since = max(since, sample.timeStamp)
+        # Per pid, by NVML's own clock: a pid whose last sample is older than the newest by
+        # more than IDLE_AFTER_SECONDS used none since (NVML may stamp each process apart,
+        # so one answer missing a pid says nothing alone).
+        idle_us = IDLE_AFTER_SECONDS * 1e6
+        kept = {pid: (u, ts) for pid, (u, ts) in kept.items() if since - ts < idle_us}
         if running is not MISSING:  # forget processes that ended
             alive = {p.pid for p in running}
-            utilization = {pid: u for pid, u in utilization.items() if pid in alive}
+            kept = {pid: v for pid, v in kept.items() if pid in alive}
         self._seen_us[target.key] = since
-        self._last_util[target.key] = utilization
-        return running, utilization
+        self._last_util[target.key] = kept
+        return running, {pid: u for pid, (u, _) in kept.items()}
 
     def read_mig(
         self,
