@@ -151,8 +151,7 @@ class ObjectStore:
             meta["name"] = f"{meta['generateName']}{self._version + 1:05x}"
         name = meta.get("name") or ""
         self._check_new(res, namespace, name, obj)
-        if bad := validation.causes(res.plural, res.group, obj):
-            raise invalid(res.kind, name, bad)
+        _validate(res, name, obj)
         self._version += 1
         meta.update(
             name=name,
@@ -301,8 +300,7 @@ class ObjectStore:
                     name,
                     [("spec.selector", f"Invalid value: {selector}: field is immutable")],
                 )
-        if bad := validation.causes(res.plural, res.group, new):
-            raise invalid(res.kind, name, bad)
+        _validate(res, name, new)
         if res.status and subresource == "status":
             new = {**current, "status": new.get("status")}
         elif res.status:
@@ -367,6 +365,14 @@ class ObjectStore:
     @staticmethod
     def _key(res: Resource, namespace: str, name: str) -> Key:
         return (res.group, res.plural, namespace if res.namespaced else "", name)
+
+
+def _validate(res: Resource, name: str, obj: dict[str, Any]) -> None:
+    """400 for what the API server cannot decode, then 422 for what it refuses."""
+    if why := validation.undecodable(res.plural, res.group, obj):
+        raise ApiError(code=400, reason="BadRequest", message=f"{res.kind} {name!r}: {why}")
+    if bad := validation.causes(res.plural, res.group, obj):
+        raise invalid(res.kind, name, bad)
 
 
 def _scale_of(obj: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The API server's field validation that a client can get wrong without noticing, as pure
-functions: each returns the (field, message) causes of a 422, empty when the object passes.
+functions: `causes` returns the (field, message) causes of a 422, empty when the object
+passes; `undecodable` why the object is a 400 before it is validated at all.
 
 Facts from Kubernetes: label keys and values (`apimachinery/pkg/util/validation`:
 `IsQualifiedName`, `IsValidLabelValue`, values at most 63 characters, starting and ending
@@ -36,22 +37,35 @@ def causes(plural: str, group: str, obj: Mapping[str, Any]) -> list[tuple[str, s
         note = obj.get("note")
         if isinstance(note, str) and len(note.encode()) > NOTE_LIMIT_BYTES:
             found.append(("note", f"Too long: may not be more than {NOTE_LIMIT_BYTES} bytes"))
-        series = obj.get("series") if isinstance(obj.get("series"), dict) else {}
-        found += _micro_time("eventTime", obj.get("eventTime"))
-        found += _micro_time("series.lastObservedTime", series.get("lastObservedTime"))
     if (group, plural) == ("coordination.k8s.io", "leases"):
-        found += _micro_time("spec.acquireTime", spec.get("acquireTime"))
-        found += _micro_time("spec.renewTime", spec.get("renewTime"))
         duration = spec.get("leaseDurationSeconds")
         if duration is not None and (not isinstance(duration, int) or duration <= 0):
             found.append(("spec.leaseDurationSeconds", "must be greater than 0"))
     return found
 
 
-def _micro_time(where: str, value: Any) -> list[tuple[str, str]]:
-    if value is None or (isinstance(value, str) and _MICRO_TIME.fullmatch(value)):
-        return []
-    return [(where, f"{value!r}: not RFC 3339 with six fractional digits")]
+def undecodable(plural: str, group: str, obj: Mapping[str, Any]) -> str | None:
+    """Why the API server cannot decode `obj` at all (a 400, before validation's 422): a
+    MicroTime field without its six fractional digits."""
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    series = obj.get("series") if isinstance(obj.get("series"), dict) else {}
+    times = {
+        ("events.k8s.io", "events"): (
+            ("eventTime", obj.get("eventTime")),
+            ("series.lastObservedTime", series.get("lastObservedTime")),
+        ),
+        ("coordination.k8s.io", "leases"): (
+            ("spec.acquireTime", spec.get("acquireTime")),
+            ("spec.renewTime", spec.get("renewTime")),
+        ),
+    }.get((group, plural), ())
+    for where, value in times:
+        if value is not None and not (isinstance(value, str) and _MICRO_TIME.fullmatch(value)):
+            return (
+                f'{where}: parsing time {value!r} as "2006-01-02T15:04:05.000000Z07:00": '
+                "RFC 3339 with six fractional digits is required"
+            )
+    return None
 
 
 def _labels(where: str, labels: Any) -> list[tuple[str, str]]:

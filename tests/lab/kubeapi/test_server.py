@@ -278,7 +278,7 @@ def test_leases_and_events(api: client.ApiClient) -> None:
         {
             "metadata": {"generateName": "chat."},
             # the client reads this into a datetime and writes it with isoformat(): a
-            # whole second would lose the six digits MicroTime wants (422 here, as there)
+            # whole second would lose the six digits MicroTime wants (400 here, as there)
             "eventTime": "2026-11-24T00:00:00.250000Z",
             "reason": "ScaleUp",
             "note": "3 -> 5",
