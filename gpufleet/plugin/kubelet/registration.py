@@ -192,13 +192,8 @@ class PluginRunner:
                 old.stop()
                 old.path.unlink(missing_ok=True)
             for endpoint in endpoints:
-                if endpoint.serving:
-                    continue
-                try:
-                    endpoint.start()
-                except (RuntimeError, OSError) as exc:
-                    self.state.failures += 1
-                    log.warning("cannot serve %s yet: %s", endpoint.path, exc)
+                if not endpoint.serving:
+                    self._serve(endpoint)
             self._endpoints = endpoints
 
     def _request(self, endpoint: _Endpoint) -> pb.RegisterRequest:
@@ -291,15 +286,8 @@ class PluginRunner:
             for endpoint in again:
                 log.info("registering %s again: serving it anew first", endpoint.path)
                 endpoint.stop(grace=0)
-            failed = False
-            for endpoint in again:
-                try:
-                    endpoint.start(grace=0)
-                except (RuntimeError, OSError) as exc:
-                    failed = True
-                    self.state.failures += 1
-                    log.warning("cannot serve %s yet: %s", endpoint.path, exc)
-        return failed
+            served = [self._serve(endpoint, grace=0) for endpoint in again]
+        return not all(served)
 
     def _forget_dropped(
         self, registered: dict[_Endpoint, tuple[int, int]], kubelet: tuple[int, int] | None
@@ -335,13 +323,19 @@ class PluginRunner:
                     continue
                 registered.pop(endpoint, None)
                 log.info("plugin socket %s was removed; serving it again", endpoint.path)
-                try:
-                    endpoint.start()
-                except (RuntimeError, OSError) as exc:
-                    failed = True
-                    self.state.failures += 1
-                    log.warning("cannot serve %s yet: %s", endpoint.path, exc)
+                failed = not self._serve(endpoint) or failed
         return failed
+
+    def _serve(self, endpoint: _Endpoint, *, grace: float = 0.5) -> bool:
+        """Serve `endpoint` (again); False, counted and logged, if it cannot be yet: the
+        loop retries it."""
+        try:
+            endpoint.start(grace=grace)
+        except (RuntimeError, OSError) as exc:
+            self.state.failures += 1
+            log.warning("cannot serve %s yet: %s", endpoint.path, exc)
+            return False
+        return True
 
     def _register_all(
         self, endpoints: Sequence[_Endpoint], kubelet: tuple[int, int]
