@@ -177,6 +177,8 @@ def test_a_request_bearing_a_token_is_authorized_as_its_user() -> None:
         # user without the grant (a chart missing the rule), not a 404 ("not installed")
         with pytest.raises(client.ApiException) as err:
             client.CustomObjectsApi(carol.api_client).list_cluster_custom_object(
-                "karpenter.sh", "v1", "nodepools"
+                "autoscaling.x-k8s.io",
+                "v1beta1",
+                "capacitybuffers",  # not installed here
             )
         assert err.value.status == 403
