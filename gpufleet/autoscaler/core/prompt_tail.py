@@ -96,6 +96,14 @@ def blocking_seconds(
     if r <= 0 or slo_seconds <= 0:
         return 0.0
     total = sum(n for _, _, n in mix)
+    if total <= 0:
+        return 0.0
+    # Counts scaled by a power of two, which is exact: a mix of tiny counts keeps its
+    # precision (their products went subnormal, and doubling every count moved W by 2%),
+    # and any other mix gives the same bits as unscaled.
+    scale = math.ldexp(1.0, -math.frexp(total)[1])
+    mix = tuple((lo, hi, n * scale) for lo, hi, n in mix)
+    total *= scale
     feasible_tokens = slo_seconds * r
     weight = 0.0
     blocked = 0.0
