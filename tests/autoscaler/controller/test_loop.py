@@ -845,6 +845,61 @@ async def test_a_nodepool_limit_caps_the_headroom_and_says_so(
         await prom.close()
 
 
+class Raising(WithHeadroom):
+    """A policy whose step raises before it decides: the workload sits this tick out."""
+
+    @property
+    def interval_seconds(self) -> float:
+        raise RuntimeError("a bug in this workload's policy")
+
+
+async def test_a_workload_whose_step_raised_keeps_its_part_of_the_nodepool(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """The plan took only the workloads decided this tick: one whose step raised (or went
+    busy) dropped out, its placeholders still standing, and another was granted the room
+    they hold, past the pool's limit."""
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
+    try:
+        await three_placeholders_in_h100(api, ctl)  # the pool is full: chat's replicas and 3
+        chat = ctl._workloads[(NS, "chat")]
+        chat.policy = Raising(chat.policy, 3)
+        chat.next_decision_at = 0.0
+        batch = {"app": "batch"}
+        pod = {"containers": [{"name": "b", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+        client.AppsV1Api(api).create_namespaced_deployment(
+            NS,
+            {
+                "metadata": {"name": "batch"},
+                "spec": {
+                    "selector": {"matchLabels": batch},
+                    "template": {"metadata": {"labels": batch}, "spec": pod},
+                },
+            },
+        )
+        ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "batch"}
+        spec = {**KEDA_SPEC, "scaleTargetRef": ref, "gpu": {"count": 2}}
+        create_autoscaler(
+            api, NS, {**spec, "nodePool": {"name": "h100", "gpusPerNode": 2}}, name="batch"
+        )
+        await ctl.tick()
+        other = ctl._workloads[(NS, "batch")]
+        other.policy = WithHeadroom(other.policy, 2)
+        other.next_decision_at = 0.0
+
+        def batch_headroom() -> tuple[str, str] | None:
+            found = client.CustomObjectsApi(api).get_namespaced_custom_object(*GPA, "batch")
+            for c in (found.get("status") or {}).get("conditions", []):
+                if c["type"] == "NodeHeadroom":
+                    return (c["status"], c["reason"])
+            return None
+
+        await ticks_until(ctl, lambda: batch_headroom() == ("False", "NodePoolLimit"))
+        assert ctl.stats.errors  # chat's step did raise
+    finally:
+        await prom.close()
+
+
 KUEUE = ("kueue.x-k8s.io", "v1beta2", NS, "workloads")
 
 
