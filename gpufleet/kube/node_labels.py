@@ -7,7 +7,6 @@ never touch labels others set under the same `nvidia.com/` prefix (the GPU Opera
 only those are ever deleted.
 """
 
-import re
 from collections.abc import Mapping
 
 from kubernetes import client
@@ -17,14 +16,6 @@ from gpufleet.kube.events import MERGE_PATCH
 
 # The annotation listing the labels an owner set, comma separated.
 OWNED_ANNOTATION = "gpufleet.dev/{owner}-labels"
-# apimachinery's IsValidLabelValue: at most 63 characters, beginning and ending with a
-# letter or digit
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-
-
-def is_label_value(value: str) -> bool:
-    """A value the API server takes for a label; one it refuses fails the whole patch."""
-    return len(value) <= 63 and _LABEL_VALUE.fullmatch(value) is not None
 
 
 def apply_node_labels(

@@ -11,8 +11,9 @@ from pathlib import Path
 import urllib3
 from kubernetes.client import ApiException
 
+from gpufleet.core.label_values import is_label_value
 from gpufleet.kube.connect import api_client
-from gpufleet.kube.node_labels import apply_node_labels, is_label_value
+from gpufleet.kube.node_labels import apply_node_labels
 from gpufleet.plugin.core.config import PluginConfig
 from gpufleet.plugin.core.labels import MACHINE_UNKNOWN, gfd_labels
 from gpufleet.plugin.core.model import NodeGpus

@@ -273,7 +273,7 @@ class PromGather:
         not. Once the tick stops waiting, the answer in flight is kept and no more asked:
         a late backfill holds one chunk, not half an hour of every pod."""
         step = self._step
-        start = max(self._fetched_until.get(text, -math.inf) + step, end - self._history_seconds)
+        start = self._start(text, end)
         while start <= end and fetch.sink is not None:
             chunk_end = min(end, start + (MAX_POINTS_PER_QUERY - 1) * step)
             begun = time.monotonic()
@@ -319,15 +319,14 @@ class PromGather:
         """For each of a gateway workload's `texts`, the first sample time fetched for it:
         kept from before, else where this tick's fetch up to `end` starts."""
         joined = self._joined.get(key, {})
-        return {
-            text: joined[text]
-            if text in joined
-            else max(
-                self._fetched_until.get(text, -math.inf) + self._step,
-                end - self._history_seconds,
-            )
-            for text in texts
-        }
+        return {text: joined[text] if text in joined else self._start(text, end) for text in texts}
+
+    def _start(self, text: str, end: float) -> float:
+        """Where a fetch of `text` up to `end` starts: after what was fetched of it, and no
+        further back than the history."""
+        return max(
+            self._fetched_until.get(text, -math.inf) + self._step, end - self._history_seconds
+        )
 
     def _add_queued(
         self,

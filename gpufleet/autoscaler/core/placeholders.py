@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.autoscaler.core.spec import GROUP, KIND, VERSION
+from gpufleet.core.label_values import LABEL_VALUE_MAX
 
 PRIORITY_CLASS = "gpufleet-placeholder"
 # Below every default (0): any ordinary pod preempts a placeholder, and a placeholder never
@@ -42,10 +43,10 @@ def owner_label(autoscaler: str) -> str:
     characters); else its first 54, then a hash of the whole. A GPUAutoscaler's name may
     be 253 characters long, and the API server refused every object labelled with one
     past 63: such a workload never had headroom."""
-    if len(autoscaler) <= 63:
+    if len(autoscaler) <= LABEL_VALUE_MAX:
         return autoscaler
     digest = hashlib.sha256(autoscaler.encode()).hexdigest()[:8]
-    return f"{autoscaler[:54].rstrip('-.')}-{digest}"
+    return f"{autoscaler[: LABEL_VALUE_MAX - 9].rstrip('-.')}-{digest}"
 
 
 def placeholder_owner(metadata: Mapping[str, Any]) -> str | None:

@@ -3,9 +3,8 @@
 Exists so every part of the reader (`reader`, `discovery`, `gpm`, `processes`)
 accounts for NVML errors the same way: NotSupported (and NoPermission on a MIG-enabled GPU, a
 steady fact of the exporter's privileges) is dropped without counting and logged once per
-call and GPU model;
-any other NVMLError is counted as `timeout` or `nvml_error` and
-logged once per call, model and error code. A conversion of NVML's answer that raises (a
+call and GPU model; any other NVMLError is counted as `timeout` or `nvml_error` and logged
+once per call, model and error code. A conversion of NVML's answer that raises (a
 bug, or a struct this code does not expect) is counted as `unexpected`, logged once with
 its traceback, and costs only the value it was converting.
 

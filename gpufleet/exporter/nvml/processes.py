@@ -70,12 +70,11 @@ class ProcessReader:
         )
         if samples is MISSING:
             return running, MISSING
-        kept: dict[int, tuple[float, int]] = {}
         if samples:
             self._sampled_at[target.key] = now
-            kept = dict(self._last_util.get(target.key, {}))
-        elif now - self._sampled_at.get(target.key, -math.inf) < IDLE_AFTER_SECONDS:
-            kept = dict(self._last_util.get(target.key, {}))  # no period ended yet
+        # none new may only mean no period ended yet: the last values stand a while
+        recent = now - self._sampled_at.get(target.key, -math.inf) < IDLE_AFTER_SECONDS
+        kept = dict(self._last_util.get(target.key, {})) if recent else {}
         for sample in sorted(samples, key=lambda s: s.timeStamp):  # the latest wins
             kept[sample.pid] = (float(sample.smUtil), sample.timeStamp)
             since = max(since, sample.timeStamp)

@@ -15,7 +15,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+from gpufleet.core.label_values import LABEL_VALUE_MAX, is_label_value
+
 _NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
@@ -75,12 +76,12 @@ def _labels(where: str, labels: Any) -> list[tuple[str, str]]:
     for key, value in labels.items():
         if not _qualified_name(str(key)):
             found.append((where, f"Invalid value: {key!r}: not a qualified name"))
-        if not isinstance(value, str) or len(value) > 63 or not _VALUE.fullmatch(value):
+        if not isinstance(value, str) or not is_label_value(value):
             found.append(
                 (
                     where,
-                    f"Invalid value: {value!r}: must be no more than 63 characters, and begin "
-                    "and end with an alphanumeric character",
+                    f"Invalid value: {value!r}: must be no more than {LABEL_VALUE_MAX} "
+                    "characters, and begin and end with an alphanumeric character",
                 )
             )
     return found
@@ -90,4 +91,4 @@ def _qualified_name(key: str) -> bool:
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > 253 or not _PREFIX.fullmatch(prefix)):
         return False
-    return len(name) <= 63 and bool(_NAME.fullmatch(name))
+    return len(name) <= LABEL_VALUE_MAX and bool(_NAME.fullmatch(name))

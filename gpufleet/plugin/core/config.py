@@ -23,6 +23,7 @@ DEVICE_ID_STRATEGIES = ("uuid", "index")
 DEVICE_DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra")
 ALLOCATION_POLICIES = ("distributed", "packed")
 RESOURCE_PREFIX = "nvidia.com"
+MAX_RESOURCE_NAME_LENGTH = 63  # NVIDIA's limit on the fully-qualified resource name
 SHARED_SUFFIX = ".shared"
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
 

@@ -20,6 +20,7 @@ from gpufleet.plugin.core.config import (
     ALLOCATION_POLICIES,
     DEVICE_DISCOVERY_STRATEGIES,
     DEVICE_ID_STRATEGIES,
+    MAX_RESOURCE_NAME_LENGTH,
     MIG_STRATEGIES,
     RESOURCE_PREFIX,
     SHARED_SUFFIX,
@@ -38,7 +39,6 @@ from gpufleet.plugin.core.config import (
 from gpufleet.plugin.core.config_load import load_document
 
 VERSION = "v1"
-MAX_RESOURCE_NAME_LENGTH = 63
 
 # DNS-1123 subdomain: what Kubernetes requires of the part after the prefix.
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

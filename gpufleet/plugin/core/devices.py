@@ -28,11 +28,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gpufleet.core.device_ids import replica_id
-from gpufleet.plugin.core.config import RESOURCE_PREFIX, SHARED_SUFFIX, SharingKind
+from gpufleet.plugin.core.config import (
+    MAX_RESOURCE_NAME_LENGTH,
+    RESOURCE_PREFIX,
+    SHARED_SUFFIX,
+    SharingKind,
+)
 from gpufleet.plugin.core.model import AdvertisedDevice, GpuInfo, MigInfo, NodeGpus
 
 GPU_RESOURCE = f"{RESOURCE_PREFIX}/gpu"
-MAX_RESOURCE_NAME_LENGTH = 63  # NVIDIA's limit on the fully-qualified name
 # MPS clients per GPU the MPS server accepts (reference §3): 48 from compute capability 7.5.
 _MPS_MAX_CLIENTS = 48
 _MPS_MAX_CLIENTS_BEFORE_7_5 = 16

@@ -21,13 +21,13 @@ Pure: no I/O.
 import re
 from collections.abc import Mapping, Sequence
 
+from gpufleet.core.label_values import LABEL_VALUE_MAX
 from gpufleet.plugin.core.config import PluginConfig, Sharing, SharingKind
 from gpufleet.plugin.core.devices import mig_resource
 from gpufleet.plugin.core.model import GpuInfo, MigInfo, NodeGpus
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MACHINE_UNKNOWN = "unknown"
-LABEL_VALUE_MAX = 63  # Kubernetes' limit on a label value
 _UNSAFE = re.compile(r"[^A-Za-z0-9\-_. ]")
 # A MIG profile's slices: "[<c>c.]<g>g.<memory>gb[+...]".
 _SLICES = re.compile(r"(?:(\d+)c\.)?(\d+)g\.")
