@@ -31,11 +31,27 @@ _PLACEMENT = ("nodeSelector", "affinity", "tolerations", "runtimeClassName")
 
 
 _SUFFIX = "-placeholder"
+# The Deployment controller names its ReplicaSet `<deployment>-<pod-template-hash>`, the
+# hash up to 10 characters, and an object name may be 253: a Deployment named past 242
+# never gets a pod.
+NAME_MAX = 253 - 11
 
 
 def placeholder_name(autoscaler: str) -> str:
-    """The placeholder Deployment of a GPUAutoscaler, in its namespace."""
-    return f"{autoscaler}{_SUFFIX}"
+    """The placeholder Deployment (and PodTemplate, CapacityBuffer) of a GPUAutoscaler, in
+    its namespace: its name and `-placeholder`; past NAME_MAX, its name cut, then a hash of
+    the whole. A GPUAutoscaler's name may be 253 characters long."""
+    name = f"{autoscaler}{_SUFFIX}"
+    if len(name) <= NAME_MAX:
+        return name
+    return f"{_cut_with_hash(autoscaler, NAME_MAX - len(_SUFFIX))}{_SUFFIX}"
+
+
+def _cut_with_hash(name: str, limit: int) -> str:
+    """`name` cut to `limit` characters with its last 9 a `-` and 8 hex digits of the whole
+    name's SHA-256: distinct names stay distinct, and the result stays a DNS name."""
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: limit - 9].rstrip('-.')}-{digest}"
 
 
 def owner_label(autoscaler: str) -> str:
@@ -45,20 +61,28 @@ def owner_label(autoscaler: str) -> str:
     past 63: such a workload never had headroom."""
     if len(autoscaler) <= LABEL_VALUE_MAX:
         return autoscaler
-    digest = hashlib.sha256(autoscaler.encode()).hexdigest()[:8]
-    return f"{autoscaler[: LABEL_VALUE_MAX - 9].rstrip('-.')}-{digest}"
+    return _cut_with_hash(autoscaler, LABEL_VALUE_MAX)
 
 
 def placeholder_owner(metadata: Mapping[str, Any]) -> str | None:
     """The GPUAutoscaler whose headroom an object (Deployment, PodTemplate, CapacityBuffer)
-    holds, from its metadata; None for any object gpufleet did not make, whatever its name:
-    a user's own `chat-placeholder` is never written."""
-    name = metadata.get("name")
-    label = (metadata.get("labels") or {}).get(OWNER_LABEL)
-    if not isinstance(name, str) or not name.endswith(_SUFFIX):
-        return None
-    owner = name.removesuffix(_SUFFIX)
-    return owner if label == owner_label(owner) else None
+    holds, from its metadata: the GPUAutoscaler its controller reference names, where the
+    object's name and owner label are the ones gpufleet gives it. None for any object
+    gpufleet did not make, whatever its name: a user's own `chat-placeholder` is never
+    written."""
+    labels = metadata.get("labels") or {}
+    for ref in metadata.get("ownerReferences") or ():
+        if not isinstance(ref, Mapping) or ref.get("kind") != KIND or not ref.get("controller"):
+            continue
+        owner = ref.get("name")
+        if (
+            str(ref.get("apiVersion", "")).partition("/")[0] == GROUP
+            and isinstance(owner, str)
+            and metadata.get("name") == placeholder_name(owner)
+            and labels.get(OWNER_LABEL) == owner_label(owner)
+        ):
+            return owner
+    return None
 
 
 def priority_class() -> dict[str, Any]:

@@ -3,7 +3,8 @@
 - Deployments: `spec.replicas` becomes Pods (labelled from the template, owned by the
   Deployment); surplus pods are deleted lowest `controller.kubernetes.io/pod-deletion-cost`
   first, then newest, as the ReplicaSet controller does; `status.replicas` and
-  `readyReplicas` follow.
+  `readyReplicas` follow. A Deployment named past 242 characters gets no pod, as its
+  ReplicaSet's name would be refused.
 - A scheduler: pending pods bind highest priority first (spec.priority, else their
   PriorityClass's value), fullest node first; a pod that fits nowhere preempts the fewest
   lower-priority pods on one node (unless its preemptionPolicy is Never) and waits there
@@ -40,6 +41,9 @@ from gpufleet.lab.kubeapi.resources import RESOURCES
 from gpufleet.lab.kubeapi.store import ObjectStore, timestamp
 
 log = logging.getLogger(__name__)
+# The Deployment controller names its ReplicaSet `<name>-<pod-template-hash>`, the hash up
+# to 10 characters, and an object name may be 253: a longer Deployment never gets a pod.
+DEPLOYMENT_NAME_MAX = 253 - 11
 _RES = {(r.group, r.plural): r for r in RESOURCES}
 DEPLOYMENTS, PODS, NODES = _RES[("apps", "deployments")], _RES[("", "pods")], _RES[("", "nodes")]
 PRIORITY_CLASSES = _RES[("scheduling.k8s.io", "priorityclasses")]
@@ -116,6 +120,9 @@ class LabCluster:
     def _deployment(self, d: dict[str, Any], now: float) -> None:
         meta, spec = d["metadata"], d.get("spec") or {}
         ns, name = meta["namespace"], meta["name"]
+        if len(name) > DEPLOYMENT_NAME_MAX:
+            self._no_replica_set(d)
+            return
         match = (spec.get("selector") or {}).get("matchLabels") or {}
         pods = self.store.list(PODS, ns, label_selector=selector_string(match))
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -132,11 +139,37 @@ class LabCluster:
             "readyReplicas": ready,
             "observedGeneration": meta.get("generation", 1),
         }
+        self._write_status(d, status)
+
+    def _no_replica_set(self, d: dict[str, Any]) -> None:
+        """The Deployment controller's answer when its ReplicaSet's name is refused: no pod,
+        and Progressing False for ReplicaSetCreateError."""
+        meta = d["metadata"]
+        message = (
+            f'Failed to create new replica set "{meta["name"]}-<hash>": '
+            "metadata.name: must be no more than 253 characters"
+        )
+        condition = {
+            "type": "Progressing",
+            "status": "False",
+            "reason": "ReplicaSetCreateError",
+            "message": message,
+        }
+        status = {
+            "replicas": 0,
+            "readyReplicas": 0,
+            "observedGeneration": meta.get("generation", 1),
+            "conditions": [condition],
+        }
+        self._write_status(d, status)
+
+    def _write_status(self, d: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = d["metadata"]
         if (d.get("status") or {}) != status:
             self.store.patch(
                 DEPLOYMENTS,
-                ns,
-                name,
+                meta["namespace"],
+                meta["name"],
                 {"status": status},
                 content_type="application/merge-patch+json",
                 subresource="status",

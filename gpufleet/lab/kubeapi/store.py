@@ -41,6 +41,7 @@ from gpufleet.lab.kubeapi.objects import (
 from gpufleet.lab.kubeapi.resources import Resource
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+GENERATED_BASE_MAX = 63 - 5  # apiserver/pkg/storage/names: a DNS label less 5 random
 _UID_NAMESPACE = uuid.UUID("6f1c1b8e-63a4-4c4e-9a57-5bb1c6f0a001")
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -148,7 +149,9 @@ class ObjectStore:
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = f"{meta['generateName']}{self._version + 1:05x}"
+            # The apiserver's name generator keeps at most 58 characters of the base.
+            base = meta["generateName"][:GENERATED_BASE_MAX]
+            meta["name"] = f"{base}{self._version + 1:05x}"
         name = meta.get("name") or ""
         self._check_new(res, namespace, name, obj)
         _validate(res, name, obj)

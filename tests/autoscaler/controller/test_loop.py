@@ -23,7 +23,7 @@ from kubernetes import client
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.core.extmetrics import SnapshotFeed
 from gpufleet.autoscaler.core.observation import Observation
-from gpufleet.autoscaler.core.placeholders import placeholder_deployment
+from gpufleet.autoscaler.core.placeholders import placeholder_deployment, placeholder_name
 from gpufleet.autoscaler.core.policy import Decision, Policy, Reason
 from gpufleet.autoscaler.core.signals import GPU_TELEMETRY
 from gpufleet.autoscaler.kube.cluster import Cluster
@@ -562,12 +562,15 @@ async def test_it_keeps_the_policys_headroom_as_placeholder_pods(
         await prom.close()
 
 
+@pytest.mark.parametrize("length", [75, 235, 253])
 async def test_a_long_named_autoscaler_gets_its_placeholders(
-    api: client.ApiClient, pod_prometheus: Prometheus
+    api: client.ApiClient, pod_prometheus: Prometheus, length: int
 ) -> None:
     """A name past a label value's 63 characters: the API server (and now the fake one)
-    refused the placeholder Deployment labelled with it, every tick."""
-    name = "chat-" + "x" * 70
+    refused the placeholder Deployment labelled with it, every tick. Past 241, the name
+    `<name>-placeholder` was refused too (and past 230 it left its ReplicaSet's name too
+    long: tests/lab/kubeapi/test_cluster.py)."""
+    name = "chat-" + "x" * (length - 5)
     deploy(api, gpus=2)
     create_autoscaler(api, NS, KEDA_SPEC, name=name)
     ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}")
@@ -576,7 +579,7 @@ async def test_a_long_named_autoscaler_gets_its_placeholders(
 
     def made() -> bool:
         try:
-            return apps.read_namespaced_deployment(f"{name}-placeholder", NS).spec.replicas == 2
+            return apps.read_namespaced_deployment(placeholder_name(name), NS).spec.replicas == 2
         except client.ApiException:
             return False
 

@@ -6,6 +6,7 @@ from gpufleet.autoscaler.core.placeholders import (
     gpu_requests,
     owner_label,
     placeholder_deployment,
+    placeholder_name,
     placeholder_owner,
     priority_class,
 )
@@ -84,3 +85,21 @@ def test_a_name_past_a_label_values_63_characters_is_labelled_with_its_hash() ->
     assert body["spec"]["selector"]["matchLabels"] == {OWNER_LABEL: label}
     assert placeholder_owner(body["metadata"]) == long
     assert placeholder_owner({**body["metadata"], "labels": {OWNER_LABEL: long}}) is None
+
+
+def test_a_name_past_242_characters_is_cut_and_its_owner_read_from_its_reference() -> None:
+    """The placeholder's name keeps its ReplicaSet's name within 253 characters, stays a
+    DNS name, and differs between names that share their first 230 characters. Its owner
+    is the GPUAutoscaler its controller reference names, never one read from the name."""
+    long = "a" * 220 + "." + "b" * 32  # cut just after the dot
+    name = placeholder_name(long)
+    assert len(name) <= 242 and name.endswith("-placeholder") and ".-" not in name
+    assert name != placeholder_name(long[:-1] + "c")
+    assert placeholder_name("chat") == "chat-placeholder"  # short names keep theirs
+    meta = placeholder_deployment(
+        namespace="llm", autoscaler=long, autoscaler_uid="u", replicas=1, template_spec=TEMPLATE
+    )["metadata"]
+    assert placeholder_owner(meta) == long
+    assert placeholder_owner({**meta, "ownerReferences": []}) is None  # a user's look-alike
+    other = [{**meta["ownerReferences"][0], "name": "chat"}]
+    assert placeholder_owner({**meta, "ownerReferences": other}) is None

@@ -205,3 +205,43 @@ def test_idle_nodes_go_down_to_min_nodes() -> None:
         cluster = LabCluster(store, timing=timing, clock=clock)
         _run(cluster, clock, TIMING.node_idle_seconds + 2)
         assert len(store.list(NODES, None)) == left
+
+
+def test_a_deployment_past_242_characters_gets_no_pods() -> None:
+    """As the Deployment controller: its ReplicaSet `<name>-<hash>` (a hash of up to 10
+    characters) would pass an object name's 253, so no pod comes, and Progressing says why.
+    Up to 242, the pods come, their names cut as the apiserver's generator cuts them."""
+    store, cluster, clock = _world(placeholders=0)
+    for app, name in (("a", "a" * 242), ("b", "b" * 243)):
+        body = _deployment(app, 1)
+        body["metadata"]["name"] = name
+        store.create(DEPLOYMENTS, NS, body)
+    _run(cluster, clock, 1)
+    (pod,) = store.list(PODS, NS, label_selector="app=a")
+    assert pod["metadata"]["name"].startswith("a" * 58) and len(pod["metadata"]["name"]) == 63
+    assert store.list(PODS, NS, label_selector="app=b") == []
+    status = store.get(DEPLOYMENTS, NS, "b" * 243)["status"]
+    (condition,) = status["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "Progressing",
+        "False",
+        "ReplicaSetCreateError",
+    )
+
+
+def test_the_placeholders_of_a_253_character_autoscaler_get_pods() -> None:
+    """A GPUAutoscaler's name may be 253 characters. Its placeholder Deployment was named
+    `<name>-placeholder`: refused past 241 characters, and past 230 left without pods."""
+    for length in (235, 253):
+        store, cluster, clock = _world(placeholders=0)
+        body = placeholder_deployment(
+            namespace=NS,
+            autoscaler="x" * length,
+            autoscaler_uid="u",
+            replicas=2,
+            template_spec=TEMPLATE,
+        )
+        store.create(DEPLOYMENTS, NS, body)
+        _run(cluster, clock, 1)
+        selector = ",".join(f"{k}={v}" for k, v in body["spec"]["selector"]["matchLabels"].items())
+        assert len(store.list(PODS, NS, label_selector=selector)) == 2, length
