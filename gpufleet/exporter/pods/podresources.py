@@ -61,16 +61,18 @@ _EMPTY_REQUEST = b""  # ListPodResourcesRequest has no fields
 _NO_PODS: Listed = ((), ())
 
 
-def next_wait_seconds(
-    failure: KubeletErrorKind | None, previous: float, *, refresh: float, cap: float
-) -> float:
-    """Seconds until the next List: the refresh interval, doubled per rate-limited try.
+# The kubelet's bucket (`grpc/ratelimit.go`: x/time/rate's Allow, 100/s, burst 10) is
+# shared by every client of the socket, and a refused call takes no token from it.
+RATE_LIMITED_RETRY_SECONDS = 1.0
 
-    Only RATE_LIMITED backs off (retrying sooner only burns the kubelet's tokens); other
-    failures retry at the normal interval so a restarted kubelet is seen quickly.
-    """
+
+def next_wait_seconds(failure: KubeletErrorKind | None, *, refresh: float) -> float:
+    """Seconds until the next List: the refresh interval; after a rate-limited try, one
+    second. Backing off would not spare the kubelet's tokens (a refused call spends none)
+    and would only outlive the last view: two doublings from 5 s left the series without
+    pod labels for 20 s while the kubelet took every call."""
     if failure is KubeletErrorKind.RATE_LIMITED:
-        return min(max(cap, refresh), max(previous, refresh) * 2)
+        return min(refresh, RATE_LIMITED_RETRY_SECONDS)
     return refresh
 
 
@@ -89,7 +91,6 @@ class PodResourcesWatcher:
         refresh_seconds: float = 5.0,
         max_stale_seconds: float | None = None,
         call_timeout_seconds: float = 5.0,
-        max_backoff_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -101,7 +102,6 @@ class PodResourcesWatcher:
             3 * refresh_seconds if max_stale_seconds is None else max_stale_seconds
         )
         self._call_timeout_seconds = call_timeout_seconds
-        self._max_backoff_seconds = max_backoff_seconds
         self._clock = clock
         self._wall_clock = wall_clock
         self._view = EMPTY_VIEW
@@ -169,9 +169,7 @@ class PodResourcesWatcher:
                     self._count(KubeletErrorKind.ERROR)
                     self._bugs.log(logging.ERROR, "pod-resources refresh failed", exc_info=True)
                     failure = KubeletErrorKind.ERROR
-            wait = next_wait_seconds(
-                failure, wait, refresh=self._refresh_seconds, cap=self._max_backoff_seconds
-            )
+            wait = next_wait_seconds(failure, refresh=self._refresh_seconds)
 
     # -- one refresh -----------------------------------------------------------------------
 
