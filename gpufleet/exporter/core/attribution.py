@@ -154,7 +154,11 @@ def build_index(
             keys = () if device is None else locate(device, topology)
             unknown += not keys
             for key in keys:
-                got = replicas.setdefault(key, {}).setdefault(pod, set())
+                # Last in: `_shares` keeps a pod's containers in the order they last held
+                # the entity, so the last is the one dcgm-exporter's map keeps.
+                holding = replicas.setdefault(key, {})
+                got = holding.pop(pod, set())
+                holding[pod] = got
                 if device is not None and device.replica is not None:
                     got.add(device.replica)
     for claim in claims:
@@ -283,7 +287,8 @@ def _pod_uids(
 
 
 def _shares(pods: Mapping[PodRef, set[int]]) -> tuple[PodShare, ...]:
-    ordered = sorted(pods, key=lambda p: (p.namespace, p.name, p.container, p.uid or ""))
+    """By pod; one pod's containers (stable sort) in the order they last held the entity."""
+    ordered = sorted(pods, key=lambda p: (p.namespace, p.name))
     return tuple(
         PodShare(pod=pod, vgpu=",".join(str(n) for n in sorted(pods[pod])) or None)
         for pod in ordered
@@ -316,8 +321,8 @@ def attribute(
     from its processes (`pid_pods` maps pid -> pod UID), fitted so that the pods' sum never
     exceeds the device's value; where NVML could not tell the processes (`processes` None)
     or a UID is missing, the pods get no split values and the entity counts as unsplit.
-    Values and shares are per pod, so they go on the pod's first container only: a process
-    maps to a pod, not a container.
+    Values and shares are per pod, so they go on the pod's last container only (the one
+    whose labels the pod's series carry): a process maps to a pod, not a container.
     """
     pods: dict[Key, tuple[PodShare, ...]] = {}
     stray = 0
@@ -354,22 +359,23 @@ def gpu_fraction(entity: Entity) -> float:
     return mig_compute_fraction(entity.mig.profile)
 
 
-def _first_containers(shares: Sequence[PodShare]) -> list[bool]:
-    """Which shares are the first container of their pod (values and shares go there)."""
+def _last_containers(shares: Sequence[PodShare]) -> list[bool]:
+    """Which shares are the last container of their pod: the one whose labels dcgm-exporter
+    gives the pod's series, so values and shares go there."""
     seen: set[tuple[str, str]] = set()
-    first = []
-    for share in shares:
+    last = []
+    for share in reversed(shares):
         pod = (share.pod.namespace, share.pod.name)
-        first.append(pod not in seen)
+        last.append(pod not in seen)
         seen.add(pod)
-    return first
+    return last[::-1]
 
 
 def _allocation_shares(shares: tuple[PodShare, ...], fraction: float) -> tuple[PodShare, ...]:
     """No per-process view: each pod gets an equal part of the entity, its allocation."""
-    first = _first_containers(shares)
-    part = fraction / sum(first)
-    return tuple(replace(s, gpu_share=part) if f else s for s, f in zip(shares, first, strict=True))
+    last = _last_containers(shares)
+    part = fraction / sum(last)
+    return tuple(replace(s, gpu_share=part) if f else s for s, f in zip(shares, last, strict=True))
 
 
 def _split(
@@ -416,11 +422,11 @@ def _split(
         for uid, value in _fit(parts, extra, device).items():
             fitted[uid][field] = value
     entity_share = _activity_shares(util, stray_util) or _activity_shares(used_mib, stray_mib)
-    first = _first_containers(shares)
+    last = _last_containers(shares)
     out = []
-    for share, is_first in zip(shares, first, strict=True):
+    for share, is_last in zip(shares, last, strict=True):
         uid = share.pod.uid or ""
-        if not is_first:
+        if not is_last:
             out.append(share)
             continue
         part = entity_share[uid] if entity_share else 1.0 / len(uids)

@@ -125,7 +125,7 @@ class PodShare:
     `values` holds the pod's own SPLIT_FIELDS when several pods share the entity and NVML
     told each one's part; empty otherwise. `gpu_share` is the part of the physical GPU
     attributed to the pod (its part of the entity times the entity's part of the GPU), on
-    the pod's first container only; None where not attributed.
+    the pod's last container only; None where not attributed.
     """
 
     pod: PodRef

@@ -205,9 +205,9 @@ def _rows(
         shares = pods.get(entity.key, ())
         common = {"entity": entity_sample, "base": base, "label_rows": row_labels}
         if len({(s.pod.namespace, s.pod.name) for s in shares}) <= 1:
-            # One pod (even through several containers) holds the whole entity: its first
-            # container's labels, as dcgm-exporter gives one pod.
-            share = shares[0] if shares else None
+            # One pod (even through several containers) holds the whole entity: the labels
+            # of the container `List` gave it last, as dcgm-exporter's map keeps.
+            share = shares[-1] if shares else None
             rows.append(_row(share, values, gpu_row=True, options=options, names=names, **common))
             continue
         unclaimed = _unclaimed(values, shares)

@@ -526,13 +526,14 @@ CASES = [
             pid_pods={10: "uid-y"},
             want={
                 GPU0: [
-                    ("team-a/y/b", "uid-y", "0", {GPU_UTIL: 10.0, FB_USED: 10.0}),
                     ("team-a/y/z", "uid-y", "1", {}),
+                    ("team-a/y/b", "uid-y", "0", {GPU_UTIL: 10.0, FB_USED: 10.0}),
                     ("team-b/x/main", "uid-x", "2", {GPU_UTIL: 0.0, FB_USED: 0.0}),
                 ]
             },
         ),
-        id="sorted by namespace, pod, container; values are per pod, on its first container",
+        # dcgm-exporter's device -> pod map keeps the container `List` gives last.
+        id="sorted by namespace, pod, then List order; values per pod, on its last container",
     ),
 ]
 
@@ -590,7 +591,8 @@ def test_gpu_share_follows_sm_activity_then_memory_then_allocation() -> None:
 
 def test_gpu_share_of_whole_gpus_and_mig_slices() -> None:
     """A pod holding a whole GPU has all of it; a 1g.10gb slice is 1/7 of an H100, and two
-    pods time-sharing that slice split the seventh; a pod's second container gets none."""
+    pods time-sharing that slice split the seventh; a pod's other containers get none (its
+    share goes on the one `List` gives last)."""
     containers = (
         held("a", G0),
         held("b", f"{M21}::0", res="nvidia.com/mig-1g.10gb"),
@@ -607,7 +609,7 @@ def test_gpu_share_of_whole_gpus_and_mig_slices() -> None:
     shares = _shares(containers, checkpoint, samples)
     assert shares[GPU0] == [1.0]
     assert shares[MIG21] == [1 / 7 / 2, 1 / 7 / 2]
-    assert shares[GPU1] == [1.0, None]
+    assert shares[GPU1] == [None, 1.0]
 
 
 # --- against the fake kubelet: terminated pods and the checkpoint, as a node shows them ------

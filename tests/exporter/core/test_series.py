@@ -303,12 +303,13 @@ def test_shared_gpu_serves_device_fields_once_byte_for_byte() -> None:
 
 
 def test_two_containers_of_one_pod_are_one_holder() -> None:
-    """One pod holding a GPU through two containers: one series, its first container's."""
+    """One pod holding a GPU through two containers: one series, labelled with the container
+    listed last (a sidecar is listed before the app), as dcgm-exporter's map keeps it."""
     (util,) = _build(
         [EntitySample(entity=GPU0, values={"DCGM_FI_DEV_GPU_UTIL": 70.0})],
-        pods={GPU0.key: (_share("a", container="x"), _share("a", container="y"))},
+        pods={GPU0.key: (_share("a", container="sidecar"), _share("a", container="app"))},
     )
-    assert [(dict(s.labels).get("container"), s.value) for s in util.samples] == [("x", 70.0)]
+    assert [(dict(s.labels).get("container"), s.value) for s in util.samples] == [("app", 70.0)]
 
 
 def test_vgpu_and_pod_uid_only_when_enabled() -> None:
