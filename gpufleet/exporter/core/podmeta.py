@@ -21,7 +21,8 @@ Labels = tuple[tuple[str, str], ...]
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 # Labels a series of a pod may carry already, in any profile (identity, hostname, -o names,
-# attributes, XID and window labels, dra_*): a pod label of the same name is dropped.
+# attributes, XID, window and GPU status labels, dra_*): a pod label of the same name is
+# dropped, as Prometheus refuses a whole scrape over one repeated label name.
 RESERVED = frozenset(
     {
         "gpu", "UUID", "uuid", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE",
@@ -29,7 +30,8 @@ RESERVED = frozenset(
         "vgpu", "pod_name", "pod_namespace", "container_name", "err_code", "err_msg",
         "hpc_job", "xid", "window_size_in_ms", "clock_event", "dra_claim_name",
         "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name",
-        "dra_mig_profile", "dra_mig_device_uuid",
+        "dra_mig_profile", "dra_mig_device_uuid", "peer_gpu", "link_status", "health_watch",
+        "health_error_code",
     }
 )  # fmt: skip
 

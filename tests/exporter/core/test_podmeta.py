@@ -96,3 +96,12 @@ def test_a_bad_allowlist_is_one_value_error(value: str) -> None:
         parse_allowlist(value)
     except ValueError as err:
         assert len(str(err)) < 300
+
+
+def test_the_gpu_status_labels_are_reserved() -> None:
+    """DCGM_EXP_P2P_STATUS and DCGM_EXP_GPU_HEALTH_STATUS carry `peer_gpu`, `link_status`,
+    `health_watch` and `health_error_code` beside the pod's labels. A pod labelled
+    `link-status` gave its series that name twice, and Prometheus refused the node's whole
+    scrape ("label name is not unique"); dcgm-exporter keeps one map of labels."""
+    labels = {"peer_gpu": "a", "link-status": "b", "health.watch": "c", "health_error_code": "d"}
+    assert pod_labels({**labels, "app": "x"}, ()) == (("app", "x"),)
