@@ -18,8 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry
 
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
 from gpufleet.autoscaler.core.extmetrics import SnapshotFeed, window_seconds
@@ -32,6 +31,7 @@ from gpufleet.autoscaler.settings import AutoscalerSettings
 from gpufleet.core.listen import parse_listen_address
 from gpufleet.core.server_stats import ServerStats
 from gpufleet.http.abuse import AcceptErrorHandler
+from gpufleet.http.metrics import exposition
 from gpufleet.http.server import Response, new_app, plain, start_server
 from gpufleet.http.wire import Request
 from gpufleet.kube.connect import api_client
@@ -350,7 +350,7 @@ async def _serve(
     registry.register(SelfMetrics(lambda: controller.stats, server=server_stats))
 
     async def metrics(_: Request) -> Response:
-        return Response(200, generate_latest(registry), {"Content-Type": CONTENT_TYPE_LATEST})
+        return exposition(registry)
 
     async def healthz(_: Request) -> Response:
         # Unhealthy when the API could not be listed for 10 ticks (at least 30 s).

@@ -3,9 +3,17 @@ daemons that serve their own metrics through prometheus_client (the autoscaler, 
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client import generate_latest
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Metric
 
 from gpufleet.core.server_stats import HELP, ServerStats
+from gpufleet.http.server import Response
+from gpufleet.http.wire import TEXT_CONTENT_TYPE
+
+
+def exposition(registry: CollectorRegistry) -> Response:
+    """The registry's metrics in Prometheus' text format 0.0.4."""
+    return Response(200, generate_latest(registry), {"Content-Type": TEXT_CONTENT_TYPE})
 
 
 def http_families(prefix: str, server: ServerStats) -> Iterator[Metric]:

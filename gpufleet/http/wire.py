@@ -19,6 +19,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+# Prometheus' text format, what every daemon's /metrics serves (prometheus_client's own
+# CONTENT_TYPE_LATEST says version=1.0.0 since 0.22, for the same bytes).
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers together
 MAX_LINE_BYTES = 8190  # per line, as aiohttp and nginx
 MAX_HEADERS = 100

@@ -7,11 +7,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
 from gpufleet.core.server_stats import ServerStats
-from gpufleet.http.metrics import http_families
+from gpufleet.http.metrics import exposition, http_families
 from gpufleet.http.server import Response, RunningServer, new_app, plain, start_server
 from gpufleet.http.wire import Request
 from gpufleet.plugin.core.model import Health
@@ -180,8 +179,7 @@ class MetricsServer:
 
     async def _start(self) -> RunningServer:
         async def metrics(request: Request) -> Response:
-            body = generate_latest(self._registry)
-            return Response(200, body, {"Content-Type": CONTENT_TYPE_LATEST})
+            return exposition(self._registry)
 
         async def health(request: Request) -> Response:
             return plain(200, "OK")

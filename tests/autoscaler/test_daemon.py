@@ -247,6 +247,8 @@ def test_metrics_and_healthz_while_it_runs(apiserver: FakeApiServer) -> None:
         )
         text = http_get(port, "/metrics")[1]
         assert "gpufleet_autoscaler_leader 1.0" in text  # no election: it writes
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            assert answer.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
         assert http_get(port, "/healthz") == (200, "OK")
         assert http_get(port, "/readyz") == (200, "OK")
         daemon.send_signal(signal.SIGTERM)

@@ -62,6 +62,17 @@ def test_only_metrics_and_health_answer(serve, path: str, status: int, body: byt
     assert body in got_body
 
 
+def test_metrics_are_text_format_0_0_4(serve):
+    """prometheus_client 0.22+ labels the same bytes `version=1.0.0` (CONTENT_TYPE_LATEST),
+    whatever the scraper asked for; the exporter's port says 0.0.4, as the bytes are."""
+    server = serve()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}/metrics", headers={"Accept": "text/plain;version=0.0.4"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+
+
 def test_an_idle_connection_is_closed_after_the_read_timeout(serve):
     """prometheus_client's server kept 500 idle connections (and a thread each) open."""
     server = serve(read_timeout_seconds=0.2)

@@ -28,7 +28,7 @@ from gpufleet.core.server_stats import ServerStats
 from gpufleet.exporter.http.store import ExpositionStore
 from gpufleet.http.server import App, Handler, Response, RunningServer, new_app, start_server
 from gpufleet.http.server import plain as _plain
-from gpufleet.http.wire import Request
+from gpufleet.http.wire import TEXT_CONTENT_TYPE, Request
 
 if TYPE_CHECKING:  # loaded only with --web-config-file (YAML, bcrypt, TLS setup)
     from gpufleet.http.webconfig import WebConfig
@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # loaded only with --web-config-file (YAML, bcrypt, TLS setup
 # Re-exported: the exporter's daemon and tests reach the server through this module.
 __all__ = ["App", "RunningServer", "build_app", "start_server"]
 
-TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 _LANDING_PAGE = (
     b"<!DOCTYPE html>\n<html><head><title>gpufleet exporter</title></head><body>\n"
