@@ -45,7 +45,7 @@ from gpufleet.autoscaler.core.kueue import pending_demands
 from gpufleet.autoscaler.core.nodepools import free_gpus
 from gpufleet.autoscaler.core.observation import Observation, ReplicaState
 from gpufleet.autoscaler.core.policy import Decision, Reason
-from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
+from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, hpa_ready, replica_of
 from gpufleet.autoscaler.core.rivals import rival_autoscalers
 from gpufleet.autoscaler.core.schedules import floor_at
 from gpufleet.autoscaler.core.spec import AutoscalerSpec, SpecError, parse_spec
@@ -154,7 +154,9 @@ class Controller:
             await self._steps.each(
                 invalid, "releasing its headroom", release, key=lambda key: key, raised=raised
             )
-        index = _PodIndex(view.pods)
+        # A Succeeded or Failed pod (evicted, say) stays listed until it is collected; it
+        # is no replica, as the ReplicaSet controller and the HPA ignore it.
+        index = _PodIndex([p for p in view.pods if not p.finished])
         rivals = rival_autoscalers(view.autoscalers)
 
         async def read(t: Tick) -> None:
@@ -424,7 +426,7 @@ class Controller:
         """What the external metrics and KEDA servers serve of a workload: its newest
         signals, and the count it last decided (this tick's, unless it is busy)."""
         w, spec = t.workload, t.workload.spec
-        running, ready = _running_and_ready(t)
+        running, _ = _running_and_ready(t)
         return workload_metrics(
             namespace=spec.namespace,
             name=spec.name,
@@ -434,7 +436,7 @@ class Controller:
             pods=w.history.latest_pods(now),
             desired=w.decided,
             current=running,
-            ready=ready,
+            ready=hpa_ready(t.pods),
             now=now,
         )
 

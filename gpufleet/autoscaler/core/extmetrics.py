@@ -69,7 +69,8 @@ def workload_metrics(
 ) -> WorkloadMetrics:
     """`signals`: signal -> (time, value) of its newest sample; `pods`: the newest telemetry
     and its time; `desired`: the count the controller wants (None before a decision);
-    `current` and `ready`: the target's replicas (starting or ready) and its Ready pods."""
+    `current` and `ready`: the target's replicas (starting or ready) and its Ready pods as
+    an HPA counts them (`replicas.hpa_ready`)."""
     values = {
         metric: Sample(*signals[signal])
         for signal, metric in SIGNAL_METRICS.items()

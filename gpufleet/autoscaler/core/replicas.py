@@ -33,6 +33,13 @@ class PodState:
     finished: bool = False  # status.phase Succeeded or Failed: it holds nothing
 
 
+def hpa_ready(pods: Sequence[PodState]) -> int:
+    """The Ready pods an HPA multiplies a `Value` ratio by (replica_calculator.go's
+    `getReadyPodsCount`: phase Running and Ready). Terminating pods count while Ready: the
+    kubelet probes readiness until their containers stop."""
+    return sum(1 for p in pods if p.ready_since is not None and not p.finished)
+
+
 def replica_of(pod: PodState) -> Replica:
     if pod.deleting_since is not None:
         state, since = ReplicaState.TERMINATING, pod.deleting_since

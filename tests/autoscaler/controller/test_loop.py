@@ -21,7 +21,7 @@ from helpers.tools import require
 from kubernetes import client
 
 from gpufleet.autoscaler.controller import Controller, ControllerConfig
-from gpufleet.autoscaler.core.extmetrics import SnapshotFeed
+from gpufleet.autoscaler.core.extmetrics import SnapshotFeed, desired_ratio
 from gpufleet.autoscaler.core.observation import Observation
 from gpufleet.autoscaler.core.placeholders import placeholder_deployment, placeholder_name
 from gpufleet.autoscaler.core.policy import Decision, Policy, Reason
@@ -30,6 +30,7 @@ from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.kube.events import EventRecorder
 from gpufleet.lab.kubeapi.server import FakeApiServer
+from gpufleet.lab.workload import LABELS
 
 pytestmark = pytest.mark.prometheus
 NS = "llm"
@@ -359,6 +360,36 @@ async def test_a_late_gateway_queue_is_never_added_without_it(
         finally:
             ctl.close()
             await prom.close()
+
+
+async def test_the_served_ratio_counts_the_pods_an_hpa_counts(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """The HPA multiplies a `Value` ratio by its Ready pods (`getReadyPodsCount`): terminating
+    ones too while Ready, so the ratio was served over too few and the HPA overshot (6 of 4
+    Ready with 2 draining read 1499m: 9). A Failed (evicted) pod is no replica: it counted
+    as one starting, for as long as it stayed listed."""
+    deploy(api)
+    core = client.CoreV1Api(api)
+    ready = {"conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}
+    for name, status in (("vllm-1", ready), ("vllm-2", {"phase": "Failed"})):
+        spec = {"containers": [{"name": "vllm", "image": "vllm"}]}
+        core.create_namespaced_pod(NS, {"metadata": {"name": name, "labels": LABELS}, "spec": spec})
+        core.patch_namespaced_pod_status(name, NS, {"status": status})
+    core.delete_namespaced_pod("vllm-1", NS)  # draining, still Ready
+    autoscaler(api, KEDA_SPEC)
+    feed = SnapshotFeed()
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}", feed=feed)
+    try:
+        await tick(ctl)
+        assert ctl.stats.current[f"{NS}/chat"] == 1  # vllm-0; not the evicted vllm-2
+        decided = ctl._workloads[(NS, "chat")].decided
+        served = feed.latest.get(NS, "chat")
+        assert decided is not None and served is not None
+        ratio = served.values["gpufleet_desired_ratio"].value
+        assert ratio == desired_ratio(decided, current=1, ready=2)
+    finally:
+        await prom.close()
 
 
 async def test_one_workloads_hung_write_holds_no_others_tick(

@@ -3,7 +3,7 @@
 import pytest
 
 from gpufleet.autoscaler.core.observation import ReplicaState
-from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, replica_of
+from gpufleet.autoscaler.core.replicas import PodState, deletion_costs, hpa_ready, replica_of
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,13 @@ def test_deletion_costs_make_the_emptiest_node_lose_its_pods_first() -> None:
         PodState(namespace="a", name="going", node="n1", deleting_since=5.0),
     ]
     assert deletion_costs(pods, {"n1": 7, "n2": 1}) == {"full-1": 7, "pending": 0}
+
+
+def test_the_hpa_counts_ready_pods_draining_or_not_and_no_finished_one() -> None:
+    pods = [
+        PodState(namespace="a", name="ready", ready_since=1.0),
+        PodState(namespace="a", name="draining", ready_since=1.0, deleting_since=5.0),
+        PodState(namespace="a", name="starting"),
+        PodState(namespace="a", name="evicted", finished=True),
+    ]
+    assert hpa_ready(pods) == 2
