@@ -5,7 +5,9 @@ Discovery (`/apis`, `/apis/external.metrics.k8s.io/v1beta1`) and
 the controller published: no PromQL per request. Every request is authenticated as the
 aggregator proxies it (its client certificate, verified against the request-header CA,
 with an allowed name; the user in the auth-proxy headers) and authorized with a
-SubjectAccessReview, cached for 10 s as kube's delegating authorizer does. Failures are
+SubjectAccessReview, cached for 10 s as kube's delegating authorizer does; as its defaults,
+`system:masters` (the aggregator's availability probe) needs no review, and `/healthz`,
+`/readyz` and `/livez` answer `ok` to anyone. Failures are
 `Status` bodies: 401 unauthenticated, 403 forbidden, 400 a bad label selector, 404 an
 unknown metric or path, 405 a method other than GET or HEAD, 500 when the review itself
 fails. A connection idle, or stuck in a request head, for `IDLE_TIMEOUT_SECONDS` is closed,
@@ -42,6 +44,10 @@ log = logging.getLogger(__name__)
 # k8s.io/apiserver's delegating authorizer defaults (--authorization-webhook-cache-*-ttl).
 ALLOW_TTL_SECONDS = 10.0
 DENY_TTL_SECONDS = 10.0
+# Its AlwaysAllowPaths and AlwaysAllowGroups: a probe must not hang on an authorization
+# outage, and kube-apiserver grants system:masters everything without asking anyone.
+ALWAYS_ALLOW_PATHS = frozenset(("/healthz", "/readyz", "/livez"))
+ALWAYS_ALLOW_GROUP = "system:masters"
 _METRIC_PREFIX = ("apis", em.GROUP, em.VERSION, "namespaces")
 _METHODS = ("GET", "HEAD")  # HEAD: aiohttp sends the GET answer's head without its body
 IDLE_TIMEOUT_SECONDS = 10.0  # the daemons' read timeout (gpufleet.http, dcgm-exporter's)
@@ -118,6 +124,8 @@ def make_app(
     window_seconds: int | None,
 ) -> web.Application:
     async def handle(request: web.Request) -> web.Response:
+        if request.path in ALWAYS_ALLOW_PATHS and request.method in _METHODS:
+            return web.Response(text="ok")
         user = _authenticate(request, config)
         if user is None:
             return _status(401, "Unauthorized", "Unauthorized")
@@ -129,12 +137,16 @@ def make_app(
         else:
             attrs = {"path": request.path, "verb": "get"}
         try:
-            if not await authorizer.allowed(user, attrs, resource=metric_request):
-                message = forbidden_message(user, attrs, resource=metric_request)
-                return _status(403, "Forbidden", message)
+            allowed = ALWAYS_ALLOW_GROUP in user.groups or await authorizer.allowed(
+                user, attrs, resource=metric_request
+            )
         except KubeError as err:
             log.warning("SubjectAccessReview failed: %s", err)
             return _status(500, "InternalError", "authorization failed: the review did not run")
+        if not allowed:
+            return _status(
+                403, "Forbidden", forbidden_message(user, attrs, resource=metric_request)
+            )
         if request.method not in _METHODS:
             response = _status(405, "MethodNotAllowed", f"method {request.method} is not allowed")
             response.headers["Allow"] = ", ".join(_METHODS)

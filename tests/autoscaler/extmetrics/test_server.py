@@ -304,6 +304,27 @@ async def test_a_review_that_cannot_be_made_is_500_and_no_answer(
     assert err.status == 500 and '"reason": "InternalError"' in err.body
 
 
+async def test_the_aggregators_probe_and_health_paths_need_no_review(
+    url: str, pki: AggregatorPki, apiserver: FakeApiServer
+) -> None:
+    """As k8s.io/apiserver's delegating authorizer: system:masters (kube-aggregator probes
+    discovery as system:kube-aggregator in it) and /healthz, /readyz, /livez never wait on
+    a SubjectAccessReview. With reviews failing, the probe got 500 and the APIService went
+    Available=False, taking every HPA on it along."""
+    apiserver.faults.fail_next = 10
+    probe = proxied_client(url, pki, user="system:kube-aggregator", group="system:masters")
+    with probe:
+        resources = await asyncio.to_thread(
+            client.CustomObjectsApi(probe).get_api_resources, em.GROUP, em.VERSION
+        )
+    assert resources.group_version == f"{em.GROUP}/{em.VERSION}"
+    for path in ("/healthz", "/readyz", "/livez"):
+        ask = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        reply = await _exchange(url, pki, ask.encode())
+        assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"\r\n\r\nok")
+    assert not [r for r in apiserver.requests if r.path.endswith("/subjectaccessreviews")]
+
+
 @pytest.mark.prometheus
 async def test_an_hpa_follows_the_controllers_decision_through_the_api(
     kube: client.ApiClient, pki: AggregatorPki, prometheus_for
