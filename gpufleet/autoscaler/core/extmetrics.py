@@ -52,6 +52,7 @@ class WorkloadMetrics:
     name: str
     labels: Mapping[str, str]
     values: Mapping[str, Sample]  # metric name -> newest sample; absent when missing
+    replicas: int = 0  # the target's replicas, starting or ready
 
 
 def workload_metrics(
@@ -86,7 +87,9 @@ def workload_metrics(
     labels = {"autoscaler": name, "target": target}
     if model:
         labels["model"] = model
-    return WorkloadMetrics(namespace=namespace, name=name, labels=labels, values=values)
+    return WorkloadMetrics(
+        namespace=namespace, name=name, labels=labels, values=values, replicas=current
+    )
 
 
 def desired_ratio(desired: int, *, current: int, ready: int) -> float:

@@ -4,8 +4,11 @@ Every call reads the trigger's `scalerMetadata` (`core.scaler_metadata`) and the
 snapshot the controller published, so KEDA and an HPA on the external metrics API see the
 same numbers. `StreamIsActive` answers at once and then again whenever a published
 snapshot flips the activity (the tick that sees the first queued request pushes KEDA's
-0 -> 1); `StreamMetricSpec` sends the spec when it opens, and the spec never changes for
-a given trigger, so GetMetricSpec always agrees with it.
+0 -> 1), and pushes `true` again on each snapshot while the target stays at zero: KEDA
+drops an activation it cannot act on yet (its ScaledObject's metric names not in its
+status, a failed scale) and tries again only on the next push. `StreamMetricSpec` sends
+the spec when it opens, and the spec never changes for a given trigger, so GetMetricSpec
+always agrees with it.
 
 Errors are gRPC statuses KEDA counts as scaler errors (it then keeps the count, or applies
 the ScaledObject's fallback): INVALID_ARGUMENT for bad metadata, NOT_FOUND for a
@@ -21,7 +24,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from gpufleet.autoscaler.core.extmetrics import Sample, SnapshotFeed
+from gpufleet.autoscaler.core.extmetrics import Sample, SnapshotFeed, WorkloadMetrics
 from gpufleet.autoscaler.core.scaler_metadata import MetadataError, ScalerTrigger, parse_metadata
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2 as pb
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2_grpc as pb_grpc
@@ -43,7 +46,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
     async def IsActive(self, request: pb.ScaledObjectRef, context) -> pb.IsActiveResponse:
         trigger = await _trigger(request, context)
         try:
-            sample = self._sample(request.namespace, trigger)
+            _, sample = self._sample(request.namespace, trigger)
         except _Unanswerable as err:
             await context.abort(err.code, str(err))
         return pb.IsActiveResponse(result=sample.value > trigger.activation)
@@ -59,9 +62,13 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         try:
             while True:
                 try:
-                    active = self._sample(request.namespace, trigger).value > trigger.activation
+                    workload, sample = self._sample(request.namespace, trigger)
                 except _Unanswerable:
                     active = None  # nothing known yet: push nothing, never a guess
+                else:
+                    active = sample.value > trigger.activation
+                    if active and workload.replicas == 0:
+                        sent = None  # still at zero: the activation may have been dropped
                 if active is not None and active != sent:
                     sent = active
                     yield pb.IsActiveResponse(result=active)
@@ -88,7 +95,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
                 f"metricName {request.metricName!r}: this trigger serves {trigger.metric}",
             )
         try:
-            sample = self._sample(ref.namespace, trigger)
+            _, sample = self._sample(ref.namespace, trigger)
         except _Unanswerable as err:
             await context.abort(err.code, str(err))
         value = sample.value
@@ -98,7 +105,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         )
         return pb.GetMetricsResponse(metricValues=[metric])
 
-    def _sample(self, namespace: str, trigger: ScalerTrigger) -> Sample:
+    def _sample(self, namespace: str, trigger: ScalerTrigger) -> tuple[WorkloadMetrics, Sample]:
         workload = self._feed.latest.get(namespace, trigger.autoscaler)
         if workload is None:
             raise _Unanswerable(
@@ -111,7 +118,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
                 grpc.StatusCode.UNAVAILABLE,
                 f"{trigger.metric} of {namespace}/{trigger.autoscaler} has no sample",
             )
-        return sample
+        return workload, sample
 
 
 async def _trigger(ref: pb.ScaledObjectRef, context) -> ScalerTrigger:

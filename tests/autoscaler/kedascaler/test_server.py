@@ -56,7 +56,7 @@ async def scaler() -> AsyncIterator[tuple[em.SnapshotFeed, pb_grpc.ExternalScale
         await server.stop(grace=None)
 
 
-def publish(feed: em.SnapshotFeed, queue: float | None) -> None:
+def publish(feed: em.SnapshotFeed, queue: float | None, *, current: int = 0) -> None:
     signals = {} if queue is None else {"queue_depth": (100.0, queue)}
     feed.publish(
         em.MetricsSnapshot(
@@ -69,7 +69,7 @@ def publish(feed: em.SnapshotFeed, queue: float | None) -> None:
                     signals=signals,
                     pods=None,
                     desired=None,
-                    current=0,
+                    current=current,
                     ready=0,
                     now=101.0,
                 )
@@ -131,10 +131,31 @@ async def test_stream_is_active_pushes_each_flip_and_nothing_while_unknown(scale
     publish(feed, 0.0)
     assert (await stream.read()).result is False
     publish(feed, 0.0)  # unchanged: no message
-    publish(feed, 3.0)
+    publish(feed, 3.0, current=1)
     assert (await stream.read()).result is True
-    publish(feed, 0.0)
+    publish(feed, 3.0, current=1)  # unchanged: no message
+    publish(feed, 0.0, current=1)
     assert (await stream.read()).result is False
+    stream.cancel()
+
+
+async def test_stream_is_active_pushes_true_again_while_the_target_stays_at_zero(scaler) -> None:
+    """KEDA drops a push it cannot act on yet (no metric name in the ScaledObject's status,
+    a failed scale: scale_handler.go "will retry on next activation"). Pushed once, the
+    activation then waited for pollingInterval; at zero each snapshot pushes it again."""
+    feed, stub = scaler
+    stream = stub.StreamIsActive(ref())
+
+    async def pushed() -> bool:
+        return (await asyncio.wait_for(stream.read(), timeout=10)).result
+
+    publish(feed, 3.0)
+    assert await pushed() is True
+    publish(feed, 3.0)  # still at zero
+    assert await pushed() is True
+    publish(feed, 3.0, current=1)  # scaled from zero: the HPA's from here
+    publish(feed, 0.0, current=1)
+    assert await pushed() is False  # no true pushed in between
     stream.cancel()
 
 
