@@ -7,7 +7,8 @@ KEDA hands the trigger's metadata map to every call as `ScaledObjectRef.scalerMe
 - `metric`: one of `extmetrics.METRICS`, `gpufleet_` optional (default
   `gpufleet_desired_replicas`: the HPA that KEDA creates then follows gpufleet's decision);
 - `targetValue`: the HPA's AverageValue target (default 1 for the desired replicas,
-  required for the others, > 0);
+  required for the others, at least 0.001: KEDA writes it in thousandths, and a target
+  of 0 makes an HPA the API server refuses);
 - `activationValue`: active when the value is above it (default 0), KEDA's activation
   semantics.
 """
@@ -31,6 +32,11 @@ class ScalerTrigger:
     activation: float
 
 
+# KEDA formats the target with three decimals (older releases truncated it to milli):
+# below one thousandth the HPA's target reads 0, and the API server refuses the HPA.
+MIN_TARGET = 0.001
+
+
 def parse_metadata(metadata: Mapping[str, str]) -> ScalerTrigger:
     autoscaler = metadata.get("autoscaler", "").strip()
     if not autoscaler:
@@ -44,8 +50,11 @@ def parse_metadata(metadata: Mapping[str, str]) -> ScalerTrigger:
         )
     if "targetValue" in metadata:
         target = _number(metadata, "targetValue")
-        if target <= 0:
-            raise MetadataError(f"scalerMetadata.targetValue: {target:g} must be > 0")
+        if target < MIN_TARGET:
+            raise MetadataError(
+                f"scalerMetadata.targetValue: {target:g} must be at least {MIN_TARGET:g}"
+                " (KEDA writes the HPA's target in thousandths)"
+            )
     elif metric == DESIRED_REPLICAS:
         target = 1.0
     else:

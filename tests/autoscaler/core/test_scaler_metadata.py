@@ -38,7 +38,9 @@ def test_a_signal_by_its_short_name_with_its_targets() -> None:
         ({"autoscaler": "a", "metric": "cpu"}, "scalerMetadata.metric: 'cpu' is not one of"),
         ({"autoscaler": "a", "metric": "queue_depth"}, "targetValue: required for gpufleet_q"),
         ({"autoscaler": "a", "targetValue": "ten"}, "targetValue: 'ten' is not a number"),
-        ({"autoscaler": "a", "targetValue": "0"}, "targetValue: 0 must be > 0"),
+        ({"autoscaler": "a", "targetValue": "0"}, "targetValue: 0 must be at least 0.001"),
+        # KEDA's HPA would read averageValue 0.000, which the API server refuses
+        ({"autoscaler": "a", "targetValue": "0.0004"}, "targetValue: 0.0004 must be at least"),
         ({"autoscaler": "a", "activationValue": "nan"}, "activationValue: 'nan' is not a finite"),
     ],
 )
