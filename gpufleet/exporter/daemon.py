@@ -222,11 +222,17 @@ def prepare(settings: ExporterSettings) -> Prepared:
     )
 
 
+def _text(os_string: str) -> str:
+    """An environment variable or host name as UTF-8 text: Python keeps bytes that are not
+    UTF-8 as lone surrogates, which no exposition can encode. They become U+FFFD."""
+    return os_string.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def series_options(settings: ExporterSettings) -> SeriesOptions:
     return SeriesOptions(
         profile=Profile(settings.compat),
         # -n is parsed and ignored, as by dcgm-exporter 4.x (its Helm values suggest it).
-        hostname=settings.node_name or socket.gethostname(),
+        hostname=_text(settings.node_name or socket.gethostname()),
         hostname_label=HostnameLabel(settings.hostname_label),
         pod_uid=settings.kubernetes_enable_pod_uid,
         old_namespace=settings.use_old_namespace,

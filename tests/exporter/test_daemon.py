@@ -13,3 +13,12 @@ def test_no_hostname_is_parsed_and_ignored_like_dcgm_exporter_4() -> None:
     )
     assert settings.no_hostname
     assert series_options(settings).hostname == "node-a"
+
+
+def test_a_hostname_that_is_not_utf8_is_served_with_replacement_characters(monkeypatch) -> None:
+    """Python decodes an environment variable (and gethostname) with surrogateescape: a
+    NODE_NAME byte that is not UTF-8 became a lone surrogate, every render raised, and
+    /metrics answered 503 for good."""
+    monkeypatch.setenv("NODE_NAME", "n\udcffode")
+    settings = settings_from_argv(ExporterSettings, prog="t", description="", argv=[])
+    assert series_options(settings).hostname == "n\ufffdode"
