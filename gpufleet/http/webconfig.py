@@ -7,7 +7,8 @@ checks on headers and client CAs. Everything is validated at startup, certificat
 included, so a bad file stops the daemon with a message naming the file and the key.
 
 Differences from exporter-toolkit, all fail-closed: the file is read once (restart to apply a
-change; exporter-toolkit re-reads it per request and per handshake); `client_allowed_sans` is
+change; exporter-toolkit re-reads it per request and per handshake), though the certificate,
+key and client-CA files it names are read again when they change; `client_allowed_sans` is
 refused; `RequireAnyClientCert` also verifies the client certificate, because Python's ssl
 cannot request a certificate without verifying it; `curve_preferences` is checked but OpenSSL's
 default groups are used; only HTTP/1.1 is served, whatever `http2` says.
@@ -44,6 +45,7 @@ from gpufleet.http.tls import (
     TlsSetupError,
     build_ssl_context,
 )
+from gpufleet.http.tls_reload import ReloadingContext
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -99,16 +101,23 @@ class WebConfig:
         return bool(self.basic_auth_users)
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """Build the server's SSLContext (None for plain HTTP), reading the certificate files.
+        """Build the server's SSLContext (None for plain HTTP), reading the certificate files;
+        it follows them when they change (`tls_reload`), as exporter-toolkit does.
 
         Raises WebConfigError naming the file and key when a file is missing or invalid.
         """
-        if self.tls is None:
+        tls = self.tls
+        if tls is None:
             return None
-        try:
-            return build_ssl_context(self.tls)
-        except TlsSetupError as exc:
-            raise WebConfigError(f"{self.source}: {exc.key_path}: {exc.problem}") from None
+
+        def build() -> ssl.SSLContext:
+            try:
+                return build_ssl_context(tls)
+            except TlsSetupError as exc:
+                raise WebConfigError(f"{self.source}: {exc.key_path}: {exc.problem}") from None
+
+        files = [f for f in (tls.cert_file, tls.key_file, tls.client_ca_file) if f is not None]
+        return ReloadingContext(build, files).context
 
     def check_basic_auth_cached(self, header_value: str | None) -> bool:
         """True only when these credentials were verified before; never runs bcrypt.
