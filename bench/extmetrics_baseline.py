@@ -21,8 +21,8 @@ from kubernetes import client
 from gpufleet.autoscaler.core.extmetrics import Matched, Sample
 from gpufleet.autoscaler.extmetrics.server import (
     Authorizer,
+    AuthSource,
     make_app,
-    read_auth_config,
     serve,
     tls_context,
 )
@@ -46,7 +46,7 @@ async def main(kube_url: str, prom_url: str, port: int, cert: str, key: str) -> 
     config = client.Configuration()
     config.host = kube_url
     api = client.ApiClient(config)
-    auth = read_auth_config(api)
+    auth = AuthSource(api)
     session = aiohttp.ClientSession()
 
     async def floor(namespace: str, metric: str, selector: tuple[Requirement, ...]) -> Matched:

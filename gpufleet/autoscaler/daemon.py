@@ -44,6 +44,9 @@ from gpufleet.settings import settings_from_argv
 # Each API call's limit: a list of every pod of a large cluster takes seconds; an API
 # server that does not answer must not hold every workload's tick.
 API_TIMEOUT_SECONDS = 30.0
+# How often the external metrics server reads kube-apiserver's request-header ConfigMap
+# again (its front-proxy CA rotates; k8s.io/apiserver watches it).
+AUTH_REFRESH_SECONDS = 60.0
 log = logging.getLogger(__name__)
 PROG = "gpufleet autoscaler"
 GIL_SWITCH_SECONDS = 0.0001
@@ -289,6 +292,24 @@ class _SignalServers:
         self._loop.close()
 
 
+def _every(seconds: float, call: Callable[[], object]) -> Callable[[], Awaitable[object]]:
+    """Run the blocking `call` on a thread every `seconds`; returns how to stop it."""
+
+    async def repeat() -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            await asyncio.to_thread(call)
+
+    task = asyncio.create_task(repeat())
+
+    async def stop() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return stop
+
+
 async def _serve_signals(
     settings: AutoscalerSettings,
     api,
@@ -305,13 +326,13 @@ async def _serve_signals(
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(AcceptErrorHandler(stats, loop.get_exception_handler()))
     if signals.external:
-        config = await asyncio.to_thread(extmetrics_server.read_auth_config, api)
+        auth = await asyncio.to_thread(extmetrics_server.AuthSource, api)
         tls = extmetrics_server.tls_context(
-            settings.external_metrics_tls_cert_file, settings.external_metrics_tls_key_file, config
+            settings.external_metrics_tls_cert_file, settings.external_metrics_tls_key_file, auth
         )
         app = extmetrics_server.make_app(
             extmetrics_server.from_feed(feed),
-            config,
+            auth,
             extmetrics_server.Authorizer(api),
             window_seconds=window_seconds(settings.rate_window),
         )
@@ -323,6 +344,7 @@ async def _serve_signals(
                 f"{err.strerror or err}"
             ) from None
         stoppers.append(runner.cleanup)
+        stoppers.append(_every(AUTH_REFRESH_SECONDS, auth.refresh))
     if signals.keda:
         credentials = (
             kedascaler_server.tls_credentials(

@@ -38,6 +38,7 @@ from gpufleet.autoscaler.core.requestheader import (
     user_from_headers,
 )
 from gpufleet.core.selectors import Requirement, SelectorError, parse_selector
+from gpufleet.http.tls_reload import ReloadingContext
 from gpufleet.kube.errors import KubeError, kube_call
 
 log = logging.getLogger(__name__)
@@ -75,18 +76,52 @@ def read_auth_config(api: client.ApiClient) -> RequestHeaderConfig:
     return parse_config(cm.data or {})
 
 
-def tls_context(cert_file: str, key_file: str, config: RequestHeaderConfig) -> ssl.SSLContext:
+class AuthSource:
+    """The request-header settings, read at start (raising ValueError, as
+    `read_auth_config`) and again by `refresh`, as k8s.io/apiserver's dynamic CA
+    controller follows the ConfigMap: a rotated front-proxy CA or a new allowed name is
+    taken without a restart. A read that fails keeps the last settings, logged once until
+    one succeeds."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
+        self.current = read_auth_config(api)
+        self._failing = False
+
+    def refresh(self) -> None:
+        """Read the ConfigMap again (blocking: run it on a thread)."""
+        try:
+            config = read_auth_config(self._api)
+        except ValueError as err:
+            if not self._failing:
+                log.warning("keeping the last request-header settings: %s", err)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("request-header settings read again")
+        self._failing = False
+        if config != self.current:
+            log.info("request-header settings changed in %s/%s", NAMESPACE, CONFIGMAP)
+            self.current = config
+
+
+def tls_context(cert_file: str, key_file: str, auth: AuthSource) -> ssl.SSLContext:
     """Server TLS that asks for a client certificate and verifies it against the
-    request-header CA; one without a certificate still connects (and gets a 401).
-    Raises ValueError naming the file that cannot be loaded."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        ctx.load_cert_chain(cert_file, key_file)
-    except (OSError, ssl.SSLError) as err:
-        raise ValueError(f"cannot load {cert_file} / {key_file}: {err}") from None
-    ctx.verify_mode = ssl.CERT_OPTIONAL
-    ctx.load_verify_locations(cadata=config.client_ca)
-    return ctx
+    request-header CA; one without a certificate still connects (and gets a 401). It
+    follows the certificate files and the CA (`tls_reload`). Raises ValueError naming the
+    file that cannot be loaded."""
+
+    def build() -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            ctx.load_cert_chain(cert_file, key_file)
+        except (OSError, ssl.SSLError) as err:
+            raise ValueError(f"cannot load {cert_file} / {key_file}: {err}") from None
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        ctx.load_verify_locations(cadata=auth.current.client_ca)
+        return ctx
+
+    return ReloadingContext(build, (cert_file, key_file), state=lambda: auth.current).context
 
 
 class Authorizer:
@@ -118,7 +153,7 @@ class Authorizer:
 
 def make_app(
     lookup: Lookup,
-    config: RequestHeaderConfig,
+    auth: AuthSource,
     authorizer: Authorizer,
     *,
     window_seconds: int | None,
@@ -126,7 +161,7 @@ def make_app(
     async def handle(request: web.Request) -> web.Response:
         if request.path in ALWAYS_ALLOW_PATHS and request.method in _METHODS:
             return web.Response(text="ok")
-        user = _authenticate(request, config)
+        user = _authenticate(request, auth.current)
         if user is None:
             return _status(401, "Unauthorized", "Unauthorized")
         segments = tuple(s for s in request.path.split("/") if s)

@@ -30,9 +30,9 @@ from gpufleet.autoscaler.core.observation import PodTelemetry
 from gpufleet.autoscaler.extmetrics import server as extmetrics_server
 from gpufleet.autoscaler.extmetrics.server import (
     Authorizer,
+    AuthSource,
     from_feed,
     make_app,
-    read_auth_config,
     serve,
     tls_context,
 )
@@ -89,9 +89,9 @@ def snapshot() -> em.MetricsSnapshot:
 async def url(kube: client.ApiClient, pki: AggregatorPki) -> AsyncIterator[str]:
     feed = em.SnapshotFeed()
     feed.publish(snapshot())
-    config = await asyncio.to_thread(read_auth_config, kube)
-    tls = tls_context(str(pki.server_cert), str(pki.server_key), config)
-    app = make_app(from_feed(feed), config, Authorizer(kube), window_seconds=30)
+    auth = await asyncio.to_thread(AuthSource, kube)
+    tls = tls_context(str(pki.server_cert), str(pki.server_key), auth)
+    app = make_app(from_feed(feed), auth, Authorizer(kube), window_seconds=30)
     port = free_port()
     runner = await serve(app, "127.0.0.1", port, tls)
     try:
@@ -275,9 +275,9 @@ async def test_a_half_sent_request_is_dropped_at_the_idle_timeout(
     """aiohttp's default kept it an hour, and a connection that never began its TLS
     handshake a minute: enough of them held every descriptor."""
     monkeypatch.setattr(extmetrics_server, "IDLE_TIMEOUT_SECONDS", 0.5)
-    config = await asyncio.to_thread(read_auth_config, kube)
-    tls = tls_context(str(pki.server_cert), str(pki.server_key), config)
-    app = make_app(from_feed(em.SnapshotFeed()), config, Authorizer(kube), window_seconds=30)
+    auth = await asyncio.to_thread(AuthSource, kube)
+    tls = tls_context(str(pki.server_cert), str(pki.server_key), auth)
+    app = make_app(from_feed(em.SnapshotFeed()), auth, Authorizer(kube), window_seconds=30)
     port = free_port()
     runner = await serve(app, "127.0.0.1", port, tls)
     try:
@@ -302,6 +302,52 @@ async def test_a_review_that_cannot_be_made_is_500_and_no_answer(
         "gpufleet_queue_depth",
     )
     assert err.status == 500 and '"reason": "InternalError"' in err.body
+
+
+async def test_a_rotated_front_proxy_ca_is_taken_without_a_restart(
+    kube: client.ApiClient, pki: AggregatorPki, tmp_path_factory, caplog
+) -> None:
+    """The request-header CA and names were read once at start. When the cluster rotated
+    its front-proxy CA, every proxied request (the availability probe too) failed its
+    handshake until gpufleet restarted; k8s.io/apiserver follows the ConfigMap."""
+    auth = await asyncio.to_thread(AuthSource, kube)
+    feed = em.SnapshotFeed()
+    feed.publish(snapshot())
+    tls = tls_context(str(pki.server_cert), str(pki.server_key), auth)
+    app = make_app(from_feed(feed), auth, Authorizer(kube), window_seconds=30)
+    port = free_port()
+    runner = await serve(app, "127.0.0.1", port, tls)
+    url = f"https://127.0.0.1:{port}"
+    rotated = make_pki(tmp_path_factory.mktemp("rotated"))
+    core = client.CoreV1Api(kube)
+    both = pki.proxy_ca.read_text() + rotated.proxy_ca.read_text()  # as during a rotation
+    args = ("extension-apiserver-authentication", "kube-system")
+    core.patch_namespaced_config_map(*args, {"data": {"requestheader-client-ca-file": both}})
+
+    async def served(cert: tuple) -> bool:
+        api = proxied_client(url, pki, cert=cert)
+        try:
+            await call(api, "list_namespaced_custom_object", *ARGS, "gpufleet_queue_depth")
+        except Exception:  # the handshake refused, as the old CA does not sign it
+            return False
+        return True
+
+    try:
+        new = (rotated.proxy_cert, rotated.proxy_key)
+        assert not await served(new)
+        await asyncio.to_thread(auth.refresh)
+        for _ in range(50):  # the context is looked at again once a second at most
+            if await served(new):
+                break
+            await asyncio.sleep(0.1)
+        assert await served(new) and await served((pki.proxy_cert, pki.proxy_key))
+        core.delete_namespaced_config_map(*args)  # a failed read keeps what was read
+        await asyncio.to_thread(auth.refresh)
+        await asyncio.to_thread(auth.refresh)
+        assert await served(new)
+        assert caplog.text.count("keeping the last request-header settings") == 1
+    finally:
+        await runner.cleanup()
 
 
 async def test_the_aggregators_probe_and_health_paths_need_no_review(
@@ -400,9 +446,9 @@ async def test_an_hpa_follows_the_controllers_decision_through_the_api(
         wanted = await asyncio.to_thread(desired)
         assert wanted > 1  # 200 queued on one replica
 
-        config = await asyncio.to_thread(read_auth_config, kube)
-        tls = tls_context(str(pki.server_cert), str(pki.server_key), config)
-        app = make_app(from_feed(feed), config, Authorizer(kube), window_seconds=5)
+        auth = await asyncio.to_thread(AuthSource, kube)
+        tls = tls_context(str(pki.server_cert), str(pki.server_key), auth)
+        app = make_app(from_feed(feed), auth, Authorizer(kube), window_seconds=5)
         port = free_port()
         runner = await serve(app, "127.0.0.1", port, tls)
         try:
