@@ -11,7 +11,8 @@ a file's inode, size or modification time, or a value `state` returns (a CA read
 API). If one did, `build` makes a new context and this and later handshakes use it (the
 `sni_callback` swaps the connection's context; it runs with or without SNI). A build
 that fails, such as a pair caught half rewritten, keeps the last good context and is
-logged once per change of its inputs.
+logged once per change of its inputs. `Watched` and `rebuilt` serve the same rule to a
+server that is not `ssl`'s (gRPC's per-connection certificate fetcher).
 """
 
 import logging
@@ -21,10 +22,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 
 CHECK_SECONDS = 1.0
+T = TypeVar("T")
 
 Fingerprint = tuple[object, ...]
 
@@ -41,6 +44,49 @@ def _fingerprint(files: tuple[str, ...], state: Callable[[], object]) -> Fingerp
     return (*marks, state())
 
 
+class Watched:
+    """Whether the inputs changed since the last look, looked at once per CHECK_SECONDS at
+    most (a handshake's cost stays a clock read). Not thread-safe: callers hold a lock."""
+
+    def __init__(
+        self,
+        files: Iterable[str | Path],
+        *,
+        state: Callable[[], object] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.files = tuple(str(f) for f in files)
+        self._state = state
+        self._clock = clock
+        self._seen = _fingerprint(self.files, state)
+        self._checked = clock()
+
+    def changed(self) -> bool:
+        now = self._clock()
+        if now - self._checked < CHECK_SECONDS:
+            return False
+        self._checked = now
+        seen = _fingerprint(self.files, self._state)
+        if seen == self._seen:
+            return False
+        self._seen = seen
+        return True
+
+
+def rebuilt(watched: Watched, build: Callable[[], T]) -> T | None:
+    """`build()` when the inputs changed and it succeeds; None otherwise. A failure (a pair
+    caught half rewritten) is logged once per change: the caller keeps its last good one."""
+    if not watched.changed():
+        return None
+    try:
+        fresh = build()
+    except Exception as err:  # any failure keeps the last good one
+        log.warning("TLS files changed but do not load; serving the last good: %s", err)
+        return None
+    log.info("TLS certificate reloaded from %s", ", ".join(watched.files) or "its settings")
+    return fresh
+
+
 class ReloadingContext:
     """`context` is the server's SSLContext; handshakes get the newest good build."""
 
@@ -54,33 +100,16 @@ class ReloadingContext:
     ) -> None:
         """Builds once now (its errors are the caller's: a bad file stops startup)."""
         self._build = build
-        self._files = tuple(str(f) for f in files)
-        self._state = state
-        self._clock = clock
+        self._watched = Watched(files, state=state, clock=clock)
         self._lock = threading.Lock()  # handshakes may run on several threads
-        self._seen = _fingerprint(self._files, state)
         self.context = build()
         self._current = self.context
-        self._checked = clock()
         self.context.sni_callback = self._on_hello
 
     def current(self) -> ssl.SSLContext:
         """The context a handshake now gets, rebuilt first if an input changed."""
         with self._lock:
-            now = self._clock()
-            if now - self._checked < CHECK_SECONDS:
-                return self._current
-            self._checked = now
-            seen = _fingerprint(self._files, self._state)
-            if seen == self._seen:
-                return self._current
-            self._seen = seen
-            try:
-                self._current = self._build()
-            except Exception as err:  # any failure keeps the last good one
-                log.warning("TLS files changed but do not load; serving the last good: %s", err)
-            else:
-                log.info("TLS certificate reloaded from %s", ", ".join(self._files) or "state")
+            self._current = rebuilt(self._watched, self._build) or self._current
             return self._current
 
     def _on_hello(self, conn: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _ctx) -> None:

@@ -20,6 +20,7 @@ import asyncio
 import errno
 import logging
 import ssl
+import threading
 from collections.abc import AsyncIterator
 
 import grpc
@@ -28,6 +29,7 @@ from gpufleet.autoscaler.core.extmetrics import Sample, SnapshotFeed, WorkloadMe
 from gpufleet.autoscaler.core.scaler_metadata import MetadataError, ScalerTrigger, parse_metadata
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2 as pb
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2_grpc as pb_grpc
+from gpufleet.http.tls_reload import Watched, rebuilt
 from gpufleet.ports import check_bindable
 
 log = logging.getLogger(__name__)
@@ -146,9 +148,10 @@ def _int64(value: float) -> int:
 
 def tls_credentials(cert_file: str, key_file: str, client_ca_file: str) -> grpc.ServerCredentials:
     """Server TLS for KEDA's `enableTLS`; with a client CA, KEDA must present a certificate
-    it signed (the trigger's `tlsClientCert`/`tlsClientKey`). Raises ValueError naming the
-    file that cannot be read or is not PEM; they are checked with `ssl` first, since gRPC
-    only logs its own lines and then fails to bind."""
+    it signed (the trigger's `tlsClientCert`/`tlsClientKey`). The files are read again
+    when they change (`tls_reload`: a renewed Secret is served from the next connection).
+    Raises ValueError naming the file that cannot be read or is not PEM; they are checked
+    with `ssl` first, since gRPC only logs its own lines and then fails to bind."""
 
     def read(path: str) -> bytes:
         try:
@@ -157,23 +160,32 @@ def tls_credentials(cert_file: str, key_file: str, client_ca_file: str) -> grpc.
         except OSError as err:
             raise ValueError(f"cannot read {path}: {err.strerror or err}") from None
 
-    key, cert = read(key_file), read(cert_file)
-    client_ca = read(client_ca_file) if client_ca_file else None
-    check = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        # no password: an encrypted key fails here instead of OpenSSL prompting on a TTY
-        check.load_cert_chain(cert_file, key_file, password=lambda: b"")
-    except (OSError, ssl.SSLError) as err:
-        raise ValueError(f"cannot load {cert_file} / {key_file}: {err}") from None
-    if client_ca is not None:
+    def load() -> grpc.ServerCertificateConfiguration:
+        key, cert = read(key_file), read(cert_file)
+        client_ca = read(client_ca_file) if client_ca_file else None
+        check = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
-            check.load_verify_locations(cafile=client_ca_file)
+            # no password: an encrypted key fails here instead of OpenSSL prompting on a TTY
+            check.load_cert_chain(cert_file, key_file, password=lambda: b"")
         except (OSError, ssl.SSLError) as err:
-            raise ValueError(f"cannot load {client_ca_file}: {err}") from None
-    return grpc.ssl_server_credentials(
-        [(key, cert)],
-        root_certificates=client_ca,
-        require_client_auth=client_ca is not None,
+            raise ValueError(f"cannot load {cert_file} / {key_file}: {err}") from None
+        if client_ca is not None:
+            try:
+                check.load_verify_locations(cafile=client_ca_file)
+            except (OSError, ssl.SSLError) as err:
+                raise ValueError(f"cannot load {client_ca_file}: {err}") from None
+        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=client_ca)
+
+    first = load()
+    watched = Watched(f for f in (cert_file, key_file, client_ca_file) if f)
+    lock = threading.Lock()  # gRPC asks from its own threads
+
+    def fetch() -> grpc.ServerCertificateConfiguration | None:
+        with lock:
+            return rebuilt(watched, load)
+
+    return grpc.dynamic_ssl_server_credentials(
+        first, fetch, require_client_authentication=bool(client_ca_file)
     )
 
 

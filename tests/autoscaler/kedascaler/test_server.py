@@ -8,11 +8,13 @@ External AverageValue metric), writing the Deployment's scale through the offici
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
 import pytest_asyncio
+from cryptography import x509
 from helpers import free_port, wait_for
 from helpers.aggregator import make_pki
 from helpers.kube import create_autoscaler, create_scaled_object, create_vllm
@@ -303,6 +305,39 @@ async def test_tls_with_a_client_ca_asks_keda_for_its_certificate(tmp_path) -> N
         async with channel(False) as anonymous:
             call = pb_grpc.ExternalScalerStub(anonymous).GetMetricSpec(ref(), timeout=10)
             assert await status_of(call) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await server.stop(grace=None)
+
+
+async def test_a_renewed_certificate_is_served_without_a_restart(tmp_path) -> None:
+    """The scaler read its certificate once: a Secret renewed by cert-manager was served
+    only after a restart, and KEDA's every call failed once the old one expired."""
+    pki, renewed = make_pki(tmp_path / "first"), make_pki(tmp_path / "renewed")
+    port = free_port()
+    credentials = tls_credentials(str(pki.server_cert), str(pki.server_key), "")
+    server = await serve(em.SnapshotFeed(), "127.0.0.1", port, credentials)
+
+    def served() -> x509.Certificate:
+        pem = ssl.get_server_certificate(("127.0.0.1", port), timeout=10)
+        return x509.load_pem_x509_certificate(pem.encode())
+
+    def expected(paths) -> x509.Certificate:
+        return x509.load_pem_x509_certificate(paths.server_cert.read_bytes())
+
+    try:
+        assert await asyncio.to_thread(served) == expected(pki)
+        for source, target in (
+            (renewed.server_key, pki.server_key),
+            (renewed.server_cert, pki.server_cert),
+        ):
+            staged = target.with_suffix(".new")
+            staged.write_bytes(source.read_bytes())
+            staged.replace(target)  # as the kubelet swaps a Secret's files
+        for _ in range(50):  # looked at again once a second at most
+            if await asyncio.to_thread(served) == expected(renewed):
+                break
+            await asyncio.sleep(0.1)
+        assert await asyncio.to_thread(served) == expected(renewed)
     finally:
         await server.stop(grace=None)
 
