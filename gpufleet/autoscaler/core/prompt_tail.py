@@ -100,10 +100,11 @@ def blocking_seconds(
         return 0.0
     # Counts scaled by a power of two, which is exact: a mix of tiny counts keeps its
     # precision (their products went subnormal, and doubling every count moved W by 2%),
-    # and any other mix gives the same bits as unscaled.
-    scale = math.ldexp(1.0, -math.frexp(total)[1])
-    mix = tuple((lo, hi, n * scale) for lo, hi, n in mix)
-    total *= scale
+    # and any other mix gives the same bits as unscaled. Each count is scaled itself: the
+    # factor alone overflows for a subnormal total (2**1029 for 2.2e-309).
+    exponent = math.frexp(total)[1]
+    mix = tuple((lo, hi, math.ldexp(n, -exponent)) for lo, hi, n in mix)
+    total = math.ldexp(total, -exponent)
     feasible_tokens = slo_seconds * r
     weight = 0.0
     blocked = 0.0

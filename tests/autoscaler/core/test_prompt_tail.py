@@ -59,6 +59,8 @@ def test_blocking_by_hand() -> None:
 # Tiny counts alone: their products went subnormal, and doubling them moved W by 2% (found
 # by hypothesis in a CI run).
 @example(counts=[2.620184131259718e-161, 0.0, 0.0, 0.0, 0.0], rate=1000.0, slo=0.5)
+# A subnormal total: the scaling factor itself overflowed (found by hypothesis in a CI run).
+@example(counts=[0.0, 0.0, 0.0, 0.0, 2.225073858507203e-309], rate=1000.0, slo=1.0)
 def test_blocking_is_a_share_of_the_longest_prefill_and_depends_on_shares_only(
     counts: list[float], rate: float, slo: float
 ) -> None:
