@@ -53,6 +53,17 @@ def deployment(name: str, replicas: int = 1) -> dict:
     }
 
 
+@pytest.fixture
+def vllm_a(api: client.ApiClient) -> None:
+    """The Deployment `vllm-a` in the module's server, made by whichever test needs it first:
+    xdist may run this module's tests on several workers, each with its own server."""
+    try:
+        client.AppsV1Api(api).create_namespaced_deployment("default", deployment("vllm-a"))
+    except ApiException as err:
+        if err.status != 409:
+            raise
+
+
 def pod(name: str, labels: dict, node: str = "") -> dict:
     spec: dict = {"containers": [{"name": "main", "image": "x"}]}
     if node:
@@ -79,12 +90,12 @@ def test_its_root_lists_its_paths_as_kube_apiservers_does(server: FakeApiServer)
 
 def test_scale_subresource_is_a_real_autoscaling_v1_scale(api: client.ApiClient) -> None:
     apps = client.AppsV1Api(api)
-    apps.create_namespaced_deployment("default", deployment("vllm-a", replicas=2))
-    scale = apps.read_namespaced_deployment_scale("vllm-a", "default")
+    apps.create_namespaced_deployment("default", deployment("vllm-s", replicas=2))
+    scale = apps.read_namespaced_deployment_scale("vllm-s", "default")
     assert (scale.kind, scale.api_version) == ("Scale", "autoscaling/v1")
-    assert scale.spec.replicas == 2 and scale.status.selector == "app=vllm-a"
-    apps.patch_namespaced_deployment_scale("vllm-a", "default", {"spec": {"replicas": 5}})
-    d = apps.read_namespaced_deployment("vllm-a", "default")
+    assert scale.spec.replicas == 2 and scale.status.selector == "app=vllm-s"
+    apps.patch_namespaced_deployment_scale("vllm-s", "default", {"spec": {"replicas": 5}})
+    d = apps.read_namespaced_deployment("vllm-s", "default")
     assert d.spec.replicas == 5
     assert d.metadata.generation == 2
     assert d.spec.template.spec.containers[0].name == "vllm"
@@ -148,6 +159,7 @@ def test_a_stale_resource_version_is_a_409_conflict(api: client.ApiClient) -> No
         ),
     ],
 )
+@pytest.mark.usefixtures("vllm_a")
 def test_errors_are_status_objects(api: client.ApiClient, call, code: int, text: str) -> None:
     with pytest.raises(ApiException) as err:
         call(api)
@@ -293,6 +305,7 @@ def test_leases_and_events(api: client.ApiClient) -> None:
     assert event.reason == "ScaleUp" and event.metadata.name.startswith("chat.")
 
 
+@pytest.mark.usefixtures("vllm_a")
 def test_fault_modes_then_recovery(server: FakeApiServer, api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     server.faults.fail_next = 2
@@ -317,6 +330,7 @@ def test_fault_modes_then_recovery(server: FakeApiServer, api: client.ApiClient)
     assert apps.read_namespaced_deployment_scale("vllm-a", "default").spec.replicas == 4
 
 
+@pytest.mark.usefixtures("vllm_a")
 def test_requests_are_recorded_by_user_agent(server: FakeApiServer, api: client.ApiClient) -> None:
     api.user_agent = "gpufleet-autoscaler/replica-1"
     client.AppsV1Api(api).patch_namespaced_deployment_scale(
