@@ -15,8 +15,12 @@ behaviour, from kubelet `devicemanager/plugin/v1beta1/{server,client}.go` and `m
   first keeps its stream until the plugin ends it, and that end then disconnects the
   resource, whichever registration is current: its devices turn Unhealthy and the current
   stream is closed, until the plugin registers again;
-- `allocate` runs `GetPreferredAllocation` (when advertised) then `Allocate`, with the
-  kubelet's `UnexpectedAdmissionError` texts; `pre_start` runs `PreStartContainer`.
+- `allocate` runs `GetPreferredAllocation` (when advertised, and only when fewer devices
+  are needed than are available) then `Allocate`, with the kubelet's
+  `UnexpectedAdmissionError` texts; `pre_start` runs `PreStartContainer`. The kubelet
+  sends both calls' IDs as Go sets' `UnsortedList()`, in no order a plugin may rely on:
+  the fake shuffles them (seeded, `order_seed`). It takes the plugin's preferred devices,
+  then tops up, in sorted order (`sets.List`), as `devicesToAllocate` does.
 
 Not modelled: the 5-minute grace before a disconnected resource's capacity drops to zero,
 topology-manager NUMA alignment, and the plugin-watcher (`plugins_registry`) path.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
 import threading
 import time
@@ -174,8 +179,10 @@ class FakeDevicePlugins:
         *,
         on_devices: DevicesListener = lambda resource, devices: None,
         clock: Callable[[], float] = time.monotonic,
+        order_seed: int = 0,
     ) -> None:
         self.directory = Path(directory)
+        self._unsorted = random.Random(order_seed)  # Go's map order, reproducibly
         self.socket_path = self.directory / KUBELET_SOCKET_NAME
         self._on_devices = on_devices
         self._clock = clock
@@ -284,10 +291,11 @@ class FakeDevicePlugins:
     def allocate(self, resource: str, n: int, *, in_use: Iterable[str] = ()) -> Grant:
         """Choose `n` healthy devices not `in_use` and have the plugin allocate them.
 
-        As `devicesToAllocate`: `GetPreferredAllocation(available, [], n)` when advertised
-        (its answer is kept where it names available devices, then topped up in the
-        plugin's order), else the first `n` available; then `Allocate`. Raises
-        AdmissionError with the kubelet's message on any failure.
+        As `devicesToAllocate`: all of them when `n` are available; else
+        `GetPreferredAllocation(available, [], n)` when advertised (its answer is kept where
+        it names available devices, then topped up), else the first `n` available, by ID;
+        then `Allocate`, its IDs in no particular order. Raises AdmissionError with the
+        kubelet's message on any failure.
         """
         if n < 1:
             raise ValueError(f"allocate: n must be >= 1, got {n}")
@@ -310,7 +318,9 @@ class FakeDevicePlugins:
             )
         chosen = self._choose(endpoint, available, n)
         request = pb.AllocateRequest(
-            container_requests=[pb.ContainerAllocateRequest(devices_ids=[d.id for d in chosen])]
+            container_requests=[
+                pb.ContainerAllocateRequest(devices_ids=self._unsorted_ids(d.id for d in chosen))
+            ]
         )
         try:
             response = endpoint.stub.Allocate(request, timeout=RPC_TIMEOUT_SECONDS)
@@ -338,15 +348,23 @@ class FakeDevicePlugins:
                 f"device plugin PreStartContainer rpc failed with err: {go_rpc_error(exc)}"
             ) from exc
 
+    def _unsorted_ids(self, ids: Iterable[str]) -> list[str]:
+        out = list(ids)
+        with self._lock:
+            self._unsorted.shuffle(out)
+        return out
+
     def _choose(
         self, endpoint: _Endpoint, available: list[DeviceState], n: int
     ) -> list[DeviceState]:
-        if not endpoint.options.get_preferred_allocation_available:
-            return available[:n]
+        by_id = {device.id: device for device in available}
+        in_order = [by_id[i] for i in sorted(by_id)]
+        if not endpoint.options.get_preferred_allocation_available or n == len(available):
+            return in_order[:n]
         request = pb.PreferredAllocationRequest(
             container_requests=[
                 pb.ContainerPreferredAllocationRequest(
-                    available_deviceIDs=[device.id for device in available],
+                    available_deviceIDs=self._unsorted_ids(by_id),
                     must_include_deviceIDs=[],
                     allocation_size=n,
                 )
@@ -358,12 +376,11 @@ class FakeDevicePlugins:
             raise AdmissionError(
                 f"device plugin GetPreferredAllocation rpc failed with err: {go_rpc_error(exc)}"
             ) from exc
-        by_id = {device.id: device for device in available}
         preferred = (
             response.container_responses[0].deviceIDs if response.container_responses else []
         )
-        chosen = dict.fromkeys(by_id[i] for i in preferred if i in by_id)
-        for device in available:
+        chosen = dict.fromkeys(by_id[i] for i in sorted(set(preferred) & by_id.keys()))
+        for device in in_order:
             if len(chosen) >= n:
                 break
             chosen.setdefault(device)

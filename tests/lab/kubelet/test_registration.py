@@ -191,7 +191,7 @@ def _list(kubelet: FakeKubelet) -> list[pr.PodResources]:
 
 
 def _preferred_last(request: dp.ContainerPreferredAllocationRequest) -> list[str]:
-    return list(request.available_deviceIDs)[-request.allocation_size :]
+    return sorted(request.available_deviceIDs)[-request.allocation_size :]
 
 
 def _preferred_fails(request: dp.ContainerPreferredAllocationRequest) -> list[str]:
@@ -300,7 +300,7 @@ def test_admit_without_preferred_takes_the_first(kubelet, make_plugin) -> None:
     assert kubelet.admit(POD, "cuda", RESOURCE, 2) == ("GPU-0", "GPU-1")
     assert "GetPreferredAllocation" not in plugin.calls
     (allocate,) = plugin.requests_of("Allocate")
-    assert [list(c.devices_ids) for c in allocate.container_requests] == [["GPU-0", "GPU-1"]]
+    assert [sorted(c.devices_ids) for c in allocate.container_requests] == [["GPU-0", "GPU-1"]]
     assert kubelet.admit(("ml", "other", "uid-other"), "cuda", RESOURCE, 2) == ("GPU-2", "GPU-3")
 
 
@@ -310,10 +310,35 @@ def test_admit_asks_for_the_preferred_allocation(kubelet, make_plugin) -> None:
     kubelet.admit(("ml", "first", "uid-first"), "cuda", RESOURCE, 1)  # takes GPU-3
     assert kubelet.admit(POD, "cuda", RESOURCE, 2) == ("GPU-1", "GPU-2")
     request = plugin.requests_of("GetPreferredAllocation")[1].container_requests[0]
-    assert list(request.available_deviceIDs) == ["GPU-0", "GPU-1", "GPU-2"]
+    assert sorted(request.available_deviceIDs) == ["GPU-0", "GPU-1", "GPU-2"]
     assert (list(request.must_include_deviceIDs), request.allocation_size) == ([], 2)
     allocate = plugin.requests_of("Allocate")[1].container_requests[0]
-    assert list(allocate.devices_ids) == ["GPU-1", "GPU-2"]
+    assert sorted(allocate.devices_ids) == ["GPU-1", "GPU-2"]
+
+
+def test_device_ids_come_in_no_order_and_all_available_skips_the_preference(
+    kubelet, make_plugin
+) -> None:
+    """The kubelet sends `available_deviceIDs` and Allocate's IDs as Go sets'
+    `UnsortedList()`: a plugin that relied on their order worked only against a fake that
+    kept it. It asks for no preference when every available device is needed."""
+    options = dp.DevicePluginOptions(get_preferred_allocation_available=True)
+    plugin = _registered(kubelet, make_plugin(options=options, preferred=_preferred_last))
+    orders = set()
+    for i in range(8):
+        kubelet.admit(("ml", f"p{i}", f"uid-{i}"), "cuda", RESOURCE, 3)
+        orders.add(
+            tuple(
+                plugin.requests_of("GetPreferredAllocation")[-1]
+                .container_requests[0]
+                .available_deviceIDs
+            )
+        )
+        kubelet.remove_pod("ml", f"p{i}")
+    assert len(orders) > 1
+    asked = len(plugin.requests_of("GetPreferredAllocation"))
+    assert kubelet.admit(POD, "cuda", RESOURCE, 4) == ("GPU-0", "GPU-1", "GPU-2", "GPU-3")
+    assert len(plugin.requests_of("GetPreferredAllocation")) == asked
 
 
 def test_preferred_allocation_error_fails_admission(kubelet, make_plugin) -> None:
