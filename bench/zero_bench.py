@@ -225,7 +225,7 @@ async def _retire(api: client.ApiClient, namespace: str, method: str) -> None:
     try:  # placeholders the controller kept (the lab has no garbage collector)
         await asyncio.to_thread(
             apps.patch_namespaced_deployment_scale,
-            placeholder_name("chat"),
+            placeholder_name("chat", kind="Deployment"),
             namespace,
             {"spec": {"replicas": 0}},
         )

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.workload import Key, Tick
-from gpufleet.autoscaler.core.buffers import capacity_buffer, pod_template
+from gpufleet.autoscaler.core.buffers import BUFFER_KIND, capacity_buffer, pod_template
 from gpufleet.autoscaler.core.nodepools import PoolDemand, on_nodepool, pool_headroom, pool_use
 from gpufleet.autoscaler.core.placeholders import (
     OWNER_LABEL,
@@ -186,7 +186,11 @@ class HeadroomKeeper:
     ) -> None:
         namespace, name = key
         if placeholders:
-            own = TargetRef(api_version="apps/v1", kind="Deployment", name=placeholder_name(name))
+            own = TargetRef(
+                api_version="apps/v1",
+                kind="Deployment",
+                name=placeholder_name(name, kind="Deployment"),
+            )
             await self._write(
                 outage("cannot release its placeholder pods"),
                 0,
@@ -200,7 +204,9 @@ class HeadroomKeeper:
                 0,
                 kept=self._stats.buffers,
                 kept_as=kept_as,
-                write=lambda: self._cluster.release_buffer(namespace, placeholder_name(name)),
+                write=lambda: self._cluster.release_buffer(
+                    namespace, placeholder_name(name, kind=BUFFER_KIND)
+                ),
             )
 
     async def _keep(

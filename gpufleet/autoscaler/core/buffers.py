@@ -29,7 +29,9 @@ def pod_template(
 ) -> dict[str, Any]:
     """The PodTemplate of one buffer chunk: one replica of `template_spec`'s GPUs and
     placement (no PriorityClass: Cluster Autoscaler's chunks never run)."""
-    metadata = owned_metadata(namespace=namespace, autoscaler=autoscaler, uid=autoscaler_uid)
+    metadata = owned_metadata(
+        namespace=namespace, autoscaler=autoscaler, uid=autoscaler_uid, kind="PodTemplate"
+    )
     return {
         "apiVersion": "v1",
         "kind": "PodTemplate",
@@ -45,7 +47,9 @@ def capacity_buffer(
     *, namespace: str, autoscaler: str, autoscaler_uid: str, replicas: int
 ) -> dict[str, Any]:
     """The CapacityBuffer holding `replicas` chunks of the PodTemplate of the same name."""
-    metadata = owned_metadata(namespace=namespace, autoscaler=autoscaler, uid=autoscaler_uid)
+    metadata = owned_metadata(
+        namespace=namespace, autoscaler=autoscaler, uid=autoscaler_uid, kind=BUFFER_KIND
+    )
     return {
         "apiVersion": f"{BUFFER_GROUP}/{BUFFER_VERSION}",
         "kind": BUFFER_KIND,

@@ -31,20 +31,22 @@ _PLACEMENT = ("nodeSelector", "affinity", "tolerations", "runtimeClassName")
 
 
 _SUFFIX = "-placeholder"
+NAME_MAX = 253  # an object's name
 # The Deployment controller names its ReplicaSet `<deployment>-<pod-template-hash>`, the
-# hash up to 10 characters, and an object name may be 253: a Deployment named past 242
-# never gets a pod.
-NAME_MAX = 253 - 11
+# hash up to 10 characters: a Deployment named past 242 never gets a pod.
+_NAME_MAX_BY_KIND = {"Deployment": NAME_MAX - 11}
 
 
-def placeholder_name(autoscaler: str) -> str:
-    """The placeholder Deployment (and PodTemplate, CapacityBuffer) of a GPUAutoscaler, in
-    its namespace: its name and `-placeholder`; past NAME_MAX, its name cut, then a hash of
-    the whole. A GPUAutoscaler's name may be 253 characters long."""
+def placeholder_name(autoscaler: str, *, kind: str) -> str:
+    """The name of a GPUAutoscaler's placeholder object of `kind` (Deployment, PodTemplate,
+    CapacityBuffer), in its namespace: its name and `-placeholder`; past that kind's
+    limit, its name cut, then a hash of the whole. A GPUAutoscaler's name may be 253
+    characters long. Names that fit stay as earlier releases made them."""
+    limit = _NAME_MAX_BY_KIND.get(kind, NAME_MAX)
     name = f"{autoscaler}{_SUFFIX}"
-    if len(name) <= NAME_MAX:
+    if len(name) <= limit:
         return name
-    return f"{_cut_with_hash(autoscaler, NAME_MAX - len(_SUFFIX))}{_SUFFIX}"
+    return f"{_cut_with_hash(autoscaler, limit - len(_SUFFIX))}{_SUFFIX}"
 
 
 def _cut_with_hash(name: str, limit: int) -> str:
@@ -64,12 +66,12 @@ def owner_label(autoscaler: str) -> str:
     return _cut_with_hash(autoscaler, LABEL_VALUE_MAX)
 
 
-def placeholder_owner(metadata: Mapping[str, Any]) -> str | None:
-    """The GPUAutoscaler whose headroom an object (Deployment, PodTemplate, CapacityBuffer)
-    holds, from its metadata: the GPUAutoscaler its controller reference names, where the
-    object's name and owner label are the ones gpufleet gives it. None for any object
-    gpufleet did not make, whatever its name: a user's own `chat-placeholder` is never
-    written."""
+def placeholder_owner(metadata: Mapping[str, Any], *, kind: str) -> str | None:
+    """The GPUAutoscaler whose headroom an object of `kind` (Deployment, PodTemplate,
+    CapacityBuffer) holds, from its metadata: the GPUAutoscaler its controller reference
+    names, where the object's name and owner label are the ones gpufleet gives it. None
+    for any object gpufleet did not make, whatever its name: a user's own
+    `chat-placeholder` is never written."""
     labels = metadata.get("labels") or {}
     for ref in metadata.get("ownerReferences") or ():
         if not isinstance(ref, Mapping) or ref.get("kind") != KIND or not ref.get("controller"):
@@ -78,7 +80,7 @@ def placeholder_owner(metadata: Mapping[str, Any]) -> str | None:
         if (
             str(ref.get("apiVersion", "")).partition("/")[0] == GROUP
             and isinstance(owner, str)
-            and metadata.get("name") == placeholder_name(owner)
+            and metadata.get("name") == placeholder_name(owner, kind=kind)
             and labels.get(OWNER_LABEL) == owner_label(owner)
         ):
             return owner
@@ -126,7 +128,9 @@ def placeholder_deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": owned_metadata(namespace=namespace, autoscaler=autoscaler, uid=autoscaler_uid),
+        "metadata": owned_metadata(
+            namespace=namespace, autoscaler=autoscaler, uid=autoscaler_uid, kind="Deployment"
+        ),
         "spec": {
             "replicas": max(0, replicas),
             "selector": {"matchLabels": labels},
@@ -162,11 +166,11 @@ def placeholder_pod_spec(template_spec: Mapping[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def owned_metadata(*, namespace: str, autoscaler: str, uid: str) -> dict[str, Any]:
-    """Metadata of an object holding a GPUAutoscaler's headroom: named for it, labelled,
-    owned by it (deleting the GPUAutoscaler deletes the object)."""
+def owned_metadata(*, namespace: str, autoscaler: str, uid: str, kind: str) -> dict[str, Any]:
+    """Metadata of an object of `kind` holding a GPUAutoscaler's headroom: named for it,
+    labelled, owned by it (deleting the GPUAutoscaler deletes the object)."""
     return {
-        "name": placeholder_name(autoscaler),
+        "name": placeholder_name(autoscaler, kind=kind),
         "namespace": namespace,
         "labels": {
             OWNER_LABEL: owner_label(autoscaler),

@@ -10,7 +10,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.autoscaler.core.buffers import BUFFER_GROUP, BUFFER_PLURAL, BUFFER_VERSION
+from gpufleet.autoscaler.core.buffers import (
+    BUFFER_GROUP,
+    BUFFER_KIND,
+    BUFFER_PLURAL,
+    BUFFER_VERSION,
+)
 from gpufleet.autoscaler.core.nodepools import POOL_LABEL, pod_gpus
 from gpufleet.autoscaler.core.placeholders import OWNER_LABEL, placeholder_owner
 from gpufleet.autoscaler.core.replicas import DELETION_COST, PodState
@@ -109,7 +114,7 @@ class Cluster:
                 key = (meta.get("namespace", ""), kind, meta["name"])
                 scales[key] = _object_scale(obj)
                 templates[key] = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-                owner = placeholder_owner(meta) if kind == "Deployment" else None
+                owner = placeholder_owner(meta, kind=kind) if kind == "Deployment" else None
                 if owner is not None:
                     placeholders[(key[0], owner)] = scales[key].replicas
         return ClusterView(
@@ -160,7 +165,7 @@ class Cluster:
         out = {}
         for buffer in buffers:
             meta = buffer.get("metadata") or {}
-            owner = placeholder_owner(meta)
+            owner = placeholder_owner(meta, kind=BUFFER_KIND)
             if owner is not None:
                 replicas = (buffer.get("spec") or {}).get("replicas")
                 out[(meta.get("namespace", ""), owner)] = int(replicas or 0)
@@ -286,7 +291,8 @@ class Cluster:
                     name, namespace, _preload_content=False
                 )
             )
-            if placeholder_owner(json.loads(found.data).get("metadata") or {}) is None:
+            meta = json.loads(found.data).get("metadata") or {}
+            if placeholder_owner(meta, kind="PodTemplate") is None:
                 raise _foreign(template) from None
             kube_call(
                 lambda: self._core.patch_namespaced_pod_template(

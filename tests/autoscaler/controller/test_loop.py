@@ -610,7 +610,8 @@ async def test_a_long_named_autoscaler_gets_its_placeholders(
 
     def made() -> bool:
         try:
-            return apps.read_namespaced_deployment(placeholder_name(name), NS).spec.replicas == 2
+            deployment = placeholder_name(name, kind="Deployment")
+            return apps.read_namespaced_deployment(deployment, NS).spec.replicas == 2
         except client.ApiException:
             return False
 

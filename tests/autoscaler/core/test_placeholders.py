@@ -1,5 +1,6 @@
 """Placeholder manifests: one replica's GPUs and placement, none of its work."""
 
+from gpufleet.autoscaler.core.buffers import capacity_buffer, pod_template
 from gpufleet.autoscaler.core.placeholders import (
     OWNER_LABEL,
     PRIORITY_CLASS,
@@ -83,23 +84,43 @@ def test_a_name_past_a_label_values_63_characters_is_labelled_with_its_hash() ->
         namespace="llm", autoscaler=long, autoscaler_uid="u", replicas=1, template_spec=TEMPLATE
     )
     assert body["spec"]["selector"]["matchLabels"] == {OWNER_LABEL: label}
-    assert placeholder_owner(body["metadata"]) == long
-    assert placeholder_owner({**body["metadata"], "labels": {OWNER_LABEL: long}}) is None
+    assert placeholder_owner(body["metadata"], kind="Deployment") == long
+    relabelled = {**body["metadata"], "labels": {OWNER_LABEL: long}}
+    assert placeholder_owner(relabelled, kind="Deployment") is None
 
 
 def test_a_name_past_242_characters_is_cut_and_its_owner_read_from_its_reference() -> None:
-    """The placeholder's name keeps its ReplicaSet's name within 253 characters, stays a
-    DNS name, and differs between names that share their first 230 characters. Its owner
-    is the GPUAutoscaler its controller reference names, never one read from the name."""
+    """The placeholder Deployment's name keeps its ReplicaSet's name within 253 characters,
+    stays a DNS name, and differs between names that share their first 230 characters. Its
+    owner is the GPUAutoscaler its controller reference names, never one read from the
+    name."""
     long = "a" * 220 + "." + "b" * 32  # cut just after the dot
-    name = placeholder_name(long)
+    name = placeholder_name(long, kind="Deployment")
     assert len(name) <= 242 and name.endswith("-placeholder") and ".-" not in name
-    assert name != placeholder_name(long[:-1] + "c")
-    assert placeholder_name("chat") == "chat-placeholder"  # short names keep theirs
+    assert name != placeholder_name(long[:-1] + "c", kind="Deployment")
+    assert placeholder_name("chat", kind="Deployment") == "chat-placeholder"  # as before
     meta = placeholder_deployment(
         namespace="llm", autoscaler=long, autoscaler_uid="u", replicas=1, template_spec=TEMPLATE
     )["metadata"]
-    assert placeholder_owner(meta) == long
-    assert placeholder_owner({**meta, "ownerReferences": []}) is None  # a user's look-alike
+    assert placeholder_owner(meta, kind="Deployment") == long
+    unowned = {**meta, "ownerReferences": []}  # a user's look-alike
+    assert placeholder_owner(unowned, kind="Deployment") is None
     other = [{**meta["ownerReferences"][0], "name": "chat"}]
-    assert placeholder_owner({**meta, "ownerReferences": other}) is None
+    assert placeholder_owner({**meta, "ownerReferences": other}, kind="Deployment") is None
+
+
+def test_a_buffer_and_its_template_keep_the_names_earlier_releases_gave_them() -> None:
+    """Only a Deployment's name is cut at 242 (its ReplicaSet's name would not fit); a
+    PodTemplate or CapacityBuffer may be 253, so one an earlier release made for a name
+    of 231 to 241 characters is still gpufleet's, and released, not orphaned."""
+    name = "x" * 235
+    owner = {"namespace": "llm", "autoscaler": name, "autoscaler_uid": "u"}
+    for body in (
+        pod_template(**owner, template_spec=TEMPLATE),
+        capacity_buffer(**owner, replicas=1),
+    ):
+        assert body["metadata"]["name"] == f"{name}-placeholder"  # what f6fb694 made
+        assert placeholder_owner(body["metadata"], kind=body["kind"]) == name
+    assert placeholder_name(name, kind="Deployment") != f"{name}-placeholder"
+    for kind in ("PodTemplate", "CapacityBuffer"):
+        assert len(placeholder_name("x" * 253, kind=kind)) == 253
