@@ -176,8 +176,9 @@ def tls_credentials(cert_file: str, key_file: str, client_ca_file: str) -> grpc.
                 raise ValueError(f"cannot load {client_ca_file}: {err}") from None
         return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=client_ca)
 
-    first = load()
+    # Looked at before the first load: files swapped in between are loaded on a change.
     watched = Watched(f for f in (cert_file, key_file, client_ca_file) if f)
+    first = load()
     lock = threading.Lock()  # gRPC asks from its own threads
 
     def fetch() -> grpc.ServerCertificateConfiguration | None:

@@ -309,6 +309,34 @@ async def test_tls_with_a_client_ca_asks_keda_for_its_certificate(tmp_path) -> N
         await server.stop(grace=None)
 
 
+def _served(port: int) -> x509.Certificate:
+    pem = ssl.get_server_certificate(("127.0.0.1", port), timeout=10)
+    return x509.load_pem_x509_certificate(pem.encode())
+
+
+def _certificate(pki) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pki.server_cert.read_bytes())
+
+
+def _renew(pki, renewed) -> None:
+    """As the kubelet updates a Secret volume: `renewed`'s pair replaces `pki`'s files."""
+    for source, target in (
+        (renewed.server_key, pki.server_key),
+        (renewed.server_cert, pki.server_cert),
+    ):
+        staged = target.with_suffix(".new")
+        staged.write_bytes(source.read_bytes())
+        staged.replace(target)
+
+
+async def _serves_in_the_end(port: int, pki) -> bool:
+    for _ in range(50):  # looked at again once a second at most
+        if await asyncio.to_thread(_served, port) == _certificate(pki):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
 async def test_a_renewed_certificate_is_served_without_a_restart(tmp_path) -> None:
     """The scaler read its certificate once: a Secret renewed by cert-manager was served
     only after a restart, and KEDA's every call failed once the old one expired."""
@@ -316,28 +344,31 @@ async def test_a_renewed_certificate_is_served_without_a_restart(tmp_path) -> No
     port = free_port()
     credentials = tls_credentials(str(pki.server_cert), str(pki.server_key), "")
     server = await serve(em.SnapshotFeed(), "127.0.0.1", port, credentials)
-
-    def served() -> x509.Certificate:
-        pem = ssl.get_server_certificate(("127.0.0.1", port), timeout=10)
-        return x509.load_pem_x509_certificate(pem.encode())
-
-    def expected(paths) -> x509.Certificate:
-        return x509.load_pem_x509_certificate(paths.server_cert.read_bytes())
-
     try:
-        assert await asyncio.to_thread(served) == expected(pki)
-        for source, target in (
-            (renewed.server_key, pki.server_key),
-            (renewed.server_cert, pki.server_cert),
-        ):
-            staged = target.with_suffix(".new")
-            staged.write_bytes(source.read_bytes())
-            staged.replace(target)  # as the kubelet swaps a Secret's files
-        for _ in range(50):  # looked at again once a second at most
-            if await asyncio.to_thread(served) == expected(renewed):
-                break
-            await asyncio.sleep(0.1)
-        assert await asyncio.to_thread(served) == expected(renewed)
+        assert await asyncio.to_thread(_served, port) == _certificate(pki)
+        _renew(pki, renewed)
+        assert await _serves_in_the_end(port, renewed)
+    finally:
+        await server.stop(grace=None)
+
+
+async def test_a_certificate_renewed_during_startup_is_served(tmp_path, monkeypatch) -> None:
+    """The files were first loaded, then looked at: a Secret swapped in between was taken
+    for the one served, and the old certificate stayed until the next renewal."""
+    pki, renewed = make_pki(tmp_path / "first"), make_pki(tmp_path / "renewed")
+    load_cert_chain = ssl.SSLContext.load_cert_chain
+
+    def loaded_then_renewed(context, *args, **kwargs) -> None:
+        load_cert_chain(context, *args, **kwargs)
+        _renew(pki, renewed)  # just after the first load read the files
+        monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", load_cert_chain)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", loaded_then_renewed)
+    port = free_port()
+    credentials = tls_credentials(str(pki.server_cert), str(pki.server_key), "")
+    server = await serve(em.SnapshotFeed(), "127.0.0.1", port, credentials)
+    try:
+        assert await _serves_in_the_end(port, renewed)
     finally:
         await server.stop(grace=None)
 
