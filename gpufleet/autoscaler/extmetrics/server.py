@@ -92,7 +92,7 @@ class AuthSource:
         """Read the ConfigMap again (blocking: run it on a thread)."""
         try:
             config = read_auth_config(self._api)
-        except ValueError as err:
+        except Exception as err:  # a token the client cannot refresh, too: never the loop's end
             if not self._failing:
                 log.warning("keeping the last request-header settings: %s", err)
             self._failing = True

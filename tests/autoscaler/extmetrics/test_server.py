@@ -470,3 +470,21 @@ async def test_an_hpa_follows_the_controllers_decision_through_the_api(
         pod.stop()
         if prom_client is not None:
             await prom_client.close()
+
+
+async def test_a_refresh_that_raises_keeps_the_settings_and_the_loop(
+    kube: client.ApiClient, caplog, monkeypatch
+) -> None:
+    """Only a ValueError was caught: any other failure (the client unable to refresh its
+    token) ended the minute's loop for good, and its stop raised at shutdown."""
+    auth = await asyncio.to_thread(AuthSource, kube)
+    before = auth.current
+
+    def broken(api):
+        raise RuntimeError("kubernetes.config: cannot refresh the token")
+
+    monkeypatch.setattr(extmetrics_server, "read_auth_config", broken)
+    for _ in range(2):
+        await asyncio.to_thread(auth.refresh)
+    assert auth.current == before
+    assert caplog.text.count("keeping the last request-header settings") == 1
