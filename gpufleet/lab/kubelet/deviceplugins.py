@@ -15,12 +15,12 @@ behaviour, from kubelet `devicemanager/plugin/v1beta1/{server,client}.go` and `m
   first keeps its stream until the plugin ends it, and that end then disconnects the
   resource, whichever registration is current: its devices turn Unhealthy and the current
   stream is closed, until the plugin registers again;
-- `allocate` runs `GetPreferredAllocation` (when advertised, and only when fewer devices
-  are needed than are available) then `Allocate`, with the kubelet's
-  `UnexpectedAdmissionError` texts; `pre_start` runs `PreStartContainer`. The kubelet
-  sends both calls' IDs as Go sets' `UnsortedList()`, in no order a plugin may rely on:
-  the fake shuffles them (seeded, `order_seed`). It takes the plugin's preferred devices,
-  then tops up, in sorted order (`sets.List`), as `devicesToAllocate` does.
+- `allocate` runs `GetPreferredAllocation` (when advertised, even when every available
+  device is needed) then `Allocate`, with the kubelet's `UnexpectedAdmissionError` texts;
+  `pre_start` runs `PreStartContainer`. The kubelet sends both calls' IDs as Go sets'
+  `UnsortedList()`, in no order a plugin may rely on, and takes the plugin's preferred
+  devices, then tops up, iterating Go sets (`devicesToAllocate` with no NUMA hint): the
+  fake shuffles each of these (seeded, `order_seed`).
 
 Not modelled: the 5-minute grace before a disconnected resource's capacity drops to zero,
 topology-manager NUMA alignment, and the plugin-watcher (`plugins_registry`) path.
@@ -291,11 +291,10 @@ class FakeDevicePlugins:
     def allocate(self, resource: str, n: int, *, in_use: Iterable[str] = ()) -> Grant:
         """Choose `n` healthy devices not `in_use` and have the plugin allocate them.
 
-        As `devicesToAllocate`: all of them when `n` are available; else
-        `GetPreferredAllocation(available, [], n)` when advertised (its answer is kept where
-        it names available devices, then topped up), else the first `n` available, by ID;
-        then `Allocate`, its IDs in no particular order. Raises AdmissionError with the
-        kubelet's message on any failure.
+        As `devicesToAllocate` with no NUMA hint: `GetPreferredAllocation(available, [], n)`
+        when advertised (its answer is kept where it names available devices, then topped
+        up), else any `n` available; then `Allocate`, its IDs in no particular order.
+        Raises AdmissionError with the kubelet's message on any failure.
         """
         if n < 1:
             raise ValueError(f"allocate: n must be >= 1, got {n}")
@@ -358,9 +357,9 @@ class FakeDevicePlugins:
         self, endpoint: _Endpoint, available: list[DeviceState], n: int
     ) -> list[DeviceState]:
         by_id = {device.id: device for device in available}
-        in_order = [by_id[i] for i in sorted(by_id)]
-        if not endpoint.options.get_preferred_allocation_available or n == len(available):
-            return in_order[:n]
+        any_order = [by_id[i] for i in self._unsorted_ids(by_id)]
+        if not endpoint.options.get_preferred_allocation_available:
+            return any_order[:n]
         request = pb.PreferredAllocationRequest(
             container_requests=[
                 pb.ContainerPreferredAllocationRequest(
@@ -379,8 +378,8 @@ class FakeDevicePlugins:
         preferred = (
             response.container_responses[0].deviceIDs if response.container_responses else []
         )
-        chosen = dict.fromkeys(by_id[i] for i in sorted(set(preferred) & by_id.keys()))
-        for device in in_order:
+        chosen = dict.fromkeys(by_id[i] for i in self._unsorted_ids(set(preferred) & by_id.keys()))
+        for device in any_order:
             if len(chosen) >= n:
                 break
             chosen.setdefault(device)

@@ -194,6 +194,10 @@ def _preferred_last(request: dp.ContainerPreferredAllocationRequest) -> list[str
     return sorted(request.available_deviceIDs)[-request.allocation_size :]
 
 
+def _preferred_first(request: dp.ContainerPreferredAllocationRequest) -> list[str]:
+    return sorted(request.available_deviceIDs)[: request.allocation_size]
+
+
 def _preferred_fails(request: dp.ContainerPreferredAllocationRequest) -> list[str]:
     raise LookupError("nvml: GPU is lost")
 
@@ -295,20 +299,21 @@ def test_stream_end_marks_devices_unhealthy(kubelet, make_plugin) -> None:
 # -- admission ----------------------------------------------------------------------------
 
 
-def test_admit_without_preferred_takes_the_first(kubelet, make_plugin) -> None:
+def test_admit_without_preferred_takes_any_available(kubelet, make_plugin) -> None:
     plugin = _registered(kubelet, make_plugin())
-    assert kubelet.admit(POD, "cuda", RESOURCE, 2) == ("GPU-0", "GPU-1")
+    first = kubelet.admit(POD, "cuda", RESOURCE, 2)
     assert "GetPreferredAllocation" not in plugin.calls
     (allocate,) = plugin.requests_of("Allocate")
-    assert [sorted(c.devices_ids) for c in allocate.container_requests] == [["GPU-0", "GPU-1"]]
-    assert kubelet.admit(("ml", "other", "uid-other"), "cuda", RESOURCE, 2) == ("GPU-2", "GPU-3")
+    assert [sorted(c.devices_ids) for c in allocate.container_requests] == [sorted(first)]
+    second = kubelet.admit(("ml", "other", "uid-other"), "cuda", RESOURCE, 2)
+    assert sorted(first + second) == ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]
 
 
 def test_admit_asks_for_the_preferred_allocation(kubelet, make_plugin) -> None:
     options = dp.DevicePluginOptions(get_preferred_allocation_available=True)
     plugin = _registered(kubelet, make_plugin(options=options, preferred=_preferred_last))
     kubelet.admit(("ml", "first", "uid-first"), "cuda", RESOURCE, 1)  # takes GPU-3
-    assert kubelet.admit(POD, "cuda", RESOURCE, 2) == ("GPU-1", "GPU-2")
+    assert sorted(kubelet.admit(POD, "cuda", RESOURCE, 2)) == ["GPU-1", "GPU-2"]
     request = plugin.requests_of("GetPreferredAllocation")[1].container_requests[0]
     assert sorted(request.available_deviceIDs) == ["GPU-0", "GPU-1", "GPU-2"]
     assert (list(request.must_include_deviceIDs), request.allocation_size) == ([], 2)
@@ -316,29 +321,26 @@ def test_admit_asks_for_the_preferred_allocation(kubelet, make_plugin) -> None:
     assert sorted(allocate.devices_ids) == ["GPU-1", "GPU-2"]
 
 
-def test_device_ids_come_in_no_order_and_all_available_skips_the_preference(
+def test_device_ids_come_in_no_order_and_the_preference_is_asked_every_time(
     kubelet, make_plugin
 ) -> None:
     """The kubelet sends `available_deviceIDs` and Allocate's IDs as Go sets'
     `UnsortedList()`: a plugin that relied on their order worked only against a fake that
-    kept it. It asks for no preference when every available device is needed."""
+    kept it. With no NUMA hint it asks for a preference even when every available device
+    is needed (`devicesToAllocate`)."""
     options = dp.DevicePluginOptions(get_preferred_allocation_available=True)
     plugin = _registered(kubelet, make_plugin(options=options, preferred=_preferred_last))
     orders = set()
     for i in range(8):
         kubelet.admit(("ml", f"p{i}", f"uid-{i}"), "cuda", RESOURCE, 3)
-        orders.add(
-            tuple(
-                plugin.requests_of("GetPreferredAllocation")[-1]
-                .container_requests[0]
-                .available_deviceIDs
-            )
-        )
+        request = plugin.requests_of("GetPreferredAllocation")[-1].container_requests[0]
+        orders.add(tuple(request.available_deviceIDs))
         kubelet.remove_pod("ml", f"p{i}")
     assert len(orders) > 1
     asked = len(plugin.requests_of("GetPreferredAllocation"))
-    assert kubelet.admit(POD, "cuda", RESOURCE, 4) == ("GPU-0", "GPU-1", "GPU-2", "GPU-3")
-    assert len(plugin.requests_of("GetPreferredAllocation")) == asked
+    granted = kubelet.admit(POD, "cuda", RESOURCE, 4)
+    assert sorted(granted) == ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]
+    assert len(plugin.requests_of("GetPreferredAllocation")) == asked + 1
 
 
 def test_preferred_allocation_error_fails_admission(kubelet, make_plugin) -> None:
@@ -386,9 +388,9 @@ def test_allocate_response_recorded(kubelet, make_plugin) -> None:
 def test_pre_start_container_when_required(kubelet, make_plugin) -> None:
     options = dp.DevicePluginOptions(pre_start_required=True)
     plugin = _registered(kubelet, make_plugin(options=options))
-    kubelet.admit(POD, "cuda", RESOURCE, 2)
+    granted = kubelet.admit(POD, "cuda", RESOURCE, 2)
     (request,) = plugin.requests_of("PreStartContainer")
-    assert list(request.devices_ids) == ["GPU-0", "GPU-1"]
+    assert sorted(request.devices_ids) == sorted(granted) and len(granted) == 2
     plugin.calls.append("fail")
     with pytest.raises(ContainerStartError, match="PreStartContainer rpc failed with err: rpc"):
         kubelet.admit(("ml", "b", "uid-b"), "cuda", RESOURCE, 1)
@@ -396,25 +398,27 @@ def test_pre_start_container_when_required(kubelet, make_plugin) -> None:
 
 
 def test_pod_resources_list_reports_exactly_the_admitted(kubelet, make_plugin) -> None:
-    _registered(kubelet, make_plugin())
+    options = dp.DevicePluginOptions(get_preferred_allocation_available=True)
+    _registered(kubelet, make_plugin(options=options, preferred=_preferred_first))
     kubelet.admit(POD, "cuda", RESOURCE, 3)
-    topology = [
-        (d.resource_name, list(d.device_ids), [n.ID for n in d.topology.nodes])
+    topology = sorted(
+        (d.resource_name, sorted(d.device_ids), [n.ID for n in d.topology.nodes])
         for pod in _list(kubelet)
         for container in pod.containers
         for d in container.devices
-    ]
+    )
     assert topology == [
         (RESOURCE, ["GPU-0", "GPU-1"], [0]),
         (RESOURCE, ["GPU-2"], [1]),
     ]
     (entry,) = read_checkpoint(kubelet.checkpoint_path).entries
-    assert (entry.pod_uid, entry.device_ids) == ("uid-trainer", ("GPU-0", "GPU-1", "GPU-2"))
+    assert entry.pod_uid == "uid-trainer"
+    assert sorted(entry.device_ids) == ["GPU-0", "GPU-1", "GPU-2"]
     kubelet.remove_pod("ml", "trainer")
     assert _list(kubelet) == []
-    assert kubelet.admit(("ml", "next", "uid-next"), "cuda", RESOURCE, 4) == tuple(
+    assert sorted(kubelet.admit(("ml", "next", "uid-next"), "cuda", RESOURCE, 4)) == [
         f"GPU-{i}" for i in range(4)
-    ), "deleting the pod freed its devices"
+    ], "deleting the pod freed its devices"
 
 
 # -- kubelet restart ----------------------------------------------------------------------
@@ -422,7 +426,7 @@ def test_pod_resources_list_reports_exactly_the_admitted(kubelet, make_plugin) -
 
 def test_restart_wipes_sockets_but_the_checkpoint(kubelet, make_plugin) -> None:
     plugin = _registered(kubelet, make_plugin())
-    kubelet.admit(POD, "cuda", RESOURCE, 1)
+    held = kubelet.admit(POD, "cuda", RESOURCE, 1)
     directory = kubelet.device_plugins_dir
     (directory / "stray").write_text("x")
     (directory / "subdir").mkdir()
@@ -447,7 +451,8 @@ def test_restart_wipes_sockets_but_the_checkpoint(kubelet, make_plugin) -> None:
     assert kubelet.device_plugins.registrations(RESOURCE) == 2
     times = kubelet.device_plugins.registration_times(RESOURCE)
     assert times[1] >= kubelet.device_plugins.serving_since
-    assert kubelet.admit(("ml", "b", "uid-b"), "cuda", RESOURCE, 1) == ("GPU-1",)
+    granted = kubelet.admit(("ml", "b", "uid-b"), "cuda", RESOURCE, 1)
+    assert len(granted) == 1 and granted != held  # the checkpoint kept the first pod's
 
 
 def test_restart_with_a_late_socket(kubelet) -> None:
