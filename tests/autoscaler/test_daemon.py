@@ -1,5 +1,6 @@
 """`gpufleet autoscaler` as users run it: flags, errors, and two replicas electing one writer."""
 
+import asyncio
 import os
 import signal
 import socket
@@ -26,6 +27,7 @@ from helpers.kube import api_client, create_autoscaler, create_vllm
 from helpers.serving import MetricsServer, vllm_queue
 from kubernetes import client
 
+from gpufleet.autoscaler.daemon import _every
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2 as pb
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2_grpc as pb_grpc
 from gpufleet.lab.kubeapi.server import FakeApiServer
@@ -514,3 +516,16 @@ def _holder(api: client.ApiClient) -> str:
     except client.ApiException:
         return ""
     return lease.spec.holder_identity or ""
+
+
+async def test_a_call_every_interval_runs_on_a_thread_until_stopped() -> None:
+    """How the external metrics server reads the request-header ConfigMap each minute."""
+    threads: list[str] = []
+    stop = _every(0.01, lambda: threads.append(threading.current_thread().name))
+    while len(threads) < 3:
+        await asyncio.sleep(0.01)
+    await stop()
+    seen = len(threads)
+    await asyncio.sleep(0.05)
+    assert len(threads) == seen  # stopped
+    assert threading.main_thread().name not in threads  # blocking calls stay off the loop

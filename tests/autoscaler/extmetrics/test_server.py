@@ -3,6 +3,7 @@ it: the official client with the proxy client certificate and X-Remote-* headers
 ConfigMap and SubjectAccessReviews served by the lab's fake API server."""
 
 import asyncio
+import shutil
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
@@ -470,6 +471,39 @@ async def test_an_hpa_follows_the_controllers_decision_through_the_api(
         pod.stop()
         if prom_client is not None:
             await prom_client.close()
+
+
+async def test_a_renewed_serving_certificate_is_served_without_a_restart(
+    kube: client.ApiClient, pki: AggregatorPki, tmp_path_factory
+) -> None:
+    """The serving certificate was loaded once: after cert-manager renewed the Secret the
+    old one was served until it expired, and the APIService with it."""
+    mounted = tmp_path_factory.mktemp("mounted")
+    cert, key = mounted / "tls.crt", mounted / "tls.key"
+    shutil.copy(pki.server_cert, cert)
+    shutil.copy(pki.server_key, key)
+    auth = await asyncio.to_thread(AuthSource, kube)
+    app = make_app(from_feed(em.SnapshotFeed()), auth, Authorizer(kube), window_seconds=30)
+    port = free_port()
+    runner = await serve(app, "127.0.0.1", port, tls_context(str(cert), str(key), auth))
+
+    def served() -> str:
+        return ssl.get_server_certificate(("127.0.0.1", port), timeout=10)
+
+    try:
+        first = await asyncio.to_thread(served)
+        renewed = make_pki(tmp_path_factory.mktemp("renewed"))
+        for source, target in ((renewed.server_key, key), (renewed.server_cert, cert)):
+            shutil.copy(source, target.with_suffix(".new"))
+            target.with_suffix(".new").replace(target)  # as the kubelet swaps a Secret's files
+        for _ in range(50):  # looked at again once a second at most
+            if await asyncio.to_thread(served) != first:
+                break
+            await asyncio.sleep(0.1)
+        now = ssl.PEM_cert_to_DER_cert(await asyncio.to_thread(served))
+        assert now == ssl.PEM_cert_to_DER_cert(renewed.server_cert.read_text())
+    finally:
+        await runner.cleanup()
 
 
 async def test_a_refresh_that_raises_keeps_the_settings_and_the_loop(
