@@ -62,15 +62,20 @@ async def _served_serial(context: ssl.SSLContext) -> int:
     return x509.load_der_x509_certificate(der).serial_number
 
 
+def _reloading(mounted: Path, clock: ManualClock) -> ReloadingContext:
+    """A context following `mounted`'s tls.crt and tls.key."""
+    return ReloadingContext(
+        _builder(mounted), [mounted / "tls.crt", mounted / "tls.key"], clock=clock
+    )
+
+
 async def test_a_renewed_certificate_is_served_without_a_restart(tmp_path: Path, caplog) -> None:
     caplog.set_level(logging.INFO, logger="gpufleet.http.tls_reload")
     ca = issue("ca")
     mounted = tmp_path / "mounted"
     first = _issue_into(mounted, "first", ca)
     clock = ManualClock()
-    reloading = ReloadingContext(
-        _builder(mounted), [mounted / "tls.crt", mounted / "tls.key"], clock=clock
-    )
+    reloading = _reloading(mounted, clock)
     assert await _served_serial(reloading.context) == first.serial_number
     renewed = _issue_into(tmp_path / "renewed", "renewed", ca)
     _swap_in(mounted, tmp_path / "renewed")
@@ -86,9 +91,7 @@ async def test_a_pair_that_does_not_load_keeps_the_last_good_one(tmp_path: Path,
     mounted = tmp_path / "mounted"
     first = _issue_into(mounted, "first", ca)
     clock = ManualClock()
-    reloading = ReloadingContext(
-        _builder(mounted), [mounted / "tls.crt", mounted / "tls.key"], clock=clock
-    )
+    reloading = _reloading(mounted, clock)
     other = tmp_path / "other"
     _issue_into(other, "other", ca)
     shutil.copy(other / "tls.crt", mounted / "tls.crt")  # the certificate, not yet its key
