@@ -16,7 +16,7 @@ from helpers.serving import MetricsServer
 from helpers.tools import require
 
 from gpufleet.autoscaler.core.gather import workload_buckets, workload_quantiles, workload_sums
-from gpufleet.autoscaler.core.signals import PRESETS
+from gpufleet.autoscaler.core.signals import PRESETS, model_selector
 from gpufleet.autoscaler.prom.client import PromClient
 
 pytestmark = pytest.mark.prometheus
@@ -152,3 +152,24 @@ def test_each_preset_query_answers_on_real_prometheus(
     }
     if signal in expected:
         assert latest == pytest.approx(expected[signal], rel=0.15), (preset, signal, values)
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS if model_selector(p, "m")])
+def test_any_model_name_makes_queries_prometheus_runs(prometheus_url: str, preset: str) -> None:
+    """A newline in `signals.model` went into the PromQL string raw, and every query of the
+    workload was a parse error; a name holding `{{window}}` had it replaced by the window."""
+    model = 'line\nbreak "quoted" back\\slash\ttab {{window}}'
+    selector = model_selector(preset, model)
+    assert "{{window}}" in PRESETS[preset]["queue_depth"].render(selector=selector, window="5s")
+
+    async def fetch_all():
+        client = PromClient(prometheus_url)
+        try:
+            now = time.time()
+            for query in PRESETS[preset].values():
+                text = query.render(selector=selector, window="5s")
+                await client.query_range(text, start=now - 10, end=now, step=1)  # no PromError
+        finally:
+            await client.close()
+
+    asyncio.run(fetch_all())

@@ -40,7 +40,8 @@ class SignalQuery:
     scale: float = 1.0  # multiply the result (units)
 
     def render(self, *, selector: str, window: str) -> str:
-        return self.template.replace("{{selector}}", selector).replace("{{window}}", window)
+        # The window first: a model name holding "{{window}}" is the model's, not a slot.
+        return self.template.replace("{{window}}", window).replace("{{selector}}", selector)
 
 
 def _by_pod(expr: str) -> str:
@@ -160,8 +161,23 @@ def model_selector(preset: str, model: str) -> str:
     if not model:
         return ""
     label = {"triton": "model", "tgi": ""}.get(preset, "model_name")
-    escaped = model.replace("\\", "\\\\").replace('"', '\\"')
-    return f'{label}="{escaped}"' if label else ""
+    return f'{label}="{_promql_string(model)}"' if label else ""
+
+
+def _promql_string(text: str) -> str:
+    """`text` inside a PromQL double-quoted string: Go's escapes, as its lexer reads them (a
+    raw newline ends the query in a parse error)."""
+    out = []
+    for ch in text:
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 # The exporter's per-pod GPU series (dcgm-exporter names and `namespace`/`pod` labels, as a
