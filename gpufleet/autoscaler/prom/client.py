@@ -87,7 +87,12 @@ def _payload(status: int, body: bytes) -> Any:
     if doc.get("status") != "success":
         # Bounded: it goes into a log line and every workload's status condition.
         error = cut(f"{doc.get('errorType', '?')}: {doc.get('error', '?')}", MAX_ERROR_CHARS)
-        kind = PromErrorKind.BAD_QUERY if status in (400, 422) else PromErrorKind.UNAVAILABLE
+        if doc.get("errorType") == "timeout":  # its own query timeout (503): not an outage
+            kind = PromErrorKind.TIMEOUT
+        elif status in (400, 422):
+            kind = PromErrorKind.BAD_QUERY
+        else:
+            kind = PromErrorKind.UNAVAILABLE
         raise PromError(kind, error)
     return doc.get("data")
 

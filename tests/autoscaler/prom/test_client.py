@@ -109,6 +109,15 @@ async def test_real_prometheus_nan_and_infinities_are_dropped(tmp_path: Path) ->
             PromErrorKind.BAD_QUERY,
             id="bad-promql",
         ),
+        pytest.param(  # Prometheus' own --query.timeout: api.go answers 503 "timeout"
+            web.json_response(
+                {"status": "error", "errorType": "timeout", "error": "query timed out"},
+                status=503,
+            ),
+            0.0,
+            PromErrorKind.TIMEOUT,
+            id="prometheus-query-timeout",
+        ),
         pytest.param(
             web.Response(status=503, text="down"), 0.0, PromErrorKind.UNAVAILABLE, id="5xx-not-json"
         ),
