@@ -40,9 +40,11 @@ class AutoscalerSettings(CommandSettings):
         "--tick-seconds",
         group=LOOP,
         help="How often the loop runs; each policy still decides at its own interval "
-        "(gpufleet 2 s, HPA's 15 s sync, KEDA's polling). 1 s acts on a new sample within a "
-        "second of it reaching Prometheus. A tick waits for Prometheus at most this long: a "
-        "slower query's answer joins the next tick after it arrives.",
+        "(gpufleet 2 s, HPA's 15 s sync, KEDA's polling). Samples are read at each step "
+        "(--scrape-interval-seconds) once it has passed: 1 s reads one within a second of "
+        "its step, or one step later where its scrape had not landed then. A tick waits for "
+        "Prometheus at most this long: a slower query's answer joins the next tick after it "
+        "arrives.",
         gt=0,
     )
     scrape_interval_seconds: float = setting(
