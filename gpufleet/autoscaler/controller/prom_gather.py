@@ -1,11 +1,11 @@
 """The loop's gather step for signals: Prometheus range queries into each workload's history.
 
 One range query per distinct signal query (not per workload) for the samples since the last
-tick, split among the workloads whose pods answered (`core.gather` does the pure joins); a
-workload new to a shared query, or back from ticks it sat out, has it asked from where its
-own history stops. A workload's `signals.gatewayQueueDepth` is one more query, all of its
-series the workload's, summed into its queue depth (at zero replicas no pod reports one).
-The exporter's per-pod GPU telemetry is read the same way, and only its newest sample kept.
+tick, split among the workloads whose pods answered; a workload new to a shared query, or
+back from ticks it sat out, has it asked from where its own history stops (`core.gather` does the pure joins); a
+workload's `signals.gatewayQueueDepth` is one more query, all of its series the workload's,
+summed into its queue depth (at zero replicas no pod reports one). The exporter's per-pod
+GPU telemetry is read the same way, and only its newest sample kept.
 
 A failed query is reported, not raised: the loop holds the count for that tick. A tick waits
 for the answers at most `wait_seconds`: a query still answering then goes on beside the
