@@ -1,8 +1,7 @@
 """The loop's gather step for signals: Prometheus range queries into each workload's history.
 
 One range query per distinct signal query (not per workload) for the samples since the last
-tick, split among the workloads whose pods answered; a workload new to a shared query, or
-back from ticks it sat out, has it asked from where its own history stops (`core.gather` does the pure joins); a
+tick, split among the workloads whose pods answered (`core.gather` does the pure joins); a
 workload's `signals.gatewayQueueDepth` is one more query, all of its series the workload's,
 summed into its queue depth (at zero replicas no pod reports one). The exporter's per-pod
 GPU telemetry is read the same way, and only its newest sample kept.
@@ -46,9 +45,6 @@ QUERY_CONCURRENCY = 2
 MAX_POINTS_PER_QUERY = 60  # per series: a backfill arrives in answers of bounded size
 
 Consume = Callable[[tuple[RangeSeries, ...]], None]
-# Whom the GPU telemetry's fetches are tracked for: only its newest sample is kept, so a
-# workload that joins needs no backfill of it.
-_NEWEST: Key = ("", "")
 
 
 @dataclass(eq=False)
@@ -62,7 +58,6 @@ class _Fetch:
     # the pods of the tick that asked: a late answer is joined with them, not with the pods
     # of the tick that takes it, which may have lost one since
     owners: Mapping[tuple[str, str], Key] = field(default_factory=dict)
-    users: tuple[Key, ...] = ()  # whose fetched range its answers extend
 
 
 class PromGather:
@@ -83,10 +78,7 @@ class PromGather:
         self._step = step_seconds
         self._history_seconds = history_seconds
         self._wait = wait_seconds
-        # query text -> workload -> the newest step fetched for it: a query is shared, and a
-        # workload that joins it (new, or back from ticks it sat out) needs what the others
-        # already have
-        self._fetched_until: dict[str, dict[Key, float]] = {}
+        self._fetched_until: dict[str, float] = {}  # query text -> newest step fetched
         self._late: dict[str, _Fetch] = {}  # query text -> its fetch a tick stopped waiting for
         # As many slots in the slow lane: where every query is slow, one slot would ask each
         # query once in as many ticks as there are queries.
@@ -196,25 +188,14 @@ class PromGather:
 
             return add
 
-        # (query, what takes its answer, the workloads it leaves short when it fails, whom
-        # its fetched range is for)
+        # (query, what takes its answer, the workloads it leaves short when it fails)
         every = [t.workload.key for t in ticks]
-        jobs = [
-            (text, add_signal(text), keys, keys)
-            for text in wanted
-            for keys in [list(dict.fromkeys(k for k, _ in wanted[text][1]))]
-        ]
-        jobs += [
-            (text, add_telemetry(name), every, [_NEWEST]) for name, text in GPU_TELEMETRY.items()
-        ]
-        jobs += [(text, add_gateway(text), gateways[text], gateways[text]) for text in gateways]
+        jobs = [(text, add_signal(text), [k for k, _ in wanted[text][1]]) for text in wanted]
+        jobs += [(text, add_telemetry(name), every) for name, text in GPU_TELEMETRY.items()]
+        jobs += [(text, add_gateway(text), gateways[text]) for text in gateways]
         failed = await self._run(jobs, asking, end=end)
-        asked = {job[0] for job in jobs}  # a deleted workload's queries are asked no more
-        self._fetched_until = {
-            text: {k: v for k, v in marks.items() if k in workloads or k == _NEWEST}
-            for text, marks in self._fetched_until.items()
-            if text in asked
-        }
+        asked = {text for text, _, _ in jobs}  # a deleted workload's queries are asked no more
+        self._fetched_until = {t: v for t, v in self._fetched_until.items() if t in asked}
         self._lanes.keep_only(asked)
         for text in self._late.keys() - asked:
             task = self._late.pop(text).task
@@ -233,7 +214,7 @@ class PromGather:
 
     async def _run(
         self,
-        jobs: list[tuple[str, Consume, list[Key], list[Key]]],
+        jobs: list[tuple[str, Consume, list[Key]]],
         owners: Mapping[str, Mapping[tuple[str, str], Key]],
         *,
         end: float,
@@ -245,7 +226,7 @@ class PromGather:
         lane = self._lanes.open()
         errors: list[tuple[list[Key], PromError]] = []
         started: dict[asyncio.Task[PromError | None], tuple[str, _Fetch, list[Key]]] = {}
-        for text, consume, keys, users in jobs:
+        for text, consume, keys in jobs:
             if (late := self._late.get(text)) is not None:
                 if late.task is None or not late.task.done():
                     continue  # still asking: its workloads decide on what they have
@@ -254,7 +235,7 @@ class PromGather:
                 err = self._take_kept(text, late, consume) or result
                 if err is not None:
                     errors.append((keys, err))
-            fetch = _Fetch(sink=consume, owners=owners.get(text, {}), users=tuple(users))
+            fetch = _Fetch(sink=consume, owners=owners.get(text, {}))
             fetch.task = asyncio.create_task(self._fetch_in(lane(text), text, fetch, end=end))
             started[fetch.task] = (text, fetch, keys)
         if started:
@@ -292,7 +273,7 @@ class PromGather:
         not. Once the tick stops waiting, the answer in flight is kept and no more asked:
         a late backfill holds one chunk, not half an hour of every pod."""
         step = self._step
-        start = self._start(text, end, fetch.users)
+        start = self._start(text, end)
         while start <= end and fetch.sink is not None:
             chunk_end = min(end, start + (MAX_POINTS_PER_QUERY - 1) * step)
             begun = time.monotonic()
@@ -308,7 +289,7 @@ class PromGather:
                 self._stats.query_seconds += time.monotonic() - begun
             if fetch.sink is None:
                 fetch.kept = (chunk_end, answer)
-            elif (err := self._take(text, chunk_end, answer, fetch.sink, fetch.users)) is not None:
+            elif (err := self._take(text, chunk_end, answer, fetch.sink)) is not None:
                 return err
             start = chunk_end + step
         return None
@@ -318,45 +299,34 @@ class PromGather:
         if fetch.kept is None:
             return None
         chunk_end, answer = fetch.kept
-        return self._take(text, chunk_end, answer, consume, fetch.users)
+        return self._take(text, chunk_end, answer, consume)
 
     def _take(
-        self,
-        text: str,
-        chunk_end: float,
-        answer: tuple[RangeSeries, ...],
-        consume: Consume,
-        users: tuple[Key, ...],
+        self, text: str, chunk_end: float, answer: tuple[RangeSeries, ...], consume: Consume
     ) -> PromError | None:
         """`answer`, fetched up to `chunk_end`, into `consume`: why it could not be taken,
-        or None (and the query counts as fetched that far for its `users`)."""
+        or None (and the query counts as fetched that far)."""
         try:
             consume(answer)
         except Exception as err:  # an answer nothing checked: its workloads' signal fails
             self._stats.errors["prometheus_bad_response"] += 1
             what = f"cannot take the answer: {type(err).__name__}: {err}"
             return PromError(PromErrorKind.BAD_RESPONSE, cut(what, MAX_SHOWN_CHARS))
-        marks = self._fetched_until.setdefault(text, {})
-        for key in users:
-            marks[key] = max(marks.get(key, -math.inf), chunk_end)
+        self._fetched_until[text] = chunk_end
         return None
 
     def _join(self, key: Key, texts: list[str], end: float) -> dict[str, float]:
         """For each of a gateway workload's `texts`, the first sample time fetched for it:
         kept from before, else where this tick's fetch up to `end` starts."""
         joined = self._joined.get(key, {})
-        return {
-            text: joined[text] if text in joined else self._start(text, end, (key,))
-            for text in texts
-        }
+        return {text: joined[text] if text in joined else self._start(text, end) for text in texts}
 
-    def _start(self, text: str, end: float, users: tuple[Key, ...]) -> float:
-        """Where a fetch of `text` up to `end` for `users` starts: after what was fetched of
-        it for the one that has least, and no further back than the history. The others'
-        histories drop what they already hold."""
-        marks = self._fetched_until.get(text, {})
-        since = min((marks.get(key, -math.inf) for key in users), default=-math.inf)
-        return max(since + self._step, end - self._history_seconds)
+    def _start(self, text: str, end: float) -> float:
+        """Where a fetch of `text` up to `end` starts: after what was fetched of it, and no
+        further back than the history."""
+        return max(
+            self._fetched_until.get(text, -math.inf) + self._step, end - self._history_seconds
+        )
 
     def _add_queued(
         self,
@@ -370,9 +340,7 @@ class PromGather:
         """Add a gateway workload's summed queue depth for the times each of `texts` has
         answered for since each was first fetched for it (`since`: before that, one of them
         gave it nothing); keep the rest (no older than `oldest`) until they have."""
-        answered = min(
-            self._fetched_until.get(text, {}).get(workload.key, -math.inf) for text in texts
-        )
+        answered = min(self._fetched_until.get(text, -math.inf) for text in texts)
         for ts in sorted(acc):
             if ts < since:
                 del acc[ts]

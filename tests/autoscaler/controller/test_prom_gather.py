@@ -109,28 +109,3 @@ async def test_a_chain_of_late_answers_keeps_only_the_asking_ticks_pods() -> Non
         prom.release.clear()
     assert gather._late
     assert all(set(late.owners) == {("a", "a-2")} for late in gather._late.values())
-
-
-@pytest.mark.parametrize(
-    "schedule",
-    [
-        pytest.param([(1000, "V"), (1010, "VW")], id="created after the shared query ran"),
-        pytest.param([(1000, "VW"), (1005, "V"), (1010, "VW")], id="W sat a tick out"),
-    ],
-)
-async def test_a_workload_joining_a_shared_query_gets_its_history(schedule) -> None:
-    """V and W send the same queue query. How far it was fetched was kept per query, so W,
-    created after V or back from ticks it sat out (busy, its read raised), got only the
-    samples since then: a forecast on seconds of history, or a gap for good."""
-    w, v = workload("a"), workload("b")
-    workloads = {w.key: w, v.key: v}
-    gather = PromGather(Answers(), Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
-    for now, members in schedule:
-        ticks = [Tick(workload=v, pods=[pod("b", "b-0")])] if "V" in members else []
-        ticks += [Tick(workload=w, pods=[pod("a", "a-0")])] if "W" in members else []
-        await gather.gather(ticks, workloads, now)
-    end = schedule[-1][0]
-    queue_v = v.history.observe(end, ()).queue_depth
-    queue_w = w.history.observe(end, ()).queue_depth
-    assert len(queue_w.values) == len(queue_v.values) == 61  # the whole history, both
-    assert set(queue_w.values) == {200.0}
