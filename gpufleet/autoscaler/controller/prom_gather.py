@@ -1,10 +1,7 @@
 """The loop's gather step for signals: Prometheus range queries into each workload's history.
 
 One range query per distinct signal query (not per workload) for the samples since the last
-tick, split among the workloads whose pods answered (`core.gather` does the pure joins). A
-workload that joins a query the others already share (new, or back from ticks it sat out)
-has the query asked for its own pods alone, from the start of the history, until it has
-caught up with the shared fetch; the shared fetch never reaches back for it. A
+tick, split among the workloads whose pods answered (`core.gather` does the pure joins); a
 workload's `signals.gatewayQueueDepth` is one more query, all of its series the workload's,
 summed into its queue depth (at zero replicas no pod reports one). The exporter's per-pod
 GPU telemetry is read the same way, and only its newest sample kept.
@@ -48,17 +45,6 @@ QUERY_CONCURRENCY = 2
 MAX_POINTS_PER_QUERY = 60  # per series: a backfill arrives in answers of bounded size
 
 Consume = Callable[[tuple[RangeSeries, ...]], None]
-# A joining workload's own fetch of a shared query: "<query>\0<namespace>/<name>" (PromQL
-# holds no NUL), so it has its own fetched range, lane and late answer.
-_OWN = "\0"
-
-
-def _own_fetch(text: str, key: Key) -> str:
-    return f"{text}{_OWN}{key[0]}/{key[1]}"
-
-
-def _query_of(job: str) -> str:
-    return job.partition(_OWN)[0]
 
 
 @dataclass(eq=False)
@@ -72,7 +58,6 @@ class _Fetch:
     # the pods of the tick that asked: a late answer is joined with them, not with the pods
     # of the tick that takes it, which may have lost one since
     owners: Mapping[tuple[str, str], Key] = field(default_factory=dict)
-    takers: frozenset[Key] = frozenset()  # the workloads its tick's consumer adds to
 
 
 class PromGather:
@@ -93,10 +78,7 @@ class PromGather:
         self._step = step_seconds
         self._history_seconds = history_seconds
         self._wait = wait_seconds
-        self._fetched_until: dict[str, float] = {}  # query (or own fetch) -> newest step fetched
-        # query text -> the workloads its last taken answer went to: they hold its samples up
-        # to where it was fetched; any other that asks it is joining
-        self._served: dict[str, frozenset[Key]] = {}
+        self._fetched_until: dict[str, float] = {}  # query text -> newest step fetched
         self._late: dict[str, _Fetch] = {}  # query text -> its fetch a tick stopped waiting for
         # As many slots in the slow lane: where every query is slow, one slot would ask each
         # query once in as many ticks as there are queries.
@@ -135,15 +117,12 @@ class PromGather:
             pods = {(p.namespace, p.name): key for p in t.pods}
             all_pods.update(pods)
             for text, query, signal in t.workload.queries:
-                job = self._job(text, key)
-                wanted.setdefault(job, (query, []))[1].append((key, signal))
-                owners.setdefault(job, {}).update(pods)
+                wanted.setdefault(text, (query, []))[1].append((key, signal))
+                owners.setdefault(text, {}).update(pods)
             if t.workload.gateway_query:
                 gateways.setdefault(t.workload.gateway_query, []).append(key)
                 summed[key] = [t.workload.gateway_query] + [
-                    self._job(text, key)
-                    for text, _, signal in t.workload.queries
-                    if signal == "queue_depth"
+                    text for text, _, signal in t.workload.queries if signal == "queue_depth"
                 ]
         # a fetch started now keeps this tick's pods only: a chain of late answers would
         # otherwise carry every pod it ever saw
@@ -211,16 +190,12 @@ class PromGather:
 
         # (query, what takes its answer, the workloads it leaves short when it fails)
         every = [t.workload.key for t in ticks]
-        jobs = [
-            (text, add_signal(text), list(dict.fromkeys(k for k, _ in wanted[text][1])))
-            for text in wanted
-        ]
+        jobs = [(text, add_signal(text), [k for k, _ in wanted[text][1]]) for text in wanted]
         jobs += [(text, add_telemetry(name), every) for name, text in GPU_TELEMETRY.items()]
         jobs += [(text, add_gateway(text), gateways[text]) for text in gateways]
         failed = await self._run(jobs, asking, end=end)
         asked = {text for text, _, _ in jobs}  # a deleted workload's queries are asked no more
         self._fetched_until = {t: v for t, v in self._fetched_until.items() if t in asked}
-        self._served = {t: v for t, v in self._served.items() if t in asked}
         self._lanes.keep_only(asked)
         for text in self._late.keys() - asked:
             task = self._late.pop(text).task
@@ -257,10 +232,10 @@ class PromGather:
                     continue  # still asking: its workloads decide on what they have
                 del self._late[text]
                 result = late.task.result()
-                err = self._take_kept(text, late, consume, keys) or result
+                err = self._take_kept(text, late, consume) or result
                 if err is not None:
                     errors.append((keys, err))
-            fetch = _Fetch(sink=consume, owners=owners.get(text, {}), takers=frozenset(keys))
+            fetch = _Fetch(sink=consume, owners=owners.get(text, {}))
             fetch.task = asyncio.create_task(self._fetch_in(lane(text), text, fetch, end=end))
             started[fetch.task] = (text, fetch, keys)
         if started:
@@ -304,9 +279,7 @@ class PromGather:
             begun = time.monotonic()
             fetch.asking = True
             try:
-                answer = await self._prom.query_range(
-                    _query_of(text), start=start, end=chunk_end, step=step
-                )
+                answer = await self._prom.query_range(text, start=start, end=chunk_end, step=step)
             except PromError as err:
                 self._stats.errors[f"prometheus_{err.kind}"] += 1
                 return err
@@ -316,32 +289,23 @@ class PromGather:
                 self._stats.query_seconds += time.monotonic() - begun
             if fetch.sink is None:
                 fetch.kept = (chunk_end, answer)
-            elif (err := self._take(text, chunk_end, answer, fetch.sink, fetch.takers)) is not None:
+            elif (err := self._take(text, chunk_end, answer, fetch.sink)) is not None:
                 return err
             start = chunk_end + step
         return None
 
-    def _take_kept(
-        self, text: str, fetch: _Fetch, consume: Consume, takers: list[Key]
-    ) -> PromError | None:
-        """Hand what a late fetch answered after its tick stopped waiting to `consume`, the
-        consumer of this tick's `takers`."""
+    def _take_kept(self, text: str, fetch: _Fetch, consume: Consume) -> PromError | None:
+        """Hand what a late fetch answered after its tick stopped waiting to `consume`."""
         if fetch.kept is None:
             return None
         chunk_end, answer = fetch.kept
-        return self._take(text, chunk_end, answer, consume, frozenset(takers))
+        return self._take(text, chunk_end, answer, consume)
 
     def _take(
-        self,
-        text: str,
-        chunk_end: float,
-        answer: tuple[RangeSeries, ...],
-        consume: Consume,
-        takers: frozenset[Key],
+        self, text: str, chunk_end: float, answer: tuple[RangeSeries, ...], consume: Consume
     ) -> PromError | None:
-        """`answer`, fetched up to `chunk_end`, into `consume` (which adds to `takers`): why
-        it could not be taken, or None (and the query counts as fetched that far, for the
-        takers alone: one that was not among them joins again)."""
+        """`answer`, fetched up to `chunk_end`, into `consume`: why it could not be taken,
+        or None (and the query counts as fetched that far)."""
         try:
             consume(answer)
         except Exception as err:  # an answer nothing checked: its workloads' signal fails
@@ -349,21 +313,7 @@ class PromGather:
             what = f"cannot take the answer: {type(err).__name__}: {err}"
             return PromError(PromErrorKind.BAD_RESPONSE, cut(what, MAX_SHOWN_CHARS))
         self._fetched_until[text] = chunk_end
-        self._served[text] = takers
         return None
-
-    def _job(self, text: str, key: Key) -> str:
-        """What `key` asks for `text` this tick: the shared fetch where the workload holds
-        what it has fetched (or nothing was fetched yet, so all start together), else its
-        own until that stands exactly where the shared one does. Exactly: the shared fetch
-        must not hand it a time twice (a gateway's queue sum would take it twice)."""
-        shared = self._fetched_until.get(text)
-        if shared is None or key in self._served.get(text, ()):
-            return text
-        own = _own_fetch(text, key)
-        if self._fetched_until.get(own) == shared:
-            return text  # caught up: from here on the shared fetch serves it
-        return own
 
     def _join(self, key: Key, texts: list[str], end: float) -> dict[str, float]:
         """For each of a gateway workload's `texts`, the first sample time fetched for it:

@@ -12,7 +12,6 @@ from gpufleet.autoscaler.controller.prom_gather import PromGather
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.workload import Tick
 from gpufleet.autoscaler.core.gather import RangeSeries
-from gpufleet.autoscaler.prom.client import PromError, PromErrorKind
 
 
 class Answers:
@@ -110,74 +109,3 @@ async def test_a_chain_of_late_answers_keeps_only_the_asking_ticks_pods() -> Non
         prom.release.clear()
     assert gather._late
     assert all(set(late.owners) == {("a", "a-2")} for late in gather._late.values())
-
-
-class Logged(Answers):
-    """Answers, logging each query's range; a query holding any of `fail` raises."""
-
-    def __init__(self) -> None:
-        self.asked: list[tuple[str, float, float]] = []
-        self.fail: set[str] = set()
-
-    async def query_range(self, text: str, *, start: float, end: float, step: float):
-        self.asked.append((text, start, end))
-        if any(part in text for part in self.fail):
-            raise PromError(PromErrorKind.UNAVAILABLE, "down")
-        return await super().query_range(text, start=start, end=end, step=step)
-
-
-@pytest.mark.parametrize(
-    "schedule",
-    [
-        pytest.param([(1000, "V"), (1010, "VW")], id="created after the shared query ran"),
-        pytest.param([(1000, "VW"), (1005, "V"), (1010, "VW")], id="W sat a tick out"),
-    ],
-)
-async def test_a_workload_joining_a_shared_query_gets_its_history(schedule) -> None:
-    """V and W send the same queue query, fetched once for both. W, created after V or back
-    from ticks it sat out (busy, its read raised), got only the samples since: a forecast
-    on seconds of history, or a gap for good. It now has the query asked for its own pods
-    until it has caught up; V's shared fetch never reaches back for it."""
-    w, v = workload("a"), workload("b")
-    workloads = {w.key: w, v.key: v}
-    prom = Logged()
-    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
-    for now, members in schedule:
-        ticks = [Tick(workload=v, pods=[pod("b", "b-0")])] if "V" in members else []
-        ticks += [Tick(workload=w, pods=[pod("a", "a-0")])] if "W" in members else []
-        await gather.gather(ticks, workloads, now)
-    end = schedule[-1][0]
-    assert len(w.history.observe(end, ()).queue_depth.values) == 61  # the whole history
-    assert len(v.history.observe(end, ()).queue_depth.values) == 61
-    assert end - 60 in {start for _, start, _ in prom.asked}  # W's own backfill
-    before = len(prom.asked)
-    await gather.gather(
-        [Tick(workload=v, pods=[pod("b", "b-0")]), Tick(workload=w, pods=[pod("a", "a-0")])],
-        workloads,
-        end + 5,
-    )
-    # caught up: one shared fetch of what is new, for both
-    queue_texts = {t for t, _, _ in prom.asked if "num_requests_waiting" in t}
-    last = [(t, s) for t, s, _ in prom.asked[before:] if t in queue_texts]
-    assert len(last) == len(queue_texts) and {s for _, s in last} == {end + 1}
-
-
-@pytest.mark.parametrize("variant", ["a third joins", "V comes back"])
-async def test_a_joiner_never_makes_a_gateways_queue_count_a_time_twice(variant) -> None:
-    """W (pod a-0 and a gateway) shares the pods' queue query with V. The gateway's query
-    fails once, so W's sums for those times wait for it. A refetch of the shared query from
-    further back (for a workload joining it) added the pods' 200 to them a second time:
-    407 for 207."""
-    w, v, u = workload("a", "sum(gateway_waiting)"), workload("b"), workload("c")
-    workloads = {x.key: x for x in (w, v, u)}
-    prom = Logged()
-    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
-    vt, wt = Tick(workload=v, pods=[pod("b", "b-0")]), Tick(workload=w, pods=[pod("a", "a-0")])
-    await gather.gather([vt, wt], workloads, 1000)
-    prom.fail = {"gateway_waiting"}
-    await gather.gather([wt] if variant == "V comes back" else [vt, wt], workloads, 1005)
-    prom.fail = set()
-    joining = [Tick(workload=u, pods=[pod("c", "c-0")])] if variant == "a third joins" else []
-    await gather.gather([vt, wt, *joining], workloads, 1010)
-    queue = w.history.observe(1010, ()).queue_depth
-    assert set(queue.values) == {207.0} and len(queue.values) == 61
