@@ -11,8 +11,8 @@ a file's inode, size or modification time, or a value `state` returns (a CA read
 API). If one did, `build` makes a new context and this and later handshakes use it (the
 `sni_callback` swaps the connection's context; it runs with or without SNI). A build
 that fails, such as a pair caught half rewritten, keeps the last good context and is
-logged once per change of its inputs. `Watched` and `rebuilt` serve the same rule to a
-server that is not `ssl`'s (gRPC's per-connection certificate fetcher).
+logged once per change of its inputs. `Reloading` holds the rule for any built value, so
+a server that is not `ssl`'s (gRPC's per-connection certificate fetcher) follows it too.
 """
 
 import logging
@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -44,47 +44,50 @@ def _fingerprint(files: tuple[str, ...], state: Callable[[], object]) -> Fingerp
     return (*marks, state())
 
 
-class Watched:
-    """Whether the inputs changed since the last look, looked at once per CHECK_SECONDS at
-    most (a handshake's cost stays a clock read). Not thread-safe: callers hold a lock."""
+class Reloading(Generic[T]):
+    """`current` is what `build` made of the inputs (`files`, and `state()`), rebuilt by
+    `refresh` once they change. Thread-safe."""
 
     def __init__(
         self,
+        build: Callable[[], T],
         files: Iterable[str | Path],
         *,
         state: Callable[[], object] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.files = tuple(str(f) for f in files)
+        """Builds once now (its errors are the caller's: a bad file stops startup). The
+        inputs are looked at first, so files swapped in meanwhile count as a change."""
+        self._build = build
+        self._files = tuple(str(f) for f in files)
         self._state = state
         self._clock = clock
-        self._seen = _fingerprint(self.files, state)
+        self._lock = threading.Lock()  # handshakes may run on several threads
+        self._seen = _fingerprint(self._files, state)
         self._checked = clock()
+        self.current = build()
 
-    def changed(self) -> bool:
-        now = self._clock()
-        if now - self._checked < CHECK_SECONDS:
-            return False
-        self._checked = now
-        seen = _fingerprint(self.files, self._state)
-        if seen == self._seen:
-            return False
-        self._seen = seen
-        return True
-
-
-def rebuilt(watched: Watched, build: Callable[[], T]) -> T | None:
-    """`build()` when the inputs changed and it succeeds; None otherwise. A failure (a pair
-    caught half rewritten) is logged once per change: the caller keeps its last good one."""
-    if not watched.changed():
-        return None
-    try:
-        fresh = build()
-    except Exception as err:  # any failure keeps the last good one
-        log.warning("TLS files changed but do not load; serving the last good: %s", err)
-        return None
-    log.info("TLS certificate reloaded from %s", ", ".join(watched.files) or "its settings")
-    return fresh
+    def refresh(self) -> T | None:
+        """The new build when the inputs changed and it succeeded (it is `current` from
+        then on); None otherwise. Looks at most once per CHECK_SECONDS, so a handshake's
+        cost stays a clock read. A build that fails is logged once per change."""
+        with self._lock:
+            now = self._clock()
+            if now - self._checked < CHECK_SECONDS:
+                return None
+            self._checked = now
+            seen = _fingerprint(self._files, self._state)
+            if seen == self._seen:
+                return None
+            self._seen = seen
+            try:
+                fresh = self._build()
+            except Exception as err:  # any failure keeps the last good one
+                log.warning("TLS files changed but do not load; serving the last good: %s", err)
+                return None
+            log.info("TLS certificate reloaded from %s", ", ".join(self._files) or "its settings")
+            self.current = fresh
+            return fresh
 
 
 class ReloadingContext:
@@ -99,20 +102,12 @@ class ReloadingContext:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Builds once now (its errors are the caller's: a bad file stops startup)."""
-        self._build = build
-        self._watched = Watched(files, state=state, clock=clock)
-        self._lock = threading.Lock()  # handshakes may run on several threads
-        self.context = build()
-        self._current = self.context
+        self._reloading = Reloading(build, files, state=state, clock=clock)
+        self.context = self._reloading.current
         self.context.sni_callback = self._on_hello
 
-    def current(self) -> ssl.SSLContext:
-        """The context a handshake now gets, rebuilt first if an input changed."""
-        with self._lock:
-            self._current = rebuilt(self._watched, self._build) or self._current
-            return self._current
-
     def _on_hello(self, conn: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _ctx) -> None:
-        current = self.current()
+        self._reloading.refresh()
+        current = self._reloading.current
         if current is not self.context:
             conn.context = current

@@ -20,7 +20,6 @@ import asyncio
 import errno
 import logging
 import ssl
-import threading
 from collections.abc import AsyncIterator
 
 import grpc
@@ -29,7 +28,7 @@ from gpufleet.autoscaler.core.extmetrics import Sample, SnapshotFeed, WorkloadMe
 from gpufleet.autoscaler.core.scaler_metadata import MetadataError, ScalerTrigger, parse_metadata
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2 as pb
 from gpufleet.autoscaler.kedascaler.api import externalscaler_pb2_grpc as pb_grpc
-from gpufleet.http.tls_reload import Watched, rebuilt
+from gpufleet.http.tls_reload import Reloading
 from gpufleet.ports import check_bindable
 
 log = logging.getLogger(__name__)
@@ -176,17 +175,11 @@ def tls_credentials(cert_file: str, key_file: str, client_ca_file: str) -> grpc.
                 raise ValueError(f"cannot load {client_ca_file}: {err}") from None
         return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=client_ca)
 
-    # Looked at before the first load: files swapped in between are loaded on a change.
-    watched = Watched(f for f in (cert_file, key_file, client_ca_file) if f)
-    first = load()
-    lock = threading.Lock()  # gRPC asks from its own threads
-
-    def fetch() -> grpc.ServerCertificateConfiguration | None:
-        with lock:
-            return rebuilt(watched, load)
-
+    files = [f for f in (cert_file, key_file, client_ca_file) if f]
+    reloading = Reloading(load, files)
+    # gRPC asks on each new connection: a new configuration, or None for no change
     return grpc.dynamic_ssl_server_credentials(
-        first, fetch, require_client_authentication=bool(client_ca_file)
+        reloading.current, reloading.refresh, require_client_authentication=bool(client_ca_file)
     )
 
 
