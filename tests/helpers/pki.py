@@ -2,6 +2,9 @@
 
 import datetime
 import ipaddress
+import shutil
+import ssl
+from collections.abc import Iterable
 from pathlib import Path
 
 from cryptography import x509
@@ -73,3 +76,18 @@ def write_pair(
         )
     )
     return cert_path, key_path
+
+
+def swap_in(pairs: Iterable[tuple[Path, Path]]) -> None:
+    """As the kubelet updates a mounted Secret: each (source, target) pair's content appears
+    at `target` at once, a new inode."""
+    for source, target in pairs:
+        staged = target.with_name(f".{target.name}.new")
+        shutil.copy(source, staged)
+        staged.replace(target)
+
+
+def served_certificate(port: int) -> x509.Certificate:
+    """What a TLS server on 127.0.0.1:`port` serves, read without verifying it."""
+    pem = ssl.get_server_certificate(("127.0.0.1", port), timeout=10)
+    return x509.load_pem_x509_certificate(pem.encode())

@@ -11,7 +11,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from helpers.clock import ManualClock
-from helpers.pki import issue, write_pair
+from helpers.pki import issue, swap_in, write_pair
 
 from gpufleet.http.tls_reload import CHECK_SECONDS, ReloadingContext
 from gpufleet.http.webconfig import load_web_config
@@ -20,10 +20,7 @@ SERVER = ExtendedKeyUsageOID.SERVER_AUTH
 
 
 def _swap_in(mounted: Path, fresh: Path) -> None:
-    """As the kubelet updates a Secret volume: the new files appear at once (new inodes)."""
-    for name in ("tls.crt", "tls.key"):
-        shutil.copy(fresh / name, mounted / f".{name}.new")
-        (mounted / f".{name}.new").replace(mounted / name)
+    swap_in((fresh / name, mounted / name) for name in ("tls.crt", "tls.key"))
 
 
 def _issue_into(directory: Path, name: str, ca) -> x509.Certificate:

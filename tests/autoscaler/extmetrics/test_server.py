@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 import pytest_asyncio
+from cryptography import x509
 from helpers import free_port, wait_for
 from helpers.aggregator import (
     HPA_GROUP,
@@ -21,6 +22,7 @@ from helpers.aggregator import (
     publish_authentication,
 )
 from helpers.kube import create_autoscaler, create_vllm
+from helpers.pki import served_certificate, swap_in
 from helpers.serving import MetricsServer, vllm_queue
 from kubernetes import client, utils
 
@@ -487,21 +489,16 @@ async def test_a_renewed_serving_certificate_is_served_without_a_restart(
     port = free_port()
     runner = await serve(app, "127.0.0.1", port, tls_context(str(cert), str(key), auth))
 
-    def served() -> str:
-        return ssl.get_server_certificate(("127.0.0.1", port), timeout=10)
-
     try:
-        first = await asyncio.to_thread(served)
+        first = await asyncio.to_thread(served_certificate, port)
         renewed = make_pki(tmp_path_factory.mktemp("renewed"))
-        for source, target in ((renewed.server_key, key), (renewed.server_cert, cert)):
-            shutil.copy(source, target.with_suffix(".new"))
-            target.with_suffix(".new").replace(target)  # as the kubelet swaps a Secret's files
+        swap_in(((renewed.server_key, key), (renewed.server_cert, cert)))
         for _ in range(50):  # looked at again once a second at most
-            if await asyncio.to_thread(served) != first:
+            if await asyncio.to_thread(served_certificate, port) != first:
                 break
             await asyncio.sleep(0.1)
-        now = ssl.PEM_cert_to_DER_cert(await asyncio.to_thread(served))
-        assert now == ssl.PEM_cert_to_DER_cert(renewed.server_cert.read_text())
+        now = await asyncio.to_thread(served_certificate, port)
+        assert now == x509.load_pem_x509_certificate(renewed.server_cert.read_bytes())
     finally:
         await runner.cleanup()
 

@@ -18,6 +18,7 @@ from cryptography import x509
 from helpers import free_port, wait_for
 from helpers.aggregator import make_pki
 from helpers.kube import create_autoscaler, create_scaled_object, create_vllm
+from helpers.pki import served_certificate, swap_in
 from helpers.serving import MetricsServer
 from kubernetes import client
 
@@ -309,29 +310,17 @@ async def test_tls_with_a_client_ca_asks_keda_for_its_certificate(tmp_path) -> N
         await server.stop(grace=None)
 
 
-def _served(port: int) -> x509.Certificate:
-    pem = ssl.get_server_certificate(("127.0.0.1", port), timeout=10)
-    return x509.load_pem_x509_certificate(pem.encode())
-
-
 def _certificate(pki) -> x509.Certificate:
     return x509.load_pem_x509_certificate(pki.server_cert.read_bytes())
 
 
 def _renew(pki, renewed) -> None:
-    """As the kubelet updates a Secret volume: `renewed`'s pair replaces `pki`'s files."""
-    for source, target in (
-        (renewed.server_key, pki.server_key),
-        (renewed.server_cert, pki.server_cert),
-    ):
-        staged = target.with_suffix(".new")
-        staged.write_bytes(source.read_bytes())
-        staged.replace(target)
+    swap_in(((renewed.server_key, pki.server_key), (renewed.server_cert, pki.server_cert)))
 
 
 async def _serves_in_the_end(port: int, pki) -> bool:
     for _ in range(50):  # looked at again once a second at most
-        if await asyncio.to_thread(_served, port) == _certificate(pki):
+        if await asyncio.to_thread(served_certificate, port) == _certificate(pki):
             return True
         await asyncio.sleep(0.1)
     return False
@@ -345,7 +334,7 @@ async def test_a_renewed_certificate_is_served_without_a_restart(tmp_path) -> No
     credentials = tls_credentials(str(pki.server_cert), str(pki.server_key), "")
     server = await serve(em.SnapshotFeed(), "127.0.0.1", port, credentials)
     try:
-        assert await asyncio.to_thread(_served, port) == _certificate(pki)
+        assert await asyncio.to_thread(served_certificate, port) == _certificate(pki)
         _renew(pki, renewed)
         assert await _serves_in_the_end(port, renewed)
     finally:
