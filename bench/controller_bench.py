@@ -31,6 +31,8 @@ from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.kube.events import EventRecorder
 
+MAX_WARM_TICKS = 60
+
 
 def counts(prom_url: str) -> dict:
     with urllib.request.urlopen(f"{prom_url}/counts", timeout=30) as r:
@@ -57,11 +59,17 @@ async def measure(n: int, ticks: int, scrape_seconds: float) -> dict:
             config=ControllerConfig(scrape_interval_seconds=scrape_seconds),
         )
         # Warm-up, not counted: the 30-minute history backfill and the first status writes,
-        # then a tick that catches up on the samples that came in meanwhile (at 1,000
-        # workloads the backfill takes long enough for several).
-        for _ in range(2):
+        # then the ticks that catch up on the samples that came in meanwhile. A tick waits
+        # at most --tick-seconds, so at 1,000 workloads the backfill answers over several
+        # ticks: warm until two ticks in a row had no query or step still running at
+        # their end.
+        warm, quiet = 0, 0
+        while quiet < 2 and warm < MAX_WARM_TICKS:
+            running = ctl.stats.late_queries + ctl.stats.busy_steps
             await ctl.tick()
             await asyncio.sleep(scrape_seconds)
+            warm += 1
+            quiet = quiet + 1 if ctl.stats.late_queries + ctl.stats.busy_steps == running else 0
         before, q0 = counts(urls["prom"]), ctl.stats.queries
         cpu0, wall0 = time.process_time(), time.perf_counter()
         for _ in range(ticks):
@@ -74,6 +82,7 @@ async def measure(n: int, ticks: int, scrape_seconds: float) -> dict:
         api.close()
         return {
             "workloads": n,
+            "warm_up_ticks": warm,
             "queries_per_tick": (ctl.stats.queries - q0) / ticks,
             "api_requests_per_tick": (after["requests"] - before["requests"]) / ticks,
             "api_writes_per_tick": (after["writes"] - before["writes"]) / ticks,
@@ -108,16 +117,17 @@ def main() -> None:
     print("# gpufleet controller benchmark\n")
     print(
         "| workloads | Prometheus queries / tick | API requests / tick | API writes / tick "
-        "| wall s / tick | CPU s / tick | peak RSS MiB | fits one core at 2 s |"
+        "| wall s / tick | CPU s / tick | peak RSS MiB | fits one core at 2 s "
+        "| warm-up ticks |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for r in rows:
         fits = "yes" if r["cpu_seconds_per_tick"] < 2.0 else "**no**"
         print(
             f"| {r['workloads']:,} | {r['queries_per_tick']:.1f} | "
             f"{r['api_requests_per_tick']:.1f} | {r['api_writes_per_tick']:.1f} | "
             f"{r['wall_seconds_per_tick']:.3f} | {r['cpu_seconds_per_tick']:.3f} | "
-            f"{r['peak_rss_mib']:.0f} | {fits} |"
+            f"{r['peak_rss_mib']:.0f} | {fits} | {r['warm_up_ticks']} |"
         )
     if args.json:
         with open(args.json, "w") as f:
