@@ -13,9 +13,15 @@ answer joins their histories at the first tick after it arrives. One workload's 
 override held up every workload's tick, as many times over as there were such overrides;
 once late, a query is asked in a lane of its own until it answers in time again. A queue
 depth summed from the pods' and a gateway's answers is added once both have answered for
-its time, and only from when both were first fetched for that workload (a gateway's
-backfill reaches back past what the pods' shared query gave it): a sample of one alone is
-never the sum.
+its time: a sample of one alone is never the sum.
+
+A query's fetch reaches back only as far as it was last fetched, for every workload that
+sends it. Which times each workload was handed (`StepSpans`) tells what one lacks: a
+workload that joins a query others had fetched (a GPUAutoscaler made after another that
+sends the same query, as every vLLM workload without a model does), or one back from
+ticks it sat out. Those times are fetched again in a backfill of their own, one query at a
+time in a lane apart from the fresh fetches so that it never holds them up, and handed
+only to the workloads that lack them: no time is handed to a workload twice.
 """
 
 import asyncio
@@ -34,17 +40,25 @@ from gpufleet.autoscaler.core.gather import (
     workload_quantiles,
     workload_sums,
 )
+from gpufleet.autoscaler.core.history import SignalHistory
 from gpufleet.autoscaler.core.observation import PodTelemetry
 from gpufleet.autoscaler.core.signals import GPU_TELEMETRY, SignalQuery
+from gpufleet.autoscaler.core.step_spans import StepSpans
 from gpufleet.autoscaler.prom.client import PromClient, PromError, PromErrorKind
 from gpufleet.core.messages import MAX_SHOWN_CHARS, cut
 
 # Queries in flight at once: a first tick backfills half an hour of every signal, and
 # parsing all of them at the same time for a thousand workloads doubles the peak memory.
 QUERY_CONCURRENCY = 2
+# A lane of its own for backfills: they never take a slot from what is new, and one always
+# begins, in a tick that waits on a slow Prometheus too.
+BACKFILL_CONCURRENCY = 1
 MAX_POINTS_PER_QUERY = 60  # per series: a backfill arrives in answers of bounded size
 
-Consume = Callable[[tuple[RangeSeries, ...]], None]
+Answer = tuple[RangeSeries, ...]
+Consume = Callable[[float, float, Answer], None]  # (first step, last step, answer)
+JobKey = tuple[str, bool]  # (query text, a backfill): a fetch of its own, late or not
+Span = Callable[[], tuple[float, float] | None]  # the steps a fetch asks for, when it begins
 
 
 @dataclass(eq=False)
@@ -53,16 +67,35 @@ class _Fetch:
 
     sink: Consume | None  # the tick's consumer while the tick waits; None once it stopped
     asking: bool = False  # a query is in flight
-    kept: tuple[float, tuple[RangeSeries, ...]] | None = None  # answered after: (end, answer)
+    kept: tuple[float, float, Answer] | None = None  # answered after: (first, last, answer)
     task: asyncio.Task[PromError | None] | None = None
     # the pods of the tick that asked: a late answer is joined with them, not with the pods
     # of the tick that takes it, which may have lost one since
     owners: Mapping[tuple[str, str], Key] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class _Job:
+    key: JobKey
+    span: Span
+    consume: Consume
+    short: list[Key]  # the workloads its failure leaves short
+
+
+@dataclass(eq=False)
+class _Handed:
+    """What one workload was handed, for as long as its history lives."""
+
+    history: SignalHistory  # a GPUAutoscaler made again has a new one, and was handed nothing
+    spans: dict[str, StepSpans] = field(default_factory=dict)  # query text -> times handed
+    # with a gateway: sample time -> its queue depth summed so far, from these texts
+    queued: dict[float, float] = field(default_factory=dict)
+    summed: tuple[str, ...] = ()
+
+
 class PromGather:
-    """Remembers how far each query was fetched, so a tick asks only for what is new, and
-    the fetches still answering from earlier ticks."""
+    """Remembers how far each query was fetched, so a tick asks only for what is new, what
+    each workload was handed, and the fetches still answering from earlier ticks."""
 
     def __init__(
         self,
@@ -79,15 +112,11 @@ class PromGather:
         self._history_seconds = history_seconds
         self._wait = wait_seconds
         self._fetched_until: dict[str, float] = {}  # query text -> newest step fetched
-        self._late: dict[str, _Fetch] = {}  # query text -> its fetch a tick stopped waiting for
+        self._late: dict[JobKey, _Fetch] = {}  # a fetch a tick stopped waiting for
         # As many slots in the slow lane: where every query is slow, one slot would ask each
         # query once in as many ticks as there are queries.
-        self._lanes: Lanes[str] = Lanes(QUERY_CONCURRENCY)
-        # workload with a gateway -> sample time -> its queue depth summed so far
-        self._queued: dict[Key, dict[float, float]] = {}
-        # workload with a gateway -> query text -> the first sample time fetched for it: a
-        # gateway's backfill reaches back past what the pods' shared query gave it
-        self._joined: dict[Key, dict[str, float]] = {}
+        self._lanes: Lanes[JobKey] = Lanes(QUERY_CONCURRENCY)
+        self._handed: dict[Key, _Handed] = {}
 
     def close(self) -> None:
         """Cancel the fetches still answering (at shutdown)."""
@@ -100,16 +129,18 @@ class PromGather:
         self, ticks: list[Tick], workloads: Mapping[Key, Workload], now: float
     ) -> dict[Key, PromError]:
         """Add the samples since the last tick to each workload's history (signals, and the
-        exporter's per-pod GPU telemetry); returns, for each workload a failed query left
-        short, why (one workload's bad override holds no other)."""
+        exporter's per-pod GPU telemetry), and those it lacks from before; returns, for
+        each workload a failed query left short, why (one workload's bad override holds no
+        other)."""
         step = self._step
         end = math.floor(now / step) * step
+        oldest = end - self._history_seconds
         owners: dict[str, dict[tuple[str, str], Key]] = {}
         wanted: dict[str, tuple[SignalQuery, list[tuple[Key, str]]]] = {}
         all_pods = {}
         # A workload with a gateway: its queue depth is its pods' plus what the gateway
-        # holds, summed per sample time and added once each of its queries has answered
-        # for that time (`_add_queued`): the texts each such workload's sum waits for.
+        # holds, summed per sample time and added once each of its queries has handed it
+        # that time (`_add_queued`): the texts each such workload's sum waits for.
         gateways: dict[str, list[Key]] = {}
         summed: dict[Key, list[str]] = {}
         for t in ticks:
@@ -124,59 +155,63 @@ class PromGather:
                 summed[key] = [t.workload.gateway_query] + [
                     text for text, _, signal in t.workload.queries if signal == "queue_depth"
                 ]
+        handed = self._hand_over(ticks, workloads, summed, oldest)
         # a fetch started now keeps this tick's pods only: a chain of late answers would
         # otherwise carry every pod it ever saw
         asking = {text: dict(pods) for text, pods in owners.items()}
-        for text, late in self._late.items():
+        for (text, _), late in self._late.items():
             if text in owners:
                 owners[text] = {**late.owners, **owners[text]}
-        queued = self._queued = {key: self._queued.get(key, {}) for key in summed}
-        self._joined = {key: self._join(key, texts, end) for key, texts in summed.items()}
         # A policy sees only the newest pods' telemetry, so only the newest is kept:
         # workload -> (time, pod -> field -> value).
         telemetry: dict[Key, tuple[float, dict[str, dict[str, float]]]] = {}
 
-        def add_signal(text: str) -> Consume:
-            query, users = wanted[text]
+        def add_signal(text: str, users: list[tuple[Key, str]]) -> Consume:
+            query = wanted[text][0]
 
-            def add(answer: tuple[RangeSeries, ...]) -> None:
+            def add(first: float, last: float, answer: Answer) -> None:
                 if query.kind == "buckets":
-                    histograms = workload_buckets(answer, owners[text])
-                    for key, signal in users:
-                        history = workloads[key].history
-                        for ts, buckets in histograms.get(key, ()):
-                            history.add_buckets(signal, ts, buckets)
-                    return
-                if query.kind == "quantile":
+                    joined = workload_buckets(answer, owners[text])
+                elif query.kind == "quantile":
                     joined = workload_quantiles(answer, owners[text], query.quantile)
                 else:
                     joined = workload_sums(answer, owners[text])
                 for key, signal in users:
-                    history = workloads[key].history
+                    history, spans = workloads[key].history, handed[key].spans[text]
                     for ts, value in joined.get(key, ()):
+                        if spans.holds(ts):
+                            continue  # handed already
+                        if query.kind == "buckets":
+                            history.add_buckets(signal, ts, value)
+                            continue
                         scaled = value * query.scale
                         if not math.isfinite(scaled):
                             continue  # past the largest float: no sample
-                        if signal == "queue_depth" and key in queued:
-                            acc = queued[key]
-                            acc[ts] = acc.get(ts, 0.0) + scaled
+                        if signal == "queue_depth" and key in summed:
+                            if ts >= oldest:  # older: its sum was dropped, incomplete
+                                acc = handed[key].queued
+                                acc[ts] = acc.get(ts, 0.0) + scaled
                         else:
                             history.add(signal, ts, scaled)
+                for key, _ in users:
+                    handed[key].spans[text].add(first, last)
 
             return add
 
-        def add_gateway(text: str) -> Consume:
-            def add(answer: tuple[RangeSeries, ...]) -> None:
-                for series in answer:  # the workload's own query: every series is its
-                    for key in gateways[text]:
-                        acc = queued[key]
+        def add_gateway(text: str, keys: list[Key]) -> Consume:
+            def add(first: float, last: float, answer: Answer) -> None:
+                for key in keys:
+                    acc, spans = handed[key].queued, handed[key].spans[text]
+                    for series in answer:  # the workload's own query: every series is its
                         for ts, value in series.samples:
-                            acc[ts] = acc.get(ts, 0.0) + value
+                            if ts >= oldest and not spans.holds(ts):
+                                acc[ts] = acc.get(ts, 0.0) + value
+                    spans.add(first, last)
 
             return add
 
         def add_telemetry(field_name: str) -> Consume:
-            def add(answer: tuple[RangeSeries, ...]) -> None:
+            def add(first: float, last: float, answer: Answer) -> None:
                 for key, by_time in pod_values(answer, all_pods).items():
                     ts = max(by_time)
                     kept = telemetry.get(key)
@@ -188,72 +223,139 @@ class PromGather:
 
             return add
 
-        # (query, what takes its answer, the workloads it leaves short when it fails)
+        def fresh(text: str) -> Span:
+            return lambda: (self._start(text, end), end)
+
+        def lacked(text: str, keys: list[Key]) -> Span:
+            def span() -> tuple[float, float] | None:
+                # reckoned when the fetch begins: a late answer taken this tick, or this
+                # tick's own fetch of what is new, may have handed part of it since
+                gaps = [
+                    gap
+                    for key in keys
+                    for gap in handed[key].spans[text].gaps(oldest, self._fetched_until[text])
+                ]
+                return (min(a for a, _ in gaps), max(b for _, b in gaps)) if gaps else None
+
+            return span
+
+        def lacking(text: str, keys: list[Key]) -> list[Key]:
+            """Those of `keys` not handed every time of `text` that was fetched."""
+            if text not in self._fetched_until:
+                return []  # this tick's fetch reaches back as far as the history, for all
+            mark = self._fetched_until[text]
+            return [key for key in keys if handed[key].spans[text].gaps(oldest, mark)]
+
         every = [t.workload.key for t in ticks]
-        jobs = [(text, add_signal(text), [k for k, _ in wanted[text][1]]) for text in wanted]
-        jobs += [(text, add_telemetry(name), every) for name, text in GPU_TELEMETRY.items()]
-        jobs += [(text, add_gateway(text), gateways[text]) for text in gateways]
-        failed = await self._run(jobs, asking, end=end)
-        asked = {text for text, _, _ in jobs}  # a deleted workload's queries are asked no more
-        self._fetched_until = {t: v for t, v in self._fetched_until.items() if t in asked}
+        jobs = [
+            _Job((text, False), fresh(text), add_signal(text, users), [k for k, _ in users])
+            for text, (_, users) in wanted.items()
+        ]
+        jobs += [
+            _Job((text, False), fresh(text), add_telemetry(name), every)
+            for name, text in GPU_TELEMETRY.items()
+        ]
+        jobs += [
+            _Job((text, False), fresh(text), add_gateway(text, keys), keys)
+            for text, keys in gateways.items()
+        ]
+        # Backfills, in a lane of their own; one that fails leaves no workload short of
+        # what is new.
+        for text, (_, users) in wanted.items():
+            if short := lacking(text, [k for k, _ in users]):
+                late = [(k, signal) for k, signal in users if k in short]
+                jobs.append(_Job((text, True), lacked(text, short), add_signal(text, late), []))
+        for text, keys in gateways.items():
+            if short := lacking(text, keys):
+                jobs.append(_Job((text, True), lacked(text, short), add_gateway(text, short), []))
+        failed = await self._run(jobs, asking)
+        asked = {job.key for job in jobs}  # a deleted workload's queries are asked no more
+        self._fetched_until = {t: v for t, v in self._fetched_until.items() if (t, False) in asked}
         self._lanes.keep_only(asked)
-        for text in self._late.keys() - asked:
-            task = self._late.pop(text).task
+        for key in self._late.keys() - asked:
+            task = self._late.pop(key).task
             if task is not None:
                 task.cancel()
         for key, texts in summed.items():
-            since = max(self._joined[key].values())
-            self._add_queued(
-                workloads[key], queued[key], texts, since=since, oldest=end - self._history_seconds
-            )
+            self._add_queued(workloads[key], handed[key], texts, oldest=oldest)
         for key, (ts, by_pod) in telemetry.items():
             workloads[key].history.add_pods(
                 ts, tuple(PodTelemetry(pod=name, **by_pod[name]) for name in sorted(by_pod))
             )
         return failed
 
-    async def _run(
+    def _hand_over(
         self,
-        jobs: list[tuple[str, Consume, list[Key]]],
-        owners: Mapping[str, Mapping[tuple[str, str], Key]],
-        *,
-        end: float,
+        ticks: list[Tick],
+        workloads: Mapping[Key, Workload],
+        summed: Mapping[Key, list[str]],
+        oldest: float,
+    ) -> dict[Key, _Handed]:
+        """What each workload was handed: kept while its history lives (a workload that sat
+        a tick out comes back to it), for the queries it sends now, as far back as the
+        history reaches."""
+        self._handed = {
+            key: h
+            for key, h in self._handed.items()
+            if key in workloads and h.history is workloads[key].history
+        }
+        for t in ticks:
+            key, w = t.workload.key, t.workload
+            h = self._handed.setdefault(key, _Handed(w.history))
+            texts = {text for text, _, _ in w.queries} | ({w.gateway_query} - {""})
+            if h.summed != tuple(summed.get(key, ())):
+                # Sums waiting on other queries: handed again from the start, each part
+                # once (the history keeps the samples it holds).
+                h.queued.clear()
+                h.summed = tuple(summed.get(key, ()))
+                for text in h.summed:
+                    h.spans.pop(text, None)
+            if h.spans.keys() != texts:
+                h.spans = {text: h.spans.get(text) or StepSpans(self._step) for text in texts}
+            for spans in h.spans.values():
+                spans.forget_before(oldest)
+        return self._handed
+
+    async def _run(
+        self, jobs: list[_Job], owners: Mapping[str, Mapping[tuple[str, str], Key]]
     ) -> dict[Key, PromError]:
-        """Fetch each job's query up to `end` into its consumer, waiting at most
-        `wait_seconds`. A fetch still asking then finishes the query it has in flight, keeps
-        the answer for the next tick and asks nothing more; one not yet begun is dropped,
-        asked again next tick. Returns why each workload a query failed was left short."""
-        lane = self._lanes.open()
+        """Fetch each job's steps into its consumer, waiting at most `wait_seconds`. A
+        fetch still asking then finishes the query it has in flight, keeps the answer for
+        the next tick and asks nothing more; one not yet begun is dropped, asked again next
+        tick. Returns why each workload a query failed was left short."""
+        lane, backfill_lane = self._lanes.open(), asyncio.Semaphore(BACKFILL_CONCURRENCY)
         errors: list[tuple[list[Key], PromError]] = []
-        started: dict[asyncio.Task[PromError | None], tuple[str, _Fetch, list[Key]]] = {}
-        for text, consume, keys in jobs:
-            if (late := self._late.get(text)) is not None:
+        started: dict[asyncio.Task[PromError | None], tuple[_Job, _Fetch]] = {}
+        for job in jobs:
+            if (late := self._late.get(job.key)) is not None:
                 if late.task is None or not late.task.done():
                     continue  # still asking: its workloads decide on what they have
-                del self._late[text]
+                del self._late[job.key]
                 result = late.task.result()
-                err = self._take_kept(text, late, consume) or result
+                err = self._take_kept(job.key, late, job.consume) or result
                 if err is not None:
-                    errors.append((keys, err))
-            fetch = _Fetch(sink=consume, owners=owners.get(text, {}))
-            fetch.task = asyncio.create_task(self._fetch_in(lane(text), text, fetch, end=end))
-            started[fetch.task] = (text, fetch, keys)
+                    errors.append((job.short, err))
+            fetch = _Fetch(sink=job.consume, owners=owners.get(job.key[0], {}))
+            sem = backfill_lane if job.key[1] else lane(job.key)
+            fetch.task = asyncio.create_task(self._fetch_in(sem, job, fetch))
+            started[fetch.task] = (job, fetch)
+
+        def fresh_keys(tasks: set[asyncio.Task[PromError | None]]) -> list[JobKey]:
+            return [key for key in (started[task][0].key for task in tasks) if not key[1]]
+
         if started:
             done, detached = await wait_or_detach(
                 started.keys(), self._wait, begun=lambda task: started[task][1].asking
             )
             for task in done:
                 if (err := task.result()) is not None:
-                    errors.append((started[task][2], err))
+                    errors.append((started[task][0].short, err))
             for task in detached:
-                text, fetch, _ = started[task]
+                job, fetch = started[task]
                 fetch.sink = None  # its answer waits for a later tick
-                self._late[text] = fetch
+                self._late[job.key] = fetch
             self._stats.late_queries += len(detached)
-            self._lanes.settle(
-                in_time=[started[task][0] for task in done],
-                late=[started[task][0] for task in detached],
-            )
+            self._lanes.settle(in_time=fresh_keys(done), late=fresh_keys(detached))
         failed: dict[Key, PromError] = {}
         for keys, err in errors:
             for key in keys:
@@ -261,25 +363,29 @@ class PromGather:
         return failed
 
     async def _fetch_in(
-        self, lane: asyncio.Semaphore, text: str, fetch: _Fetch, *, end: float
+        self, lane: asyncio.Semaphore, job: _Job, fetch: _Fetch
     ) -> PromError | None:
         async with lane:
-            return await self._fetch(text, fetch, end=end)
+            return await self._fetch(job, fetch)
 
-    async def _fetch(self, text: str, fetch: _Fetch, *, end: float) -> PromError | None:
-        """Fetch one query's samples since it was last fetched, in chunks of at most
-        MAX_POINTS_PER_QUERY steps (a first tick backfills the whole history), each chunk
-        into the tick's consumer while it waits; returns why it failed, None when it did
-        not. Once the tick stops waiting, the answer in flight is kept and no more asked:
-        a late backfill holds one chunk, not half an hour of every pod."""
-        step = self._step
-        start = self._start(text, end)
+    async def _fetch(self, job: _Job, fetch: _Fetch) -> PromError | None:
+        """Fetch the job's steps, in chunks of at most MAX_POINTS_PER_QUERY (a first tick
+        backfills the whole history), each chunk into the tick's consumer while it waits;
+        returns why it failed, None when it did not. Once the tick stops waiting, the
+        answer in flight is kept and no more asked: a late backfill holds one chunk, not
+        half an hour of every pod."""
+        span = job.span()
+        if span is None:
+            return None
+        step, (start, end) = self._step, span
         while start <= end and fetch.sink is not None:
             chunk_end = min(end, start + (MAX_POINTS_PER_QUERY - 1) * step)
             begun = time.monotonic()
             fetch.asking = True
             try:
-                answer = await self._prom.query_range(text, start=start, end=chunk_end, step=step)
+                answer = await self._prom.query_range(
+                    job.key[0], start=start, end=chunk_end, step=step
+                )
             except PromError as err:
                 self._stats.errors[f"prometheus_{err.kind}"] += 1
                 return err
@@ -288,65 +394,54 @@ class PromGather:
                 self._stats.queries += 1
                 self._stats.query_seconds += time.monotonic() - begun
             if fetch.sink is None:
-                fetch.kept = (chunk_end, answer)
-            elif (err := self._take(text, chunk_end, answer, fetch.sink)) is not None:
+                fetch.kept = (start, chunk_end, answer)
+            elif (err := self._take(job.key, start, chunk_end, answer, fetch.sink)) is not None:
                 return err
             start = chunk_end + step
         return None
 
-    def _take_kept(self, text: str, fetch: _Fetch, consume: Consume) -> PromError | None:
+    def _take_kept(self, key: JobKey, fetch: _Fetch, consume: Consume) -> PromError | None:
         """Hand what a late fetch answered after its tick stopped waiting to `consume`."""
         if fetch.kept is None:
             return None
-        chunk_end, answer = fetch.kept
-        return self._take(text, chunk_end, answer, consume)
+        return self._take(key, *fetch.kept, consume)
 
     def _take(
-        self, text: str, chunk_end: float, answer: tuple[RangeSeries, ...], consume: Consume
+        self, key: JobKey, first: float, last: float, answer: Answer, consume: Consume
     ) -> PromError | None:
-        """`answer`, fetched up to `chunk_end`, into `consume`: why it could not be taken,
-        or None (and the query counts as fetched that far)."""
+        """`answer`, fetched for steps `first` to `last`, into `consume`: why it could not
+        be taken, or None (and a fetch of what is new counts as fetched that far)."""
         try:
-            consume(answer)
+            consume(first, last, answer)
         except Exception as err:  # an answer nothing checked: its workloads' signal fails
             self._stats.errors["prometheus_bad_response"] += 1
             what = f"cannot take the answer: {type(err).__name__}: {err}"
             return PromError(PromErrorKind.BAD_RESPONSE, cut(what, MAX_SHOWN_CHARS))
-        self._fetched_until[text] = chunk_end
+        text, backfill = key
+        if not backfill:
+            self._fetched_until[text] = last
         return None
 
-    def _join(self, key: Key, texts: list[str], end: float) -> dict[str, float]:
-        """For each of a gateway workload's `texts`, the first sample time fetched for it:
-        kept from before, else where this tick's fetch up to `end` starts."""
-        joined = self._joined.get(key, {})
-        return {text: joined[text] if text in joined else self._start(text, end) for text in texts}
-
     def _start(self, text: str, end: float) -> float:
-        """Where a fetch of `text` up to `end` starts: after what was fetched of it, and no
-        further back than the history."""
+        """Where a fetch of what is new of `text` up to `end` starts: after what was
+        fetched of it, and no further back than the history."""
         return max(
             self._fetched_until.get(text, -math.inf) + self._step, end - self._history_seconds
         )
 
+    @staticmethod
     def _add_queued(
-        self,
-        workload: Workload,
-        acc: dict[float, float],
-        texts: list[str],
-        *,
-        since: float,
-        oldest: float,
+        workload: Workload, handed: _Handed, texts: list[str], *, oldest: float
     ) -> None:
         """Add a gateway workload's summed queue depth for the times each of `texts` has
-        answered for since each was first fetched for it (`since`: before that, one of them
-        gave it nothing); keep the rest (no older than `oldest`) until they have."""
-        answered = min(self._fetched_until.get(text, -math.inf) for text in texts)
+        handed it; keep the rest until they have. A time older than `oldest` is dropped,
+        complete or not: a part that comes for it then is not added (a late answer's, or
+        a backfill's), so it may lack one."""
+        acc = handed.queued
         for ts in sorted(acc):
-            if ts < since:
+            if ts < oldest:
                 del acc[ts]
-            elif ts <= answered:
+            elif all(handed.spans[text].holds(ts) for text in texts):
                 value = acc.pop(ts)
                 if math.isfinite(value):
                     workload.history.add("queue_depth", ts, value)
-            elif ts < oldest:
-                del acc[ts]

@@ -5,9 +5,10 @@ pipeline adds what its scrapes measured, the live controller what Prometheus ans
 both cut the same window (samples of the last `history_seconds` that are at least
 `delay_seconds` old). So a policy decides the same on the same samples, live or replayed.
 
-Pure. Per signal, samples must arrive oldest first; a sample not newer than the last one
-of its signal is dropped, so re-reading an overlapping Prometheus range adds nothing twice.
-Memory is bounded: once a signal holds two windows (`history_seconds` + `delay_seconds`)
+Pure. Per signal, samples may come in any order (the live gather fills a gap behind newer
+samples when a workload joins a query others had fetched); a sample at a time already held
+is dropped, so re-reading an overlapping Prometheus range adds nothing twice. Memory is
+bounded: once a signal holds two windows (`history_seconds` + `delay_seconds`)
 behind its newest sample, the older one is forgotten, which no `observe(now)` with `now`
 at or after the newest sample can see (the live controller runs for weeks; 1,000
 workloads kept every sample at about 9 GB a day).
@@ -72,8 +73,13 @@ class SignalHistory:
         self._append(self._pod_times, self._pods, t, pods)
 
     def _append(self, times: list[float], values: list[V], t: float, value: V) -> None:
-        """Keep (`t`, `value`) if newer than the newest kept, and forget what no window reaches."""
+        """Keep (`t`, `value`) unless a sample at `t` is kept or no window reaches it, and
+        forget what no window reaches."""
         if times and t <= times[-1]:
+            at = bisect_left(times, t)
+            if times[at] != t and t >= times[-1] - self._keep_seconds:
+                times.insert(at, t)  # a backfill: rare, and bounded by the window
+                values.insert(at, value)
             return
         times.append(t)
         values.append(value)

@@ -346,13 +346,14 @@ async def test_a_late_gateway_queue_is_never_added_without_it(
         try:
             for _ in range(40):  # the pods' queue answers; the gateway's does not
                 await tick(ctl)
-                if ctl._gather._queued.get((NS, "chat")) and proxy.held:
+                handed = ctl._gather._handed.get((NS, "chat"))
+                if handed and handed.queued and proxy.held:
                     break
                 await asyncio.sleep(0.2)
             history = ctl._workloads[(NS, "chat")].history
             assert history.latest_time("queue_depth") is None
             # the pods' answers wait, summed, for the gateway's
-            assert set(ctl._gather._queued[(NS, "chat")].values()) == {200.0}
+            assert set(ctl._gather._handed[(NS, "chat")].queued.values()) == {200.0}
             proxy.release()
             await ticks_until(ctl, lambda: history.latest_time("queue_depth") is not None)
             queue = history.observe(time.time(), ()).queue_depth

@@ -4,14 +4,17 @@ gateway workload's queue depth is its pods' plus its gateway's, never one of the
 late answer is joined with the pods of the tick that asked."""
 
 import asyncio
+import math
+import random
 
 import pytest
 from helpers.autoscalers import pod, workload
 
 from gpufleet.autoscaler.controller.prom_gather import PromGather
 from gpufleet.autoscaler.controller.stats import Stats
-from gpufleet.autoscaler.controller.workload import Tick
+from gpufleet.autoscaler.controller.workload import Tick, Workload
 from gpufleet.autoscaler.core.gather import RangeSeries
+from gpufleet.autoscaler.prom.client import PromError, PromErrorKind
 
 
 class Answers:
@@ -109,3 +112,223 @@ async def test_a_chain_of_late_answers_keeps_only_the_asking_ticks_pods() -> Non
         prom.release.clear()
     assert gather._late
     assert all(set(late.owners) == {("a", "a-2")} for late in gather._late.values())
+
+
+class Logged(Answers):
+    """Answers, logging each query's range; a query holding any of `fail` raises."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, float, float]] = []
+        self.fail: set[str] = set()
+
+    async def query_range(self, text: str, *, start: float, end: float, step: float):
+        self.asked.append((text, start, end))
+        if any(part in text for part in self.fail):
+            raise PromError(PromErrorKind.UNAVAILABLE, "down")
+        return await super().query_range(text, start=start, end=end, step=step)
+
+
+def ticks_of(members: str, **workloads: Workload) -> list[Tick]:
+    """A tick for each named workload in `members`, with its one pod `<namespace>-0`."""
+    return [
+        Tick(workload=w, pods=[pod(w.key[0], f"{w.key[0]}-0")])
+        for name, w in workloads.items()
+        if name in members
+    ]
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        pytest.param([(1000, "V"), (1010, "VW")], id="created after the shared query ran"),
+        pytest.param([(1000, "VW"), (1005, "V"), (1010, "VW")], id="W sat a tick out"),
+    ],
+)
+async def test_a_workload_joining_a_shared_query_gets_its_history(schedule) -> None:
+    """V and W send the same queue query, fetched once for both. W, made after V or back
+    from a tick it sat out (busy, or its read raised), got only the samples since: a
+    forecast on seconds of history, or a gap for good. The times it lacks are fetched
+    again for it; once it has them, one fetch of what is new serves both again."""
+    w, v = workload("a"), workload("b")
+    prom = Logged()
+    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
+    for now, members in schedule:
+        await gather.gather(ticks_of(members, V=v, W=w), {w.key: w, v.key: v}, now)
+    end = schedule[-1][0]
+    for x in (v, w):
+        queue = x.history.observe(end, ()).queue_depth
+        assert queue.times == tuple(float(t) for t in range(end - 60, end + 1))
+    before = len(prom.asked)
+    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, end + 5)
+    assert {(start, stop) for _, start, stop in prom.asked[before:]} == {(end + 1, end + 5)}
+    assert len(prom.asked) - before == len({t for t, _, _ in prom.asked})  # once each
+
+
+async def test_a_gpuautoscaler_made_again_gets_its_history() -> None:
+    """Deleted and made again under the same name: a new history, handed nothing yet."""
+    w, v = workload("a"), workload("b")
+    gather = PromGather(Logged(), Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
+    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1000)
+    w = workload("a")
+    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1005)
+    assert len(w.history.observe(1005, ()).queue_depth.times) == 61
+
+
+@pytest.mark.parametrize("variant", ["a third joins", "V comes back"])
+async def test_a_backfill_never_makes_a_gateways_queue_count_a_time_twice(variant) -> None:
+    """W (pod a-0 and a gateway) shares the pods' queue query with V. The gateway's query
+    fails once, so W's sums for those times wait for it. The pods' query fetched again
+    for a workload that lacked those times (the fault of a2f1ee8, reverted) must not add
+    the pods' 200 to W's waiting sums a second time: 407 for 207."""
+    w, v, u = workload("a", "sum(gateway_waiting)"), workload("b"), workload("c")
+    workloads = {x.key: x for x in (w, v, u)}
+    prom = Logged()
+    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
+    await gather.gather(ticks_of("VW", V=v, W=w), workloads, 1000)
+    prom.fail = {"gateway_waiting"}
+    await gather.gather(
+        ticks_of("W" if variant == "V comes back" else "VW", V=v, W=w), workloads, 1005
+    )
+    prom.fail = set()
+    await gather.gather(ticks_of("VWU", V=v, W=w, U=u), workloads, 1010)
+    queue = w.history.observe(1010, ()).queue_depth
+    assert set(queue.values) == {207.0} and len(queue.values) == 61
+
+
+class HoldsTheOld(Answers):
+    """Answers at once, except a range that starts before `hold_before`: held until
+    `release` is set."""
+
+    def __init__(self) -> None:
+        self.hold_before = -math.inf
+        self.release = asyncio.Event()
+
+    async def query_range(self, text: str, *, start: float, end: float, step: float):
+        if start < self.hold_before:
+            await self.release.wait()
+        return await super().query_range(text, start=start, end=end, step=step)
+
+
+async def test_a_backfill_never_holds_up_what_is_new() -> None:
+    """U joins V's queries while Prometheus cannot answer the backfill: V's and U's fresh
+    samples still come every tick (the backfill has a lane of its own), and U's history
+    comes when the backfill answers."""
+    v, u = workload("b"), workload("a")
+    workloads = {v.key: v, u.key: u}
+    prom = HoldsTheOld()
+    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=0.05)
+    await gather.gather(ticks_of("V", V=v, U=u), workloads, 1000)
+    prom.hold_before = 1001
+    for now in (1005, 1010, 1015):
+        await gather.gather(ticks_of("VU", V=v, U=u), workloads, now)
+        assert v.history.latest_time("queue_depth") == now
+        assert u.history.latest_time("queue_depth") == now
+    assert len(u.history.observe(1015, ()).queue_depth.times) == 15  # 1001..1015 only
+    prom.release.set()
+    await asyncio.wait_for(asyncio.gather(*(f.task for f in gather._late.values())), 30)
+    for now in (1020, 1025):  # the held chunk, taken; then the rest of the gap
+        await gather.gather(ticks_of("VU", V=v, U=u), workloads, now)
+    assert len(u.history.observe(1025, ()).queue_depth.times) == 61
+
+
+QUEUE, RUNNING = "(vllm:num_requests_waiting{})", "(vllm:num_requests_running{})"
+PROMPTS = "request_prompt_tokens_bucket"
+
+
+def pod_queue(pod_name: str, t: float) -> float:
+    return 100.0 * (1 + ord(pod_name[0]) - ord("a")) + t % 7
+
+
+def gateway_queue(t: float) -> float:
+    return 7.0 + t % 3
+
+
+class Chaos:
+    """Prometheus holding each pod's series as a function of time, and a gateway's; each
+    query, as `rng` draws, answers, fails, or is held until `release_some` lets it go."""
+
+    def __init__(self, rng: random.Random, pods: list[tuple[str, str]]) -> None:
+        self.rng, self.pods = rng, pods
+        self.p_fail = self.p_hold = 0.15
+        self.held: list[asyncio.Event] = []
+
+    async def query_range(self, text: str, *, start: float, end: float, step: float):
+        draw = self.rng.random()
+        if draw < self.p_fail:
+            raise PromError(PromErrorKind.UNAVAILABLE, "down")
+        if draw < self.p_fail + self.p_hold:
+            self.held.append(event := asyncio.Event())
+            await event.wait()
+        times = [start + i * step for i in range(round((end - start) / step) + 1)]
+        if "gateway_waiting" in text:
+            return (RangeSeries(labels={}, samples=tuple((t, gateway_queue(t)) for t in times)),)
+        out = []
+        for ns, name in self.pods:
+            labels = {"namespace": ns, "pod": name}
+            if text.endswith(QUEUE):
+                out.append(
+                    RangeSeries(
+                        labels=labels, samples=tuple((t, pod_queue(name, t)) for t in times)
+                    )
+                )
+            elif text.endswith(RUNNING):
+                out.append(RangeSeries(labels=labels, samples=tuple((t, 1.0) for t in times)))
+            elif PROMPTS in text:
+                for le, value in (("1000", 1.0), ("+Inf", 2.0)):
+                    samples = tuple((t, value) for t in times)
+                    out.append(RangeSeries(labels={**labels, "le": le}, samples=samples))
+        return tuple(out)
+
+    def release_some(self, share: float) -> None:
+        for event in self.held:
+            if self.rng.random() < share:
+                event.set()
+        self.held = [e for e in self.held if not e.is_set()]
+
+
+@pytest.mark.parametrize("seed", range(30))
+async def test_every_workload_ends_with_what_it_would_have_fetched_alone(seed: int) -> None:
+    """Four workloads share their queries: W and X each add a gateway's queue (the same
+    gateway query), V and U do not. Each tick a random few take part, GPUAutoscalers are
+    deleted and made again, and queries fail or answer ticks late. Every sample taken must
+    be exactly what fetching that workload alone gives (a sum never counts one part twice
+    or misses one), and once Prometheus answers again every workload holds every time of
+    its window: nothing joining, sitting out or coming back loses its history."""
+    rng = random.Random(seed)
+    gateway = "sum(gateway_waiting)"
+    made = {"W": ("a", gateway), "X": ("d", gateway), "V": ("b", ""), "U": ("c", "")}
+    prom = Chaos(rng, [(ns, f"{ns}-0") for ns, _ in made.values()])
+    live = {name: workload(ns, gw) for name, (ns, gw) in made.items()}
+    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=0.01)
+    now = 1000
+    for _ in range(25):
+        for name, (ns, gw) in made.items():
+            if rng.random() < 0.05:
+                live[name] = workload(ns, gw)  # deleted and made again
+        members = "".join(name for name in live if rng.random() < 0.7)
+        await gather.gather(ticks_of(members, **live), {w.key: w for w in live.values()}, now)
+        prom.release_some(rng.random())
+        await asyncio.sleep(0)
+        now += rng.choice((1, 5, 5, 20))
+    prom.p_fail = prom.p_hold = 0.0
+    prom.release_some(1.0)
+    for _ in range(5):  # a second apart: the window still holds the chaos's times
+        await asyncio.wait_for(asyncio.gather(*(f.task for f in gather._late.values())), 30)
+        await gather.gather(ticks_of("WXVU", **live), {w.key: w for w in live.values()}, now)
+        now += 1
+    end = now - 1
+    for name, w in live.items():
+        ns, gw = made[name]
+        obs = w.history.observe(end, ())
+        times = tuple(float(t) for t in range(end - 60, end + 1))
+        pods = pod_queue(f"{ns}-0", 0) - pod_queue(f"{ns}-0", 0) % 100
+        expected = tuple(pods + t % 7 + (gateway_queue(t) if gw else 0.0) for t in times)
+        assert obs.queue_depth.times == times, name
+        assert obs.queue_depth.values == expected, name
+        assert obs.in_flight.times == times and set(obs.in_flight.values) == {1.0}, name
+        assert obs.prompt_tokens_buckets.times == times, name
+        # and every sample taken before, in the chaos, was as exact
+        for t, value in zip(
+            w.history._times["queue_depth"], w.history._values["queue_depth"], strict=True
+        ):
+            assert value == pods + t % 7 + (gateway_queue(t) if gw else 0.0), (name, t)

@@ -29,13 +29,30 @@ def test_the_window(now: float, delay: float, times: tuple[float, ...]) -> None:
     assert obs.pods == ((PodTelemetry(pod=f"p{int(times[-1])}"),) if times else ())
 
 
-def test_a_sample_not_newer_than_the_last_is_dropped() -> None:
+def test_a_sample_at_a_time_held_is_dropped() -> None:
     """Overlapping Prometheus ranges re-read samples; they must not count twice."""
     h = filled()
     h.add("queue_depth", 25.0, 99.0)
     h.add("queue_depth", 20.0, 99.0)
     assert h.observe(25.0, ()).queue_depth.values[-2:] == (4.0, 5.0)
     assert h.latest_time("queue_depth") == 25.0 and h.latest_time("in_flight") is None
+
+
+def test_a_gap_behind_newer_samples_is_filled_in_time_order() -> None:
+    """The live gather backfills a workload that joined a query others had fetched: those
+    samples come after newer ones. They were dropped ("not newer"), and the forecast ran
+    on what came after the join."""
+    h = SignalHistory(history_seconds=20.0)
+    for t in (15.0, 20.0, 25.0):
+        h.add("queue_depth", t, t / 5)
+    for t in (5.0, 10.0, 0.0):  # 0.0: older than any window from the newest sample reaches
+        h.add("queue_depth", t, t / 5)
+    h.add_buckets("prompt_tokens_buckets", 25.0, ((1.0, 2.0),))
+    h.add_buckets("prompt_tokens_buckets", 20.0, ((1.0, 1.0),))
+    obs = h.observe(25.0, ())
+    assert obs.queue_depth == Series((5.0, 10.0, 15.0, 20.0, 25.0), (1.0, 2.0, 3.0, 4.0, 5.0))
+    assert obs.prompt_tokens_buckets.times == (20.0, 25.0)
+    assert h.latest_time("queue_depth") == 25.0
 
 
 @pytest.mark.parametrize("delay", [0.0, 3.0], ids=["no-delay", "delayed"])
@@ -94,7 +111,7 @@ def test_histogram_samples_share_the_window_and_the_forgetting() -> None:
     h = SignalHistory(history_seconds=20.0, delay_seconds=3.0)
     for t in range(0, 200, 5):
         h.add_buckets("prompt_tokens_buckets", float(t), ((1000.0, t / 10), (float("inf"), t / 5)))
-    h.add_buckets("prompt_tokens_buckets", 195.0, ((1000.0, 99.0),))  # not newer: dropped
+    h.add_buckets("prompt_tokens_buckets", 195.0, ((1000.0, 99.0),))  # held already: dropped
     obs = h.observe(198.0, ())
     assert obs.prompt_tokens_buckets == Buckets(
         (180.0, 185.0, 190.0, 195.0),
