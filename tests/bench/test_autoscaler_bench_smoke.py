@@ -141,6 +141,15 @@ def test_controller_bench_prints_a_row_per_workload_count(tmp_path: Path) -> Non
     assert rows[0]["queries_per_tick"] == rows[1]["queries_per_tick"]
 
 
+def test_gather_bench_prints_what_a_join_costs_against_a_steady_tick() -> None:
+    run = run_bench("gather_bench", "--workloads", "3", "--ticks", "2")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "| steady | " in run.stdout
+    # the joiner holds its whole history within a few ticks, not 30 minutes of them
+    joined = next(line for line in run.stdout.splitlines() if "one joins" in line)
+    assert int(joined.split("the ")[1].split(" ticks")[0]) < 10
+
+
 @pytest.mark.prometheus
 def test_live_reaction_bench_prints_a_row_per_burst(tmp_path: Path) -> None:
     require("prometheus")

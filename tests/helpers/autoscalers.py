@@ -8,8 +8,11 @@ from gpufleet.autoscaler.core.replicas import PodState
 from gpufleet.autoscaler.core.spec import parse_spec
 
 
-def workload(namespace: str, gateway: str = "", **spec: Any) -> Workload:
-    """A KEDA-policy GPUAutoscaler `namespace/chat` of Deployment vllm; `spec` adds keys."""
+def workload(
+    namespace: str, gateway: str = "", *, old: Workload | None = None, **spec: Any
+) -> Workload:
+    """A KEDA-policy GPUAutoscaler `namespace/chat` of Deployment vllm; `spec` adds keys.
+    With `old`, its spec changed: its next generation, with the history it kept."""
     spec = {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
         "maxReplicas": 8,
@@ -22,13 +25,14 @@ def workload(namespace: str, gateway: str = "", **spec: Any) -> Workload:
     obj = {
         "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
         "kind": "GPUAutoscaler",
-        "metadata": {"namespace": namespace, "name": "chat", "uid": namespace, "generation": 1},
+        "metadata": {"namespace": namespace, "name": "chat", "uid": namespace},
         "spec": spec,
     }
+    generation = obj["metadata"]["generation"] = 1 if old is None else old.generation + 1
     return new_workload(
         parse_spec(obj),
-        1,
-        None,
+        generation,
+        old,
         {},
         rate_window="5s",
         history_seconds=60,

@@ -20,15 +20,17 @@ sends it. Which times each workload was handed (`StepSpans`) tells what one lack
 workload that joins a query others had fetched (a GPUAutoscaler made after another that
 sends the same query, as every vLLM workload without a model does), or one back from
 ticks it sat out. Those times are fetched again in a backfill of their own, one query at a
-time in a lane apart from the fresh fetches so that it never holds them up, and handed
-only to the workloads that lack them: no time is handed to a workload twice.
+time in a lane apart from the fresh fetches and only while they are asked, so that it
+never holds up what is new or the tick, and handed only to the workloads that lack them:
+no time is handed to a workload twice.
 """
 
 import asyncio
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from gpufleet.autoscaler.controller.deadline import Lanes, wait_or_detach
 from gpufleet.autoscaler.controller.stats import Stats
@@ -53,10 +55,14 @@ QUERY_CONCURRENCY = 2
 # A lane of its own for backfills: they never take a slot from what is new, and one always
 # begins, in a tick that waits on a slow Prometheus too.
 BACKFILL_CONCURRENCY = 1
-MAX_POINTS_PER_QUERY = 60  # per series: a backfill arrives in answers of bounded size
+FORGET_EVERY_STEPS = 64  # how often the times handed before the history are dropped
+MAX_POINTS_PER_QUERY = 60  # per series: a long range arrives in answers of bounded size
+
+V = TypeVar("V")
 
 Answer = tuple[RangeSeries, ...]
 Consume = Callable[[float, float, Answer], None]  # (first step, last step, answer)
+PodOwners = Mapping[tuple[str, str], Key]  # (namespace, pod) -> its workload
 JobKey = tuple[str, bool]  # (query text, a backfill): a fetch of its own, late or not
 Span = Callable[[], tuple[float, float] | None]  # the steps a fetch asks for, when it begins
 
@@ -69,8 +75,8 @@ class _Fetch:
     asking: bool = False  # a query is in flight
     kept: tuple[float, float, Answer] | None = None  # answered after: (first, last, answer)
     task: asyncio.Task[PromError | None] | None = None
-    # the pods of the tick that asked: a late answer is joined with them, not with the pods
-    # of the tick that takes it, which may have lost one since
+    # the pods of the tick that asked: a late answer is joined with them as well as with the
+    # pods of the tick that takes it, which may have lost one since
     owners: Mapping[tuple[str, str], Key] = field(default_factory=dict)
 
 
@@ -88,9 +94,22 @@ class _Handed:
 
     history: SignalHistory  # a GPUAutoscaler made again has a new one, and was handed nothing
     spans: dict[str, StepSpans] = field(default_factory=dict)  # query text -> times handed
-    # with a gateway: sample time -> its queue depth summed so far, from these texts
+    # with a gateway: sample time -> its queue depth summed so far, from the `summed` texts
     queued: dict[float, float] = field(default_factory=dict)
-    summed: tuple[str, ...] = ()
+    summed: tuple[str, ...] = ()  # its gateway's query, then its pods' queue queries
+    # the spec's queries these are for: the texts change only with them
+    queries: tuple[tuple[str, SignalQuery, str], ...] | None = None
+    gateway: str = ""
+
+
+def _unhanded(
+    spans: StepSpans, first: float, last: float, samples: Iterable[tuple[float, V]]
+) -> Iterable[tuple[float, V]]:
+    """`samples`, fetched for steps `first` to `last`, at the times `spans` does not hold:
+    mostly all of them (what is new), which spares a look at each."""
+    if not spans.holds_any(first, last):
+        return samples
+    return ((ts, value) for ts, value in samples if not spans.holds(ts))
 
 
 class PromGather:
@@ -134,7 +153,7 @@ class PromGather:
         other)."""
         step = self._step
         end = math.floor(now / step) * step
-        oldest = end - self._history_seconds
+        oldest = self._oldest(end)
         owners: dict[str, dict[tuple[str, str], Key]] = {}
         wanted: dict[str, tuple[SignalQuery, list[tuple[Key, str]]]] = {}
         all_pods = {}
@@ -166,33 +185,35 @@ class PromGather:
         # workload -> (time, pod -> field -> value).
         telemetry: dict[Key, tuple[float, dict[str, dict[str, float]]]] = {}
 
-        def add_signal(text: str, users: list[tuple[Key, str]]) -> Consume:
+        def add_signal(text: str, users: list[tuple[Key, str]], pods: PodOwners) -> Consume:
             query = wanted[text][0]
 
             def add(first: float, last: float, answer: Answer) -> None:
                 if query.kind == "buckets":
-                    joined = workload_buckets(answer, owners[text])
-                elif query.kind == "quantile":
-                    joined = workload_quantiles(answer, owners[text], query.quantile)
+                    histograms = workload_buckets(answer, pods)
+                    for key, signal in users:
+                        spans, history = handed[key].spans[text], workloads[key].history
+                        for ts, buckets in _unhanded(spans, first, last, histograms.get(key, ())):
+                            history.add_buckets(signal, ts, buckets)
                 else:
-                    joined = workload_sums(answer, owners[text])
-                for key, signal in users:
-                    history, spans = workloads[key].history, handed[key].spans[text]
-                    for ts, value in joined.get(key, ()):
-                        if spans.holds(ts):
-                            continue  # handed already
-                        if query.kind == "buckets":
-                            history.add_buckets(signal, ts, value)
+                    joined = (
+                        workload_quantiles(answer, pods, query.quantile)
+                        if query.kind == "quantile"
+                        else workload_sums(answer, pods)
+                    )
+                    for key, signal in users:
+                        if not (samples := joined.get(key)):
                             continue
-                        scaled = value * query.scale
-                        if not math.isfinite(scaled):
-                            continue  # past the largest float: no sample
-                        if signal == "queue_depth" and key in summed:
-                            if ts >= oldest:  # older: its sum was dropped, incomplete
+                        spans, history = handed[key].spans[text], workloads[key].history
+                        for ts, value in _unhanded(spans, first, last, samples):
+                            scaled = value * query.scale
+                            if not math.isfinite(scaled):
+                                continue  # past the largest float: no sample
+                            if signal != "queue_depth" or key not in summed:
+                                history.add(signal, ts, scaled)
+                            elif ts >= oldest:  # older: its sum was dropped, incomplete
                                 acc = handed[key].queued
                                 acc[ts] = acc.get(ts, 0.0) + scaled
-                        else:
-                            history.add(signal, ts, scaled)
                 for key, _ in users:
                     handed[key].spans[text].add(first, last)
 
@@ -203,8 +224,8 @@ class PromGather:
                 for key in keys:
                     acc, spans = handed[key].queued, handed[key].spans[text]
                     for series in answer:  # the workload's own query: every series is its
-                        for ts, value in series.samples:
-                            if ts >= oldest and not spans.holds(ts):
+                        for ts, value in _unhanded(spans, first, last, series.samples):
+                            if ts >= oldest:
                                 acc[ts] = acc.get(ts, 0.0) + value
                     spans.add(first, last)
 
@@ -244,11 +265,16 @@ class PromGather:
             if text not in self._fetched_until:
                 return []  # this tick's fetch reaches back as far as the history, for all
             mark = self._fetched_until[text]
-            return [key for key in keys if handed[key].spans[text].gaps(oldest, mark)]
+            return [key for key in keys if not handed[key].spans[text].covers(oldest, mark)]
 
         every = [t.workload.key for t in ticks]
         jobs = [
-            _Job((text, False), fresh(text), add_signal(text, users), [k for k, _ in users])
+            _Job(
+                (text, False),
+                fresh(text),
+                add_signal(text, users, owners[text]),
+                [k for k, _ in users],
+            )
             for text, (_, users) in wanted.items()
         ]
         jobs += [
@@ -263,8 +289,12 @@ class PromGather:
         # what is new.
         for text, (_, users) in wanted.items():
             if short := lacking(text, [k for k, _ in users]):
-                late = [(k, signal) for k, signal in users if k in short]
-                jobs.append(_Job((text, True), lacked(text, short), add_signal(text, late), []))
+                lack = set(short)
+                behind = [(k, signal) for k, signal in users if k in lack]
+                # joined with their pods alone: a thousand others' are not theirs
+                pods = {pod: k for pod, k in owners[text].items() if k in lack}
+                add = add_signal(text, behind, pods)
+                jobs.append(_Job((text, True), lacked(text, short), add, []))
         for text, keys in gateways.items():
             if short := lacking(text, keys):
                 jobs.append(_Job((text, True), lacked(text, short), add_gateway(text, short), []))
@@ -272,8 +302,8 @@ class PromGather:
         asked = {job.key for job in jobs}  # a deleted workload's queries are asked no more
         self._fetched_until = {t: v for t, v in self._fetched_until.items() if (t, False) in asked}
         self._lanes.keep_only(asked)
-        for key in self._late.keys() - asked:
-            task = self._late.pop(key).task
+        for gone in self._late.keys() - asked:
+            task = self._late.pop(gone).task
             if task is not None:
                 task.cancel()
         for key, texts in summed.items():
@@ -294,6 +324,8 @@ class PromGather:
         """What each workload was handed: kept while its history lives (a workload that sat
         a tick out comes back to it), for the queries it sends now, as far back as the
         history reaches."""
+        # Now and then: a run costs two floats, and a tick adds at most one.
+        forget = round(oldest / self._step) % FORGET_EVERY_STEPS == 0
         self._handed = {
             key: h
             for key, h in self._handed.items()
@@ -302,27 +334,31 @@ class PromGather:
         for t in ticks:
             key, w = t.workload.key, t.workload
             h = self._handed.setdefault(key, _Handed(w.history))
-            texts = {text for text, _, _ in w.queries} | ({w.gateway_query} - {""})
-            if h.summed != tuple(summed.get(key, ())):
-                # Sums waiting on other queries: handed again from the start, each part
-                # once (the history keeps the samples it holds).
-                h.queued.clear()
-                h.summed = tuple(summed.get(key, ()))
-                for text in h.summed:
-                    h.spans.pop(text, None)
-            if h.spans.keys() != texts:
+            if h.queries is not w.queries or h.gateway != w.gateway_query:  # a new spec
+                h.queries, h.gateway = w.queries, w.gateway_query
+                if h.summed != tuple(summed.get(key, ())):
+                    # The sums waiting are dropped: their queries, the old and the new,
+                    # are handed again from the start, each part once (the history keeps
+                    # the samples it holds).
+                    h.queued.clear()
+                    for text in {*h.summed, *summed.get(key, ())}:
+                        h.spans.pop(text, None)
+                    h.summed = tuple(summed.get(key, ()))
+                texts = {text for text, _, _ in w.queries} | ({w.gateway_query} - {""})
                 h.spans = {text: h.spans.get(text) or StepSpans(self._step) for text in texts}
-            for spans in h.spans.values():
-                spans.forget_before(oldest)
+            if forget:
+                for spans in h.spans.values():
+                    spans.forget_before(oldest)
         return self._handed
 
     async def _run(
         self, jobs: list[_Job], owners: Mapping[str, Mapping[tuple[str, str], Key]]
     ) -> dict[Key, PromError]:
-        """Fetch each job's steps into its consumer, waiting at most `wait_seconds`. A
-        fetch still asking then finishes the query it has in flight, keeps the answer for
-        the next tick and asks nothing more; one not yet begun is dropped, asked again next
-        tick. Returns why each workload a query failed was left short."""
+        """Fetch each job's steps into its consumer, waiting at most `wait_seconds` for the
+        fetches of what is new, and the backfills no longer than those. A fetch still
+        asking then finishes the query it has in flight, keeps the answer for the next
+        tick and asks nothing more; one not yet begun is dropped, asked again next tick.
+        Returns why each workload a query failed was left short."""
         lane, backfill_lane = self._lanes.open(), asyncio.Semaphore(BACKFILL_CONCURRENCY)
         errors: list[tuple[list[Key], PromError]] = []
         started: dict[asyncio.Task[PromError | None], tuple[_Job, _Fetch]] = {}
@@ -340,13 +376,33 @@ class PromGather:
             fetch.task = asyncio.create_task(self._fetch_in(sem, job, fetch))
             started[fetch.task] = (job, fetch)
 
+        def begun(task: asyncio.Task[PromError | None]) -> bool:
+            return started[task][1].asking
+
         def fresh_keys(tasks: set[asyncio.Task[PromError | None]]) -> list[JobKey]:
             return [key for key in (started[task][0].key for task in tasks) if not key[1]]
 
         if started:
-            done, detached = await wait_or_detach(
-                started.keys(), self._wait, begun=lambda task: started[task][1].asking
-            )
+            fresh = {task for task, (job, _) in started.items() if not job.key[1]}
+            backfills = started.keys() - fresh
+            try:
+                if fresh:
+                    done, detached = await wait_or_detach(fresh, self._wait, begun=begun)
+                else:
+                    done, detached = set(), set()
+                    await asyncio.sleep(0)  # a backfill begins all the same
+            except asyncio.CancelledError:
+                for task in backfills:
+                    task.cancel()
+                raise
+            # A tick is not held up for a backfill: it asks on while the fresh fetches do.
+            for task in backfills:
+                if task.done():
+                    done.add(task)
+                elif begun(task):
+                    detached.add(task)
+                else:
+                    task.cancel()
             for task in done:
                 if (err := task.result()) is not None:
                     errors.append((started[task][0].short, err))
@@ -369,11 +425,11 @@ class PromGather:
             return await self._fetch(job, fetch)
 
     async def _fetch(self, job: _Job, fetch: _Fetch) -> PromError | None:
-        """Fetch the job's steps, in chunks of at most MAX_POINTS_PER_QUERY (a first tick
-        backfills the whole history), each chunk into the tick's consumer while it waits;
-        returns why it failed, None when it did not. Once the tick stops waiting, the
-        answer in flight is kept and no more asked: a late backfill holds one chunk, not
-        half an hour of every pod."""
+        """Fetch the job's steps, in chunks of at most MAX_POINTS_PER_QUERY (a query's first
+        fetch reaches back over the whole history), each chunk into the tick's consumer
+        while it waits; returns why it failed, None when it did not. Once the tick stops
+        waiting, the answer in flight is kept and no more asked: a late fetch holds one
+        chunk, not half an hour of every pod."""
         span = job.span()
         if span is None:
             return None
@@ -395,8 +451,8 @@ class PromGather:
                 self._stats.query_seconds += time.monotonic() - begun
             if fetch.sink is None:
                 fetch.kept = (start, chunk_end, answer)
-            elif (err := self._take(job.key, start, chunk_end, answer, fetch.sink)) is not None:
-                return err
+            elif (failed := self._take(job.key, start, chunk_end, answer, fetch.sink)) is not None:
+                return failed
             start = chunk_end + step
         return None
 
@@ -425,9 +481,13 @@ class PromGather:
     def _start(self, text: str, end: float) -> float:
         """Where a fetch of what is new of `text` up to `end` starts: after what was
         fetched of it, and no further back than the history."""
-        return max(
-            self._fetched_until.get(text, -math.inf) + self._step, end - self._history_seconds
-        )
+        return max(self._fetched_until.get(text, -math.inf) + self._step, self._oldest(end))
+
+    def _oldest(self, end: float) -> float:
+        """The oldest step of the history up to `end`: on the steps' grid, where a step
+        does not divide the history too (a fetch from off it answers other times than
+        the fetches after it, and no sum of two queries would meet)."""
+        return end - math.floor(self._history_seconds / self._step) * self._step
 
     @staticmethod
     def _add_queued(

@@ -37,8 +37,22 @@ class StepSpans:
         self._spans = kept
 
     def holds(self, t: float) -> bool:
-        half = self._step / 2
-        return any(a - half <= t <= b + half for a, b in self._spans)
+        return self.holds_any(t, t)
+
+    def holds_any(self, first: float, last: float) -> bool:
+        """Whether any time from `first` to `last` was handed: mostly not (what is new),
+        which spares a look at each sample."""
+        half, spans = self._step / 2, self._spans
+        if not spans or first > spans[-1][1] + half:
+            return False  # past the newest run: what is new, every tick
+        return any(a - half <= last and first <= b + half for a, b in spans)
+
+    def covers(self, first: float, last: float) -> bool:
+        """Whether every time from `first` to `last` was handed."""
+        half, spans = self._step / 2, self._spans
+        if len(spans) == 1:  # handed every time since it began: a look, not a walk
+            return spans[0][0] - half <= first and last <= spans[0][1] + half
+        return not self.gaps(first, last)
 
     def gaps(self, first: float, last: float) -> list[tuple[float, float]]:
         """The runs of step times from `first` to `last` not handed, oldest first."""

@@ -211,16 +211,17 @@ class HoldsTheOld(Answers):
 
 async def test_a_backfill_never_holds_up_what_is_new() -> None:
     """U joins V's queries while Prometheus cannot answer the backfill: V's and U's fresh
-    samples still come every tick (the backfill has a lane of its own), and U's history
-    comes when the backfill answers."""
+    samples still come every tick (the backfill has a lane of its own), the tick does not
+    wait for it (an hour's wait: a tick that waited would never end here), and U's
+    history comes when the backfill answers."""
     v, u = workload("b"), workload("a")
     workloads = {v.key: v, u.key: u}
     prom = HoldsTheOld()
-    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=0.05)
+    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=3600)
     await gather.gather(ticks_of("V", V=v, U=u), workloads, 1000)
     prom.hold_before = 1001
     for now in (1005, 1010, 1015):
-        await gather.gather(ticks_of("VU", V=v, U=u), workloads, now)
+        await asyncio.wait_for(gather.gather(ticks_of("VU", V=v, U=u), workloads, now), 30)
         assert v.history.latest_time("queue_depth") == now
         assert u.history.latest_time("queue_depth") == now
     assert len(u.history.observe(1015, ()).queue_depth.times) == 15  # 1001..1015 only
@@ -332,3 +333,35 @@ async def test_every_workload_ends_with_what_it_would_have_fetched_alone(seed: i
             w.history._times["queue_depth"], w.history._values["queue_depth"], strict=True
         ):
             assert value == pods + t % 7 + (gateway_queue(t) if gw else 0.0), (name, t)
+
+
+async def test_a_gateway_taken_out_of_the_spec_leaves_no_gap() -> None:
+    """W's gateway query failed at 1005, so its pods' part of those times waited for it.
+    The spec then dropped the gateway (the history kept): the waiting sums went, and the
+    pods' times they held must be handed again, not stay a gap for good."""
+    w, v = workload("a", "sum(gateway_waiting)"), workload("b")
+    prom = Logged()
+    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
+    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1000)
+    prom.fail = {"gateway_waiting"}
+    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1005)
+    prom.fail = set()
+    w = workload("a", old=w)
+    for now in (1010, 1015):
+        await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, now)
+    queue = w.history.observe(1015, ()).queue_depth
+    assert queue.times == tuple(float(t) for t in range(955, 1016))
+    assert dict(zip(queue.times, queue.values, strict=True))[1003.0] == 200.0
+
+
+async def test_a_step_that_does_not_divide_the_history_still_meets_the_sums() -> None:
+    """--scrape-interval-seconds 7 with a 60 s history: a fetch from `end - 60` asked
+    off the steps' grid, so a joining gateway workload's sums met only half: the pods'
+    200 alone at one time, the gateway's 7 alone at the next."""
+    w, v = workload("a", "sum(gateway_waiting)"), workload("b")
+    gather = PromGather(Logged(), Stats(), step_seconds=7.0, history_seconds=60, wait_seconds=5)
+    await gather.gather(ticks_of("V", V=v, W=w), {w.key: w, v.key: v}, 1001)
+    for now in (1008, 1015, 1022):
+        await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, now)
+    queue = w.history.observe(1022, ()).queue_depth
+    assert len(queue.values) == 9 and set(queue.values) == {207.0}

@@ -66,3 +66,5 @@ def test_gaps_and_what_was_handed_are_every_step_once(runs, lo, width) -> None:
     assert len(in_gaps) == len(set(in_gaps))
     assert set(in_gaps) == set(range(lo, hi + 1)) - handed
     assert all(s.holds(k * step) == (k in handed) for k in range(lo, hi + 1))
+    assert s.holds_any(lo * step, hi * step) == bool(handed & set(range(lo, hi + 1)))
+    assert s.covers(lo * step, hi * step) == (set(range(lo, hi + 1)) <= handed)
