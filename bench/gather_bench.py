@@ -27,6 +27,17 @@ from gpufleet.autoscaler.core.replicas import PodState
 from gpufleet.autoscaler.core.spec import parse_spec
 
 STEP, HISTORY = 5.0, 1800.0
+# the vLLM preset's summed signals, each answered at every step by the stand-in (its
+# histogram ones have no `le` series here)
+PRESET_SIGNALS = (
+    "arrival_rate",
+    "queue_depth",
+    "in_flight",
+    "completion_rate",
+    "prompt_tokens_rate",
+    "ttft_sum_rate",
+    "prefill_sum_rate",
+)
 
 
 class StandIn:
@@ -111,8 +122,13 @@ async def measure(n: int, ticks: int) -> list[tuple[str, float, float]]:
     run.prom.pods.append(("joiner", "joiner-0"))
     everyone.append(joiner)
     full = round(HISTORY / STEP) + 1
+
+    def lacking() -> bool:
+        obs = joiner.history.observe(run.now - STEP, ())
+        return any(len(getattr(obs, s).times) < full for s in PRESET_SIGNALS)
+
     join = [await run.tick(everyone)]
-    while len(joiner.history.observe(run.now - STEP, ()).queue_depth.times) < full:
+    while lacking():
         join.append(await run.tick(everyone))
     rng = random.Random(1)
     out = []
@@ -130,7 +146,7 @@ async def measure(n: int, ticks: int) -> list[tuple[str, float, float]]:
 
     return [
         ("steady", *mean(steady)),
-        (f"one joins: the {len(join)} ticks until it holds {full} samples", *mean(join)),
+        (f"one joins: the {len(join)} ticks until it holds {full} samples of each", *mean(join)),
         ("2% sat out the tick before", *mean(out)),
     ]
 
