@@ -83,6 +83,12 @@ class SelfMetrics:
             value=s.late_queries,
         )
         yield CounterMetricFamily(
+            f"{P}backfill_queries",
+            "Prometheus queries for times a workload lacked: one that joined a query others "
+            "send, or came back from ticks it sat out. Counted in queries too.",
+            value=s.backfill_queries,
+        )
+        yield CounterMetricFamily(
             f"{P}busy_steps",
             "Workload steps (their API writes) still running when a tick stopped waiting; "
             "the workload sat out later ticks until they ended.",

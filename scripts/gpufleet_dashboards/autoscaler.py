@@ -83,10 +83,17 @@ def autoscaler() -> dict:
                 "sum by (instance) (increase(gpufleet_autoscaler_busy_steps_total[$__rate_interval]))",
                 "{{instance}} busy steps",
             ),
+            target(
+                "sum by (instance) (increase(gpufleet_autoscaler_backfill_queries_total[$__rate_interval]))",
+                "{{instance}} backfill queries",
+            ),
             description="Prometheus queries still answering, and workload steps (their API "
             "writes) still running, when a tick stopped waiting (--tick-seconds). A few at "
             "startup are the history's backfill; a steady count is a slow query override or a "
-            "hung admission webhook: that workload acts late, and no other.",
+            "hung admission webhook: that workload acts late, and no other. Backfill queries "
+            "fetch the times a workload lacked (one that joined a query others send, or came "
+            "back from ticks it sat out); a steady count is a workload that keeps sitting "
+            "ticks out.",
             h=5,
         ),
         row("Demand and signals (the vLLM preset's)"),

@@ -68,3 +68,11 @@ def test_a_standby_serves_no_per_workload_series() -> None:
     assert not [line for line in lines if 'workload="' in line]
     assert "gpufleet_autoscaler_leader 0.0" in lines
     assert "gpufleet_autoscaler_ticks_total 5.0" in lines  # its own health, still served
+
+
+def test_backfill_queries_are_served_beside_all_queries() -> None:
+    registry = CollectorRegistry()
+    registry.register(SelfMetrics(lambda: Stats(queries=12, backfill_queries=3)))
+    lines = generate_latest(registry).decode().splitlines()
+    assert "gpufleet_autoscaler_backfill_queries_total 3.0" in lines
+    assert "gpufleet_autoscaler_queries_total 12.0" in lines

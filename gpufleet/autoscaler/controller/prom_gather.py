@@ -448,6 +448,8 @@ class PromGather:
             finally:
                 fetch.asking = False
                 self._stats.queries += 1
+                if job.key[1]:
+                    self._stats.backfill_queries += 1
                 self._stats.query_seconds += time.monotonic() - begun
             if fetch.sink is None:
                 fetch.kept = (start, chunk_end, answer)

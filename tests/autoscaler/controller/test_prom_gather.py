@@ -150,16 +150,19 @@ async def test_a_workload_joining_a_shared_query_gets_its_history(schedule) -> N
     forecast on seconds of history, or a gap for good. The times it lacks are fetched
     again for it; once it has them, one fetch of what is new serves both again."""
     w, v = workload("a"), workload("b")
-    prom = Logged()
-    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
+    prom, stats = Logged(), Stats()
+    gather = PromGather(prom, stats, step_seconds=1.0, history_seconds=60, wait_seconds=5)
     for now, members in schedule:
         await gather.gather(ticks_of(members, V=v, W=w), {w.key: w, v.key: v}, now)
     end = schedule[-1][0]
     for x in (v, w):
         queue = x.history.observe(end, ()).queue_depth
         assert queue.times == tuple(float(t) for t in range(end - 60, end + 1))
+    backfills = stats.backfill_queries
+    assert backfills == len(w.queries)  # one per query W lacked (the self-metric)
     before = len(prom.asked)
     await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, end + 5)
+    assert stats.backfill_queries == backfills
     assert {(start, stop) for _, start, stop in prom.asked[before:]} == {(end + 1, end + 5)}
     assert len(prom.asked) - before == len({t for t, _, _ in prom.asked})  # once each
 
