@@ -55,7 +55,7 @@ QUERY_CONCURRENCY = 2
 # A lane of its own for backfills: they never take a slot from what is new, and one always
 # begins, in a tick that waits on a slow Prometheus too.
 BACKFILL_CONCURRENCY = 1
-FORGET_EVERY_STEPS = 64  # how often the times handed before the history are dropped
+FORGET_EVERY_STEPS = 64  # how often, in steps, the times handed before the history go
 MAX_POINTS_PER_QUERY = 60  # per series: a long range arrives in answers of bounded size
 
 V = TypeVar("V")
@@ -136,6 +136,7 @@ class PromGather:
         # query once in as many ticks as there are queries.
         self._lanes: Lanes[JobKey] = Lanes(QUERY_CONCURRENCY)
         self._handed: dict[Key, _Handed] = {}
+        self._forgot_at = -math.inf  # the oldest step when handed times were last dropped
 
     def close(self) -> None:
         """Cancel the fetches still answering (at shutdown)."""
@@ -157,11 +158,7 @@ class PromGather:
         owners: dict[str, dict[tuple[str, str], Key]] = {}
         wanted: dict[str, tuple[SignalQuery, list[tuple[Key, str]]]] = {}
         all_pods = {}
-        # A workload with a gateway: its queue depth is its pods' plus what the gateway
-        # holds, summed per sample time and added once each of its queries has handed it
-        # that time (`_add_queued`): the texts each such workload's sum waits for.
         gateways: dict[str, list[Key]] = {}
-        summed: dict[Key, list[str]] = {}
         for t in ticks:
             key = t.workload.key
             pods = {(p.namespace, p.name): key for p in t.pods}
@@ -171,10 +168,14 @@ class PromGather:
                 owners.setdefault(text, {}).update(pods)
             if t.workload.gateway_query:
                 gateways.setdefault(t.workload.gateway_query, []).append(key)
-                summed[key] = [t.workload.gateway_query] + [
-                    text for text, _, signal in t.workload.queries if signal == "queue_depth"
-                ]
-        handed = self._hand_over(ticks, workloads, summed, oldest)
+        handed = self._hand_over(ticks, workloads, oldest)
+        # A workload with a gateway: its queue depth is its pods' plus what the gateway
+        # holds, summed per sample time and added once each of its queries has handed it
+        # that time (`_add_queued`): the texts each such workload's sum waits for.
+        summed: dict[Key, tuple[str, ...]] = {}
+        for t in ticks:
+            if texts := handed[t.workload.key].summed:
+                summed[t.workload.key] = texts
         # a fetch started now keeps this tick's pods only: a chain of late answers would
         # otherwise carry every pod it ever saw
         asking = {text: dict(pods) for text, pods in owners.items()}
@@ -315,40 +316,40 @@ class PromGather:
         return failed
 
     def _hand_over(
-        self,
-        ticks: list[Tick],
-        workloads: Mapping[Key, Workload],
-        summed: Mapping[Key, list[str]],
-        oldest: float,
+        self, ticks: list[Tick], workloads: Mapping[Key, Workload], oldest: float
     ) -> dict[Key, _Handed]:
         """What each workload was handed: kept while its history lives (a workload that sat
         a tick out comes back to it), for the queries it sends now, as far back as the
         history reaches."""
-        # Now and then: a run costs two floats, and a tick adds at most one.
-        forget = round(oldest / self._step) % FORGET_EVERY_STEPS == 0
         self._handed = {
             key: h
             for key, h in self._handed.items()
             if key in workloads and h.history is workloads[key].history
         }
+        # Now and then, for every workload (one sitting ticks out too): a run costs two
+        # floats, and a tick adds at most one per query.
+        if oldest - self._forgot_at >= FORGET_EVERY_STEPS * self._step:
+            self._forgot_at = oldest
+            for h in self._handed.values():
+                for spans in h.spans.values():
+                    spans.forget_before(oldest)
         for t in ticks:
             key, w = t.workload.key, t.workload
             h = self._handed.setdefault(key, _Handed(w.history))
             if h.queries is not w.queries or h.gateway != w.gateway_query:  # a new spec
                 h.queries, h.gateway = w.queries, w.gateway_query
-                if h.summed != tuple(summed.get(key, ())):
+                queue = (text for text, _, signal in w.queries if signal == "queue_depth")
+                summed = (w.gateway_query, *queue) if w.gateway_query else ()
+                if h.summed != summed:
                     # The sums waiting are dropped: their queries, the old and the new,
                     # are handed again from the start, each part once (the history keeps
                     # the samples it holds).
                     h.queued.clear()
-                    for text in {*h.summed, *summed.get(key, ())}:
+                    for text in {*h.summed, *summed}:
                         h.spans.pop(text, None)
-                    h.summed = tuple(summed.get(key, ()))
+                    h.summed = summed
                 texts = {text for text, _, _ in w.queries} | ({w.gateway_query} - {""})
                 h.spans = {text: h.spans.get(text) or StepSpans(self._step) for text in texts}
-            if forget:
-                for spans in h.spans.values():
-                    spans.forget_before(oldest)
         return self._handed
 
     async def _run(
@@ -493,7 +494,7 @@ class PromGather:
 
     @staticmethod
     def _add_queued(
-        workload: Workload, handed: _Handed, texts: list[str], *, oldest: float
+        workload: Workload, handed: _Handed, texts: tuple[str, ...], *, oldest: float
     ) -> None:
         """Add a gateway workload's summed queue depth for the times each of `texts` has
         handed it; keep the rest until they have. A time older than `oldest` is dropped,

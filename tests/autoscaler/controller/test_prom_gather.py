@@ -10,7 +10,7 @@ import random
 import pytest
 from helpers.autoscalers import pod, workload
 
-from gpufleet.autoscaler.controller.prom_gather import PromGather
+from gpufleet.autoscaler.controller.prom_gather import FORGET_EVERY_STEPS, PromGather
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.workload import Tick, Workload
 from gpufleet.autoscaler.core.gather import RangeSeries
@@ -368,3 +368,34 @@ async def test_a_step_that_does_not_divide_the_history_still_meets_the_sums() ->
         await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, now)
     queue = w.history.observe(1022, ()).queue_depth
     assert len(queue.values) == 9 and set(queue.values) == {207.0}
+
+
+class HoldsTheBackfills(Answers):
+    """Answers a range reaching up to `now` at once; holds any other (a backfill) for good."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.never = asyncio.Event()
+
+    async def query_range(self, text: str, *, start: float, end: float, step: float):
+        if end < self.now:
+            await self.never.wait()
+        return await super().query_range(text, start=start, end=end, step=step)
+
+
+async def test_what_was_handed_before_the_history_is_forgotten() -> None:
+    """W sits out every other tick and its backfills never answer, so each absence leaves a
+    run of handed times of its own. Ticks two steps apart from an odd step: a forgetting
+    that waited for a step divisible by its period never came, and the runs grew for as
+    long as the controller ran."""
+    w, v = workload("a"), workload("b")
+    prom = HoldsTheBackfills()
+    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
+    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 999)  # all answered
+    for i in range(400):
+        prom.now = now = 1001 + 2 * i
+        members = "VW" if i % 2 == 0 else "V"
+        await gather.gather(ticks_of(members, V=v, W=w), {w.key: w, v.key: v}, now)
+    runs = max(len(spans._spans) for spans in gather._handed[w.key].spans.values())
+    assert runs <= (FORGET_EVERY_STEPS + 60) // 4 + 1
+    gather.close()
