@@ -1,7 +1,9 @@
 """Prometheus' HTTP API (`/api/v1/query_range`), with plain aiohttp.
 
 The popular Python client is synchronous and pulls in pandas; the controller needs one
-endpoint, a timeout per query and its errors sorted by kind. Answers are parsed into
+endpoint, a timeout per query and its errors sorted by kind. A query is sent as GET, which
+any read-only proxy passes, unless its parameters are too long for a request line: then as
+the API's form-encoded POST. Answers are parsed into
 `RangeSeries` (labels and (time, value) samples); NaN and infinite samples are dropped,
 since a policy must see a missing value as missing, never as a number.
 """
@@ -12,6 +14,7 @@ import math
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 
@@ -21,6 +24,10 @@ from gpufleet.core.messages import cut, shown
 # An error's text goes into a log line and every workload's status condition: a 200 KB
 # error page became a 200 KB line and condition message.
 MAX_ERROR_CHARS = 500
+# Parameters longer than this go in a POST body: a 1.1 MB `signals.queries` override got
+# HTTP 431 from Prometheus itself as GET, and proxies refuse request lines of 8 KB (nginx,
+# Apache) or less. Every preset query is far shorter, so their requests are as before.
+MAX_GET_PARAMS_BYTES = 4096
 
 
 class PromErrorKind(StrEnum):
@@ -56,15 +63,21 @@ class PromClient:
     ) -> tuple[RangeSeries, ...]:
         """A matrix query. Raises PromError."""
         params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        data = await self._get("/api/v1/query_range", params)
+        data = await self._ask("/api/v1/query_range", params)
         return parse_matrix(data, start=start, end=end)
 
-    async def _get(self, path: str, params: Mapping[str, str]) -> Any:
+    async def _ask(self, path: str, params: Mapping[str, str]) -> Any:
         if self._session is None:
             self._session = aiohttp.ClientSession()
+        url = f"{self._url}{path}"
+        form = urlencode(params)
         try:
             async with asyncio.timeout(self._timeout):
-                async with self._session.get(f"{self._url}{path}", params=params) as resp:
+                if len(form) <= MAX_GET_PARAMS_BYTES:
+                    request = self._session.get(url, params=params)
+                else:
+                    request = self._session.post(url, data=form, headers=_FORM)
+                async with request as resp:
                     body = await resp.read()
                     status = resp.status
         except TimeoutError:
@@ -74,6 +87,9 @@ class PromClient:
         except aiohttp.ClientError as err:
             raise PromError(PromErrorKind.UNAVAILABLE, f"{type(err).__name__}: {err}") from None
         return _payload(status, body)
+
+
+_FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 def _payload(status: int, body: bytes) -> Any:

@@ -98,6 +98,56 @@ async def test_real_prometheus_nan_and_infinities_are_dropped(tmp_path: Path) ->
     assert [value for _, value in samples["two"]] == [2.0] * 7
 
 
+@pytest.mark.prometheus
+async def test_real_prometheus_answers_a_query_too_long_for_a_request_line(
+    tmp_path: Path,
+) -> None:
+    """A 1.1 MB `signals.queries` override: Prometheus answered 431 to it as GET."""
+    require("prometheus")
+    prometheus = Prometheus(tmp_path / "prom", "127.0.0.1:1")
+    client = PromClient(f"http://127.0.0.1:{prometheus.port}")
+    try:
+        await asyncio.to_thread(
+            wait_for, lambda: prometheus.query("vector(1)"), timeout=30, what="Prometheus"
+        )
+        now = time.time()
+        query = "vector(2) # " + "x" * 1_100_000  # a PromQL comment, to the end of the line
+        (series,) = await client.query_range(query, start=now - 10, end=now, step=5)
+    finally:
+        await client.close()
+        prometheus.stop()
+    assert [value for _, value in series.samples] == [2.0] * 3
+
+
+async def test_a_short_query_is_a_get_and_a_long_one_a_form_post() -> None:
+    """GET as before wherever it fits (a read-only proxy may pass nothing else); the same
+    parameters in the body where they would not fit a request line."""
+    asked: list[tuple[str, dict[str, str]]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        form = await request.post() if request.method == "POST" else request.query
+        asked.append((request.method, dict(form)))
+        return web.json_response(MATRIX)
+
+    app = web.Application(client_max_size=4 * 2**20)
+    app.router.add_route("*", "/api/v1/query_range", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    client = PromClient(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    long = "up # " + "x" * 100_000
+    try:
+        for query in ("up", long):
+            (series,) = await client.query_range(query, start=0, end=30, step=5)
+            assert series.samples == ((10.0, 1.5), (25.0, 2.0))
+    finally:
+        await client.close()
+        await runner.cleanup()
+    params = {"start": "0.000", "end": "30.000", "step": "5"}
+    assert asked == [("GET", {"query": "up", **params}), ("POST", {"query": long, **params})]
+
+
 @pytest.mark.parametrize(
     ("response", "delay", "kind"),
     [
