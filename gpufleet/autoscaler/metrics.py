@@ -72,7 +72,11 @@ class SelfMetrics:
             errors.add_metric([kind], value)
         yield errors
         yield CounterMetricFamily(f"{P}ticks", "Control loop passes.", value=s.ticks)
-        yield CounterMetricFamily(f"{P}queries", "Prometheus queries sent.", value=s.queries)
+        yield CounterMetricFamily(
+            f"{P}queries",
+            "Prometheus range queries sent (its clock's reading is not one).",
+            value=s.queries,
+        )
         yield CounterMetricFamily(
             f"{P}query_seconds", "Time spent in Prometheus queries.", value=s.query_seconds
         )
@@ -96,6 +100,12 @@ class SelfMetrics:
         )
         yield CounterMetricFamily(
             f"{P}reconcile_seconds", "Time spent in control loop passes.", value=s.reconcile_seconds
+        )
+        yield GaugeMetricFamily(
+            f"{P}clock_lead_seconds",
+            "How far this machine's clock leads Prometheus' (negative: trails), taken off it: "
+            "the loop runs on Prometheus' time. 0 within a second.",
+            value=s.clock_lead_seconds,
         )
         yield GaugeMetricFamily(f"{P}leader", "1 while this replica writes.", value=int(s.leader))
         if self._server is not None:

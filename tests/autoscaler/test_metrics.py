@@ -76,3 +76,10 @@ def test_backfill_queries_are_served_beside_all_queries() -> None:
     lines = generate_latest(registry).decode().splitlines()
     assert "gpufleet_autoscaler_backfill_queries_total 3.0" in lines
     assert "gpufleet_autoscaler_queries_total 12.0" in lines
+
+
+def test_the_clock_lead_is_served() -> None:
+    registry = CollectorRegistry()
+    registry.register(SelfMetrics(lambda: Stats(clock_lead_seconds=-60.5)))
+    lines = generate_latest(registry).decode().splitlines()
+    assert "gpufleet_autoscaler_clock_lead_seconds -60.5" in lines

@@ -10,7 +10,7 @@ workload's `SignalHistory`, the one the replay fills (`prom_gather`). A workload
 history; the controller writes the scale subresource only when the count changes, keeps the
 headroom (`headroom`), and writes status only when it says something new, and an Event
 (`status_writer`). Only the leader writes; a follower gathers and decides, so it takes over
-warm.
+warm. A tick runs on Prometheus' time, since the samples' times are its (`prom_clock`).
 
 Hold, never guess: a failed query holds the count for that tick (never lower), with a
 MissingMetrics condition; a bad spec is a condition and an event naming the field, and its
@@ -30,6 +30,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from gpufleet.autoscaler.controller.headroom import HeadroomKeeper, fit_to_nodepools
+from gpufleet.autoscaler.controller.prom_clock import PromClock
 from gpufleet.autoscaler.controller.prom_gather import PromGather
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.status_writer import StatusWriter, timestamp
@@ -112,6 +113,7 @@ class Controller:
             history_seconds=self._config.history_seconds,
             wait_seconds=self._config.wait_seconds,
         )
+        self._prom_clock = PromClock(prom, clock, self.stats, log)
         self._steps = Steps(self.stats, log, wait_seconds=self._config.wait_seconds)
         self._headroom = HeadroomKeeper(cluster, self.stats)
         self._status = StatusWriter(cluster, events, self.stats, is_leader=is_leader)
@@ -129,12 +131,19 @@ class Controller:
     async def tick(self) -> None:
         """One pass over every GPUAutoscaler. Raises only if the API cannot list them."""
         started = time.monotonic()
-        now = self._clock()
+        local = self._clock()
+        # Prometheus' time is read while the API lists: the samples' times are its.
+        reading = asyncio.create_task(self._prom_clock.read())
         # Taken before the listing: a step that ends during it acted on an older view.
         busy = self._steps.busy()
         # On a thread of its own: steps held by a hung webhook may fill the default pool.
         loop = asyncio.get_running_loop()
-        view = await loop.run_in_executor(_LISTER, self._cluster.view)
+        try:
+            view = await loop.run_in_executor(_LISTER, self._cluster.view)
+        except BaseException:
+            reading.cancel()
+            raise
+        now = local - await reading
         pods = view.pods
         ticks, invalid, reports = self._sync(view.autoscalers)
         raised: set[Key] = set()

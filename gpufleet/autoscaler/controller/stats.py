@@ -22,6 +22,7 @@ class Stats:
     query_seconds: float = 0.0
     late_queries: int = 0  # still asking when a tick stopped waiting (`prom_gather`)
     backfill_queries: int = 0  # for times a workload lacked (`prom_gather`)
+    clock_lead_seconds: float = 0.0  # taken off this machine's clock (`prom_clock`)
     busy_steps: int = 0  # workload steps still running when a tick stopped waiting
     reconcile_seconds: float = 0.0
     leader: bool = False

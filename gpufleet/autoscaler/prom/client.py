@@ -1,11 +1,11 @@
-"""Prometheus' HTTP API (`/api/v1/query_range`), with plain aiohttp.
+"""Prometheus' HTTP API (`/api/v1/query_range`, and `time()` for its clock), with aiohttp.
 
-The popular Python client is synchronous and pulls in pandas; the controller needs one
-endpoint, a timeout per query and its errors sorted by kind. A query is sent as GET, which
+The popular Python client is synchronous and pulls in pandas; the controller needs two
+endpoints, a timeout per query and its errors sorted by kind. A query is sent as GET, which
 any read-only proxy passes, unless its parameters are too long for a request line: then as
-the API's form-encoded POST. Answers are parsed into
-`RangeSeries` (labels and (time, value) samples); NaN and infinite samples are dropped,
-since a policy must see a missing value as missing, never as a number.
+the API's form-encoded POST. Answers are parsed into `RangeSeries` (labels and (time,
+value) samples); NaN and infinite samples are dropped, since a policy must see a missing
+value as missing, never as a number.
 """
 
 import asyncio
@@ -65,6 +65,21 @@ class PromClient:
         params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
         data = await self._ask("/api/v1/query_range", params)
         return parse_matrix(data, start=start, end=end)
+
+    async def server_time(self) -> float:
+        """Prometheus' own clock: `time()` at its now (an instant query given no time).
+        Raises PromError."""
+        data = await self._ask("/api/v1/query", {"query": "time()"})
+        try:
+            if data["resultType"] != "scalar":
+                raise TypeError(f"a {data['resultType']} result")
+            now = float(data["result"][1])
+        except (TypeError, ValueError, KeyError, IndexError) as err:
+            message = cut(f"time(): not a scalar: {err}", MAX_ERROR_CHARS)
+            raise PromError(PromErrorKind.BAD_RESPONSE, message) from None
+        if not math.isfinite(now):
+            raise PromError(PromErrorKind.BAD_RESPONSE, f"time(): {now}")
+        return now
 
     async def _ask(self, path: str, params: Mapping[str, str]) -> Any:
         if self._session is None:

@@ -83,6 +83,7 @@ def controller(
     query_timeout: float = 5.0,
     query_wait: float = 1.0,
     feed: SnapshotFeed | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> tuple[Controller, PromClient]:
     prom = PromClient(prometheus_url, timeout_seconds=query_timeout)
     events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test-0")
@@ -92,7 +93,9 @@ def controller(
         headroom=headroom,
         wait_seconds=query_wait,
     )
-    ctl = Controller(Cluster(api), prom, events, config=config, is_leader=is_leader, feed=feed)
+    ctl = Controller(
+        Cluster(api), prom, events, config=config, is_leader=is_leader, feed=feed, clock=clock
+    )
     return ctl, prom
 
 
@@ -1106,6 +1109,27 @@ async def test_the_policy_sees_the_pods_prompt_length_histogram(
     assert list(rates) == [1000.0, 50000.0, math.inf]
     assert rates[50000.0] == rates[math.inf] == pytest.approx(20.0, rel=0.3)
     assert rates[1000.0] == pytest.approx(15.0, rel=0.3)
+
+
+@pytest.mark.parametrize(
+    "lead", [pytest.param(60.0, id="ahead"), pytest.param(-60.0, id="behind"), 0.0]
+)
+async def test_the_loop_runs_on_prometheus_time(
+    api: client.ApiClient, pod_prometheus: Prometheus, lead: float
+) -> None:
+    """A controller clock a minute ahead of Prometheus' asked for steps still to come: the
+    completion rate (an irate) was missing there for good, and the newest sample a minute
+    old, which the gpufleet policy reads as stale and holds on. A minute behind, it saw
+    every sample a minute late."""
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)
+    url = f"http://127.0.0.1:{pod_prometheus.port}"
+    ctl, prom = controller(api, url, clock=lambda: time.time() + lead)
+    obs = await seen_by_policy(ctl, prom)
+    assert obs.now == pytest.approx(time.time(), abs=2.0)
+    for signal in (obs.completion_rate, obs.queue_depth):
+        assert signal.times and obs.now - signal.times[-1] <= 2.0
+    assert ctl.stats.clock_lead_seconds == pytest.approx(lead, abs=1.0)
 
 
 @pytest.mark.parametrize(

@@ -119,6 +119,56 @@ async def test_real_prometheus_answers_a_query_too_long_for_a_request_line(
     assert [value for _, value in series.samples] == [2.0] * 3
 
 
+@pytest.mark.prometheus
+async def test_real_prometheus_tells_its_time(tmp_path: Path) -> None:
+    require("prometheus")
+    prometheus = Prometheus(tmp_path / "prom", "127.0.0.1:1")
+    client = PromClient(f"http://127.0.0.1:{prometheus.port}")
+    try:
+        await asyncio.to_thread(
+            wait_for, lambda: prometheus.query("vector(1)"), timeout=30, what="Prometheus"
+        )
+        sent = time.time()
+        server = await client.server_time()
+        received = time.time()
+    finally:
+        await client.close()
+        prometheus.stop()
+    assert sent - 0.001 <= server <= received + 0.001  # milliseconds, as it writes them
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param({"resultType": "vector", "result": []}, id="a-vector"),
+        pytest.param({"resultType": "scalar", "result": [1, "NaN"]}, id="nan"),
+        pytest.param({"resultType": "scalar", "result": [1, "soon"]}, id="not-a-number"),
+        pytest.param({"resultType": "scalar", "result": [1]}, id="no-value"),
+        pytest.param({"resultType": "scalar"}, id="no-result"),
+        pytest.param(["scalar"], id="not-an-object"),
+        pytest.param(None, id="no-data"),
+    ],
+)
+async def test_a_time_that_is_not_a_number_is_a_bad_response(data) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": data})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    client = PromClient(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    try:
+        with pytest.raises(PromError) as err:
+            await client.server_time()
+    finally:
+        await client.close()
+        await runner.cleanup()
+    assert err.value.kind is PromErrorKind.BAD_RESPONSE
+
+
 async def test_a_short_query_is_a_get_and_a_long_one_a_form_post() -> None:
     """GET as before wherever it fits (a read-only proxy may pass nothing else); the same
     parameters in the body where they would not fit a request line."""

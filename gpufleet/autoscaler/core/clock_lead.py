@@ -1,0 +1,21 @@
+"""How far this machine's clock leads Prometheus', from one reading of Prometheus' time.
+
+Sample times are Prometheus'. A controller clock ahead of it asked for steps still to come:
+their `irate` signals were missing for good (those times counted as fetched), and past the
+policies' 20 s the newest sample looked stale, so every count held. A clock behind it saw
+each sample that much late. A reading bounds Prometheus' time between the ask and the
+answer: the lead is known to within half the round trip, and only what lies beyond that
+and beyond a second is taken, so clocks NTP keeps leave every time as it was.
+"""
+
+MIN_LEAD_SECONDS = 1.0
+
+
+def clock_lead(sent: float, received: float, server: float) -> float:
+    """The lead (negative: how far it trails) of the clock that read `sent` when it asked
+    and `received` when Prometheus answered `server` as its time; 0 within the reading's
+    uncertainty or a second."""
+    lead = (sent + received) / 2 - server
+    if abs(lead) - (received - sent) / 2 <= MIN_LEAD_SECONDS:
+        return 0.0
+    return lead
