@@ -10,7 +10,10 @@ series per pod, and the CPU it spends building answers is left out. Rows:
 - sat out: every other tick 2% of the workloads sit it out (their target could not be
   read), and come back the next, with the times they missed fetched for them.
 
-    python3 -m bench.gather_bench [--workloads 1000] [--ticks 20]
+`--latency-ms` holds each answer that long: a backfill asks only while the fresh fetches
+do, so how many ticks a joiner takes depends on how long Prometheus takes to answer.
+
+    python3 -m bench.gather_bench [--workloads 1000] [--ticks 20] [--latency-ms 0]
 """
 
 import argparse
@@ -43,7 +46,8 @@ PRESET_SIGNALS = (
 class StandIn:
     """Every step of every query answered, one series per pod; counts its own CPU."""
 
-    def __init__(self) -> None:
+    def __init__(self, latency_seconds: float) -> None:
+        self.latency = latency_seconds
         self.pods: list[tuple[str, str]] = []
         self.cpu = 0.0
         self.queries = 0
@@ -58,7 +62,7 @@ class StandIn:
             for ns, name in self.pods
         )
         self.cpu += time.process_time() - begun
-        await asyncio.sleep(0)  # an answer comes over the network
+        await asyncio.sleep(self.latency)  # an answer comes over the network
         return answer
 
 
@@ -92,8 +96,8 @@ def tick(w: Workload) -> Tick:
 
 
 class Run:
-    def __init__(self, n: int) -> None:
-        self.prom = StandIn()
+    def __init__(self, n: int, latency_seconds: float) -> None:
+        self.prom = StandIn(latency_seconds)
         self.gather = PromGather(
             self.prom, Stats(), step_seconds=STEP, history_seconds=HISTORY, wait_seconds=60
         )
@@ -111,8 +115,8 @@ class Run:
         return spent, self.prom.queries - queries
 
 
-async def measure(n: int, ticks: int) -> list[tuple[str, float, float]]:
-    run = Run(n)
+async def measure(n: int, ticks: int, latency_seconds: float) -> list[tuple[str, float, float]]:
+    run = Run(n, latency_seconds)
     everyone = list(run.workloads.values())
     for _ in range(3):  # the first ticks fetch the whole history for everyone
         await run.tick(everyone)
@@ -155,9 +159,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", type=int, default=1000)
     parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument(
+        "--latency-ms", type=float, default=0.0, help="how long each answer is held"
+    )
     args = parser.parse_args()
-    rows = asyncio.run(measure(args.workloads, args.ticks))
-    print(f"# gpufleet gather benchmark: {args.workloads:,} workloads\n")
+    if args.latency_ms < 0:
+        parser.error(f"--latency-ms: {args.latency_ms:g} is below 0")
+    rows = asyncio.run(measure(args.workloads, args.ticks, args.latency_ms / 1000))
+    held = f", each answer held {args.latency_ms:g} ms" if args.latency_ms else ""
+    print(f"# gpufleet gather benchmark: {args.workloads:,} workloads{held}\n")
     print("| tick | gather CPU ms / tick | queries / tick | x steady |")
     print("|---|---:|---:|---:|")
     base = rows[0][1]

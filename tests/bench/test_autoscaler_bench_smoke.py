@@ -142,7 +142,7 @@ def test_controller_bench_prints_a_row_per_workload_count(tmp_path: Path) -> Non
 
 
 def test_gather_bench_prints_what_a_join_costs_against_a_steady_tick() -> None:
-    run = run_bench("gather_bench", "--workloads", "3", "--ticks", "2")
+    run = run_bench("gather_bench", "--workloads", "3", "--ticks", "2", "--latency-ms", "1")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "| steady | " in run.stdout
     # the joiner holds its whole history within a few ticks, not 30 minutes of them
