@@ -69,6 +69,11 @@ def autoscaler() -> dict:
                     "{{instance}}",
                 ),
                 target("gpufleet_autoscaler_leader", "{{instance}} leader"),
+                target("gpufleet_autoscaler_clock_lead_seconds", "{{instance}} clock lead"),
+                description="Seconds per control loop pass, whether the replica is the "
+                "leader (right axis), and how far its clock leads Prometheus' (negative: "
+                "trails). The loop takes that lead off and runs on Prometheus' time; 0 within "
+                "a second. A lead that is not 0 is a clock NTP does not keep.",
                 unit="s",
                 h=5,
             )
