@@ -9,6 +9,7 @@ minutes to time out), releases the lease (so a standby takes over at once) and e
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -50,6 +51,12 @@ AUTH_REFRESH_SECONDS = 60.0
 log = logging.getLogger(__name__)
 PROG = "gpufleet autoscaler"
 GIL_SWITCH_SECONDS = 0.0001
+# The cycle collector's youngest generation runs every 10,000 net allocations of tracked
+# objects, not 700. A tick parses Prometheus answers and API lists into short-lived dicts
+# and lists; under the default thresholds enough of them lived through a young collection
+# to set off a full one, over every workload's state, once or twice a tick: a third of a
+# 1,000-workload tick's CPU (BENCHMARKS.md, "The cycle collector").
+GC_THRESHOLDS = (10_000, 10, 10)
 DESCRIPTION = """Scale GPU workloads from their serving engine's signals and GPU telemetry.
 
 Reads GPUAutoscaler resources (autoscaling.gpufleet.dev/v1alpha1), queries Prometheus for
@@ -67,9 +74,15 @@ KEDA (an external scaler over gRPC) that you already run:
 """
 
 
+def collect_cycles_less_often() -> None:
+    """The process's cycle collector at GC_THRESHOLDS (the controller bench sets it too)."""
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from_argv(AutoscalerSettings, prog=PROG, description=DESCRIPTION, argv=argv)
     setup_logging(debug=settings.debug, json_format=settings.log_format == "json")
+    collect_cycles_less_often()
     try:
         address = _address("--metrics-address", settings.metrics_address)
         signals = _SignalAddresses(
