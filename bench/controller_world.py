@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 import threading
+import time
 
 from aiohttp import web
 
@@ -100,6 +101,15 @@ def main() -> None:
         body = matrix(q["query"], n, float(q["start"]), float(q["end"]), float(q["step"]))
         return web.json_response(body)
 
+    async def clock(request: web.Request) -> web.Response:
+        """`time()`, the one instant query the controller asks (its clock's reading)."""
+        if request.query.get("query") != "time()":
+            return web.json_response({"status": "error", "error": "time() only"}, status=400)
+        now = time.time()
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "scalar", "result": [now, f"{now}"]}}
+        )
+
     async def counts(_: web.Request) -> web.Response:
         requests = list(server.requests)
         writes = [r for r in requests if r.method in ("POST", "PUT", "PATCH", "DELETE")]
@@ -116,6 +126,7 @@ def main() -> None:
     async def serve() -> None:
         app = web.Application()
         app.router.add_get("/api/v1/query_range", query_range)
+        app.router.add_get("/api/v1/query", clock)
         app.router.add_get("/counts", counts)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()

@@ -1,8 +1,13 @@
 """The loop's clock: this machine's, less how far it leads Prometheus' (`core.clock_lead`).
 
-Read each tick beside the listing, so it adds no wait; a reading that fails or takes more
-than a second keeps the lead last read (the gather reports an outage; a slow answer would
-bound nothing).
+Read each tick beside the API listing, so it adds no wait unless Prometheus answers slower
+than the API lists, and then at most a second: a slower answer would bound nothing, so
+it keeps the lead last read, as a failed reading does. Until a reading has come, the first
+is waited for as long as any query: the first tick's fetches mark how far each query was
+fetched, and marks set on a clock a minute ahead would hold a minute of fresh samples
+back once the lead was known. Readings that fail are logged as an outage (a proxy that
+passes only range queries, a backend whose `time()` is no scalar), not counted as errors:
+the loop then runs on this machine's clock, as it did before it read Prometheus'.
 """
 
 import asyncio
@@ -12,11 +17,15 @@ from collections.abc import Callable
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.core.clock_lead import clock_lead
 from gpufleet.autoscaler.prom.client import PromClient, PromError
+from gpufleet.logs import OutageLog
 
 READ_SECONDS = 1.0
 # A lead logged when it moves this far from the one last logged: never per tick, nor for
 # a lead that comes and goes around a second.
 LOG_CHANGE_SECONDS = 5.0
+# Failed readings are said when they start and end, and reminded of daily: a backend that
+# cannot answer `time()` fails every tick for good.
+REMIND_SECONDS = 86_400.0
 
 
 class PromClock:
@@ -28,16 +37,29 @@ class PromClock:
         self._stats = stats
         self._log = log
         self._logged = 0.0
+        self._read = False  # a reading has come
+        self._failing = OutageLog(
+            log,
+            "cannot read Prometheus' clock (time()); the loop keeps the lead last read",
+            remind_seconds=REMIND_SECONDS,
+        )
 
     async def read(self) -> float:
         """Read Prometheus' time; returns the lead to take off this machine's clock."""
+        last = self._stats.clock_lead_seconds
         sent = self._clock()
         try:
-            async with asyncio.timeout(READ_SECONDS):
+            async with asyncio.timeout(READ_SECONDS if self._read else None):
                 server = await self._prom.server_time()
-        except (PromError, TimeoutError):
-            return self._stats.clock_lead_seconds
-        lead = self._stats.clock_lead_seconds = clock_lead(sent, self._clock(), server)
+        except TimeoutError:
+            self._failing.failed(f"no answer within {READ_SECONDS:g} s", kind="slow")
+            return last
+        except PromError as err:
+            self._failing.failed(f"{err.kind}: {err}", kind=str(err.kind))
+            return last
+        self._failing.recovered()
+        self._read = True
+        lead = self._stats.clock_lead_seconds = clock_lead(sent, self._clock(), server, last=last)
         if abs(lead - self._logged) >= LOG_CHANGE_SECONDS:
             self._logged = lead
             if lead:

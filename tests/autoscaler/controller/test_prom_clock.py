@@ -81,3 +81,32 @@ async def test_a_reading_that_fails_or_is_slow_keeps_the_last_lead(
     server.behind, server.status, server.delay = 0.0, status, delay
     assert await clock.read() == pytest.approx(-30.0, abs=0.1)
     assert stats.clock_lead_seconds == pytest.approx(-30.0, abs=0.1)
+
+
+async def test_readings_that_fail_are_said_when_they_start_and_end(prom, caplog) -> None:
+    """A proxy that passes only range queries fails every reading for good: one line, not
+    one a tick, and the loop keeps this machine's clock."""
+    server, client = prom
+    clock = PromClock(client, time.time, Stats(), LOG)
+    caplog.set_level(logging.INFO, LOG.name)
+    server.status = 403
+    for _ in range(5):
+        assert await clock.read() == 0.0
+    server.status = 200
+    assert await clock.read() == 0.0
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("cannot read Prometheus' clock (time())")
+    assert "works again, after 5 failures" in lines[1]
+
+
+async def test_until_a_reading_has_come_it_is_waited_for_past_a_second(prom) -> None:
+    """The first tick's fetches mark how far each query was fetched: on a clock a minute
+    ahead, those marks held a minute of fresh samples back once the lead was known."""
+    server, client = prom
+    stats = Stats()
+    clock = PromClock(client, time.time, stats, LOG)
+    server.behind, server.delay = 60.0, 1.2
+    assert await clock.read() == pytest.approx(60.0, abs=0.7)
+    server.behind = 0.0
+    assert await clock.read() == pytest.approx(60.0, abs=0.7)  # a second, then kept

@@ -46,3 +46,38 @@ def test_a_lead_taken_is_within_half_the_round_trip_of_the_true_one(
         assert abs(lead) > MIN_LEAD_SECONDS
     else:
         assert abs(true_lead) <= MIN_LEAD_SECONDS + round_trip + 1e-6
+
+
+@given(
+    true_lead=st.floats(0.5, 1.5),
+    trips=st.lists(st.tuples(st.floats(0, 0.2), st.floats(0, 1)), min_size=2, max_size=30),
+)
+def test_a_lead_near_a_second_read_with_a_jittery_round_trip_does_not_come_and_go(
+    true_lead: float, trips: list[tuple[float, float]]
+) -> None:
+    """Each reading taken as it came switched a lead of 1.3 s on and off: the loop's time
+    went back and forth by a second. Once taken, a lead moves only on a reading that
+    disagrees with it by more than its uncertainty and half a second."""
+    sent, last, changes = 1.7e9, 0.0, 0
+    for round_trip, answered_at in trips:
+        server = sent + answered_at * round_trip - true_lead
+        lead = clock_lead(sent, sent + round_trip, server, last=last)
+        changes += lead != last
+        last, sent = lead, sent + 5
+    assert changes <= 1
+    assert abs(last - true_lead) <= 0.6 or last == 0.0
+
+
+@pytest.mark.parametrize(
+    ("server", "last", "lead"),
+    [
+        pytest.param(40.0, 60.2, 60.2, id="agrees-keeps"),
+        pytest.param(40.0, 58.0, 60.0, id="moved-takes-the-new"),
+        pytest.param(100.0, 60.0, 0.0, id="agrees-again"),
+        pytest.param(98.9, 1.3, 1.3, id="near-a-second-kept"),
+    ],
+)
+def test_a_lead_is_kept_while_readings_agree_with_it(
+    server: float, last: float, lead: float
+) -> None:
+    assert clock_lead(100.0, 100.002, server, last=last) == pytest.approx(lead, abs=1e-2)
