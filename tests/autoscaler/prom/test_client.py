@@ -6,8 +6,7 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 from aiohttp import web
@@ -33,19 +32,17 @@ MATRIX = {
 }
 
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
 @pytest.fixture
-async def serve() -> AsyncIterator[Callable[[web.Response | None, float], str]]:
+async def stand_in() -> AsyncIterator[Callable[[str, Handler], Awaitable[str]]]:
+    """A stand-in Prometheus answering `path` (any method) with a handler: its URL."""
     runners: list[web.AppRunner] = []
 
-    async def start(response: web.Response | None, delay: float = 0.0) -> str:
-        async def handler(request: web.Request) -> web.Response:
-            await asyncio.sleep(delay)
-            if response is None:
-                return web.json_response(MATRIX)
-            return response
-
-        app = web.Application()
-        app.router.add_get("/api/v1/query_range", handler)
+    async def start(path: str, handler: Handler) -> str:
+        app = web.Application(client_max_size=4 * 2**20)  # a long query's form
+        app.router.add_route("*", path, handler)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -56,6 +53,32 @@ async def serve() -> AsyncIterator[Callable[[web.Response | None, float], str]]:
     yield start
     for runner in runners:
         await runner.cleanup()
+
+
+@pytest.fixture
+def serve(stand_in) -> Callable[[web.Response | None, float], Awaitable[str]]:
+    """A stand-in whose range queries answer `response` (None: MATRIX) after `delay`."""
+
+    def start(response: web.Response | None, delay: float = 0.0) -> Awaitable[str]:
+        async def handler(request: web.Request) -> web.Response:
+            await asyncio.sleep(delay)
+            return web.json_response(MATRIX) if response is None else response
+
+        return stand_in("/api/v1/query_range", handler)
+
+    return start
+
+
+@pytest.fixture(scope="module")
+def real_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Prometheus, once for the module (a target that never answers): its URL."""
+    require("prometheus")
+    prometheus = Prometheus(tmp_path_factory.mktemp("prom"), "127.0.0.1:1")
+    try:
+        wait_for(lambda: prometheus.query("vector(1)"), timeout=30, what="Prometheus")
+        yield f"http://127.0.0.1:{prometheus.port}"
+    finally:
+        prometheus.stop()
 
 
 async def test_a_matrix_answer_drops_nan_and_inf(serve) -> None:
@@ -69,15 +92,10 @@ async def test_a_matrix_answer_drops_nan_and_inf(serve) -> None:
 
 
 @pytest.mark.prometheus
-async def test_real_prometheus_nan_and_infinities_are_dropped(tmp_path: Path) -> None:
+async def test_real_prometheus_nan_and_infinities_are_dropped(real_prometheus: str) -> None:
     """0/0 and 1/0 as Prometheus itself writes them ("NaN", "+Inf") leave no sample."""
-    require("prometheus")
-    prometheus = Prometheus(tmp_path / "prom", "127.0.0.1:1")  # a target that never answers
-    client = PromClient(f"http://127.0.0.1:{prometheus.port}")
+    client = PromClient(real_prometheus)
     try:
-        await asyncio.to_thread(
-            wait_for, lambda: prometheus.query("vector(1)"), timeout=30, what="Prometheus"
-        )
         expr = " or ".join(
             f'label_replace({value}, "kind", "{kind}", "", "")'
             for kind, value in (
@@ -91,7 +109,6 @@ async def test_real_prometheus_nan_and_infinities_are_dropped(tmp_path: Path) ->
         series = await client.query_range(expr, start=now - 30, end=now, step=5)
     finally:
         await client.close()
-        prometheus.stop()
     samples = {s.labels["kind"]: s.samples for s in series}
     assert samples.keys() == {"nan", "inf", "-inf", "two"}
     assert samples["nan"] == samples["inf"] == samples["-inf"] == ()
@@ -100,40 +117,28 @@ async def test_real_prometheus_nan_and_infinities_are_dropped(tmp_path: Path) ->
 
 @pytest.mark.prometheus
 async def test_real_prometheus_answers_a_query_too_long_for_a_request_line(
-    tmp_path: Path,
+    real_prometheus: str,
 ) -> None:
     """A 1.1 MB `signals.queries` override: Prometheus answered 431 to it as GET."""
-    require("prometheus")
-    prometheus = Prometheus(tmp_path / "prom", "127.0.0.1:1")
-    client = PromClient(f"http://127.0.0.1:{prometheus.port}")
+    client = PromClient(real_prometheus)
     try:
-        await asyncio.to_thread(
-            wait_for, lambda: prometheus.query("vector(1)"), timeout=30, what="Prometheus"
-        )
         now = time.time()
         query = "vector(2) # " + "x" * 1_100_000  # a PromQL comment, to the end of the line
         (series,) = await client.query_range(query, start=now - 10, end=now, step=5)
     finally:
         await client.close()
-        prometheus.stop()
     assert [value for _, value in series.samples] == [2.0] * 3
 
 
 @pytest.mark.prometheus
-async def test_real_prometheus_tells_its_time(tmp_path: Path) -> None:
-    require("prometheus")
-    prometheus = Prometheus(tmp_path / "prom", "127.0.0.1:1")
-    client = PromClient(f"http://127.0.0.1:{prometheus.port}")
+async def test_real_prometheus_tells_its_time(real_prometheus: str) -> None:
+    client = PromClient(real_prometheus)
     try:
-        await asyncio.to_thread(
-            wait_for, lambda: prometheus.query("vector(1)"), timeout=30, what="Prometheus"
-        )
         sent = time.time()
         server = await client.server_time()
         received = time.time()
     finally:
         await client.close()
-        prometheus.stop()
     assert sent - 0.001 <= server <= received + 0.001  # milliseconds, as it writes them
 
 
@@ -149,27 +154,20 @@ async def test_real_prometheus_tells_its_time(tmp_path: Path) -> None:
         pytest.param(None, id="no-data"),
     ],
 )
-async def test_a_time_that_is_not_a_number_is_a_bad_response(data) -> None:
+async def test_a_time_that_is_not_a_number_is_a_bad_response(stand_in, data) -> None:
     async def handler(request: web.Request) -> web.Response:
         return web.json_response({"status": "success", "data": data})
 
-    app = web.Application()
-    app.router.add_get("/api/v1/query", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    client = PromClient(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    client = PromClient(await stand_in("/api/v1/query", handler))
     try:
         with pytest.raises(PromError) as err:
             await client.server_time()
     finally:
         await client.close()
-        await runner.cleanup()
     assert err.value.kind is PromErrorKind.BAD_RESPONSE
 
 
-async def test_a_short_query_is_a_get_and_a_long_one_a_form_post() -> None:
+async def test_a_short_query_is_a_get_and_a_long_one_a_form_post(stand_in) -> None:
     """GET as before wherever it fits (a read-only proxy may pass nothing else); the same
     parameters in the body where they would not fit a request line."""
     asked: list[tuple[str, dict[str, str]]] = []
@@ -179,13 +177,7 @@ async def test_a_short_query_is_a_get_and_a_long_one_a_form_post() -> None:
         asked.append((request.method, dict(form)))
         return web.json_response(MATRIX)
 
-    app = web.Application(client_max_size=4 * 2**20)
-    app.router.add_route("*", "/api/v1/query_range", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    client = PromClient(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    client = PromClient(await stand_in("/api/v1/query_range", handler))
     long = "up # " + "x" * 100_000
     try:
         for query in ("up", long):
@@ -193,7 +185,6 @@ async def test_a_short_query_is_a_get_and_a_long_one_a_form_post() -> None:
             assert series.samples == ((10.0, 1.5), (25.0, 2.0))
     finally:
         await client.close()
-        await runner.cleanup()
     params = {"start": "0.000", "end": "30.000", "step": "5"}
     assert asked == [("GET", {"query": "up", **params}), ("POST", {"query": long, **params})]
 
