@@ -4,8 +4,8 @@ gateway workload's queue depth is its pods' plus its gateway's, never one of the
 late answer is joined with the pods of the tick that asked."""
 
 import asyncio
-import math
 import random
+from collections.abc import Callable
 
 import pytest
 from helpers.autoscalers import pod, workload
@@ -198,16 +198,16 @@ async def test_a_backfill_never_makes_a_gateways_queue_count_a_time_twice(varian
     assert set(queue.values) == {207.0} and len(queue.values) == 61
 
 
-class HoldsTheOld(Answers):
-    """Answers at once, except a range that starts before `hold_before`: held until
-    `release` is set."""
+class Holds(Answers):
+    """Answers at once, except a range `held(start, end)` picks: held until `release` is
+    set (for good where a test never sets it)."""
 
     def __init__(self) -> None:
-        self.hold_before = -math.inf
+        self.held: Callable[[float, float], bool] = lambda start, end: False
         self.release = asyncio.Event()
 
     async def query_range(self, text: str, *, start: float, end: float, step: float):
-        if start < self.hold_before:
+        if self.held(start, end):
             await self.release.wait()
         return await super().query_range(text, start=start, end=end, step=step)
 
@@ -219,10 +219,10 @@ async def test_a_backfill_never_holds_up_what_is_new() -> None:
     history comes when the backfill answers."""
     v, u = workload("b"), workload("a")
     workloads = {v.key: v, u.key: u}
-    prom = HoldsTheOld()
+    prom = Holds()
     gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=3600)
     await gather.gather(ticks_of("V", V=v, U=u), workloads, 1000)
-    prom.hold_before = 1001
+    prom.held = lambda start, end: start < 1001  # the times before U joined
     for now in (1005, 1010, 1015):
         await asyncio.wait_for(gather.gather(ticks_of("VU", V=v, U=u), workloads, now), 30)
         assert v.history.latest_time("queue_depth") == now
@@ -370,30 +370,18 @@ async def test_a_step_that_does_not_divide_the_history_still_meets_the_sums() ->
     assert len(queue.values) == 9 and set(queue.values) == {207.0}
 
 
-class HoldsTheBackfills(Answers):
-    """Answers a range reaching up to `now` at once; holds any other (a backfill) for good."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.never = asyncio.Event()
-
-    async def query_range(self, text: str, *, start: float, end: float, step: float):
-        if end < self.now:
-            await self.never.wait()
-        return await super().query_range(text, start=start, end=end, step=step)
-
-
 async def test_what_was_handed_before_the_history_is_forgotten() -> None:
     """W sits out every other tick and its backfills never answer, so each absence leaves a
     run of handed times of its own. Ticks two steps apart from an odd step: a forgetting
     that waited for a step divisible by its period never came, and the runs grew for as
     long as the controller ran."""
     w, v = workload("a"), workload("b")
-    prom = HoldsTheBackfills()
+    prom, now = Holds(), 999
+    prom.held = lambda start, end: end < now  # a backfill: never answered
     gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
     await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 999)  # all answered
     for i in range(400):
-        prom.now = now = 1001 + 2 * i
+        now = 1001 + 2 * i
         members = "VW" if i % 2 == 0 else "V"
         await gather.gather(ticks_of(members, V=v, W=w), {w.key: w, v.key: v}, now)
     runs = max(len(spans._spans) for spans in gather._handed[w.key].spans.values())
