@@ -67,13 +67,18 @@ class PromClient:
         return parse_matrix(data, start=start, end=end)
 
     async def server_time(self) -> float:
-        """Prometheus' own clock: `time()` at its now (an instant query given no time).
-        Raises PromError."""
+        """Prometheus' own clock: `time()` at its now (an instant query given no time), a
+        scalar; or a vector of that one value, as VictoriaMetrics answers every instant
+        query. Raises PromError."""
         data = await self._ask("/api/v1/query", {"query": "time()"})
         try:
-            if data["resultType"] != "scalar":
-                raise TypeError(f"a {data['resultType']} result")
-            now = float(data["result"][1])
+            kind, result = data["resultType"], data["result"]
+            if kind == "vector" and len(result) == 1:
+                now = float(result[0]["value"][1])
+            elif kind == "scalar":
+                now = float(result[1])
+            else:
+                raise TypeError(f"a {kind} result of {len(result)}")
         except (TypeError, ValueError, KeyError, IndexError) as err:
             message = cut(f"time(): not a scalar: {err}", MAX_ERROR_CHARS)
             raise PromError(PromErrorKind.BAD_RESPONSE, message) from None

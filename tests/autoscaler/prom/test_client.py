@@ -145,7 +145,13 @@ async def test_real_prometheus_tells_its_time(real_prometheus: str) -> None:
 @pytest.mark.parametrize(
     "data",
     [
-        pytest.param({"resultType": "vector", "result": []}, id="a-vector"),
+        pytest.param({"resultType": "vector", "result": []}, id="an-empty-vector"),
+        pytest.param(
+            {"resultType": "vector", "result": [{"metric": {}, "value": [1, "1"]}] * 2},
+            id="a-vector-of-two",
+        ),
+        pytest.param({"resultType": "vector", "result": [{"metric": {}}]}, id="no-sample"),
+        pytest.param({"resultType": "matrix", "result": [[1, "1"]]}, id="a-matrix"),
         pytest.param({"resultType": "scalar", "result": [1, "NaN"]}, id="nan"),
         pytest.param({"resultType": "scalar", "result": [1, "soon"]}, id="not-a-number"),
         pytest.param({"resultType": "scalar", "result": [1]}, id="no-value"),
@@ -165,6 +171,22 @@ async def test_a_time_that_is_not_a_number_is_a_bad_response(stand_in, data) -> 
     finally:
         await client.close()
     assert err.value.kind is PromErrorKind.BAD_RESPONSE
+
+
+async def test_a_time_answered_as_victoriametrics_answers_it_is_read(stand_in) -> None:
+    """VictoriaMetrics answers every instant query as a vector, `time()` too: a reading
+    that failed for good left the loop on this machine's clock."""
+
+    async def handler(request: web.Request) -> web.Response:
+        now = "1796180000.25"
+        data = {"resultType": "vector", "result": [{"metric": {}, "value": [1796180000, now]}]}
+        return web.json_response({"status": "success", "data": data})
+
+    client = PromClient(await stand_in("/api/v1/query", handler))
+    try:
+        assert await client.server_time() == 1796180000.25
+    finally:
+        await client.close()
 
 
 async def test_a_short_query_is_a_get_and_a_long_one_a_form_post(stand_in) -> None:
