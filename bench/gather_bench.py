@@ -109,7 +109,7 @@ class Run:
         """One gather tick a step after the last: its CPU less the stand-in's, its queries."""
         ticks = [tick(w) for w in present]
         cpu, stand_in, queries = time.process_time(), self.prom.cpu, self.prom.queries
-        await self.gather.gather(ticks, self.workloads, self.now)
+        await self.gather.gather(ticks, self.workloads, self.now, monotonic=self.now)
         spent = time.process_time() - cpu - (self.prom.cpu - stand_in)
         self.now += STEP
         return spent, self.prom.queries - queries

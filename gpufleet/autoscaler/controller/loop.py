@@ -183,7 +183,7 @@ class Controller:
             ticks, "reading its target", read, key=tick_key, raised=raised
         )
         served = ticks + held
-        failed = await self._gather.gather(served, self._workloads, now)
+        failed = await self._gather.gather(served, self._workloads, now, monotonic=started)
         if failed:
             first = next(iter(failed.values()))
             self._prom_outage.failed(f"{first.kind}: {first}", kind=str(first.kind))
@@ -367,8 +367,10 @@ class Controller:
         `free` is each NodePool's nodes' free GPUs (`core.nodepools.free_gpus`)."""
         w, spec = t.workload, t.workload.spec
         name = w.name
-        if t.scale is not None and now >= w.next_decision_at:
-            w.next_decision_at = now + w.policy.interval_seconds
+        interval = w.policy.interval_seconds
+        # a decision due further off than the interval was set before time went back
+        if t.scale is not None and not now < w.next_decision_at <= now + interval:
+            w.next_decision_at = now + interval
             # a workload naming no NodePool may land on several: its nodes are unknown
             node_free = free.get(spec.node_pool) if spec.node_pool else None
             obs = w.history.observe(now, t.replicas, node_free_gpus=node_free)

@@ -3,11 +3,12 @@
 Read each tick beside the API listing, so it adds no wait unless Prometheus answers slower
 than the API lists, and then at most a second: a slower answer would bound nothing, so
 it keeps the lead last read, as a failed reading does. Until a reading has come, the first
-is waited for as long as any query: the first tick's fetches mark how far each query was
-fetched, and marks set on a clock a minute ahead would hold a minute of fresh samples
-back once the lead was known. Readings that fail are logged as an outage (a proxy that
-passes only range queries, a backend whose `time()` is no scalar), not counted as errors:
-the loop then runs on this machine's clock, as it did before it read Prometheus'.
+is waited for as long as any query: the first tick's fetches would otherwise ask, on a
+clock a minute ahead, for a minute of steps still to come, which the gather takes back and
+fetches again once the lead is known (`prom_gather`). Readings that fail are logged as an
+outage (a proxy that passes only range queries, a backend whose `time()` is neither a
+scalar nor a vector of one), not counted as errors: the loop then runs on this machine's
+clock, as it did before it read Prometheus'.
 """
 
 import asyncio

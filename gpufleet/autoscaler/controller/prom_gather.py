@@ -23,11 +23,19 @@ ticks it sat out. Those times are fetched again in a backfill of their own, one 
 time in a lane apart from the fresh fetches and only while they are asked, so that it
 never holds up what is new or the tick, and handed only to the workloads that lack them:
 no time is handed to a workload twice.
+
+Ticks that ran on a clock ahead of Prometheus' (before its clock was read, or where its
+own stepped back) asked for steps still to come, and Prometheus answered them with copies
+of the newest sample. Each tick's monotonic time places it on Prometheus' clock later
+(`core.ran_ahead`): what such ticks fetched past their own time is dropped from the
+histories and from what each workload was handed, and fetched again.
 """
 
 import asyncio
+import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -44,6 +52,7 @@ from gpufleet.autoscaler.core.gather import (
 )
 from gpufleet.autoscaler.core.history import SignalHistory
 from gpufleet.autoscaler.core.observation import PodTelemetry
+from gpufleet.autoscaler.core.ran_ahead import ran_ahead_since
 from gpufleet.autoscaler.core.signals import GPU_TELEMETRY, SignalQuery
 from gpufleet.autoscaler.core.step_spans import StepSpans
 from gpufleet.autoscaler.prom.client import PromClient, PromError, PromErrorKind
@@ -59,6 +68,8 @@ FORGET_EVERY_STEPS = 64  # how often, in steps, the times handed before the hist
 MAX_POINTS_PER_QUERY = 60  # per series: a long range arrives in answers of bounded size
 
 V = TypeVar("V")
+
+log = logging.getLogger(__name__)
 
 Answer = tuple[RangeSeries, ...]
 Consume = Callable[[float, float, Answer], None]  # (first step, last step, answer)
@@ -137,6 +148,8 @@ class PromGather:
         self._lanes: Lanes[JobKey] = Lanes(QUERY_CONCURRENCY)
         self._handed: dict[Key, _Handed] = {}
         self._forgot_at = -math.inf  # the oldest step when handed times were last dropped
+        # (monotonic time, newest step asked) of each tick the history reaches back to
+        self._ticks: deque[tuple[float, float]] = deque()
 
     def close(self) -> None:
         """Cancel the fetches still answering (at shutdown)."""
@@ -146,15 +159,21 @@ class PromGather:
         self._late.clear()
 
     async def gather(
-        self, ticks: list[Tick], workloads: Mapping[Key, Workload], now: float
+        self,
+        ticks: list[Tick],
+        workloads: Mapping[Key, Workload],
+        now: float,
+        *,
+        monotonic: float,
     ) -> dict[Key, PromError]:
         """Add the samples since the last tick to each workload's history (signals, and the
         exporter's per-pod GPU telemetry), and those it lacks from before; returns, for
         each workload a failed query left short, why (one workload's bad override holds no
-        other)."""
+        other). `now` is Prometheus' time as read at `monotonic` (`time.monotonic()`)."""
         step = self._step
         end = math.floor(now / step) * step
         oldest = self._oldest(end)
+        self._take_back_what_ran_ahead(now, monotonic, end)
         owners: dict[str, dict[tuple[str, str], Key]] = {}
         wanted: dict[str, tuple[SignalQuery, list[tuple[Key, str]]]] = {}
         all_pods = {}
@@ -314,6 +333,32 @@ class PromGather:
                 ts, tuple(PodTelemetry(pod=name, **by_pod[name]) for name in sorted(by_pod))
             )
         return failed
+
+    def _take_back_what_ran_ahead(self, now: float, monotonic: float, end: float) -> None:
+        """Where earlier ticks asked for steps that were still to come on Prometheus' clock
+        (`core.ran_ahead`), drop what they fetched from then on, from each history and from
+        what each workload was handed, and fetch it again: the copies go, and the real
+        samples of those times are asked. Then note this tick."""
+        ticks = self._ticks
+        if (since := ran_ahead_since(ticks, monotonic, now, step=self._step)) is not None:
+            cut = math.floor(since / self._step) * self._step
+            log.warning(
+                "earlier ticks asked Prometheus for steps still to come (this machine's "
+                "clock ahead before Prometheus' was read, or Prometheus' stepped back): the "
+                "last %.0f s of samples are fetched again",
+                end - cut,
+            )
+            self.close()  # the fetches still answering were asked on that clock
+            self._fetched_until = {t: min(m, cut) for t, m in self._fetched_until.items()}
+            for h in self._handed.values():
+                h.history.forget_after(cut)
+                for spans in h.spans.values():
+                    spans.forget_after(cut)
+                h.queued = {ts: v for ts, v in h.queued.items() if ts <= cut}
+            ticks.clear()
+        ticks.append((monotonic, end))
+        while ticks[0][0] < monotonic - self._history_seconds:  # older steps have gone
+            ticks.popleft()
 
     def _hand_over(
         self, ticks: list[Tick], workloads: Mapping[Key, Workload], oldest: float

@@ -87,6 +87,15 @@ class SignalHistory:
             cut = bisect_left(times, t - self._keep_seconds)
             del times[:cut], values[:cut]
 
+    def forget_after(self, t: float) -> None:
+        """Drop every sample taken after `t`: what the live gather fetched while those times
+        were still to come, and fetches again."""
+        for signal in SIGNALS:
+            _drop_after(self._times[signal], self._values[signal], t)
+        for signal in BUCKET_SIGNALS:
+            _drop_after(self._bucket_times[signal], self._buckets[signal], t)
+        _drop_after(self._pod_times, self._pods, t)
+
     def latest_time(self, signal: str) -> float | None:
         """When the newest sample of `signal` was taken; None before the first."""
         times = self._times[signal]
@@ -150,3 +159,8 @@ class SignalHistory:
         lo = bisect_left(times, oldest)
         hi = bisect_right(times, newest)
         return Buckets(tuple(times[lo:hi]), tuple(self._buckets[signal][lo:hi]))
+
+
+def _drop_after(times: list[float], values: list[V], t: float) -> None:
+    cut = bisect_right(times, t)
+    del times[cut:], values[cut:]

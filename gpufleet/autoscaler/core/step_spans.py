@@ -73,3 +73,13 @@ class StepSpans:
     def forget_before(self, t: float) -> None:
         """Drop runs that end before `t`: no window reaches them."""
         self._spans = [(a, b) for a, b in self._spans if b >= t - self._step / 2]
+
+    def forget_after(self, t: float) -> None:
+        """Drop the times after `t`: they are to be handed again (they were fetched while
+        they were still to come)."""
+        half, kept = self._step / 2, []
+        for a, b in self._spans:
+            if a > t + half:
+                break
+            kept.append((a, b if b <= t + half else t))
+        self._spans = kept

@@ -251,16 +251,20 @@ async def test_a_gateways_queue_adds_to_the_pods_queue(
 
 class StallingProxy:
     """Prometheus's query API through a loopback proxy that holds every query containing
-    `marker` until `release()`: a query as slow as a costly override, on demand."""
+    `marker` until `release()`: a query as slow as a costly override, on demand. It passes
+    instant queries (Prometheus' clock) only while `passes_time`."""
 
     def __init__(self, prometheus: Prometheus, marker: str) -> None:
         self._upstream = f"http://127.0.0.1:{prometheus.port}"
         self._marker = marker
         self.released = asyncio.Event()
         self.held = 0  # queries held so far
+        self.passes_time = True
 
     async def __aenter__(self) -> str:
         async def forward(request: web.Request) -> web.Response:
+            if request.path == "/api/v1/query" and not self.passes_time:
+                return web.Response(status=403, text="range queries only")
             if self._marker in request.query.get("query", ""):
                 self.held += 1
                 await self.released.wait()
@@ -273,6 +277,7 @@ class StallingProxy:
 
         app = web.Application()
         app.router.add_get("/api/v1/query_range", forward)
+        app.router.add_get("/api/v1/query", forward)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
@@ -1130,6 +1135,38 @@ async def test_the_loop_runs_on_prometheus_time(
     for signal in (obs.completion_rate, obs.queue_depth):
         assert signal.times and obs.now - signal.times[-1] <= 2.0
     assert ctl.stats.clock_lead_seconds == pytest.approx(lead, abs=1.0)
+
+
+async def test_what_ticks_fetched_ahead_of_prometheus_is_fetched_again(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """A tick on this machine's clock a minute ahead, Prometheus' not read (a proxy passed
+    range queries only): it asked for a minute of steps still to come, which Prometheus
+    answered with copies of its newest sample, and counted them fetched. Once the clock
+    was read, the history kept the copies, the real samples of that minute were never
+    asked, and no decision came for a minute. Now what ran ahead is fetched again, and the
+    policy decides at once."""
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)
+    proxy = StallingProxy(pod_prometheus, "never held")
+    proxy.passes_time = False
+    async with proxy as url:
+        ctl, prom = controller(api, url, query_wait=10.0, clock=lambda: time.time() + 60)
+        try:
+            await tick(ctl)
+            (w,) = ctl._workloads.values()
+            assert ctl.stats.clock_lead_seconds == 0.0
+            assert w.history.latest_time("queue_depth") > time.time() + 30  # the copies
+            decided = ctl.stats.decisions.total()
+            proxy.passes_time = True
+            await tick(ctl)
+        finally:
+            await prom.close()
+    now = time.time()
+    assert ctl.stats.clock_lead_seconds == pytest.approx(60, abs=1)
+    for signal in ("queue_depth", "completion_rate"):
+        assert now - 3 <= w.history.latest_time(signal) <= now
+    assert ctl.stats.decisions.total() == decided + 1
 
 
 @pytest.mark.parametrize(

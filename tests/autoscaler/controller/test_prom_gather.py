@@ -53,7 +53,7 @@ async def test_a_gateways_queue_is_never_summed_without_the_pods(schedule) -> No
     for now, members in schedule:
         ticks = [Tick(workload=v, pods=[pod("b", "b-0")])] if "V" in members else []
         ticks += [Tick(workload=w, pods=[pod("a", "a-0")])] if "W" in members else []
-        await gather.gather(ticks, workloads, now)
+        await gather.gather(ticks, workloads, now, monotonic=now)
     queue = w.history.observe(schedule[-1][0], ()).queue_depth
     assert queue.values and set(queue.values) == {207.0}
 
@@ -88,12 +88,17 @@ async def test_a_late_answer_keeps_the_pods_of_the_tick_that_asked() -> None:
     prom = HeldAnswers()
     gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=0.01)
     await gather.gather(
-        [Tick(workload=w, pods=[pod("a", "a-0"), pod("a", "a-1")])], {w.key: w}, 1000
+        [Tick(workload=w, pods=[pod("a", "a-0"), pod("a", "a-1")])],
+        {w.key: w},
+        1000,
+        monotonic=1000,
     )
     assert prom.asked.is_set() and w.history.latest_time("queue_depth") is None  # late
     prom.release.set()
     await asyncio.wait_for(asyncio.gather(*(f.task for f in gather._late.values())), 30)
-    await gather.gather([Tick(workload=w, pods=[pod("a", "a-0")])], {w.key: w}, 1005)
+    await gather.gather(
+        [Tick(workload=w, pods=[pod("a", "a-0")])], {w.key: w}, 1005, monotonic=1005
+    )
     queue = w.history.observe(1000, ()).queue_depth
     assert queue.values and set(queue.values) == {250.0}
 
@@ -106,7 +111,9 @@ async def test_a_chain_of_late_answers_keeps_only_the_asking_ticks_pods() -> Non
     gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=0.01)
     for i, now in enumerate((1000, 1005, 1010)):
         prom.release.clear()
-        await gather.gather([Tick(workload=w, pods=[pod("a", f"a-{i}")])], {w.key: w}, now)
+        await gather.gather(
+            [Tick(workload=w, pods=[pod("a", f"a-{i}")])], {w.key: w}, now, monotonic=now
+        )
         prom.release.set()
         await asyncio.wait_for(asyncio.gather(*(f.task for f in gather._late.values())), 30)
         prom.release.clear()
@@ -153,7 +160,7 @@ async def test_a_workload_joining_a_shared_query_gets_its_history(schedule) -> N
     prom, stats = Logged(), Stats()
     gather = PromGather(prom, stats, step_seconds=1.0, history_seconds=60, wait_seconds=5)
     for now, members in schedule:
-        await gather.gather(ticks_of(members, V=v, W=w), {w.key: w, v.key: v}, now)
+        await gather.gather(ticks_of(members, V=v, W=w), {w.key: w, v.key: v}, now, monotonic=now)
     end = schedule[-1][0]
     for x in (v, w):
         queue = x.history.observe(end, ()).queue_depth
@@ -161,7 +168,7 @@ async def test_a_workload_joining_a_shared_query_gets_its_history(schedule) -> N
     backfills = stats.backfill_queries
     assert backfills == len(w.queries)  # one per query W lacked (the self-metric)
     before = len(prom.asked)
-    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, end + 5)
+    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, end + 5, monotonic=end + 5)
     assert stats.backfill_queries == backfills
     assert {(start, stop) for _, start, stop in prom.asked[before:]} == {(end + 1, end + 5)}
     assert len(prom.asked) - before == len({t for t, _, _ in prom.asked})  # once each
@@ -171,9 +178,9 @@ async def test_a_gpuautoscaler_made_again_gets_its_history() -> None:
     """Deleted and made again under the same name: a new history, handed nothing yet."""
     w, v = workload("a"), workload("b")
     gather = PromGather(Logged(), Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
-    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1000)
+    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1000, monotonic=1000)
     w = workload("a")
-    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1005)
+    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1005, monotonic=1005)
     assert len(w.history.observe(1005, ()).queue_depth.times) == 61
 
 
@@ -187,13 +194,16 @@ async def test_a_backfill_never_makes_a_gateways_queue_count_a_time_twice(varian
     workloads = {x.key: x for x in (w, v, u)}
     prom = Logged()
     gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
-    await gather.gather(ticks_of("VW", V=v, W=w), workloads, 1000)
+    await gather.gather(ticks_of("VW", V=v, W=w), workloads, 1000, monotonic=1000)
     prom.fail = {"gateway_waiting"}
     await gather.gather(
-        ticks_of("W" if variant == "V comes back" else "VW", V=v, W=w), workloads, 1005
+        ticks_of("W" if variant == "V comes back" else "VW", V=v, W=w),
+        workloads,
+        1005,
+        monotonic=1005,
     )
     prom.fail = set()
-    await gather.gather(ticks_of("VWU", V=v, W=w, U=u), workloads, 1010)
+    await gather.gather(ticks_of("VWU", V=v, W=w, U=u), workloads, 1010, monotonic=1010)
     queue = w.history.observe(1010, ()).queue_depth
     assert set(queue.values) == {207.0} and len(queue.values) == 61
 
@@ -221,17 +231,19 @@ async def test_a_backfill_never_holds_up_what_is_new() -> None:
     workloads = {v.key: v, u.key: u}
     prom = Holds()
     gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=3600)
-    await gather.gather(ticks_of("V", V=v, U=u), workloads, 1000)
+    await gather.gather(ticks_of("V", V=v, U=u), workloads, 1000, monotonic=1000)
     prom.held = lambda start, end: start < 1001  # the times before U joined
     for now in (1005, 1010, 1015):
-        await asyncio.wait_for(gather.gather(ticks_of("VU", V=v, U=u), workloads, now), 30)
+        await asyncio.wait_for(
+            gather.gather(ticks_of("VU", V=v, U=u), workloads, now, monotonic=now), 30
+        )
         assert v.history.latest_time("queue_depth") == now
         assert u.history.latest_time("queue_depth") == now
     assert len(u.history.observe(1015, ()).queue_depth.times) == 15  # 1001..1015 only
     prom.release.set()
     await asyncio.wait_for(asyncio.gather(*(f.task for f in gather._late.values())), 30)
     for now in (1020, 1025):  # the held chunk, taken; then the rest of the gap
-        await gather.gather(ticks_of("VU", V=v, U=u), workloads, now)
+        await gather.gather(ticks_of("VU", V=v, U=u), workloads, now, monotonic=now)
     assert len(u.history.observe(1025, ()).queue_depth.times) == 61
 
 
@@ -310,7 +322,9 @@ async def test_every_workload_ends_with_what_it_would_have_fetched_alone(seed: i
             if rng.random() < 0.05:
                 live[name] = workload(ns, gw)  # deleted and made again
         members = "".join(name for name in live if rng.random() < 0.7)
-        await gather.gather(ticks_of(members, **live), {w.key: w for w in live.values()}, now)
+        await gather.gather(
+            ticks_of(members, **live), {w.key: w for w in live.values()}, now, monotonic=now
+        )
         prom.release_some(rng.random())
         await asyncio.sleep(0)
         now += rng.choice((1, 5, 5, 20))
@@ -318,7 +332,9 @@ async def test_every_workload_ends_with_what_it_would_have_fetched_alone(seed: i
     prom.release_some(1.0)
     for _ in range(5):  # a second apart: the window still holds the chaos's times
         await asyncio.wait_for(asyncio.gather(*(f.task for f in gather._late.values())), 30)
-        await gather.gather(ticks_of("WXVU", **live), {w.key: w for w in live.values()}, now)
+        await gather.gather(
+            ticks_of("WXVU", **live), {w.key: w for w in live.values()}, now, monotonic=now
+        )
         now += 1
     end = now - 1
     for name, w in live.items():
@@ -345,13 +361,13 @@ async def test_a_gateway_taken_out_of_the_spec_leaves_no_gap() -> None:
     w, v = workload("a", "sum(gateway_waiting)"), workload("b")
     prom = Logged()
     gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
-    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1000)
+    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1000, monotonic=1000)
     prom.fail = {"gateway_waiting"}
-    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1005)
+    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 1005, monotonic=1005)
     prom.fail = set()
     w = workload("a", old=w)
     for now in (1010, 1015):
-        await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, now)
+        await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, now, monotonic=now)
     queue = w.history.observe(1015, ()).queue_depth
     assert queue.times == tuple(float(t) for t in range(955, 1016))
     assert dict(zip(queue.times, queue.values, strict=True))[1003.0] == 200.0
@@ -363,9 +379,9 @@ async def test_a_step_that_does_not_divide_the_history_still_meets_the_sums() ->
     200 alone at one time, the gateway's 7 alone at the next."""
     w, v = workload("a", "sum(gateway_waiting)"), workload("b")
     gather = PromGather(Logged(), Stats(), step_seconds=7.0, history_seconds=60, wait_seconds=5)
-    await gather.gather(ticks_of("V", V=v, W=w), {w.key: w, v.key: v}, 1001)
+    await gather.gather(ticks_of("V", V=v, W=w), {w.key: w, v.key: v}, 1001, monotonic=1001)
     for now in (1008, 1015, 1022):
-        await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, now)
+        await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, now, monotonic=now)
     queue = w.history.observe(1022, ()).queue_depth
     assert len(queue.values) == 9 and set(queue.values) == {207.0}
 
@@ -379,11 +395,59 @@ async def test_what_was_handed_before_the_history_is_forgotten() -> None:
     prom, now = Holds(), 999
     prom.held = lambda start, end: end < now  # a backfill: never answered
     gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
-    await gather.gather(ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 999)  # all answered
+    await gather.gather(
+        ticks_of("VW", V=v, W=w), {w.key: w, v.key: v}, 999, monotonic=999
+    )  # all answered
     for i in range(400):
         now = 1001 + 2 * i
         members = "VW" if i % 2 == 0 else "V"
-        await gather.gather(ticks_of(members, V=v, W=w), {w.key: w, v.key: v}, now)
+        await gather.gather(ticks_of(members, V=v, W=w), {w.key: w, v.key: v}, now, monotonic=now)
     runs = max(len(spans._spans) for spans in gather._handed[w.key].spans.values())
     assert runs <= (FORGET_EVERY_STEPS + 60) // 4 + 1
     gather.close()
+
+
+class Clocked(Logged):
+    """Logged, on a Prometheus clock `now`: a step still to come is answered as Prometheus'
+    lookback answers it, with its newest sample, here marked as a copy (-1)."""
+
+    def __init__(self, now: float) -> None:
+        super().__init__()
+        self.now = now
+
+    async def query_range(self, text: str, *, start: float, end: float, step: float):
+        answer = await super().query_range(text, start=start, end=end, step=step)
+        return tuple(
+            RangeSeries(
+                labels=s.labels,
+                samples=tuple((t, v if t <= self.now else -1.0) for t, v in s.samples),
+            )
+            for s in answer
+        )
+
+
+async def test_steps_fetched_while_still_to_come_are_fetched_again() -> None:
+    """A tick on a clock a minute ahead of Prometheus' asked for a minute of steps still
+    to come: copies stood in the history for them, and once the loop's time was right the
+    real samples were never asked (each query counted as fetched a minute ahead). The
+    monotonic clock places that tick: what it asked past its own time goes, from the
+    history, the gateway's waiting sums and what each workload was handed, and is asked
+    again."""
+    w, v = workload("a", "sum(gateway_waiting)"), workload("b")
+    workloads = {x.key: x for x in (w, v)}
+    prom = Clocked(now=1000)
+    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
+    await gather.gather(ticks_of("VW", V=v, W=w), workloads, 1060, monotonic=0)
+    assert w.history.latest_time("queue_depth") == 1060  # the copies, as before
+    prom.now = 1005
+    await gather.gather(ticks_of("VW", V=v, W=w), workloads, 1005, monotonic=5)
+    for x, real in ((w, 207.0), (v, 50.0)):
+        assert x.history.latest_time("queue_depth") == 1005
+        queue = x.history.observe(1005, ()).queue_depth
+        assert queue.times[-6:] == (1000.0, 1001.0, 1002.0, 1003.0, 1004.0, 1005.0)
+        assert set(queue.values[-6:]) == {real}
+    # and from then on, one fetch of what is new, as before
+    before = len(prom.asked)
+    prom.now = 1010
+    await gather.gather(ticks_of("VW", V=v, W=w), workloads, 1010, monotonic=10)
+    assert {(start, stop) for _, start, stop in prom.asked[before:]} == {(1006, 1010)}

@@ -118,3 +118,17 @@ def test_histogram_samples_share_the_window_and_the_forgetting() -> None:
         tuple(((1000.0, t / 10), (float("inf"), t / 5)) for t in (180, 185, 190, 195)),
     )
     assert h.observe(50.0, ()).prompt_tokens_buckets == Buckets()  # forgotten, as any signal
+
+
+def test_forget_after_drops_every_later_sample_and_takes_them_again() -> None:
+    """What the live gather fetched while its times were still to come (copies of the
+    newest sample) goes, from every signal, histogram and pod telemetry, and the real
+    samples of those times are then taken, not dropped as held."""
+    h = filled()
+    h.add_buckets("prompt_tokens_buckets", 20.0, ((1.0, 1.0),))
+    h.forget_after(12.0)
+    assert h.latest_time("queue_depth") == 10.0
+    assert h.observe(25.0, ()).prompt_tokens_buckets == Buckets()
+    assert h.latest_pods(25.0) == (10.0, (PodTelemetry(pod="p10"),))
+    h.add("queue_depth", 15.0, 9.0)
+    assert h.observe(25.0, ()).queue_depth == Series((5.0, 10.0, 15.0), (1.0, 2.0, 9.0))

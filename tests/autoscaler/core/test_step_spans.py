@@ -68,3 +68,21 @@ def test_gaps_and_what_was_handed_are_every_step_once(runs, lo, width) -> None:
     assert all(s.holds(k * step) == (k in handed) for k in range(lo, hi + 1))
     assert s.holds_any(lo * step, hi * step) == bool(handed & set(range(lo, hi + 1)))
     assert s.covers(lo * step, hi * step) == (set(range(lo, hi + 1)) <= handed)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 10)), max_size=8),
+    st.integers(-5, 70),
+)
+def test_forget_after_keeps_exactly_the_times_up_to_it(runs, cut) -> None:
+    """Times fetched while still to come are handed again: after `forget_after`, a time
+    is held if and only if it was handed and is not past the cut."""
+    step = 0.5
+    handed: set[int] = set()
+    s = StepSpans(step)
+    for first, length in runs:
+        s.add(first * step, (first + length) * step)
+        handed.update(range(first, first + length + 1))
+    s.forget_after(cut * step)
+    assert all(s.holds(k * step) == (k in handed and k <= cut) for k in range(-5, 75))
+    assert s.gaps(0, 70 * step) == spans(*s._spans, step=step).gaps(0, 70 * step)
