@@ -61,7 +61,8 @@ class AutoscalerSettings(CommandSettings):
         "GPUFLEET_AUTOSCALER_RATE_WINDOW",
         "--rate-window",
         group=LOOP,
-        help="Range of the irate() in the signal queries; it must hold at least two scrapes.",
+        help="Range of the irate() in the signal queries; it must hold at least two scrapes, "
+        "and four ride out a late or missed one.",
         pattern=r"^[0-9]+(ms|s|m|h)$",
     )
     headroom: bool = setting(
