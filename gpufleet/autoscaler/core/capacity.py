@@ -154,28 +154,14 @@ def learn(
     new = range(bisect.bisect_right(done.times, state.last_sample_time), len(done.times))
     if not new:
         return state
-    queue = dict(zip(obs.queue_depth.times, obs.queue_depth.values, strict=True))
-    tokens = dict(zip(obs.prompt_tokens_rate.times, obs.prompt_tokens_rate.values, strict=True))
-    flight = dict(zip(obs.in_flight.times, obs.in_flight.values, strict=True))
     for i in new:
-        state = _fold_saturated(
-            state,
-            obs,
-            i,
-            queue=queue,
-            tokens=tokens,
-            in_flight=flight,
-            batch_slots=batch_slots,
-            settings=settings,
-        )
-    state = _fold_hint(state, obs, tokens=tokens, settings=settings)
+        state = _fold_saturated(state, obs, i, batch_slots=batch_slots, settings=settings)
+    state = _fold_hint(state, obs, settings=settings)
     half_life = settings.hint_half_life_samples
     if obs.ttft_sum_rate.times:
         # Prompt tokens / summed TTFT: a strict lower bound on the prefill rate. It is exact,
         # not a guess from noisy windows, so the hint discount `estimate` applies is undone.
-        bounds = [
-            b / settings.hint_discount for b in _per_second(obs, new, tokens, obs.ttft_sum_rate)
-        ]
+        bounds = [b / settings.hint_discount for b in _per_second(obs, new, obs.ttft_sum_rate)]
         weight, total = _decayed(state.ttft_weight, state.ttft_tokens, bounds, half_life)
         state = replace(state, ttft_weight=weight, ttft_tokens=total)
     else:
@@ -184,7 +170,7 @@ def learn(
         # Prompt tokens / summed prefill seconds: the prefill rate itself where a replica
         # prefills one prompt at a time, a lower bound where prefills overlap (batched or
         # chunked prefill counts shared seconds once per request).
-        bounds = _per_second(obs, new, tokens, obs.prefill_sum_rate)
+        bounds = _per_second(obs, new, obs.prefill_sum_rate)
         weight, total = _decayed(state.prefill_weight, state.prefill_tokens, bounds, half_life)
         state = replace(state, prefill_weight=weight, prefill_tokens=total)
     return replace(state, last_sample_time=done.times[new[-1]])
@@ -279,7 +265,8 @@ def tokens_per_request(
 
 
 def _value_at(series: Series, t: float) -> float | None:
-    """The sample of `series` taken at `t`; None where it has none."""
+    """The sample of `series` taken at `t`; None where it has none. A look, not a dict of
+    the whole window: a decision folds the one to three samples since the last."""
     i = bisect.bisect_left(series.times, t)
     return series.values[i] if i < len(series.times) and series.times[i] == t else None
 
@@ -305,9 +292,6 @@ def _fold_saturated(
     obs: Observation,
     i: int,
     *,
-    queue: dict[float, float],
-    tokens: dict[float, float],
-    in_flight: dict[float, float],
     batch_slots: int,
     settings: CapacitySettings,
 ) -> CapacityState:
@@ -315,7 +299,9 @@ def _fold_saturated(
     if i == 0:
         return state  # no previous sample: the interval's start is unknown
     start, end = done.times[i - 1], done.times[i]
-    q0, q1, tok = queue.get(start), queue.get(end), tokens.get(end)
+    queue = obs.queue_depth
+    q0, q1 = _value_at(queue, start), _value_at(queue, end)
+    tok = _value_at(obs.prompt_tokens_rate, end)
     if q0 is None or q1 is None or tok is None:
         return state
     ready = serving_during(obs, start, end)
@@ -323,7 +309,7 @@ def _fold_saturated(
     if ready < 0.5 or q0 < need or q1 < need:
         return state
     decay = 0.5 ** (1.0 / settings.half_life_samples)
-    flight = in_flight.get(end)
+    flight = _value_at(obs.in_flight, end)
     if batch_slots > 0 and flight is not None:
         slot_bound = flight >= settings.slots_full_ratio * batch_slots * ready
     else:  # batch size or in-flight count unknown: the token test
@@ -340,11 +326,7 @@ def _fold_saturated(
 
 
 def _fold_hint(
-    state: CapacityState,
-    obs: Observation,
-    *,
-    tokens: dict[float, float],
-    settings: CapacitySettings,
+    state: CapacityState, obs: Observation, *, settings: CapacitySettings
 ) -> CapacityState:
     serving = {
         r.name for r in obs.replicas if r.state in (ReplicaState.READY, ReplicaState.TERMINATING)
@@ -357,7 +339,7 @@ def _fold_hint(
             busy += ratio
             counted += 1
     t_last = obs.completion_rate.times[-1]
-    tok = tokens.get(t_last)
+    tok = _value_at(obs.prompt_tokens_rate, t_last)
     if counted == 0 or tok is None or busy < settings.hint_min_busy_ratio * counted:
         return state
     decay = 0.5 ** (1.0 / settings.hint_half_life_samples)
@@ -369,16 +351,13 @@ def _fold_hint(
     )
 
 
-def _per_second(
-    obs: Observation, new: list[int], tokens: dict[float, float], seconds: Series
-) -> list[float]:
+def _per_second(obs: Observation, new: range, seconds: Series) -> list[float]:
     """Prompt tokens over `seconds` (a per-second sum over the same first tokens, aligned
     with the completions) for each sample in `new` that has both, positive."""
-    sums = dict(zip(seconds.times, seconds.values, strict=True))
     out = []
     for i in new:
         t = obs.completion_rate.times[i]
-        tok, secs = tokens.get(t), sums.get(t)
+        tok, secs = _value_at(obs.prompt_tokens_rate, t), _value_at(seconds, t)
         if tok is not None and secs is not None and tok > 0.0 and secs > 0.0:
             out.append(tok / secs)
     return out

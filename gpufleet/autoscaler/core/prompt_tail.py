@@ -22,6 +22,7 @@ miss 10-30x less than it predicts, `GpufleetSettings.prompt_tail_miss_share`). P
 `PromptMix` keeps running sums so a tick adds only the samples it has not seen.
 """
 
+import bisect
 import math
 import sys
 from collections import deque
@@ -45,8 +46,10 @@ class PromptMix:
         sample's values are per second over its scrape; the mix needs only their shares, so
         they are summed as they are."""
         newest = self._samples[-1][0] if self._samples else -math.inf
-        for t, sample in zip(buckets.times, buckets.values, strict=True):
-            if t <= newest or not sample:
+        # from the first newer sample: a walk over the whole window cost a decision 75 us
+        first = bisect.bisect_right(buckets.times, newest)
+        for t, sample in zip(buckets.times[first:], buckets.values[first:], strict=True):
+            if not sample:
                 continue
             bounds = tuple(b for b, _ in sample)
             if bounds != self._bounds:  # a new layout (another max_model_len): start over
