@@ -183,7 +183,9 @@ class Controller:
             ticks, "reading its target", read, key=tick_key, raised=raised
         )
         served = ticks + held
-        failed = await self._gather.gather(served, self._workloads, now, monotonic=started)
+        failed = await self._gather.gather(
+            served, self._workloads, now, monotonic=started, read_now=self._prom_clock.read_now
+        )
         if failed:
             first = next(iter(failed.values()))
             self._prom_outage.failed(f"{first.kind}: {first}", kind=str(first.kind))
@@ -368,8 +370,9 @@ class Controller:
         w, spec = t.workload, t.workload.spec
         name = w.name
         interval = w.policy.interval_seconds
-        # a decision due further off than the interval was set before time went back
-        if t.scale is not None and not now < w.next_decision_at <= now + interval:
+        # at most an interval off: one set further was set before the loop's time went back
+        w.next_decision_at = min(w.next_decision_at, now + interval)
+        if t.scale is not None and now >= w.next_decision_at:
             w.next_decision_at = now + interval
             # a workload naming no NodePool may land on several: its nodes are unknown
             node_free = free.get(spec.node_pool) if spec.node_pool else None

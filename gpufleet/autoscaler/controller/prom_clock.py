@@ -39,6 +39,7 @@ class PromClock:
         self._log = log
         self._logged = 0.0
         self._read = False  # a reading has come
+        self.read_now = False  # the last `read` came: the lead it returned is this tick's
         self._failing = OutageLog(
             log,
             "cannot read Prometheus' clock (time()); the loop keeps the lead last read",
@@ -48,6 +49,7 @@ class PromClock:
     async def read(self) -> float:
         """Read Prometheus' time; returns the lead to take off this machine's clock."""
         last = self._stats.clock_lead_seconds
+        self.read_now = False
         sent = self._clock()
         try:
             async with asyncio.timeout(READ_SECONDS if self._read else None):
@@ -59,7 +61,7 @@ class PromClock:
             self._failing.failed(f"{err.kind}: {err}", kind=str(err.kind))
             return last
         self._failing.recovered()
-        self._read = True
+        self._read = self.read_now = True
         lead = self._stats.clock_lead_seconds = clock_lead(sent, self._clock(), server, last=last)
         if abs(lead - self._logged) >= LOG_CHANGE_SECONDS:
             self._logged = lead

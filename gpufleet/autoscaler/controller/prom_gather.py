@@ -26,9 +26,9 @@ no time is handed to a workload twice.
 
 Ticks that ran on a clock ahead of Prometheus' (before its clock was read, or where its
 own stepped back) asked for steps still to come, and Prometheus answered them with copies
-of the newest sample. Each tick's monotonic time places it on Prometheus' clock later
-(`core.ran_ahead`): what such ticks fetched past their own time is dropped from the
-histories and from what each workload was handed, and fetched again.
+of the newest sample. A tick that read Prometheus' clock places the earlier ones on it by
+their monotonic times (`core.ran_ahead`): the steps each asked ahead are dropped from the
+histories and from what each workload was handed, and the backfill asks them again.
 """
 
 import asyncio
@@ -52,7 +52,7 @@ from gpufleet.autoscaler.core.gather import (
 )
 from gpufleet.autoscaler.core.history import SignalHistory
 from gpufleet.autoscaler.core.observation import PodTelemetry
-from gpufleet.autoscaler.core.ran_ahead import ran_ahead_since
+from gpufleet.autoscaler.core.ran_ahead import copied_steps
 from gpufleet.autoscaler.core.signals import GPU_TELEMETRY, SignalQuery
 from gpufleet.autoscaler.core.step_spans import StepSpans
 from gpufleet.autoscaler.prom.client import PromClient, PromError, PromErrorKind
@@ -113,6 +113,18 @@ class _Handed:
     gateway: str = ""
 
 
+def _merged(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(first, last) step runs as disjoint runs: the copies of ticks that ran a minute
+    ahead for minutes overlap."""
+    out: list[tuple[float, float]] = []
+    for first, last in sorted(spans):
+        if out and first <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return out
+
+
 def _unhanded(
     spans: StepSpans, first: float, last: float, samples: Iterable[tuple[float, V]]
 ) -> Iterable[tuple[float, V]]:
@@ -165,15 +177,19 @@ class PromGather:
         now: float,
         *,
         monotonic: float,
+        read_now: bool = True,
     ) -> dict[Key, PromError]:
         """Add the samples since the last tick to each workload's history (signals, and the
         exporter's per-pod GPU telemetry), and those it lacks from before; returns, for
         each workload a failed query left short, why (one workload's bad override holds no
-        other). `now` is Prometheus' time as read at `monotonic` (`time.monotonic()`)."""
+        other). `now` is the loop's time as read at `monotonic` (`time.monotonic()`);
+        `read_now`: Prometheus' clock was read for it this tick, so it can judge which
+        earlier ticks ran ahead (a lead kept from earlier, or this machine's clock, may be
+        what is wrong)."""
         step = self._step
         end = math.floor(now / step) * step
         oldest = self._oldest(end)
-        self._take_back_what_ran_ahead(now, monotonic, end)
+        self._take_back_what_ran_ahead(now, monotonic, end, oldest, judge=read_now)
         owners: dict[str, dict[tuple[str, str], Key]] = {}
         wanted: dict[str, tuple[SignalQuery, list[tuple[Key, str]]]] = {}
         all_pods = {}
@@ -334,30 +350,38 @@ class PromGather:
             )
         return failed
 
-    def _take_back_what_ran_ahead(self, now: float, monotonic: float, end: float) -> None:
+    def _take_back_what_ran_ahead(
+        self, now: float, monotonic: float, end: float, oldest: float, *, judge: bool
+    ) -> None:
         """Where earlier ticks asked for steps that were still to come on Prometheus' clock
-        (`core.ran_ahead`), drop what they fetched from then on, from each history and from
-        what each workload was handed, and fetch it again: the copies go, and the real
-        samples of those times are asked. Then note this tick."""
-        ticks = self._ticks
-        if (since := ran_ahead_since(ticks, monotonic, now, step=self._step)) is not None:
-            cut = math.floor(since / self._step) * self._step
+        (`core.ran_ahead`), drop the steps each fetched ahead from the histories, from what
+        each workload was handed and from the gateways' waiting sums: the copies go, and the
+        backfill asks the real samples of those times. Then note this tick."""
+        ticks, step = self._ticks, self._step
+        copied = copied_steps(ticks, monotonic, now, step=step) if judge else []
+        if copied:
             log.warning(
-                "earlier ticks asked Prometheus for steps still to come (this machine's "
-                "clock ahead before Prometheus' was read, or Prometheus' stepped back): the "
-                "last %.0f s of samples are fetched again",
-                end - cut,
+                "%d earlier ticks asked Prometheus for steps still to come, up to %.0f s "
+                "ahead (this machine's clock ahead before Prometheus' was read, or "
+                "Prometheus' stepped back): what they fetched ahead is fetched again",
+                len(copied),
+                max(asked - came for _, came, asked in copied),
             )
             self.close()  # the fetches still answering were asked on that clock
-            self._fetched_until = {t: min(m, cut) for t, m in self._fetched_until.items()}
-            for h in self._handed.values():
-                h.history.forget_after(cut)
-                for spans in h.spans.values():
-                    spans.forget_after(cut)
-                h.queued = {ts: v for ts, v in h.queued.items() if ts <= cut}
-            ticks.clear()
+            self._fetched_until = {t: min(m, end) for t, m in self._fetched_until.items()}
+            for i, came, _ in copied:
+                ticks[i] = (ticks[i][0], came)  # judged: its copies go now
+            half = step / 2
+            for first, last in _merged((came + step, asked) for _, came, asked in copied):
+                for h in self._handed.values():
+                    h.history.forget_between(first - half, last + half)
+                    for spans in h.spans.values():
+                        spans.forget_between(first, last)
+                    h.queued = {
+                        ts: v for ts, v in h.queued.items() if not first - half <= ts <= last + half
+                    }
         ticks.append((monotonic, end))
-        while ticks[0][0] < monotonic - self._history_seconds:  # older steps have gone
+        while ticks[0][1] < oldest:  # all it asked for is older than the history
             ticks.popleft()
 
     def _hand_over(

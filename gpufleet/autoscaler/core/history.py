@@ -87,14 +87,14 @@ class SignalHistory:
             cut = bisect_left(times, t - self._keep_seconds)
             del times[:cut], values[:cut]
 
-    def forget_after(self, t: float) -> None:
-        """Drop every sample taken after `t`: what the live gather fetched while those times
-        were still to come, and fetches again."""
+    def forget_between(self, first: float, last: float) -> None:
+        """Drop every sample taken from `first` to `last`: what the live gather fetched
+        while those times were still to come, and fetches again."""
         for signal in SIGNALS:
-            _drop_after(self._times[signal], self._values[signal], t)
+            _drop_between(self._times[signal], self._values[signal], first, last)
         for signal in BUCKET_SIGNALS:
-            _drop_after(self._bucket_times[signal], self._buckets[signal], t)
-        _drop_after(self._pod_times, self._pods, t)
+            _drop_between(self._bucket_times[signal], self._buckets[signal], first, last)
+        _drop_between(self._pod_times, self._pods, first, last)
 
     def latest_time(self, signal: str) -> float | None:
         """When the newest sample of `signal` was taken; None before the first."""
@@ -161,6 +161,6 @@ class SignalHistory:
         return Buckets(tuple(times[lo:hi]), tuple(self._buckets[signal][lo:hi]))
 
 
-def _drop_after(times: list[float], values: list[V], t: float) -> None:
-    cut = bisect_right(times, t)
-    del times[cut:], values[cut:]
+def _drop_between(times: list[float], values: list[V], first: float, last: float) -> None:
+    lo, hi = bisect_left(times, first), bisect_right(times, last)
+    del times[lo:hi], values[lo:hi]

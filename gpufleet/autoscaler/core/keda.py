@@ -221,6 +221,11 @@ class KedaPolicy:
         return replace(obs, queue_depth=Series((obs.now,), (value,)))
 
     def _poll_due(self, now: float) -> bool:
+        soonest = now + self._polling_interval_seconds
+        if self._next_poll_at is not None and self._next_poll_at > soonest + _EPSILON_SECONDS:
+            # set before the loop's time went back (a live controller's clock found ahead
+            # of Prometheus'): never more than an interval off
+            self._next_poll_at = soonest
         if self._next_poll_at is not None and now < self._next_poll_at - _EPSILON_SECONDS:
             return False
         due = now if self._next_poll_at is None else self._next_poll_at

@@ -74,12 +74,16 @@ class StepSpans:
         """Drop runs that end before `t`: no window reaches them."""
         self._spans = [(a, b) for a, b in self._spans if b >= t - self._step / 2]
 
-    def forget_after(self, t: float) -> None:
-        """Drop the times after `t`: they are to be handed again (they were fetched while
-        they were still to come)."""
+    def forget_between(self, first: float, last: float) -> None:
+        """Drop the times `first` to `last`: they are to be handed again (they were fetched
+        while they were still to come)."""
         half, kept = self._step / 2, []
         for a, b in self._spans:
-            if a > t + half:
-                break
-            kept.append((a, b if b <= t + half else t))
+            if b < first - half or a > last + half:
+                kept.append((a, b))
+                continue
+            if a < first - half:
+                kept.append((a, first - self._step))
+            if b > last + half:
+                kept.append((last + self._step, b))
         self._spans = kept

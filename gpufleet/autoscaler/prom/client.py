@@ -69,7 +69,8 @@ class PromClient:
     async def server_time(self) -> float:
         """Prometheus' own clock: `time()` at its now (an instant query given no time), a
         scalar; or a vector of that one value, as VictoriaMetrics answers every instant
-        query. Raises PromError."""
+        query (its `time()` is its clock less `-search.latencyOffset`, the time it counts
+        complete: the value is taken, not the answer's stamp). Raises PromError."""
         data = await self._ask("/api/v1/query", {"query": "time()"})
         try:
             kind, result = data["resultType"], data["result"]

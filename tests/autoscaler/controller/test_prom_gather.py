@@ -4,6 +4,7 @@ gateway workload's queue depth is its pods' plus its gateway's, never one of the
 late answer is joined with the pods of the tick that asked."""
 
 import asyncio
+import math
 import random
 from collections.abc import Callable
 
@@ -259,40 +260,47 @@ def gateway_queue(t: float) -> float:
     return 7.0 + t % 3
 
 
+COPY = -1e6  # a step still to come, as Prometheus' lookback answers it
+
+
 class Chaos:
     """Prometheus holding each pod's series as a function of time, and a gateway's; each
-    query, as `rng` draws, answers, fails, or is held until `release_some` lets it go."""
+    query, as `rng` draws, answers, fails, or is held until `release_some` lets it go.
+    Steps past its clock `now` when asked are answered with copies (COPY)."""
 
     def __init__(self, rng: random.Random, pods: list[tuple[str, str]]) -> None:
         self.rng, self.pods = rng, pods
         self.p_fail = self.p_hold = 0.15
         self.held: list[asyncio.Event] = []
+        self.now = math.inf
 
     async def query_range(self, text: str, *, start: float, end: float, step: float):
         draw = self.rng.random()
         if draw < self.p_fail:
             raise PromError(PromErrorKind.UNAVAILABLE, "down")
+        asked = self.now
         if draw < self.p_fail + self.p_hold:
             self.held.append(event := asyncio.Event())
             await event.wait()
         times = [start + i * step for i in range(round((end - start) / step) + 1)]
+
+        def series(labels: dict[str, str], value: Callable[[float], float]) -> RangeSeries:
+            return RangeSeries(
+                labels=labels, samples=tuple((t, value(t) if t <= asked else COPY) for t in times)
+            )
+
         if "gateway_waiting" in text:
-            return (RangeSeries(labels={}, samples=tuple((t, gateway_queue(t)) for t in times)),)
+            return (series({}, gateway_queue),)
         out = []
         for ns, name in self.pods:
             labels = {"namespace": ns, "pod": name}
             if text.endswith(QUEUE):
-                out.append(
-                    RangeSeries(
-                        labels=labels, samples=tuple((t, pod_queue(name, t)) for t in times)
-                    )
-                )
+                out.append(series(labels, lambda t, name=name: pod_queue(name, t)))
             elif text.endswith(RUNNING):
-                out.append(RangeSeries(labels=labels, samples=tuple((t, 1.0) for t in times)))
+                out.append(series(labels, lambda t: 1.0))
             elif PROMPTS in text:
                 for le, value in (("1000", 1.0), ("+Inf", 2.0)):
-                    samples = tuple((t, value) for t in times)
-                    out.append(RangeSeries(labels={**labels, "le": le}, samples=samples))
+                    out.append(series({**labels, "le": le}, lambda t, v=value: v))
         return tuple(out)
 
     def release_some(self, share: float) -> None:
@@ -336,7 +344,12 @@ async def test_every_workload_ends_with_what_it_would_have_fetched_alone(seed: i
             ticks_of("WXVU", **live), {w.key: w for w in live.values()}, now, monotonic=now
         )
         now += 1
-    end = now - 1
+    every_window_exact(live, made, now - 1)
+
+
+def every_window_exact(live: dict[str, Workload], made: dict, end: float) -> None:
+    """Every workload holds every time of its window at `end`, each sample (and every one
+    it took before) exactly what fetching it alone gives."""
     for name, w in live.items():
         ns, gw = made[name]
         obs = w.history.observe(end, ())
@@ -352,6 +365,43 @@ async def test_every_workload_ends_with_what_it_would_have_fetched_alone(seed: i
             w.history._times["queue_depth"], w.history._values["queue_depth"], strict=True
         ):
             assert value == pods + t % 7 + (gateway_queue(t) if gw else 0.0), (name, t)
+
+
+@pytest.mark.parametrize("seed", range(30))
+async def test_copies_fetched_on_a_clock_ahead_all_go(seed: int) -> None:
+    """The chaos above, on a loop clock ahead of Prometheus' by a lead that comes and
+    goes (up to 1.5 x the history): every tick asks for the steps to its own time, and
+    Prometheus answers those still to come with copies. Once the loop's time is right
+    and the window has turned over, every workload holds every time of its window
+    exactly: no copy stays, no time is missing, no sum counts a part twice."""
+    rng = random.Random(seed)
+    gateway = "sum(gateway_waiting)"
+    made = {"W": ("a", gateway), "X": ("d", gateway), "V": ("b", ""), "U": ("c", "")}
+    prom = Chaos(rng, [(ns, f"{ns}-0") for ns, _ in made.values()])
+    live = {name: workload(ns, gw) for name, (ns, gw) in made.items()}
+    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=0.01)
+    at, lead = 1000, 0
+    for _ in range(40):
+        if rng.random() < 0.2:
+            lead = rng.choice((0, 0, 2, 5, 20, 45, 90))
+        members = "".join(name for name in live if rng.random() < 0.7)
+        prom.now = at
+        workloads = {w.key: w for w in live.values()}
+        await gather.gather(ticks_of(members, **live), workloads, at + lead, monotonic=at)
+        prom.release_some(rng.random())
+        await asyncio.sleep(0)
+        at += rng.choice((1, 5, 5, 20))
+    prom.p_fail = prom.p_hold = 0.0
+    prom.release_some(1.0)
+    # Right again, for longer than the lead and the window: a copy as far ahead as the
+    # lead moved the history's bound on what it keeps, and the times that cost age out.
+    for _ in range(30):
+        await asyncio.wait_for(asyncio.gather(*(f.task for f in gather._late.values())), 30)
+        prom.now = at
+        workloads = {w.key: w for w in live.values()}
+        await gather.gather(ticks_of("WXVU", **live), workloads, at, monotonic=at)
+        at += 5
+    every_window_exact(live, made, at - 5)
 
 
 async def test_a_gateway_taken_out_of_the_spec_leaves_no_gap() -> None:
@@ -426,28 +476,45 @@ class Clocked(Logged):
         )
 
 
-async def test_steps_fetched_while_still_to_come_are_fetched_again() -> None:
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        pytest.param(
+            [(1000, 1060, True), (1005, 1005, True), (1010, 1010, True)],
+            id="a-minute-ahead-then-read",
+        ),
+        pytest.param(
+            [(1000, 1060, False), (1005, 1013, True), (1010, 1010, True), (1015, 1015, True)],
+            id="then-read-8-s-short-then-right",  # the first reading, off by its round trip
+        ),
+        pytest.param(
+            [(1000, 1000, True), (1005, 975, False), (1010, 1010, True)],
+            id="behind-unread-takes-back-nothing",  # this clock stepped back, time() failing
+        ),
+    ],
+)
+async def test_steps_fetched_while_still_to_come_are_fetched_again(schedule, caplog) -> None:
     """A tick on a clock a minute ahead of Prometheus' asked for a minute of steps still
     to come: copies stood in the history for them, and once the loop's time was right the
-    real samples were never asked (each query counted as fetched a minute ahead). The
-    monotonic clock places that tick: what it asked past its own time goes, from the
-    history, the gateway's waiting sums and what each workload was handed, and is asked
-    again."""
+    real samples were never asked (each query counted as fetched a minute ahead). A tick
+    that read Prometheus' clock places the earlier ones by the monotonic clock: the steps
+    each asked ahead go, from the histories, the gateway's waiting sums and what each
+    workload was handed, and are asked again. A tick whose clock was not read judges
+    none: its own time may be what is wrong."""
     w, v = workload("a", "sum(gateway_waiting)"), workload("b")
     workloads = {x.key: x for x in (w, v)}
-    prom = Clocked(now=1000)
+    prom = Clocked(now=0)
     gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
-    await gather.gather(ticks_of("VW", V=v, W=w), workloads, 1060, monotonic=0)
-    assert w.history.latest_time("queue_depth") == 1060  # the copies, as before
-    prom.now = 1005
-    await gather.gather(ticks_of("VW", V=v, W=w), workloads, 1005, monotonic=5)
+    for at, now, read in schedule:
+        prom.now = at
+        await gather.gather(ticks_of("VW", V=v, W=w), workloads, now, monotonic=at, read_now=read)
+        await asyncio.sleep(0)  # the backfill, beside the tick
+    end = schedule[-1][0]
     for x, real in ((w, 207.0), (v, 50.0)):
-        assert x.history.latest_time("queue_depth") == 1005
-        queue = x.history.observe(1005, ()).queue_depth
-        assert queue.times[-6:] == (1000.0, 1001.0, 1002.0, 1003.0, 1004.0, 1005.0)
-        assert set(queue.values[-6:]) == {real}
-    # and from then on, one fetch of what is new, as before
-    before = len(prom.asked)
-    prom.now = 1010
-    await gather.gather(ticks_of("VW", V=v, W=w), workloads, 1010, monotonic=10)
-    assert {(start, stop) for _, start, stop in prom.asked[before:]} == {(1006, 1010)}
+        assert x.history.latest_time("queue_depth") == end
+        queue = x.history.observe(end, ()).queue_depth
+        assert queue.times == tuple(float(t) for t in range(end - 60, end + 1))
+        assert set(queue.values) == {real}
+    took_back = any("fetched ahead is fetched again" in r.message for r in caplog.records)
+    assert took_back == (schedule[0][1] > schedule[0][0])
+    gather.close()

@@ -120,15 +120,15 @@ def test_histogram_samples_share_the_window_and_the_forgetting() -> None:
     assert h.observe(50.0, ()).prompt_tokens_buckets == Buckets()  # forgotten, as any signal
 
 
-def test_forget_after_drops_every_later_sample_and_takes_them_again() -> None:
+def test_forget_between_drops_those_samples_and_takes_them_again() -> None:
     """What the live gather fetched while its times were still to come (copies of the
     newest sample) goes, from every signal, histogram and pod telemetry, and the real
     samples of those times are then taken, not dropped as held."""
     h = filled()
     h.add_buckets("prompt_tokens_buckets", 20.0, ((1.0, 1.0),))
-    h.forget_after(12.0)
-    assert h.latest_time("queue_depth") == 10.0
+    h.forget_between(12.0, 22.0)
+    assert h.observe(25.0, ()).queue_depth.times == (5.0, 10.0, 25.0)
     assert h.observe(25.0, ()).prompt_tokens_buckets == Buckets()
-    assert h.latest_pods(25.0) == (10.0, (PodTelemetry(pod="p10"),))
+    assert h.latest_pods(22.0) == (10.0, (PodTelemetry(pod="p10"),))
     h.add("queue_depth", 15.0, 9.0)
-    assert h.observe(25.0, ()).queue_depth == Series((5.0, 10.0, 15.0), (1.0, 2.0, 9.0))
+    assert h.observe(25.0, ()).queue_depth == Series((5.0, 10.0, 15.0, 25.0), (1.0, 2.0, 9.0, 5.0))

@@ -117,6 +117,16 @@ def test_scenarios(policy, queue_at, start, until, expected):
     assert _drive(policy, queue_at, start=start, until=until) == expected
 
 
+def test_a_poll_is_never_more_than_an_interval_off_when_time_goes_back():
+    """The live loop's time goes back where the controller's clock was ahead before
+    Prometheus' was read: the poll set a minute ahead held every count a minute more."""
+    policy = _keda()
+    assert policy.decide(_obs(1060, 0.0, 0)).desired == 0  # a poll, on the clock ahead
+    waiting = policy.decide(_obs(1000, 5.0, 0))
+    assert waiting.desired == 0 and waiting.message.endswith("poll at 1030s")  # not 1090
+    assert policy.decide(_obs(1030, 5.0, 0)).desired == 1
+
+
 def test_activation_message_names_the_poll():
     policy = _keda()
     policy.decide(_obs(0, 0.0, 0))

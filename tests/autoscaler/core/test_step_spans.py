@@ -73,16 +73,18 @@ def test_gaps_and_what_was_handed_are_every_step_once(runs, lo, width) -> None:
 @given(
     st.lists(st.tuples(st.integers(0, 60), st.integers(0, 10)), max_size=8),
     st.integers(-5, 70),
+    st.integers(0, 20),
 )
-def test_forget_after_keeps_exactly_the_times_up_to_it(runs, cut) -> None:
-    """Times fetched while still to come are handed again: after `forget_after`, a time
-    is held if and only if it was handed and is not past the cut."""
-    step = 0.5
+def test_forget_between_keeps_exactly_the_times_outside(runs, first, width) -> None:
+    """Times fetched while still to come are handed again: after `forget_between`, a
+    time is held if and only if it was handed and lies outside the range."""
+    step = 0.5  # a fraction: the steps are sums of floats
     handed: set[int] = set()
     s = StepSpans(step)
-    for first, length in runs:
-        s.add(first * step, (first + length) * step)
-        handed.update(range(first, first + length + 1))
-    s.forget_after(cut * step)
-    assert all(s.holds(k * step) == (k in handed and k <= cut) for k in range(-5, 75))
-    assert s.gaps(0, 70 * step) == spans(*s._spans, step=step).gaps(0, 70 * step)
+    for start, length in runs:
+        s.add(start * step, (start + length) * step)
+        handed.update(range(start, start + length + 1))
+    s.forget_between(first * step, (first + width) * step)
+    dropped = set(range(first, first + width + 1))
+    assert all(s.holds(k * step) == (k in handed - dropped) for k in range(-5, 95))
+    assert all(a <= b for a, b in s._spans)
