@@ -310,6 +310,18 @@ class Chaos:
         self.held = [e for e in self.held if not e.is_set()]
 
 
+def chaos_world(seed: int):
+    """Four workloads sharing their queries: W and X each add the same gateway query's
+    queue, V and U do not; the Chaos answering them, and the gather."""
+    rng = random.Random(seed)
+    gateway = "sum(gateway_waiting)"
+    made = {"W": ("a", gateway), "X": ("d", gateway), "V": ("b", ""), "U": ("c", "")}
+    prom = Chaos(rng, [(ns, f"{ns}-0") for ns, _ in made.values()])
+    live = {name: workload(ns, gw) for name, (ns, gw) in made.items()}
+    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=0.01)
+    return rng, made, prom, live, gather
+
+
 @pytest.mark.parametrize("seed", range(30))
 async def test_every_workload_ends_with_what_it_would_have_fetched_alone(seed: int) -> None:
     """Four workloads share their queries: W and X each add a gateway's queue (the same
@@ -318,12 +330,7 @@ async def test_every_workload_ends_with_what_it_would_have_fetched_alone(seed: i
     be exactly what fetching that workload alone gives (a sum never counts one part twice
     or misses one), and once Prometheus answers again every workload holds every time of
     its window: nothing joining, sitting out or coming back loses its history."""
-    rng = random.Random(seed)
-    gateway = "sum(gateway_waiting)"
-    made = {"W": ("a", gateway), "X": ("d", gateway), "V": ("b", ""), "U": ("c", "")}
-    prom = Chaos(rng, [(ns, f"{ns}-0") for ns, _ in made.values()])
-    live = {name: workload(ns, gw) for name, (ns, gw) in made.items()}
-    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=0.01)
+    rng, made, prom, live, gather = chaos_world(seed)
     now = 1000
     for _ in range(25):
         for name, (ns, gw) in made.items():
@@ -374,12 +381,7 @@ async def test_copies_fetched_on_a_clock_ahead_all_go(seed: int) -> None:
     Prometheus answers those still to come with copies. Once the loop's time is right
     and the window has turned over, every workload holds every time of its window
     exactly: no copy stays, no time is missing, no sum counts a part twice."""
-    rng = random.Random(seed)
-    gateway = "sum(gateway_waiting)"
-    made = {"W": ("a", gateway), "X": ("d", gateway), "V": ("b", ""), "U": ("c", "")}
-    prom = Chaos(rng, [(ns, f"{ns}-0") for ns, _ in made.values()])
-    live = {name: workload(ns, gw) for name, (ns, gw) in made.items()}
-    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=0.01)
+    rng, made, prom, live, gather = chaos_world(seed)
     at, lead = 1000, 0
     for _ in range(40):
         if rng.random() < 0.2:

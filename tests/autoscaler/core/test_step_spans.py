@@ -44,6 +44,19 @@ def test_forget_before_drops_only_runs_that_end_before() -> None:
     assert not s.holds(50.0) and s.holds(100.0)
 
 
+HALF = 0.5  # a fraction: the steps are sums of floats
+
+
+def handed_runs(runs: list[tuple[int, int]]) -> tuple[StepSpans, set[int]]:
+    """StepSpans at a half-second step handed each (first step, length) of `runs`, and the
+    steps (as multiples of the step) handed."""
+    s, handed = StepSpans(HALF), set()
+    for first, length in runs:
+        s.add(first * HALF, (first + length) * HALF)
+        handed.update(range(first, first + length + 1))
+    return s, handed
+
+
 @given(
     st.lists(st.tuples(st.integers(0, 60), st.integers(0, 10)), max_size=8),
     st.integers(0, 60),
@@ -51,12 +64,8 @@ def test_forget_before_drops_only_runs_that_end_before() -> None:
 )
 def test_gaps_and_what_was_handed_are_every_step_once(runs, lo, width) -> None:
     """Every step from first to last is either handed (`holds`) or in exactly one gap."""
-    step = 0.5  # a fraction: the steps are sums of floats
-    handed: set[int] = set()
-    s = StepSpans(step)
-    for first, length in runs:
-        s.add(first * step, (first + length) * step)
-        handed.update(range(first, first + length + 1))
+    step = HALF
+    s, handed = handed_runs(runs)
     hi = lo + width
     in_gaps = [
         k
@@ -78,12 +87,8 @@ def test_gaps_and_what_was_handed_are_every_step_once(runs, lo, width) -> None:
 def test_forget_between_keeps_exactly_the_times_outside(runs, first, width) -> None:
     """Times fetched while still to come are handed again: after `forget_between`, a
     time is held if and only if it was handed and lies outside the range."""
-    step = 0.5  # a fraction: the steps are sums of floats
-    handed: set[int] = set()
-    s = StepSpans(step)
-    for start, length in runs:
-        s.add(start * step, (start + length) * step)
-        handed.update(range(start, start + length + 1))
+    step = HALF
+    s, handed = handed_runs(runs)
     s.forget_between(first * step, (first + width) * step)
     dropped = set(range(first, first + width + 1))
     assert all(s.holds(k * step) == (k in handed - dropped) for k in range(-5, 95))
