@@ -28,6 +28,10 @@ MAX_ERROR_CHARS = 500
 # HTTP 431 from Prometheus itself as GET, and proxies refuse request lines of 8 KB (nginx,
 # Apache) or less. Every preset query is far shorter, so their requests are as before.
 MAX_GET_PARAMS_BYTES = 4096
+NATIVE_HISTOGRAMS = (
+    "the query answers native histogram samples, where a number is read: wrap it in "
+    "histogram_quantile(), histogram_sum(), histogram_count() or histogram_fraction()"
+)
 
 
 class PromErrorKind(StrEnum):
@@ -138,10 +142,12 @@ def parse_matrix(
     data: Any, *, start: float = -math.inf, end: float = math.inf
 ) -> tuple[RangeSeries, ...]:
     """`data` of a range query -> series; raises PromError(BAD_RESPONSE) on any other shape,
-    or on a label value that is not a string. Samples outside the query's [start, end]
-    (give or take a second of its rounding) are dropped: a range query answers none, and a
-    sample from the future held a workload's history still until that time came (each
-    later sample was "not newer")."""
+    or on a label value that is not a string, and PromError(BAD_QUERY) where a series holds
+    native histogram samples (a policy reads numbers: read as no samples, such a query
+    left its workloads on MissingMetrics without a word why). Samples outside the query's
+    [start, end] (give or take a second of its rounding) are dropped: a range query answers
+    none, and a sample from the future held a workload's history still until that time
+    came (each later sample was "not newer")."""
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         raise PromError(PromErrorKind.BAD_RESPONSE, "expected a matrix result")
     out = []
@@ -151,6 +157,8 @@ def parse_matrix(
         # A tick parses a sample per pod and signal: one pass, and the decoded label dict
         # kept as it came (the answer is ours alone).
         for item in data.get("result") or ():
+            if isinstance(item, dict) and item.get("histograms"):
+                raise PromError(PromErrorKind.BAD_QUERY, NATIVE_HISTOGRAMS)
             samples = tuple(
                 (ts, value)
                 for t, v in item.get("values") or ()

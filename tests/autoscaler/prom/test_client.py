@@ -16,7 +16,13 @@ from helpers.tools import require
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.autoscaler.prom.client import PromClient, PromError, PromErrorKind, parse_matrix
+from gpufleet.autoscaler.prom.client import (
+    NATIVE_HISTOGRAMS,
+    PromClient,
+    PromError,
+    PromErrorKind,
+    parse_matrix,
+)
 
 MATRIX = {
     "status": "success",
@@ -289,6 +295,7 @@ _SERIES = st.fixed_dictionaries(
     optional={
         "metric": _JSON | st.dictionaries(st.text(max_size=5), st.text(max_size=5)),
         "values": _JSON | st.lists(_SAMPLE, max_size=3),
+        "histograms": _JSON,
     },
 )
 
@@ -301,14 +308,27 @@ _SERIES = st.fixed_dictionaries(
 )
 def test_any_answer_is_series_or_a_bad_response(data) -> None:
     """Whatever a Prometheus (or a proxy before it) answers: series with finite samples,
-    or PromError BAD_RESPONSE (the tick's MissingMetrics), never another exception."""
+    or PromError BAD_RESPONSE (the tick's MissingMetrics), or BAD_QUERY for native
+    histograms, never another exception."""
     try:
         series = parse_matrix(data)
     except PromError as err:
-        assert err.kind is PromErrorKind.BAD_RESPONSE
+        assert err.kind is PromErrorKind.BAD_RESPONSE or str(err) == NATIVE_HISTOGRAMS
         return
     assert all(math.isfinite(v) for s in series for _, v in s.samples)
     assert all(type(v) is str for s in series for v in s.labels.values())
+
+
+def test_native_histogram_samples_are_a_bad_query_that_says_so() -> None:
+    """`rate(vllm:time_to_first_token_seconds[1m])` over a native histogram answers
+    histogram samples (the API's `histograms`, not `values`): read as no samples, its
+    workloads held on MissingMetrics with nothing to say why."""
+    histogram = {"count": "4", "sum": "1.5", "buckets": [[0, "0.5", "1", "4"]]}
+    series = {"metric": {"pod": "p"}, "histograms": [[10, histogram], [15, histogram]]}
+    with pytest.raises(PromError) as err:
+        parse_matrix({"resultType": "matrix", "result": [series]})
+    assert err.value.kind is PromErrorKind.BAD_QUERY
+    assert "native histogram" in str(err.value) and "histogram_quantile()" in str(err.value)
 
 
 @pytest.mark.parametrize(
