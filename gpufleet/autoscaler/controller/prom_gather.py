@@ -113,18 +113,6 @@ class _Handed:
     gateway: str = ""
 
 
-def _merged(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    """(first, last) step runs as disjoint runs: the copies of ticks that ran a minute
-    ahead for minutes overlap."""
-    out: list[tuple[float, float]] = []
-    for first, last in sorted(spans):
-        if out and first <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], last))
-        else:
-            out.append((first, last))
-    return out
-
-
 def _unhanded(
     spans: StepSpans, first: float, last: float, samples: Iterable[tuple[float, V]]
 ) -> Iterable[tuple[float, V]]:
@@ -371,8 +359,12 @@ class PromGather:
             self._fetched_until = {t: min(m, end) for t, m in self._fetched_until.items()}
             for i, came, _ in copied:
                 ticks[i] = (ticks[i][0], came)  # judged: its copies go now
+            # as disjoint runs: the copies of ticks that ran a minute ahead for minutes overlap
+            copies = StepSpans(step)
+            for _, came, asked in copied:
+                copies.add(came + step, asked)
             half = step / 2
-            for first, last in _merged((came + step, asked) for _, came, asked in copied):
+            for first, last in copies.runs():
                 for h in self._handed.values():
                     h.history.forget_between(first - half, last + half)
                     for spans in h.spans.values():

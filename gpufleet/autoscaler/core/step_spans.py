@@ -36,6 +36,10 @@ class StepSpans:
         kept.sort()
         self._spans = kept
 
+    def runs(self) -> list[tuple[float, float]]:
+        """The runs of times handed, (first, last), oldest first."""
+        return list(self._spans)
+
     def holds(self, t: float) -> bool:
         return self.holds_any(t, t)
 

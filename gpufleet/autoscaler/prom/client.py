@@ -85,7 +85,7 @@ class PromClient:
             else:
                 raise TypeError(f"a {kind} result of {len(result)}")
         except (TypeError, ValueError, KeyError, IndexError) as err:
-            message = cut(f"time(): not a scalar: {err}", MAX_ERROR_CHARS)
+            message = cut(f"time(): not one number: {err}", MAX_ERROR_CHARS)
             raise PromError(PromErrorKind.BAD_RESPONSE, message) from None
         if not math.isfinite(now):
             raise PromError(PromErrorKind.BAD_RESPONSE, f"time(): {now}")

@@ -459,25 +459,6 @@ async def test_what_was_handed_before_the_history_is_forgotten() -> None:
     gather.close()
 
 
-class Clocked(Logged):
-    """Logged, on a Prometheus clock `now`: a step still to come is answered as Prometheus'
-    lookback answers it, with its newest sample, here marked as a copy (-1)."""
-
-    def __init__(self, now: float) -> None:
-        super().__init__()
-        self.now = now
-
-    async def query_range(self, text: str, *, start: float, end: float, step: float):
-        answer = await super().query_range(text, start=start, end=end, step=step)
-        return tuple(
-            RangeSeries(
-                labels=s.labels,
-                samples=tuple((t, v if t <= self.now else -1.0) for t, v in s.samples),
-            )
-            for s in answer
-        )
-
-
 @pytest.mark.parametrize(
     "schedule",
     [
@@ -503,20 +484,14 @@ async def test_steps_fetched_while_still_to_come_are_fetched_again(schedule, cap
     each asked ahead go, from the histories, the gateway's waiting sums and what each
     workload was handed, and are asked again. A tick whose clock was not read judges
     none: its own time may be what is wrong."""
-    w, v = workload("a", "sum(gateway_waiting)"), workload("b")
-    workloads = {x.key: x for x in (w, v)}
-    prom = Clocked(now=0)
-    gather = PromGather(prom, Stats(), step_seconds=1.0, history_seconds=60, wait_seconds=5)
+    _, made, prom, live, gather = chaos_world(0)
+    prom.p_fail = prom.p_hold = 0.0  # every query answers: only the clock is at play
+    workloads = {w.key: w for w in live.values()}
     for at, now, read in schedule:
         prom.now = at
-        await gather.gather(ticks_of("VW", V=v, W=w), workloads, now, monotonic=at, read_now=read)
+        await gather.gather(ticks_of("WXVU", **live), workloads, now, monotonic=at, read_now=read)
         await asyncio.sleep(0)  # the backfill, beside the tick
-    end = schedule[-1][0]
-    for x, real in ((w, 207.0), (v, 50.0)):
-        assert x.history.latest_time("queue_depth") == end
-        queue = x.history.observe(end, ()).queue_depth
-        assert queue.times == tuple(float(t) for t in range(end - 60, end + 1))
-        assert set(queue.values) == {real}
+    every_window_exact(live, made, schedule[-1][0])
     took_back = any("fetched ahead is fetched again" in r.message for r in caplog.records)
     assert took_back == (schedule[0][1] > schedule[0][0])
     gather.close()
