@@ -10,31 +10,27 @@ Never per scrape or per collection.
 
 A watch that ends is resumed from the last version seen; a 410 Expired relists; any other
 failure is counted by kind, logged once per change of state, and retried after
-`retry_seconds` with a fresh list. Meanwhile the last view is kept: labels and device names
-change rarely, and they only decorate or place what the kubelet reports now.
+`retry_seconds` with a fresh list (`gpufleet.kube.reflector`). Meanwhile the last view is
+kept: labels and device names change rarely, and they only decorate or place what the
+kubelet reports now.
 """
 
-import contextlib
-import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Hashable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from kubernetes import client
-from kubernetes.watch.watch import iter_resp_lines
-from urllib3.exceptions import HTTPError
 
 from gpufleet.exporter.core.dra import DRIVER, SliceDevice, slice_devices
 from gpufleet.exporter.core.podmeta import PodMeta, pod_labels
 from gpufleet.exporter.kube.view import EMPTY_API_VIEW, ApiView
-from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
+from gpufleet.kube.errors import KubeError, KubeErrorKind
+from gpufleet.kube.reflector import CALL_TIMEOUT_SECONDS, Reflector
 
 log = logging.getLogger(__name__)
-CALL_TIMEOUT_SECONDS = 10.0
-# The server ends a watch after this; it is resumed at once from the last version seen.
-WATCH_SECONDS = 300
+T = TypeVar("T")
 
 
 def pod_meta(
@@ -63,129 +59,11 @@ def slice_entry(resource_slice: Mapping[str, Any]) -> tuple[str, tuple[SliceDevi
     return meta["name"], slice_devices(resource_slice)
 
 
-class _Expired(Exception):
-    """The watch's version is too old (410): list again."""
-
-
-class _Reflector:
-    """List, then watch, one resource into `items` (key -> record); calls `changed(name)`
-    after each list and change. Runs in its own thread until `stopping` is set."""
-
-    def __init__(
-        self,
-        name: str,
-        call: Callable[..., Any],
-        parse: Callable[[Mapping[str, Any]], tuple[Hashable, Any] | None],
-        *,
-        changed: Callable[[str], None],
-        failed: Callable[[str, KubeError], None],
-        stopping: threading.Event,
-        retry_seconds: float,
-    ) -> None:
-        self.name = name
-        self.items: dict[Hashable, Any] = {}
-        self._call = call
-        self._parse = parse
-        self._changed = changed
-        self._failed = failed
-        self._stopping = stopping
-        self._retry_seconds = retry_seconds
-        self._response: Any = None
-        self.thread = threading.Thread(target=self._run, name=f"kube-{name}", daemon=True)
-
-    def interrupt(self) -> None:
-        """Unblock a watch read in progress (stop)."""
-        response = self._response
-        if response is not None:
-            with contextlib.suppress(OSError, HTTPError):  # it may have just ended itself
-                response.shutdown()
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                version = self._list()
-                while not self._stopping.is_set():
-                    version = self._watch(version)
-            except _Expired:
-                continue
-            except Exception as exc:  # never let the thread die: labels would freeze
-                if self._stopping.is_set():
-                    return
-                if not isinstance(exc, KubeError):
-                    exc = KubeError(KubeErrorKind.INVALID, f"{type(exc).__name__}: {exc}")
-                self._failed(self.name, exc)
-                self._stopping.wait(self._retry_seconds)
-
-    def _list(self) -> str:
-        response = kube_call(
-            lambda: self._call(_preload_content=False, _request_timeout=CALL_TIMEOUT_SECONDS)
-        )
-        body = _json_object(response.data)
-        items = body.get("items")
-        parsed = (self._parse(item) for item in items if isinstance(item, dict)) if items else ()
-        self.items = dict(entry for entry in parsed if entry is not None)
-        self._changed(self.name)
-        return str((body.get("metadata") or {}).get("resourceVersion") or "")
-
-    def _watch(self, version: str) -> str:
-        """Apply the events of one watch; returns the last version seen."""
-        self._response = kube_call(
-            lambda: self._call(
-                watch=True,
-                resource_version=version,
-                timeout_seconds=WATCH_SECONDS,
-                allow_watch_bookmarks=True,
-                _preload_content=False,
-                _request_timeout=(CALL_TIMEOUT_SECONDS, WATCH_SECONDS + CALL_TIMEOUT_SECONDS),
-            )
-        )
-        try:
-            if self._stopping.is_set():  # stop() came before there was a response to shut
-                return version
-            for event in self._events():
-                version = self._apply(event) or version
-        finally:
-            self._response.release_conn()
-            self._response = None
-        return version
-
-    def _events(self) -> Iterator[Mapping[str, Any]]:
-        try:
-            for line in iter_resp_lines(self._response):
-                if line:
-                    yield _json_object(line)
-        except (HTTPError, OSError) as err:
-            raise KubeError(KubeErrorKind.UNAVAILABLE, f"watch broken: {err}") from None
-
-    def _apply(self, event: Mapping[str, Any]) -> str:
-        kind, obj = event.get("type"), event.get("object")
-        if not isinstance(obj, dict):
-            return ""
-        if kind == "ERROR":
-            code = obj.get("code")
-            if code == 410:
-                raise _Expired()
-            raise KubeError(KubeErrorKind.UNAVAILABLE, f"watch error {code}: {obj.get('message')}")
-        entry = self._parse(obj)
-        if entry is not None and kind in ("ADDED", "MODIFIED"):
-            self.items[entry[0]] = entry[1]
-            self._changed(self.name)
-        elif entry is not None and kind == "DELETED":
-            self.items.pop(entry[0], None)
-            self._changed(self.name)
-        return str((obj.get("metadata") or {}).get("resourceVersion") or "")
-
-
-def _json_object(data: bytes | str) -> dict[str, Any]:
-    try:
-        body = json.loads(data)
-    except ValueError as err:
-        raise KubeError(KubeErrorKind.INVALID, f"answer is not JSON: {err}") from None
-    except RecursionError:  # nested deeper than the parser goes: no API server answers that
-        raise KubeError(KubeErrorKind.INVALID, "answer is not JSON: nested too deep") from None
-    if not isinstance(body, dict):
-        raise KubeError(KubeErrorKind.INVALID, "answer is not a JSON object")
-    return body
+def _kept(entry: tuple[Any, T] | None) -> T:
+    """The record of a (key, record) entry; a malformed object is left out."""
+    if entry is None:
+        raise ValueError("malformed")
+    return entry[1]
 
 
 class KubeMetadataWatcher:
@@ -206,31 +84,35 @@ class KubeMetadataWatcher:
         self._errors = dict.fromkeys(KubeErrorKind, 0)
         self._lock = threading.Lock()  # publishing and the error counts
         self._states: dict[str, str] = {}  # reflector -> "ok" or the failure kind logged
-        self._stopping = threading.Event()
         core = client.CoreV1Api(api)
         selector = f"spec.nodeName={node_name}" if node_name else ""
-        common = dict(
-            changed=self._publish,
-            failed=self._failed,
-            stopping=self._stopping,
-            retry_seconds=retry_seconds,
-        )
-        self._pods = _Reflector(
+
+        def reflector(name: str, call: Callable[..., Any], reduce: Any) -> Reflector[Any]:
+            return Reflector(
+                name,
+                call,
+                reduce,
+                on_change=lambda: self._publish(name),
+                on_failure=lambda err: self._failed(name, err),
+                retry_seconds=retry_seconds,
+                max_retry_seconds=retry_seconds,
+                list_timeout=CALL_TIMEOUT_SECONDS,
+            )
+
+        self._pods = reflector(
             "pods",
             lambda **kw: core.list_pod_for_all_namespaces(field_selector=selector, **kw),
-            lambda pod: pod_meta(pod, labels=labels, allowlist=allowlist),
-            **common,  # type: ignore[arg-type]
+            lambda pod: _kept(pod_meta(pod, labels=labels, allowlist=allowlist)),
         )
-        self._slices: _Reflector | None = None
+        self._slices: Reflector[tuple[SliceDevice, ...]] | None = None
         if dra:
             resource = client.ResourceV1Api(api)
-            self._slices = _Reflector(
+            self._slices = reflector(
                 "resourceslices",
                 lambda **kw: resource.list_resource_slice(
                     field_selector=f"spec.driver={DRIVER}", **kw
                 ),
-                slice_entry,
-                **common,  # type: ignore[arg-type]
+                lambda found: _kept(slice_entry(found)),
             )
 
     def view(self) -> ApiView:
@@ -245,28 +127,25 @@ class KubeMetadataWatcher:
         if not self._node_name:
             log.warning("NODE_NAME is not set: watching the pods of every node for their labels")
         for reflector in self._reflectors():
-            reflector.thread.start()
+            reflector.start()
 
     def stop(self, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> None:
-        self._stopping.set()
         for reflector in self._reflectors():
             reflector.interrupt()
         for reflector in self._reflectors():
-            if reflector.thread.is_alive():
-                reflector.thread.join(timeout_seconds)
+            reflector.stop(timeout_seconds)
 
-    def _reflectors(self) -> tuple[_Reflector, ...]:
+    def _reflectors(self) -> tuple[Reflector[Any], ...]:
         return (self._pods,) if self._slices is None else (self._pods, self._slices)
 
     def _publish(self, name: str) -> None:
         """Swap in the view the caches give now, if it differs (called by `name`)."""
         with self._lock:
-            devices = {}
+            devices: dict[tuple[str, str], SliceDevice] = {}
             if self._slices is not None:
-                # the other reflector's thread may be writing: copy in one C call first
-                for found in tuple(self._slices.items.values()):
+                for found in self._slices.mapping().values():
                     devices.update(((d.pool, d.name), d) for d in found)
-            view = ApiView(pods=dict(self._pods.items), devices=devices)
+            view = ApiView(pods=self._pods.mapping(), devices=devices)
             if view != self._view:
                 self._view = view
             state, self._states[name] = self._states.get(name), "ok"

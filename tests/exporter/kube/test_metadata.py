@@ -5,8 +5,9 @@ import re
 import pytest
 
 from gpufleet.exporter.core.podmeta import PodMeta
-from gpufleet.exporter.kube.metadata import _json_object, pod_meta, slice_entry
+from gpufleet.exporter.kube.metadata import pod_meta, slice_entry
 from gpufleet.kube.errors import KubeError, KubeErrorKind
+from gpufleet.kube.reflector import json_object
 
 ALL = ()
 
@@ -70,5 +71,5 @@ def test_slice_entry_keeps_the_slice_name_even_without_gpus() -> None:
 )
 def test_an_answer_that_is_no_json_object_is_an_invalid_answer(answer: bytes, says: str) -> None:
     with pytest.raises(KubeError) as caught:
-        _json_object(answer)
+        json_object(answer)
     assert caught.value.kind is KubeErrorKind.INVALID and str(caught.value).startswith(says)

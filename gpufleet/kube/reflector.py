@@ -1,0 +1,299 @@
+"""One collection of the API kept current on a thread of its own: a list, then a watch from
+its resourceVersion, as client-go's reflector does. The exporter keeps its node's pods and
+the DRA driver's ResourceSlices so; the autoscaler the collections every tick reads.
+
+- A watch the server ends (its `timeoutSeconds`, 5 to 10 minutes) is opened again from
+  the last resourceVersion at once.
+- A 410 Expired (the server no longer has that version) lists again at once; any other
+  failure (the API down, a 403, an answer that does not parse) lists again after a backoff.
+- Meanwhile the objects stay as they were. `items` refuses them once the watch has been
+  down longer than its reader allows, so a reader never acts on a state minutes old.
+"""
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+from kubernetes.watch.watch import iter_resp_lines
+from urllib3.exceptions import HTTPError
+
+from gpufleet.core.watch_state import Key, Skipped, WatchExpired, WatchFailed, WatchState
+from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
+
+T = TypeVar("T")
+
+CALL_TIMEOUT_SECONDS = 10.0  # to connect, and a watch's answer to start
+WATCH_SECONDS = 300  # a watch asks to be ended after 1x to 2x this, as client-go's
+FIRST_LIST_SECONDS = 30.0  # how long a first reader waits for the first list
+SHORT_WATCH_SECONDS = 1.0  # a watch ended sooner counts toward the backoff
+HEALTHY_SECONDS = 60.0  # a watch that broke after this long starts the backoff afresh
+
+
+def _nothing(*_: object) -> None:
+    pass
+
+
+class Reflector(Generic[T]):
+    """`call` is the client's list method for the collection (it takes `watch`,
+    `resource_version` and the like as keywords); `reduce` keeps what a reader needs of
+    each object, and raises (ValueError, KeyError, TypeError) for one it cannot read, which
+    is then left out and given to `on_skip`.
+
+    Called on the reflector's thread, never under its lock: `on_change` after each list
+    and each event, `on_failure` with each failure, `on_working` once the objects follow
+    the server again (a list answered or a watch opened). Retries wait `retry_seconds`,
+    doubling with each failure in a row up to `max_retry_seconds`."""
+
+    def __init__(
+        self,
+        what: str,
+        call: Callable[..., Any],
+        reduce: Callable[[dict[str, Any]], T],
+        *,
+        on_change: Callable[[], None] = _nothing,
+        on_failure: Callable[[KubeError], None] = _nothing,
+        on_working: Callable[[], None] = _nothing,
+        on_skip: Callable[[Skipped], None] = _nothing,
+        retry_seconds: float = 0.5,
+        max_retry_seconds: float = 30.0,
+        watch_seconds: int = WATCH_SECONDS,
+        list_timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.what = what
+        self._call = call
+        self._on_change = on_change
+        self._on_failure = on_failure
+        self._on_working = on_working
+        self._on_skip = on_skip
+        self._retry_seconds = retry_seconds
+        self._max_retry_seconds = max_retry_seconds
+        self._watch_seconds = watch_seconds
+        self._list_timeout = list_timeout
+        self._clock = clock
+        self._state: WatchState[T] = WatchState(reduce)
+        self._lock = threading.Lock()
+        self._settled = threading.Event()  # the first list answered, or failed
+        self._stopping = threading.Event()
+        self._listed = False
+        self._error: KubeError | None = None
+        self._down_since: float | None = None  # None: the objects follow the server
+        # when the open watch is overdue: its server should have ended it by then, so one
+        # still open is stuck (a proxy that holds the connection and passes nothing)
+        self._overdue_at: float | None = None
+        self._response: Any = None
+        self.thread = threading.Thread(target=self._run, name=f"kube-{what}", daemon=True)
+        self.lists = 0  # lists made
+        self.watches = 0  # watches opened
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def interrupt(self) -> None:
+        """Stop: end the watch now (its socket is shut, not waited out)."""
+        self._stopping.set()
+        self._settled.set()  # a reader waiting for the first list is told, not kept
+        with self._lock:
+            response = self._response
+        if response is not None:
+            _shut(response)
+
+    def stop(self, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> None:
+        self.interrupt()
+        if self.thread.is_alive():
+            self.thread.join(timeout_seconds)
+
+    def items(self, *, stale_after: float) -> tuple[T, ...]:
+        """The objects, in list order. Raises KubeError before the first list has answered
+        (waiting for it up to FIRST_LIST_SECONDS) and while the watch has been down for more
+        than `stale_after` seconds."""
+        if not self._settled.wait(FIRST_LIST_SECONDS):
+            raise KubeError(
+                KubeErrorKind.UNAVAILABLE,
+                f"{self.what}: no list answered in {FIRST_LIST_SECONDS:.0f} s",
+            )
+        with self._lock:
+            if not self._listed:
+                raise self._failure("stopped" if self._stopping.is_set() else "never listed")
+            now = self._clock()
+            down_since = self._down_since
+            if down_since is None and self._overdue_at is not None and now > self._overdue_at:
+                down_since = self._overdue_at
+            if down_since is not None and now - down_since > stale_after:
+                raise self._failure(f"watch down for {now - down_since:.0f} s")
+            return self._state.values()
+
+    def mapping(self) -> dict[Key, T]:
+        """The objects by (namespace, name), as they are now (a copy)."""
+        with self._lock:
+            return self._state.mapping()
+
+    def read(self) -> tuple[T, ...]:
+        """List now and give the objects, for a reader that does not watch (the thread is
+        not started then). Raises KubeError."""
+        self._list()
+        return self._state.values()
+
+    def _failure(self, what: str) -> KubeError:
+        err = self._error
+        if err is None:  # stopped before any failure, or a watch stuck open
+            return KubeError(KubeErrorKind.UNAVAILABLE, f"{self.what}: {what}")
+        return KubeError(err.kind, f"{self.what}: {what}: {err}", status=err.status)
+
+    # --- the thread ---
+
+    def _run(self) -> None:
+        failures = 0
+        must_list = True
+        while not self._stopping.is_set():
+            began = self._clock()
+            try:
+                if must_list:
+                    self._list()
+                    must_list = False
+                self._watch()
+            except WatchExpired:
+                must_list = True  # at once: the server no longer has our version
+                continue
+            except Exception as exc:  # never let the thread die: the objects would freeze
+                if self._stopping.is_set():
+                    return
+                must_list = True
+                self._failed(_as_kube_error(exc))
+                # a failure after a while of working is a first failure again
+                healthy = self._clock() - began >= HEALTHY_SECONDS
+                failures = 1 if healthy else failures + 1
+            else:
+                short = self._clock() - began < SHORT_WATCH_SECONDS
+                failures = failures + 1 if short else 0
+            if failures:
+                delay = self._retry_seconds * 2 ** (failures - 1)
+                self._stopping.wait(min(self._max_retry_seconds, delay))
+
+    def _list(self) -> None:
+        items, version = list_objects(self._call, timeout=self._list_timeout)
+        with self._lock:
+            skipped = self._state.replace(items, version)
+            self._listed = True
+            recovered = self._working()
+        self.lists += 1
+        self._settled.set()
+        self._after(skipped, recovered)
+
+    def _watch(self) -> None:
+        if self._stopping.is_set():  # stopped while it listed
+            return
+        seconds = int(self._watch_seconds * (1 + random.random()))
+        response = kube_call(
+            lambda: self._call(
+                watch=True,
+                resource_version=self._state.version,
+                timeout_seconds=seconds,
+                allow_watch_bookmarks=True,
+                _preload_content=False,
+                _request_timeout=(CALL_TIMEOUT_SECONDS, seconds + CALL_TIMEOUT_SECONDS),
+            )
+        )
+        with self._lock:
+            self._response = response
+            self._overdue_at = self._clock() + seconds + CALL_TIMEOUT_SECONDS
+            recovered = self._working()
+        self.watches += 1
+        if recovered:
+            self._on_working()
+        ended = False
+        try:
+            if self._stopping.is_set():  # stopped before there was a response to shut
+                return
+            for line in iter_resp_lines(response):
+                if not line.strip():  # a keep-alive line some proxies send
+                    continue
+                event = json_object(line)
+                with self._lock:
+                    skipped = self._state.apply(event)
+                self._after([] if skipped is None else [skipped], False)
+            ended = not self._stopping.is_set()
+        except (HTTPError, OSError) as err:
+            raise KubeError(KubeErrorKind.UNAVAILABLE, f"watch broken: {err}") from None
+        finally:
+            with self._lock:
+                self._response = None
+                self._overdue_at = None
+            if not ended:
+                # Shut, broken, or left mid-stream: its connection must not serve the
+                # client's next request (a lease release timed out on one).
+                response.close()
+            response.release_conn()
+
+    def _working(self) -> bool:
+        """Under the lock: the objects follow the server again. True if they did not."""
+        recovered = self._down_since is not None or self._error is not None
+        self._down_since = None
+        self._error = None
+        return recovered
+
+    def _after(self, skipped: list[Skipped], recovered: bool) -> None:
+        for s in skipped:
+            self._on_skip(s)
+        if recovered:
+            self._on_working()
+        self._on_change()
+
+    def _failed(self, err: KubeError) -> None:
+        with self._lock:
+            self._error = err
+            if self._down_since is None:
+                self._down_since = self._clock()
+        self._settled.set()  # a first reader is told why, not kept waiting
+        self._on_failure(err)
+
+
+def list_objects(
+    call: Callable[..., Any], *, timeout: float | None = None
+) -> tuple[list[Any], str]:
+    """A list call's items, as plain JSON, and its resourceVersion. Raises KubeError. The
+    client's models for a thousand pods cost more CPU than the rest of a tick. `timeout`:
+    the call's, else the client's own."""
+    limit = {} if timeout is None else {"_request_timeout": timeout}
+    response = kube_call(lambda: call(_preload_content=False, **limit))
+    body = json_object(response.data)
+    items = body.get("items") or []
+    version = (body.get("metadata") or {}).get("resourceVersion") or ""
+    if not isinstance(items, list) or not isinstance(version, str):
+        raise KubeError(KubeErrorKind.INVALID, "answer is not a list")
+    return items, version
+
+
+def json_object(data: bytes | str) -> dict[str, Any]:
+    try:
+        body = json.loads(data)
+    except ValueError as err:
+        raise KubeError(KubeErrorKind.INVALID, f"answer is not JSON: {err}") from None
+    except RecursionError:  # nested deeper than the parser goes: no API server answers that
+        raise KubeError(KubeErrorKind.INVALID, "answer is not JSON: nested too deep") from None
+    if not isinstance(body, Mapping):
+        raise KubeError(KubeErrorKind.INVALID, "answer is not a JSON object")
+    return body  # type: ignore[return-value]
+
+
+def _as_kube_error(exc: Exception) -> KubeError:
+    if isinstance(exc, KubeError):
+        return exc
+    if isinstance(exc, WatchFailed):
+        return KubeError(KubeErrorKind.UNAVAILABLE, f"watch failed: {exc}")
+    return KubeError(KubeErrorKind.INVALID, f"{type(exc).__name__}: {exc}")
+
+
+def _shut(response: Any) -> None:
+    """Shut a streaming answer's socket from another thread, so its read ends now."""
+    shutdown = getattr(response, "shutdown", None)  # urllib3 2.3 and later
+    try:
+        if shutdown is not None:
+            shutdown()
+        else:
+            response.close()
+    except (HTTPError, OSError, ValueError, RuntimeError):  # ended, or released meanwhile
+        pass
