@@ -6,7 +6,11 @@ per pod (buckets for quantile queries), so the benchmark measures the controller
 Prometheus. Prints {"kube": URL, "prom": URL} on one line, then serves until stdin closes.
 `GET /counts` on the stand-in reports the API server's requests so far.
 
-    python -m bench.controller_world 1000
+A second number adds that many pods of other teams (no GPUAutoscaler selects them), each
+about 3.4 KB of JSON (a real pod, managedFields and all, is often 5 to 15 KB): what a
+cluster-wide pod list also carries.
+
+    python -m bench.controller_world 1000 [OTHER_PODS]
 """
 
 import asyncio
@@ -73,6 +77,35 @@ def populate(server: FakeApiServer, n: int) -> None:
         )
 
 
+def other_pod(i: int) -> dict:
+    """A pod of some other team's service, of a real pod's size."""
+    env = [{"name": f"SETTING_{k}", "value": f"value-{i}-{k}-" + "x" * 24} for k in range(40)]
+    return {
+        "metadata": {
+            "name": f"svc-{i}",
+            "labels": {"app": f"svc-{i // 10}", "team": "web", "pod-template-hash": "5d4f8b7c9"},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"},
+        },
+        "spec": {
+            "nodeName": f"cpu-node-{i // 30}",
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.example.com/web/app:1.2.3",
+                    "env": env,
+                    "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+                }
+            ],
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+            ],
+        },
+    }
+
+
 def matrix(query: str, pods: int, start: float, end: float, step: float) -> dict:
     times = []
     t = start
@@ -95,6 +128,10 @@ def main() -> None:
     n = int(sys.argv[1])
     server = FakeApiServer().start()
     populate(server, n)
+    if len(sys.argv) > 2:
+        server.store.create(_RES[("", "namespaces")], "", {"metadata": {"name": "web"}})
+        for i in range(int(sys.argv[2])):
+            server.store.create(_RES[("", "pods")], "web", other_pod(i))
 
     async def query_range(request: web.Request) -> web.Response:
         q = request.query

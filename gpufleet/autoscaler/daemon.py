@@ -170,8 +170,9 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
             ),
         )
     feed = SnapshotFeed() if signals.external or signals.keda else None
+    cluster = Cluster(api, watch=settings.watch)
     controller = Controller(
-        Cluster(api),
+        cluster,
         prom,
         events,
         config=ControllerConfig(
@@ -238,6 +239,7 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
             campaign.cancel()
             await asyncio.gather(campaign, return_exceptions=True)
             await asyncio.to_thread(elector.release)
+        await asyncio.to_thread(cluster.close)  # after the release: a standby waits on it
         for stop_one in reversed(stoppers):
             await stop_one()
         await prom.close()

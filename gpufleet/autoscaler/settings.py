@@ -76,6 +76,16 @@ class AutoscalerSettings(CommandSettings):
         "create or patch on deployments, podtemplates, capacitybuffers or priorityclasses "
         "(scale any placeholders left from before to 0 first).",
     )
+    watch: bool = setting(
+        True,
+        "GPUFLEET_AUTOSCALER_WATCH",
+        "--watch",
+        group=LOOP,
+        help="Keep GPUAutoscalers, pods, Deployments, StatefulSets and HPAs by list then "
+        "watch, as client-go's informers do, and read each tick from there; a tick fails, "
+        "holding every count, once a watch has been down a minute. Off: list them at every "
+        "tick, which makes the API server send the whole cluster's pods each second.",
+    )
     query_timeout_seconds: float = setting(
         5.0,
         "GPUFLEET_AUTOSCALER_QUERY_TIMEOUT_SECONDS",

@@ -37,6 +37,9 @@ def api_client(
     else:
         _load_kubeconfig(kubeconfig, configuration)
     configuration.retries = False  # a controller retries at its next tick, not inside a call
+    # client-go's TCP keepalive (30 s idle): a watch through a proxy that dropped it
+    # silently would otherwise wait out its timeout, minutes, on objects that moved on.
+    configuration.keep_alive = True
     if timeout_seconds is None:
         api = client.ApiClient(configuration)
     else:

@@ -58,8 +58,9 @@ def test_load_scales_the_deployment_and_the_new_pods_drain_the_queue(lab) -> Non
     async def run() -> list[tuple[str, float]]:
         prom = PromClient(f"http://127.0.0.1:{prometheus.port}")
         events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test")
+        cluster = Cluster(api, watch=True)  # as the daemon reads
         ctl = Controller(
-            Cluster(api),
+            cluster,
             prom,
             events,
             config=ControllerConfig(scrape_interval_seconds=1.0, rate_window="5s"),
@@ -94,6 +95,7 @@ def test_load_scales_the_deployment_and_the_new_pods_drain_the_queue(lab) -> Non
                     return steps
                 await asyncio.sleep(0.5)
         finally:
+            cluster.close()
             await prom.close()
         return steps
 

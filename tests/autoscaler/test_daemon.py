@@ -143,7 +143,7 @@ def test_two_replicas_one_writer_and_a_warm_takeover(
         },
     )
 
-    def start(identity: str) -> subprocess.Popen:
+    def start(identity: str, *flags: str) -> subprocess.Popen:
         return subprocess.Popen(
             [
                 sys.executable,
@@ -172,6 +172,7 @@ def test_two_replicas_one_writer_and_a_warm_takeover(
                 "0.5",
                 "--metrics-address",
                 "",
+                *flags,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -193,10 +194,11 @@ def test_two_replicas_one_writer_and_a_warm_takeover(
             timeout=30,
             what="the first scale-up",
         )
-        b = start("b")
+        # a watches what it reads (the default); b lists it at each tick
+        b = start("b", "--watch=false")
         try:
-            # b gathers and decides as a follower (it lists the GPUAutoscalers each tick),
-            # and must not write
+            # b gathers and decides as a follower (its ticks list the GPUAutoscalers), and
+            # must not write
             wait_for(lambda: autoscaler_lists(apiserver, "b") >= 2, timeout=30, what="b's ticks")
             assert holder() == "a"
             assert (scale_writes(apiserver, "a"), scale_writes(apiserver, "b")) == (1, 0)

@@ -139,6 +139,13 @@ def test_controller_bench_prints_a_row_per_workload_count(tmp_path: Path) -> Non
     rows = json.loads(results.read_text())
     # the queries per tick do not grow with the workloads
     assert rows[0]["queries_per_tick"] == rows[1]["queries_per_tick"]
+    listing = run_bench(
+        "controller_bench",
+        *("--workloads", "1", "--ticks", "1", "--scrape-seconds", "1"),
+        *("--lists", "--other-pods", "3"),
+    )
+    assert listing.returncode == 0, listing.stderr[-3000:]
+    assert "the cluster read from lists at every tick, 3 pods of other teams" in listing.stdout
 
 
 def test_gather_bench_prints_what_a_join_costs_against_a_steady_tick() -> None:

@@ -260,12 +260,12 @@ def test_rbac_is_least_privilege(tmp_path):
     )
     assert granted == sorted(
         [
-            ("autoscaling.gpufleet.dev", "gpuautoscalers", ("list",), ()),
+            ("autoscaling.gpufleet.dev", "gpuautoscalers", ("list", "watch"), ()),
             ("autoscaling.gpufleet.dev", "gpuautoscalers/status", ("patch",), ()),
-            ("apps", "deployments", ("list",), ()),
-            ("apps", "statefulsets", ("list",), ()),
+            ("apps", "deployments", ("list", "watch"), ()),
+            ("apps", "statefulsets", ("list", "watch"), ()),
             ("apps", "deployments/scale", ("get", "patch"), ()),
-            ("apps", "deployments", ("create", "patch"), ()),
+            ("apps", "deployments", ("get", "create", "patch"), ()),
             ("scheduling.k8s.io", "priorityclasses", ("get", "create"), ()),
             ("autoscaling.x-k8s.io", "capacitybuffers", ("list", "create", "patch"), ()),
             ("", "podtemplates", ("get", "create", "patch"), ()),
@@ -274,8 +274,8 @@ def test_rbac_is_least_privilege(tmp_path):
             ("kueue.x-k8s.io", "workloads", ("list",), ()),
             ("kueue.x-k8s.io", "resourceflavors", ("list",), ()),
             ("apps", "statefulsets/scale", ("get", "patch"), ()),
-            ("", "pods", ("list", "patch"), ()),
-            ("autoscaling", "horizontalpodautoscalers", ("list",), ()),
+            ("", "pods", ("list", "watch", "patch"), ()),
+            ("autoscaling", "horizontalpodautoscalers", ("list", "watch"), ()),
             ("keda.sh", "scaledobjects", ("list",), ()),
             ("events.k8s.io", "events", ("create", "patch"), ()),
             ("coordination.k8s.io", "leases", ("get", "update"), ("gf-gpufleet-autoscaler",)),

@@ -1,6 +1,8 @@
 """Configuring the Kubernetes client: every bad source is one ValueError naming it; a
 timeout, when asked for, bounds every call."""
 
+import socket
+
 import pytest
 import urllib3
 from kubernetes import client
@@ -54,3 +56,12 @@ def test_a_timeout_bounds_every_call_that_sets_none() -> None:
             with pytest.raises(urllib3.exceptions.ReadTimeoutError):
                 core.read_namespace("default")
             assert core.read_namespace("default", _request_timeout=10).metadata.name == "default"
+
+
+def test_connections_keep_alive_as_client_gos() -> None:
+    """A watch through a proxy that dropped it silently waited out its timeout, minutes."""
+    with api_client(url="http://127.0.0.1:8001") as api:
+        pool = api.rest_client.pool_manager.connection_from_url("http://127.0.0.1:8001")
+        options = {(level, name): value for level, name, value in pool.conn_kw["socket_options"]}
+    assert options[(socket.SOL_SOCKET, socket.SO_KEEPALIVE)] == 1
+    assert options[(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)] == 30

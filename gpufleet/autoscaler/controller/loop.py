@@ -138,6 +138,7 @@ class Controller:
         busy = self._steps.busy()
         # On a thread of its own: steps held by a hung webhook may fill the default pool.
         loop = asyncio.get_running_loop()
+        self.stats.errors.update(self._cluster.take_watch_failures())
         try:
             view = await loop.run_in_executor(_LISTER, self._cluster.view)
         except BaseException:
@@ -467,13 +468,17 @@ class Controller:
                     )
                 if not self._is_leader():  # lost while a write was held: no scale after it
                     return
-            await asyncio.to_thread(self._cluster.write_scale, spec.namespace, spec.target, desired)
+            written = await asyncio.to_thread(
+                self._cluster.write_scale, spec.namespace, spec.target, desired
+            )
         except KubeError as err:
             self.stats.errors[f"kube_{err.kind}"] += 1
             t.note(scale_error=f"FailedUpdateScale: {err}")
             outage.failed(str(err), kind=str(err.kind))
             return
         outage.recovered()
+        if not written:  # its last scale, which the watched view had not caught up with
+            return
         w.last_scale_time = timestamp(now)
         decision = w.decision
         reason = str(decision.reason) if decision else "Scaled"

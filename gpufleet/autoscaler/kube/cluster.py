@@ -1,11 +1,15 @@
 """What the controller reads from and writes to the cluster, over the official client."""
 
 import json
+import logging
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -22,8 +26,13 @@ from gpufleet.autoscaler.core.replicas import DELETION_COST, PodState
 from gpufleet.autoscaler.core.spec import GROUP, PLURAL, VERSION, TargetRef
 from gpufleet.core.numbers import ascii_int
 from gpufleet.core.selectors import selector_string
+from gpufleet.core.watch_state import Skipped
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
+from gpufleet.kube.reflector import Reflector, list_objects
+from gpufleet.logs import OutageLog, ThrottledLog
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 MERGE_PATCH = "application/merge-patch+json"
 KEDA = ("keda.sh", "v1alpha1", "scaledobjects")
 NODEPOOLS = ("karpenter.sh", "v1", "nodepools")
@@ -77,12 +86,35 @@ APPS_KINDS = ("Deployment", "StatefulSet")
 # A kind discovery did not find is looked for again after this long, not at every tick of
 # each workload naming it: a CRD installed later is found within a minute.
 DISCOVERY_RETRY_SECONDS = 60.0
+# With watches, a tick refuses the collections once their watch has been down this long:
+# a minute-old view would scale on pods long gone. The lists failed at once, before them.
+STALE_AFTER_SECONDS = 60.0
+# Each watch asks to be ended after 1x to 2x this (client-go asks 5 to 10 minutes): one a
+# proxy holds open and silent counts as down once that has passed, not minutes later.
+WATCH_SECONDS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class _App:
+    """What a tick needs of a Deployment or a StatefulSet."""
+
+    key: tuple[str, str, str]  # (namespace, kind, name)
+    scale: ScaleView
+    template: dict[str, Any]  # the pod template's spec: what one replica asks for
+    placeholder_of: str | None  # the GPUAutoscaler whose placeholders these are
 
 
 class Cluster:
     def __init__(
-        self, api: client.ApiClient, *, clock: Callable[[], float] = time.monotonic
+        self,
+        api: client.ApiClient,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        watch: bool = False,
     ) -> None:
+        """`watch`: keep the collections every tick reads (GPUAutoscalers, pods,
+        Deployments, StatefulSets, HPAs) by list then watch, and read them from there; else
+        list each of them at every tick."""
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
         self._custom = client.CustomObjectsApi(api)
@@ -93,33 +125,89 @@ class Cluster:
         # (group/version, kind) discovery did not find -> (when, what it said)
         self._unfound: dict[tuple[str, str], tuple[float, KubeError]] = {}
         self._clock = clock
+        self._watch = watch
+        custom = self._custom
+        self._failures: Counter[str] = Counter()  # watch failures by kube_<kind>, not taken
+        self._failures_lock = threading.Lock()
+        reflect = partial(_reflector, clock=clock, failed=self._count_failure)
+        self._autoscalers: Reflector[dict[str, Any]] = reflect(
+            "gpuautoscalers",
+            lambda **kw: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw),
+            _plain,
+        )
+        self._pods = reflect("pods", self._core.list_pod_for_all_namespaces, _pod_state)
+        self._deployments = reflect(
+            "deployments", self._apps.list_deployment_for_all_namespaces, _app("Deployment")
+        )
+        self._statefulsets = reflect(
+            "statefulsets", self._apps.list_stateful_set_for_all_namespaces, _app("StatefulSet")
+        )
+        self._hpas = reflect(
+            "horizontalpodautoscalers",
+            self._autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces,
+            _hpa_target,
+        )
+        self._reflectors = (
+            self._autoscalers,
+            self._pods,
+            self._deployments,
+            self._statefulsets,
+            self._hpas,
+        )
+        self._started = False
+
+    def take_watch_failures(self) -> Counter[str]:
+        """The watches' failures by kind (`kube_<kind>`) since the last call: they retry on
+        their own, so no tick fails for them, and the self-metrics count them."""
+        with self._failures_lock:
+            taken, self._failures = self._failures, Counter()
+        return taken
+
+    def _count_failure(self, err: KubeError) -> None:
+        with self._failures_lock:
+            self._failures[f"kube_{err.kind}"] += 1
+
+    def close(self, timeout_seconds: float = 10.0) -> None:
+        """End the watches (a Cluster that lists has none), waiting at most
+        `timeout_seconds` in all for their threads (one in a list call finishes it alone)."""
+        if not self._started:
+            return
+        for reflector in self._reflectors:
+            reflector.interrupt()
+        deadline = time.monotonic() + timeout_seconds
+        for reflector in self._reflectors:
+            reflector.stop(max(0.0, deadline - time.monotonic()))
+
+    def _read(self, reflector: "Reflector[Any]") -> tuple[Any, ...]:
+        if not self._watch:
+            return reflector.read()
+        if not self._started:  # at the first view: a daemon that fails to start watches none
+            self._started = True
+            for each in self._reflectors:
+                each.start()
+        return reflector.items(stale_after=STALE_AFTER_SECONDS)
 
     # --- reads ---
 
     def view(self) -> ClusterView:
-        """Everything a tick reads, in eight list calls (NodePools among them); where
-        Karpenter's NodePool CRD is installed also Kueue's Workloads, their
-        ResourceFlavors where any Workload exists, and the pools' nodes where any NodePool
-        exists: at most eleven. The lists of a CRD that is not installed answer 404 and
-        count as none."""
+        """Everything a tick reads: GPUAutoscalers, pods, Deployments, StatefulSets and
+        HPAs from their watches (or a list each), then a list each of ScaledObjects,
+        CapacityBuffers and NodePools; where Karpenter's NodePool CRD is installed also
+        Kueue's Workloads, their ResourceFlavors where any Workload exists, and the pools'
+        nodes where any NodePool exists. The lists of a CRD that is not installed answer 404
+        and count as none."""
         scales: dict[tuple[str, str, str], ScaleView] = {}
         templates: dict[tuple[str, str, str], dict[str, Any]] = {}
         placeholders: dict[tuple[str, str], int] = {}
-        for kind, call in (
-            ("Deployment", self._apps.list_deployment_for_all_namespaces),
-            ("StatefulSet", self._apps.list_stateful_set_for_all_namespaces),
-        ):
-            for obj in _items(call):
-                meta = obj["metadata"]
-                key = (meta.get("namespace", ""), kind, meta["name"])
-                scales[key] = _object_scale(obj)
-                templates[key] = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-                owner = placeholder_owner(meta, kind=kind) if kind == "Deployment" else None
-                if owner is not None:
-                    placeholders[(key[0], owner)] = scales[key].replicas
+        for reflector in (self._deployments, self._statefulsets):
+            for app in self._read(reflector):
+                scales[app.key] = app.scale
+                templates[app.key] = app.template
+                if app.placeholder_of is not None:
+                    placeholders[(app.key[0], app.placeholder_of)] = app.scale.replicas
         return ClusterView(
-            autoscalers=self.list_autoscalers(),
-            pods=self.list_pods(),
+            autoscalers=list(self._read(self._autoscalers)),
+            pods=list(self._read(self._pods)),
             scales=scales,
             competitors=self._competitors(),
             templates=templates,
@@ -173,11 +261,8 @@ class Cluster:
 
     def _competitors(self) -> dict[tuple[str, str, str], str]:
         out: dict[tuple[str, str, str], str] = {}
-        for hpa in _items(self._autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces):
-            ref = _field(_field(hpa, "spec"), "scaleTargetRef")
-            meta = hpa["metadata"]
-            key = (meta.get("namespace", ""), ref.get("kind", ""), ref.get("name", ""))
-            out.setdefault(key, f"HorizontalPodAutoscaler/{meta['name']}")
+        for key, name in self._read(self._hpas):
+            out.setdefault(key, f"HorizontalPodAutoscaler/{name}")
         for so in self._installed_list(*KEDA) or []:
             # a CRD's object: its schema may be looser than its controller assumes
             ref = _field(_field(so, "spec"), "scaleTargetRef")
@@ -185,13 +270,6 @@ class Cluster:
             key = (meta.get("namespace", ""), ref.get("kind", "Deployment"), ref.get("name", ""))
             out.setdefault(key, f"ScaledObject/{meta.get('name', '')}")
         return out
-
-    def list_autoscalers(self) -> list[dict[str, Any]]:
-        answer = kube_call(lambda: self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))
-        return list(answer.get("items") or [])
-
-    def list_pods(self) -> list[PodState]:
-        return [_pod_state(p) for p in _items(self._core.list_pod_for_all_namespaces)]
 
     def read_scale(self, namespace: str, target: TargetRef) -> ScaleView:
         scale = kube_call(lambda: self._scale_api(target, "read")(target.name, namespace))
@@ -201,13 +279,14 @@ class Cluster:
 
     def write_scale(
         self, namespace: str, target: TargetRef, replicas: int, *, attempts: int = 3
-    ) -> ScaleView:
+    ) -> bool:
         """Set spec.replicas through the scale subresource: a read, then a PATCH that
-        carries its resourceVersion; a 409 (someone wrote in between) reads again."""
+        carries its resourceVersion; a 409 (someone wrote in between) reads again. False
+        where it was `replicas` already (a view that trailed this autoscaler's own write)."""
         for attempt in range(attempts):
             current = self.read_scale(namespace, target)
             if current.replicas == replicas:
-                return current
+                return False
             # A merge patch that carries the resourceVersion it read: the API server refuses
             # it with a 409 if anyone wrote since.
             patch = {
@@ -215,14 +294,14 @@ class Cluster:
                 "spec": {"replicas": replicas},
             }
             try:
-                written = kube_call(
+                kube_call(
                     lambda b=patch: self._scale_api(target, "patch")(target.name, namespace, b)
                 )
             except KubeError as err:
                 if err.kind is KubeErrorKind.CONFLICT and attempt + 1 < attempts:
                     continue
                 raise
-            return _scale_view(written)
+            return True
         raise AssertionError("unreachable")
 
     def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
@@ -269,10 +348,28 @@ class Cluster:
                     _content_type=MERGE_PATCH,
                 )
             )
-        else:
+            return
+        try:
             _create_own(
                 body, lambda: self._apps.create_namespaced_deployment(meta["namespace"], body)
             )
+        except KubeError as err:
+            # Made since the view was taken (a watch trails the API by its latency): ours
+            # still, by its label, so merged as if the view had shown it.
+            if err.kind is not KubeErrorKind.CONFLICT or not self._ours(body):
+                raise
+            self.write_placeholders(body, exists=True)
+
+    def _ours(self, body: dict[str, Any]) -> bool:
+        meta = body["metadata"]
+        found = kube_call(
+            lambda: self._apps.read_namespaced_deployment(
+                meta["name"], meta["namespace"], _preload_content=False
+            )
+        )
+        found_meta = json.loads(found.data).get("metadata") or {}
+        owner = placeholder_owner(found_meta, kind="Deployment")
+        return owner is not None and owner == placeholder_owner(meta, kind="Deployment")
 
     def write_buffer(
         self, template: dict[str, Any], buffer: dict[str, Any], *, exists: bool
@@ -457,13 +554,63 @@ def _scale_view(scale: Any) -> ScaleView:
 
 
 def _items(list_call: Any) -> list[dict[str, Any]]:
-    """A list call's items as plain JSON: a thousand pods deserialised into the client's
-    models cost more CPU than the rest of a tick."""
-    response = kube_call(lambda: list_call(_preload_content=False))
-    try:
-        return json.loads(response.data).get("items") or []
-    except (ValueError, AttributeError) as err:
-        raise KubeError(KubeErrorKind.UNAVAILABLE, f"unreadable list answer: {err}") from None
+    return list_objects(list_call)[0]
+
+
+def _reflector(
+    what: str,
+    call: Callable[..., Any],
+    reduce: Callable[[dict[str, Any]], T],
+    *,
+    clock: Callable[[], float],
+    failed: Callable[[KubeError], None],
+) -> Reflector[T]:
+    """A collection's reflector, its failures given to `failed` and logged as an outage (a
+    line when it starts and ends), the objects it leaves out at most a line per 10 s."""
+    outage = OutageLog(log, f"cannot list and watch {what}")
+    skipped = ThrottledLog(log, clock=clock)
+
+    def skip(s: Skipped) -> None:
+        skipped.log(logging.WARNING, "%s: %s/%s left out: %s", what, *s.key, s.reason)
+
+    def failure(err: KubeError) -> None:
+        failed(err)
+        outage.failed(str(err), kind=str(err.kind))
+
+    return Reflector(
+        what,
+        call,
+        reduce,
+        on_failure=failure,
+        on_working=outage.recovered,
+        on_skip=skip,
+        watch_seconds=WATCH_SECONDS,
+        clock=clock,
+    )
+
+
+def _plain(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
+
+
+def _app(kind: str) -> Callable[[dict[str, Any]], _App]:
+    def reduce(obj: dict[str, Any]) -> _App:
+        meta = obj["metadata"]
+        return _App(
+            key=(meta.get("namespace", ""), kind, meta["name"]),
+            scale=_object_scale(obj),
+            template=((obj.get("spec") or {}).get("template") or {}).get("spec") or {},
+            placeholder_of=placeholder_owner(meta, kind=kind) if kind == "Deployment" else None,
+        )
+
+    return reduce
+
+
+def _hpa_target(hpa: dict[str, Any]) -> tuple[tuple[str, str, str], str]:
+    """An HPA's target as (namespace, kind, name), and its own name."""
+    ref = _field(_field(hpa, "spec"), "scaleTargetRef")
+    meta = hpa["metadata"]
+    return (meta.get("namespace", ""), ref.get("kind", ""), ref.get("name", "")), meta["name"]
 
 
 def _object_scale(obj: dict[str, Any]) -> ScaleView:

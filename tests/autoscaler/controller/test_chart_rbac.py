@@ -110,7 +110,8 @@ async def test_every_call_the_autoscaler_makes_is_granted_by_the_chart(
         prom = PromClient(f"http://127.0.0.1:{prometheus.port}", timeout_seconds=5)
         events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="autoscaler-0")
         config = ControllerConfig(scrape_interval_seconds=1.0, rate_window="5s")
-        ctl = Controller(Cluster(api), prom, events, config=config, is_leader=elector.is_leader)
+        cluster = Cluster(api, watch=True)  # as the daemon reads: list, then watch
+        ctl = Controller(cluster, prom, events, config=config, is_leader=elector.is_leader)
         try:
             await ctl.tick()
             (workload,) = ctl._workloads.values()
@@ -121,8 +122,11 @@ async def test_every_call_the_autoscaler_makes_is_granted_by_the_chart(
                 workload.next_decision_at = 0.0
                 await ctl.tick()
             client.AppsV1Api(admin(server)).delete_namespaced_deployment("vllm", NS)
+            target = (NS, "Deployment", "vllm")
+            wait_for(lambda: target not in cluster.view().scales, what="the watch to see it")
             await ctl.tick()  # the target gone: its headroom released
         finally:
+            cluster.close()
             await prom.close()
         elector.release()
         kept = ctl.stats.buffers if install else ctl.stats.placeholders

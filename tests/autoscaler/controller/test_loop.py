@@ -26,7 +26,7 @@ from gpufleet.autoscaler.core.observation import Observation
 from gpufleet.autoscaler.core.placeholders import placeholder_deployment, placeholder_name
 from gpufleet.autoscaler.core.policy import Decision, Policy, Reason
 from gpufleet.autoscaler.core.signals import GPU_TELEMETRY
-from gpufleet.autoscaler.kube.cluster import Cluster
+from gpufleet.autoscaler.kube.cluster import Cluster, ClusterView
 from gpufleet.autoscaler.prom.client import PromClient
 from gpufleet.kube.events import EventRecorder
 from gpufleet.lab.kubeapi.server import FakeApiServer
@@ -1305,6 +1305,44 @@ async def test_an_open_scheduled_window_sets_the_floor(api: client.ApiClient) ->
     (event,) = [e for e in events if e.action == "Scale" and e.type == "Normal"]
     assert event.reason == "ScheduledWindow"
     assert event.note.startswith("1 -> 3 replicas: schedule office open")
+
+
+class _Trailing(Cluster):
+    """The view one tick behind the API server, as a watch trailing it can give."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        super().__init__(api)
+        self._last: ClusterView | None = None
+
+    def view(self) -> ClusterView:
+        fresh = super().view()
+        stale, self._last = self._last or fresh, fresh
+        return stale
+
+
+async def test_a_view_that_trails_its_own_scale_writes_no_second_one(
+    api: client.ApiClient,
+) -> None:
+    """The target still at 1 in a view from before its scale to 3: the scale read finds 3,
+    and no second Event or scale time is written for a scale that did not happen."""
+    deploy(api, replicas=1)
+    always = {"name": "office", "schedule": "* * * * *", "duration": "1h", "minReplicas": 3}
+    autoscaler(api, {**KEDA_SPEC, "schedules": [always]})
+    prom = PromClient("http://127.0.0.1:9", timeout_seconds=5)
+    events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test-0")
+    ctl = Controller(_Trailing(api), prom, events, config=ControllerConfig())
+    try:
+        await ctl.tick()
+        scaled_at = status(api)["lastScaleTime"]
+        await asyncio.sleep(1.1)  # a second scale would carry a later time
+        await ctl.tick()
+    finally:
+        await prom.close()
+    assert scale(api) == 3
+    listed = client.EventsV1Api(api).list_namespaced_event(NS).items
+    (event,) = [e for e in listed if e.action == "Scale" and e.type == "Normal"]
+    assert event.note.startswith("1 -> 3 replicas") and event.series is None
+    assert status(api)["lastScaleTime"] == scaled_at
 
 
 async def test_it_refuses_to_fight_an_hpa(api: client.ApiClient, serving_pod: str) -> None:

@@ -38,7 +38,7 @@ def test_a_pod_on_a_node_says_since_when(api: client.ApiClient) -> None:
     _pod(api, "waiting")
     _pod(api, "bound", node="gpu-node-0", condition=True)
     _pod(api, "bound-by-hand", node="gpu-node-0")  # nodeName set, no condition
-    pods = {p.name: p for p in Cluster(api).list_pods()}
+    pods = {p.name: p for p in Cluster(api).view().pods}
     scheduled = datetime(2026, 11, 24, 0, 1, 40, tzinfo=UTC).timestamp()
     assert pods["waiting"].scheduled_since is None
     assert pods["bound"].scheduled_since == scheduled
@@ -59,5 +59,5 @@ def test_a_pod_deletion_cost_that_is_no_int32_is_none(api: client.ApiClient) -> 
                 "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
             },
         )
-    pods = {p.name: p.deletion_cost for p in Cluster(api).list_pods()}
+    pods = {p.name: p.deletion_cost for p in Cluster(api).view().pods}
     assert pods == {"sup": None, "big": None, "ok": -3}
