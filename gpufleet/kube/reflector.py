@@ -45,7 +45,8 @@ class Reflector(Generic[T]):
     Called on the reflector's thread, never under its lock: `on_change` after each list
     and each event, `on_failure` with each failure, `on_working` once the objects follow
     the server again (a list answered or a watch opened). Retries wait `retry_seconds`,
-    doubling with each failure in a row up to `max_retry_seconds`."""
+    doubling with each failure in a row up to `max_retry_seconds`; a failure after a
+    minute of working is a first one again."""
 
     def __init__(
         self,
