@@ -117,12 +117,21 @@ async def test_every_call_the_autoscaler_makes_is_granted_by_the_chart(
             (workload,) = ctl._workloads.values()
             policy = workload.policy = Scripted(desired=3, headroom=2)
             workload.learns = False
+            apps = client.AppsV1Api(admin(server))
+            target = (NS, "Deployment", "vllm")
+
+            def caught_up() -> bool:
+                """The watched view has the target as the API has it: the daemon's 1 s
+                tick gives a watch that long, these ticks none."""
+                scale = apps.read_namespaced_deployment_scale("vllm", NS).spec.replicas
+                return cluster.view().scales[target].replicas == scale
+
             for step in ((3, 2), (3, 1), (1, 1)):  # up with headroom, less of it, down
                 policy.desired, policy.headroom = step
                 workload.next_decision_at = 0.0
                 await ctl.tick()
-            client.AppsV1Api(admin(server)).delete_namespaced_deployment("vllm", NS)
-            target = (NS, "Deployment", "vllm")
+                wait_for(caught_up, what="the watch to see the scale")
+            apps.delete_namespaced_deployment("vllm", NS)
             wait_for(lambda: target not in cluster.view().scales, what="the watch to see it")
             await ctl.tick()  # the target gone: its headroom released
         finally:
