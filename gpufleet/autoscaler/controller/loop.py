@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -469,7 +470,13 @@ class Controller:
                 if not self._is_leader():  # lost while a write was held: no scale after it
                     return
             written = await asyncio.to_thread(
-                self._cluster.write_scale, spec.namespace, spec.target, desired
+                partial(
+                    self._cluster.write_scale,
+                    spec.namespace,
+                    spec.target,
+                    desired,
+                    decided_from=current,
+                )
             )
         except KubeError as err:
             self.stats.errors[f"kube_{err.kind}"] += 1
@@ -477,7 +484,7 @@ class Controller:
             outage.failed(str(err), kind=str(err.kind))
             return
         outage.recovered()
-        if not written:  # its last scale, which the watched view had not caught up with
+        if not written:  # the view trailed the target's count: decided again next tick
             return
         w.last_scale_time = timestamp(now)
         decision = w.decision

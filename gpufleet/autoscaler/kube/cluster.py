@@ -278,14 +278,25 @@ class Cluster:
     # --- writes ---
 
     def write_scale(
-        self, namespace: str, target: TargetRef, replicas: int, *, attempts: int = 3
+        self,
+        namespace: str,
+        target: TargetRef,
+        replicas: int,
+        *,
+        decided_from: int | None = None,
+        attempts: int = 3,
     ) -> bool:
         """Set spec.replicas through the scale subresource: a read, then a PATCH that
-        carries its resourceVersion; a 409 (someone wrote in between) reads again. False
-        where it was `replicas` already (a view that trailed this autoscaler's own write)."""
+        carries its resourceVersion; a 409 (someone wrote in between) reads again. False,
+        and nothing written, where it is `replicas` already, or where it is not
+        `decided_from`, the count the decision was made from: a view that trailed a write
+        (this autoscaler's own, seen late through a watch, or anyone's) decides again at the
+        next tick, on the count there is."""
         for attempt in range(attempts):
             current = self.read_scale(namespace, target)
             if current.replicas == replicas:
+                return False
+            if decided_from is not None and current.replicas != decided_from:
                 return False
             # A merge patch that carries the resourceVersion it read: the API server refuses
             # it with a 409 if anyone wrote since.

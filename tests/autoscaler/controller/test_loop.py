@@ -1345,6 +1345,42 @@ async def test_a_view_that_trails_its_own_scale_writes_no_second_one(
     assert status(api)["lastScaleTime"] == scaled_at
 
 
+@dataclasses.dataclass
+class _Asks:
+    """A policy that asks for what the test says, whatever it observes."""
+
+    desired: int
+    name: str = "asks"
+    interval_seconds: float = 0.0
+
+    def decide(self, obs: Observation) -> Decision:
+        return Decision(desired=self.desired, reason=Reason.SCALE_UP, message="as asked")
+
+
+async def test_a_decision_from_a_count_the_target_no_longer_has_is_not_written(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """From a view still at 1 after the scale to 4, a step to 2 would have scaled the
+    target down from 4 on a count it no longer had; it waits for the next tick's view."""
+    deploy(api, replicas=1)
+    autoscaler(api, KEDA_SPEC)
+    prom = PromClient(f"http://127.0.0.1:{pod_prometheus.port}", timeout_seconds=5)
+    events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test-0")
+    config = ControllerConfig(scrape_interval_seconds=1.0, rate_window="5s")
+    ctl = Controller(_Trailing(api), prom, events, config=config)
+    try:
+        await ctl.tick()  # KEDA on 200 queued: 1 -> 4 (the view's next tick still says 1)
+        assert scale(api) == 4
+        (workload,) = ctl._workloads.values()
+        workload.policy, workload.learns = _Asks(desired=2), False
+        for scaled in (4, 2):  # from the stale 1: not written; from 4: written
+            workload.next_decision_at = 0.0
+            await ctl.tick()
+            assert scale(api) == scaled
+    finally:
+        await prom.close()
+
+
 async def test_it_refuses_to_fight_an_hpa(api: client.ApiClient, serving_pod: str) -> None:
     deploy(api)
     client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(
