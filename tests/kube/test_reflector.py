@@ -4,6 +4,7 @@ the last objects through an outage, and says so once they are too old to act on.
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -242,3 +243,33 @@ def test_a_stop_while_it_lists_opens_no_watch(server) -> None:
         reflector.thread.join(10)
         assert not reflector.thread.is_alive()
     assert [r.method for r in server.requests if r.path == "/api/v1/pods"] in ([], ["GET"])
+
+
+@pytest.mark.parametrize("bookmark_seconds", [0.1, 60.0], ids=["bookmarks", "none"])
+def test_bookmarks_spare_a_list_when_other_resources_fill_the_window(
+    bookmark_seconds: float,
+) -> None:
+    """Writes to other resources pass the server's event window while no pod changes: a
+    watch reopened from its last pod event is 410 and lists again; one reopened from a
+    bookmark's version resumes."""
+    with (
+        FakeApiServer(event_history=3, bookmark_seconds=bookmark_seconds) as server,
+        api_client(server.url) as api,
+    ):
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod(NS, pod("a"))
+        reflector = Reflector("pods", core.list_pod_for_all_namespaces, team, watch_seconds=1)
+        reflector.start()
+        try:
+            wait_for(lambda: reflector.watches == 1)
+            for i in range(10):  # past the window, none of them a pod's
+                core.create_namespace({"metadata": {"name": f"team-{i}"}})
+                time.sleep(0.2)  # apart: an open watch passes each (a burst overflows it)
+            wait_for(lambda: reflector.watches >= 3, what="two watches ended by the server")
+            assert teams(reflector) == {"a": "red"}
+        finally:
+            reflector.stop()
+    if bookmark_seconds < 1:
+        assert reflector.lists == 1
+    else:  # each watch reopened past the window
+        assert reflector.lists >= 2

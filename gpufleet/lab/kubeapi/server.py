@@ -34,7 +34,7 @@ from gpufleet.lab.kubeapi import rbac
 from gpufleet.lab.kubeapi.objects import ApiError
 from gpufleet.lab.kubeapi.resources import RESOURCES, Resource
 from gpufleet.lab.kubeapi.store import EVENT_HISTORY, ObjectStore
-from gpufleet.lab.kubeapi.watch import is_watch, serve_watch
+from gpufleet.lab.kubeapi.watch import BOOKMARK_SECONDS, is_watch, serve_watch
 
 SERVER_VERSION = {
     "major": "1",
@@ -109,9 +109,11 @@ class FakeApiServer:
         port: int = 0,
         event_history: int = EVENT_HISTORY,
         install: tuple[str, ...] = (),
+        bookmark_seconds: float = BOOKMARK_SECONDS,
     ) -> None:
         """`event_history`: how many writes a watch can resume across (older: 410).
-        `install`: optional CRDs to serve, as `{plural}.{group}` (a CRD's name)."""
+        `install`: optional CRDs to serve, as `{plural}.{group}` (a CRD's name).
+        `bookmark_seconds`: how far apart a watch that asks for bookmarks gets them."""
         self.store = ObjectStore(clock=clock or time.time, event_history=event_history)
         unknown = set(install) - {f"{r.plural}.{r.group}" for r in RESOURCES if r.optional}
         if unknown:
@@ -127,6 +129,7 @@ class FakeApiServer:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._closing = False  # open watches end when set
+        self._bookmark_seconds = bookmark_seconds
         for ns in ("default", "kube-system"):
             self.store.create(_NAMESPACES, "", {"metadata": {"name": ns}})
 
@@ -280,7 +283,12 @@ class FakeApiServer:
             )
         )
         return await serve_watch(
-            self.store, request, target.res, target.namespace, closing=lambda: self._closing
+            self.store,
+            request,
+            target.res,
+            target.namespace,
+            closing=lambda: self._closing,
+            bookmark_seconds=self._bookmark_seconds,
         )
 
 

@@ -8,7 +8,11 @@ informers rely on:
 - an object entering the selectors is ADDED, one leaving them DELETED (as the watch cache
   does), otherwise the event's own type;
 - a version older than the store's event window gets an ERROR event carrying a 410
-  `Expired` Status, and the stream ends: the client must list again.
+  `Expired` Status, and the stream ends: the client must list again;
+- with `allowWatchBookmarks=true`, a BOOKMARK carrying only the newest resourceVersion
+  the watch has passed (any resource's write moves it) each `bookmark_seconds` without
+  an event, as kube-apiserver's watch cache sends one about a minute apart: a client
+  resumes from there, not from its last event older than the store's window.
 """
 
 import asyncio
@@ -25,6 +29,7 @@ from gpufleet.lab.kubeapi.store import ObjectStore
 
 DEFAULT_TIMEOUT_SECONDS = 1800.0
 POLL_SECONDS = 0.02  # how soon a write reaches the open watches
+BOOKMARK_SECONDS = 60.0
 
 
 def is_watch(request: web.Request) -> bool:
@@ -38,6 +43,7 @@ async def serve_watch(
     namespace: str | None,
     *,
     closing: Callable[[], bool],
+    bookmark_seconds: float = BOOKMARK_SECONDS,
 ) -> web.StreamResponse:
     """Stream the watch; ApiError (400) before anything is sent for a bad query."""
     query = request.query
@@ -52,6 +58,7 @@ async def serve_watch(
             code=400, reason="BadRequest", message=f"invalid resourceVersion {version!r}"
         )
     timeout = _timeout(query.get("timeoutSeconds", ""))
+    bookmarks = query.get("allowWatchBookmarks", "") in ("1", "true", "True")
 
     def matches(obj: dict[str, Any] | None) -> bool:
         return obj is not None and matches_labels(obj, labels) and matches_fields(obj, fields)
@@ -66,6 +73,7 @@ async def serve_watch(
     await response.prepare(request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    sent_at = loop.time()
     try:
         for obj in initial:
             await _send(response, "ADDED", obj)
@@ -86,6 +94,12 @@ async def serve_watch(
                 kind = _visible(event.type, matches(event.previous), matches(event.object))
                 if kind:
                     await _send(response, kind, event.object)
+                    sent_at = loop.time()
+            if bookmarks and loop.time() - sent_at >= bookmark_seconds:
+                meta = {"resourceVersion": str(since)}
+                bookmark = {"kind": res.kind, "apiVersion": res.group_version, "metadata": meta}
+                await _send(response, "BOOKMARK", bookmark)
+                sent_at = loop.time()
             await asyncio.sleep(POLL_SECONDS)
         await response.write_eof()
     except (ConnectionResetError, asyncio.CancelledError):

@@ -91,6 +91,35 @@ def test_a_version_older_than_the_window_is_410_expired() -> None:
             assert events(core, 1, resource_version="5")[0][1] == "d"  # within the window
 
 
+def test_a_watch_that_asks_gets_bookmarks_of_the_newest_version() -> None:
+    """As kube-apiserver's watch cache: with allowWatchBookmarks, a BOOKMARK carrying only
+    the newest resourceVersion the watch passed, any resource's write included."""
+    with FakeApiServer(bookmark_seconds=0.1) as server:
+        config = client.Configuration()
+        config.host = server.url
+        with client.ApiClient(config) as api:
+            core = client.CoreV1Api(api)
+            version = core.list_pod_for_all_namespaces().metadata.resource_version
+            core.create_namespace({"metadata": {"name": "other"}})  # no pod's write
+            stream = watch.Watch().stream(
+                core.list_pod_for_all_namespaces,
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=10,
+            )
+            event = next(iter(stream))
+            assert event["type"] == "BOOKMARK"
+            assert event["raw_object"] == {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(int(version) + 1)},
+            }
+            plain = watch.Watch().stream(
+                core.list_pod_for_all_namespaces, resource_version=version, timeout_seconds=1
+            )
+            assert list(plain) == []  # none unasked
+
+
 def test_the_stream_ends_at_timeout_seconds(core: client.CoreV1Api) -> None:
     core.create_namespaced_pod("default", pod("a", "n1"))
     stream = watch.Watch().stream(core.list_pod_for_all_namespaces, timeout_seconds=1)
