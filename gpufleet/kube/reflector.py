@@ -14,7 +14,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from kubernetes.watch.watch import iter_resp_lines
@@ -250,6 +250,17 @@ class Reflector(Generic[T]):
                 self._down_since = self._clock()
         self._settled.set()  # a first reader is told why, not kept waiting
         self._on_failure(err)
+
+
+def stop_all(reflectors: Iterable[Reflector[Any]], timeout_seconds: float) -> None:
+    """Stop them: every watch's socket shut first, then their threads waited for at most
+    `timeout_seconds` in all (one in a list call finishes it alone)."""
+    reflectors = tuple(reflectors)
+    for reflector in reflectors:
+        reflector.interrupt()
+    deadline = time.monotonic() + timeout_seconds
+    for reflector in reflectors:
+        reflector.stop(max(0.0, deadline - time.monotonic()))
 
 
 def list_objects(

@@ -26,7 +26,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -470,13 +469,11 @@ class Controller:
                 if not self._is_leader():  # lost while a write was held: no scale after it
                     return
             written = await asyncio.to_thread(
-                partial(
-                    self._cluster.write_scale,
-                    spec.namespace,
-                    spec.target,
-                    desired,
-                    decided_from=current,
-                )
+                self._cluster.write_scale,
+                spec.namespace,
+                spec.target,
+                desired,
+                decided_from=current,
             )
         except KubeError as err:
             self.stats.errors[f"kube_{err.kind}"] += 1

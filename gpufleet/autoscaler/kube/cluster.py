@@ -28,7 +28,7 @@ from gpufleet.core.numbers import ascii_int
 from gpufleet.core.selectors import selector_string
 from gpufleet.core.watch_state import Skipped
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
-from gpufleet.kube.reflector import Reflector, list_objects
+from gpufleet.kube.reflector import Reflector, list_objects, stop_all
 from gpufleet.logs import OutageLog, ThrottledLog
 
 log = logging.getLogger(__name__)
@@ -169,14 +169,9 @@ class Cluster:
 
     def close(self, timeout_seconds: float = 10.0) -> None:
         """End the watches (a Cluster that lists has none), waiting at most
-        `timeout_seconds` in all for their threads (one in a list call finishes it alone)."""
-        if not self._started:
-            return
-        for reflector in self._reflectors:
-            reflector.interrupt()
-        deadline = time.monotonic() + timeout_seconds
-        for reflector in self._reflectors:
-            reflector.stop(max(0.0, deadline - time.monotonic()))
+        `timeout_seconds` in all for their threads."""
+        if self._started:
+            stop_all(self._reflectors, timeout_seconds)
 
     def _read(self, reflector: "Reflector[Any]") -> tuple[Any, ...]:
         if not self._watch:
@@ -373,13 +368,8 @@ class Cluster:
 
     def _ours(self, body: dict[str, Any]) -> bool:
         meta = body["metadata"]
-        found = kube_call(
-            lambda: self._apps.read_namespaced_deployment(
-                meta["name"], meta["namespace"], _preload_content=False
-            )
-        )
-        found_meta = json.loads(found.data).get("metadata") or {}
-        owner = placeholder_owner(found_meta, kind="Deployment")
+        read = partial(self._apps.read_namespaced_deployment, meta["name"], meta["namespace"])
+        owner = _owner_found(read, kind="Deployment")
         return owner is not None and owner == placeholder_owner(meta, kind="Deployment")
 
     def write_buffer(
@@ -394,13 +384,8 @@ class Cluster:
         except KubeError as err:
             if err.kind is not KubeErrorKind.CONFLICT:
                 raise
-            found = kube_call(
-                lambda: self._core.read_namespaced_pod_template(
-                    name, namespace, _preload_content=False
-                )
-            )
-            meta = json.loads(found.data).get("metadata") or {}
-            if placeholder_owner(meta, kind="PodTemplate") is None:
+            read = partial(self._core.read_namespaced_pod_template, name, namespace)
+            if _owner_found(read, kind="PodTemplate") is None:
                 raise _foreign(template) from None
             kube_call(
                 lambda: self._core.patch_namespaced_pod_template(
@@ -537,6 +522,13 @@ def _create_own(body: dict[str, Any], create: Any) -> None:
         if err.kind is KubeErrorKind.CONFLICT:
             raise _foreign(body) from None
         raise
+
+
+def _owner_found(read: Callable[..., Any], *, kind: str) -> str | None:
+    """The GPUAutoscaler whose headroom the object `read` answers holds; None for an object
+    gpufleet did not make."""
+    found = kube_call(lambda: read(_preload_content=False))
+    return placeholder_owner(json.loads(found.data).get("metadata") or {}, kind=kind)
 
 
 def _foreign(body: dict[str, Any]) -> KubeError:

@@ -27,7 +27,7 @@ from gpufleet.exporter.core.dra import DRIVER, SliceDevice, slice_devices
 from gpufleet.exporter.core.podmeta import PodMeta, pod_labels
 from gpufleet.exporter.kube.view import EMPTY_API_VIEW, ApiView
 from gpufleet.kube.errors import KubeError, KubeErrorKind
-from gpufleet.kube.reflector import CALL_TIMEOUT_SECONDS, Reflector
+from gpufleet.kube.reflector import CALL_TIMEOUT_SECONDS, Reflector, stop_all
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -130,10 +130,7 @@ class KubeMetadataWatcher:
             reflector.start()
 
     def stop(self, timeout_seconds: float = CALL_TIMEOUT_SECONDS) -> None:
-        for reflector in self._reflectors():
-            reflector.interrupt()
-        for reflector in self._reflectors():
-            reflector.stop(timeout_seconds)
+        stop_all(self._reflectors(), timeout_seconds)
 
     def _reflectors(self) -> tuple[Reflector[Any], ...]:
         return (self._pods,) if self._slices is None else (self._pods, self._slices)

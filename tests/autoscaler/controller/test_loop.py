@@ -84,6 +84,7 @@ def controller(
     query_wait: float = 1.0,
     feed: SnapshotFeed | None = None,
     clock: Callable[[], float] = time.time,
+    cluster: Cluster | None = None,
 ) -> tuple[Controller, PromClient]:
     prom = PromClient(prometheus_url, timeout_seconds=query_timeout)
     events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test-0")
@@ -94,7 +95,13 @@ def controller(
         wait_seconds=query_wait,
     )
     ctl = Controller(
-        Cluster(api), prom, events, config=config, is_leader=is_leader, feed=feed, clock=clock
+        cluster or Cluster(api),
+        prom,
+        events,
+        config=config,
+        is_leader=is_leader,
+        feed=feed,
+        clock=clock,
     )
     return ctl, prom
 
@@ -1328,9 +1335,7 @@ async def test_a_view_that_trails_its_own_scale_writes_no_second_one(
     deploy(api, replicas=1)
     always = {"name": "office", "schedule": "* * * * *", "duration": "1h", "minReplicas": 3}
     autoscaler(api, {**KEDA_SPEC, "schedules": [always]})
-    prom = PromClient("http://127.0.0.1:9", timeout_seconds=5)
-    events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test-0")
-    ctl = Controller(_Trailing(api), prom, events, config=ControllerConfig())
+    ctl, prom = controller(api, "http://127.0.0.1:9", cluster=_Trailing(api))
     try:
         await ctl.tick()
         scaled_at = status(api)["lastScaleTime"]
@@ -1345,18 +1350,6 @@ async def test_a_view_that_trails_its_own_scale_writes_no_second_one(
     assert status(api)["lastScaleTime"] == scaled_at
 
 
-@dataclasses.dataclass
-class _Asks:
-    """A policy that asks for what the test says, whatever it observes."""
-
-    desired: int
-    name: str = "asks"
-    interval_seconds: float = 0.0
-
-    def decide(self, obs: Observation) -> Decision:
-        return Decision(desired=self.desired, reason=Reason.SCALE_UP, message="as asked")
-
-
 async def test_a_decision_from_a_count_the_target_no_longer_has_is_not_written(
     api: client.ApiClient, pod_prometheus: Prometheus
 ) -> None:
@@ -1364,15 +1357,13 @@ async def test_a_decision_from_a_count_the_target_no_longer_has_is_not_written(
     target down from 4 on a count it no longer had; it waits for the next tick's view."""
     deploy(api, replicas=1)
     autoscaler(api, KEDA_SPEC)
-    prom = PromClient(f"http://127.0.0.1:{pod_prometheus.port}", timeout_seconds=5)
-    events = EventRecorder(api, controller="gpufleet.dev/autoscaler", instance="test-0")
-    config = ControllerConfig(scrape_interval_seconds=1.0, rate_window="5s")
-    ctl = Controller(_Trailing(api), prom, events, config=config)
+    url = f"http://127.0.0.1:{pod_prometheus.port}"
+    ctl, prom = controller(api, url, cluster=_Trailing(api))
     try:
         await ctl.tick()  # KEDA on 200 queued: 1 -> 4 (the view's next tick still says 1)
         assert scale(api) == 4
         (workload,) = ctl._workloads.values()
-        workload.policy, workload.learns = _Asks(desired=2), False
+        workload.policy, workload.learns = Wants(desired=2), False
         for scaled in (4, 2):  # from the stale 1: not written; from 4: written
             workload.next_decision_at = 0.0
             await ctl.tick()
