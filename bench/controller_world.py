@@ -10,9 +10,14 @@ A second number adds that many pods of other teams (no GPUAutoscaler selects the
 about 3.4 KB of JSON (a real pod, managedFields and all, is often 5 to 15 KB): what a
 cluster-wide pod list also carries.
 
-    python -m bench.controller_world 1000 [OTHER_PODS]
+`--no-watch-cache` serves lists as a resource without the API server's watch cache: in
+pages, whatever their resourceVersion; `--no-watch-list` refuses streaming lists, as
+kube-apiserver 1.33 does by default.
+
+    python -m bench.controller_world 1000 [OTHER_PODS] [--no-watch-cache] [--no-watch-list]
 """
 
+import argparse
 import asyncio
 import json
 import sys
@@ -125,12 +130,18 @@ def matrix(query: str, pods: int, start: float, end: float, step: float) -> dict
 
 
 def main() -> None:
-    n = int(sys.argv[1])
-    server = FakeApiServer().start()
+    parser = argparse.ArgumentParser(prog="python -m bench.controller_world")
+    parser.add_argument("workloads", type=int)
+    parser.add_argument("other_pods", type=int, nargs="?", default=0)
+    parser.add_argument("--no-watch-cache", dest="watch_cache", action="store_false")
+    parser.add_argument("--no-watch-list", dest="watch_list", action="store_false")
+    args = parser.parse_args()
+    n = args.workloads
+    server = FakeApiServer(watch_cache=args.watch_cache, watch_list=args.watch_list).start()
     populate(server, n)
-    if len(sys.argv) > 2:
+    if args.other_pods:
         server.store.create(_RES[("", "namespaces")], "", {"metadata": {"name": "web"}})
-        for i in range(int(sys.argv[2])):
+        for i in range(args.other_pods):
             server.store.create(_RES[("", "pods")], "web", other_pod(i))
 
     async def query_range(request: web.Request) -> web.Response:

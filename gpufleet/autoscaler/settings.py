@@ -81,7 +81,9 @@ class AutoscalerSettings(CommandSettings):
         "GPUFLEET_AUTOSCALER_WATCH",
         "--watch",
         group=LOOP,
-        help="Keep GPUAutoscalers, pods, Deployments, StatefulSets and HPAs by list then "
+        help="Keep what a tick reads of the cluster (GPUAutoscalers, pods, their targets, "
+        "HPAs and ScaledObjects, CapacityBuffers, NodePools and their nodes, Kueue's "
+        "Workloads) by list then "
         "watch, as client-go's informers do, and read each tick from there; a tick fails, "
         "holding every count, once a watch has been down a minute. Off: list them at every "
         "tick, which makes the API server send the whole cluster's pods each second.",

@@ -22,10 +22,20 @@ class KubeErrorKind(StrEnum):
 
 
 class KubeError(Exception):
-    def __init__(self, kind: KubeErrorKind, message: str, *, status: int = 0) -> None:
+    """`causes`: the reasons of the Status's `details.causes` (ResourceVersionTooLarge)."""
+
+    def __init__(
+        self,
+        kind: KubeErrorKind,
+        message: str,
+        *,
+        status: int = 0,
+        causes: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status
+        self.causes = causes
 
 
 _BY_STATUS = {
@@ -45,7 +55,7 @@ def kube_call(fn: Callable[[], T]) -> T:
         return fn()
     except ApiException as err:
         kind = _BY_STATUS.get(err.status or 0, KubeErrorKind.UNAVAILABLE)
-        raise KubeError(kind, _message(err), status=err.status or 0) from None
+        raise KubeError(kind, _message(err), status=err.status or 0, causes=_causes(err)) from None
     except (HTTPError, OSError) as err:
         raise KubeError(KubeErrorKind.UNAVAILABLE, f"{type(err).__name__}: {err}") from None
     except RecursionError:  # an object nested thousands deep (a preserve-unknown field)
@@ -57,3 +67,11 @@ def _message(err: ApiException) -> str:
         return f"{err.status}: {json.loads(err.body or '')['message']}"
     except (ValueError, KeyError, TypeError):
         return f"{err.status}: {err.reason}"
+
+
+def _causes(err: ApiException) -> tuple[str, ...]:
+    try:
+        causes = json.loads(err.body or "")["details"]["causes"]
+        return tuple(c["reason"] for c in causes if isinstance(c.get("reason"), str))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return ()

@@ -6,15 +6,24 @@ the DRA driver's ResourceSlices so; the autoscaler the collections every tick re
   the last resourceVersion at once.
 - A 410 Expired (the server no longer has that version) lists again at once; any other
   failure (the API down, a 403, an answer that does not parse) lists again after a backoff.
+- The objects come first by a streaming list, as client-go's reflector asks where the
+  server has it (kube-apiserver's WatchList, 1.27 and later where its gate is on): one
+  watch that sends every object, then a bookmark marking their end, then the changes, so
+  the collection is never one answer decoded whole. A server that refuses it (422, as
+  1.33 does by default) is listed instead, as client-go falls back.
+- Lists are client-go's: the first at resourceVersion "0", which the API server's watch
+  cache answers without touching etcd; later ones at the last version seen ("not older
+  than", from the cache too, whole); one whose version the server no longer has, or has
+  not reached, at the newest, from etcd, in pages of 500. A server that pages the first
+  list has no watch cache for the resource, and gets every list in pages.
 - Meanwhile the objects stay as they were. `items` refuses them once the watch has been
   down longer than its reader allows, so a reader never acts on a state minutes old.
 """
 
-import json
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from kubernetes.watch.watch import iter_resp_lines
@@ -22,6 +31,7 @@ from urllib3.exceptions import HTTPError
 
 from gpufleet.core.watch_state import Key, Skipped, WatchExpired, WatchFailed, WatchState
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
+from gpufleet.kube.listing import PAGE_SIZE, Pages, json_object, list_in_pages, version_unavailable
 
 T = TypeVar("T")
 
@@ -30,6 +40,8 @@ WATCH_SECONDS = 300  # a watch asks to be ended after 1x to 2x this, as client-g
 FIRST_LIST_SECONDS = 30.0  # how long a first reader waits for the first list
 SHORT_WATCH_SECONDS = 1.0  # a watch ended sooner counts toward the backoff
 HEALTHY_SECONDS = 60.0  # a watch that broke after this long starts the backoff afresh
+ABSENT_RETRY_SECONDS = 10.0  # how often a CRD that is not installed is looked for
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # a streaming list's end, on a bookmark
 
 
 def _nothing(*_: object) -> None:
@@ -46,7 +58,11 @@ class Reflector(Generic[T]):
     and each event, `on_failure` with each failure, `on_working` once the objects follow
     the server again (a list answered or a watch opened). Retries wait `retry_seconds`,
     doubling with each failure in a row up to `max_retry_seconds`; a failure after a
-    minute of working is a first one again."""
+    minute of working is a first one again.
+
+    `absent_ok`: a custom resource whose CRD may not be installed. A list answered 404 is
+    then an answer, "not installed", tried again each ABSENT_RETRY_SECONDS; readers are
+    told by a KubeError of kind NOT_FOUND, and through an outage as long as objects are."""
 
     def __init__(
         self,
@@ -62,6 +78,7 @@ class Reflector(Generic[T]):
         max_retry_seconds: float = 30.0,
         watch_seconds: int = WATCH_SECONDS,
         list_timeout: float | None = None,
+        absent_ok: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.what = what
@@ -74,8 +91,14 @@ class Reflector(Generic[T]):
         self._max_retry_seconds = max_retry_seconds
         self._watch_seconds = watch_seconds
         self._list_timeout = list_timeout
+        self._absent_ok = absent_ok
+        self._absent = False  # the last list was a 404: the CRD is not installed
         self._clock = clock
-        self._state: WatchState[T] = WatchState(reduce)
+        self._reduce = reduce
+        self._state: WatchState[T] = WatchState(reduce)  # replaced whole by each list
+        self._paged = False  # the first list came in pages: page every list
+        self._version_gone = False  # the last list failed for its version: list the newest
+        self._streams = True  # until the server refuses a streaming list
         self._lock = threading.Lock()
         self._settled = threading.Event()  # the first list answered, or failed
         self._stopping = threading.Event()
@@ -91,7 +114,9 @@ class Reflector(Generic[T]):
         self.watches = 0  # watches opened
 
     def start(self) -> None:
-        self.thread.start()
+        """Start the thread; once started, a later call does nothing."""
+        if self.thread.ident is None:
+            self.thread.start()
 
     def interrupt(self) -> None:
         """Stop: end the watch now (its socket is shut, not waited out)."""
@@ -125,7 +150,7 @@ class Reflector(Generic[T]):
                 down_since = self._overdue_at
             if down_since is not None and now - down_since > stale_after:
                 raise self._failure(f"watch down for {now - down_since:.0f} s")
-            return self._state.values()
+            return self._objects()
 
     def mapping(self) -> dict[Key, T]:
         """The objects by (namespace, name), as they are now (a copy)."""
@@ -133,9 +158,14 @@ class Reflector(Generic[T]):
             return self._state.mapping()
 
     def read(self) -> tuple[T, ...]:
-        """List now and give the objects, for a reader that does not watch (the thread is
-        not started then). Raises KubeError."""
-        self._list()
+        """List the newest objects now and give them, for a reader that does not watch (the
+        thread is not started then). Raises KubeError."""
+        self._list(newest=True)
+        return self._objects()
+
+    def _objects(self) -> tuple[T, ...]:
+        if self._absent:
+            raise KubeError(KubeErrorKind.NOT_FOUND, f"{self.what}: not installed (404)")
         return self._state.values()
 
     def _failure(self, what: str) -> KubeError:
@@ -152,10 +182,17 @@ class Reflector(Generic[T]):
         while not self._stopping.is_set():
             began = self._clock()
             try:
-                if must_list:
-                    self._list()
+                if must_list and self._streams and not self._absent and self._watch(stream=True):
                     must_list = False
-                self._watch()
+                else:
+                    if must_list:
+                        self._list()
+                        must_list = False
+                    if self._absent:  # not installed: looked for again, as each tick did
+                        must_list, failures = True, 0
+                        self._stopping.wait(ABSENT_RETRY_SECONDS)
+                        continue
+                    self._watch()
             except WatchExpired:
                 must_list = True  # at once: the server no longer has our version
                 continue
@@ -174,48 +211,110 @@ class Reflector(Generic[T]):
                 delay = self._retry_seconds * 2 ** (failures - 1)
                 self._stopping.wait(min(self._max_retry_seconds, delay))
 
-    def _list(self) -> None:
-        items, version = list_objects(self._call, timeout=self._list_timeout)
+    def _list(self, *, newest: bool = False) -> None:
+        version = "" if newest or self._version_gone else self._state.version or "0"
+        absent = False
+        try:
+            state, skipped = self._list_at(version)
+        except KubeError as err:
+            if self._absent_ok and err.kind is KubeErrorKind.NOT_FOUND:
+                state, skipped, absent = WatchState(self._reduce), [], True
+            elif version and version_unavailable(err):
+                self._version_gone = True  # until a list answers, as client-go's reflector
+                state, skipped = self._list_at("")
+            else:
+                raise
+        self._replace(state, skipped, absent=absent)
+
+    def _replace(self, state: WatchState[T], skipped: list[Skipped], *, absent: bool) -> None:
+        """The objects a list (or a streaming list) answered, in place of the last."""
+        self._version_gone = False
         with self._lock:
-            skipped = self._state.replace(items, version)
+            self._state = state
+            self._absent = absent
             self._listed = True
             recovered = self._working()
         self.lists += 1
         self._settled.set()
         self._after(skipped, recovered)
 
-    def _watch(self) -> None:
-        if self._stopping.is_set():  # stopped while it listed
-            return
-        seconds = int(self._watch_seconds * (1 + random.random()))
-        response = kube_call(
-            lambda: self._call(
-                watch=True,
-                resource_version=self._state.version,
-                timeout_seconds=seconds,
-                allow_watch_bookmarks=True,
-                _preload_content=False,
-                _request_timeout=(CALL_TIMEOUT_SECONDS, seconds + CALL_TIMEOUT_SECONDS),
-            )
+    def _list_at(self, version: str) -> tuple[WatchState[T], list[Skipped]]:
+        """The objects at `version`, reduced off the lock, page by page."""
+        # A limit on a list at a version the watch cache has would send it to etcd.
+        limit = PAGE_SIZE if version in ("", "0") or self._paged else 0
+
+        def reduce(pages: Pages) -> tuple[WatchState[T], list[Skipped]]:
+            if version == "0" and pages.paged:
+                self._paged = True
+            state = WatchState(self._reduce)
+            return state, state.replace(pages, pages.version)
+
+        return list_in_pages(
+            self._call, reduce, resource_version=version, limit=limit, timeout=self._list_timeout
         )
+
+    def _watch(self, *, stream: bool = False) -> bool:
+        """Watch from the objects' version until the server ends it. `stream`: a streaming
+        list, from the last version seen: every object, kept apart until the bookmark
+        marking their end, then in place of the objects. False where the server refused
+        it, or ended it before that bookmark: the caller lists instead."""
+        if self._stopping.is_set():  # stopped while it listed
+            return True
+        seconds = int(self._watch_seconds * (1 + random.random()))
+        query: dict[str, Any] = {"resource_version": self._state.version}
+        if stream:
+            query = {
+                "resource_version": "" if self._version_gone else self._state.version,
+                "resource_version_match": "NotOlderThan",
+                "send_initial_events": True,
+            }
+        try:
+            response = kube_call(
+                lambda: self._call(
+                    watch=True,
+                    timeout_seconds=seconds,
+                    allow_watch_bookmarks=True,
+                    _preload_content=False,
+                    _request_timeout=(CALL_TIMEOUT_SECONDS, seconds + CALL_TIMEOUT_SECONDS),
+                    **query,
+                )
+            )
+        except KubeError as err:
+            if not stream or not self._not_streamed(err):
+                raise
+            return False
+        except (TypeError, ValueError):  # a client call without the option (pydantic says so)
+            if not stream:  # the official client's CustomObjectsApi has none
+                raise
+            self._streams = False
+            return False
+        syncing = WatchState(self._reduce) if stream else None  # not shared until it ends
+        skipped_syncing: list[Skipped] = []
         with self._lock:
             self._response = response
             self._overdue_at = self._clock() + seconds + CALL_TIMEOUT_SECONDS
-            recovered = self._working()
+            recovered = False if stream else self._working()
         self.watches += 1
         if recovered:
             self._on_working()
         ended = False
         try:
             if self._stopping.is_set():  # stopped before there was a response to shut
-                return
+                return True
             for line in iter_resp_lines(response):
                 if not line.strip():  # a keep-alive line some proxies send
                     continue
                 event = json_object(line)
-                with self._lock:
-                    skipped = self._state.apply(event)
-                self._after([] if skipped is None else [skipped], False)
+                if syncing is None:
+                    with self._lock:
+                        skipped = self._state.apply(event)
+                    self._after([] if skipped is None else [skipped], False)
+                    continue
+                if (skipped := syncing.apply(event)) is not None:
+                    skipped_syncing.append(skipped)
+                if _initial_events_end(event):
+                    self._replace(syncing, skipped_syncing, absent=False)
+                    syncing = None
             ended = not self._stopping.is_set()
         except (HTTPError, OSError) as err:
             raise KubeError(KubeErrorKind.UNAVAILABLE, f"watch broken: {err}") from None
@@ -228,6 +327,20 @@ class Reflector(Generic[T]):
                 # client's next request (a lease release timed out on one).
                 response.close()
             response.release_conn()
+        if syncing is not None and ended:  # no end of the objects: no streaming list here
+            self._streams = False
+            return False
+        return True
+
+    def _not_streamed(self, err: KubeError) -> bool:
+        """A streaming list's request failed: True where a list may answer instead."""
+        if err.kind is KubeErrorKind.INVALID:  # the server has none (WatchList off, < 1.27)
+            self._streams = False
+            return True
+        if version_unavailable(err):  # the version asked: gone, or not reached
+            self._version_gone = True
+            return True
+        return self._absent_ok and err.kind is KubeErrorKind.NOT_FOUND  # the list says so
 
     def _working(self) -> bool:
         """Under the lock: the objects follow the server again. True if they did not."""
@@ -263,32 +376,12 @@ def stop_all(reflectors: Iterable[Reflector[Any]], timeout_seconds: float) -> No
         reflector.stop(max(0.0, deadline - time.monotonic()))
 
 
-def list_objects(
-    call: Callable[..., Any], *, timeout: float | None = None
-) -> tuple[list[Any], str]:
-    """A list call's items, as plain JSON, and its resourceVersion. Raises KubeError. The
-    client's models for a thousand pods cost more CPU than the rest of a tick. `timeout`:
-    the call's, else the client's own."""
-    limit = {} if timeout is None else {"_request_timeout": timeout}
-    response = kube_call(lambda: call(_preload_content=False, **limit))
-    body = json_object(response.data)
-    items = body.get("items") or []
-    version = (body.get("metadata") or {}).get("resourceVersion") or ""
-    if not isinstance(items, list) or not isinstance(version, str):
-        raise KubeError(KubeErrorKind.INVALID, "answer is not a list")
-    return items, version
-
-
-def json_object(data: bytes | str) -> dict[str, Any]:
-    try:
-        body = json.loads(data)
-    except ValueError as err:
-        raise KubeError(KubeErrorKind.INVALID, f"answer is not JSON: {err}") from None
-    except RecursionError:  # nested deeper than the parser goes: no API server answers that
-        raise KubeError(KubeErrorKind.INVALID, "answer is not JSON: nested too deep") from None
-    if not isinstance(body, Mapping):
-        raise KubeError(KubeErrorKind.INVALID, "answer is not a JSON object")
-    return body  # type: ignore[return-value]
+def _initial_events_end(event: dict[str, Any]) -> bool:
+    """The bookmark that ends a streaming list's objects (`apply` has read the event)."""
+    if event.get("type") != "BOOKMARK":
+        return False
+    annotations = event["object"].get("metadata", {}).get("annotations")
+    return isinstance(annotations, dict) and annotations.get(INITIAL_EVENTS_END) == "true"
 
 
 def _as_kube_error(exc: Exception) -> KubeError:

@@ -92,13 +92,15 @@ def test_pod_labels_come_from_the_api_and_follow_its_changes(node, api, exporter
         assert ("team" in labels) == ("pod" in labels)
         if "pod" in labels:
             assert labels["app_kubernetes_io_name"] == labels["pod"]
-    # A relabelled pod is seen without a restart, through the watch: one list, no polling.
+    # A relabelled pod is seen without a restart, through the watch: one streaming list
+    # (the objects, then their changes, on one request), no polling.
     core.patch_namespaced_pod(
         "train-0", train.namespace, {"metadata": {"labels": {"team": "gold"}}}
     )
     wait_for(lambda: series(exp.metrics(), pod="train-0", team="gold"), what="relabelled pod")
     assert series(exp.metrics(), team="blue") == []
-    assert [r.method for r in api.requests if r.path == "/api/v1/pods"] == ["GET", "WATCH"]
+    (read,) = [r for r in api.requests if r.path == "/api/v1/pods"]
+    assert read.method == "WATCH" and "sendInitialEvents=true" in read.query
 
 
 def kube_errors(text: str, kind: str) -> float:
@@ -195,8 +197,8 @@ def test_dra_claim_without_a_slice_is_counted_until_the_slice_comes(node, api, e
     )
     wait_for(lambda: series(exp.metrics(), pod="dra-gpu"), what="the late slice")
     slices = "/apis/resource.k8s.io/v1/resourceslices"
-    reads = [r.method for r in api.requests if r.path == slices and r.method != "POST"]
-    assert reads == ["GET", "WATCH"]
+    reads = [r for r in api.requests if r.path == slices and r.method != "POST"]
+    assert [r.method for r in reads] == ["WATCH"] and "sendInitialEvents=true" in reads[0].query
 
 
 def test_dra_off_leaves_claims_unattributed(node, api, exporter_for):

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 from helpers import wait_for
@@ -15,6 +16,7 @@ from helpers.kube import api_client
 from kubernetes import client
 
 from gpufleet.core.watch_state import Skipped
+from gpufleet.kube import reflector as reflector_module
 from gpufleet.kube.errors import KubeError, KubeErrorKind
 from gpufleet.kube.reflector import Reflector
 from gpufleet.lab.kubeapi.resources import RESOURCES
@@ -178,6 +180,11 @@ class _HeldWatch(BaseHTTPRequestHandler):
     release = threading.Event()
 
     def do_GET(self) -> None:
+        if "sendInitialEvents=" in self.path:  # as kube-apiserver 1.33 does by default
+            self.send_response(422)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if "watch=" not in self.path:
             body = json.dumps({"metadata": {"resourceVersion": "1"}, "items": [pod("a")]}).encode()
             self.send_response(200)
@@ -234,15 +241,15 @@ def test_a_watch_held_open_and_silent_counts_as_down_once_overdue() -> None:
         http.shutdown()
 
 
-def test_a_stop_while_it_lists_opens_no_watch(server) -> None:
-    server.faults.delay_seconds = 1.0
-    with api_client(server.url) as api:
+def test_a_stop_while_it_lists_opens_no_watch() -> None:
+    with FakeApiServer(watch_list=False) as server, api_client(server.url) as api:
+        server.faults.delay_seconds = 1.0
         reflector = Reflector("pods", client.CoreV1Api(api).list_pod_for_all_namespaces, team)
         reflector.start()
-        reflector.stop(timeout_seconds=0)  # in its list, most likely: not waited for
+        reflector.stop(timeout_seconds=0)  # in its first request, most likely: not waited for
         reflector.thread.join(10)
         assert not reflector.thread.is_alive()
-    assert [r.method for r in server.requests if r.path == "/api/v1/pods"] in ([], ["GET"])
+    assert "WATCH" not in [r.method for r in server.requests if r.path == "/api/v1/pods"]
 
 
 @pytest.mark.parametrize("bookmark_seconds", [0.1, 60.0], ids=["bookmarks", "none"])
@@ -273,3 +280,198 @@ def test_bookmarks_spare_a_list_when_other_resources_fill_the_window(
         assert reflector.lists == 1
     else:  # each watch reopened past the window
         assert reflector.lists >= 2
+
+
+def lists_asked(server: FakeApiServer) -> list[dict[str, str]]:
+    """The query of each list of pods the server answered, in order."""
+    return [
+        dict(parse_qsl(r.query))
+        for r in server.requests
+        if r.path == "/api/v1/pods" and "watch=" not in r.query
+    ]
+
+
+def writes_while_down(server: FakeApiServer, names: list[str]) -> None:
+    """Pods the open watch never sees, past the server's event window: its next is 410."""
+    server.stop()
+    for name in names:
+        server.store.create(PODS, NS, pod(name))
+    server.start()
+
+
+def test_lists_ask_as_client_gos_reflector() -> None:
+    """WatchList off (kube-apiserver 1.33's default): the streaming list is refused (422),
+    once. The first list at "0", whole from the watch cache; after a 410 at the last
+    version seen, not older than it (the cache again: no limit, which would send it to
+    etcd), without asking for a streaming list again."""
+    with (
+        FakeApiServer(event_history=2, watch_list=False) as server,
+        api_client(server.url) as api,
+    ):
+        core = client.CoreV1Api(api)
+        reflector = Reflector("pods", core.list_pod_for_all_namespaces, team)
+        reflector.start()
+        try:
+            wait_for(lambda: reflector.watches == 1)
+            writes_while_down(server, [f"p{i}" for i in range(5)])
+            wait_for(lambda: teams(reflector) is not None and len(teams(reflector)) == 5)
+        finally:
+            reflector.stop()
+        asked = lists_asked(server)
+        refused = [r for r in server.requests if r.status == 422]
+    assert len(refused) == 1 and "sendInitialEvents=true" in refused[0].query
+    assert asked[0] == {"resourceVersion": "0", "limit": "500"}
+    assert asked[1:] == [{"resourceVersion": "2"}]  # the namespaces' two writes
+
+
+def test_a_server_that_pages_the_first_list_gets_every_list_in_pages(monkeypatch) -> None:
+    """No watch cache: the first list comes in pages, and a relist at the version last seen
+    asks for pages too, so exactly that version, which the server no longer has: it lists
+    the newest then."""
+    monkeypatch.setattr(reflector_module, "PAGE_SIZE", 2)
+    with (
+        FakeApiServer(event_history=3, watch_cache=False, watch_list=False) as server,
+        api_client(server.url) as api,
+    ):
+        core = client.CoreV1Api(api)
+        for i in range(5):
+            core.create_namespaced_pod(NS, pod(f"p{i}"))
+        reflector = Reflector("pods", core.list_pod_for_all_namespaces, team)
+        reflector.start()
+        try:
+            wait_for(lambda: reflector.watches == 1)
+            assert len(teams(reflector)) == 5
+            writes_while_down(server, [f"p{i}" for i in range(5, 10)])
+            wait_for(lambda: teams(reflector) is not None and len(teams(reflector)) == 10)
+        finally:
+            reflector.stop()
+        asked = lists_asked(server)
+    assert [q.get("resourceVersion") for q in asked[:3]] == ["0", None, None]  # 3 pages
+    assert all(q["limit"] == "2" for q in asked)
+    assert asked[3] == {"resourceVersion": "7", "limit": "2"}  # 410: compacted
+    assert [q.get("resourceVersion") for q in asked[4:]] == [None] * 5  # the newest, paged
+
+
+def test_a_version_the_server_has_not_reached_lists_the_newest() -> None:
+    """The API server came back from an etcd backup, older than the version the reflector
+    has: the watch and the list at that version are 504 ResourceVersionTooLarge, and it
+    lists the newest."""
+    with FakeApiServer(watch_list=False) as first, api_client(first.url) as api:
+        core = client.CoreV1Api(api)
+        for i in range(5):
+            core.create_namespaced_pod(NS, pod(f"p{i}"))
+        reflector = Reflector("pods", core.list_pod_for_all_namespaces, team, retry_seconds=0.05)
+        reflector.start()
+        try:
+            wait_for(lambda: reflector.watches == 1)
+            first.stop()
+            port = int(first.url.rsplit(":", 1)[1])
+            with FakeApiServer(port=port, watch_list=False) as restored:
+                restored.store.create(PODS, NS, pod("only"))
+                wait_for(lambda: teams(reflector, stale_after=0) == {"only": "red"})
+                asked = lists_asked(restored)
+        finally:
+            reflector.stop()
+    assert asked[0] == {"resourceVersion": "7"}  # the version last seen: too large
+    assert asked[1] == {"limit": "500"}  # the newest, from etcd
+
+
+def watches_asked(server: FakeApiServer) -> list[dict[str, str]]:
+    return [dict(parse_qsl(r.query)) for r in server.requests if r.method == "WATCH"]
+
+
+def test_the_first_objects_come_by_a_streaming_list(server) -> None:
+    """Where the server streams lists: no list at all, one watch that sends the objects,
+    marks their end, and goes on with the changes."""
+    with api_client(server.url) as api:
+        core = client.CoreV1Api(api)
+        for name in ("a", "b"):
+            core.create_namespaced_pod(NS, pod(name))
+        reflector = Reflector("pods", core.list_pod_for_all_namespaces, team)
+        reflector.start()
+        try:
+            assert teams(reflector) == {"a": "red", "b": "red"}
+            core.create_namespaced_pod(NS, pod("c", "blue"))
+            wait_for(lambda: teams(reflector) == {"a": "red", "b": "red", "c": "blue"})
+            assert (reflector.lists, reflector.watches) == (1, 1)
+        finally:
+            reflector.stop()
+    assert lists_asked(server) == []
+    (asked,) = watches_asked(server)
+    assert asked["sendInitialEvents"] == "true" and not asked.get("resourceVersion")
+    assert asked["resourceVersionMatch"] == "NotOlderThan"
+    assert asked["allowWatchBookmarks"] == "true"
+
+
+class _SlowStream(BaseHTTPRequestHandler):
+    """A streaming list that sends two pods, then waits for `release` before the bookmark
+    marking their end (or, with `end_early`, ends there without one); lists answer one
+    pod, and plain watches hold, silent."""
+
+    sent = threading.Event()
+    release = threading.Event()
+    end_early = False
+
+    def do_GET(self) -> None:
+        if "watch=" not in self.path:
+            body = json.dumps({"metadata": {"resourceVersion": "9"}, "items": [pod("x")]})
+            self._answer(body.encode())
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if "sendInitialEvents=" in self.path:
+            for name in ("a", "b"):
+                self._chunk({"type": "ADDED", "object": pod(name)})
+            self.sent.set()
+            self.release.wait(30)
+            if self.end_early:
+                self.wfile.write(b"0\r\n\r\n")
+                return
+            meta = {"resourceVersion": "7", "annotations": {"k8s.io/initial-events-end": "true"}}
+            self._chunk({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": meta}})
+        self.release.wait(30)
+
+    def _chunk(self, event: dict) -> None:
+        data = json.dumps(event).encode() + b"\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _answer(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("end_early", [False, True], ids=["ended", "cut-short"])
+def test_a_streaming_lists_objects_are_kept_apart_until_their_end(end_early: bool) -> None:
+    """Readers see the last objects (none yet) until the bookmark marking the end; a stream
+    that ends before it is no streaming list, and the collection is listed."""
+    handler = type("Handler", (_SlowStream,), {"sent": threading.Event(),
+                   "release": threading.Event(), "end_early": end_early})  # fmt: skip
+    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    try:
+        with api_client(f"http://127.0.0.1:{http.server_address[1]}") as api:
+            core = client.CoreV1Api(api)
+            reflector = Reflector("pods", core.list_pod_for_all_namespaces, team)
+            reflector.start()
+            try:
+                assert handler.sent.wait(10)
+                time.sleep(0.2)  # the client has read both pods by now
+                assert reflector.mapping() == {} and reflector.lists == 0
+                handler.release.set()
+                expected = {"x": "red"} if end_early else {"a": "red", "b": "red"}
+                wait_for(lambda: teams(reflector) == expected)
+                assert reflector.lists == 1
+            finally:
+                handler.release.set()
+                reflector.stop()
+    finally:
+        http.shutdown()

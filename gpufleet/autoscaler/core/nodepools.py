@@ -135,6 +135,23 @@ def pool_use(
     return out
 
 
+def pool_node(node: Mapping[str, Any]) -> dict[str, Any]:
+    """What this module reads of a Node, the rest left out: a Node's status also lists its
+    images and more, often tens of KB, and the autoscaler keeps every pool node."""
+
+    def kept(part: str, keys: tuple[str, ...]) -> dict[str, Any]:
+        found = node.get(part) or {}
+        return {k: found[k] for k in keys if k in found}
+
+    if not isinstance(node.get("metadata"), Mapping):
+        raise ValueError("a Node without metadata")
+    return {
+        "metadata": kept("metadata", ("name", "labels", "deletionTimestamp")),
+        "spec": kept("spec", ("unschedulable", "taints")),
+        "status": kept("status", ("capacity", "allocatable", "conditions")),
+    }
+
+
 def free_gpus(
     nodepools: Sequence[Mapping[str, Any]],
     nodes: Sequence[Mapping[str, Any]],

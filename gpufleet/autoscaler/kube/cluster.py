@@ -20,7 +20,7 @@ from gpufleet.autoscaler.core.buffers import (
     BUFFER_PLURAL,
     BUFFER_VERSION,
 )
-from gpufleet.autoscaler.core.nodepools import POOL_LABEL, pod_gpus
+from gpufleet.autoscaler.core.nodepools import POOL_LABEL, pod_gpus, pool_node
 from gpufleet.autoscaler.core.placeholders import OWNER_LABEL, placeholder_owner
 from gpufleet.autoscaler.core.replicas import DELETION_COST, PodState
 from gpufleet.autoscaler.core.spec import GROUP, PLURAL, VERSION, TargetRef
@@ -28,7 +28,7 @@ from gpufleet.core.numbers import ascii_int
 from gpufleet.core.selectors import selector_string
 from gpufleet.core.watch_state import Skipped
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
-from gpufleet.kube.reflector import Reflector, list_objects, stop_all
+from gpufleet.kube.reflector import Reflector, stop_all
 from gpufleet.logs import OutageLog, ThrottledLog
 
 log = logging.getLogger(__name__)
@@ -112,9 +112,8 @@ class Cluster:
         clock: Callable[[], float] = time.monotonic,
         watch: bool = False,
     ) -> None:
-        """`watch`: keep the collections every tick reads (GPUAutoscalers, pods,
-        Deployments, StatefulSets, HPAs) by list then watch, and read them from there; else
-        list each of them at every tick."""
+        """`watch`: keep the collections a tick reads by list then watch, and read them
+        from there; else list each of them at every tick."""
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
         self._custom = client.CustomObjectsApi(api)
@@ -130,6 +129,12 @@ class Cluster:
         self._failures: Counter[str] = Counter()  # watch failures by kube_<kind>, not taken
         self._failures_lock = threading.Lock()
         reflect = partial(_reflector, clock=clock, failed=self._count_failure)
+        # a custom resource whose CRD may not be installed: its 404 is no failure
+        installed = partial(reflect, optional=True)
+
+        def custom_list(group: str, version: str, plural: str) -> Callable[..., Any]:
+            return lambda **kw: custom.list_cluster_custom_object(group, version, plural, **kw)
+
         self._autoscalers: Reflector[dict[str, Any]] = reflect(
             "gpuautoscalers",
             lambda **kw: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw),
@@ -147,12 +152,36 @@ class Cluster:
             self._autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces,
             _hpa_target,
         )
-        self._reflectors = (
+        self._scaledobjects = installed("scaledobjects", custom_list(*KEDA), _scaled_object)
+        self._buffer_objects = installed(
+            "capacitybuffers",
+            custom_list(BUFFER_GROUP, BUFFER_VERSION, BUFFER_PLURAL),
+            _buffer_replicas,
+        )
+        self._nodepools = installed("nodepools", custom_list(*NODEPOOLS), _plain)
+        self._kueue_workloads = installed("workloads", custom_list(*KUEUE_WORKLOADS), _plain)
+        self._kueue_flavors = installed("resourceflavors", custom_list(*KUEUE_FLAVORS), _plain)
+        self._pool_nodes = reflect(
+            "nodes",
+            lambda **kw: self._core.list_node(label_selector=POOL_LABEL, **kw),
+            pool_node,
+        )
+        self._every_tick = (
             self._autoscalers,
             self._pods,
             self._deployments,
             self._statefulsets,
             self._hpas,
+            self._scaledobjects,
+            self._buffer_objects,
+            self._nodepools,
+        )
+        # and, where there are NodePools, started at their first read
+        self._reflectors = (
+            *self._every_tick,
+            self._kueue_workloads,
+            self._kueue_flavors,
+            self._pool_nodes,
         )
         self._started = False
 
@@ -178,19 +207,28 @@ class Cluster:
             return reflector.read()
         if not self._started:  # at the first view: a daemon that fails to start watches none
             self._started = True
-            for each in self._reflectors:
+            for each in self._every_tick:  # together: their first lists overlap
                 each.start()
+        reflector.start()
         return reflector.items(stale_after=STALE_AFTER_SECONDS)
+
+    def _installed(self, reflector: "Reflector[T]") -> tuple[T, ...] | None:
+        """A custom resource's objects; None where its CRD is not installed (404)."""
+        try:
+            return self._read(reflector)
+        except KubeError as err:
+            if err.kind is KubeErrorKind.NOT_FOUND:
+                return None
+            raise
 
     # --- reads ---
 
     def view(self) -> ClusterView:
-        """Everything a tick reads: GPUAutoscalers, pods, Deployments, StatefulSets and
-        HPAs from their watches (or a list each), then a list each of ScaledObjects,
-        CapacityBuffers and NodePools; where Karpenter's NodePool CRD is installed also
-        Kueue's Workloads, their ResourceFlavors where any Workload exists, and the pools'
-        nodes where any NodePool exists. The lists of a CRD that is not installed answer 404
-        and count as none."""
+        """Everything a tick reads, from the watches (or a list each): GPUAutoscalers, pods,
+        Deployments, StatefulSets, HPAs, ScaledObjects, CapacityBuffers and NodePools;
+        where Karpenter's NodePool CRD is installed also Kueue's Workloads, their
+        ResourceFlavors where any Workload exists, and the pools' nodes where any NodePool
+        exists. A CRD that is not installed answers 404, and counts as none."""
         scales: dict[tuple[str, str, str], ScaleView] = {}
         templates: dict[tuple[str, str, str], dict[str, Any]] = {}
         placeholders: dict[tuple[str, str], int] = {}
@@ -212,58 +250,29 @@ class Cluster:
         )
 
     def _node_plan_inputs(self) -> dict[str, Any]:
-        nodepools = self._installed_list(*NODEPOOLS)
+        nodepools = self._installed(self._nodepools)
         if nodepools is None:
             return {}
-        nodes = (
-            _items(lambda **kw: self._core.list_node(label_selector=POOL_LABEL, **kw))
-            if nodepools
-            else []
-        )
-        workloads = self._installed_list(*KUEUE_WORKLOADS) or []
-        flavors = (self._installed_list(*KUEUE_FLAVORS) or []) if workloads else []
+        nodes = self._read(self._pool_nodes) if nodepools else ()
+        workloads = self._installed(self._kueue_workloads) or ()
+        flavors = (self._installed(self._kueue_flavors) or ()) if workloads else ()
         return {
-            "nodepools": nodepools,
-            "pool_nodes": nodes,
-            "kueue_workloads": workloads,
-            "kueue_flavors": flavors,
+            "nodepools": list(nodepools),
+            "pool_nodes": list(nodes),
+            "kueue_workloads": list(workloads),
+            "kueue_flavors": list(flavors),
         }
 
-    def _installed_list(self, group: str, version: str, plural: str) -> list[dict] | None:
-        """Every object of a custom resource; None where its CRD is not installed."""
-        try:
-            answer = kube_call(
-                lambda: self._custom.list_cluster_custom_object(group, version, plural)
-            )
-        except KubeError as err:
-            if err.kind is KubeErrorKind.NOT_FOUND:
-                return None
-            raise
-        return list(answer.get("items") or [])
-
     def _buffers(self) -> dict[tuple[str, str], int] | None:
-        buffers = self._installed_list(BUFFER_GROUP, BUFFER_VERSION, BUFFER_PLURAL)
-        if buffers is None:
-            return None
-        out = {}
-        for buffer in buffers:
-            meta = buffer.get("metadata") or {}
-            owner = placeholder_owner(meta, kind=BUFFER_KIND)
-            if owner is not None:
-                replicas = (buffer.get("spec") or {}).get("replicas")
-                out[(meta.get("namespace", ""), owner)] = int(replicas or 0)
-        return out
+        buffers = self._installed(self._buffer_objects)
+        return None if buffers is None else dict(b for b in buffers if b is not None)
 
     def _competitors(self) -> dict[tuple[str, str, str], str]:
         out: dict[tuple[str, str, str], str] = {}
         for key, name in self._read(self._hpas):
             out.setdefault(key, f"HorizontalPodAutoscaler/{name}")
-        for so in self._installed_list(*KEDA) or []:
-            # a CRD's object: its schema may be looser than its controller assumes
-            ref = _field(_field(so, "spec"), "scaleTargetRef")
-            meta = _field(so, "metadata")
-            key = (meta.get("namespace", ""), ref.get("kind", "Deployment"), ref.get("name", ""))
-            out.setdefault(key, f"ScaledObject/{meta.get('name', '')}")
+        for key, name in self._installed(self._scaledobjects) or ():
+            out.setdefault(key, f"ScaledObject/{name}")
         return out
 
     def read_scale(self, namespace: str, target: TargetRef) -> ScaleView:
@@ -362,15 +371,10 @@ class Cluster:
         except KubeError as err:
             # Made since the view was taken (a watch trails the API by its latency): ours
             # still, by its label, so merged as if the view had shown it.
-            if err.kind is not KubeErrorKind.CONFLICT or not self._ours(body):
+            read = partial(self._apps.read_namespaced_deployment, meta["name"], meta["namespace"])
+            if err.kind is not KubeErrorKind.CONFLICT or not _ours(body, read, kind="Deployment"):
                 raise
             self.write_placeholders(body, exists=True)
-
-    def _ours(self, body: dict[str, Any]) -> bool:
-        meta = body["metadata"]
-        read = partial(self._apps.read_namespaced_deployment, meta["name"], meta["namespace"])
-        owner = _owner_found(read, kind="Deployment")
-        return owner is not None and owner == placeholder_owner(meta, kind="Deployment")
 
     def write_buffer(
         self, template: dict[str, Any], buffer: dict[str, Any], *, exists: bool
@@ -394,9 +398,16 @@ class Cluster:
             )
         if exists:
             self._patch_buffer_spec(namespace, name, buffer["spec"])
-        else:
-            args = (BUFFER_GROUP, BUFFER_VERSION, namespace, BUFFER_PLURAL)
+            return
+        args = (BUFFER_GROUP, BUFFER_VERSION, namespace, BUFFER_PLURAL)
+        try:
             _create_own(buffer, lambda: self._custom.create_namespaced_custom_object(*args, buffer))
+        except KubeError as err:
+            # made since the view was taken, as a placeholder Deployment can be
+            read = partial(self._custom.get_namespaced_custom_object, *args, name)
+            if err.kind is not KubeErrorKind.CONFLICT or not _ours(buffer, read, kind=BUFFER_KIND):
+                raise
+            self._patch_buffer_spec(namespace, name, buffer["spec"])
 
     def release_buffer(self, namespace: str, name: str) -> None:
         """Set a CapacityBuffer's replicas to 0, leaving the rest of it as it is."""
@@ -524,6 +535,12 @@ def _create_own(body: dict[str, Any], create: Any) -> None:
         raise
 
 
+def _ours(body: dict[str, Any], read: Callable[..., Any], *, kind: str) -> bool:
+    """The object `read` answers holds the headroom of the GPUAutoscaler `body` is for."""
+    owner = _owner_found(read, kind=kind)
+    return owner is not None and owner == placeholder_owner(body["metadata"], kind=kind)
+
+
 def _owner_found(read: Callable[..., Any], *, kind: str) -> str | None:
     """The GPUAutoscaler whose headroom the object `read` answers holds; None for an object
     gpufleet did not make."""
@@ -556,10 +573,6 @@ def _scale_view(scale: Any) -> ScaleView:
     )
 
 
-def _items(list_call: Any) -> list[dict[str, Any]]:
-    return list_objects(list_call)[0]
-
-
 def _reflector(
     what: str,
     call: Callable[..., Any],
@@ -567,9 +580,12 @@ def _reflector(
     *,
     clock: Callable[[], float],
     failed: Callable[[KubeError], None],
+    optional: bool = False,
 ) -> Reflector[T]:
     """A collection's reflector, its failures given to `failed` and logged as an outage (a
-    line when it starts and ends), the objects it leaves out at most a line per 10 s."""
+    line when it starts and ends), the objects it leaves out at most a line per 10 s.
+    `optional`: a custom resource whose CRD may not be installed: a 404 is an answer, and
+    a CRD installed later is found within ABSENT_RETRY_SECONDS."""
     outage = OutageLog(log, f"cannot list and watch {what}")
     skipped = ThrottledLog(log, clock=clock)
 
@@ -588,6 +604,7 @@ def _reflector(
         on_working=outage.recovered,
         on_skip=skip,
         watch_seconds=WATCH_SECONDS,
+        absent_ok=optional,
         clock=clock,
     )
 
@@ -607,6 +624,26 @@ def _app(kind: str) -> Callable[[dict[str, Any]], _App]:
         )
 
     return reduce
+
+
+def _scaled_object(so: dict[str, Any]) -> tuple[tuple[str, str, str], str]:
+    """A ScaledObject's target as (namespace, kind, name), and its own name. A CRD's
+    object: its schema may be looser than its controller assumes."""
+    ref = _field(_field(so, "spec"), "scaleTargetRef")
+    meta = so["metadata"]
+    return (meta.get("namespace", ""), ref.get("kind", "Deployment"), ref.get("name", "")), meta[
+        "name"
+    ]
+
+
+def _buffer_replicas(buffer: dict[str, Any]) -> tuple[tuple[str, str], int] | None:
+    """A CapacityBuffer gpufleet made: ((namespace, GPUAutoscaler), spec.replicas); None
+    for anyone else's."""
+    meta = buffer["metadata"]
+    owner = placeholder_owner(meta, kind=BUFFER_KIND)
+    if owner is None:
+        return None
+    return (meta.get("namespace", ""), owner), int(_field(buffer, "spec").get("replicas") or 0)
 
 
 def _hpa_target(hpa: dict[str, Any]) -> tuple[tuple[str, str, str], str]:

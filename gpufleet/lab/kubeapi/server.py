@@ -2,7 +2,8 @@
 
 The official `kubernetes` client and kubectl talk to it as to a kube-apiserver: discovery
 (`/api`, `/apis`, `/apis/{group}/{version}`), CRUD on the resources in `resources`, the
-`/status` and `/scale` subresources, label and field selectors, `Status` errors, and
+`/status` and `/scale` subresources, label and field selectors, lists at a
+resourceVersion and in pages (`limit` and `continue`, in `listing`), `Status` errors, and
 watches (`?watch=1`, in `watch`). No real
 kube-apiserver can be installed here, so tests and the lab run the product's Kubernetes
 code against this one.
@@ -31,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from gpufleet.lab.kubeapi import rbac
+from gpufleet.lab.kubeapi.listing import list_answer
 from gpufleet.lab.kubeapi.objects import ApiError
 from gpufleet.lab.kubeapi.resources import RESOURCES, Resource
 from gpufleet.lab.kubeapi.store import EVENT_HISTORY, ObjectStore
@@ -70,6 +72,7 @@ class RequestRecord:
     method: str
     path: str
     user_agent: str
+    query: str = ""  # the query string, as sent
     status: int
     at: float  # wall-clock seconds the answer was sent
 
@@ -90,10 +93,11 @@ class _State:
     store: ObjectStore
     resources: dict[tuple[str, str], Resource]  # (group/version, plural) -> what is served
     faults: Faults = field(default_factory=Faults)
-    # The newest requests only: a lab runs for hours (about 240 bytes a request).
+    # The newest requests only: a lab runs for hours (about 300 bytes a request).
     requests: deque[RequestRecord] = field(default_factory=lambda: deque(maxlen=REQUEST_LOG))
     # bearer token -> (user, groups): the requests authorized through RBAC
     users: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    watch_cache: bool = True  # lists at resourceVersion "0" come whole (see listing)
 
 
 class FakeApiServer:
@@ -110,28 +114,41 @@ class FakeApiServer:
         event_history: int = EVENT_HISTORY,
         install: tuple[str, ...] = (),
         bookmark_seconds: float = BOOKMARK_SECONDS,
+        watch_cache: bool = True,
+        watch_list: bool = True,
     ) -> None:
-        """`event_history`: how many writes a watch can resume across (older: 410).
+        """`event_history`: how many writes a watch can resume across, or a list or its
+        pages be read at (older: 410).
         `install`: optional CRDs to serve, as `{plural}.{group}` (a CRD's name).
-        `bookmark_seconds`: how far apart a watch that asks for bookmarks gets them."""
+        `bookmark_seconds`: how far apart a watch that asks for bookmarks gets them.
+        `watch_cache`: False serves lists as a resource without kube-apiserver's watch
+        cache does, in pages whatever their resourceVersion.
+        `watch_list`: kube-apiserver's WatchList feature gate (streaming lists: on by
+        default from 1.34, off in 1.33); off, a watch asking for one is 422."""
         self.store = ObjectStore(clock=clock or time.time, event_history=event_history)
-        unknown = set(install) - {f"{r.plural}.{r.group}" for r in RESOURCES if r.optional}
-        if unknown:
-            raise ValueError(f"install: no optional CRD {sorted(unknown)}")
-        served = {
-            (r.group_version, r.plural): r
-            for r in RESOURCES
-            if not r.optional or f"{r.plural}.{r.group}" in install
-        }
-        self._state = _State(store=self.store, resources=served)
+        served = {(r.group_version, r.plural): r for r in RESOURCES if not r.optional}
+        self._state = _State(store=self.store, resources=served, watch_cache=watch_cache)
+        self.install(*install)
         self._port = port
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._closing = False  # open watches end when set
         self._bookmark_seconds = bookmark_seconds
+        self._watch_list = watch_list
         for ns in ("default", "kube-system"):
             self.store.create(_NAMESPACES, "", {"metadata": {"name": ns}})
+
+    def install(self, *crds: str) -> None:
+        """Serve these optional CRDs (`{plural}.{group}`) from now on, as applying a CRD
+        to a cluster does. ValueError names one that is not an optional CRD."""
+        optional = {f"{r.plural}.{r.group}": r for r in RESOURCES if r.optional}
+        unknown = set(crds) - set(optional)
+        if unknown:
+            raise ValueError(f"install: no optional CRD {sorted(unknown)}")
+        for crd in crds:  # one dict write each: the server's thread reads them as they come
+            res = optional[crd]
+            self._state.resources[(res.group_version, res.plural)] = res
 
     @property
     def faults(self) -> Faults:
@@ -260,6 +277,7 @@ class FakeApiServer:
             RequestRecord(
                 method=request.method,
                 path=request.path,
+                query=request.query_string,
                 user_agent=request.headers.get("User-Agent", ""),
                 status=status,
                 at=time.time(),
@@ -273,15 +291,19 @@ class FakeApiServer:
             raise ApiError(
                 code=404, reason="NotFound", message="watch needs a collection of a resource"
             )
-        self._state.requests.append(
-            RequestRecord(
-                method="WATCH",
-                path=request.path,
-                user_agent=request.headers.get("User-Agent", ""),
-                status=200,
-                at=time.time(),
+
+        def started() -> None:  # recorded once its query is valid (else as the error it is)
+            self._state.requests.append(
+                RequestRecord(
+                    method="WATCH",
+                    path=request.path,
+                    query=request.query_string,
+                    user_agent=request.headers.get("User-Agent", ""),
+                    status=200,
+                    at=time.time(),
+                )
             )
-        )
+
         return await serve_watch(
             self.store,
             request,
@@ -289,6 +311,8 @@ class FakeApiServer:
             target.namespace,
             closing=lambda: self._closing,
             bookmark_seconds=self._bookmark_seconds,
+            watch_list=self._watch_list,
+            started=started,
         )
 
 
@@ -411,18 +435,9 @@ async def _serve_target(state: _State, request: web.Request, t: _Target) -> dict
     ns = t.namespace or ""
     if not t.name:
         if method == "GET":
-            items = store.list(
-                res,
-                t.namespace,
-                label_selector=request.query.get("labelSelector", ""),
-                field_selector=request.query.get("fieldSelector", ""),
+            return list_answer(
+                store, res, t.namespace, request.query, watch_cache=state.watch_cache
             )
-            return {
-                "kind": res.list_kind,
-                "apiVersion": res.group_version,
-                "metadata": {"resourceVersion": store.resource_version},
-                "items": items,
-            }
         if method == "POST" and (t.namespace is not None or not res.namespaced):
             return store.create(res, ns, await _json(request))
         raise _not_allowed(method)

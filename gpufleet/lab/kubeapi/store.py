@@ -48,6 +48,7 @@ JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" if cluster-scoped), name
 EVENT_HISTORY = 1000
+Snapshot = list[tuple[tuple[str, str], dict[str, Any]]]  # ((namespace, name), object), sorted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,6 +117,30 @@ class ObjectStore:
             if matches_labels(obj, labels) and matches_fields(obj, fields):
                 out.append(copy.deepcopy(obj))
         return out
+
+    def objects_at(self, res: Resource, namespace: str | None, version: int) -> "Snapshot | None":
+        """The objects of `res` (in `namespace`, or everywhere when None) as they were at
+        `version`, by (namespace, name), as etcd keeps past revisions; None once the event
+        window no longer reaches back that far (etcd has compacted it). Not copies."""
+        events = self.events_since(version)
+        if events is None:
+            return None
+        found = {
+            (ns, name): obj
+            for (group, plural, ns, name), obj in self._objects.items()
+            if (group, plural) == (res.group, res.plural) and (namespace is None or ns == namespace)
+        }
+        for event in reversed(events):  # undo each later write, newest first
+            if (event.group, event.plural) != (res.group, res.plural):
+                continue
+            if namespace is not None and event.namespace != namespace:
+                continue
+            key = (event.namespace, event.object["metadata"]["name"])
+            if event.previous is None:
+                found.pop(key, None)
+            else:
+                found[key] = event.previous
+        return sorted(found.items())
 
     def events_since(self, version: int) -> tuple[WatchEvent, ...] | None:
         """Every event after `version`, oldest first; None when some of them are no longer
@@ -240,11 +265,12 @@ class ObjectStore:
         return copy.deepcopy(current)
 
     def delete(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
-        obj = self.get(res, namespace, name)
+        previous = self.get(res, namespace, name)
         del self._objects[self._key(res, namespace, name)]
         self._version += 1
+        obj = copy.deepcopy(previous)
         obj["metadata"]["resourceVersion"] = str(self._version)
-        self._record("DELETED", res, obj, obj)
+        self._record("DELETED", res, obj, previous)
         return obj
 
     # --- the scale subresource ---

@@ -4,7 +4,9 @@ The answer is one JSON object per line, `{"type": ..., "object": ...}`, kept ope
 `timeoutSeconds` (default 30 min) or the server stops. Semantics the official client and
 informers rely on:
 - `resourceVersion` unset or "0": first an ADDED event for every object that matches now,
-  then the changes after them; any other value: only the changes after that version;
+  then the changes after them; any other value: only the changes after that version (a
+  version the server has not reached: 504 `ResourceVersionTooLarge`, as from the watch
+  cache);
 - an object entering the selectors is ADDED, one leaving them DELETED (as the watch cache
   does), otherwise the event's own type;
 - a version older than the store's event window gets an ERROR event carrying a 410
@@ -12,24 +14,31 @@ informers rely on:
 - with `allowWatchBookmarks=true`, a BOOKMARK carrying only the newest resourceVersion
   the watch has passed (any resource's write moves it) each `bookmark_seconds` without
   an event, as kube-apiserver's watch cache sends one about a minute apart: a client
-  resumes from there, not from its last event older than the store's window.
+  resumes from there, not from its last event older than the store's window;
+- a streaming list (`sendInitialEvents=true`, which needs `resourceVersionMatch=
+  NotOlderThan` and bookmarks): an ADDED event for every object that matches now, whatever
+  the `resourceVersion`, then a BOOKMARK annotated `k8s.io/initial-events-end: "true"`
+  at their version, then the changes after it. With `watch_list` off it is 422 Invalid,
+  as kube-apiserver 1.33 answers with its WatchList feature gate off by default.
 """
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
 
 from gpufleet.core.selectors import SelectorError, matches_fields, matches_labels, parse_selector
-from gpufleet.lab.kubeapi.objects import ApiError
+from gpufleet.lab.kubeapi.listing import resource_version, too_large
+from gpufleet.lab.kubeapi.objects import ApiError, invalid
 from gpufleet.lab.kubeapi.resources import Resource
 from gpufleet.lab.kubeapi.store import ObjectStore
 
 DEFAULT_TIMEOUT_SECONDS = 1800.0
 POLL_SECONDS = 0.02  # how soon a write reaches the open watches
 BOOKMARK_SECONDS = 60.0
+INITIAL_EVENTS_END = {"k8s.io/initial-events-end": "true"}
 
 
 def is_watch(request: web.Request) -> bool:
@@ -44,31 +53,33 @@ async def serve_watch(
     *,
     closing: Callable[[], bool],
     bookmark_seconds: float = BOOKMARK_SECONDS,
+    watch_list: bool = True,
+    started: Callable[[], None] = lambda: None,
 ) -> web.StreamResponse:
-    """Stream the watch; ApiError (400) before anything is sent for a bad query."""
+    """Stream the watch; ApiError (400, 422) before anything is sent for a bad query."""
     query = request.query
     try:
         labels = parse_selector(query.get("labelSelector", ""))
         fields = parse_selector(query.get("fieldSelector", ""))
     except SelectorError as err:
         raise ApiError(code=400, reason="BadRequest", message=str(err)) from None
-    version = query.get("resourceVersion", "")
-    if version not in ("", "0") and not version.isdigit():
-        raise ApiError(
-            code=400, reason="BadRequest", message=f"invalid resourceVersion {version!r}"
-        )
+    version = resource_version(query.get("resourceVersion", ""))
+    if version and version > int(store.resource_version):
+        raise too_large(version, int(store.resource_version))
     timeout = _timeout(query.get("timeoutSeconds", ""))
-    bookmarks = query.get("allowWatchBookmarks", "") in ("1", "true", "True")
+    bookmarks = _flag(query.get("allowWatchBookmarks", ""))
+    streaming = _streaming_list(query, bookmarks=bookmarks, enabled=watch_list)
 
     def matches(obj: dict[str, Any] | None) -> bool:
         return obj is not None and matches_labels(obj, labels) and matches_fields(obj, fields)
 
     initial: list[dict[str, Any]] = []
-    if version in ("", "0"):
+    if not version or streaming:
         initial = [o for o in store.list(res, namespace) if matches(o)]
         since = int(store.resource_version)
     else:
-        since = int(version)
+        since = version
+    started()
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     await response.prepare(request)
     loop = asyncio.get_running_loop()
@@ -77,6 +88,8 @@ async def serve_watch(
     try:
         for obj in initial:
             await _send(response, "ADDED", obj)
+        if streaming:
+            await _send(response, "BOOKMARK", _bookmark(res, since, INITIAL_EVENTS_END))
         while not closing() and loop.time() < deadline:
             events = store.events_since(since)
             if events is None:
@@ -96,15 +109,67 @@ async def serve_watch(
                     await _send(response, kind, event.object)
                     sent_at = loop.time()
             if bookmarks and loop.time() - sent_at >= bookmark_seconds:
-                meta = {"resourceVersion": str(since)}
-                bookmark = {"kind": res.kind, "apiVersion": res.group_version, "metadata": meta}
-                await _send(response, "BOOKMARK", bookmark)
+                await _send(response, "BOOKMARK", _bookmark(res, since))
                 sent_at = loop.time()
             await asyncio.sleep(POLL_SECONDS)
         await response.write_eof()
     except (ConnectionResetError, asyncio.CancelledError):
         pass  # the client went away, or the server is stopping
     return response
+
+
+def _bookmark(res: Resource, version: int, annotations: dict[str, str] | None = None) -> dict:
+    meta: dict[str, Any] = {"resourceVersion": str(version)}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"kind": res.kind, "apiVersion": res.group_version, "metadata": meta}
+
+
+def _flag(value: str) -> bool:
+    return value in ("1", "true", "True")
+
+
+def _streaming_list(query: Mapping[str, str], *, bookmarks: bool, enabled: bool) -> bool:
+    """Whether a watch asks for a streaming list; 422 where kube-apiserver's validation of
+    a watch's options refuses it."""
+    match = query.get("resourceVersionMatch", "")
+    asked = "sendInitialEvents" in query
+    causes = []
+    if asked and not enabled:
+        causes.append(
+            (
+                "sendInitialEvents",
+                "Forbidden: sendInitialEvents is forbidden for watch unless the WatchList "
+                "feature gate is enabled",
+            )
+        )
+    elif asked:
+        if match != "NotOlderThan":
+            causes.append(
+                (
+                    "resourceVersionMatch",
+                    "Forbidden: sendInitialEvents requires setting resourceVersionMatch to "
+                    "NotOlderThan",
+                )
+            )
+        if not bookmarks:
+            causes.append(
+                (
+                    "allowWatchBookmarks",
+                    "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
+                )
+            )
+    elif match:
+        causes.append(
+            (
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch is forbidden for watch unless "
+                "sendInitialEvents is provided",
+            )
+        )
+    if causes:
+        raise invalid("ListOptions.meta.k8s.io", "", causes)
+    return asked and _flag(query["sendInitialEvents"])
 
 
 def _visible(kind: str, matched_before: bool, matches_now: bool) -> str:

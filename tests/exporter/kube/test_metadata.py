@@ -7,7 +7,7 @@ import pytest
 from gpufleet.exporter.core.podmeta import PodMeta
 from gpufleet.exporter.kube.metadata import pod_meta, slice_entry
 from gpufleet.kube.errors import KubeError, KubeErrorKind
-from gpufleet.kube.reflector import json_object
+from gpufleet.kube.listing import json_object
 
 ALL = ()
 

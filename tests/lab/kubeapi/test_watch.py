@@ -139,3 +139,65 @@ def test_bad_timeout_is_400(server: FakeApiServer) -> None:
         urllib.request.urlopen(url, timeout=10)
     assert err.value.code == 400
     assert json.load(err.value)["message"] == "invalid timeoutSeconds 'x'"
+
+
+def test_a_streaming_list_sends_the_objects_then_marks_their_end(server, core) -> None:
+    """As the official client reads it: an ADDED event for each object matching, a
+    BOOKMARK annotated `k8s.io/initial-events-end` at their version, then the changes."""
+    core.create_namespaced_pod("default", pod("a", "n1"))
+    core.create_namespaced_pod("default", pod("b", "n2"))
+    version = server.store.resource_version
+    stream = watch.Watch().stream(
+        core.list_pod_for_all_namespaces,
+        field_selector="spec.nodeName=n1",
+        send_initial_events=True,
+        resource_version_match="NotOlderThan",
+        allow_watch_bookmarks=True,
+        timeout_seconds=10,
+    )
+    first = [next(stream) for _ in range(2)]
+    core.create_namespaced_pod("default", pod("c", "n1"))
+    changed = next(stream)
+    assert [(e["type"], e["raw_object"]["metadata"]["name"]) for e in first[:1]] == [("ADDED", "a")]
+    end = first[1]["raw_object"]["metadata"]
+    assert first[1]["type"] == "BOOKMARK"
+    assert end == {
+        "resourceVersion": version,
+        "annotations": {"k8s.io/initial-events-end": "true"},
+    }
+    assert (changed["type"], changed["raw_object"]["metadata"]["name"]) == ("ADDED", "c")
+
+
+@pytest.mark.parametrize(
+    "query, field",
+    [
+        ({"sendInitialEvents": "true", "allowWatchBookmarks": "true"}, "resourceVersionMatch"),
+        (
+            {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"},
+            "allowWatchBookmarks",
+        ),
+        ({"resourceVersionMatch": "NotOlderThan"}, "resourceVersionMatch"),
+    ],
+)
+def test_a_watch_the_api_server_validation_refuses_is_422(server, query, field) -> None:
+    url = f"{server.url}/api/v1/pods?watch=1&" + "&".join(f"{k}={v}" for k, v in query.items())
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url, timeout=10)
+    assert err.value.code == 422
+    assert f"{field}: Forbidden" in json.loads(err.value.read())["message"]
+
+
+def test_without_the_watchlist_gate_a_streaming_list_is_422() -> None:
+    with FakeApiServer(watch_list=False) as server:
+        config = client.Configuration()
+        config.host = server.url
+        with client.ApiClient(config) as api, pytest.raises(ApiException) as err:
+            client.CoreV1Api(api).list_pod_for_all_namespaces(
+                watch=True,
+                send_initial_events=True,
+                resource_version_match="NotOlderThan",
+                allow_watch_bookmarks=True,
+                _preload_content=False,
+            )
+    assert err.value.status == 422
+    assert "WatchList feature gate" in json.loads(err.value.body)["message"]
