@@ -27,11 +27,18 @@ class Pages:
     iterating gives every object, asking for each next page as the last is used up."""
 
     def __init__(
-        self, call: Callable[..., Any], *, resource_version: str, limit: int, timeout: float | None
+        self,
+        call: Callable[..., Any],
+        *,
+        resource_version: str,
+        limit: int,
+        timeout: float | None,
+        stopped: Callable[[], bool] = lambda: False,
     ) -> None:
         self._call = call
         self._limit = limit
         self._timeout = timeout
+        self._stopped = stopped
         self._first: dict[str, Any] | None = self._page(resource_version=resource_version)
         self.version = _meta(self._first, "resourceVersion")
         self.paged = bool(_meta(self._first, "continue"))
@@ -48,6 +55,8 @@ class Pages:
             yield from items
             if not token:
                 return
+            if self._stopped():  # its reader is stopping: no more pages asked for
+                raise KubeError(KubeErrorKind.UNAVAILABLE, "stopped between pages")
             try:
                 body = self._page(_continue=token)  # no resourceVersion: the token has it
             except KubeError as err:
@@ -72,14 +81,22 @@ def list_in_pages(
     resource_version: str = "",
     limit: int = PAGE_SIZE,
     timeout: float | None = None,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> R:
     """`use(pages)` over the list `call` (a client's list method) answers, in pages of
     `limit` (0: whole) at `resource_version`; once more, whole, where the version is lost
-    between pages. `timeout`: each call's, else the client's own. Raises KubeError."""
+    between pages. `timeout`: each call's, else the client's own; `stopped`: asked before
+    each next page. Raises KubeError."""
+
+    def pages(limit: int) -> Pages:
+        return Pages(
+            call, resource_version=resource_version, limit=limit, timeout=timeout, stopped=stopped
+        )
+
     try:
-        return use(Pages(call, resource_version=resource_version, limit=limit, timeout=timeout))
+        return use(pages(limit))
     except _PagesExpired:
-        return use(Pages(call, resource_version=resource_version, limit=0, timeout=timeout))
+        return use(pages(0))
 
 
 def list_objects(

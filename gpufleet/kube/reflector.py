@@ -4,13 +4,17 @@ the DRA driver's ResourceSlices so; the autoscaler the collections every tick re
 
 - A watch the server ends (its `timeoutSeconds`, 5 to 10 minutes) is opened again from
   the last resourceVersion at once.
-- A 410 Expired (the server no longer has that version) lists again at once; any other
-  failure (the API down, a 403, an answer that does not parse) lists again after a backoff.
+- A 410 Expired (the server no longer has that version) lists again at once (after a
+  backoff where the watch was answered so at once), the objects counted as behind the
+  server until the list answers; any other failure (the API down, a 403, an answer that
+  does not parse) lists again after a backoff.
 - The objects come first by a streaming list, as client-go's reflector asks where the
   server has it (kube-apiserver's WatchList, 1.27 and later where its gate is on): one
   watch that sends every object, then a bookmark marking their end, then the changes, so
-  the collection is never one answer decoded whole. A server that refuses it (422, as
-  1.33 does by default) is listed instead, as client-go falls back.
+  the collection is never one answer decoded whole. One that fails, for any reason (a
+  403 for `watch` alone included), or has not ended its objects within SYNC_SECONDS, is
+  listed instead that time, as client-go falls back; a server that refuses it (422, as
+  1.33 does by default) or cuts CUT_SHORT_LIMIT short in a row is only listed after.
 - Lists are client-go's: the first at resourceVersion "0", which the API server's watch
   cache answers without touching etcd; later ones at the last version seen ("not older
   than", from the cache too, whole); one whose version the server no longer has, or has
@@ -42,6 +46,8 @@ SHORT_WATCH_SECONDS = 1.0  # a watch ended sooner counts toward the backoff
 HEALTHY_SECONDS = 60.0  # a watch that broke after this long starts the backoff afresh
 ABSENT_RETRY_SECONDS = 10.0  # how often a CRD that is not installed is looked for
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # a streaming list's end, on a bookmark
+SYNC_SECONDS = 60.0  # a streaming list whose objects have not ended by then is listed
+CUT_SHORT_LIMIT = 3  # streaming lists cut short in a row before the server is only listed
 
 
 def _nothing(*_: object) -> None:
@@ -99,6 +105,7 @@ class Reflector(Generic[T]):
         self._paged = False  # the first list came in pages: page every list
         self._version_gone = False  # the last list failed for its version: list the newest
         self._streams = True  # until the server refuses a streaming list
+        self._cut_short = 0  # streaming lists in a row that ended before their objects did
         self._lock = threading.Lock()
         self._settled = threading.Event()  # the first list answered, or failed
         self._stopping = threading.Event()
@@ -194,8 +201,14 @@ class Reflector(Generic[T]):
                         continue
                     self._watch()
             except WatchExpired:
-                must_list = True  # at once: the server no longer has our version
-                continue
+                # at once, unless the watch was answered so at once (a hot loop otherwise);
+                # the objects are behind the server until the list answers
+                must_list = True
+                with self._lock:
+                    if self._down_since is None:
+                        self._down_since = self._clock()
+                short = self._clock() - began < SHORT_WATCH_SECONDS
+                failures = failures + 1 if short else 0
             except Exception as exc:  # never let the thread die: the objects would freeze
                 if self._stopping.is_set():
                     return
@@ -212,10 +225,13 @@ class Reflector(Generic[T]):
                 self._stopping.wait(min(self._max_retry_seconds, delay))
 
     def _list(self, *, newest: bool = False) -> None:
+        """`newest`: a reader that does not watch, at each tick. Its list is one answer, as
+        before pages: pages of the newest are etcd's (before 1.33), one answer the
+        cache's (from 1.31)."""
         version = "" if newest or self._version_gone else self._state.version or "0"
         absent = False
         try:
-            state, skipped = self._list_at(version)
+            state, skipped = self._list_at(version, whole=newest)
         except KubeError as err:
             if self._absent_ok and err.kind is KubeErrorKind.NOT_FOUND:
                 state, skipped, absent = WatchState(self._reduce), [], True
@@ -238,10 +254,11 @@ class Reflector(Generic[T]):
         self._settled.set()
         self._after(skipped, recovered)
 
-    def _list_at(self, version: str) -> tuple[WatchState[T], list[Skipped]]:
+    def _list_at(self, version: str, *, whole: bool = False) -> tuple[WatchState[T], list[Skipped]]:
         """The objects at `version`, reduced off the lock, page by page."""
         # A limit on a list at a version the watch cache has would send it to etcd.
-        limit = PAGE_SIZE if version in ("", "0") or self._paged else 0
+        paged = not whole and (version in ("", "0") or self._paged)
+        limit = PAGE_SIZE if paged else 0
 
         def reduce(pages: Pages) -> tuple[WatchState[T], list[Skipped]]:
             if version == "0" and pages.paged:
@@ -250,14 +267,21 @@ class Reflector(Generic[T]):
             return state, state.replace(pages, pages.version)
 
         return list_in_pages(
-            self._call, reduce, resource_version=version, limit=limit, timeout=self._list_timeout
+            self._call,
+            reduce,
+            resource_version=version,
+            limit=limit,
+            timeout=self._list_timeout,
+            stopped=self._stopping.is_set,
         )
 
     def _watch(self, *, stream: bool = False) -> bool:
         """Watch from the objects' version until the server ends it. `stream`: a streaming
         list, from the last version seen: every object, kept apart until the bookmark
-        marking their end, then in place of the objects. False where the server refused
-        it, or ended it before that bookmark: the caller lists instead."""
+        marking their end, then in place of the objects. False where it failed, or did not
+        end its objects within SYNC_SECONDS: the caller lists instead, as client-go falls
+        back. A server that refuses it (422), or cuts CUT_SHORT_LIMIT of them short in a
+        row, is only listed from then on."""
         if self._stopping.is_set():  # stopped while it listed
             return True
         seconds = int(self._watch_seconds * (1 + random.random()))
@@ -280,9 +304,12 @@ class Reflector(Generic[T]):
                 )
             )
         except KubeError as err:
-            if not stream or not self._not_streamed(err):
-                raise
-            return False
+            if stream:
+                self._not_streamed(err)
+                return False
+            if self._absent_ok and err.kind is KubeErrorKind.NOT_FOUND:
+                raise WatchExpired("404: the CRD is gone") from None  # the list says so
+            raise
         except (TypeError, ValueError):  # a client call without the option (pydantic says so)
             if not stream:  # the official client's CustomObjectsApi has none
                 raise
@@ -290,6 +317,13 @@ class Reflector(Generic[T]):
             return False
         syncing = WatchState(self._reduce) if stream else None  # not shared until it ends
         skipped_syncing: list[Skipped] = []
+        abandoned, synced = threading.Event(), threading.Event()
+        deadline = None
+        if stream:
+            args = (response, abandoned, synced)
+            deadline = threading.Timer(SYNC_SECONDS, self._abandon, args)
+            deadline.daemon = True
+            deadline.start()
         with self._lock:
             self._response = response
             self._overdue_at = self._clock() + seconds + CALL_TIMEOUT_SECONDS
@@ -313,12 +347,18 @@ class Reflector(Generic[T]):
                 if (skipped := syncing.apply(event)) is not None:
                     skipped_syncing.append(skipped)
                 if _initial_events_end(event):
+                    with self._lock:  # from here the deadline leaves the watch alone
+                        synced.set()
+                    self._cut_short = 0
                     self._replace(syncing, skipped_syncing, absent=False)
                     syncing = None
             ended = not self._stopping.is_set()
         except (HTTPError, OSError) as err:
-            raise KubeError(KubeErrorKind.UNAVAILABLE, f"watch broken: {err}") from None
+            if not abandoned.is_set():
+                raise KubeError(KubeErrorKind.UNAVAILABLE, f"watch broken: {err}") from None
         finally:
+            if deadline is not None:
+                deadline.cancel()
             with self._lock:
                 self._response = None
                 self._overdue_at = None
@@ -327,20 +367,28 @@ class Reflector(Generic[T]):
                 # client's next request (a lease release timed out on one).
                 response.close()
             response.release_conn()
-        if syncing is not None and ended:  # no end of the objects: no streaming list here
-            self._streams = False
+        if syncing is not None and (ended or abandoned.is_set()):  # its objects never ended
+            self._cut_short += 1
+            if self._cut_short >= CUT_SHORT_LIMIT:
+                self._streams = False
             return False
         return True
 
-    def _not_streamed(self, err: KubeError) -> bool:
-        """A streaming list's request failed: True where a list may answer instead."""
+    def _abandon(self, response: Any, abandoned: threading.Event, synced: threading.Event) -> None:
+        """On the deadline's thread: give up a streaming list still sending its objects."""
+        with self._lock:
+            if self._response is not response or synced.is_set():
+                return
+            abandoned.set()
+        _shut(response)
+
+    def _not_streamed(self, err: KubeError) -> None:
+        """A streaming list's request failed: whatever the failure, this time a list
+        answers instead (a 403 for `watch` alone still lists, a 404 says not installed)."""
         if err.kind is KubeErrorKind.INVALID:  # the server has none (WatchList off, < 1.27)
             self._streams = False
-            return True
-        if version_unavailable(err):  # the version asked: gone, or not reached
+        elif version_unavailable(err):  # the version asked: gone, or not reached
             self._version_gone = True
-            return True
-        return self._absent_ok and err.kind is KubeErrorKind.NOT_FOUND  # the list says so
 
     def _working(self) -> bool:
         """Under the lock: the objects follow the server again. True if they did not."""

@@ -104,3 +104,19 @@ def test_a_version_gone_or_not_reached_is_told_apart(server, core) -> None:
     assert gone.value.status == 410
     assert version_unavailable(too_large.value) and version_unavailable(gone.value)
     assert not version_unavailable(KubeError(KubeErrorKind.UNAVAILABLE, "503", status=503))
+
+
+def test_no_page_is_asked_for_once_its_reader_stops(server, core) -> None:
+    for i in range(3):
+        core.create_namespaced_pod(NS, pod(f"p{i}"))
+    stopping = []
+
+    def use(pages: Pages) -> list[Any]:
+        stopping.append(True)  # the reader stops while it reads the first page
+        return list(pages)
+
+    with pytest.raises(KubeError, match="stopped between pages"):
+        list_in_pages(
+            core.list_pod_for_all_namespaces, use, limit=1, stopped=lambda: bool(stopping)
+        )
+    assert len(asked(server)) == 1

@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl
 
 import pytest
 from helpers import wait_for
+from helpers.chart_rbac import client_with
 from helpers.kube import api_client
 from kubernetes import client
 
@@ -171,6 +172,8 @@ def test_a_reader_that_does_not_watch_lists_each_time(server) -> None:
         core.delete_namespaced_pod("a", NS, grace_period_seconds=0)
         assert reflector.read() == ()
         assert (reflector.lists, reflector.watches) == (2, 0)
+    # the newest, one answer each (as --watch=false did before pages)
+    assert lists_asked(server) == [{}, {}]
 
 
 class _HeldWatch(BaseHTTPRequestHandler):
@@ -475,3 +478,168 @@ def test_a_streaming_lists_objects_are_kept_apart_until_their_end(end_early: boo
                 reflector.stop()
     finally:
         http.shutdown()
+
+
+def test_rbac_without_watch_still_lists() -> None:
+    """A role with `list` but not `watch` (a chart from before): the streaming list is
+    403, so each attempt lists instead, and readers get the objects (their watch failing
+    is counted and retried)."""
+    failures: list[KubeError] = []
+    with FakeApiServer() as server, api_client(server.url) as admin:
+        rbac = client.RbacAuthorizationV1Api(admin)
+        rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+        rbac.create_cluster_role({"metadata": {"name": "list-pods"}, "rules": [rule]})
+        rbac.create_cluster_role_binding(
+            {
+                "metadata": {"name": "list-pods"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "list-pods"},
+                "subjects": [{"kind": "User", "name": "lister"}],
+            }
+        )  # fmt: skip
+        client.CoreV1Api(admin).create_namespaced_pod(NS, pod("a"))
+        server.add_user("listers", "lister")
+        with client_with(server, "listers") as api:
+            call = client.CoreV1Api(api).list_pod_for_all_namespaces
+            reflector = Reflector("pods", call, team, on_failure=failures.append)
+            reflector.start()
+            try:
+                assert teams(reflector) == {"a": "red"}
+                wait_for(lambda: failures, what="the watch's 403")
+            finally:
+                reflector.stop()
+    assert {f.kind for f in failures} == {KubeErrorKind.FORBIDDEN}
+
+
+class _Expiring(BaseHTTPRequestHandler):
+    """Lists answer one pod; every watch is answered 410 at once. Streaming lists send
+    the pod and mark its end, or, the first `cut` of them, end before; without `streams`
+    they are 422, as 1.33's."""
+
+    asked: list[str]
+    cut = 0
+    streams = True
+
+    def do_GET(self) -> None:
+        if "watch=" not in self.path:
+            self.asked.append("list")
+            body = json.dumps({"metadata": {"resourceVersion": "9"}, "items": [pod("a")]})
+            _answer(self, body.encode())
+            return
+        streaming = "sendInitialEvents=" in self.path
+        self.asked.append("stream" if streaming else "watch")
+        if streaming and not self.streams:
+            self.send_response(422)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        events = [{"type": "ERROR", "object": {"code": 410, "message": "too old"}}]
+        if streaming:
+            meta = {"resourceVersion": "9", "annotations": {"k8s.io/initial-events-end": "true"}}
+            events = [{"type": "ADDED", "object": pod("a")}]
+            if self.asked.count("stream") > self.cut:
+                events.append({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": meta}})
+        _answer(self, b"".join(json.dumps(e).encode() + b"\n" for e in events))
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _answer(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+@pytest.fixture
+def expiring() -> Iterator[tuple[type[_Expiring], str]]:
+    handler = type("Handler", (_Expiring,), {"asked": []})
+    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    yield handler, f"http://127.0.0.1:{http.server_address[1]}"
+    http.shutdown()
+
+
+def test_a_watch_answered_410_at_once_backs_off(expiring) -> None:
+    """Not a hot loop of lists: a 410 that comes at once counts as a failure in a row."""
+    handler, url = expiring
+    handler.streams = False
+    with api_client(url) as api:
+        call = client.CoreV1Api(api).list_pod_for_all_namespaces
+        reflector = Reflector("pods", call, team, retry_seconds=0.2)
+        reflector.start()
+        time.sleep(1.5)
+        reflector.stop()
+    assert 2 <= handler.asked.count("list") <= 6
+
+
+def test_a_stream_cut_short_is_listed_that_time_and_streamed_again(expiring) -> None:
+    handler, url = expiring
+    handler.cut = 1
+    with api_client(url) as api:
+        call = client.CoreV1Api(api).list_pod_for_all_namespaces
+        reflector = Reflector("pods", call, team, retry_seconds=0.05)
+        reflector.start()
+        try:
+            wait_for(lambda: handler.asked.count("stream") >= 2)
+        finally:
+            reflector.stop()
+    assert handler.asked[:4] == ["stream", "list", "watch", "stream"]
+
+
+def test_a_stream_whose_objects_never_end_is_listed(monkeypatch) -> None:
+    """A server that holds the stream and never marks the end of its objects: given up at
+    SYNC_SECONDS, and listed."""
+    monkeypatch.setattr(reflector_module, "SYNC_SECONDS", 0.5)
+    handler = type("Handler", (_SlowStream,), {"sent": threading.Event(),
+                   "release": threading.Event()})  # fmt: skip
+    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    try:
+        with api_client(f"http://127.0.0.1:{http.server_address[1]}") as api:
+            core = client.CoreV1Api(api)
+            reflector = Reflector("pods", core.list_pod_for_all_namespaces, team)
+            reflector.start()
+            try:
+                assert teams(reflector) == {"x": "red"}  # the list's pod
+            finally:
+                handler.release.set()
+                reflector.stop()
+    finally:
+        http.shutdown()
+
+
+def test_a_crd_removed_while_watched_is_not_installed_not_a_failure() -> None:
+    failures: list[KubeError] = []
+    buffers = ("autoscaling.x-k8s.io", "v1beta1", "capacitybuffers")
+    with (
+        FakeApiServer(install=("capacitybuffers.autoscaling.x-k8s.io",)) as server,
+        api_client(server.url) as api,
+    ):
+        custom = client.CustomObjectsApi(api)
+        reflector = Reflector(
+            "capacitybuffers",
+            lambda **kw: custom.list_cluster_custom_object(*buffers, **kw),
+            lambda obj: obj["metadata"]["name"],
+            on_failure=failures.append,
+            absent_ok=True,
+            watch_seconds=1,  # the fake server leaves a removed CRD's watches to end
+        )
+        reflector.start()
+        try:
+            assert reflector.items(stale_after=60) == ()
+            server.uninstall("capacitybuffers.autoscaling.x-k8s.io")
+
+            def not_installed() -> bool:
+                try:
+                    reflector.items(stale_after=60)
+                except KubeError as err:
+                    return err.kind is KubeErrorKind.NOT_FOUND
+                return False
+
+            wait_for(not_installed, what="the CRD's 404")
+        finally:
+            reflector.stop()
+    assert failures == []

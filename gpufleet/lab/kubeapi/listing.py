@@ -12,6 +12,9 @@ pages, as kube-apiserver serves them (its watch cache in front of etcd).
 - A page with more after it carries `continue`; the next page, asked with that token and
   no `resourceVersion`, shows the same version of the collection, and is 410 Expired once
   the window has moved past it: the client must list again.
+- Options kube-apiserver's validation refuses (`resourceVersionMatch` without a version,
+  with `continue`, or unknown; `sendInitialEvents` on a list) are 422 Invalid; a
+  resourceVersion or `continue` that does not parse, or a version with `continue`, 400.
 """
 
 import base64
@@ -25,11 +28,12 @@ from itertools import islice
 from typing import Any
 
 from gpufleet.core.selectors import SelectorError, matches_fields, matches_labels, parse_selector
-from gpufleet.lab.kubeapi.objects import ApiError
+from gpufleet.lab.kubeapi.objects import ApiError, invalid
 from gpufleet.lab.kubeapi.resources import Resource
 from gpufleet.lab.kubeapi.store import ObjectStore
 
 TOO_OLD = "The resourceVersion for the provided list is too old."
+FORBIDDEN = "Forbidden: resourceVersionMatch is forbidden "
 CONTINUE_TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. "
     "You can start a new list without the continue parameter."
@@ -133,20 +137,37 @@ def list_answer(
 def _parse(query: Mapping[str, str], res: Resource) -> _Query:
     version = resource_version(query.get("resourceVersion", ""))
     match = query.get("resourceVersionMatch", "")
-    if match not in ("", "NotOlderThan", "Exact"):
-        raise bad_request(f"invalid resourceVersionMatch {match!r}")
+    token = query.get("continue", "")
+    causes = []  # what kube-apiserver's ValidateListOptions refuses, 422
     if match and version is None:
-        raise bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
+        causes.append(("resourceVersionMatch", FORBIDDEN + "unless resourceVersion is provided"))
+    if match and token:
+        causes.append(("resourceVersionMatch", FORBIDDEN + "when continue is provided"))
     if match == "Exact" and version == 0:
-        raise bad_request('resourceVersionMatch "Exact" is forbidden for resourceVersion "0"')
+        causes.append(
+            (
+                "resourceVersionMatch",
+                'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+            )
+        )
+    elif match not in ("", "NotOlderThan", "Exact"):
+        causes.append(
+            (
+                "resourceVersionMatch",
+                f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""',
+            )
+        )
+    if "sendInitialEvents" in query:
+        causes.append(("sendInitialEvents", "Forbidden: sendInitialEvents is forbidden for list"))
+    if causes:
+        raise invalid("ListOptions.meta.k8s.io", "", causes)
     try:
         limit = max(0, int(query.get("limit") or 0))
     except ValueError:
         raise bad_request(f"invalid limit {query['limit']!r}") from None
-    token = query.get("continue", "")
     if not token:
         return _Query(version, match, limit, None)
-    if version is not None or match:
+    if version:  # etcd's check: "" and "0" are no version
         raise bad_request("specifying resource version is not allowed when using continue")
     return _Query(None, "", limit, _untoken(token, res))
 

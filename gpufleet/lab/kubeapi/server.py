@@ -150,6 +150,20 @@ class FakeApiServer:
             res = optional[crd]
             self._state.resources[(res.group_version, res.plural)] = res
 
+    def uninstall(self, *crds: str) -> None:
+        """Stop serving these optional CRDs and delete their objects, as deleting a CRD
+        does (run on the server's loop, which owns the store)."""
+        removed = [r for r in RESOURCES if r.optional and f"{r.plural}.{r.group}" in crds]
+
+        async def delete() -> None:
+            for res in removed:
+                self._state.resources.pop((res.group_version, res.plural), None)
+                for obj in self.store.list(res, None):
+                    meta = obj["metadata"]
+                    self.store.delete(res, meta.get("namespace", ""), meta["name"])
+
+        self.run_async(delete())
+
     @property
     def faults(self) -> Faults:
         return self._state.faults

@@ -16,10 +16,13 @@ informers rely on:
   an event, as kube-apiserver's watch cache sends one about a minute apart: a client
   resumes from there, not from its last event older than the store's window;
 - a streaming list (`sendInitialEvents=true`, which needs `resourceVersionMatch=
-  NotOlderThan` and bookmarks): an ADDED event for every object that matches now, whatever
-  the `resourceVersion`, then a BOOKMARK annotated `k8s.io/initial-events-end: "true"`
-  at their version, then the changes after it. With `watch_list` off it is 422 Invalid,
-  as kube-apiserver 1.33 answers with its WatchList feature gate off by default.
+  NotOlderThan`): an ADDED event for every object that matches now, whatever the
+  `resourceVersion`, then, where bookmarks are allowed, a BOOKMARK annotated
+  `k8s.io/initial-events-end: "true"` at their version, then the changes after it. A
+  watch from "" or "0" asking neither option is one too, as kube-apiserver defaults it;
+  `sendInitialEvents=false` sends no ADDED events. With `watch_list` off (the WatchList
+  gate, off by default in 1.33) the option is 422 Invalid, and a watch from "" or "0"
+  starts with the ADDED events and no bookmark marking their end.
 """
 
 import asyncio
@@ -68,17 +71,15 @@ async def serve_watch(
         raise too_large(version, int(store.resource_version))
     timeout = _timeout(query.get("timeoutSeconds", ""))
     bookmarks = _flag(query.get("allowWatchBookmarks", ""))
-    streaming = _streaming_list(query, bookmarks=bookmarks, enabled=watch_list)
+    send, marked = _initial_events(query, legacy=not version, enabled=watch_list)
 
     def matches(obj: dict[str, Any] | None) -> bool:
         return obj is not None and matches_labels(obj, labels) and matches_fields(obj, fields)
 
     initial: list[dict[str, Any]] = []
-    if not version or streaming:
+    if send:
         initial = [o for o in store.list(res, namespace) if matches(o)]
-        since = int(store.resource_version)
-    else:
-        since = version
+    since = version if version and not send else int(store.resource_version)
     started()
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     await response.prepare(request)
@@ -88,7 +89,7 @@ async def serve_watch(
     try:
         for obj in initial:
             await _send(response, "ADDED", obj)
-        if streaming:
+        if marked and bookmarks:
             await _send(response, "BOOKMARK", _bookmark(res, since, INITIAL_EVENTS_END))
         while not closing() and loop.time() < deadline:
             events = store.events_since(since)
@@ -129,9 +130,11 @@ def _flag(value: str) -> bool:
     return value in ("1", "true", "True")
 
 
-def _streaming_list(query: Mapping[str, str], *, bookmarks: bool, enabled: bool) -> bool:
-    """Whether a watch asks for a streaming list; 422 where kube-apiserver's validation of
-    a watch's options refuses it."""
+def _initial_events(query: Mapping[str, str], *, legacy: bool, enabled: bool) -> tuple[bool, bool]:
+    """Whether a watch starts with an ADDED event for each object, and whether a bookmark
+    marks their end (where bookmarks are allowed); 422 where kube-apiserver's validation
+    of a watch's options refuses them. With the WatchList gate on, a watch from "" or "0"
+    asking neither is defaulted to a streaming list, as SetListOptionsDefaults does."""
     match = query.get("resourceVersionMatch", "")
     asked = "sendInitialEvents" in query
     causes = []
@@ -143,23 +146,15 @@ def _streaming_list(query: Mapping[str, str], *, bookmarks: bool, enabled: bool)
                 "feature gate is enabled",
             )
         )
-    elif asked:
-        if match != "NotOlderThan":
-            causes.append(
-                (
-                    "resourceVersionMatch",
-                    "Forbidden: sendInitialEvents requires setting resourceVersionMatch to "
-                    "NotOlderThan",
-                )
+    elif asked and match != "NotOlderThan":
+        causes.append(
+            (
+                "resourceVersionMatch",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to "
+                "NotOlderThan",
             )
-        if not bookmarks:
-            causes.append(
-                (
-                    "allowWatchBookmarks",
-                    "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
-                )
-            )
-    elif match:
+        )
+    elif match and not asked:
         causes.append(
             (
                 "resourceVersionMatch",
@@ -169,7 +164,12 @@ def _streaming_list(query: Mapping[str, str], *, bookmarks: bool, enabled: bool)
         )
     if causes:
         raise invalid("ListOptions.meta.k8s.io", "", causes)
-    return asked and _flag(query["sendInitialEvents"])
+    if asked:
+        send = _flag(query["sendInitialEvents"])
+        return send, send
+    if enabled and legacy:
+        return True, True
+    return legacy, False
 
 
 def _visible(kind: str, matched_before: bool, matches_now: bool) -> str:

@@ -150,20 +150,38 @@ def test_a_version_etcd_compacted_is_410_and_one_not_reached_504() -> None:
 
 
 @pytest.mark.parametrize(
-    "query, says",
+    "query, code, says",
     [
-        ({"resource_version": "1", "_continue": "x"}, "not allowed when using continue"),
-        ({"_continue": "bm90IGpzb24"}, "continue key is not valid"),
-        ({"resource_version": "x"}, "invalid resourceVersion"),
-        ({"resource_version_match": "Exact"}, "forbidden unless resourceVersion"),
-        ({"resource_version": "0", "resource_version_match": "Exact"}, "forbidden for"),
-        ({"resource_version": "1", "resource_version_match": "Newest"}, "resourceVersionMatch"),
+        ({"resource_version": "1", "_continue": "x"}, 400, "not allowed when using continue"),
+        ({"_continue": "bm90IGpzb24"}, 400, "continue key is not valid"),
+        ({"resource_version": "x"}, 400, "invalid resourceVersion"),
+        ({"resource_version_match": "Exact"}, 422, "forbidden unless resourceVersion"),
+        (
+            {"resource_version": "0", "resource_version_match": "Exact"},
+            422,
+            'forbidden for resourceVersion "0"',
+        ),
+        (
+            {"resource_version": "1", "resource_version_match": "Newest"},
+            422,
+            'Unsupported value: "Newest"',
+        ),
+        ({"send_initial_events": True}, 422, "sendInitialEvents is forbidden for list"),
     ],
 )
-def test_a_query_the_api_server_refuses_is_400(core, query: dict, says: str) -> None:
+def test_a_query_the_api_server_refuses_is_400_or_422(core, query, code, says) -> None:
     with pytest.raises(ApiException) as err:
         page(core, **query)
-    assert err.value.status == 400 and says in status(err.value)["message"]
+    assert err.value.status == code and says in status(err.value)["message"]
+
+
+def test_a_continue_may_carry_version_zero(core) -> None:
+    """What client-go's pager sends on: etcd refuses only a version that is not "" or "0"."""
+    for name in ("a", "b"):
+        core.create_namespaced_pod(NS, pod(name))
+    first = page(core, limit=1)
+    rest = page(core, resource_version="0", _continue=first["metadata"]["continue"])
+    assert names(rest) == ["b"]
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")

@@ -10,7 +10,10 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from gpufleet.lab.kubeapi.resources import RESOURCES
 from gpufleet.lab.kubeapi.server import FakeApiServer
+
+PODS = next(r for r in RESOURCES if (r.group, r.plural) == ("", "pods"))
 
 
 @pytest.fixture
@@ -172,10 +175,6 @@ def test_a_streaming_list_sends_the_objects_then_marks_their_end(server, core) -
     "query, field",
     [
         ({"sendInitialEvents": "true", "allowWatchBookmarks": "true"}, "resourceVersionMatch"),
-        (
-            {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"},
-            "allowWatchBookmarks",
-        ),
         ({"resourceVersionMatch": "NotOlderThan"}, "resourceVersionMatch"),
     ],
 )
@@ -201,3 +200,25 @@ def test_without_the_watchlist_gate_a_streaming_list_is_422() -> None:
             )
     assert err.value.status == 422
     assert "WatchList feature gate" in json.loads(err.value.body)["message"]
+
+
+def lines(server: FakeApiServer, query: str) -> list[dict]:
+    """The first events of a raw watch of pods, until its 1 s timeout ends it."""
+    url = f"{server.url}/api/v1/pods?watch=1&timeoutSeconds=1&{query}"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return [json.loads(line) for line in answer if line.strip()]
+
+
+@pytest.mark.parametrize("watch_list", [True, False], ids=["gate-on", "gate-off"])
+def test_a_watch_from_no_version_is_a_streaming_list_where_the_gate_is_on(watch_list) -> None:
+    """kube-apiserver defaults a watch from "" or "0" that asks neither option to a
+    streaming list (SetListOptionsDefaults): with bookmarks, the end of its objects is
+    marked. `sendInitialEvents=false` starts at the newest, with no ADDED events."""
+    with FakeApiServer(watch_list=watch_list) as server:
+        server.store.create(PODS, "default", pod("a", "n1"))
+        marked = [e["type"] for e in lines(server, "allowWatchBookmarks=true&resourceVersion=0")]
+        assert marked == (["ADDED", "BOOKMARK"] if watch_list else ["ADDED"])
+        assert [e["type"] for e in lines(server, "resourceVersion=")] == ["ADDED"]
+        if watch_list:
+            query = "sendInitialEvents=false&resourceVersionMatch=NotOlderThan"
+            assert lines(server, query) == []
