@@ -24,6 +24,7 @@ the DRA driver's ResourceSlices so; the autoscaler the collections every tick re
   down longer than its reader allows, so a reader never acts on a state minutes old.
 """
 
+import logging
 import random
 import threading
 import time
@@ -38,6 +39,7 @@ from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
 from gpufleet.kube.listing import PAGE_SIZE, Pages, json_object, list_in_pages, version_unavailable
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 CALL_TIMEOUT_SECONDS = 10.0  # to connect, and a watch's answer to start
 WATCH_SECONDS = 300  # a watch asks to be ended after 1x to 2x this, as client-go's
@@ -106,6 +108,7 @@ class Reflector(Generic[T]):
         self._version_gone = False  # the last list failed for its version: list the newest
         self._streams = True  # until the server refuses a streaming list
         self._cut_short = 0  # streaming lists in a row that ended before their objects did
+        self._opened_at = 0.0  # when the watch began to follow the server
         self._lock = threading.Lock()
         self._settled = threading.Event()  # the first list answered, or failed
         self._stopping = threading.Event()
@@ -191,6 +194,8 @@ class Reflector(Generic[T]):
             try:
                 if must_list and self._streams and not self._absent and self._watch(stream=True):
                     must_list = False
+                elif self._stopping.is_set():  # a streaming list cut short by the stop
+                    return
                 else:
                     if must_list:
                         self._list()
@@ -207,7 +212,7 @@ class Reflector(Generic[T]):
                 with self._lock:
                     if self._down_since is None:
                         self._down_since = self._clock()
-                short = self._clock() - began < SHORT_WATCH_SECONDS
+                short = self._clock() - self._opened_at < SHORT_WATCH_SECONDS
                 failures = failures + 1 if short else 0
             except Exception as exc:  # never let the thread die: the objects would freeze
                 if self._stopping.is_set():
@@ -313,21 +318,22 @@ class Reflector(Generic[T]):
         except (TypeError, ValueError):  # a client call without the option (pydantic says so)
             if not stream:  # the official client's CustomObjectsApi has none
                 raise
-            self._streams = False
+            self._streams = False  # not the server's doing: no line
             return False
         syncing = WatchState(self._reduce) if stream else None  # not shared until it ends
         skipped_syncing: list[Skipped] = []
         abandoned, synced = threading.Event(), threading.Event()
-        deadline = None
-        if stream:
-            args = (response, abandoned, synced)
-            deadline = threading.Timer(SYNC_SECONDS, self._abandon, args)
-            deadline.daemon = True
-            deadline.start()
         with self._lock:
             self._response = response
             self._overdue_at = self._clock() + seconds + CALL_TIMEOUT_SECONDS
             recovered = False if stream else self._working()
+        self._opened_at = self._clock()
+        deadline = None
+        if stream:  # started once the response is there to shut
+            args = (response, abandoned, synced)
+            deadline = threading.Timer(SYNC_SECONDS, self._abandon, args)
+            deadline.daemon = True
+            deadline.start()
         self.watches += 1
         if recovered:
             self._on_working()
@@ -350,12 +356,19 @@ class Reflector(Generic[T]):
                     with self._lock:  # from here the deadline leaves the watch alone
                         synced.set()
                     self._cut_short = 0
+                    self._opened_at = self._clock()  # it follows the server from here
                     self._replace(syncing, skipped_syncing, absent=False)
                     syncing = None
             ended = not self._stopping.is_set()
-        except (HTTPError, OSError) as err:
-            if not abandoned.is_set():
-                raise KubeError(KubeErrorKind.UNAVAILABLE, f"watch broken: {err}") from None
+        except (HTTPError, OSError, KubeError, WatchFailed, WatchExpired) as err:
+            if syncing is None or self._stopping.is_set():  # a watch's failure, or a stop
+                if isinstance(err, (HTTPError, OSError)):
+                    raise KubeError(KubeErrorKind.UNAVAILABLE, f"watch broken: {err}") from None
+                raise
+            # the streaming list failed before its objects' end: this time a list answers
+            if isinstance(err, WatchExpired):
+                self._version_gone = True
+            abandoned.set()
         finally:
             if deadline is not None:
                 deadline.cancel()
@@ -370,9 +383,14 @@ class Reflector(Generic[T]):
         if syncing is not None and (ended or abandoned.is_set()):  # its objects never ended
             self._cut_short += 1
             if self._cut_short >= CUT_SHORT_LIMIT:
-                self._streams = False
+                self._no_streams(f"{CUT_SHORT_LIMIT} streaming lists in a row ended early")
             return False
         return True
+
+    def _no_streams(self, why: str) -> None:
+        """List from now on: a line, once, for the operator wondering why."""
+        self._streams = False
+        log.info("%s: listed from now on, not streamed: %s", self.what, why)
 
     def _abandon(self, response: Any, abandoned: threading.Event, synced: threading.Event) -> None:
         """On the deadline's thread: give up a streaming list still sending its objects."""
@@ -386,7 +404,7 @@ class Reflector(Generic[T]):
         """A streaming list's request failed: whatever the failure, this time a list
         answers instead (a 403 for `watch` alone still lists, a 404 says not installed)."""
         if err.kind is KubeErrorKind.INVALID:  # the server has none (WatchList off, < 1.27)
-            self._streams = False
+            self._no_streams(str(err))
         elif version_unavailable(err):  # the version asked: gone, or not reached
             self._version_gone = True
 

@@ -3,9 +3,10 @@ streams: it follows every write with one list, lists again when its version is g
 the last objects through an outage, and says so once they are too old to act on."""
 
 import json
+import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl
@@ -513,16 +514,20 @@ def test_rbac_without_watch_still_lists() -> None:
 
 class _Expiring(BaseHTTPRequestHandler):
     """Lists answer one pod; every watch is answered 410 at once. Streaming lists send
-    the pod and mark its end, or, the first `cut` of them, end before; without `streams`
-    they are 422, as 1.33's."""
+    the pod and mark its end, or, the first `cut` of them, end before (with `fail`, on
+    that ERROR event); without `streams` they are 422, as 1.33's. `on_list` runs as
+    each list is answered."""
 
     asked: list[str]
     cut = 0
+    fail: dict | None = None
     streams = True
+    on_list: Callable[[], None] = staticmethod(lambda: None)
 
     def do_GET(self) -> None:
         if "watch=" not in self.path:
             self.asked.append("list")
+            self.on_list()
             body = json.dumps({"metadata": {"resourceVersion": "9"}, "items": [pod("a")]})
             _answer(self, body.encode())
             return
@@ -539,6 +544,8 @@ class _Expiring(BaseHTTPRequestHandler):
             events = [{"type": "ADDED", "object": pod("a")}]
             if self.asked.count("stream") > self.cut:
                 events.append({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": meta}})
+            elif self.fail is not None:
+                events.append({"type": "ERROR", "object": self.fail})
         _answer(self, b"".join(json.dumps(e).encode() + b"\n" for e in events))
 
     def log_message(self, *args: object) -> None:
@@ -625,7 +632,6 @@ def test_a_crd_removed_while_watched_is_not_installed_not_a_failure() -> None:
             lambda obj: obj["metadata"]["name"],
             on_failure=failures.append,
             absent_ok=True,
-            watch_seconds=1,  # the fake server leaves a removed CRD's watches to end
         )
         reflector.start()
         try:
@@ -643,3 +649,54 @@ def test_a_crd_removed_while_watched_is_not_installed_not_a_failure() -> None:
         finally:
             reflector.stop()
     assert failures == []
+
+
+@pytest.mark.parametrize("code", [500, 410])
+def test_a_streaming_list_failing_before_its_end_is_listed_that_time(expiring, code) -> None:
+    """An ERROR event before the objects' end (a 410 too): that time a list answers."""
+    handler, url = expiring
+    handler.cut, handler.fail = 1, {"code": code, "message": "injected"}
+    with api_client(url) as api:
+        call = client.CoreV1Api(api).list_pod_for_all_namespaces
+        reflector = Reflector("pods", call, team, retry_seconds=0.05)
+        reflector.start()
+        try:
+            assert teams(reflector) == {"a": "red"}
+        finally:
+            reflector.stop()
+    assert handler.asked[:2] == ["stream", "list"]
+
+
+def test_a_410_at_once_after_a_slow_list_backs_off(expiring) -> None:
+    """Short is measured from the watch's start, not the list's: a list of a large
+    cluster takes seconds (here on the reflector's clock, moved on by each list)."""
+    handler, url = expiring
+    now = [0.0]
+
+    def slow() -> None:
+        now[0] += 2.0
+
+    handler.streams, handler.on_list = False, staticmethod(slow)
+    with api_client(url) as api:
+        call = client.CoreV1Api(api).list_pod_for_all_namespaces
+        reflector = Reflector("pods", call, team, retry_seconds=0.05, clock=lambda: now[0])
+        reflector.start()
+        time.sleep(1.0)
+        reflector.stop()
+    assert 2 <= handler.asked.count("list") <= 7  # 0.05 s doubling; unbounded before
+
+
+def test_streams_cut_short_three_times_in_a_row_are_given_up(expiring, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="gpufleet.kube.reflector")
+    handler, url = expiring
+    handler.cut = 100
+    with api_client(url) as api:
+        call = client.CoreV1Api(api).list_pod_for_all_namespaces
+        reflector = Reflector("pods", call, team, retry_seconds=0.01)
+        reflector.start()
+        try:
+            wait_for(lambda: handler.asked.count("list") >= 5)
+        finally:
+            reflector.stop()
+    assert handler.asked.count("stream") == reflector_module.CUT_SHORT_LIMIT == 3
+    assert "pods: listed from now on, not streamed: 3 streaming lists" in caplog.text

@@ -327,6 +327,8 @@ class FakeApiServer:
             bookmark_seconds=self._bookmark_seconds,
             watch_list=self._watch_list,
             started=started,
+            # a CRD's watches end when it is deleted, as its storage is torn down
+            served=lambda: (target.res.group_version, target.res.plural) in self._state.resources,
         )
 
 

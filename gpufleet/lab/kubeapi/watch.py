@@ -58,6 +58,7 @@ async def serve_watch(
     bookmark_seconds: float = BOOKMARK_SECONDS,
     watch_list: bool = True,
     started: Callable[[], None] = lambda: None,
+    served: Callable[[], bool] = lambda: True,
 ) -> web.StreamResponse:
     """Stream the watch; ApiError (400, 422) before anything is sent for a bad query."""
     query = request.query
@@ -91,7 +92,7 @@ async def serve_watch(
             await _send(response, "ADDED", obj)
         if marked and bookmarks:
             await _send(response, "BOOKMARK", _bookmark(res, since, INITIAL_EVENTS_END))
-        while not closing() and loop.time() < deadline:
+        while not closing() and served() and loop.time() < deadline:
             events = store.events_since(since)
             if events is None:
                 expired = ApiError(
