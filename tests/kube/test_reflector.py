@@ -453,32 +453,34 @@ class _SlowStream(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("end_early", [False, True], ids=["ended", "cut-short"])
-def test_a_streaming_lists_objects_are_kept_apart_until_their_end(end_early: bool) -> None:
-    """Readers see the last objects (none yet) until the bookmark marking the end; a stream
-    that ends before it is no streaming list, and the collection is listed."""
+@pytest.fixture
+def slow_stream() -> Iterator[tuple[type[_SlowStream], str]]:
     handler = type("Handler", (_SlowStream,), {"sent": threading.Event(),
-                   "release": threading.Event(), "end_early": end_early})  # fmt: skip
+                   "release": threading.Event()})  # fmt: skip
     http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=http.serve_forever, daemon=True).start()
-    try:
-        with api_client(f"http://127.0.0.1:{http.server_address[1]}") as api:
-            core = client.CoreV1Api(api)
-            reflector = Reflector("pods", core.list_pod_for_all_namespaces, team)
-            reflector.start()
-            try:
-                assert handler.sent.wait(10)
-                time.sleep(0.2)  # the client has read both pods by now
-                assert reflector.mapping() == {} and reflector.lists == 0
-                handler.release.set()
-                expected = {"x": "red"} if end_early else {"a": "red", "b": "red"}
-                wait_for(lambda: teams(reflector) == expected)
-                assert reflector.lists == 1
-            finally:
-                handler.release.set()
-                reflector.stop()
-    finally:
-        http.shutdown()
+    yield handler, f"http://127.0.0.1:{http.server_address[1]}"
+    handler.release.set()
+    http.shutdown()
+
+
+@pytest.mark.parametrize("end_early", [False, True], ids=["ended", "cut-short"])
+def test_a_streaming_lists_objects_are_kept_apart_until_their_end(slow_stream, end_early) -> None:
+    """Readers see the last objects (none yet) until the bookmark marking the end; a stream
+    that ends before it is no streaming list, and the collection is listed."""
+    handler, url = slow_stream
+    handler.end_early = end_early
+    expected = {"x": "red"} if end_early else {"a": "red", "b": "red"}
+
+    def check(reflector: Reflector) -> bool:
+        if not handler.release.is_set():
+            assert handler.sent.wait(10)
+            time.sleep(0.2)  # the client has read both pods by now
+            assert reflector.mapping() == {} and reflector.lists == 0
+            handler.release.set()
+        return teams(reflector) == expected and reflector.lists == 1
+
+    run_pods(url, check)
 
 
 def test_rbac_without_watch_still_lists() -> None:
@@ -569,53 +571,38 @@ def expiring() -> Iterator[tuple[type[_Expiring], str]]:
     http.shutdown()
 
 
+def run_pods(url: str, until: Callable[[Reflector], object], **kw: Any) -> None:
+    """A pods reflector against `url`, running until `until(reflector)` holds (or, where
+    it returns None, once it has returned), then stopped."""
+    with api_client(url) as api:
+        reflector = Reflector("pods", client.CoreV1Api(api).list_pod_for_all_namespaces, team, **kw)
+        reflector.start()
+        try:
+            wait_for(lambda: until(reflector) is not False)
+        finally:
+            reflector.stop()
+
+
 def test_a_watch_answered_410_at_once_backs_off(expiring) -> None:
     """Not a hot loop of lists: a 410 that comes at once counts as a failure in a row."""
     handler, url = expiring
     handler.streams = False
-    with api_client(url) as api:
-        call = client.CoreV1Api(api).list_pod_for_all_namespaces
-        reflector = Reflector("pods", call, team, retry_seconds=0.2)
-        reflector.start()
-        time.sleep(1.5)
-        reflector.stop()
+    run_pods(url, lambda _: time.sleep(1.5), retry_seconds=0.2)
     assert 2 <= handler.asked.count("list") <= 6
 
 
 def test_a_stream_cut_short_is_listed_that_time_and_streamed_again(expiring) -> None:
     handler, url = expiring
     handler.cut = 1
-    with api_client(url) as api:
-        call = client.CoreV1Api(api).list_pod_for_all_namespaces
-        reflector = Reflector("pods", call, team, retry_seconds=0.05)
-        reflector.start()
-        try:
-            wait_for(lambda: handler.asked.count("stream") >= 2)
-        finally:
-            reflector.stop()
+    run_pods(url, lambda _: handler.asked.count("stream") >= 2, retry_seconds=0.05)
     assert handler.asked[:4] == ["stream", "list", "watch", "stream"]
 
 
-def test_a_stream_whose_objects_never_end_is_listed(monkeypatch) -> None:
+def test_a_stream_whose_objects_never_end_is_listed(slow_stream, monkeypatch) -> None:
     """A server that holds the stream and never marks the end of its objects: given up at
     SYNC_SECONDS, and listed."""
     monkeypatch.setattr(reflector_module, "SYNC_SECONDS", 0.5)
-    handler = type("Handler", (_SlowStream,), {"sent": threading.Event(),
-                   "release": threading.Event()})  # fmt: skip
-    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=http.serve_forever, daemon=True).start()
-    try:
-        with api_client(f"http://127.0.0.1:{http.server_address[1]}") as api:
-            core = client.CoreV1Api(api)
-            reflector = Reflector("pods", core.list_pod_for_all_namespaces, team)
-            reflector.start()
-            try:
-                assert teams(reflector) == {"x": "red"}  # the list's pod
-            finally:
-                handler.release.set()
-                reflector.stop()
-    finally:
-        http.shutdown()
+    run_pods(slow_stream[1], lambda r: teams(r) == {"x": "red"})  # the list's pod
 
 
 def test_a_crd_removed_while_watched_is_not_installed_not_a_failure() -> None:
@@ -656,14 +643,7 @@ def test_a_streaming_list_failing_before_its_end_is_listed_that_time(expiring, c
     """An ERROR event before the objects' end (a 410 too): that time a list answers."""
     handler, url = expiring
     handler.cut, handler.fail = 1, {"code": code, "message": "injected"}
-    with api_client(url) as api:
-        call = client.CoreV1Api(api).list_pod_for_all_namespaces
-        reflector = Reflector("pods", call, team, retry_seconds=0.05)
-        reflector.start()
-        try:
-            assert teams(reflector) == {"a": "red"}
-        finally:
-            reflector.stop()
+    run_pods(url, lambda r: teams(r) == {"a": "red"}, retry_seconds=0.05)
     assert handler.asked[:2] == ["stream", "list"]
 
 
@@ -677,12 +657,7 @@ def test_a_410_at_once_after_a_slow_list_backs_off(expiring) -> None:
         now[0] += 2.0
 
     handler.streams, handler.on_list = False, staticmethod(slow)
-    with api_client(url) as api:
-        call = client.CoreV1Api(api).list_pod_for_all_namespaces
-        reflector = Reflector("pods", call, team, retry_seconds=0.05, clock=lambda: now[0])
-        reflector.start()
-        time.sleep(1.0)
-        reflector.stop()
+    run_pods(url, lambda _: time.sleep(1.0), retry_seconds=0.05, clock=lambda: now[0])
     assert 2 <= handler.asked.count("list") <= 7  # 0.05 s doubling; unbounded before
 
 
@@ -690,13 +665,6 @@ def test_streams_cut_short_three_times_in_a_row_are_given_up(expiring, caplog) -
     caplog.set_level(logging.INFO, logger="gpufleet.kube.reflector")
     handler, url = expiring
     handler.cut = 100
-    with api_client(url) as api:
-        call = client.CoreV1Api(api).list_pod_for_all_namespaces
-        reflector = Reflector("pods", call, team, retry_seconds=0.01)
-        reflector.start()
-        try:
-            wait_for(lambda: handler.asked.count("list") >= 5)
-        finally:
-            reflector.stop()
+    run_pods(url, lambda _: handler.asked.count("list") >= 5, retry_seconds=0.01)
     assert handler.asked.count("stream") == reflector_module.CUT_SHORT_LIMIT == 3
     assert "pods: listed from now on, not streamed: 3 streaming lists" in caplog.text
