@@ -290,13 +290,15 @@ class Reflector(Generic[T]):
         if self._stopping.is_set():  # stopped while it listed
             return True
         seconds = int(self._watch_seconds * (1 + random.random()))
-        query: dict[str, Any] = {"resource_version": self._state.version}
-        if stream:
-            query = {
+        query: dict[str, Any] = (
+            {
                 "resource_version": "" if self._version_gone else self._state.version,
                 "resource_version_match": "NotOlderThan",
                 "send_initial_events": True,
             }
+            if stream
+            else {"resource_version": self._state.version}
+        )
         try:
             response = kube_call(
                 lambda: self._call(

@@ -136,9 +136,7 @@ class Cluster:
             return lambda **kw: custom.list_cluster_custom_object(group, version, plural, **kw)
 
         self._autoscalers: Reflector[dict[str, Any]] = reflect(
-            "gpuautoscalers",
-            lambda **kw: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw),
-            _plain,
+            "gpuautoscalers", custom_list(GROUP, VERSION, PLURAL), _plain
         )
         self._pods = reflect("pods", self._core.list_pod_for_all_namespaces, _pod_state)
         self._deployments = reflect(
@@ -364,17 +362,12 @@ class Cluster:
                 )
             )
             return
-        try:
-            _create_own(
-                body, lambda: self._apps.create_namespaced_deployment(meta["namespace"], body)
-            )
-        except KubeError as err:
-            # Made since the view was taken (a watch trails the API by its latency): ours
-            # still, by its label, so merged as if the view had shown it.
-            read = partial(self._apps.read_namespaced_deployment, meta["name"], meta["namespace"])
-            if err.kind is not KubeErrorKind.CONFLICT or not _ours(body, read, kind="Deployment"):
-                raise
-            self.write_placeholders(body, exists=True)
+        _create_own(
+            body,
+            create=lambda: self._apps.create_namespaced_deployment(meta["namespace"], body),
+            read=partial(self._apps.read_namespaced_deployment, meta["name"], meta["namespace"]),
+            merge=lambda: self.write_placeholders(body, exists=True),
+        )
 
     def write_buffer(
         self, template: dict[str, Any], buffer: dict[str, Any], *, exists: bool
@@ -383,31 +376,27 @@ class Cluster:
         buffer never names a template that is not there)."""
         meta = template["metadata"]
         name, namespace = meta["name"], meta["namespace"]
-        try:
-            kube_call(lambda: self._core.create_namespaced_pod_template(namespace, template))
-        except KubeError as err:
-            if err.kind is not KubeErrorKind.CONFLICT:
-                raise
-            read = partial(self._core.read_namespaced_pod_template, name, namespace)
-            if _owner_found(read, kind="PodTemplate") is None:
-                raise _foreign(template) from None
-            kube_call(
+        _create_own(
+            template,
+            create=lambda: self._core.create_namespaced_pod_template(namespace, template),
+            read=partial(self._core.read_namespaced_pod_template, name, namespace),
+            merge=lambda: kube_call(
                 lambda: self._core.patch_namespaced_pod_template(
                     name, namespace, {"template": template["template"]}, _content_type=MERGE_PATCH
                 )
-            )
+            ),
+        )
+        merge = partial(self._patch_buffer_spec, namespace, name, buffer["spec"])
         if exists:
-            self._patch_buffer_spec(namespace, name, buffer["spec"])
+            merge()
             return
         args = (BUFFER_GROUP, BUFFER_VERSION, namespace, BUFFER_PLURAL)
-        try:
-            _create_own(buffer, lambda: self._custom.create_namespaced_custom_object(*args, buffer))
-        except KubeError as err:
-            # made since the view was taken, as a placeholder Deployment can be
-            read = partial(self._custom.get_namespaced_custom_object, *args, name)
-            if err.kind is not KubeErrorKind.CONFLICT or not _ours(buffer, read, kind=BUFFER_KIND):
-                raise
-            self._patch_buffer_spec(namespace, name, buffer["spec"])
+        _create_own(
+            buffer,
+            create=lambda: self._custom.create_namespaced_custom_object(*args, buffer),
+            read=partial(self._custom.get_namespaced_custom_object, *args, name),
+            merge=merge,
+        )
 
     def release_buffer(self, namespace: str, name: str) -> None:
         """Set a CapacityBuffer's replicas to 0, leaving the rest of it as it is."""
@@ -524,28 +513,28 @@ def _cost(text: Any) -> int | None:
     return None if cost is None else -cost if text.startswith("-") else cost
 
 
-def _create_own(body: dict[str, Any], create: Any) -> None:
-    """Create an object holding a GPUAutoscaler's headroom. An object of its name that the
-    view did not count as gpufleet's is someone else's: the 409 says so."""
+def _create_own(
+    body: dict[str, Any],
+    *,
+    create: Callable[[], Any],
+    read: Callable[..., Any],
+    merge: Callable[[], Any],
+) -> None:
+    """Create an object holding a GPUAutoscaler's headroom. One of its name that exists
+    already is read: made since the view was taken (a watch trails the API by its
+    latency), it is gpufleet's by its label and owner, and `merge`d as if the view had
+    shown it; anyone else's is left as it is, and the 409 says so."""
     try:
         kube_call(create)
     except KubeError as err:
-        if err.kind is KubeErrorKind.CONFLICT:
+        if err.kind is not KubeErrorKind.CONFLICT:
+            raise
+        kind = body["kind"]
+        found = kube_call(lambda: read(_preload_content=False))
+        owner = placeholder_owner(json.loads(found.data).get("metadata") or {}, kind=kind)
+        if owner is None or owner != placeholder_owner(body["metadata"], kind=kind):
             raise _foreign(body) from None
-        raise
-
-
-def _ours(body: dict[str, Any], read: Callable[..., Any], *, kind: str) -> bool:
-    """The object `read` answers holds the headroom of the GPUAutoscaler `body` is for."""
-    owner = _owner_found(read, kind=kind)
-    return owner is not None and owner == placeholder_owner(body["metadata"], kind=kind)
-
-
-def _owner_found(read: Callable[..., Any], *, kind: str) -> str | None:
-    """The GPUAutoscaler whose headroom the object `read` answers holds; None for an object
-    gpufleet did not make."""
-    found = kube_call(lambda: read(_preload_content=False))
-    return placeholder_owner(json.loads(found.data).get("metadata") or {}, kind=kind)
+        merge()
 
 
 def _foreign(body: dict[str, Any]) -> KubeError:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from gpufleet.core.selectors import SelectorError, matches_fields, matches_labels, parse_selector
-from gpufleet.lab.kubeapi.objects import ApiError, invalid
+from gpufleet.core.selectors import matches_fields, matches_labels
+from gpufleet.lab.kubeapi.objects import ApiError, bad_request, invalid, selectors
 from gpufleet.lab.kubeapi.resources import Resource
 from gpufleet.lab.kubeapi.store import ObjectStore
 
@@ -38,10 +38,6 @@ CONTINUE_TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. "
     "You can start a new list without the continue parameter."
 )
-
-
-def bad_request(message: str) -> ApiError:
-    return ApiError(code=400, reason="BadRequest", message=message)
 
 
 def resource_version(value: str) -> int | None:
@@ -85,11 +81,7 @@ def list_answer(
 ) -> dict[str, Any]:
     """The List object a GET of the collection answers; ApiError for what the server refuses."""
     q = _parse(query, res)
-    try:
-        labels = parse_selector(query.get("labelSelector", ""))
-        fields = parse_selector(query.get("fieldSelector", ""))
-    except SelectorError as err:
-        raise bad_request(str(err)) from None
+    labels, fields = selectors(query.get("labelSelector", ""), query.get("fieldSelector", ""))
     current = int(store.resource_version)
     if q.version is not None and q.version > current:
         raise too_large(q.version, current)

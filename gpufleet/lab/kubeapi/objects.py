@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.core.selectors import Requirement, SelectorError, parse_selector
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApiError(Exception):
@@ -36,6 +38,20 @@ class ApiError(Exception):
         if self.details:
             out["details"] = dict(self.details)
         return out
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(code=400, reason="BadRequest", message=message)
+
+
+def selectors(
+    label_selector: str, field_selector: str
+) -> tuple[tuple[Requirement, ...], tuple[Requirement, ...]]:
+    """A request's label and field selectors, parsed; 400 for one that does not parse."""
+    try:
+        return parse_selector(label_selector), parse_selector(field_selector)
+    except SelectorError as err:
+        raise bad_request(str(err)) from None
 
 
 def not_found(kind_plural: str, name: str, group: str = "") -> ApiError:

@@ -21,13 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gpufleet.core.selectors import (
-    SelectorError,
-    matches_fields,
-    matches_labels,
-    parse_selector,
-    selector_string,
-)
+from gpufleet.core.selectors import matches_fields, matches_labels, selector_string
 from gpufleet.lab.kubeapi import validation
 from gpufleet.lab.kubeapi.objects import (
     ApiError,
@@ -36,6 +30,7 @@ from gpufleet.lab.kubeapi.objects import (
     json_patch,
     merge_patch,
     not_found,
+    selectors,
     strategic_merge_patch,
 )
 from gpufleet.lab.kubeapi.resources import Resource
@@ -103,11 +98,7 @@ class ObjectStore:
         field_selector: str = "",
     ) -> list[dict[str, Any]]:
         """Objects of `res` (in `namespace`, or everywhere when None), by namespace and name."""
-        try:
-            labels = parse_selector(label_selector)
-            fields = parse_selector(field_selector)
-        except SelectorError as err:
-            raise ApiError(code=400, reason="BadRequest", message=str(err)) from None
+        labels, fields = selectors(label_selector, field_selector)
         out = []
         for (group, plural, ns, _), obj in sorted(self._objects.items()):
             if (group, plural) != (res.group, res.plural):

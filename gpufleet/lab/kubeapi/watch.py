@@ -32,9 +32,9 @@ from typing import Any
 
 from aiohttp import web
 
-from gpufleet.core.selectors import SelectorError, matches_fields, matches_labels, parse_selector
+from gpufleet.core.selectors import matches_fields, matches_labels
 from gpufleet.lab.kubeapi.listing import resource_version, too_large
-from gpufleet.lab.kubeapi.objects import ApiError, invalid
+from gpufleet.lab.kubeapi.objects import ApiError, bad_request, invalid, selectors
 from gpufleet.lab.kubeapi.resources import Resource
 from gpufleet.lab.kubeapi.store import ObjectStore
 
@@ -45,7 +45,7 @@ INITIAL_EVENTS_END = {"k8s.io/initial-events-end": "true"}
 
 
 def is_watch(request: web.Request) -> bool:
-    return request.method == "GET" and request.query.get("watch", "") in ("1", "true", "True")
+    return request.method == "GET" and _flag(request.query.get("watch", ""))
 
 
 async def serve_watch(
@@ -62,11 +62,7 @@ async def serve_watch(
 ) -> web.StreamResponse:
     """Stream the watch; ApiError (400, 422) before anything is sent for a bad query."""
     query = request.query
-    try:
-        labels = parse_selector(query.get("labelSelector", ""))
-        fields = parse_selector(query.get("fieldSelector", ""))
-    except SelectorError as err:
-        raise ApiError(code=400, reason="BadRequest", message=str(err)) from None
+    labels, fields = selectors(query.get("labelSelector", ""), query.get("fieldSelector", ""))
     version = resource_version(query.get("resourceVersion", ""))
     if version and version > int(store.resource_version):
         raise too_large(version, int(store.resource_version))
@@ -190,9 +186,7 @@ def _timeout(value: str) -> float:
     try:
         seconds = float(value)
     except ValueError:
-        raise ApiError(
-            code=400, reason="BadRequest", message=f"invalid timeoutSeconds {value!r}"
-        ) from None
+        raise bad_request(f"invalid timeoutSeconds {value!r}") from None
     return seconds if seconds > 0 else DEFAULT_TIMEOUT_SECONDS
 
 
