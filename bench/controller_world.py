@@ -10,11 +10,16 @@ A second number adds that many pods of other teams (no GPUAutoscaler selects the
 about 3.4 KB of JSON (a real pod, managedFields and all, is often 5 to 15 KB): what a
 cluster-wide pod list also carries.
 
+`--kueue-workloads N` adds a Karpenter NodePool and N Kueue Workloads of a batch team,
+every other one admitted, the rest queued; about 2.5 KB of JSON each (one pod set with a
+GPU container's template): the custom resource a batch cluster holds by the thousand.
+
 `--no-watch-cache` serves lists as a resource without the API server's watch cache: in
 pages, whatever their resourceVersion; `--no-watch-list` refuses streaming lists, as
 kube-apiserver 1.33 does by default.
 
-    python -m bench.controller_world 1000 [OTHER_PODS] [--no-watch-cache] [--no-watch-list]
+    python -m bench.controller_world 1000 [OTHER_PODS] [--kueue-workloads N]
+        [--no-watch-cache] [--no-watch-list]
 """
 
 import argparse
@@ -111,6 +116,76 @@ def other_pod(i: int) -> dict:
     }
 
 
+def kueue_workload(i: int) -> dict:
+    """A Workload of a one-pod GPU job as Kueue writes one: admitted where `i` is even,
+    else queued (no quota reserved yet)."""
+    env = [{"name": f"JOB_SETTING_{k}", "value": f"value-{i}-{k}-" + "x" * 16} for k in range(20)]
+    usage = {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"job-train-{i}-3f2a1",
+            "labels": {"kueue.x-k8s.io/job-uid": f"0c5d{i:08d}-aaaa-bbbb-cccc-123456789abc"},
+        },
+        "spec": {
+            "queueName": "gpu-queue",
+            "priority": 0,
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {
+                                    "name": "train",
+                                    "image": "registry.example.com/ml/train:2.4.1",
+                                    "env": env,
+                                    "resources": {
+                                        "requests": {**usage},
+                                        "limits": {"nvidia.com/gpu": "1"},
+                                    },
+                                }
+                            ],
+                        }
+                    },
+                }
+            ],
+        },
+        "status": _admitted(usage) if i % 2 == 0 else {},
+    }
+
+
+def _admitted(usage: dict) -> dict:
+    """What Kueue writes of a Workload it admitted: its flavors, then the conditions."""
+    when = "2026-01-01T00:00:00Z"
+    return {
+        "admission": {
+            "clusterQueue": "gpu-cluster-queue",
+            "podSetAssignments": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "flavors": {"cpu": "cpu", "memory": "cpu", "nvidia.com/gpu": "h100"},
+                    "resourceUsage": usage,
+                }
+            ],
+        },
+        "conditions": [
+            {
+                "type": t,
+                "status": "True",
+                "reason": t,
+                "message": f"{t} by ClusterQueue gpu-cluster-queue",
+                "lastTransitionTime": when,
+            }
+            for t in ("QuotaReserved", "Admitted")
+        ],
+    }
+
+
 def matrix(query: str, pods: int, start: float, end: float, step: float) -> dict:
     times = []
     t = start
@@ -133,6 +208,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.controller_world")
     parser.add_argument("workloads", type=int)
     parser.add_argument("other_pods", type=int, nargs="?", default=0)
+    parser.add_argument("--kueue-workloads", type=int, default=0, metavar="N")
     parser.add_argument("--no-watch-cache", dest="watch_cache", action="store_false")
     parser.add_argument("--no-watch-list", dest="watch_list", action="store_false")
     args = parser.parse_args()
@@ -143,6 +219,11 @@ def main() -> None:
         server.store.create(_RES[("", "namespaces")], "", {"metadata": {"name": "web"}})
         for i in range(args.other_pods):
             server.store.create(_RES[("", "pods")], "web", other_pod(i))
+    if args.kueue_workloads:
+        server.store.create(_RES[("karpenter.sh", "nodepools")], "", {"metadata": {"name": "gpu"}})
+        server.store.create(_RES[("", "namespaces")], "", {"metadata": {"name": "batch"}})
+        for i in range(args.kueue_workloads):
+            server.store.create(_RES[("kueue.x-k8s.io", "workloads")], "batch", kueue_workload(i))
 
     async def query_range(request: web.Request) -> web.Response:
         q = request.query

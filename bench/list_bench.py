@@ -1,5 +1,5 @@
-"""The autoscaler's first read of a large cluster: its pods as one answer, in pages, or as
-a streaming list.
+"""The autoscaler's first read of a large cluster: its pods (or Kueue's Workloads, a custom
+resource) as one answer, in pages, or as a streaming list.
 
 A reflector's first list of pods is the largest answer a daemon reads. Where the API
 server streams lists (its WatchList gate on, as from 1.34), one watch sends each object as
@@ -11,9 +11,11 @@ its first `view()` against the lab's fake API server with N pods of a real pod's
 (`controller_world`) served each way, the order turned about each round. Per run: the
 reader's peak RSS above its RSS before the view, and the CPU and wall seconds the view
 took (wall includes the fake server's work: it scans its whole store for each page, where
-etcd reads only the page).
+etcd reads only the page). `--kueue-workloads N` adds a NodePool and N Workloads of about
+2.5 KB (`controller_world`), read through the custom-objects API.
 
-    python3 -m bench.list_bench [--pods 20000] [--rounds 3] [--json out.json]
+    python3 -m bench.list_bench [--pods 20000] [--kueue-workloads 0] [--rounds 3]
+        [--json out.json]
 """
 
 import argparse
@@ -49,13 +51,15 @@ def child(url: str) -> None:
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     peak = memory_bytes(os.getpid())["VmHWM"]
     cluster.close()
-    print(json.dumps({"pods": len(view.pods), "peak_mib": (peak - before) / 2**20,
+    print(json.dumps({"pods": len(view.pods), "kueue": len(view.kueue_workloads),
+                      "peak_mib": (peak - before) / 2**20,
                       "cpu_s": cpu, "wall_s": wall}))  # fmt: skip
 
 
-def run(mode: str, pods: int) -> dict:
+def run(mode: str, pods: int, kueue: int) -> dict:
+    world_args = ["0", str(pods), "--kueue-workloads", str(kueue), *MODES[mode]]
     world = subprocess.Popen(
-        [sys.executable, "-m", "bench.controller_world", "0", str(pods), *MODES[mode]],
+        [sys.executable, "-m", "bench.controller_world", *world_args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -70,14 +74,17 @@ def run(mode: str, pods: int) -> dict:
     finally:
         world.stdin.close()
         world.wait(30)
-    if result["pods"] != pods:
-        raise SystemExit(f"{mode}: the view had {result['pods']} pods, not {pods}")
+    if (result["pods"], result["kueue"]) != (pods, kueue):
+        raise SystemExit(f"{mode}: the view had {result['pods']} pods and {result['kueue']}"
+                         f" Workloads, not {pods} and {kueue}")  # fmt: skip
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python3 -m bench.list_bench", description=__doc__)
     parser.add_argument("--pods", type=int, default=20000, help="pods in the cluster")
+    parser.add_argument("--kueue-workloads", type=int, default=0, metavar="N",
+                        help="Kueue Workloads in the cluster (and one NodePool)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="runs of each mode")
     parser.add_argument("--json", metavar="FILE", help="write the runs here too")
     parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
@@ -85,14 +92,15 @@ def main() -> None:
     if args.child:
         child(args.child)
         return
-    if args.pods < 1 or args.rounds < 1:
-        parser.error("--pods and --rounds must be at least 1")
+    if args.pods < 0 or args.kueue_workloads < 0 or args.rounds < 1:
+        parser.error("--pods and --kueue-workloads must be at least 0, --rounds at least 1")
     runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
     for r in range(args.rounds):
         for mode in MODES if r % 2 == 0 else reversed(MODES):
-            runs[mode].append(run(mode, args.pods))
+            runs[mode].append(run(mode, args.pods, args.kueue_workloads))
             print(mode, runs[mode][-1], flush=True)
-    print(f"\n{args.pods} pods, {args.rounds} rounds (medians; max self RSS of this parent"
+    print(f"\n{args.pods} pods, {args.kueue_workloads} Workloads, {args.rounds} rounds"
+          " (medians; max self RSS of this parent"
           f" {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB)")  # fmt: skip
     print("| answer | peak RSS above start (MiB) | CPU s | wall s |")
     print("|---|---|---|---|")
@@ -101,7 +109,8 @@ def main() -> None:
         print(f"| {mode} | {med['peak_mib']:.0f} | {med['cpu_s']:.2f} | {med['wall_s']:.2f} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"pods": args.pods, "runs": runs}, f, indent=1)
+            json.dump({"pods": args.pods, "kueue_workloads": args.kueue_workloads, "runs": runs},
+                      f, indent=1)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -318,7 +318,7 @@ class Reflector(Generic[T]):
                 raise WatchExpired("404: the CRD is gone") from None  # the list says so
             raise
         except (TypeError, ValueError):  # a client call without the option (pydantic says so)
-            if not stream:  # the official client's CustomObjectsApi has none
+            if not stream:  # CustomObjectsApi's own (custom_objects adds the option)
                 raise
             self._streams = False  # not the server's doing: no line
             return False

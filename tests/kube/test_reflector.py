@@ -19,6 +19,7 @@ from kubernetes import client
 
 from gpufleet.core.watch_state import Skipped
 from gpufleet.kube import reflector as reflector_module
+from gpufleet.kube.custom_objects import cluster_custom_objects
 from gpufleet.kube.errors import KubeError, KubeErrorKind
 from gpufleet.kube.reflector import Reflector
 from gpufleet.lab.kubeapi.resources import RESOURCES
@@ -612,10 +613,9 @@ def test_a_crd_removed_while_watched_is_not_installed_not_a_failure() -> None:
         FakeApiServer(install=("capacitybuffers.autoscaling.x-k8s.io",)) as server,
         api_client(server.url) as api,
     ):
-        custom = client.CustomObjectsApi(api)
         reflector = Reflector(
             "capacitybuffers",
-            lambda **kw: custom.list_cluster_custom_object(*buffers, **kw),
+            cluster_custom_objects(api, *buffers),
             lambda obj: obj["metadata"]["name"],
             on_failure=failures.append,
             absent_ok=True,

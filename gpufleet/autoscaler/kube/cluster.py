@@ -20,6 +20,7 @@ from gpufleet.autoscaler.core.buffers import (
     BUFFER_PLURAL,
     BUFFER_VERSION,
 )
+from gpufleet.autoscaler.core.kueue import QueuedPodSet, queued_pod_sets
 from gpufleet.autoscaler.core.nodepools import POOL_LABEL, pod_gpus, pool_node
 from gpufleet.autoscaler.core.placeholders import OWNER_LABEL, placeholder_owner
 from gpufleet.autoscaler.core.replicas import DELETION_COST, PodState
@@ -27,6 +28,7 @@ from gpufleet.autoscaler.core.spec import GROUP, PLURAL, VERSION, TargetRef
 from gpufleet.core.numbers import ascii_int
 from gpufleet.core.selectors import selector_string
 from gpufleet.core.watch_state import Skipped
+from gpufleet.kube.custom_objects import cluster_custom_objects
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
 from gpufleet.kube.reflector import Reflector, stop_all
 from gpufleet.logs import OutageLog, ThrottledLog
@@ -77,8 +79,9 @@ class ClusterView:
     nodepools: list[dict[str, Any]] | None = None
     # the nodes labelled karpenter.sh/nodepool, read only when there are NodePools
     pool_nodes: list[dict[str, Any]] = field(default_factory=list)
-    # Kueue's Workloads and ResourceFlavors, read only when there are NodePools to plan on
-    kueue_workloads: list[dict[str, Any]] = field(default_factory=list)
+    # Kueue's Workloads (each one's pod sets still to come) and ResourceFlavors, read only
+    # when there are NodePools to plan on
+    kueue_workloads: list[tuple[QueuedPodSet, ...]] = field(default_factory=list)
     kueue_flavors: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -125,16 +128,13 @@ class Cluster:
         self._unfound: dict[tuple[str, str], tuple[float, KubeError]] = {}
         self._clock = clock
         self._watch = watch
-        custom = self._custom
         self._failures: Counter[str] = Counter()  # watch failures by kube_<kind>, not taken
         self._failures_lock = threading.Lock()
         reflect = partial(_reflector, clock=clock, failed=self._count_failure)
         # a custom resource whose CRD may not be installed: its 404 is no failure
         installed = partial(reflect, optional=True)
 
-        def custom_list(group: str, version: str, plural: str) -> Callable[..., Any]:
-            return lambda **kw: custom.list_cluster_custom_object(group, version, plural, **kw)
-
+        custom_list = partial(cluster_custom_objects, api)  # streams, as the typed APIs
         self._autoscalers: Reflector[dict[str, Any]] = reflect(
             "gpuautoscalers", custom_list(GROUP, VERSION, PLURAL), _plain
         )
@@ -157,7 +157,9 @@ class Cluster:
             _buffer_replicas,
         )
         self._nodepools = installed("nodepools", custom_list(*NODEPOOLS), _plain)
-        self._kueue_workloads = installed("workloads", custom_list(*KUEUE_WORKLOADS), _plain)
+        self._kueue_workloads = installed(
+            "workloads", custom_list(*KUEUE_WORKLOADS), queued_pod_sets
+        )
         self._kueue_flavors = installed("resourceflavors", custom_list(*KUEUE_FLAVORS), _plain)
         self._pool_nodes = reflect(
             "nodes",

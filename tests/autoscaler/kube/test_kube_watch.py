@@ -147,6 +147,37 @@ def test_the_watched_view_is_the_listed_view_through_every_write(api) -> None:
         watched.close()
 
 
+@pytest.mark.parametrize("watch_list", [True, False])
+def test_every_collection_custom_resources_included_is_streamed_where_the_server_can(
+    watch_list,
+) -> None:
+    """Each of the eleven collections is read first by a streaming list, not a list: the
+    custom resources too (the official client's CustomObjectsApi cannot ask for one). A
+    server without WatchList (422) has each listed instead."""
+    with (
+        FakeApiServer(install=(BUFFERS,), watch_list=watch_list) as server,
+        api_client(server.url) as api,
+    ):
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+        for write in custom_writes(api)[:4]:  # a NodePool, a node, a Workload
+            write()
+        cluster = Cluster(api, watch=True)
+        try:
+            cluster.view()  # Kueue's and the pool nodes' reflectors start too
+        finally:
+            cluster.close()
+        reads: dict[str, list[str]] = {}
+        for r in server.requests:
+            if r.method in ("GET", "WATCH"):
+                streamed = "sendInitialEvents=true" in r.query
+                reads.setdefault(r.path, []).append("stream" if streamed else r.method)
+    assert len(reads) == 11
+    expected = ["stream"] if watch_list else ["stream", "GET", "WATCH"]
+    assert {path: seen[: len(expected)] for path, seen in reads.items()} == dict.fromkeys(
+        reads, expected
+    )
+
+
 def test_a_crd_installed_later_is_found(monkeypatch) -> None:
     """Not installed, a CRD's list is 404, which is an answer (none), not a failure; it is
     looked for again, so one applied later is read."""
