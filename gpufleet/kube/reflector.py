@@ -13,8 +13,9 @@ the DRA driver's ResourceSlices so; the autoscaler the collections every tick re
   watch that sends every object, then a bookmark marking their end, then the changes, so
   the collection is never one answer decoded whole. One that fails, for any reason (a
   403 for `watch` alone included), or has not ended its objects within SYNC_SECONDS, is
-  listed instead that time, as client-go falls back; a server that refuses it (422, as
-  1.33 does by default) or cuts CUT_SHORT_LIMIT short in a row is only listed after.
+  listed instead that time, as client-go falls back, with a warning line for each new
+  reason (a 410 is none: a routine relist); a server that refuses it (422, as 1.33 does
+  by default) or cuts CUT_SHORT_LIMIT short in a row is only listed after.
 - Lists are client-go's: the first at resourceVersion "0", which the API server's watch
   cache answers without touching etcd; later ones at the last version seen ("not older
   than", from the cache too, whole); one whose version the server no longer has, or has
@@ -108,6 +109,7 @@ class Reflector(Generic[T]):
         self._version_gone = False  # the last list failed for its version: list the newest
         self._streams = True  # until the server refuses a streaming list
         self._cut_short = 0  # streaming lists in a row that ended before their objects did
+        self._fallback_said = ""  # why the last streaming list was listed instead, as logged
         self._opened_at = 0.0  # when the watch began to follow the server
         self._lock = threading.Lock()
         self._settled = threading.Event()  # the first list answered, or failed
@@ -357,7 +359,7 @@ class Reflector(Generic[T]):
                 if _initial_events_end(event):
                     with self._lock:  # from here the deadline leaves the watch alone
                         synced.set()
-                    self._cut_short = 0
+                    self._cut_short, self._fallback_said = 0, ""
                     self._opened_at = self._clock()  # it follows the server from here
                     self._replace(syncing, skipped_syncing, absent=False)
                     syncing = None
@@ -370,6 +372,8 @@ class Reflector(Generic[T]):
             # the streaming list failed before its objects' end: this time a list answers
             if isinstance(err, WatchExpired):
                 self._version_gone = True
+            else:
+                self._fell_back(type(err).__name__, f"{type(err).__name__}: {err}")
             abandoned.set()
         finally:
             if deadline is not None:
@@ -383,6 +387,8 @@ class Reflector(Generic[T]):
                 response.close()
             response.release_conn()
         if syncing is not None and (ended or abandoned.is_set()):  # its objects never ended
+            if ended:
+                self._fell_back("cut short", "it ended before the bookmark ending its objects")
             self._cut_short += 1
             if self._cut_short >= CUT_SHORT_LIMIT:
                 self._no_streams(f"{CUT_SHORT_LIMIT} streaming lists in a row ended early")
@@ -401,14 +407,25 @@ class Reflector(Generic[T]):
                 return
             abandoned.set()
         _shut(response)
+        self._fell_back("slow", f"its objects had not ended within {SYNC_SECONDS:g} s")
 
     def _not_streamed(self, err: KubeError) -> None:
         """A streaming list's request failed: whatever the failure, this time a list
         answers instead (a 403 for `watch` alone still lists, a 404 says not installed)."""
         if err.kind is KubeErrorKind.INVALID:  # the server has none (WatchList off, < 1.27)
             self._no_streams(str(err))
-        elif version_unavailable(err):  # the version asked: gone, or not reached
+            return
+        if version_unavailable(err):  # the version asked: gone, or not reached
             self._version_gone = True
+        elif not (self._absent_ok and err.kind is KubeErrorKind.NOT_FOUND):
+            self._fell_back(f"{err.status or err.kind}", str(err))
+
+    def _fell_back(self, reason: str, detail: str) -> None:
+        """A line, as client-go's reflector warns, for each new reason a streaming list was
+        listed instead; none again for the same reason until a streaming list works."""
+        if reason != self._fallback_said:
+            self._fallback_said = reason
+            log.warning("%s: streaming list failed, listed instead: %s", self.what, detail)
 
     def _working(self) -> bool:
         """Under the lock: the objects follow the server again. True if they did not."""

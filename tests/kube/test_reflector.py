@@ -6,7 +6,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl
@@ -484,7 +484,7 @@ def test_a_streaming_lists_objects_are_kept_apart_until_their_end(slow_stream, e
     run_pods(url, check)
 
 
-def test_rbac_without_watch_still_lists() -> None:
+def test_rbac_without_watch_still_lists(caplog) -> None:
     """A role with `list` but not `watch` (a chart from before): the streaming list is
     403, so each attempt lists instead, and readers get the objects (their watch failing
     is counted and retried)."""
@@ -505,24 +505,28 @@ def test_rbac_without_watch_still_lists() -> None:
         server.add_user("listers", "lister")
         with client_with(server, "listers") as api:
             call = client.CoreV1Api(api).list_pod_for_all_namespaces
-            reflector = Reflector("pods", call, team, on_failure=failures.append)
+            reflector = Reflector(
+                "pods", call, team, on_failure=failures.append, retry_seconds=0.02
+            )
             reflector.start()
             try:
                 assert teams(reflector) == {"a": "red"}
-                wait_for(lambda: failures, what="the watch's 403")
+                wait_for(lambda: len(failures) >= 3, what="the watch's 403s")
             finally:
                 reflector.stop()
     assert {f.kind for f in failures} == {KubeErrorKind.FORBIDDEN}
+    # a line for the first streaming list refused, none for the same refusal again
+    assert caplog.text.count("pods: streaming list failed, listed instead: 403") == 1
 
 
 class _Expiring(BaseHTTPRequestHandler):
     """Lists answer one pod; every watch is answered 410 at once. Streaming lists send
-    the pod and mark its end, or, the first `cut` of them, end before (with `fail`, on
-    that ERROR event); without `streams` they are 422, as 1.33's. `on_list` runs as
-    each list is answered."""
+    the pod and mark its end, or, those numbered in `cut` (from 1), end before (with
+    `fail`, on that ERROR event); without `streams` they are 422, as 1.33's. `on_list`
+    runs as each list is answered."""
 
     asked: list[str]
-    cut = 0
+    cut: Container[int] = ()
     fail: dict | None = None
     streams = True
     on_list: Callable[[], None] = staticmethod(lambda: None)
@@ -545,7 +549,7 @@ class _Expiring(BaseHTTPRequestHandler):
         if streaming:
             meta = {"resourceVersion": "9", "annotations": {"k8s.io/initial-events-end": "true"}}
             events = [{"type": "ADDED", "object": pod("a")}]
-            if self.asked.count("stream") > self.cut:
+            if self.asked.count("stream") not in self.cut:
                 events.append({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": meta}})
             elif self.fail is not None:
                 events.append({"type": "ERROR", "object": self.fail})
@@ -592,18 +596,23 @@ def test_a_watch_answered_410_at_once_backs_off(expiring) -> None:
     assert 2 <= handler.asked.count("list") <= 6
 
 
-def test_a_stream_cut_short_is_listed_that_time_and_streamed_again(expiring) -> None:
+def test_a_stream_cut_short_is_listed_that_time_and_streamed_again(expiring, caplog) -> None:
+    """Listed instead with a line, as client-go warns; a line again for the next one cut
+    short once a stream has worked between them."""
     handler, url = expiring
-    handler.cut = 1
-    run_pods(url, lambda _: handler.asked.count("stream") >= 2, retry_seconds=0.05)
+    handler.cut = {1, 3}
+    run_pods(url, lambda _: handler.asked.count("stream") >= 4, retry_seconds=0.05)
     assert handler.asked[:4] == ["stream", "list", "watch", "stream"]
+    said = "pods: streaming list failed, listed instead: it ended before the bookmark"
+    assert caplog.text.count(said) == 2
 
 
-def test_a_stream_whose_objects_never_end_is_listed(slow_stream, monkeypatch) -> None:
+def test_a_stream_whose_objects_never_end_is_listed(slow_stream, monkeypatch, caplog) -> None:
     """A server that holds the stream and never marks the end of its objects: given up at
     SYNC_SECONDS, and listed."""
     monkeypatch.setattr(reflector_module, "SYNC_SECONDS", 0.5)
     run_pods(slow_stream[1], lambda r: teams(r) == {"x": "red"})  # the list's pod
+    assert "listed instead: its objects had not ended within 0.5 s" in caplog.text
 
 
 def test_a_crd_removed_while_watched_is_not_installed_not_a_failure() -> None:
@@ -639,12 +648,17 @@ def test_a_crd_removed_while_watched_is_not_installed_not_a_failure() -> None:
 
 
 @pytest.mark.parametrize("code", [500, 410])
-def test_a_streaming_list_failing_before_its_end_is_listed_that_time(expiring, code) -> None:
-    """An ERROR event before the objects' end (a 410 too): that time a list answers."""
+def test_a_streaming_list_failing_before_its_end_is_listed_that_time(
+    expiring, code, caplog
+) -> None:
+    """An ERROR event before the objects' end (a 410 too): that time a list answers. A
+    line says why, but for a 410: the version is gone, a routine relist."""
     handler, url = expiring
-    handler.cut, handler.fail = 1, {"code": code, "message": "injected"}
+    handler.cut, handler.fail = {1}, {"code": code, "message": "injected"}
     run_pods(url, lambda r: teams(r) == {"a": "red"}, retry_seconds=0.05)
     assert handler.asked[:2] == ["stream", "list"]
+    said = "pods: streaming list failed, listed instead: WatchFailed: 500: injected"
+    assert caplog.text.count(said) == (code == 500)
 
 
 def test_a_410_at_once_after_a_slow_list_backs_off(expiring) -> None:
@@ -664,7 +678,8 @@ def test_a_410_at_once_after_a_slow_list_backs_off(expiring) -> None:
 def test_streams_cut_short_three_times_in_a_row_are_given_up(expiring, caplog) -> None:
     caplog.set_level(logging.INFO, logger="gpufleet.kube.reflector")
     handler, url = expiring
-    handler.cut = 100
+    handler.cut = range(1, 100)
     run_pods(url, lambda _: handler.asked.count("list") >= 5, retry_seconds=0.01)
     assert handler.asked.count("stream") == reflector_module.CUT_SHORT_LIMIT == 3
+    assert caplog.text.count("listed instead: it ended before the bookmark") == 1
     assert "pods: listed from now on, not streamed: 3 streaming lists" in caplog.text
