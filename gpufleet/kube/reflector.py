@@ -35,6 +35,7 @@ from typing import Any, Generic, TypeVar
 from kubernetes.watch.watch import iter_resp_lines
 from urllib3.exceptions import HTTPError
 
+from gpufleet.core.backoff import Backoff
 from gpufleet.core.watch_state import Key, Skipped, WatchExpired, WatchFailed, WatchState
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
 from gpufleet.kube.listing import PAGE_SIZE, Pages, json_object, list_in_pages, version_unavailable
@@ -45,8 +46,6 @@ log = logging.getLogger(__name__)
 CALL_TIMEOUT_SECONDS = 10.0  # to connect, and a watch's answer to start
 WATCH_SECONDS = 300  # a watch asks to be ended after 1x to 2x this, as client-go's
 FIRST_LIST_SECONDS = 30.0  # how long a first reader waits for the first list
-SHORT_WATCH_SECONDS = 1.0  # a watch ended sooner counts toward the backoff
-HEALTHY_SECONDS = 60.0  # a watch that broke after this long starts the backoff afresh
 ABSENT_RETRY_SECONDS = 10.0  # how often a CRD that is not installed is looked for
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # a streaming list's end, on a bookmark
 SYNC_SECONDS = 60.0  # a streaming list whose objects have not ended by then is listed
@@ -189,7 +188,7 @@ class Reflector(Generic[T]):
     # --- the thread ---
 
     def _run(self) -> None:
-        failures = 0
+        backoff = Backoff(self._retry_seconds, self._max_retry_seconds)
         must_list = True
         while not self._stopping.is_set():
             began = self._clock()
@@ -203,7 +202,8 @@ class Reflector(Generic[T]):
                         self._list()
                         must_list = False
                     if self._absent:  # not installed: looked for again, as each tick did
-                        must_list, failures = True, 0
+                        must_list = True
+                        backoff.reset()
                         self._stopping.wait(ABSENT_RETRY_SECONDS)
                         continue
                     self._watch()
@@ -214,22 +214,17 @@ class Reflector(Generic[T]):
                 with self._lock:
                     if self._down_since is None:
                         self._down_since = self._clock()
-                short = self._clock() - self._opened_at < SHORT_WATCH_SECONDS
-                failures = failures + 1 if short else 0
+                delay = backoff.ended(self._clock() - self._opened_at)
             except Exception as exc:  # never let the thread die: the objects would freeze
                 if self._stopping.is_set():
                     return
                 must_list = True
                 self._failed(_as_kube_error(exc))
-                # a failure after a while of working is a first failure again
-                healthy = self._clock() - began >= HEALTHY_SECONDS
-                failures = 1 if healthy else failures + 1
+                delay = backoff.failed(self._clock() - began)
             else:
-                short = self._clock() - began < SHORT_WATCH_SECONDS
-                failures = failures + 1 if short else 0
-            if failures:
-                delay = self._retry_seconds * 2 ** (failures - 1)
-                self._stopping.wait(min(self._max_retry_seconds, delay))
+                delay = backoff.ended(self._clock() - began)
+            if delay:
+                self._stopping.wait(delay)
 
     def _list(self, *, newest: bool = False) -> None:
         """`newest`: a reader that does not watch, at each tick. Its list is one answer, as

@@ -683,3 +683,47 @@ def test_streams_cut_short_three_times_in_a_row_are_given_up(expiring, caplog) -
     assert handler.asked.count("stream") == reflector_module.CUT_SHORT_LIMIT == 3
     assert caplog.text.count("listed instead: it ended before the bookmark") == 1
     assert "pods: listed from now on, not streamed: 3 streaming lists" in caplog.text
+
+
+class _DownThenUp(BaseHTTPRequestHandler):
+    """Lists fail with 500 `down` times, then answer one pod; streaming lists are 422 (so
+    each failure is one request), and watches are held until the client leaves."""
+
+    down = 0
+    lists = 0
+
+    def do_GET(self) -> None:
+        if "sendInitialEvents=" in self.path:
+            status = 422
+        elif "watch=" in self.path:
+            time.sleep(1)
+            status = 200
+        else:
+            type(self).lists += 1
+            status = 500 if self.lists <= self.down else 200
+        if status != 200 or "watch=" in self.path:
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = json.dumps({"metadata": {"resourceVersion": "9"}, "items": [pod("a")]})
+        _answer(self, body.encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_thread_outlives_any_number_of_failures_in_a_row() -> None:
+    """Its wait doubled as a float: at the 1,025th failure in a row the product overflowed
+    and the thread died, so the objects froze for good (about 85 minutes of an API server
+    down for the exporter, retrying every 5 s)."""
+    handler = type("Handler", (_DownThenUp,), {"down": 1100, "lists": 0})
+    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{http.server_address[1]}"
+        run_pods(url, lambda r: teams(r) == {"a": "red"}, retry_seconds=1e-4,
+                 max_retry_seconds=1e-4)  # fmt: skip
+    finally:
+        http.shutdown()
+    assert handler.lists == 1101
