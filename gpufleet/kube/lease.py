@@ -6,6 +6,11 @@ has not changed for a lease duration (judged on its own monotonic clock, as clie
 so clock skew between nodes does not matter). `is_leader` turns False as soon as the
 holder has gone a renew deadline without a successful renewal, which is before any other
 candidate may take over: a lost lease stops writes before another holder can start.
+
+The campaign never ends but by cancelling: an attempt that fails in any way (an answer
+that is no Lease included) is a failed renewal, logged as an outage, and the next retry
+period tries again. It runs on a thread of its own, not the default pool, which writes
+held by a hung admission webhook can fill past the renew deadline.
 """
 
 import asyncio
@@ -14,6 +19,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -21,6 +27,7 @@ from kubernetes import client
 
 from gpufleet.kube.errors import KubeError, KubeErrorKind, kube_call
 from gpufleet.kube.events import MicroTime, micro_time
+from gpufleet.logs import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +70,24 @@ class LeaderElector:
         # Each call within the renew deadline, as client-go bounds a renewal: a hung API
         # server must hold neither the campaign nor the release past it.
         self._timeout = {"_request_timeout": config.renew_deadline_seconds}
+        self._outage = OutageLog(log, f"lease {config.namespace}/{config.name}")
 
     def is_leader(self) -> bool:
         return self._clock() - self._renewed_at < self._config.renew_deadline_seconds
 
     async def run(self) -> None:
         """Try to acquire or renew every retry period, forever (cancel to stop)."""
-        while True:
-            await asyncio.to_thread(self.try_acquire_or_renew)
-            await asyncio.sleep(self._config.retry_period_seconds)
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpufleet-lease") as own:
+            while True:
+                await loop.run_in_executor(own, self._campaign_once)
+                await asyncio.sleep(self._config.retry_period_seconds)
+
+    def _campaign_once(self) -> None:
+        try:
+            self.try_acquire_or_renew()
+        except Exception as err:  # a bug, or an answer no check foresaw: tried again
+            self._outage.raised(err)
 
     def release(self) -> None:
         """Give the lease up on shutdown so another candidate need not wait it out; no
@@ -93,7 +109,7 @@ class LeaderElector:
         c = self._config
         try:
             lease = self._get()
-            if lease.spec.holder_identity == c.identity:
+            if lease.spec is not None and lease.spec.holder_identity == c.identity:
                 lease.spec.holder_identity = ""
                 lease.spec.lease_duration_seconds = 1
                 self._put(lease)
@@ -113,9 +129,11 @@ class LeaderElector:
             lease = self._get()
         except KubeError as err:
             if err.kind is not KubeErrorKind.NOT_FOUND:
-                log.warning("lease %s/%s unreadable: %s", c.namespace, c.name, err)
+                self._outage.failed(f"unreadable: {err}", kind=f"read {err.kind}")
                 return self.is_leader()
             return self._create(now, wall)
+        if lease.spec is None:  # a Lease with no spec is held by no one
+            lease.spec = client.V1LeaseSpec()
         spec = lease.spec
         record = (spec.holder_identity or "", str(spec.renew_time))
         if record != self._observed:
@@ -123,6 +141,7 @@ class LeaderElector:
         holder = spec.holder_identity or ""
         expired = now - self._observed_at >= (spec.lease_duration_seconds or 0)
         if holder and holder != c.identity and not expired:
+            self._outage.recovered()
             return False
         if holder != c.identity:
             spec.acquire_time = micro_time(wall)
@@ -134,7 +153,7 @@ class LeaderElector:
             self._put(lease)
         except KubeError as err:
             if err.kind is not KubeErrorKind.CONFLICT:
-                log.warning("lease %s/%s not renewed: %s", c.namespace, c.name, err)
+                self._outage.failed(f"not renewed: {err}", kind=f"write {err.kind}")
             return self.is_leader()
         return self._won(now, holder)
 
@@ -156,7 +175,7 @@ class LeaderElector:
             )
         except KubeError as err:
             if err.kind is not KubeErrorKind.CONFLICT:
-                log.warning("lease %s/%s not created: %s", c.namespace, c.name, err)
+                self._outage.failed(f"not created: {err}", kind=f"create {err.kind}")
             return False  # someone else created it first; the next try reads theirs
         return self._won(now, "")
 
@@ -179,6 +198,7 @@ class LeaderElector:
         )
 
     def _won(self, now: float, previous_holder: str) -> bool:
+        self._outage.recovered()
         if previous_holder != self._config.identity and not self.is_leader():
             self.transitions += 1
             log.info("became leader (lease %s/%s)", self._config.namespace, self._config.name)

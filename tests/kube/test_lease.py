@@ -1,8 +1,12 @@
 """Leader election over the fake API server's real REST: client-go's semantics (a lease is
 waited out on the candidate's own clock), and a release no renewal in flight can undo."""
 
+import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from helpers import wait_for
@@ -104,3 +108,82 @@ def test_a_lease_shorter_than_a_second_is_one_second_not_0(server) -> None:
         assert LeaderElector(api, config).try_acquire_or_renew()
         spec = client.CoordinationV1Api(api).read_namespaced_lease("lock", "default").spec
         assert spec.lease_duration_seconds == 1
+
+
+def test_a_lease_without_a_spec_is_held_by_no_one(server) -> None:
+    """A Lease made without a spec (it is optional): taken, not an AttributeError that
+    ended the campaign for good."""
+    with api_client(server.url) as api:
+        leases = client.CoordinationV1Api(api)
+        leases.create_namespaced_lease("default", {"metadata": {"name": "lock"}})
+        a = LeaderElector(api, LeaseConfig(namespace="default", name="lock", identity="a"))
+        assert a.try_acquire_or_renew() and holder(api) == "a"
+
+
+class _NoLease(BaseHTTPRequestHandler):
+    """A proxy's page where a Lease should be: 200, and not JSON."""
+
+    asked = 0
+
+    def do_GET(self) -> None:
+        type(self).asked += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "10")
+        self.end_headers()
+        self.wfile.write(b"<html>oops")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_the_campaign_outlives_any_answer(caplog) -> None:
+    """An answer that is no Lease fails that attempt alone, logged once as an outage: the
+    campaign retries each period (it ended, and with it every future renewal)."""
+    http = ThreadingHTTPServer(("127.0.0.1", 0), _NoLease)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    config = LeaseConfig(
+        namespace="default",
+        name="lock",
+        identity="a",
+        lease_duration_seconds=1.0,
+        renew_deadline_seconds=0.5,
+        retry_period_seconds=0.01,
+    )
+    try:
+        with api_client(f"http://127.0.0.1:{http.server_address[1]}") as api:
+            campaign = asyncio.create_task(LeaderElector(api, config).run())
+            while _NoLease.asked < 5 and not campaign.done():
+                await asyncio.sleep(0.01)
+            assert not campaign.done()
+            campaign.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await campaign
+    finally:
+        http.shutdown()
+    assert caplog.text.count("lease default/lock: JSONDecodeError") == 1
+
+
+async def test_renewals_do_not_queue_behind_a_full_default_pool(server) -> None:
+    """Writes held by a hung admission webhook fill asyncio's default pool; a renewal
+    queued there waited past its deadline and the lease was lost to a standby."""
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+    hung = threading.Event()
+    held = loop.run_in_executor(None, hung.wait)
+    config = LeaseConfig(namespace="default", name="lock", identity="a", retry_period_seconds=0.01)
+    try:
+        with api_client(server.url) as api:
+            elector = LeaderElector(api, config)
+            campaign = asyncio.create_task(elector.run())
+            for _ in range(500):
+                if elector.is_leader():
+                    break
+                await asyncio.sleep(0.01)
+            campaign.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await campaign
+            assert elector.is_leader()
+    finally:
+        hung.set()
+        await held
