@@ -84,7 +84,7 @@ class PromClient:
                 now = float(result[1])
             else:
                 raise TypeError(f"a {kind} result of {len(result)}")
-        except (TypeError, ValueError, KeyError, IndexError) as err:
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as err:
             message = cut(f"time(): not one number: {err}", MAX_ERROR_CHARS)
             raise PromError(PromErrorKind.BAD_RESPONSE, message) from None
         if not math.isfinite(now):
@@ -170,7 +170,7 @@ def parse_matrix(
             if not all(type(v) is str for v in labels.values()):
                 raise TypeError(f"a label value is not a string in {shown(labels)}")
             out.append(RangeSeries(labels=labels, samples=samples))
-    except (TypeError, ValueError, AttributeError) as err:
+    except (TypeError, ValueError, AttributeError, OverflowError) as err:
         message = cut(f"malformed matrix: {err}", MAX_ERROR_CHARS)
         raise PromError(PromErrorKind.BAD_RESPONSE, message) from None
     return tuple(out)

@@ -160,6 +160,7 @@ async def test_real_prometheus_tells_its_time(real_prometheus: str) -> None:
         pytest.param({"resultType": "matrix", "result": [[1, "1"]]}, id="a-matrix"),
         pytest.param({"resultType": "scalar", "result": [1, "NaN"]}, id="nan"),
         pytest.param({"resultType": "scalar", "result": [1, "soon"]}, id="not-a-number"),
+        pytest.param({"resultType": "scalar", "result": [1, 10**400]}, id="past-a-float"),
         pytest.param({"resultType": "scalar", "result": [1]}, id="no-value"),
         pytest.param({"resultType": "scalar"}, id="no-result"),
         pytest.param(["scalar"], id="not-an-object"),
@@ -283,7 +284,12 @@ async def test_nothing_listening_is_unavailable() -> None:
 
 
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.just(10**400)  # JSON's numbers have no bound; a float's do
+    | st.floats()
+    | st.text(max_size=8),
     lambda inner: (
         st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3)
     ),
@@ -317,6 +323,16 @@ def test_any_answer_is_series_or_a_bad_response(data) -> None:
         return
     assert all(math.isfinite(v) for s in series for _, v in s.samples)
     assert all(type(v) is str for s in series for v in s.labels.values())
+
+
+@pytest.mark.parametrize("sample", [[10**400, "1"], [1, 10**400]], ids=["time", "value"])
+def test_a_number_past_a_float_is_a_bad_response(sample) -> None:
+    """An integer past a float's range (a broken backend): one bad answer, not an
+    OverflowError failing the tick for every workload."""
+    data = {"resultType": "matrix", "result": [{"metric": {}, "values": [sample]}]}
+    with pytest.raises(PromError) as err:
+        parse_matrix(data)
+    assert err.value.kind is PromErrorKind.BAD_RESPONSE
 
 
 def test_native_histogram_samples_are_a_bad_query_that_says_so() -> None:
