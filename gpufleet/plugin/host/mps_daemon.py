@@ -42,6 +42,7 @@ def mps_daemon_problem(
             env=env,
             capture_output=True,
             text=True,
+            errors="replace",  # whatever it prints, a reason to show, not a crash
             timeout=timeout_seconds,
         )
     except subprocess.TimeoutExpired:

@@ -147,6 +147,7 @@ class PluginRunner:
             log, f"waiting for the kubelet socket {kubelet_socket}", clock=clock
         )
         self._refused: dict[str, OutageLog] = {}  # resource -> its Register calls failing
+        self._crashed = OutageLog(log, "keeping the plugin registered", clock=clock)
         self._endpoints = [_Endpoint(s, plugin_dir / socket_name(s.resource)) for s in services]
         self._kubelet_socket = kubelet_socket
         self.state = RegistrationState()
@@ -215,44 +216,58 @@ class PluginRunner:
         backoff = MIN_BACKOFF_SECONDS
         last: tuple[int, int] | None = None
         while not self._stop.is_set():
-            kubelet = _identity(self._kubelet_socket)
-            if kubelet is None:
-                self._no_kubelet.failed("no socket there yet", kind="missing")
-            else:
-                self._no_kubelet.recovered()
-            if kubelet != last:  # a new kubelet owes nothing to the last one's failures
-                backoff, last = MIN_BACKOFF_SECONDS, kubelet
-            failed = self._serve_missing(registered)
-            with self._lock:
-                endpoints = list(self._endpoints)
-            for gone in set(registered) - set(endpoints):
-                del registered[gone]
-            for gone in set(self._waiting) - set(endpoints):
-                del self._waiting[gone]
-            pending = [e for e in endpoints if registered.get(e) != kubelet]
-            if kubelet is not None:
-                unready = self._unready(pending)
-                pending = [e for e in pending if e not in unready]
-                failed = failed or bool(unready)
-                failed = self._restart_asked(pending) or failed
-                pending = [e for e in pending if e.serving]
-            superseded = False
-            if kubelet is not None and pending:
-                done, superseded = self._register_all(pending, kubelet)
-                registered.update(dict.fromkeys(done, kubelet))
-                failed = failed or (len(done) < len(pending) and not superseded)
-            failed = self._forget_dropped(registered, kubelet) or failed
-            self.state.registered = kubelet is not None and all(
-                registered.get(e) == kubelet for e in endpoints
-            )
+            try:
+                kubelet = _identity(self._kubelet_socket)
+                if kubelet != last:  # a new kubelet owes nothing to the last one's failures
+                    backoff, last = MIN_BACKOFF_SECONDS, kubelet
+                failed, superseded = self._keep_registered(registered, kubelet)
+                self._crashed.recovered()
+            except Exception as err:  # a bug, or a host answer no check foresaw: retried
+                self._crashed.raised(err)
+                self.state.registered = False
+                failed, superseded = True, False
             if superseded:
                 continue  # a newer kubelet: register with it now
             if failed:
-                self._wait_for_change(backoff, kubelet)
+                self._wait_for_change(backoff, last)
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
             else:
                 backoff = MIN_BACKOFF_SECONDS
                 self._stop.wait(POLL_SECONDS)
+
+    def _keep_registered(
+        self, registered: dict[_Endpoint, tuple[int, int]], kubelet: tuple[int, int] | None
+    ) -> tuple[bool, bool]:
+        """One pass: serve what is missing, register what is not with `kubelet` (None: its
+        socket is absent). (failed, superseded by a newer kubelet)."""
+        if kubelet is None:
+            self._no_kubelet.failed("no socket there yet", kind="missing")
+        else:
+            self._no_kubelet.recovered()
+        failed = self._serve_missing(registered)
+        with self._lock:
+            endpoints = list(self._endpoints)
+        for gone in set(registered) - set(endpoints):
+            del registered[gone]
+        for gone in set(self._waiting) - set(endpoints):
+            del self._waiting[gone]
+        pending = [e for e in endpoints if registered.get(e) != kubelet]
+        if kubelet is not None:
+            unready = self._unready(pending)
+            pending = [e for e in pending if e not in unready]
+            failed = failed or bool(unready)
+            failed = self._restart_asked(pending) or failed
+            pending = [e for e in pending if e.serving]
+        superseded = False
+        if kubelet is not None and pending:
+            done, superseded = self._register_all(pending, kubelet)
+            registered.update(dict.fromkeys(done, kubelet))
+            failed = failed or (len(done) < len(pending) and not superseded)
+        failed = self._forget_dropped(registered, kubelet) or failed
+        self.state.registered = kubelet is not None and all(
+            registered.get(e) == kubelet for e in endpoints
+        )
+        return failed, superseded
 
     def _unready(self, endpoints: Sequence[_Endpoint]) -> set[_Endpoint]:
         """Those of `endpoints` whose readiness check fails; logs when one starts waiting

@@ -21,11 +21,15 @@ from gpufleet.plugin.host.mps_daemon import mps_daemon_problem
         ),
         ("exit 3", "nvidia-cuda-mps-control (/mps/nvidia.com/gpu/pipe) exited 3"),
         (
+            "printf 'bad \\377 byte\\n' >&2; exit 1",  # not UTF-8: a phrase all the same
+            "nvidia-cuda-mps-control (/mps/nvidia.com/gpu/pipe) exited 1: bad \ufffd byte",
+        ),
+        (
             "exec sleep 30",
             "nvidia-cuda-mps-control (/mps/nvidia.com/gpu/pipe) did not answer within 5 s",
         ),
     ],
-    ids=["not installed", "answers", "no daemon", "fails silently", "hangs"],
+    ids=["not installed", "answers", "no daemon", "fails silently", "not utf-8", "hangs"],
 )
 def test_mps_daemon_problem(tmp_path: Path, monkeypatch, script: str | None, problem: str | None):
     if script is not None:

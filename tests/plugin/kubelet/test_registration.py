@@ -131,3 +131,31 @@ def test_waiting_for_the_kubelet_is_one_line_then_one_when_it_comes(tmp_path: Pa
         plugin.stop()
         kubelet.stop()
         sim.close()
+
+
+def test_the_runner_outlives_an_error_no_check_foresaw(tmp_path: Path, caplog):
+    """Stat of the kubelet socket failing otherwise than absent (its directory a file for
+    a moment): the thread died, and the plugin never registered again. Now a line, with
+    its traceback once, and the next try registers."""
+    kubelet = FakeKubelet(tmp_path / "k", rate_limit=None)
+    kubelet.device_plugins_dir.mkdir(parents=True)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    sim = SimulatedNvml("2xH100")
+    sim.nvmlInit()
+    settings = PluginSettings(kubelet_socket=str(blocker / "kubelet.sock"))
+    config, _ = resolve_config(settings)
+    plugin = start_plugin(settings, config, sim, plugin_dir=kubelet.device_plugins_dir)
+    try:
+        wait_for(lambda: "NotADirectoryError" in caplog.text, what="the failed stat")
+        blocker.unlink()
+        blocker.symlink_to(kubelet.device_plugins_dir)
+        kubelet.start()
+        assert kubelet.device_plugins.wait_for_registrations(
+            "nvidia.com/gpu", 1, timeout_seconds=10
+        )
+        assert caplog.text.count("keeping the plugin registered: NotADirectoryError") == 1
+    finally:
+        plugin.stop()
+        kubelet.stop()
+        sim.close()
