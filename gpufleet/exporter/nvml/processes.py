@@ -13,6 +13,12 @@ as it lived. An answer with no new sample may only mean no period ended since th
 call (a collection faster than NVML's sampling): the last values stand, for at most
 IDLE_AFTER_SECONDS.
 
+NVML stamps the samples by the wall clock. Where it steps back (an NTP step, a VM
+resumed), the last stamp seen is ahead of every new one: asking for samples newer than it
+found none for as long as the step, and every busy process read 0. A stamp asked from
+that is ahead of the clock is taken back to IDLE_AFTER_SECONDS before it, and a sample
+stamped ahead of it (by more than IDLE_AFTER_SECONDS) is from before the step: not now.
+
 It must never attribute a parent GPU's process to a MIG instance it does not run on (the
 fallback matches GPU and compute instance ids), must keep "NVML could not tell" apart from
 "no processes" all the way into the snapshot (MISSING here, None in `EntitySample`), so
@@ -21,7 +27,9 @@ through the given `NvmlCalls`.
 """
 
 import math
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pynvml
@@ -38,9 +46,12 @@ IDLE_AFTER_SECONDS = 2.0
 class ProcessReader:
     """Reads the processes of GPUs and MIG instances; remembers each one's last sample time."""
 
-    def __init__(self, lib: Any, calls: NvmlCalls) -> None:
+    def __init__(
+        self, lib: Any, calls: NvmlCalls, *, wall_clock: Callable[[], float] = time.time
+    ) -> None:
         self._lib = lib
         self._calls = calls
+        self._wall = wall_clock
         self._seen_us: dict[str, int] = {}  # last process-utilization timestamp
         # Each entity's latest sample per pid, (SM util, its timestamp): NVML answers only
         # samples newer than the last call, and none when its sampling period is longer
@@ -58,7 +69,12 @@ class ProcessReader:
             self._lib.nvmlDeviceGetComputeRunningProcesses,
             target.handle,
         )
+        idle_us = IDLE_AFTER_SECONDS * 1e6
+        now_us = self._wall() * 1e6
+        ahead_us = now_us + idle_us  # a stamp past this is from before a step back
         since = self._seen_us.get(target.key, 0)
+        if since > now_us:  # the clock stepped back past it: from the samples of now
+            since = int(now_us - idle_us)
         samples = self._calls.read(
             errors,
             "nvmlDeviceGetProcessUtilization",
@@ -76,13 +92,18 @@ class ProcessReader:
         recent = now - self._sampled_at.get(target.key, -math.inf) < IDLE_AFTER_SECONDS
         kept = dict(self._last_util.get(target.key, {})) if recent else {}
         for sample in sorted(samples, key=lambda s: s.timeStamp):  # the latest wins
+            if sample.timeStamp > ahead_us:
+                continue
             kept[sample.pid] = (float(sample.smUtil), sample.timeStamp)
             since = max(since, sample.timeStamp)
         # Per pid, by NVML's own clock: a pid whose last sample is older than the newest by
         # more than IDLE_AFTER_SECONDS used none since (NVML may stamp each process apart,
         # so one answer missing a pid says nothing alone).
-        idle_us = IDLE_AFTER_SECONDS * 1e6
-        kept = {pid: (u, ts) for pid, (u, ts) in kept.items() if since - ts < idle_us}
+        kept = {
+            pid: (u, ts)
+            for pid, (u, ts) in kept.items()
+            if since - ts < idle_us and ts <= ahead_us
+        }
         if running is not MISSING:  # forget processes that ended
             alive = {p.pid for p in running}
             kept = {pid: v for pid, v in kept.items() if pid in alive}

@@ -58,3 +58,29 @@ def test_processes_stamped_apart_each_keep_their_value_until_idle_past_the_bound
     assert sm(2.05) == {1: 50.0, 2: 40.0}
     lib.samples.append((1, 50, 4 * S))  # pid 2 sampled no more for 2.9 s: idle
     assert sm(4.05) == {1: 50.0}
+
+
+def test_a_wall_clock_stepped_back_reads_the_new_samples() -> None:
+    """NVML stamps by the wall clock. Stepped back an hour (an NTP step, a VM resumed),
+    the stamp asked from stayed an hour ahead of every new sample: none came, and a busy
+    process read 0 for the hour. A sample stamped ahead of the clock is from before it."""
+    lib, wall = Answers(), [10_000.0]
+    target = Target(
+        entity=Entity(gpu=0, uuid="GPU-0", pci_bus_id="0", model_name="H100"),
+        handle=object(),
+        labels={},
+        key="GPU-0",
+        model="H100",
+    )
+    reader = ProcessReader(lib, NvmlCalls(logging.getLogger(__name__)), wall_clock=lambda: wall[0])
+
+    def sm(at: float) -> dict[int, float]:
+        return reader.read(target, Counter(), at)[1]
+
+    lib.samples = [(1, 50, 9_999 * S)]
+    assert sm(1.0) == {1: 50.0}
+    wall[0] -= 3600  # the step; NVML's buffer still holds the sample stamped before it
+    for at in (2.0, 3.0, 4.0, 5.0):
+        wall[0] += 1.0
+        lib.samples.append((1, 70, int((wall[0] - 0.5) * S)))
+        assert sm(at) == {1: 70.0}
