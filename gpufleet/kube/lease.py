@@ -78,10 +78,13 @@ class LeaderElector:
     async def run(self) -> None:
         """Try to acquire or renew every retry period, forever (cancel to stop)."""
         loop = asyncio.get_running_loop()
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpufleet-lease") as own:
+        own = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpufleet-lease")
+        try:
             while True:
                 await loop.run_in_executor(own, self._campaign_once)
                 await asyncio.sleep(self._config.retry_period_seconds)
+        finally:  # not waited for here: `release` waits for a renewal in flight
+            own.shutdown(wait=False)
 
     def _campaign_once(self) -> None:
         try:
