@@ -100,9 +100,7 @@ class ProcessReader:
         # more than IDLE_AFTER_SECONDS used none since (NVML may stamp each process apart,
         # so one answer missing a pid says nothing alone).
         kept = {
-            pid: (u, ts)
-            for pid, (u, ts) in kept.items()
-            if since - ts < idle_us and ts <= ahead_us
+            pid: (u, ts) for pid, (u, ts) in kept.items() if since - ts < idle_us and ts <= ahead_us
         }
         if running is not MISSING:  # forget processes that ended
             alive = {p.pid for p in running}

@@ -14,6 +14,13 @@ from gpufleet.exporter.nvml.discovery import Target
 from gpufleet.exporter.nvml.processes import ProcessReader
 
 S = 1_000_000  # µs
+TARGET = Target(
+    entity=Entity(gpu=0, uuid="GPU-0", pci_bus_id="0", model_name="H100"),
+    handle=object(),
+    labels={},
+    key="GPU-0",
+    model="H100",
+)
 
 
 class Answers:
@@ -40,17 +47,10 @@ def test_processes_stamped_apart_each_keep_their_value_until_idle_past_the_bound
     """NVML may stamp each process apart within a period: a collection between two stamps
     found pid 2 missing from an answer with new samples, and read 0 for a busy process."""
     lib = Answers()
-    target = Target(
-        entity=Entity(gpu=0, uuid="GPU-0", pci_bus_id="0", model_name="H100"),
-        handle=object(),
-        labels={},
-        key="GPU-0",
-        model="H100",
-    )
     reader = ProcessReader(lib, NvmlCalls(logging.getLogger(__name__)))
 
     def sm(at: float) -> dict[int, float]:
-        return reader.read(target, Counter(), at)[1]
+        return reader.read(TARGET, Counter(), at)[1]
 
     lib.samples = [(1, 50, 1 * S), (2, 40, 1 * S + S // 10)]
     assert sm(1.2) == {1: 50.0, 2: 40.0}
@@ -65,17 +65,10 @@ def test_a_wall_clock_stepped_back_reads_the_new_samples() -> None:
     the stamp asked from stayed an hour ahead of every new sample: none came, and a busy
     process read 0 for the hour. A sample stamped ahead of the clock is from before it."""
     lib, wall = Answers(), [10_000.0]
-    target = Target(
-        entity=Entity(gpu=0, uuid="GPU-0", pci_bus_id="0", model_name="H100"),
-        handle=object(),
-        labels={},
-        key="GPU-0",
-        model="H100",
-    )
     reader = ProcessReader(lib, NvmlCalls(logging.getLogger(__name__)), wall_clock=lambda: wall[0])
 
     def sm(at: float) -> dict[int, float]:
-        return reader.read(target, Counter(), at)[1]
+        return reader.read(TARGET, Counter(), at)[1]
 
     lib.samples = [(1, 50, 9_999 * S)]
     assert sm(1.0) == {1: 50.0}
