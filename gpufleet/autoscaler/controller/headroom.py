@@ -6,10 +6,10 @@ its CRD is installed, else as low-priority placeholder pods (`HeadroomKeeper`). 
 costs only the headroom, counted and logged, never the scale write or another workload.
 """
 
-import asyncio
 import logging
 from collections.abc import Callable
 
+from gpufleet.autoscaler.controller.leading import NotLeading, as_leader
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.workload import Key, Tick
 from gpufleet.autoscaler.core.buffers import BUFFER_KIND, capacity_buffer, pod_template
@@ -73,9 +73,10 @@ def fit_to_nodepools(
 class HeadroomKeeper:
     """Writes each workload's CapacityBuffer or placeholder Deployment when its size changes."""
 
-    def __init__(self, cluster: Cluster, stats: Stats) -> None:
+    def __init__(self, cluster: Cluster, stats: Stats, *, is_leader: Callable[[], bool]) -> None:
         self._cluster = cluster
         self._stats = stats
+        self._is_leader = is_leader
         self._priority_class_ready = False  # the placeholders' PriorityClass exists
         # The release failures of GPUAutoscalers with an invalid spec, which have no
         # `Workload` to keep them: ((namespace, name), what) -> its log.
@@ -240,11 +241,13 @@ class HeadroomKeeper:
         kept_as: str | None,
         write: Callable[[], object],
     ) -> None:
-        """`write` in a thread; `want` kept (under `kept_as`, where it is a workload's) once
-        it is written. A failure is counted and logged as an outage (`outage`), never
-        raised."""
+        """`write` in a thread, while this replica leads; `want` kept (under `kept_as`,
+        where it is a workload's) once it is written. A failure is counted and logged as an
+        outage (`outage`), never raised."""
         try:
-            await asyncio.to_thread(write)
+            await as_leader(self._is_leader, write)
+        except NotLeading:
+            return
         except KubeError as err:
             self._stats.errors[f"kube_{err.kind}"] += 1
             outage.failed(f"{want} wanted: {err}", kind=str(err.kind))

@@ -26,10 +26,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from operator import attrgetter
 from typing import Any, NamedTuple
 
 from gpufleet.autoscaler.controller.headroom import HeadroomKeeper, fit_to_nodepools
+from gpufleet.autoscaler.controller.leading import NotLeading, as_leader
 from gpufleet.autoscaler.controller.prom_clock import PromClock
 from gpufleet.autoscaler.controller.prom_gather import PromGather
 from gpufleet.autoscaler.controller.stats import Stats
@@ -115,7 +117,7 @@ class Controller:
         )
         self._prom_clock = PromClock(prom, clock, self.stats, log)
         self._steps = Steps(self.stats, log, wait_seconds=self._config.wait_seconds)
-        self._headroom = HeadroomKeeper(cluster, self.stats)
+        self._headroom = HeadroomKeeper(cluster, self.stats, is_leader=is_leader)
         self._status = StatusWriter(cluster, events, self.stats, is_leader=is_leader)
         # Every workload holds its count while a query fails (MissingMetrics): said in the
         # log when it starts and ends, not at every tick.
@@ -463,18 +465,18 @@ class Controller:
         try:
             if desired < current:
                 for pod, cost in deletion_costs(t.pods, node_pods).items():
-                    await asyncio.to_thread(
-                        self._cluster.set_deletion_cost, spec.namespace, pod, cost
+                    await as_leader(
+                        self._is_leader, self._cluster.set_deletion_cost, spec.namespace, pod, cost
                     )
-                if not self._is_leader():  # lost while a write was held: no scale after it
-                    return
-            written = await asyncio.to_thread(
-                self._cluster.write_scale,
+            written = await as_leader(
+                self._is_leader,
+                partial(self._cluster.write_scale, decided_from=current),
                 spec.namespace,
                 spec.target,
                 desired,
-                decided_from=current,
             )
+        except NotLeading:  # lost while a write waited: none after it
+            return
         except KubeError as err:
             self.stats.errors[f"kube_{err.kind}"] += 1
             t.note(scale_error=f"FailedUpdateScale: {err}")

@@ -7,11 +7,12 @@ reported once per generation. A failed write is counted, never raised: the next 
 writes again.
 """
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, cast
 
+from gpufleet.autoscaler.controller.leading import NotLeading, as_leader
 from gpufleet.autoscaler.controller.stats import Stats
 from gpufleet.autoscaler.controller.workload import Key, Tick
 from gpufleet.autoscaler.core.policy import Learns, Reason
@@ -93,8 +94,12 @@ class StatusWriter:
             status["learned"] = None
         outage = w.outage("cannot write its status", log)
         try:
-            await asyncio.to_thread(self._cluster.write_status, spec.namespace, spec.name, status)
+            await as_leader(
+                self._is_leader, self._cluster.write_status, spec.namespace, spec.name, status
+            )
             w.signals_written_at = now
+        except NotLeading:
+            return
         except KubeError as err:
             self._stats.errors[f"kube_{err.kind}"] += 1
             outage.failed(str(err), kind=str(err.kind))
@@ -153,15 +158,20 @@ class StatusWriter:
         if not self._is_leader():
             return
         try:
-            await asyncio.to_thread(self._cluster.write_status, namespace, name, status)
-            await asyncio.to_thread(
-                self._events.record,
-                regarding=_regarding(namespace, name),
-                type_="Warning",
-                reason="InvalidSpec",
-                action="Validate",
-                note=str(err),
+            await as_leader(self._is_leader, self._cluster.write_status, namespace, name, status)
+            await as_leader(
+                self._is_leader,
+                partial(
+                    self._events.record,
+                    regarding=_regarding(namespace, name),
+                    type_="Warning",
+                    reason="InvalidSpec",
+                    action="Validate",
+                    note=str(err),
+                ),
             )
+        except NotLeading:
+            return
         except KubeError as kube_err:
             self._stats.errors[f"kube_{kube_err.kind}"] += 1
             return
@@ -171,14 +181,19 @@ class StatusWriter:
         self, spec: AutoscalerSpec, type_: str, reason: str, action: str, note: str
     ) -> None:
         try:
-            await asyncio.to_thread(
-                self._events.record,
-                regarding=_regarding(spec.namespace, spec.name),
-                type_=type_,
-                reason=reason,
-                action=action,
-                note=note,
+            await as_leader(
+                self._is_leader,
+                partial(
+                    self._events.record,
+                    regarding=_regarding(spec.namespace, spec.name),
+                    type_=type_,
+                    reason=reason,
+                    action=action,
+                    note=note,
+                ),
             )
+        except NotLeading:
+            return
         except KubeError as err:
             self._stats.errors[f"kube_{err.kind}"] += 1
 

@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import logging
 import math
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -1604,6 +1605,33 @@ async def test_a_lease_lost_mid_tick_stops_the_writes_left(
     assert ctl.stats.leader is True
     made = apiserver.requests[before:]
     assert made and not [r for r in made if r.method in ("PATCH", "POST", "PUT")]
+
+
+async def test_a_lease_lost_while_a_write_waits_for_a_thread_stops_it(
+    api: client.ApiClient, apiserver: FakeApiServer, pod_prometheus: Prometheus
+) -> None:
+    """Leadership was asked on the loop, before each write was queued for a thread. With
+    the pool full of writes held by a hung webhook, a write queued behind them started
+    after the lease was lost. Here the lease is lost just so: leading on the loop, not in
+    the threads. No write is made, and none counts as an error."""
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)  # 200 waiting: it scales up, writes its status, an Event
+
+    def leading() -> bool:
+        return threading.current_thread() is threading.main_thread()
+
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}", is_leader=leading)
+    before = len(apiserver.requests)  # the setup's writes
+    try:
+        for _ in range(3):
+            await tick(ctl)
+    finally:
+        ctl.close()
+        await prom.close()
+    assert ctl._workloads[(NS, "chat")].decided > 1  # it would have scaled
+    made = apiserver.requests[before:]
+    assert not [r for r in made if r.method in ("PATCH", "POST", "PUT", "DELETE")]
+    assert not +ctl.stats.errors
 
 
 async def test_a_restarted_controller_writes_no_status_it_need_not(
