@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -235,11 +236,15 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
                 await asyncio.wait_for(stop.wait(), timeout=settings.tick_seconds)
     finally:
         controller.close()  # no step of its writes after the lease is released
-        if campaign:
-            campaign.cancel()
-            await asyncio.gather(campaign, return_exceptions=True)
-            await asyncio.to_thread(elector.release)
-        await asyncio.to_thread(cluster.close)  # after the release: a standby waits on it
+        # On a thread of their own: writes a hung admission webhook holds can fill the
+        # default pool for the API timeout, and a standby waits on the release.
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpufleet-stop") as own:
+            if campaign:
+                campaign.cancel()
+                await asyncio.gather(campaign, return_exceptions=True)
+                await loop.run_in_executor(own, elector.release)
+            await loop.run_in_executor(own, cluster.close)  # after the release
         for stop_one in reversed(stoppers):
             await stop_one()
         await prom.close()

@@ -220,6 +220,48 @@ def test_two_replicas_one_writer_and_a_warm_takeover(
         api.close()
 
 
+def test_sigterm_releases_the_lease_while_a_hung_webhook_holds_every_write(
+    apiserver: FakeApiServer,
+) -> None:
+    """The release waited in asyncio's default pool behind the writes a hung webhook
+    held there, each for the API timeout (30 s), so a standby waited the lease out. It
+    now runs on a thread of its own: released at once, the writes still held."""
+    api = api_client(apiserver.url)
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": NS}})
+    pool = min(32, (os.cpu_count() or 1) + 4)  # the daemon's default pool
+    for i in range(pool + 4):  # each writes its status (its target is missing)
+        create_autoscaler(api, NS, {"scaleTargetRef": {"name": f"t{i}"}}, name=f"w{i}")
+    apiserver.faults.hold_writes_suffix = "/status"
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.cli", "autoscaler", "--kube-url", apiserver.url,
+         "--prometheus-url", "http://127.0.0.1:9", "--identity", "a",
+         "--lease-namespace", "kube-system", "--tick-seconds", "0.2",
+         "--metrics-address", ""],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+    def holder() -> str:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease(
+            "gpufleet-autoscaler", "kube-system"
+        )
+        return lease.spec.holder_identity or ""
+
+    try:
+        wait_for(lambda: apiserver.held_writes >= pool, timeout=30, what="a full pool")
+        assert holder() == "a"
+        daemon.send_signal(signal.SIGTERM)
+        wait_for(lambda: holder() == "", timeout=10, what="the release, writes still held")
+        assert apiserver.held_writes >= pool
+        apiserver.faults.hold_writes_suffix = ""
+        assert daemon.wait(30) == 0
+    finally:
+        apiserver.faults.hold_writes_suffix = ""
+        daemon.kill()
+        api.close()
+
+
 def lone_autoscaler(api_url: str, port: int, *args: str) -> subprocess.Popen:
     """`gpufleet autoscaler` without an election or a Prometheus, its metrics on `port`."""
     return subprocess.Popen(

@@ -98,6 +98,7 @@ class _State:
     # bearer token -> (user, groups): the requests authorized through RBAC
     users: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     watch_cache: bool = True  # lists at resourceVersion "0" come whole (see listing)
+    held: int = 0  # writes held unanswered now (`Faults.hold_writes_suffix`)
 
 
 class FakeApiServer:
@@ -172,6 +173,11 @@ class FakeApiServer:
         """Requests bearing `token` are `user`'s (a service account's is
         `system:serviceaccount:<namespace>:<name>`), authorized through the RBAC objects."""
         self._state.users[token] = (user, ["system:authenticated", *groups])
+
+    @property
+    def held_writes(self) -> int:
+        """Writes held unanswered now by `faults.hold_writes_suffix`."""
+        return self._state.held
 
     @property
     def requests(self) -> list[RequestRecord]:
@@ -255,6 +261,28 @@ class FakeApiServer:
             await self._runner.cleanup()
             self._runner = None
 
+    async def _held(self, request: web.Request) -> None:
+        """While `hold_writes_suffix` names its path, a write is held unanswered."""
+        faults, state = self._state.faults, self._state
+
+        def holding() -> bool:
+            suffix = faults.hold_writes_suffix
+            return (
+                bool(suffix)
+                and not self._closing
+                and request.method in ("POST", "PUT", "PATCH")
+                and request.path.endswith(suffix)
+            )
+
+        if not holding():
+            return
+        state.held += 1
+        try:
+            while holding():
+                await asyncio.sleep(0.05)
+        finally:
+            state.held -= 1
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         state = self._state
         faults = state.faults
@@ -266,13 +294,7 @@ class FakeApiServer:
                 raise ApiError(
                     code=faults.fail_code, reason="ServiceUnavailable", message="injected failure"
                 )
-            while (
-                faults.hold_writes_suffix
-                and not self._closing
-                and request.method in ("POST", "PUT", "PATCH")
-                and request.path.endswith(faults.hold_writes_suffix)
-            ):
-                await asyncio.sleep(0.05)
+            await self._held(request)
             forbid = faults.forbid_writes_suffix
             if (
                 forbid
