@@ -58,9 +58,10 @@ def _nothing(*_: object) -> None:
 
 class Reflector(Generic[T]):
     """`call` is the client's list method for the collection (it takes `watch`,
-    `resource_version` and the like as keywords); `reduce` keeps what a reader needs of
-    each object, and raises (ValueError, KeyError, TypeError) for one it cannot read, which
-    is then left out and given to `on_skip`.
+    `resource_version`, `send_initial_events` and the like as keywords: a typed API's, or
+    `custom_objects.cluster_custom_objects` for a custom resource); `reduce` keeps what a
+    reader needs of each object, and raises (ValueError, KeyError, TypeError) for one it
+    cannot read, which is then left out and given to `on_skip`.
 
     Called on the reflector's thread, never under its lock: `on_change` after each list
     and each event, `on_failure` with each failure, `on_working` once the objects follow
@@ -314,11 +315,6 @@ class Reflector(Generic[T]):
             if self._absent_ok and err.kind is KubeErrorKind.NOT_FOUND:
                 raise WatchExpired("404: the CRD is gone") from None  # the list says so
             raise
-        except (TypeError, ValueError):  # a client call without the option (pydantic says so)
-            if not stream:  # CustomObjectsApi's own (custom_objects adds the option)
-                raise
-            self._streams = False  # not the server's doing: no line
-            return False
         syncing = WatchState(self._reduce) if stream else None  # not shared until it ends
         skipped_syncing: list[Skipped] = []
         abandoned, synced = threading.Event(), threading.Event()
