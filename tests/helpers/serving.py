@@ -1,9 +1,23 @@
-"""A pod's /metrics in a thread: the text a callable returns, on a loopback port."""
+"""A pod's /metrics in a thread: the text a callable returns, on a loopback port; and any
+stand-in HTTP handler served so."""
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` on a loopback port, in a thread: yields its base URL, stopped after."""
+    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{http.server_address[1]}"
+    finally:
+        http.shutdown()
+        http.server_close()
 
 
 class MetricsServer:

@@ -6,11 +6,12 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from helpers import wait_for
 from helpers.kube import api_client
+from helpers.serving import serving
 from kubernetes import client
 
 from gpufleet.kube.lease import LeaderElector, LeaseConfig
@@ -140,8 +141,6 @@ class _NoLease(BaseHTTPRequestHandler):
 async def test_the_campaign_outlives_any_answer(caplog) -> None:
     """An answer that is no Lease fails that attempt alone, logged once as an outage: the
     campaign retries each period (it ended, and with it every future renewal)."""
-    http = ThreadingHTTPServer(("127.0.0.1", 0), _NoLease)
-    threading.Thread(target=http.serve_forever, daemon=True).start()
     config = LeaseConfig(
         namespace="default",
         name="lock",
@@ -150,17 +149,14 @@ async def test_the_campaign_outlives_any_answer(caplog) -> None:
         renew_deadline_seconds=0.5,
         retry_period_seconds=0.01,
     )
-    try:
-        with api_client(f"http://127.0.0.1:{http.server_address[1]}") as api:
-            campaign = asyncio.create_task(LeaderElector(api, config).run())
-            while _NoLease.asked < 5 and not campaign.done():
-                await asyncio.sleep(0.01)
-            assert not campaign.done()
-            campaign.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await campaign
-    finally:
-        http.shutdown()
+    with serving(_NoLease) as url, api_client(url) as api:
+        campaign = asyncio.create_task(LeaderElector(api, config).run())
+        while _NoLease.asked < 5 and not campaign.done():
+            await asyncio.sleep(0.01)
+        assert not campaign.done()
+        campaign.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await campaign
     assert caplog.text.count("lease default/lock: JSONDecodeError") == 1
 
 

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Container, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -15,6 +15,7 @@ import pytest
 from helpers import wait_for
 from helpers.chart_rbac import client_with
 from helpers.kube import api_client
+from helpers.serving import serving
 from kubernetes import client
 
 from gpufleet.core.watch_state import Skipped
@@ -216,34 +217,28 @@ def test_a_watch_held_open_and_silent_counts_as_down_once_overdue() -> None:
     """The server should have ended it by its timeoutSeconds; still open, it is stuck, and
     the objects are refused then, not after the read timeout minutes later."""
     now = [0.0]
-    http = ThreadingHTTPServer(("127.0.0.1", 0), _HeldWatch)
-    threading.Thread(target=http.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{http.server_address[1]}"
-    try:
-        with api_client(url) as api:
-            core = client.CoreV1Api(api)
-            reflector = Reflector(
-                "pods",
-                core.list_pod_for_all_namespaces,
-                team,
-                watch_seconds=60,
-                clock=lambda: now[0],
-            )
-            reflector.start()
-            try:
-                # the blank line is skipped, the event after it applied
-                wait_for(lambda: teams(reflector) == {"a": "red", "b": "blue"})
-                now[0] = 60 + 10  # its shortest timeout (1x to 2x 60 s) and the grace
-                assert teams(reflector, stale_after=0) == {"a": "red", "b": "blue"}
-                now[0] = 120 + 10  # past the longest: overdue
-                with pytest.raises(KubeError, match=r"^pods: watch down for \d+ s$"):
-                    reflector.items(stale_after=0)
-                assert teams(reflector, stale_after=60) is not None
-            finally:
-                _HeldWatch.release.set()
-                reflector.stop()
-    finally:
-        http.shutdown()
+    with serving(_HeldWatch) as url, api_client(url) as api:
+        core = client.CoreV1Api(api)
+        reflector = Reflector(
+            "pods",
+            core.list_pod_for_all_namespaces,
+            team,
+            watch_seconds=60,
+            clock=lambda: now[0],
+        )
+        reflector.start()
+        try:
+            # the blank line is skipped, the event after it applied
+            wait_for(lambda: teams(reflector) == {"a": "red", "b": "blue"})
+            now[0] = 60 + 10  # its shortest timeout (1x to 2x 60 s) and the grace
+            assert teams(reflector, stale_after=0) == {"a": "red", "b": "blue"}
+            now[0] = 120 + 10  # past the longest: overdue
+            with pytest.raises(KubeError, match=r"^pods: watch down for \d+ s$"):
+                reflector.items(stale_after=0)
+            assert teams(reflector, stale_after=60) is not None
+        finally:
+            _HeldWatch.release.set()
+            reflector.stop()
 
 
 def test_a_stop_while_it_lists_opens_no_watch() -> None:
@@ -458,11 +453,9 @@ class _SlowStream(BaseHTTPRequestHandler):
 def slow_stream() -> Iterator[tuple[type[_SlowStream], str]]:
     handler = type("Handler", (_SlowStream,), {"sent": threading.Event(),
                    "release": threading.Event()})  # fmt: skip
-    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=http.serve_forever, daemon=True).start()
-    yield handler, f"http://127.0.0.1:{http.server_address[1]}"
-    handler.release.set()
-    http.shutdown()
+    with serving(handler) as url:
+        yield handler, url
+        handler.release.set()
 
 
 @pytest.mark.parametrize("end_early", [False, True], ids=["ended", "cut-short"])
@@ -570,10 +563,8 @@ def _answer(handler: BaseHTTPRequestHandler, body: bytes) -> None:
 @pytest.fixture
 def expiring() -> Iterator[tuple[type[_Expiring], str]]:
     handler = type("Handler", (_Expiring,), {"asked": []})
-    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=http.serve_forever, daemon=True).start()
-    yield handler, f"http://127.0.0.1:{http.server_address[1]}"
-    http.shutdown()
+    with serving(handler) as url:
+        yield handler, url
 
 
 def run_pods(url: str, until: Callable[[Reflector], object], **kw: Any) -> None:
@@ -718,12 +709,7 @@ def test_the_thread_outlives_any_number_of_failures_in_a_row() -> None:
     and the thread died, so the objects froze for good (about 85 minutes of an API server
     down for the exporter, retrying every 5 s)."""
     handler = type("Handler", (_DownThenUp,), {"down": 1100, "lists": 0})
-    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=http.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{http.server_address[1]}"
+    with serving(handler) as url:
         run_pods(url, lambda r: teams(r) == {"a": "red"}, retry_seconds=1e-4,
                  max_retry_seconds=1e-4)  # fmt: skip
-    finally:
-        http.shutdown()
     assert handler.lists == 1101
