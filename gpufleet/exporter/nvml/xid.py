@@ -7,7 +7,9 @@ time it was received, in a bounded recent history (`XidState.recent`, for the wi
 DCGM_EXP_XID_ERRORS_COUNT). The
 thread must never die of an NVML error or a lost GPU: errors are counted and retried with
 backoff. A GPU that cannot report XIDs is logged and skipped, never guessed at: only GPUs
-whose registration succeeded appear in `snapshot`.
+whose registration succeeded appear in `snapshot`. One whose registration failed otherwise
+than NotSupported (lost for a moment, an unknown error) is registered again by the thread,
+with backoff, rather than left unwatched until the GPU set changes.
 """
 
 import logging
@@ -21,6 +23,7 @@ from typing import Any
 
 import pynvml
 
+from gpufleet.core.backoff import Backoff
 from gpufleet.exporter.core.samples import Entity, XidState
 from gpufleet.exporter.core.windows import HISTORY_MAX_ENTRIES
 from gpufleet.logs import ThrottledLog
@@ -75,6 +78,9 @@ class XidWatcher:
         self._event_set: Any = None
         self._by_address: dict[int, int] = {}  # handle address -> gpu index
         self._by_uuid: dict[str, int] = {}
+        self._pending: list[Entity] = []  # registration failed, to be tried again
+        self._registering = Backoff(base=1.0, cap=max_backoff_s)
+        self._register_at = 0.0  # monotonic seconds of the next try of the pending ones
         self._errors = 0
         self._logged: set[object] = set()
 
@@ -91,6 +97,10 @@ class XidWatcher:
     @property
     def watched(self) -> tuple[int, ...]:
         """Indices of the GPUs whose XID events are registered."""
+        with self._lock:
+            return self._watched()
+
+    def _watched(self) -> tuple[int, ...]:
         return tuple(sorted(self._by_uuid.values()))
 
     def snapshot(self) -> Mapping[int, XidState]:
@@ -99,7 +109,9 @@ class XidWatcher:
         XID data, which must not read as "no XID". A copy, safe to keep."""
         with self._lock:
             self._freeze()
-            return MappingProxyType({gpu: self._states.get(gpu, _NO_XID) for gpu in self.watched})
+            return MappingProxyType(
+                {gpu: self._states.get(gpu, _NO_XID) for gpu in self._watched()}
+            )
 
     def history(self) -> Mapping[int, XidState]:
         """Everything recorded, `initial` included, watched or not: what a replacement
@@ -117,9 +129,9 @@ class XidWatcher:
     def start(self) -> None:
         """Register XID events on every GPU that supports them and start the thread.
 
-        Without an event set or a single registered GPU no thread runs (logged); the
-        watcher then simply reports the `initial` history. Raises RuntimeError if started
-        twice.
+        Without an event set, or when no GPU registered and none is to be tried again, no
+        thread runs (logged); the watcher then simply reports the `initial` history. Raises
+        RuntimeError if started twice.
         """
         if self._thread is not None or self._event_set is not None:
             raise RuntimeError("XidWatcher already started")
@@ -131,7 +143,8 @@ class XidWatcher:
             return
         for gpu in self._gpus:
             self._register(gpu)
-        if not self._by_uuid:
+        self._retry_later()
+        if not self._by_uuid and not self._pending:
             log.warning("XID events unavailable: no GPU accepted the registration")
             self._free_event_set()
             return
@@ -153,7 +166,9 @@ class XidWatcher:
         self._free_event_set()
         return True
 
-    def _register(self, gpu: Entity) -> None:
+    def _register(self, gpu: Entity, *, retried: bool = False) -> None:
+        """Register one GPU's XID events; one that fails otherwise than NotSupported joins
+        `_pending`. A retry that fails again logs nothing: the first failure said it."""
         lib = self._lib
         try:
             handle = lib.nvmlDeviceGetHandleByUUID(gpu.uuid)
@@ -162,18 +177,51 @@ class XidWatcher:
                 return
             lib.nvmlDeviceRegisterEvents(handle, _XID, self._event_set)
         except pynvml.NVMLError as err:
-            if not isinstance(err, pynvml.NVMLError_NotSupported):
-                self._count_error()
-            log.warning("GPU %d (%s): XID events not watched (%s)", gpu.gpu, gpu.uuid, err)
+            if isinstance(err, pynvml.NVMLError_NotSupported):
+                log.warning("GPU %d (%s): XID events not watched (%s)", gpu.gpu, gpu.uuid, err)
+                return
+            self._count_error()
+            self._pending.append(gpu)
+            if not retried:
+                log.warning(
+                    "GPU %d (%s): XID events not watched (%s); retrying with backoff",
+                    gpu.gpu,
+                    gpu.uuid,
+                    err,
+                )
             return
         address = handle_address(handle)
-        if address is not None:
-            self._by_address[address] = gpu.gpu
-        self._by_uuid[gpu.uuid] = gpu.gpu
+        with self._lock:
+            if address is not None:
+                self._by_address[address] = gpu.gpu
+            self._by_uuid[gpu.uuid] = gpu.gpu
+        if retried:
+            log.info("GPU %d (%s): XID events watched now", gpu.gpu, gpu.uuid)
+
+    def _register_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for gpu in pending:
+            if self._stop.is_set():
+                self._pending.append(gpu)
+            else:
+                self._register(gpu, retried=True)
+        self._retry_later()
+
+    def _retry_later(self) -> None:
+        """Schedule the next try of the pending GPUs: sooner while fewer tries failed."""
+        if self._pending:
+            self._register_at = time.monotonic() + self._registering.failed(0.0)
+        else:
+            self._registering.reset()
 
     def _run(self) -> None:
         backoff_s = 0.0
         while not self._stop.is_set():
+            if self._pending and time.monotonic() >= self._register_at:
+                self._register_pending()
+            if not self._by_uuid:  # nothing to wait on until a pending GPU registers
+                self._stop.wait(min(max(self._register_at - time.monotonic(), 0.0), 1.0))
+                continue
             try:
                 event = self._lib.nvmlEventSetWait_v2(self._event_set, self._wait_ms)
             except pynvml.NVMLError_Timeout:

@@ -27,8 +27,8 @@ def sim(tmp_path) -> Iterator[SimulatedNvml]:
 def watch(sim: SimulatedNvml) -> Iterator[Callable[..., XidWatcher]]:
     watchers = []
 
-    def start(**kw) -> XidWatcher:
-        entities = NvmlReader(sim, []).discover()
+    def start(entities=None, **kw) -> XidWatcher:
+        entities = NvmlReader(sim, []).discover() if entities is None else entities
         watcher = XidWatcher(sim, entities, wait_ms=50, max_backoff_s=0.2, **kw)
         watcher.start()
         watchers.append(watcher)
@@ -146,6 +146,40 @@ def test_gpu_that_cannot_register_is_skipped(sim: SimulatedNvml, watch) -> None:
     assert set(watcher.snapshot()) == {0, 2, 3}
     sim.inject_xid(0, 45)
     wait_for(lambda: bool(state(watcher, 0).counts))
+
+
+def test_gpu_whose_registration_failed_is_registered_again(
+    sim: SimulatedNvml, watch, caplog
+) -> None:
+    """It was skipped for the watcher's life: a GPU lost at the registration, and back
+    since, kept its place in the topology (so no rediscovery replaced the watcher), and
+    its XIDs went unwatched until the exporter restarted."""
+    caplog.set_level(logging.INFO, logger="gpufleet.exporter.nvml.xid")
+    entities = NvmlReader(sim, []).discover()
+    sim.fail_gpu(1)
+    watcher = watch(entities)
+    assert watcher.watched == (0, 2, 3) and watcher.running
+    wait_for(lambda: watcher.errors >= 3)  # tried again, and failing still: not logged again
+    sim.restore_gpu(1)
+    wait_for(lambda: watcher.watched == (0, 1, 2, 3))
+    sim.inject_xid(1, 48)
+    wait_for(lambda: state(watcher, 1).last == 48)
+    said = [r.getMessage() for r in caplog.records if "GPU 1" in r.getMessage()]
+    assert len(said) == 3, said  # not watched, watched now, the XID
+    assert "retrying with backoff" in said[0] and "watched now" in said[1]
+
+
+def test_no_gpu_registered_yet_means_a_thread_that_tries_again(sim: SimulatedNvml, watch) -> None:
+    entities = NvmlReader(sim, []).discover()
+    for gpu in range(4):
+        sim.fail_gpu(gpu)
+    watcher = watch(entities)
+    assert watcher.running and watcher.watched == () and watcher.snapshot() == {}
+    sim.restore_gpu(2)
+    wait_for(lambda: watcher.watched == (2,))
+    sim.inject_xid(2, 31)
+    wait_for(lambda: state(watcher, 2).last == 31)
+    assert watcher.stop() is True
 
 
 def test_history_carries_over_to_a_replacement_watcher(sim: SimulatedNvml, watch) -> None:
