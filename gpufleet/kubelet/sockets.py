@@ -105,12 +105,14 @@ class UnixSocketServer:
         self._server, self._executor = server, executor
         log.debug("gRPC serving on %s", self.path)
 
-    def stop(self) -> None:
-        """Stop serving (calls in flight are cancelled) and remove the socket file."""
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop serving (calls in flight are cancelled) and remove the socket file. With
+        `wait`, return once every handler has returned; without, a handler still blocked
+        in work of its own finishes on its thread, its answer going nowhere."""
         server, executor = self._server, self._executor
         self._server = self._executor = None
         if server is not None:
             server.stop(grace=None).wait()
         if executor is not None:
-            executor.shutdown(wait=True)
+            executor.shutdown(wait=wait)
         self.path.unlink(missing_ok=True)

@@ -5,16 +5,19 @@ really runs it, not against a stub that accepts anything. This is the device man
 behaviour, from kubelet `devicemanager/plugin/v1beta1/{server,client}.go` and `manager.go`:
 
 - `Register` checks the version against `["v1beta1"]` and the resource name with
-  `IsExtendedResourceName`, dials `<dir>/<endpoint>` (blocking, 10 s) and calls
-  `GetDevicePluginOptions` before it replies; errors are plain Go errors, so gRPC UNKNOWN,
-  with the kubelet's texts;
+  `IsExtendedResourceName`, dials `filepath.Join(<dir>, <endpoint>)` (blocking, 10 s) and
+  calls `GetDevicePluginOptions` before it replies; errors are plain Go errors, so gRPC
+  UNKNOWN, with the kubelet's texts. Each call has a goroutine of its own there: a plugin
+  whose socket is missing or whose options hang delays its own registration only;
 - `ListAndWatch` is consumed on a thread: each message replaces the resource's devices
   (capacity: all of them, allocatable: the healthy ones); when the stream ends the devices
   turn Unhealthy (`PluginDisconnected`). A second registration of a resource becomes the
   current one but, as since 1.26 (`handler.go` appends to the resource's clients), the
   first keeps its stream until the plugin ends it, and that end then disconnects the
   resource, whichever registration is current: its devices turn Unhealthy and the current
-  stream is closed, until the plugin registers again;
+  stream is closed, until the plugin registers again. The disconnected endpoint stays
+  (`PluginDisconnected` only stamps its stop time), so `pre_start` still reads its options;
+  a restarted kubelet knows a resource from its checkpoint, with no options;
 - `allocate` runs `GetPreferredAllocation` (when advertised, even when every available
   device is needed) then `Allocate`, with the kubelet's `UnexpectedAdmissionError` texts;
   `pre_start` runs `PreStartContainer`. The kubelet sends both calls' IDs as Go sets'
@@ -22,7 +25,8 @@ behaviour, from kubelet `devicemanager/plugin/v1beta1/{server,client}.go` and `m
   devices, then tops up, iterating Go sets (`devicesToAllocate` with no NUMA hint): the
   fake shuffles each of these (seeded, `order_seed`).
 
-Not modelled: the 5-minute grace before a disconnected resource's capacity drops to zero,
+Not modelled: the 5-minute grace before a disconnected resource's capacity drops to zero
+and its endpoint is dropped (the fake keeps it until the plugin registers again),
 topology-manager NUMA alignment, and the plugin-watcher (`plugins_registry`) path.
 It must never accept a registration, or pick a device, that a kubelet would refuse.
 """
@@ -31,8 +35,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import re
+import stat
 import threading
 import time
 from collections import Counter
@@ -59,6 +65,11 @@ DIAL_TIMEOUT_SECONDS = 10.0
 # KubeletPreStartContainerRPCTimeoutInSecs. The kubelet sets no deadline on the other
 # calls; we use the same bound so a hung plugin fails a test instead of hanging it.
 RPC_TIMEOUT_SECONDS = 30.0
+# The kubelet serves each Register on a goroutine of its own; this many at once is beyond
+# any node's plugins, each of which may hold one for DIAL + RPC timeouts.
+REGISTRATION_WORKERS = 64
+# grpc-go's ErrClientConnClosing: a call on a connection the kubelet closed.
+_CONNECTION_CLOSING = "rpc error: code = Canceled desc = grpc: the client connection is closing"
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
@@ -116,8 +127,12 @@ def is_extended_resource_name(name: str) -> bool:
     )
 
 
-def go_rpc_error(exc: grpc.RpcError) -> str:
-    """A gRPC error as grpc-go prints it, which is how it reaches kubelet messages."""
+def go_rpc_error(exc: grpc.RpcError | ValueError) -> str:
+    """A gRPC error as grpc-go prints it, which is how it reaches kubelet messages. gRPC
+    Python raises ValueError for a call on a closed channel, where grpc-go answers
+    ErrClientConnClosing."""
+    if isinstance(exc, ValueError):
+        return _CONNECTION_CLOSING
     code = exc.code()  # type: ignore[attr-defined]
     name = "".join(word.capitalize() for word in code.name.split("_"))
     name = {"Cancelled": "Canceled"}.get(name, name)
@@ -125,11 +140,17 @@ def go_rpc_error(exc: grpc.RpcError) -> str:
 
 
 def cleanup_plugin_directory(directory: Path, *, keep: str) -> None:
-    """`CleanupPluginDirectory`: remove every entry except directories and `keep` (the
-    checkpoint), as a starting kubelet does, so every plugin socket disappears."""
+    """`CleanupPluginDirectory`: remove every socket but `keep` (the checkpoint), as a
+    starting kubelet does, so every plugin socket disappears; other files (a plugin's state,
+    the plugin watcher's DEPRECATION marker) and directories stay. Like Go's `os.Stat`, a
+    link counts as what it points to."""
     directory.mkdir(parents=True, exist_ok=True)
     for entry in directory.iterdir():
-        if entry.name != keep and not entry.is_dir():
+        try:
+            socket = stat.S_ISSOCK(entry.stat().st_mode)
+        except OSError:  # gone meanwhile, or a dangling link: the kubelet skips it too
+            continue
+        if entry.name != keep and socket:
             entry.unlink(missing_ok=True)
 
 
@@ -189,6 +210,9 @@ class FakeDevicePlugins:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._endpoints: dict[str, _Endpoint] = {}
+        # Resources with no current plugin the kubelet still has an endpoint for: the one
+        # disconnected (its channel closed), or None, known from the checkpoint only.
+        self._stopped: dict[str, _Endpoint | None] = {}
         self._devices: dict[str, tuple[DeviceState, ...]] = {}
         self._registrations: Counter[str] = Counter()
         self._registration_times: dict[str, list[float]] = {}
@@ -196,7 +220,7 @@ class FakeDevicePlugins:
         self._grpc = UnixSocketServer(
             self.socket_path,
             lambda server: pb_grpc.add_RegistrationServicer_to_server(_Registration(self), server),
-            max_workers=4,
+            max_workers=REGISTRATION_WORKERS,
             thread_name_prefix="fake-reg",
         )
         self.serving_since: float | None = None
@@ -267,22 +291,24 @@ class FakeDevicePlugins:
         """Serve `Registration` on a new `kubelet.sock` in the same life, every plugin
         connection kept, as the kubelet's `serveWithRetry` does: a plugin sees a new socket
         and its own left in place."""
-        self._grpc.stop()
+        self._grpc.stop(wait=False)
         self._grpc.start()
 
     def stop(self) -> None:
         """Stop as a dying kubelet does: `kubelet.sock` goes, every plugin connection is
         closed and every resource's devices turn Unhealthy (a new kubelet knows them only
         from its checkpoint). Plugin sockets are left; a starting kubelet removes them.
-        Watcher threads finish on their own, ignored from now on."""
+        Watcher threads and registrations in flight finish on their own, ignored from now
+        on: a dying kubelet waits for neither."""
         with self._lock:
             self._generation += 1
             endpoints = list(self._endpoints.values())
             self._endpoints.clear()
+            self._stopped = dict.fromkeys(self._devices)
             for resource in list(self._devices):
                 self._set_devices(resource, _unhealthy(self._devices[resource]))
             self.serving_since = None
-        self._grpc.stop()
+        self._grpc.stop(wait=False)
         for endpoint in endpoints:
             _cancel(endpoint)
 
@@ -323,26 +349,29 @@ class FakeDevicePlugins:
         )
         try:
             response = endpoint.stub.Allocate(request, timeout=RPC_TIMEOUT_SECONDS)
-        except grpc.RpcError as exc:
+        except (grpc.RpcError, ValueError) as exc:  # ValueError: disconnected meanwhile
             raise AdmissionError(go_rpc_error(exc)) from exc
         if not response.container_responses:
             raise AdmissionError(f"no containers return in allocation response {response}")
         return Grant(devices=tuple(chosen), response=response.container_responses[0])
 
     def pre_start(self, resource: str, device_ids: Iterable[str]) -> None:
-        """`PreStartContainer` when the plugin asked for it; ContainerStartError if it fails."""
+        """`PreStartContainer` when the plugin asked for it; ContainerStartError if it fails.
+        A disconnected plugin's endpoint still answers for its options, and one known from
+        the checkpoint only has none: no call."""
         with self._lock:
-            endpoint = self._endpoints.get(resource)
-        if endpoint is None:
+            known = resource in self._endpoints or resource in self._stopped
+            endpoint = self._endpoints.get(resource) or self._stopped.get(resource)
+        if not known:
             raise ContainerStartError(
                 f"endpoint not found in cache for a registered resource: {resource}"
             )
-        if not endpoint.options.pre_start_required:
+        if endpoint is None or not endpoint.options.pre_start_required:
             return
         request = pb.PreStartContainerRequest(devices_ids=list(device_ids))
         try:
             endpoint.stub.PreStartContainer(request, timeout=RPC_TIMEOUT_SECONDS)
-        except grpc.RpcError as exc:
+        except (grpc.RpcError, ValueError) as exc:
             raise ContainerStartError(
                 f"device plugin PreStartContainer rpc failed with err: {go_rpc_error(exc)}"
             ) from exc
@@ -371,7 +400,7 @@ class FakeDevicePlugins:
         )
         try:
             response = endpoint.stub.GetPreferredAllocation(request, timeout=RPC_TIMEOUT_SECONDS)
-        except grpc.RpcError as exc:
+        except (grpc.RpcError, ValueError) as exc:
             raise AdmissionError(
                 f"device plugin GetPreferredAllocation rpc failed with err: {go_rpc_error(exc)}"
             ) from exc
@@ -406,8 +435,10 @@ class FakeDevicePlugins:
         # A fresh connection per dial, as the kubelet's grpc-go Dial makes: gRPC Python
         # otherwise shares a subchannel per address process-wide, and one that failed (the
         # plugin's socket wiped by a restart) sits in reconnect backoff for seconds.
+        # filepath.Join: an absolute endpoint stays under the directory, and is cleaned.
+        path = os.path.normpath(f"{self.directory}/{request.endpoint}")
         channel = grpc.insecure_channel(
-            f"unix://{self.directory / request.endpoint}",
+            f"unix://{path}",
             options=[("grpc.use_local_subchannel_pool", 1)],
         )
         try:
@@ -421,6 +452,7 @@ class FakeDevicePlugins:
             stale = generation != self._generation
             if not stale:
                 self._endpoints[request.resource_name] = endpoint
+                self._stopped.pop(request.resource_name, None)
                 self._registrations[request.resource_name] += 1
                 times = self._registration_times.setdefault(request.resource_name, [])
                 times.append(self._clock())
@@ -464,6 +496,7 @@ class FakeDevicePlugins:
             disconnects = current is endpoint or endpoint.generation == self._generation
             if disconnects and current is not None:
                 del self._endpoints[endpoint.resource]
+                self._stopped[endpoint.resource] = current
                 dropped = current if current is not endpoint else None
             # A stream can end before its first message: then there is nothing to mark.
             known = self._devices.get(endpoint.resource)

@@ -240,16 +240,14 @@ class FakeKubelet:
         return found[key]
 
     def _plugin_devices_changed(self, resource: str, devices: tuple[DeviceState, ...]) -> None:
-        """A plugin's device set changed: its healthy devices become allocatable."""
+        """A plugin's device set changed: its healthy devices become allocatable, as
+        `containerDevicesFromResourceDeviceInstances` lists them: an entry per device and
+        NUMA node, so a device on two nodes is listed under each (as `List` files it)."""
         healthy = tuple(
-            DeviceAllocation(
-                resource_name=resource,
-                device_ids=(device.id,),
-                # One NUMA node fits DeviceAllocation; a device on several is rare for GPUs.
-                numa_node=min(device.numa_nodes) if device.numa_nodes else None,
-            )
+            DeviceAllocation(resource_name=resource, device_ids=(device.id,), numa_node=node)
             for device in devices
             if device.health == HEALTHY
+            for node in device.numa_nodes or (None,)
         )
         with self._lock:
             others = tuple(d for d in self._node.allocatable if d.resource_name != resource)

@@ -6,6 +6,7 @@ kubelet's device-plugins directory that registers itself over the real `kubelet.
 
 from __future__ import annotations
 
+import socket
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -237,6 +238,82 @@ def test_bad_registration_rejected(kubelet, make_plugin, version, resource, mess
     assert kubelet.device_plugins.registrations(resource) == 0
 
 
+def test_an_absolute_endpoint_is_joined_to_the_directory(kubelet, make_plugin) -> None:
+    """`filepath.Join(dir, "/stub.sock")` is `dir/stub.sock`; Python's `/` dialled
+    `/stub.sock`, outside the directory, a socket a kubelet would never reach."""
+    plugin = make_plugin()
+    plugin.socket_name = "/stub.sock"
+    _registered(kubelet, plugin)
+
+
+def test_missing_plugin_sockets_do_not_hold_up_another_registration(kubelet, make_plugin) -> None:
+    """Four registrations dialling missing sockets (10 s each) filled the fake's four
+    Register workers; the kubelet serves each on a goroutine of its own."""
+    bad = [make_plugin(socket_name=f"gone{i}.sock") for i in range(6)]
+    failed: list[str] = []
+
+    def register(plugin: StubPlugin) -> None:
+        try:
+            plugin.register()
+        except grpc.RpcError as exc:
+            failed.append(exc.details())
+
+    for plugin in bad:
+        plugin.stop()
+        (kubelet.device_plugins_dir / plugin.socket_name).unlink(missing_ok=True)
+    threads = [threading.Thread(target=register, args=(plugin,)) for plugin in bad]
+    for thread in threads:
+        thread.start()
+    try:
+        _registered(kubelet, make_plugin())  # Register's own deadline is 15 s
+    finally:
+        for thread in threads:
+            thread.join()
+    assert failed == ["failed to dial device plugin: context deadline exceeded"] * 6
+
+
+def test_stop_leaves_a_registration_in_flight_behind(kubelet) -> None:
+    """A dying kubelet waits for no Register in flight. The fake's stop waited for one
+    whose plugin hung in GetDevicePluginOptions, up to 30 s; the registration, finishing
+    after the restart, is dropped."""
+    release = threading.Event()
+    answered = threading.Event()
+
+    class HungOptions(StubPlugin):
+        def GetDevicePluginOptions(self, request, context):
+            self._record("GetDevicePluginOptions", request)
+            release.wait(20)
+            answered.set()
+            return self.options
+
+    plugin = HungOptions(kubelet.device_plugins_dir).serve()
+    refused: list[grpc.RpcError] = []
+
+    def register() -> None:
+        try:
+            plugin.register()
+        except grpc.RpcError as exc:
+            refused.append(exc)
+
+    registering = threading.Thread(target=register)
+    registering.start()
+    try:
+        wait_for(lambda: "GetDevicePluginOptions" in plugin.calls, what="options asked")
+        kubelet.restart()
+        assert not answered.is_set(), "the restart waited for the plugin's answer"
+    finally:
+        release.set()
+        registering.join()
+        plugin.stop()
+    assert len(refused) == 1  # cut off by the stop
+    wait_for(  # the handler has seen the answer, and dropped the registration
+        lambda: not any(t.name.startswith("fake-reg") for t in threading.enumerate()),
+        what="the handler done",
+    )
+    assert kubelet.device_plugins.registrations(RESOURCE) == 0
+    assert kubelet.device_plugins.allocatable() == {}
+
+
 @pytest.mark.parametrize(
     ("name", "valid"),
     [
@@ -287,6 +364,17 @@ def test_list_and_watch_sets_capacity_and_allocatable(kubelet, make_plugin) -> N
     wait_for(lambda: plugins.allocatable() == {RESOURCE: 4}, what="recovery")
 
 
+def test_allocatable_lists_a_device_under_each_of_its_numa_nodes(kubelet, make_plugin) -> None:
+    """As `List` files a granted one. It was listed once, under its lowest node."""
+    _registered(kubelet, make_plugin(devices=[device(0, numa=(0, 1)), device(1)]), healthy=2)
+    with grpc.insecure_channel(f"unix://{kubelet.pod_resources_socket}") as channel:
+        response = pr_grpc.PodResourcesListerStub(channel).GetAllocatableResources(
+            pr.AllocatableResourcesRequest(), timeout=5
+        )
+    listed = [(list(d.device_ids), [n.ID for n in d.topology.nodes]) for d in response.devices]
+    assert listed == [(["GPU-0"], [0]), (["GPU-0"], [1]), (["GPU-1"], [])]
+
+
 def test_stream_end_marks_devices_unhealthy(kubelet, make_plugin) -> None:
     plugin = _registered(kubelet, make_plugin())
     plugin.end_streams()
@@ -294,6 +382,44 @@ def test_stream_end_marks_devices_unhealthy(kubelet, make_plugin) -> None:
     assert kubelet.device_plugins.capacity() == {RESOURCE: 4}
     with pytest.raises(AdmissionError, match="no healthy devices present; cannot allocate"):
         kubelet.admit(POD, "cuda", RESOURCE, 1)
+
+
+@pytest.mark.parametrize("pre_start_required", [False, True])
+def test_a_disconnected_plugin_keeps_its_endpoint_for_pre_start(
+    kubelet, make_plugin, pre_start_required: bool
+) -> None:
+    """A container admitted just before its plugin's stream ended failed to start with
+    "endpoint not found", though the plugin never asked for PreStartContainer: the
+    kubelet keeps a disconnected endpoint (`PluginDisconnected` stamps its stop time)."""
+    options = dp.DevicePluginOptions(pre_start_required=pre_start_required)
+    plugin = _registered(kubelet, make_plugin(options=options))
+    plugin.end_streams()
+    wait_for(lambda: kubelet.device_plugins.allocatable() == {RESOURCE: 0}, what="disconnect")
+    wait_for(
+        lambda: not any(t.name.startswith("fake-kubelet-law-") for t in threading.enumerate()),
+        what="the connection closed",
+    )
+    if not pre_start_required:
+        kubelet.device_plugins.pre_start(RESOURCE, ["GPU-0"])  # nothing to call
+        return
+    with pytest.raises(ContainerStartError) as raised:  # a call on the closed connection
+        kubelet.device_plugins.pre_start(RESOURCE, ["GPU-0"])
+    assert str(raised.value) == (
+        "device plugin PreStartContainer rpc failed with err: rpc error: code = Canceled "
+        "desc = grpc: the client connection is closing"
+    )
+
+
+def test_after_a_restart_pre_start_knows_the_resource_from_the_checkpoint(
+    kubelet, make_plugin
+) -> None:
+    options = dp.DevicePluginOptions(pre_start_required=True)
+    plugin = _registered(kubelet, make_plugin(options=options))
+    kubelet.restart()
+    kubelet.device_plugins.pre_start(RESOURCE, ["GPU-0"])  # no options known: no call
+    with pytest.raises(ContainerStartError, match="endpoint not found in cache"):
+        kubelet.device_plugins.pre_start("example.com/other", ["x"])
+    assert "PreStartContainer" not in plugin.calls
 
 
 # -- admission ----------------------------------------------------------------------------
@@ -428,13 +554,17 @@ def test_restart_wipes_sockets_but_the_checkpoint(kubelet, make_plugin) -> None:
     plugin = _registered(kubelet, make_plugin())
     held = kubelet.admit(POD, "cuda", RESOURCE, 1)
     directory = kubelet.device_plugins_dir
-    (directory / "stray").write_text("x")
+    (directory / "state.json").write_text("x")  # a plugin's: the kubelet removes sockets only
     (directory / "subdir").mkdir()
+    stray = socket.socket(socket.AF_UNIX)
+    stray.bind(str(directory / "stray.sock"))
+    stray.close()
     checkpoint = kubelet.checkpoint_path.read_bytes()
     kubelet.restart()
     assert sorted(p.name for p in directory.iterdir()) == [
         "kubelet.sock",
         "kubelet_internal_checkpoint",
+        "state.json",
         "subdir",
     ]
     assert (directory / "kubelet.sock").is_socket()
