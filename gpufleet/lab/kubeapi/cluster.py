@@ -1,7 +1,8 @@
 """The small controllers that make the fake API server a cluster.
 
 - Deployments: `spec.replicas` becomes Pods (labelled from the template, owned by the
-  Deployment); surplus pods are deleted lowest `controller.kubernetes.io/pod-deletion-cost`
+  Deployment), at most BURST_REPLICAS a pass as the ReplicaSet controller's burst; surplus
+  pods are deleted lowest `controller.kubernetes.io/pod-deletion-cost`
   first, then newest, as the ReplicaSet controller does; `status.replicas` and
   `readyReplicas` follow. A Deployment named past 242 characters gets no pod, as its
   ReplicaSet's name would be refused.
@@ -29,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,11 +41,13 @@ from gpufleet.core.selectors import selector_string
 from gpufleet.lab.kubeapi.objects import ApiError
 from gpufleet.lab.kubeapi.resources import RESOURCES
 from gpufleet.lab.kubeapi.store import ObjectStore, timestamp
+from gpufleet.logs import OutageLog, ThrottledLog
 
 log = logging.getLogger(__name__)
 # The Deployment controller names its ReplicaSet `<name>-<pod-template-hash>`, the hash up
 # to 10 characters, and an object name may be 253: a longer Deployment never gets a pod.
 DEPLOYMENT_NAME_MAX = 253 - 11
+BURST_REPLICAS = 500  # the ReplicaSet controller's BurstReplicas: pods created per sync
 _RES = {(r.group, r.plural): r for r in RESOURCES}
 DEPLOYMENTS, PODS, NODES = _RES[("apps", "deployments")], _RES[("", "pods")], _RES[("", "nodes")]
 PRIORITY_CLASSES = _RES[("scheduling.k8s.io", "priorityclasses")]
@@ -87,14 +91,22 @@ class LabCluster:
         self._buffered: set[str] = set()  # nodes whose free GPUs hold buffer chunks
         self._next_node = 0
         self._task: asyncio.Task | None = None
+        # What a pass cannot act on, logged a few times, not every 0.1 s.
+        self._refused = ThrottledLog(log, clock=time.monotonic)
         now = clock()
         for _ in range(self.timing.initial_nodes):
             self._add_node(now, ready_at=now)
 
     def start(self, period_seconds: float = 0.1) -> None:
+        outage = OutageLog(log, "the lab cluster's reconcile fails; the next is tried")
+
         async def loop() -> None:
             while True:
-                self.reconcile(self._clock())
+                try:
+                    self.reconcile(self._clock())
+                    outage.recovered()
+                except Exception as err:  # a bug, or an object nothing checked: not its end
+                    outage.raised(err)
                 await asyncio.sleep(period_seconds)
 
         self._task = asyncio.get_running_loop().create_task(loop(), name="lab-cluster")
@@ -110,7 +122,8 @@ class LabCluster:
             try:
                 self._deployment(deployment, now)
             except ApiError as err:  # a template the API refuses: this Deployment only
-                log.warning("deployment %s: %s", deployment["metadata"]["name"], err.message)
+                name = deployment["metadata"]["name"]
+                self._refused.log(logging.WARNING, "deployment %s: %s", name, err.message)
         self._schedule(now)
         self._kubelet(now)
         self._scale_nodes(now)
@@ -127,7 +140,7 @@ class LabCluster:
         pods = self.store.list(PODS, ns, label_selector=selector_string(match))
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
         want = int(spec.get("replicas", 1))
-        for _ in range(want - len(live)):
+        for _ in range(min(want - len(live), BURST_REPLICAS)):
             self._create_pod(d, now)
         if len(live) > want:
             live.sort(key=_deletion_order)
@@ -270,8 +283,14 @@ class LabCluster:
         unplaced = 0
         for buffer in self.store.list(BUFFERS, None):
             spec, meta = buffer.get("spec") or {}, buffer["metadata"]
+            ref = (spec.get("podTemplateRef") or {}) if isinstance(spec, dict) else None
+            if not isinstance(ref, dict):  # its CRD's schema looser than CA's
+                self._refused.log(
+                    logging.WARNING, "capacitybuffer %s: no podTemplateRef to read", meta["name"]
+                )
+                continue
             strategy = spec.get("provisioningStrategy") or ACTIVE_CAPACITY
-            ref = (spec.get("podTemplateRef") or {}).get("name", "")
+            ref = ref.get("name", "")
             try:
                 template = self.store.get(POD_TEMPLATES, meta["namespace"], ref)
             except ApiError:
@@ -281,14 +300,14 @@ class LabCluster:
                 continue
             need = _gpus(template.get("template") or {})
             chunks = max(0, int(spec.get("replicas") or 0))
-            for _ in range(chunks):
+            for placed in range(chunks):
                 fits = [n for n, f in free.items() if f >= need]
-                if fits:
-                    node = min(fits, key=lambda n: (free[n], n))
-                    free[node] -= need
-                    self._buffered.add(node)
-                else:
-                    unplaced += need
+                if not fits:  # nor will the rest
+                    unplaced += need * (chunks - placed)
+                    break
+                node = min(fits, key=lambda n: (free[n], n))
+                free[node] -= need
+                self._buffered.add(node)
             self._buffer_status(buffer, chunks, now)
         return unplaced
 

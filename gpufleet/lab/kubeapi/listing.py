@@ -44,7 +44,7 @@ def resource_version(value: str) -> int | None:
     """A query's `resourceVersion`: None when unset, 0 for "0"; 400 when not a version."""
     if value == "":
         return None
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):
         raise bad_request(f"invalid resourceVersion {value!r}")
     return int(value)
 
@@ -155,6 +155,8 @@ def _parse(query: Mapping[str, str], res: Resource) -> _Query:
         raise invalid("ListOptions.meta.k8s.io", "", causes)
     try:
         limit = max(0, int(query.get("limit") or 0))
+        if limit >= 2**63:  # an int64 there
+            raise ValueError(limit)
     except ValueError:
         raise bad_request(f"invalid limit {query['limit']!r}") from None
     if not token:

@@ -9,6 +9,7 @@ Semantics follow the API conventions the official client relies on:
 """
 
 import copy
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,14 +129,47 @@ def _named_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(i, dict) and "name" in i for i in value)
 
 
+# kube-apiserver's bounds on a JSON patch: its operations (maxJSONPatchOperations), and
+# what `copy` operations may add up to, which else doubles an object per operation.
+MAX_JSON_PATCH_OPERATIONS = 10_000
+MAX_COPIED_BYTES = 3 << 20
+
+
 def json_patch(target: Any, operations: Any) -> Any:
-    """RFC 6902. Raises ApiError 422 on a bad operation or a failed `test`."""
+    """RFC 6902. Raises ApiError 400 on an operation that does not decode, 413 past
+    kube-apiserver's bounds, 422 on one that does not apply or a failed `test`."""
     if not isinstance(operations, list):
         raise ApiError(code=400, reason="BadRequest", message="json patch must be a list")
+    if len(operations) > MAX_JSON_PATCH_OPERATIONS:
+        raise ApiError(
+            code=413,
+            reason="RequestEntityTooLarge",
+            message=(
+                f"The allowed maximum operations in a JSON patch is "
+                f"{MAX_JSON_PATCH_OPERATIONS}, got {len(operations)}"
+            ),
+        )
     doc = copy.deepcopy(target)
+    copied = 0
     for op in operations:
-        if not isinstance(op, dict) or "op" not in op or "path" not in op:
+        if not (
+            isinstance(op, dict)
+            and isinstance(op.get("op"), str)
+            and isinstance(op.get("path"), str)
+            and (op["op"] not in ("move", "copy") or isinstance(op.get("from"), str))
+        ):
             raise ApiError(code=400, reason="BadRequest", message=f"bad json patch operation {op}")
+        if op["op"] == "copy":
+            copied += len(json.dumps(_get(doc, _pointer(op["from"]))))
+            if copied > MAX_COPIED_BYTES:
+                raise ApiError(
+                    code=422,
+                    reason="Invalid",
+                    message=(
+                        f"Unable to copy, accumulated size of copied values {copied} exceeds "
+                        f"the limit {MAX_COPIED_BYTES}"
+                    ),
+                )
         doc = _apply_op(doc, op)
     return doc
 
@@ -165,13 +199,25 @@ def _apply_op(doc: Any, op: Mapping[str, Any]) -> Any:
         return _add(doc, parts, copy.deepcopy(op.get("value")))
     if kind == "replace":
         _get(doc, parts)  # must exist
+        if not parts:  # the whole document
+            return copy.deepcopy(op.get("value"))
         return _add(_remove(doc, parts), parts, copy.deepcopy(op.get("value")))
     raise ApiError(code=400, reason="BadRequest", message=f"unknown json patch op {kind!r}")
+
+
+def _index(parts: list[str], size: int) -> int:
+    """A pointer's last step into a list of `size` places: a plain index within it."""
+    last = parts[-1]
+    if not (last.isascii() and last.isdigit() and int(last) < size):
+        raise ApiError(code=422, reason="Invalid", message=f"bad list index at /{'/'.join(parts)}")
+    return int(last)
 
 
 def _get(doc: Any, parts: list[str]) -> Any:
     for part in parts:
         try:
+            if isinstance(doc, list) and not (part.isascii() and part.isdigit()):
+                raise KeyError(part)  # a JSON pointer's index is plain digits
             doc = doc[int(part)] if isinstance(doc, list) else doc[part]
         except (KeyError, IndexError, ValueError, TypeError):
             raise ApiError(
@@ -186,7 +232,7 @@ def _add(doc: Any, parts: list[str], value: Any) -> Any:
     parent = _get(doc, parts[:-1])
     last = parts[-1]
     if isinstance(parent, list):
-        index = len(parent) if last == "-" else int(last)
+        index = len(parent) if last == "-" else _index(parts, len(parent) + 1)
         parent.insert(index, value)
     elif isinstance(parent, dict):
         parent[last] = value
@@ -196,10 +242,12 @@ def _add(doc: Any, parts: list[str], value: Any) -> Any:
 
 
 def _remove(doc: Any, parts: list[str]) -> Any:
+    if not parts:
+        raise ApiError(code=422, reason="Invalid", message="cannot remove the whole document")
     parent = _get(doc, parts[:-1])
     _get(doc, parts)  # must exist
     if isinstance(parent, list):
-        del parent[int(parts[-1])]
+        del parent[_index(parts, len(parent))]
     else:
         del parent[parts[-1]]
     return doc

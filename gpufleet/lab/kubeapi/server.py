@@ -21,6 +21,7 @@ recorded (method, path, User-Agent), so a test can count who wrote what.
 
 import asyncio
 import json
+import logging
 import threading
 import time
 from collections import deque
@@ -31,12 +32,15 @@ from typing import Any
 
 from aiohttp import web
 
-from gpufleet.lab.kubeapi import rbac
+from gpufleet.lab.kubeapi import rbac, validation
 from gpufleet.lab.kubeapi.listing import list_answer
 from gpufleet.lab.kubeapi.objects import ApiError
 from gpufleet.lab.kubeapi.resources import RESOURCES, Resource
 from gpufleet.lab.kubeapi.store import EVENT_HISTORY, ObjectStore
 from gpufleet.lab.kubeapi.watch import BOOKMARK_SECONDS, is_watch, serve_watch
+from gpufleet.logs import ThrottledLog
+
+log = logging.getLogger(__name__)
 
 SERVER_VERSION = {
     "major": "1",
@@ -50,6 +54,11 @@ SERVER_VERSION = {
     "platform": "linux/amd64",
 }
 _WRITES = frozenset(("POST", "PUT", "PATCH", "DELETE"))
+# kube-apiserver's MaxRequestBodyBytes: a larger body is a 413, never decoded.
+MAX_BODY_BYTES = 3 << 20
+# How long a stop waits for a handler (a watch whose client stopped reading) before it is
+# cancelled.
+SHUTDOWN_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -135,6 +144,8 @@ class FakeApiServer:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._closing = False  # open watches end when set
+        # A request that fails in a way nothing foresaw: its client's 500, a few lines here.
+        self._failures = ThrottledLog(log, clock=time.monotonic)
         self._bookmark_seconds = bookmark_seconds
         self._watch_list = watch_list
         for ns in ("default", "kube-system"):
@@ -246,9 +257,9 @@ class FakeApiServer:
         self._loop.run_forever()
 
     async def _serve(self) -> None:
-        app = web.Application(client_max_size=16 << 20)
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self._port, reuse_address=True)
         await site.start()
@@ -309,6 +320,22 @@ class FakeApiServer:
             status = 201 if request.method == "POST" else 200
         except ApiError as err:
             body, status = err.status(), err.code
+        except Exception as err:  # a bug, or input nothing checked: one 500, not a flood
+            self._failures.log(
+                logging.ERROR,
+                "fake API server: %s %s failed: %s: %s",
+                request.method,
+                request.path,
+                type(err).__name__,
+                err,
+                exc_info=err,
+            )
+            failed = ApiError(
+                code=500,
+                reason="InternalError",
+                message=f"Internal error occurred: {type(err).__name__}: {err}",
+            )
+            body, status = failed.status(), failed.code
         state.requests.append(
             RequestRecord(
                 method=request.method,
@@ -448,10 +475,10 @@ async def _answer(state: _State, request: web.Request) -> dict[str, Any]:
         if request.method != "POST":
             raise _not_allowed(request.method)
         store = state.store
-        return rbac.review(
-            await _json(request) or {},
-            lambda plural, ns: store.list(_BY_PATH[(_RBAC, plural)], ns),
-        )
+        review = await _json(request)
+        if why := validation.misfit(validation.REVIEW_SHAPE, review):
+            raise ApiError(code=400, reason="BadRequest", message=why)
+        return rbac.review(review, lambda plural, ns: store.list(_BY_PATH[(_RBAC, plural)], ns))
     target = _target(state, segments)
     if target is None:
         raise ApiError(
@@ -537,9 +564,21 @@ def _at(parts: list[str], index: int) -> str:
 
 async def _json(request: web.Request) -> Any:
     try:
-        return json.loads(await request.read() or b"null")
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(
+            code=413,
+            reason="RequestEntityTooLarge",
+            message=f"Request entity too large: limit is {MAX_BODY_BYTES}",
+        ) from None
+    try:
+        return json.loads(body or b"null")
     except ValueError as err:
         raise ApiError(code=400, reason="BadRequest", message=f"invalid JSON: {err}") from None
+    except RecursionError:  # Go's decoder stops at 10,000 levels
+        raise ApiError(
+            code=400, reason="BadRequest", message="invalid JSON: exceeded max depth"
+        ) from None
 
 
 def _not_allowed(method: str) -> ApiError:
@@ -587,7 +626,7 @@ def _resource_list(state: _State, group_version: str) -> dict[str, Any]:
                 "singularName": r.singular,
                 "namespaced": r.namespaced,
                 "kind": r.kind,
-                "verbs": ["create", "delete", "get", "list", "patch", "update"],
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
                 **({"shortNames": list(r.short_names)} if r.short_names else {}),
             }
         )

@@ -12,6 +12,7 @@ Single-threaded: the server's event loop owns it.
 """
 
 import copy
+import itertools
 import re
 import time
 import uuid
@@ -25,6 +26,7 @@ from gpufleet.core.selectors import matches_fields, matches_labels, selector_str
 from gpufleet.lab.kubeapi import validation
 from gpufleet.lab.kubeapi.objects import (
     ApiError,
+    bad_request,
     conflict,
     invalid,
     json_patch,
@@ -136,10 +138,14 @@ class ObjectStore:
     def events_since(self, version: int) -> tuple[WatchEvent, ...] | None:
         """Every event after `version`, oldest first; None when some of them are no longer
         kept (the watch must list again: 410 Expired)."""
-        events = tuple(self._events)
-        if len(events) == self._events.maxlen and version < events[0].version - 1:
+        # Every write is one event, one version after the last: the newest `newer` events
+        # are the ones after `version`, read from the end (an open watch asks each poll).
+        newer = self._version - version
+        if newer <= 0:
+            return ()
+        if newer > len(self._events):
             return None
-        return tuple(e for e in events if e.version > version)
+        return tuple(reversed(tuple(itertools.islice(reversed(self._events), newer))))
 
     def _record(
         self, kind: str, res: Resource, obj: dict[str, Any], previous: dict[str, Any] | None
@@ -162,8 +168,14 @@ class ObjectStore:
     def create(self, res: Resource, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Store a new object. 409 AlreadyExists, 404 for a missing namespace, 422 for a bad
         name or kind."""
+        _decodes(res, obj)
         obj = copy.deepcopy(obj)
-        meta = obj.setdefault("metadata", {})
+        meta = obj["metadata"] = obj.get("metadata") or {}
+        if res.namespaced and meta.get("namespace") not in (None, "", namespace):
+            raise bad_request(
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
+            )
         if not meta.get("name") and meta.get("generateName"):
             # The apiserver's name generator keeps at most 58 characters of the base.
             base = meta["generateName"][:GENERATED_BASE_MAX]
@@ -197,9 +209,29 @@ class ObjectStore:
         *,
         subresource: str = "",
     ) -> dict[str, Any]:
-        """PUT: the whole object (or its status). 409 on a stale resourceVersion."""
+        """PUT: the whole object (or its status). 409 on a stale resourceVersion; 422
+        without one where the kind allows no unconditional update (a Lease, a custom
+        resource: `AllowUnconditionalUpdate` is false in their strategies)."""
+        _decodes(res, obj)
         current = self.get(res, namespace, name)
-        wanted = obj.get("metadata", {}).get("resourceVersion")
+        meta = obj.get("metadata") or {}
+        if meta.get("name") not in (None, "", name):
+            raise bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL "
+                f"({name})"
+            )
+        wanted = meta.get("resourceVersion")
+        if not wanted and (not res.builtin or res.plural == "leases"):
+            raise invalid(
+                res.kind,
+                name,
+                [
+                    (
+                        "metadata.resourceVersion",
+                        "Invalid value: 0x0: must be specified for an update",
+                    )
+                ],
+            )
         if wanted and wanted != current["metadata"]["resourceVersion"]:
             raise conflict(res.plural, res.group, name)
         return self._write(res, current, obj, subresource=subresource)
@@ -216,6 +248,8 @@ class ObjectStore:
     ) -> dict[str, Any]:
         """PATCH with one of the three patch types; 415 for strategic merge on a CRD."""
         current = self.get(res, namespace, name)
+        if content_type in (MERGE_PATCH, STRATEGIC_MERGE_PATCH) and not isinstance(patch, dict):
+            raise bad_request(validation.misfit((), patch) or "")
         if content_type == JSON_PATCH:
             patched = json_patch(current, patch)
         elif content_type == MERGE_PATCH:
@@ -232,11 +266,8 @@ class ObjectStore:
                     + (f", {STRATEGIC_MERGE_PATCH}" if res.builtin else "")
                 ),
             )
-        wanted = (
-            (patch.get("metadata") or {}).get("resourceVersion")
-            if isinstance(patch, dict)
-            else None
-        )
+        meta = patch.get("metadata") if isinstance(patch, dict) else None
+        wanted = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if wanted and wanted != current["metadata"]["resourceVersion"]:
             raise conflict(res.plural, res.group, name)
         return self._write(res, current, patched, subresource=subresource)
@@ -276,6 +307,9 @@ class ObjectStore:
         """PUT or PATCH a `Scale`: only `spec.replicas` is written through to the object."""
         current = self.get(res, namespace, name)
         before = _scale_of(current)
+        body_is_scale = patch_type in ("", MERGE_PATCH, STRATEGIC_MERGE_PATCH)
+        if body_is_scale and (why := validation.misfit(validation.SCALE_SHAPE, scale)):
+            raise bad_request(f"Scale {name!r}: {why}")
         if patch_type:
             apply = {
                 JSON_PATCH: json_patch,
@@ -285,6 +319,8 @@ class ObjectStore:
             if apply is None:
                 raise ApiError(code=415, reason="UnsupportedMediaType", message=patch_type)
             scale = apply(before, scale)
+            if why := validation.misfit(validation.SCALE_SHAPE, scale):
+                raise bad_request(f"Scale {name!r}: {why}")
         wanted = (scale.get("metadata") or {}).get("resourceVersion")
         if wanted and wanted != before["metadata"]["resourceVersion"]:
             raise conflict(res.plural, res.group, name)
@@ -311,6 +347,7 @@ class ObjectStore:
     ) -> dict[str, Any]:
         name = current["metadata"]["name"]
         namespace = current["metadata"].get("namespace", "")
+        _validate(res, name, obj)
         new = copy.deepcopy(obj)
         if res.group == "apps" and subresource != "status":
             selector = (new.get("spec") or {}).get("selector")
@@ -320,7 +357,6 @@ class ObjectStore:
                     name,
                     [("spec.selector", f"Invalid value: {selector}: field is immutable")],
                 )
-        _validate(res, name, new)
         if res.status and subresource == "status":
             new = {**current, "status": new.get("status")}
         elif res.status:
@@ -387,10 +423,18 @@ class ObjectStore:
         return (res.group, res.plural, namespace if res.namespaced else "", name)
 
 
-def _validate(res: Resource, name: str, obj: dict[str, Any]) -> None:
+def _decodes(res: Resource, obj: Any) -> None:
+    """400 for a body the API server cannot decode as the kind."""
+    if why := validation.undecodable(res.plural, res.group, obj, builtin=res.builtin):
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        raise bad_request(f"{res.kind} {name if isinstance(name, str) else ''!r}: {why}")
+
+
+def _validate(res: Resource, name: str, obj: Any) -> None:
     """400 for what the API server cannot decode, then 422 for what it refuses."""
-    if why := validation.undecodable(res.plural, res.group, obj):
-        raise ApiError(code=400, reason="BadRequest", message=f"{res.kind} {name!r}: {why}")
+    if why := validation.undecodable(res.plural, res.group, obj, builtin=res.builtin):
+        raise bad_request(f"{res.kind} {name!r}: {why}")
     if bad := validation.causes(res.plural, res.group, obj):
         raise invalid(res.kind, name, bad)
 

@@ -1,6 +1,8 @@
 """The API server's field validation that a client can get wrong without noticing, as pure
 functions: `causes` returns the (field, message) causes of a 422, empty when the object
-passes; `undecodable` why the object is a 400 before it is validated at all.
+passes; `undecodable` why the object is a 400 before it is validated at all: a field of a
+JSON type its Go type cannot take (labels that are not a map of strings, `replicas` past
+int32), as `json.Unmarshal` refuses it, or a malformed MicroTime.
 
 Facts from Kubernetes: label keys and values (`apimachinery/pkg/util/validation`:
 `IsQualifiedName`, `IsValidLabelValue`, values at most 63 characters, starting and ending
@@ -27,6 +29,12 @@ def causes(plural: str, group: str, obj: Mapping[str, Any]) -> list[tuple[str, s
     """What the API server refuses in `obj`, a `group`/`plural` object being written."""
     found = _labels("metadata.labels", (obj.get("metadata") or {}).get("labels"))
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    if _SHAPES.get((group, plural)) is _WORKLOAD:
+        replicas = spec.get("replicas")
+        if isinstance(replicas, int) and replicas < 0:
+            found.append(
+                ("spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")
+            )
     if group == "apps":
         selector = spec.get("selector") if isinstance(spec.get("selector"), dict) else {}
         found += _labels("spec.selector.matchLabels", selector.get("matchLabels"))
@@ -45,9 +53,168 @@ def causes(plural: str, group: str, obj: Mapping[str, Any]) -> list[tuple[str, s
     return found
 
 
-def undecodable(plural: str, group: str, obj: Mapping[str, Any]) -> str | None:
+# (path, Go type): "*" stands for every item of a list or value of a map. A parent comes
+# before its children, which are checked only where it has its type; null is every type's
+# zero value. Only the fields a lab controller, the RBAC evaluator or a selector reads.
+_Shape = tuple[tuple[str, ...], str]
+_META: tuple[_Shape, ...] = (
+    (("metadata",), "v1.ObjectMeta"),
+    *((("metadata", key), "string") for key in ("name", "generateName", "namespace")),
+    *((("metadata", key), "string") for key in ("resourceVersion", "uid")),
+    (("metadata", "labels"), "map[string]string"),
+    (("metadata", "labels", "*"), "string"),
+    (("metadata", "annotations"), "map[string]string"),
+    (("metadata", "annotations", "*"), "string"),
+    (("metadata", "finalizers"), "[]string"),
+    (("metadata", "finalizers", "*"), "string"),
+    (("metadata", "ownerReferences"), "[]v1.OwnerReference"),
+    (("metadata", "ownerReferences", "*"), "v1.OwnerReference"),
+)
+# A built-in kind's spec and status are Go structs; a custom resource's are whatever its
+# CRD's schema allows (a loose one takes a string).
+_BUILTIN: tuple[_Shape, ...] = ((("spec",), "struct"), (("status",), "struct"))
+_POD_SPEC: tuple[_Shape, ...] = (
+    (("containers",), "[]v1.Container"),
+    (("containers", "*"), "v1.Container"),
+    (("nodeName",), "string"),
+)
+_WORKLOAD: tuple[_Shape, ...] = (
+    (("spec", "replicas"), "int32"),
+    (("spec", "selector"), "struct"),
+    (("spec", "template"), "v1.PodTemplateSpec"),
+    (("spec", "template", "metadata"), "v1.ObjectMeta"),
+    (("spec", "template", "metadata", "labels"), "map[string]string"),
+    (("spec", "template", "metadata", "labels", "*"), "string"),
+    (("spec", "template", "spec"), "v1.PodSpec"),
+    *((("spec", "template", "spec", *path), go) for path, go in _POD_SPEC),
+)
+_RULES: tuple[_Shape, ...] = (
+    (("rules",), "[]v1.PolicyRule"),
+    (("rules", "*"), "v1.PolicyRule"),
+    *(
+        (("rules", "*", key), "[]string")
+        for key in ("verbs", "apiGroups", "resources", "resourceNames", "nonResourceURLs")
+    ),
+    *(
+        (("rules", "*", key, "*"), "string")
+        for key in ("verbs", "apiGroups", "resources", "resourceNames", "nonResourceURLs")
+    ),
+)
+_BINDING: tuple[_Shape, ...] = (
+    (("subjects",), "[]v1.Subject"),
+    (("subjects", "*"), "v1.Subject"),
+    *((("subjects", "*", key), "string") for key in ("kind", "name", "namespace", "apiGroup")),
+    (("roleRef",), "v1.RoleRef"),
+    *((("roleRef", key), "string") for key in ("kind", "name", "apiGroup")),
+)
+_SHAPES: dict[tuple[str, str], tuple[_Shape, ...]] = {
+    ("", "pods"): tuple((("spec", *path), go) for path, go in _POD_SPEC),
+    ("", "replicationcontrollers"): _WORKLOAD,
+    ("apps", "deployments"): _WORKLOAD,
+    ("apps", "statefulsets"): _WORKLOAD,
+    ("apps", "replicasets"): _WORKLOAD,
+    ("", "configmaps"): ((("data",), "map[string]string"), (("data", "*"), "string")),
+    ("rbac.authorization.k8s.io", "clusterroles"): _RULES,
+    ("rbac.authorization.k8s.io", "roles"): _RULES,
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): _BINDING,
+    ("rbac.authorization.k8s.io", "rolebindings"): _BINDING,
+    ("autoscaling.x-k8s.io", "capacitybuffers"): ((("spec", "replicas"), "int32"),),
+    ("coordination.k8s.io", "leases"): (
+        (("spec", "holderIdentity"), "string"),
+        (("spec", "leaseDurationSeconds"), "int32"),
+        (("spec", "leaseTransitions"), "int32"),
+    ),
+}
+# A SubjectAccessReview, which is answered, not stored.
+REVIEW_SHAPE: tuple[_Shape, ...] = (
+    (("spec",), "v1.SubjectAccessReviewSpec"),
+    (("spec", "user"), "string"),
+    (("spec", "groups"), "[]string"),
+    (("spec", "groups", "*"), "string"),
+    (("spec", "resourceAttributes"), "v1.ResourceAttributes"),
+    *(
+        (("spec", "resourceAttributes", key), "string")
+        for key in ("namespace", "verb", "group", "resource", "subresource", "name")
+    ),
+    (("spec", "nonResourceAttributes"), "v1.NonResourceAttributes"),
+    *((("spec", "nonResourceAttributes", key), "string") for key in ("path", "verb")),
+)
+# The Scale subresource's body.
+SCALE_SHAPE: tuple[_Shape, ...] = (
+    (("metadata",), "v1.ObjectMeta"),
+    (("metadata", "resourceVersion"), "string"),
+    (("spec",), "v1.ScaleSpec"),
+    (("spec", "replicas"), "int32"),
+)
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def misfit(shapes: tuple[_Shape, ...], obj: Any) -> str | None:
+    """The first field of `obj` whose JSON value its Go type cannot take, as Go's decoder
+    says it; None when every one fits. `obj` itself must be an object."""
+    if not isinstance(obj, Mapping):
+        return f"json: cannot unmarshal {_json_type(obj)} into Go value of type struct"
+    for path, go in shapes:
+        for where, value in _at(obj, path, ()):
+            if value is not None and not _fits(value, go):
+                return (
+                    f"json: cannot unmarshal {_json_type(value)} into Go struct field "
+                    f"{'.'.join(where)} of type {go}"
+                )
+    return None
+
+
+def _at(
+    value: Any, path: tuple[str, ...], where: tuple[str, ...]
+) -> list[tuple[tuple[str, ...], Any]]:
+    """The values at `path` in `value`, with where each is; none where a step is missing
+    or of another type (its own shape reports that)."""
+    if not path:
+        return [(where, value)]
+    step, rest = path[0], path[1:]
+    if step == "*":
+        items = (
+            value.items()
+            if isinstance(value, Mapping)
+            else enumerate(value)
+            if isinstance(value, list)
+            else ()
+        )
+        return [found for key, item in items for found in _at(item, rest, (*where, str(key)))]
+    if isinstance(value, Mapping) and step in value:
+        return _at(value[step], rest, (*where, step))
+    return []
+
+
+def _fits(value: Any, go: str) -> bool:
+    if go == "string":
+        return isinstance(value, str)
+    if go == "int32":
+        return (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and _INT32[0] <= value <= _INT32[1]
+        )
+    if go.startswith("[]"):
+        return isinstance(value, list)
+    return isinstance(value, Mapping)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return f"number {value}" if isinstance(value, int) and abs(value) >= 2**31 else "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), "value")
+
+
+def undecodable(plural: str, group: str, obj: Any, *, builtin: bool = True) -> str | None:
     """Why the API server cannot decode `obj` at all (a 400, before validation's 422): a
-    MicroTime field without its six fractional digits."""
+    field its Go type cannot take, or a MicroTime field without its six fractional
+    digits."""
+    shapes = _META + (_BUILTIN if builtin else ()) + _SHAPES.get((group, plural), ())
+    if why := misfit(shapes, obj):
+        return why
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     series = obj.get("series") if isinstance(obj.get("series"), dict) else {}
     times = {

@@ -88,7 +88,7 @@ async def serve_watch(
             await _send(response, "ADDED", obj)
         if marked and bookmarks:
             await _send(response, "BOOKMARK", _bookmark(res, since, INITIAL_EVENTS_END))
-        while not closing() and served() and loop.time() < deadline:
+        while not closing() and served() and loop.time() < deadline and _connected(request):
             events = store.events_since(since)
             if events is None:
                 expired = ApiError(
@@ -114,6 +114,13 @@ async def serve_watch(
     except (ConnectionResetError, asyncio.CancelledError):
         pass  # the client went away, or the server is stopping
     return response
+
+
+def _connected(request: web.Request) -> bool:
+    """Whether the client is still there: aiohttp cancels no handler when it goes, and a
+    quiet collection writes nothing that would fail, so a watch would outlive it."""
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
 
 
 def _bookmark(res: Resource, version: int, annotations: dict[str, str] | None = None) -> dict:

@@ -3,6 +3,7 @@ for the placeholders, real replicas preempt them and turn Ready long before a ne
 could have arrived. Driven by a manual clock through `reconcile`, read through the store
 (what the API server serves)."""
 
+import asyncio
 import dataclasses
 from typing import Any
 
@@ -12,6 +13,7 @@ from gpufleet.autoscaler.core.buffers import capacity_buffer, pod_template
 from gpufleet.autoscaler.core.placeholders import placeholder_deployment, priority_class
 from gpufleet.lab.kubeapi.cluster import (
     BUFFERS,
+    BURST_REPLICAS,
     DEPLOYMENTS,
     NODES,
     POD_TEMPLATES,
@@ -245,3 +247,61 @@ def test_the_placeholders_of_a_253_character_autoscaler_get_pods() -> None:
         _run(cluster, clock, 1)
         selector = ",".join(f"{k}={v}" for k, v in body["spec"]["selector"]["matchLabels"].items())
         assert len(store.list(PODS, NS, label_selector=selector)) == 2, length
+
+
+def test_a_deployment_gets_its_pods_a_burst_at_a_time() -> None:
+    """As the ReplicaSet controller's BurstReplicas: a Deployment scaled to int32's top
+    created all its pods in one pass, on the API server's loop, which then answered no one."""
+    store, cluster, clock = _world(placeholders=0)
+    store.patch(
+        DEPLOYMENTS,
+        NS,
+        "vllm",
+        {"spec": {"replicas": 2 * BURST_REPLICAS}},
+        content_type="application/merge-patch+json",
+    )
+    _run(cluster, clock, 1)
+    assert len(store.list(PODS, NS)) == BURST_REPLICAS
+    _run(cluster, clock, 1)
+    assert len(store.list(PODS, NS)) == 2 * BURST_REPLICAS
+
+
+def test_a_buffer_of_int32s_top_chunks_takes_one_pass() -> None:
+    """Each chunk that fits nowhere was counted one by one: 2**31 - 1 of them."""
+    store, cluster, clock = _world(placeholders=0, buffer=2**31 - 1)
+    _run(cluster, clock, 1)
+    assert store.get(BUFFERS, NS, "vllm-placeholder")["status"]["replicas"] == 2**31 - 1
+    _run(cluster, clock, 400)
+    assert len(store.list(NODES, None)) == TIMING.max_nodes
+
+
+def test_a_failing_pass_is_logged_and_the_next_one_runs(caplog) -> None:
+    """An exception out of a pass ended the cluster's task: no pod was made or ended again,
+    and nothing said so."""
+    _, cluster, _ = _world(placeholders=0)
+    passes: list[int] = []
+
+    def reconcile(now: float) -> None:
+        passes.append(1)
+        if len(passes) == 1:
+            raise RuntimeError("an object nothing checked")
+
+    cluster.reconcile = reconcile  # type: ignore[method-assign]
+
+    async def run() -> None:
+        cluster.start(period_seconds=0.01)
+        while len(passes) < 3:
+            await asyncio.sleep(0.01)
+        await cluster.stop()
+
+    asyncio.run(run())
+    assert "an object nothing checked" in caplog.text
+
+
+def test_a_buffer_whose_spec_is_not_an_object_is_skipped() -> None:
+    """A custom resource's spec is what its CRD's schema allows: a string one raised out
+    of the pass, and the cluster did nothing more."""
+    store, cluster, clock = _world(placeholders=0)
+    store.create(BUFFERS, NS, {"metadata": {"name": "loose"}, "spec": "all of it"})
+    _run(cluster, clock, 70)
+    assert _ready(store, "vllm") == 4
