@@ -29,7 +29,7 @@ from typing import Any
 
 from gpufleet.core.selectors import matches_fields, matches_labels
 from gpufleet.lab.kubeapi.objects import ApiError, bad_request, invalid, selectors
-from gpufleet.lab.kubeapi.resources import Resource
+from gpufleet.lab.kubeapi.resources import Resource, selectable_fields
 from gpufleet.lab.kubeapi.store import ObjectStore
 
 TOO_OLD = "The resourceVersion for the provided list is too old."
@@ -81,7 +81,9 @@ def list_answer(
 ) -> dict[str, Any]:
     """The List object a GET of the collection answers; ApiError for what the server refuses."""
     q = _parse(query, res)
-    labels, fields = selectors(query.get("labelSelector", ""), query.get("fieldSelector", ""))
+    labels, fields = selectors(
+        query.get("labelSelector", ""), query.get("fieldSelector", ""), selectable_fields(res)
+    )
     current = int(store.resource_version)
     if q.version is not None and q.version > current:
         raise too_large(q.version, current)

@@ -46,13 +46,18 @@ def bad_request(message: str) -> ApiError:
 
 
 def selectors(
-    label_selector: str, field_selector: str
+    label_selector: str, field_selector: str, fields: frozenset[str] | None = None
 ) -> tuple[tuple[Requirement, ...], tuple[Requirement, ...]]:
-    """A request's label and field selectors, parsed; 400 for one that does not parse."""
+    """A request's label and field selectors, parsed; 400 for one that does not parse, or
+    that selects on a field outside `fields` (None: any)."""
     try:
-        return parse_selector(label_selector), parse_selector(field_selector)
+        labels, by_field = parse_selector(label_selector), parse_selector(field_selector)
     except SelectorError as err:
         raise bad_request(str(err)) from None
+    for requirement in by_field:
+        if fields is not None and requirement.key not in fields:
+            raise bad_request(f"field label not supported: {requirement.key}")
+    return labels, by_field
 
 
 def not_found(kind_plural: str, name: str, group: str = "") -> ApiError:

@@ -273,3 +273,50 @@ RESOURCES: tuple[Resource, ...] = (
         scale=True,
     ),
 )
+
+
+# Field selectors each kind's strategy serves beyond metadata.name (and metadata.namespace
+# where it is namespaced): `GetAttrs`/`ToSelectableFields` in kubernetes pkg/registry. Any
+# other field is a 400 there, which a lenient fake would let a client find out in production.
+# Kinds left out here (events.k8s.io's Events) are not checked.
+_SELECTABLE: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "pods"): (
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.podIPs",
+        "status.nominatedNodeName",
+    ),
+    ("", "nodes"): ("spec.unschedulable",),
+    ("", "namespaces"): ("status.phase",),
+    ("", "events"): (
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
+    ("", "services"): ("spec.clusterIP", "spec.type"),
+    ("", "replicationcontrollers"): ("status.replicas",),
+    ("apps", "replicasets"): ("status.replicas",),
+    ("resource.k8s.io", "resourceslices"): ("spec.nodeName", "spec.driver"),
+}
+_UNCHECKED = frozenset({("events.k8s.io", "events")})
+
+
+def selectable_fields(res: Resource) -> frozenset[str] | None:
+    """The field selectors a list or watch of `res` may use; None where not checked."""
+    if (res.group, res.plural) in _UNCHECKED:
+        return None
+    meta = ("metadata.name", "metadata.namespace") if res.namespaced else ("metadata.name",)
+    return frozenset((*meta, *_SELECTABLE.get((res.group, res.plural), ())))

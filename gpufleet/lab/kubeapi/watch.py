@@ -35,7 +35,7 @@ from aiohttp import web
 from gpufleet.core.selectors import matches_fields, matches_labels
 from gpufleet.lab.kubeapi.listing import resource_version, too_large
 from gpufleet.lab.kubeapi.objects import ApiError, bad_request, invalid, selectors
-from gpufleet.lab.kubeapi.resources import Resource
+from gpufleet.lab.kubeapi.resources import Resource, selectable_fields
 from gpufleet.lab.kubeapi.store import ObjectStore
 
 DEFAULT_TIMEOUT_SECONDS = 1800.0
@@ -62,7 +62,9 @@ async def serve_watch(
 ) -> web.StreamResponse:
     """Stream the watch; ApiError (400, 422) before anything is sent for a bad query."""
     query = request.query
-    labels, fields = selectors(query.get("labelSelector", ""), query.get("fieldSelector", ""))
+    labels, fields = selectors(
+        query.get("labelSelector", ""), query.get("fieldSelector", ""), selectable_fields(res)
+    )
     version = resource_version(query.get("resourceVersion", ""))
     if version and version > int(store.resource_version):
         raise too_large(version, int(store.resource_version))

@@ -300,6 +300,29 @@ def test_what_kube_apiserver_refuses_is_a_4xx_status(
         assert text in answer["message"]
 
 
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [
+        (f"{CM}?fieldSelector=data%3Dx", 400),
+        (f"{CM}?watch=1&fieldSelector=no.such.field%3Dx", 400),
+        (f"{CM}?fieldSelector=metadata.name%3Dc", 200),
+        ("/api/v1/pods?fieldSelector=spec.nodeName%21%3Dn1", 200),
+        ("/api/v1/pods?fieldSelector=spec.containers%3Dx", 400),
+        ("/api/v1/nodes?fieldSelector=metadata.namespace%3Dx", 400),
+        ("/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dgpu.nvidia.com", 200),
+    ],
+)
+def test_a_field_selector_kube_apiserver_does_not_serve_is_a_400(
+    server: FakeApiServer, path: str, code: int
+) -> None:
+    """Every field was taken, so a daemon selecting on one no strategy serves passed here
+    and failed on a cluster."""
+    status, answer = call(server, "GET", path)
+    assert status == code, answer
+    if code == 400:
+        assert answer["message"].startswith("field label not supported: ")
+
+
 def test_a_body_past_3_mib_or_json_too_deep_is_refused(server: FakeApiServer) -> None:
     status, answer = call(server, "POST", CM, raw=b" " * (MAX_BODY_BYTES + 1))
     assert (status, answer["reason"]) == (413, "RequestEntityTooLarge")
