@@ -3,8 +3,10 @@
 The official `kubernetes` client and kubectl talk to it as to a kube-apiserver: discovery
 (`/api`, `/apis`, `/apis/{group}/{version}`), CRUD on the resources in `resources`, the
 `/status` and `/scale` subresources, label and field selectors, lists at a
-resourceVersion and in pages (`limit` and `continue`, in `listing`), `Status` errors, and
-watches (`?watch=1`, in `watch`). No real
+resourceVersion and in pages (`limit` and `continue`, in `listing`), `Status` errors,
+DeleteOptions' preconditions and grace period, dry runs (`dryRun=All`), and watches
+(`?watch=1`, in `watch`). Not modelled: finalizers (a DELETE removes the object at once,
+pods aside), server-side apply, YAML bodies, deletecollection. No real
 kube-apiserver can be installed here, so tests and the lab run the product's Kubernetes
 code against this one.
 
@@ -34,7 +36,7 @@ from aiohttp import web
 
 from gpufleet.lab.kubeapi import rbac, validation
 from gpufleet.lab.kubeapi.listing import list_answer
-from gpufleet.lab.kubeapi.objects import ApiError
+from gpufleet.lab.kubeapi.objects import ApiError, bad_request
 from gpufleet.lab.kubeapi.resources import RESOURCES, Resource
 from gpufleet.lab.kubeapi.store import EVENT_HISTORY, ObjectStore
 from gpufleet.lab.kubeapi.watch import BOOKMARK_SECONDS, is_watch, serve_watch
@@ -496,6 +498,19 @@ async def _answer(state: _State, request: web.Request) -> dict[str, Any]:
 
 
 async def _serve_target(state: _State, request: web.Request, t: _Target) -> dict[str, Any]:
+    """Answer a request on a resource. The body is read first: the store's part runs with
+    no await, so a dry run's writes are undone before any other handler runs."""
+    body = await _json(request) if request.method in _WRITES else None
+    dry_runs = request.query.getall("dryRun", [])
+    if any(value != "All" for value in dry_runs):
+        raise bad_request(f'dryRun: Unsupported value: {dry_runs}: supported values: "All"')
+    if dry_runs and request.method in _WRITES:  # validated, answered, never stored
+        with state.store.rolled_back():
+            return _on_store(state, request, t, body)
+    return _on_store(state, request, t, body)
+
+
+def _on_store(state: _State, request: web.Request, t: _Target, body: Any) -> dict[str, Any]:
     store, res, method = state.store, t.res, request.method
     ns = t.namespace or ""
     if not t.name:
@@ -504,36 +519,52 @@ async def _serve_target(state: _State, request: web.Request, t: _Target) -> dict
                 store, res, t.namespace, request.query, watch_cache=state.watch_cache
             )
         if method == "POST" and (t.namespace is not None or not res.namespaced):
-            return store.create(res, ns, await _json(request))
+            return store.create(res, ns, body)
         raise _not_allowed(method)
     if t.subresource == "scale" and res.scale:
         if method == "GET":
             return store.get_scale(res, ns, t.name)
         if method in ("PUT", "PATCH"):
             patch_type = request.content_type if method == "PATCH" else ""
-            return store.update_scale(res, ns, t.name, await _json(request), patch_type=patch_type)
+            return store.update_scale(res, ns, t.name, body, patch_type=patch_type)
         raise _not_allowed(method)
     if t.subresource and not (t.subresource == "status" and res.status):
         raise ApiError(code=404, reason="NotFound", message=f"no subresource {t.subresource!r}")
     if method == "GET":
         return store.get(res, ns, t.name)
     if method == "PUT":
-        return store.replace(res, ns, t.name, await _json(request), subresource=t.subresource)
+        return store.replace(res, ns, t.name, body, subresource=t.subresource)
     if method == "PATCH":
         return store.patch(
-            res,
-            ns,
-            t.name,
-            await _json(request),
-            content_type=request.content_type,
-            subresource=t.subresource,
+            res, ns, t.name, body, content_type=request.content_type, subresource=t.subresource
         )
     if method == "DELETE" and not t.subresource:
-        # Pods terminate gracefully unless told not to (gracePeriodSeconds=0), as on a real
+        options = {} if body is None else body
+        if why := validation.misfit(validation.DELETE_OPTIONS_SHAPE, options):
+            raise bad_request(why)
+        _check_preconditions(store.get(res, ns, t.name), options.get("preconditions") or {})
+        grace = request.query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+        # Pods terminate gracefully unless told not to (gracePeriodSeconds 0), as on a real
         # cluster; the lab's kubelet removes them when their grace is over.
-        graceful = res.plural == "pods" and request.query.get("gracePeriodSeconds") != "0"
+        graceful = res.plural == "pods" and str(grace) != "0"
         return store.mark_deleting(res, ns, t.name) if graceful else store.delete(res, ns, t.name)
     raise _not_allowed(method)
+
+
+def _check_preconditions(current: dict[str, Any], preconditions: dict[str, Any]) -> None:
+    """DeleteOptions' preconditions, as the storage checks them: 409 where one differs."""
+    meta = current["metadata"]
+    for what, key in (("UID", "uid"), ("ResourceVersion", "resourceVersion")):
+        wanted = preconditions.get(key)
+        if wanted is not None and wanted != meta.get(key):
+            raise ApiError(
+                code=409,
+                reason="Conflict",
+                message=(
+                    f"Precondition failed: {what} in precondition: {wanted}, {what} in "
+                    f"object meta: {meta.get(key)}"
+                ),
+            )
 
 
 def _target(state: _State, segments: list[str]) -> _Target | None:

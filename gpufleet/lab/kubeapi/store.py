@@ -11,13 +11,14 @@ and a watch from a resourceVersion older than that window is told it is expired 
 Single-threaded: the server's event loop owns it.
 """
 
+import contextlib
 import copy
 import itertools
 import re
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -162,6 +163,15 @@ class ObjectStore:
                 previous=previous,
             )
         )
+
+    @contextlib.contextmanager
+    def rolled_back(self) -> Iterator[None]:
+        """Every write made within is undone at its end: a dry run's."""
+        objects, version, events = dict(self._objects), self._version, self._events.copy()
+        try:
+            yield
+        finally:
+            self._objects, self._version, self._events = objects, version, events
 
     # --- writes ---
 

@@ -146,7 +146,15 @@ SCALE_SHAPE: tuple[_Shape, ...] = (
     (("spec",), "v1.ScaleSpec"),
     (("spec", "replicas"), "int32"),
 )
+# A DELETE's body.
+DELETE_OPTIONS_SHAPE: tuple[_Shape, ...] = (
+    (("gracePeriodSeconds",), "int64"),
+    (("preconditions",), "v1.Preconditions"),
+    (("preconditions", "uid"), "string"),
+    (("preconditions", "resourceVersion"), "string"),
+)
 _INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def misfit(shapes: tuple[_Shape, ...], obj: Any) -> str | None:
@@ -189,12 +197,9 @@ def _at(
 def _fits(value: Any, go: str) -> bool:
     if go == "string":
         return isinstance(value, str)
-    if go == "int32":
-        return (
-            isinstance(value, int)
-            and not isinstance(value, bool)
-            and _INT32[0] <= value <= _INT32[1]
-        )
+    if go in ("int32", "int64"):
+        low, high = _INT32 if go == "int32" else _INT64
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
     if go.startswith("[]"):
         return isinstance(value, list)
     return isinstance(value, Mapping)

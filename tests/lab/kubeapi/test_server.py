@@ -407,3 +407,33 @@ def test_the_request_log_keeps_the_newest_only(monkeypatch) -> None:
             "/api/v1/namespaces/kube-system",
             "/api/v1/namespaces",
         ]
+
+
+def test_delete_options_preconditions_grace_and_dry_run(api: client.ApiClient) -> None:
+    """DeleteOptions in a body were ignored: a stale precondition deleted all the same, a
+    body's gracePeriodSeconds 0 left the pod terminating; and a dry run was made."""
+    core = client.CoreV1Api(api)
+    made = core.create_namespaced_config_map("default", {"metadata": {"name": "pre"}})
+    stale = client.V1DeleteOptions(preconditions=client.V1Preconditions(resource_version="1"))
+    wrong = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="not-its-uid"))
+    for options, what in ((stale, "ResourceVersion"), (wrong, "UID")):
+        with pytest.raises(ApiException) as refused:
+            core.delete_namespaced_config_map("pre", "default", body=options)
+        assert refused.value.status == 409
+        assert f"Precondition failed: {what} in precondition:" in refused.value.body
+    current = client.V1Preconditions(uid=made.metadata.uid)
+    core.delete_namespaced_config_map("pre", "default", dry_run="All")
+    core.patch_namespaced_config_map("pre", "default", {"data": {"a": "1"}}, dry_run="All")
+    core.create_namespaced_config_map("default", {"metadata": {"name": "dry"}}, dry_run="All")
+    assert core.read_namespaced_config_map("pre", "default").data is None
+    with pytest.raises(ApiException, match="Not Found"):
+        core.read_namespaced_config_map("dry", "default")
+    core.delete_namespaced_config_map(
+        "pre", "default", body=client.V1DeleteOptions(preconditions=current)
+    )
+    core.create_namespaced_pod("default", pod("grace", {}))
+    core.delete_namespaced_pod(
+        "grace", "default", body=client.V1DeleteOptions(grace_period_seconds=0)
+    )
+    with pytest.raises(ApiException, match="Not Found"):
+        core.read_namespaced_pod("grace", "default")
