@@ -44,7 +44,7 @@ _UID_NAMESPACE = uuid.UUID("6f1c1b8e-63a4-4c4e-9a57-5bb1c6f0a001")
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-Key = tuple[str, str, str, str]  # group, plural, namespace ("" if cluster-scoped), name
+Key = tuple[str, str]  # namespace ("" if cluster-scoped), name
 EVENT_HISTORY = 1000
 Snapshot = list[tuple[tuple[str, str], dict[str, Any]]]  # ((namespace, name), object), sorted
 
@@ -76,7 +76,9 @@ class ObjectStore:
         self, *, clock: Callable[[], float] = time.time, event_history: int = EVENT_HISTORY
     ) -> None:
         self._clock = clock
-        self._objects: dict[Key, dict[str, Any]] = {}
+        # By (group, plural), then Key: a list or a page reads its resource's objects only,
+        # not every object the store holds.
+        self._objects: dict[tuple[str, str], dict[Key, dict[str, Any]]] = {}
         self._version = 0
         self._events: deque[WatchEvent] = deque(maxlen=event_history)
 
@@ -87,7 +89,7 @@ class ObjectStore:
     # --- reads ---
 
     def get(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
-        obj = self._objects.get(self._key(res, namespace, name))
+        obj = self._of(res).get(self._key(res, namespace, name))
         if obj is None:
             raise not_found(res.plural, name, res.group)
         return copy.deepcopy(obj)
@@ -103,9 +105,7 @@ class ObjectStore:
         """Objects of `res` (in `namespace`, or everywhere when None), by namespace and name."""
         labels, fields = selectors(label_selector, field_selector)
         out = []
-        for (group, plural, ns, _), obj in sorted(self._objects.items()):
-            if (group, plural) != (res.group, res.plural):
-                continue
+        for (ns, _), obj in sorted(self._of(res).items()):
             if namespace is not None and ns != namespace:
                 continue
             if matches_labels(obj, labels) and matches_fields(obj, fields):
@@ -121,8 +121,8 @@ class ObjectStore:
             return None
         found = {
             (ns, name): obj
-            for (group, plural, ns, name), obj in self._objects.items()
-            if (group, plural) == (res.group, res.plural) and (namespace is None or ns == namespace)
+            for (ns, name), obj in self._of(res).items()
+            if namespace is None or ns == namespace
         }
         for event in reversed(events):  # undo each later write, newest first
             if (event.group, event.plural) != (res.group, res.plural):
@@ -167,7 +167,8 @@ class ObjectStore:
     @contextlib.contextmanager
     def rolled_back(self) -> Iterator[None]:
         """Every write made within is undone at its end: a dry run's."""
-        objects, version, events = dict(self._objects), self._version, self._events.copy()
+        objects = {kind: dict(each) for kind, each in self._objects.items()}
+        version, events = self._version, self._events.copy()
         try:
             yield
         finally:
@@ -206,7 +207,7 @@ class ObjectStore:
         else:
             meta.pop("namespace", None)
         obj["apiVersion"], obj["kind"] = res.group_version, res.kind
-        self._objects[self._key(res, namespace, name)] = obj
+        self._of(res)[self._key(res, namespace, name)] = obj
         self._record("ADDED", res, obj, None)
         return copy.deepcopy(obj)
 
@@ -292,13 +293,13 @@ class ObjectStore:
         self._version += 1
         current["metadata"]["deletionTimestamp"] = timestamp(self._clock())
         current["metadata"]["resourceVersion"] = str(self._version)
-        self._objects[self._key(res, namespace, name)] = current
+        self._of(res)[self._key(res, namespace, name)] = current
         self._record("MODIFIED", res, current, previous)
         return copy.deepcopy(current)
 
     def delete(self, res: Resource, namespace: str, name: str) -> dict[str, Any]:
         previous = self.get(res, namespace, name)
-        del self._objects[self._key(res, namespace, name)]
+        del self._of(res)[self._key(res, namespace, name)]
         self._version += 1
         obj = copy.deepcopy(previous)
         obj["metadata"]["resourceVersion"] = str(self._version)
@@ -385,7 +386,7 @@ class ObjectStore:
         new["apiVersion"], new["kind"] = res.group_version, res.kind
         if new.get("status") is None:
             new.pop("status", None)
-        self._objects[self._key(res, namespace, name)] = new
+        self._of(res)[self._key(res, namespace, name)] = new
         self._record("MODIFIED", res, new, current)
         return copy.deepcopy(new)
 
@@ -418,9 +419,10 @@ class ObjectStore:
                 reason="BadRequest",
                 message=f"the kind {kind!r} does not match {res.kind!r}",
             )
-        if res.namespaced and not self._objects.get(("", "namespaces", "", namespace)):
+        namespaces = self._objects.get(("", "namespaces"), {})
+        if res.namespaced and ("", namespace) not in namespaces:
             raise not_found("namespaces", namespace)
-        if self._key(res, namespace, name) in self._objects:
+        if self._key(res, namespace, name) in self._of(res):
             raise ApiError(
                 code=409,
                 reason="AlreadyExists",
@@ -430,7 +432,10 @@ class ObjectStore:
 
     @staticmethod
     def _key(res: Resource, namespace: str, name: str) -> Key:
-        return (res.group, res.plural, namespace if res.namespaced else "", name)
+        return (namespace if res.namespaced else "", name)
+
+    def _of(self, res: Resource) -> dict[Key, dict[str, Any]]:
+        return self._objects.setdefault((res.group, res.plural), {})
 
 
 def _decodes(res: Resource, obj: Any) -> None:
