@@ -52,6 +52,39 @@ def setup_logging(*, debug: bool, json_format: bool) -> None:
     # aiohttp's access log (the autoscaler's external metrics API, the lab's servers) would
     # add a line per request.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.server").addFilter(MALFORMED_REQUESTS)
+
+
+class _MalformedRequests(logging.Filter):
+    """aiohttp logs each malformed request it answers 400 (a request line or header too
+    long, bytes that are no HTTP) as an ERROR with its traceback: a client's mistake, about
+    500 bytes a request. Such records become a one-line warning, `LOG_BURST` of them and
+    then one per `LOG_EVERY_SECONDS`, the next saying how many were left out. Recognised
+    by class name, so the exporter, which serves no aiohttp, never imports it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._bucket = TokenBucket(
+            rate_per_second=1.0 / LOG_EVERY_SECONDS, burst=LOG_BURST, clock=time.monotonic
+        )
+        self._left_out = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or not any(c.__name__ == "HttpProcessingError" for c in type(exc).__mro__):
+            return True
+        if not self._bucket.take():
+            self._left_out += 1
+            return False
+        what = f"{type(exc).__name__}: {cut(str(exc), MAX_SHOWN_CHARS)}"
+        message = f"a malformed request answered 400: {what}"
+        if self._left_out:
+            message += f" ({self._left_out} more left out)"
+            self._left_out = 0
+        record.msg, record.args = "%s", (message,)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info = record.exc_text = None
+        return True
 
 
 _CHANGES_BURST = 4  # an OutageLog's changes logged at once: fails, works, fails, works
@@ -176,3 +209,6 @@ class ThrottledLog:
             msg, args = f"{msg} (and %d more held back)", (*args, self._held_back)
             self._held_back = 0
         self._logger.log(level, msg, *args, exc_info=exc_info)
+
+
+MALFORMED_REQUESTS = _MalformedRequests()

@@ -1,10 +1,11 @@
 """A failing dependency is logged as its transitions: a handful of lines, not one a try."""
 
+import asyncio
 import logging
 
 import pytest
 
-from gpufleet.logs import OutageLog
+from gpufleet.logs import LOG_BURST, OutageLog
 
 
 class Clock:
@@ -122,3 +123,53 @@ def test_an_exception_is_its_traceback_once_an_outage_and_bounded(outage):
     assert len(first.getMessage()) < 160
     assert recovered.getMessage() == "cannot reach X: works again, after 3 failures"
     assert again.exc_info is not None  # a new outage: its traceback too
+
+
+def test_malformed_requests_to_an_aiohttp_server_are_a_few_one_line_warnings(
+    caplog, monkeypatch
+) -> None:
+    """aiohttp logged each as an ERROR with its traceback, about 500 bytes: a scanner
+    sending junk to the autoscaler's external metrics API filled its log."""
+    from aiohttp import web
+
+    from gpufleet import logs
+
+    monkeypatch.setattr(logs, "MALFORMED_REQUESTS", logs._MalformedRequests())
+    server_log = logging.getLogger("aiohttp.server")
+    monkeypatch.setattr(server_log, "filters", [logs.MALFORMED_REQUESTS])
+    caplog.set_level(logging.DEBUG, logger="aiohttp.server")
+    junk = (
+        b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+        b"\x00\x01garbage\r\n\r\n",
+    )
+
+    async def run() -> list[bytes]:
+        app = web.Application()
+
+        async def ok(request: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        app.router.add_get("/", ok)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        answers = []
+        try:
+            for i in range(30):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(junk[i % len(junk)])
+                answers.append(await reader.readline())
+                writer.close()
+        finally:
+            await runner.cleanup()
+        return answers
+
+    answers = asyncio.run(run())
+    assert {a.split(b" ")[1] for a in answers} == {b"400"}
+    records = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert len(records) == LOG_BURST
+    assert all(r.levelno == logging.WARNING and not r.exc_info for r in records)
+    assert records[0].getMessage().startswith("a malformed request answered 400: ")
