@@ -17,8 +17,15 @@ RULES = (
 )
 
 
-def _at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
-    """An argparse type: a number of `kind` no smaller than `minimum`."""
+# Past this the simulated pods' arrivals outrun the lab's real-time loop (the API server's
+# too): at 1e8 a Poisson step never ended, and the API server answered no one.
+MAX_RATE = 1000.0
+
+
+def _at_least(
+    minimum: float, kind: type = int, maximum: float = math.inf
+) -> Callable[[str], float]:
+    """An argparse type: a number of `kind` no smaller than `minimum`, none over `maximum`."""
 
     def parse(text: str) -> float:
         try:
@@ -29,6 +36,8 @@ def _at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"{text} is not a finite number")
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{text} is below the minimum of {minimum}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{text} is over the maximum of {maximum:g}")
         return value
 
     return parse
@@ -94,9 +103,12 @@ def parser(description: str) -> argparse.ArgumentParser:
     )
     serving.add_argument(
         "--rate",
-        type=_at_least(0.0, float),
+        type=_at_least(0.0, float, MAX_RATE),
         default=6.0,
-        help="Poisson requests per second without --trace or --workload (one pod serves ~4)",
+        help=(
+            "Poisson requests per second without --trace or --workload (one pod serves ~4; "
+            f"at most {MAX_RATE:g})"
+        ),
     )
     serving.add_argument(
         "--speed",
@@ -170,6 +182,8 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
         parser.error(
             f"--min-replicas {args.min_replicas} is more than --max-replicas {args.max_replicas}"
         )
+    if args.rules != RULES and not args.rules.is_dir():  # a typo: panels and alerts silent
+        parser.error(f"--rules {args.rules}: no such directory")
     if args.dra > WHOLE_GPUS:
         parser.error(f"--dra {args.dra}: the first node has {WHOLE_GPUS} whole GPUs for pods")
     last = args.nodes - 1  # the next nodes listen on the next ports

@@ -263,6 +263,12 @@ def test_lab_serves_an_attributed_node(tmp_path: Path):
         pytest.param(
             ("--workload", "flash:rate=1e20"), 2, "requests, more than 100,000,000", id="huge"
         ),
+        # the lab audit: 1e9 froze the API server's loop in a Poisson step that never ended;
+        # a mistyped --rules left the rule-fed panels empty and no alert to fire
+        pytest.param(("--rate", "1e9"), 2, "--rate: 1e9 is over the maximum of 1000", id="rate"),
+        pytest.param(
+            ("--rules", "/nonexistent"), 2, "--rules /nonexistent: no such directory", id="rules"
+        ),
     ],
 )
 def test_lab_bad_input_is_one_line_not_a_traceback(args, code: int, message: str):

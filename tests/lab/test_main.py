@@ -193,6 +193,7 @@ def test_a_relative_rules_folder_is_read_from_where_the_lab_was_started(
     from gpufleet.lab import flags
 
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "rules").mkdir()
     args = flags.parse(flags.parser(""), ["--rules", "rules"])
     assert args.rules == tmp_path / "rules"
 
