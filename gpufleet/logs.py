@@ -212,3 +212,27 @@ class ThrottledLog:
 
 
 MALFORMED_REQUESTS = _MalformedRequests()
+_OUT_OF_RESOURCES = "socket.accept() out of system resource"
+
+
+def throttle_accept_errors(loop: Any) -> None:
+    """Keep an asyncio loop's "cannot accept" errors to a few lines.
+
+    With every file descriptor held (clients that connect and never send), asyncio logs
+    `_OUT_OF_RESOURCES` with its traceback at each accept retry, once a second a listener:
+    the lab, listening on a port a pod, logged 52,263 lines in 8 s. Those become one-line
+    errors, `LOG_BURST` and then one per `LOG_EVERY_SECONDS`; every other error of the
+    loop goes to asyncio's own handler."""
+    throttled = ThrottledLog(logging.getLogger("asyncio"), clock=time.monotonic)
+
+    def handle(loop: Any, context: dict[str, Any]) -> None:
+        if context.get("message") != _OUT_OF_RESOURCES:
+            loop.default_exception_handler(context)
+            return
+        throttled.log(
+            logging.ERROR,
+            "cannot accept a connection: %s (every file descriptor in use?)",
+            context.get("exception"),
+        )
+
+    loop.set_exception_handler(handle)

@@ -40,7 +40,7 @@ from gpufleet.kube.connect import api_client
 from gpufleet.kube.errors import KubeError
 from gpufleet.kube.events import EventRecorder
 from gpufleet.kube.lease import LeaderElector, LeaseConfig
-from gpufleet.logs import OutageLog, setup_logging
+from gpufleet.logs import OutageLog, setup_logging, throttle_accept_errors
 from gpufleet.settings import settings_from_argv
 
 # Each API call's limit: a list of every pod of a large cluster takes seconds; an API
@@ -189,6 +189,7 @@ async def _run(settings: AutoscalerSettings, api, address, signals: _SignalAddre
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    throttle_accept_errors(loop)
     last_ok = [time.monotonic()]
     server_stats = ServerStats()  # the metrics server's, and the signal servers' accept errors
     stoppers: list[Callable[[], Awaitable[object]]] = []
@@ -267,6 +268,7 @@ class _SignalServers:
     ) -> None:
         self._args = (settings, api, feed, signals, stats)
         self._loop = asyncio.new_event_loop()
+        throttle_accept_errors(self._loop)
         self._thread = threading.Thread(target=self._run, name="signal-servers", daemon=True)
         self._stoppers: list[Callable[[], Awaitable[object]]] = []
         self._ready = threading.Event()

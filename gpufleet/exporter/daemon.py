@@ -38,7 +38,7 @@ from gpufleet.exporter.settings import (
     ExporterSettings,
 )
 from gpufleet.heap import limit_arenas
-from gpufleet.logs import setup_logging
+from gpufleet.logs import setup_logging, throttle_accept_errors
 from gpufleet.nvml.backend import NvmlBackend, NvmlStartError, start_backend
 from gpufleet.settings import settings_from_argv
 
@@ -461,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def run_until_signal() -> bool:
         stop = asyncio.Event()
         install_signal_handlers(stop)
+        throttle_accept_errors(asyncio.get_running_loop())
         return await serve(prepared, backend.lib, stop=stop)
 
     quiescent = True  # nothing reached NVML if serving never started

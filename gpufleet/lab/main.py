@@ -63,7 +63,7 @@ from gpufleet.lab.workload import (
     create_workload,
     lab_timing,
 )
-from gpufleet.logs import setup_logging
+from gpufleet.logs import setup_logging, throttle_accept_errors
 from gpufleet.settings import describe_validation_error
 
 if TYPE_CHECKING:  # loaded when the lab starts, after its flags are checked
@@ -193,6 +193,7 @@ async def _run(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     install_signal_handlers(stop)
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, stop.set)
+    throttle_accept_errors(asyncio.get_running_loop())
     trace = _trace(args)
     try:
         nodes = [

@@ -13,6 +13,7 @@ from gpufleet.core.server_stats import ServerStats
 from gpufleet.http.metrics import exposition, http_families
 from gpufleet.http.server import Response, RunningServer, new_app, plain, start_server
 from gpufleet.http.wire import Request
+from gpufleet.logs import throttle_accept_errors
 from gpufleet.plugin.core.model import Health
 from gpufleet.plugin.kubelet.registration import PluginRunner
 from gpufleet.plugin.kubelet.server import DevicePluginService, RpcStats
@@ -145,6 +146,7 @@ class MetricsServer:
         self._web_config = web_config
         self._read_timeout_seconds = read_timeout_seconds
         self._loop = asyncio.new_event_loop()
+        throttle_accept_errors(self._loop)
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="plugin-metrics", daemon=True
         )

@@ -40,7 +40,7 @@ from gpufleet.lab.kubeapi.objects import ApiError, bad_request
 from gpufleet.lab.kubeapi.resources import RESOURCES, Resource
 from gpufleet.lab.kubeapi.store import EVENT_HISTORY, ObjectStore
 from gpufleet.lab.kubeapi.watch import BOOKMARK_SECONDS, is_watch, serve_watch
-from gpufleet.logs import ThrottledLog
+from gpufleet.logs import ThrottledLog, throttle_accept_errors
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +206,7 @@ class FakeApiServer:
         ready = threading.Event()
         self._closing = False
         self._loop = asyncio.new_event_loop()
+        throttle_accept_errors(self._loop)
         self._thread = threading.Thread(
             target=self._run, args=(ready,), name="fake-kube-apiserver", daemon=True
         )
