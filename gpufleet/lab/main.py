@@ -89,6 +89,17 @@ async def _churn(node: SimNode, every_seconds: float) -> None:
         log.info("pod replaced", extra={"fields": {"old": old.name, "new": name}})
 
 
+class _Stopped(Exception):
+    """A stop signal came during start-up: the parts not yet started are not."""
+
+
+def _going_on(stop: asyncio.Event) -> None:
+    """Between start-up steps: each may wait up to 30 s for a part to be ready, and Ctrl-C
+    waited for all of them, then printed the banner of a lab about to stop."""
+    if stop.is_set():
+        raise _Stopped
+
+
 # The lab's flags that set an exporter setting, for error messages.
 _FLAGS = {"address": "--address", "collect_interval_ms": "--interval-ms"}
 
@@ -287,6 +298,7 @@ async def _serve(
             await asyncio.wait({listening, task}, return_when=asyncio.FIRST_COMPLETED)
             if task.done():
                 task.result()  # its startup error
+            _going_on(stop)
             name = node.layout.node_name
             exporter = (ready.host or "127.0.0.1", listening.result())
             plugin_at = (host, plugin.port)
@@ -326,6 +338,7 @@ async def _observe(
     stop: asyncio.Event,
 ) -> None:
     """Prometheus, Alertmanager, the autoscaler, the workload and the page."""
+    _going_on(stop)
     web_address = _free("--web-address", args.web_address)
     prom_address = _free("--prometheus-address", args.prometheus_address)
     autoscaler_address = _free("--autoscaler-address", args.autoscaler_address)
@@ -351,11 +364,13 @@ async def _observe(
         )
         lab.children.append(child)
         await asyncio.to_thread(child.wait_ready, "/-/ready")
+        _going_on(stop)
         lab.urls.append(("Prometheus", prometheus_url))
     else:
         log.warning("prometheus is not installed (./dev lab installs it): no metrics store")
     if am_child:
         await asyncio.to_thread(am_child.wait_ready, "/-/ready")
+        _going_on(stop)
         lab.urls.append(("Alertmanager", f"http://{alertmanager}"))
     spec = WorkloadSpec(
         nodes=args.nodes,
@@ -398,6 +413,7 @@ async def _observe(
         )
         lab.children.append(autoscaler)
         await asyncio.to_thread(autoscaler.wait_ready, "/metrics")
+        _going_on(stop)
         prom.write_targets(
             targets / "autoscaler.json",
             [f"{autoscaler_address[0]}:{autoscaler_address[1]}"],
@@ -458,4 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StartupError as exc:  # a bad flag (the message names it)
         log.error("%s", exc)
         return 2
+    except _Stopped:  # as a Ctrl-C before the handlers were in place
+        log.info("stopped during start-up")
+        return 130
     return 0

@@ -10,6 +10,7 @@ import json
 import logging
 import shutil
 import signal
+import subprocess
 import sys
 import urllib.error
 import urllib.parse
@@ -218,3 +219,24 @@ def test_prometheus_takes_a_scrape_interval_that_is_not_whole_seconds(tmp_path: 
         child.wait_ready("/-/ready")
     finally:
         child.stop()
+
+
+def test_ctrl_c_during_start_up_starts_nothing_more(tmp_path: Path) -> None:
+    """Ctrl-C waited for every part still to start (each up to 30 s), then printed the
+    banner of a lab about to stop and exited 0; a very early one exited 130."""
+    require("prometheus")
+    from helpers import LAB_PORTS
+
+    log = tmp_path / "lab.log"
+    command = [sys.executable, "-m", "gpufleet.cli", "lab", "--address=127.0.0.1:0", *LAB_PORTS]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+    try:
+        wait_for(lambda: "plugin started" in log.read_text(), timeout=60, what="start-up")
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    said = log.read_text()
+    assert proc.returncode == 130, said
+    assert "lab running" not in stdout + said and "Traceback" not in said
+    assert "stopped during start-up" in said
