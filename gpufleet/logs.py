@@ -58,33 +58,21 @@ def setup_logging(*, debug: bool, json_format: bool) -> None:
 class _MalformedRequests(logging.Filter):
     """aiohttp logs each malformed request it answers 400 (a request line or header too
     long, bytes that are no HTTP) as an ERROR with its traceback: a client's mistake, about
-    500 bytes a request. Such records become a one-line warning, `LOG_BURST` of them and
-    then one per `LOG_EVERY_SECONDS`, the next saying how many were left out. Recognised
-    by class name, so the exporter, which serves no aiohttp, never imports it."""
+    500 bytes a request. Such a record is dropped for a one-line warning of a ThrottledLog
+    on the same logger. Recognised by class name, so the exporter, which serves no aiohttp,
+    never imports it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._bucket = TokenBucket(
-            rate_per_second=1.0 / LOG_EVERY_SECONDS, burst=LOG_BURST, clock=time.monotonic
-        )
-        self._left_out = 0
+        self._said = ThrottledLog(logging.getLogger("aiohttp.server"), clock=time.monotonic)
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is None or not any(c.__name__ == "HttpProcessingError" for c in type(exc).__mro__):
             return True
-        if not self._bucket.take():
-            self._left_out += 1
-            return False
         what = f"{type(exc).__name__}: {cut(str(exc), MAX_SHOWN_CHARS)}"
-        message = f"a malformed request answered 400: {what}"
-        if self._left_out:
-            message += f" ({self._left_out} more left out)"
-            self._left_out = 0
-        record.msg, record.args = "%s", (message,)
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
-        record.exc_info = record.exc_text = None
-        return True
+        self._said.log(logging.WARNING, "a malformed request answered 400: %s", what)
+        return False
 
 
 _CHANGES_BURST = 4  # an OutageLog's changes logged at once: fails, works, fails, works
@@ -219,10 +207,10 @@ def throttle_accept_errors(loop: Any) -> None:
     """Keep an asyncio loop's "cannot accept" errors to a few lines.
 
     With every file descriptor held (clients that connect and never send), asyncio logs
-    `_OUT_OF_RESOURCES` with its traceback at each accept retry, once a second a listener:
-    the lab, listening on a port a pod, logged 52,263 lines in 8 s. Those become one-line
-    errors, `LOG_BURST` and then one per `LOG_EVERY_SECONDS`; every other error of the
-    loop goes to asyncio's own handler."""
+    `_OUT_OF_RESOURCES` with its traceback for each of up to a backlog of accepts a second,
+    on each listener: the lab, listening on a port a pod, logged 52,263 lines in 8 s. Those
+    become one-line errors, `LOG_BURST` and then one per `LOG_EVERY_SECONDS`; every other
+    error of the loop goes to asyncio's own handler."""
     throttled = ThrottledLog(logging.getLogger("asyncio"), clock=time.monotonic)
 
     def handle(loop: Any, context: dict[str, Any]) -> None:
