@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from gpufleet.core.numbers import ascii_int
 from gpufleet.core.selectors import matches_fields, matches_labels
 from gpufleet.lab.kubeapi.objects import ApiError, bad_request, invalid, selectors
 from gpufleet.lab.kubeapi.resources import Resource, selectable_fields
@@ -44,9 +45,10 @@ def resource_version(value: str) -> int | None:
     """A query's `resourceVersion`: None when unset, 0 for "0"; 400 when not a version."""
     if value == "":
         return None
-    if not (value.isascii() and value.isdigit()):
+    version = ascii_int(value, max_digits=20)  # a uint64's, as etcd's revisions
+    if version is None:
         raise bad_request(f"invalid resourceVersion {value!r}")
-    return int(value)
+    return version
 
 
 def too_large(wanted: int, current: int) -> ApiError:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.core.numbers import ascii_int
 from gpufleet.core.selectors import Requirement, SelectorError, parse_selector
 
 
@@ -210,21 +211,28 @@ def _apply_op(doc: Any, op: Mapping[str, Any]) -> Any:
     raise ApiError(code=400, reason="BadRequest", message=f"unknown json patch op {kind!r}")
 
 
+_INDEX_DIGITS = 20  # a uint64's
+
+
 def _index(parts: list[str], size: int) -> int:
     """A pointer's last step into a list of `size` places: a plain index within it."""
-    last = parts[-1]
-    if not (last.isascii() and last.isdigit() and int(last) < size):
+    index = ascii_int(parts[-1], max_digits=_INDEX_DIGITS)
+    if index is None or index >= size:
         raise ApiError(code=422, reason="Invalid", message=f"bad list index at /{'/'.join(parts)}")
-    return int(last)
+    return index
 
 
 def _get(doc: Any, parts: list[str]) -> Any:
     for part in parts:
         try:
-            if isinstance(doc, list) and not (part.isascii() and part.isdigit()):
-                raise KeyError(part)  # a JSON pointer's index is plain digits
-            doc = doc[int(part)] if isinstance(doc, list) else doc[part]
-        except (KeyError, IndexError, ValueError, TypeError):
+            if isinstance(doc, list):
+                index = ascii_int(part, max_digits=_INDEX_DIGITS)  # a pointer's: plain digits
+                if index is None:
+                    raise KeyError(part)
+                doc = doc[index]
+            else:
+                doc = doc[part]
+        except (KeyError, IndexError, TypeError):
             raise ApiError(
                 code=422, reason="Invalid", message=f"path /{'/'.join(parts)} does not exist"
             ) from None

@@ -193,7 +193,7 @@ class ObjectStore:
             meta["name"] = f"{base}{self._version + 1:05x}"
         name = meta.get("name") or ""
         self._check_new(res, namespace, name, obj)
-        _validate(res, name, obj)
+        _refused(res, name, obj)  # decoded above
         self._version += 1
         meta.update(
             name=name,
@@ -259,8 +259,6 @@ class ObjectStore:
     ) -> dict[str, Any]:
         """PATCH with one of the three patch types; 415 for strategic merge on a CRD."""
         current = self.get(res, namespace, name)
-        if content_type in (MERGE_PATCH, STRATEGIC_MERGE_PATCH) and not isinstance(patch, dict):
-            raise bad_request(validation.misfit((), patch) or "")
         if content_type == JSON_PATCH:
             patched = json_patch(current, patch)
         elif content_type == MERGE_PATCH:
@@ -318,9 +316,6 @@ class ObjectStore:
         """PUT or PATCH a `Scale`: only `spec.replicas` is written through to the object."""
         current = self.get(res, namespace, name)
         before = _scale_of(current)
-        body_is_scale = patch_type in ("", MERGE_PATCH, STRATEGIC_MERGE_PATCH)
-        if body_is_scale and (why := validation.misfit(validation.SCALE_SHAPE, scale)):
-            raise bad_request(f"Scale {name!r}: {why}")
         if patch_type:
             apply = {
                 JSON_PATCH: json_patch,
@@ -330,8 +325,8 @@ class ObjectStore:
             if apply is None:
                 raise ApiError(code=415, reason="UnsupportedMediaType", message=patch_type)
             scale = apply(before, scale)
-            if why := validation.misfit(validation.SCALE_SHAPE, scale):
-                raise bad_request(f"Scale {name!r}: {why}")
+        if why := validation.misfit(validation.SCALE_SHAPE, scale):  # the body, or patched
+            raise bad_request(f"Scale {name!r}: {why}")
         wanted = (scale.get("metadata") or {}).get("resourceVersion")
         if wanted and wanted != before["metadata"]["resourceVersion"]:
             raise conflict(res.plural, res.group, name)
@@ -358,7 +353,8 @@ class ObjectStore:
     ) -> dict[str, Any]:
         name = current["metadata"]["name"]
         namespace = current["metadata"].get("namespace", "")
-        _validate(res, name, obj)
+        _decodes(res, obj, name)
+        _refused(res, name, obj)
         new = copy.deepcopy(obj)
         if res.group == "apps" and subresource != "status":
             selector = (new.get("spec") or {}).get("selector")
@@ -438,18 +434,19 @@ class ObjectStore:
         return self._objects.setdefault((res.group, res.plural), {})
 
 
-def _decodes(res: Resource, obj: Any) -> None:
-    """400 for a body the API server cannot decode as the kind."""
+def _decodes(res: Resource, obj: Any, name: str | None = None) -> None:
+    """400 for a body the API server cannot decode as the kind; `name` (else the body's
+    own) names it."""
     if why := validation.undecodable(res.plural, res.group, obj, builtin=res.builtin):
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        name = meta.get("name") if isinstance(meta, dict) else None
-        raise bad_request(f"{res.kind} {name if isinstance(name, str) else ''!r}: {why}")
-
-
-def _validate(res: Resource, name: str, obj: Any) -> None:
-    """400 for what the API server cannot decode, then 422 for what it refuses."""
-    if why := validation.undecodable(res.plural, res.group, obj, builtin=res.builtin):
+        if name is None:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            named = meta.get("name") if isinstance(meta, dict) else None
+            name = named if isinstance(named, str) else ""
         raise bad_request(f"{res.kind} {name!r}: {why}")
+
+
+def _refused(res: Resource, name: str, obj: dict[str, Any]) -> None:
+    """422 for what the API server refuses in a body it decoded."""
     if bad := validation.causes(res.plural, res.group, obj):
         raise invalid(res.kind, name, bad)
 

@@ -210,7 +210,8 @@ def _json_type(value: Any) -> str:
         return "bool"
     if isinstance(value, int | float):
         return f"number {value}" if isinstance(value, int) and abs(value) >= 2**31 else "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "value")
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(value), "value")
 
 
 def undecodable(plural: str, group: str, obj: Any, *, builtin: bool = True) -> str | None:
