@@ -290,9 +290,9 @@ class LabCluster:
                 )
                 continue
             strategy = spec.get("provisioningStrategy") or ACTIVE_CAPACITY
-            ref = ref.get("name", "")
+            template_name = ref.get("name", "")
             try:
-                template = self.store.get(POD_TEMPLATES, meta["namespace"], ref)
+                template = self.store.get(POD_TEMPLATES, meta["namespace"], template_name)
             except ApiError:
                 template = None
             if strategy != ACTIVE_CAPACITY or template is None:

@@ -480,7 +480,7 @@ async def _answer(state: _State, request: web.Request) -> dict[str, Any]:
         store = state.store
         review = await _json(request)
         if why := validation.misfit(validation.REVIEW_SHAPE, review):
-            raise ApiError(code=400, reason="BadRequest", message=why)
+            raise bad_request(why)
         return rbac.review(review, lambda plural, ns: store.list(_BY_PATH[(_RBAC, plural)], ns))
     target = _target(state, segments)
     if target is None:
@@ -608,9 +608,7 @@ async def _json(request: web.Request) -> Any:
     except ValueError as err:
         raise ApiError(code=400, reason="BadRequest", message=f"invalid JSON: {err}") from None
     except RecursionError:  # Go's decoder stops at 10,000 levels
-        raise ApiError(
-            code=400, reason="BadRequest", message="invalid JSON: exceeded max depth"
-        ) from None
+        raise bad_request("invalid JSON: exceeded max depth") from None
 
 
 def _not_allowed(method: str) -> ApiError:
