@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiohttp import web
 from pydantic import ValidationError
 
 from gpufleet.autoscaler.replay.core.trace import Trace
@@ -54,7 +53,7 @@ from gpufleet.lab import flags
 from gpufleet.lab import prometheus as prom
 from gpufleet.lab.gpunode import RunningPlugin, run_exporter, start_node_plugin
 from gpufleet.lab.node import NodeLayout, SimNode
-from gpufleet.lab.web import page_app
+from gpufleet.lab.web import serve_page
 from gpufleet.lab.workload import (
     NAME,
     NAMESPACE,
@@ -420,10 +419,8 @@ async def _observe(
             {"job": "gpufleet-autoscaler"},
         )
         lab.urls.append(("autoscaler", _url(autoscaler_address, "/metrics")))
-        runner = web.AppRunner(page_app(prometheus_url), access_log=None)
-        await runner.setup()
+        runner = await serve_page(prometheus_url, *web_address)
         try:
-            await web.TCPSite(runner, *web_address).start()
             lab.urls.insert(0, ("page", _url(web_address, "/")))
             log.info("lab running: open %s (Ctrl-C to stop)", lab.urls[0][1])
             if trace is not None:

@@ -32,7 +32,7 @@ import random
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +47,8 @@ from gpufleet.lab.kubeapi.resources import RESOURCES
 from gpufleet.lab.kubeapi.store import ObjectStore
 
 PODS = next(r for r in RESOURCES if (r.group, r.plural) == ("", "pods"))
+# vLLM's HTTP keep-alive (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, its uvicorn timeout_keep_alive).
+KEEP_ALIVE_SECONDS = 5.0
 # vLLM's TTFT histogram buckets (vllm/v1/metrics/loggers.py), also used for prefill time.
 TTFT_BUCKETS = (
     0.001,
@@ -209,6 +211,18 @@ class _Pod:
     deleting: bool = False
 
 
+async def _listen(metrics: Callable[[web.Request], Awaitable[web.Response]]) -> web.AppRunner:
+    """Serve `metrics` at /metrics on a loopback port of the system's choosing."""
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    # aiohttp's keep-alive timer also closes a connection that never sends: without it, one
+    # held every silent client's socket for an hour.
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEP_ALIVE_SECONDS)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner
+
+
 def gateway_queue_query(namespace: str) -> str:
     """PromQL for the requests the gateway holds for `namespace`: a GPUAutoscaler's
     `signals.gatewayQueueDepth` in the lab."""
@@ -363,11 +377,7 @@ class ServingFleet:
             )
             return web.Response(text=text, content_type="text/plain")
 
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        self._gateway_runner = web.AppRunner(app, access_log=None)
-        await self._gateway_runner.setup()
-        await web.TCPSite(self._gateway_runner, "127.0.0.1", 0).start()
+        self._gateway_runner = await _listen(metrics)
         self._gateway_address = f"127.0.0.1:{self._gateway_runner.addresses[0][1]}"
         self._write_targets()
 
@@ -395,12 +405,7 @@ class ServingFleet:
             engine.advance(self._clock())
             return web.Response(text=engine.metrics(), content_type="text/plain")
 
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        runner = await _listen(metrics)
         return _Pod(engine=engine, runner=runner, address=f"127.0.0.1:{runner.addresses[0][1]}")
 
     def _write_targets(self) -> None:

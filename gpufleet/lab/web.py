@@ -16,6 +16,8 @@ READ_ONLY = ("query", "query_range", "alerts")
 _PAGE = resources.files("gpufleet.lab") / "page"
 _TYPES = {"index.html": "text/html", "page.js": "text/javascript"}
 TIMEOUT_SECONDS = 10.0  # a query the page waits for
+# The daemons' read timeout: a browser's idle connection, or one that never sends, is closed.
+IDLE_SECONDS = 10.0
 
 
 def page_app(prometheus_url: str, *, timeout_seconds: float = TIMEOUT_SECONDS) -> web.Application:
@@ -64,3 +66,19 @@ def page_app(prometheus_url: str, *, timeout_seconds: float = TIMEOUT_SECONDS) -
     app.router.add_get("/{name}", static)
     app.router.add_get("/api/v1/{endpoint}", forward)
     return app
+
+
+async def serve_page(prometheus_url: str, host: str, port: int) -> web.AppRunner:
+    """Serve `page_app` on host:port until the returned runner is cleaned up. Raises OSError
+    when the address cannot be bound."""
+    # aiohttp's keep-alive timer also closes a connection that never sends a request: without
+    # it, such a connection held its socket for an hour.
+    app = page_app(prometheus_url)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=IDLE_SECONDS)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    return runner

@@ -1,6 +1,6 @@
-"""Helpers shared by the test suites: polling with a deadline, a free loopback port, the
-lab's listener flags on ephemeral ports, and where the repository, its test data and the
-shared traces are.
+"""Helpers shared by the test suites: polling with a deadline, a free loopback port,
+connections that stall before their request, the lab's listener flags on ephemeral ports,
+and where the repository, its test data and the shared traces are.
 
 A plain module (on the path through pyproject's `pythonpath = ["tests"]`), not a conftest:
 pytest imports every conftest.py outside a package as the module `conftest`, so
@@ -52,3 +52,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stalled_connections_answer(port: int, *, timeout: float = 30.0) -> tuple[bytes, bytes]:
+    """What a connection to 127.0.0.1:`port` that never sends, and one that sends half a
+    request head, read until the server closes them: b"" each when it closes them
+    unanswered. Fails the test if either is still open after `timeout` seconds."""
+    silent = socket.create_connection(("127.0.0.1", port))
+    partial = socket.create_connection(("127.0.0.1", port))
+    try:
+        partial.sendall(b"GET / HTTP/1.1\r\nHo")
+        answers = []
+        for sock in (silent, partial):
+            sock.settimeout(timeout)
+            try:
+                answers.append(sock.recv(100))
+            except TimeoutError:
+                pytest.fail(f"a stalled connection to port {port} open after {timeout} s")
+        return answers[0], answers[1]
+    finally:
+        silent.close()
+        partial.close()

@@ -6,8 +6,11 @@ import json
 import urllib.request
 from pathlib import Path
 
+from helpers import stalled_connections_answer
+
 from gpufleet.autoscaler.replay.core.model import ServiceModel
 from gpufleet.autoscaler.replay.core.trace import trace_from_arrays
+from gpufleet.lab import serving
 from gpufleet.lab.kubeapi.resources import RESOURCES
 from gpufleet.lab.kubeapi.store import ObjectStore
 from gpufleet.lab.serving import ServingFleet, VllmEngine
@@ -138,5 +141,44 @@ async def test_the_gateway_holds_requests_until_a_pod_is_ready_and_counts_their_
         engine.advance(20.0)
         # First token at 10.5 and 11.0, counted from arrivals at 0.0 and 0.1.
         assert (engine.ttft.n, round(engine.ttft.total, 6)) == (2, 10.5 + 10.9)
+    finally:
+        await fleet.stop()
+
+
+async def test_a_connection_stalled_before_its_request_is_closed_at_vllms_keep_alive(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """aiohttp kept a connection that never sent a request for an hour, on every pod and on
+    the gateway: about a thousand of them held every descriptor of the lab's process."""
+    monkeypatch.setattr(serving, "KEEP_ALIVE_SECONDS", 0.3)
+    store = ObjectStore(clock=lambda: 0.0)
+    store.create(RES[("", "namespaces")], "", {"metadata": {"name": "llm"}})
+    store.create(
+        RES[("", "pods")],
+        "llm",
+        {
+            "metadata": {"name": "vllm-0", "labels": {"app": "vllm"}},
+            "spec": {"containers": [{"name": "vllm", "image": "x"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        },
+    )
+    targets = tmp_path / "targets.json"
+    fleet = ServingFleet(
+        store,
+        namespace="llm",
+        labels={"app": "vllm"},
+        targets_file=targets,
+        model=MODEL,
+        rate_rps=0.0,
+        gateway=True,
+    )
+    try:
+        await fleet.step(0.0)
+        groups = json.loads(targets.read_text())
+        assert {g["labels"].get("job", "pod") for g in groups} == {"gateway", "pod"}
+        for group in groups:
+            port = int(group["targets"][0].rsplit(":", 1)[1])
+            answers = await asyncio.to_thread(stalled_connections_answer, port)
+            assert answers == (b"", b"")
     finally:
         await fleet.stop()

@@ -3,13 +3,15 @@ read-only query endpoints forwarded (the page in a browser is tested in test_mai
 
 import asyncio
 
+import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from helpers import free_port
+from helpers import free_port, stalled_connections_answer
 from helpers.chromium import Panels, chromium
 from helpers.tools import require
 
-from gpufleet.lab.web import page_app
+from gpufleet.lab import web as lab_web
+from gpufleet.lab.web import page_app, serve_page
 
 
 async def client_for(prometheus_url: str) -> TestClient:
@@ -151,3 +153,20 @@ async def test_an_exporter_down_is_said_under_the_idle_cost(tmp_path) -> None:
     panels.feed(dom)
     assert panels.sections["idle-cost"].get("data-exporters-down") == "1"
     assert "1 exporter down: their nodes' idle cost is missing" in dom
+
+
+async def test_a_connection_stalled_before_its_request_is_closed(monkeypatch) -> None:
+    """aiohttp kept a connection that never sent a request for an hour: about a thousand of
+    them held every descriptor of the lab's process, its exporter's included."""
+    monkeypatch.setattr(lab_web, "IDLE_SECONDS", 0.3)
+    port = free_port()
+    runner = await serve_page("http://127.0.0.1:9", "127.0.0.1", port)
+    try:
+        assert await asyncio.to_thread(stalled_connections_answer, port) == (b"", b"")
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/") as page,
+        ):
+            assert page.status == 200
+    finally:
+        await runner.cleanup()

@@ -61,6 +61,10 @@ MAX_BODY_BYTES = 3 << 20
 # How long a stop waits for a handler (a watch whose client stopped reading) before it is
 # cancelled.
 SHUTDOWN_SECONDS = 1.0
+# kube-apiserver's IdleTimeout (secure_serving.go: 90 s, with a ReadHeaderTimeout of 32 s).
+# aiohttp has one timer for both, so a half-sent head is also kept up to 90 s; without it,
+# a client that never sent a request held its socket for an hour.
+IDLE_SECONDS = 90.0
 
 
 @dataclass(slots=True)
@@ -262,7 +266,12 @@ class FakeApiServer:
     async def _serve(self) -> None:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            shutdown_timeout=SHUTDOWN_SECONDS,
+            keepalive_timeout=IDLE_SECONDS,
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self._port, reuse_address=True)
         await site.start()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import wait_for
+from helpers import stalled_connections_answer, wait_for
 
 from gpufleet.lab.kubeapi import server as server_module
 from gpufleet.lab.kubeapi.server import MAX_BODY_BYTES, FakeApiServer
@@ -426,6 +426,29 @@ def test_a_watch_that_stops_reading_does_not_stop_the_stop() -> None:
         server.start()
         assert call(server, "GET", "/version")[0] == 200
         stalled.close()
+
+
+def test_a_connection_stalled_before_its_request_is_closed_and_a_watch_is_not(
+    monkeypatch,
+) -> None:
+    """aiohttp kept a connection that never sent a request for an hour: about a thousand of
+    them held every descriptor of the lab's process. kube-apiserver closes them (its idle
+    and read-header timeouts); a watch, a request in progress, outlives both."""
+    monkeypatch.setattr(server_module, "IDLE_SECONDS", 0.3)
+    with FakeApiServer() as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as watch:
+            watch.sendall(
+                b"GET /api/v1/namespaces/default/configmaps?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            assert watch.recv(64).startswith(b"HTTP/1.1 200")
+            assert stalled_connections_answer(port) == (b"", b"")  # the watch is older still
+            assert call(server, "POST", CM, {"metadata": {"name": "late"}})[0] == 201
+            seen = b""
+            while b'"late"' not in seen:
+                chunk = watch.recv(4096)
+                assert chunk, "the watch was closed"
+                seen += chunk
 
 
 def test_events_since_reads_the_newest_events_only() -> None:
