@@ -66,7 +66,9 @@ def parser(description: str) -> argparse.ArgumentParser:
     nodes = parser.add_argument_group("GPU nodes")
     nodes.add_argument("--nodes", type=_at_least(1), default=2, help="simulated GPU nodes")
     nodes.add_argument(
-        "--address", default="127.0.0.1:9400", help="the first node's exporter listen address"
+        "--address",
+        default="127.0.0.1:9400",
+        help="the first node's exporter listen address (the next nodes: next ports)",
     )
     nodes.add_argument(
         "--plugin-address",
@@ -106,7 +108,8 @@ def parser(description: str) -> argparse.ArgumentParser:
         type=_at_least(0.0, float, MAX_RATE),
         default=6.0,
         help=(
-            "Poisson requests per second without --trace or --workload (one pod serves ~4; "
+            "Poisson requests per second without --trace or --workload (one pod serves ~4 "
+            "at --speed 1; "
             f"at most {MAX_RATE:g})"
         ),
     )
@@ -114,7 +117,10 @@ def parser(description: str) -> argparse.ArgumentParser:
         "--speed",
         type=_at_least(0.001, float),
         default=1.0,
-        help="replay the trace this many times faster (the pods get as much faster)",
+        help=(
+            "replay the trace this many times faster; the pods serve as much faster, under "
+            "--rate too (one pod then serves ~4x this)"
+        ),
     )
     serving.add_argument(
         "--policy", choices=("gpufleet", "hpa", "keda"), default="gpufleet", help="its policy"

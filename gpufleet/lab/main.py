@@ -128,6 +128,17 @@ def _exporter_settings(
         raise StartupError(describe_validation_error(exc, flags=_FLAGS)) from None
 
 
+def _exporter_started(task: asyncio.Task, prepared: Prepared) -> None:
+    """Raise a finished exporter's startup error. A port taken is the lab's `--address`
+    with the port at fault: the exporter named its own address, which the lab derived for
+    a node after the first."""
+    try:
+        task.result()
+    except ListenError as exc:
+        reason = str(exc).removeprefix(f"--address {prepared.settings.address}: ")
+        raise ListenError(f"--address: {reason}") from None
+
+
 def _trace(args: argparse.Namespace) -> Trace | None:
     try:
         if args.trace:
@@ -296,7 +307,7 @@ async def _serve(
             exporters.append(task)
             await asyncio.wait({listening, task}, return_when=asyncio.FIRST_COMPLETED)
             if task.done():
-                task.result()  # its startup error
+                _exporter_started(task, ready)
             _going_on(stop)
             name = node.layout.node_name
             exporter = (ready.host or "127.0.0.1", listening.result())

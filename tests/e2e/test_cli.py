@@ -284,6 +284,25 @@ def test_lab_bad_input_is_one_line_not_a_traceback(args, code: int, message: str
     assert result.stderr.count("\n") == 1 and "lab running" not in result.stderr
 
 
+def test_lab_names_its_flag_when_a_later_nodes_exporter_port_is_taken():
+    """Node 1's exporter listens on --address's port + 1. Its clash was named
+    `--address 127.0.0.1:P+1`, a value nobody typed."""
+    for _ in range(100):  # a free port whose next one can be taken here
+        first = free_port()
+        with socket.socket() as taken:
+            try:
+                taken.bind(("127.0.0.1", first + 1))
+            except OSError:
+                continue
+            taken.listen()
+            result = run("lab", f"--address=127.0.0.1:{first}", "--churn-seconds", "0", *LAB_PORTS)
+        break
+    assert result.returncode == 1
+    assert f"--address: cannot listen on 127.0.0.1:{first + 1}: " in result.stderr
+    assert f"--address 127.0.0.1:{first + 1}" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_lab_help_describes_the_default_node():
     """Issue 15: the help said "6 whole H100s"; it must count what the lab builds."""
     from gpufleet.lab.node import NodeLayout, SimNode

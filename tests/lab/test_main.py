@@ -8,6 +8,7 @@ One lab for all of it: it is the costliest thing the suite starts.
 import asyncio
 import json
 import logging
+import re
 import shutil
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import wait_for
+from helpers import REPO, wait_for
 from helpers.chromium import WINDOW, Panels, chromium
 from helpers.kube import api_client
 from helpers.lab_process import running_lab
@@ -115,6 +116,26 @@ def test_the_autoscaler_scales_the_serving_deployment(lab: dict[str, str]) -> No
             "autoscaling.gpufleet.dev", "v1alpha1", "llm", "gpuautoscalers", "vllm"
         )
     assert autoscaler["spec"]["nodePool"]["placeholders"] is True
+
+
+def test_the_pages_demand_counts_the_requests_the_gateway_holds(lab: dict[str, str]) -> None:
+    """At zero replicas the gateway's held requests are all the demand there is, and the
+    line counted only the pods' running and waiting ones: it read nothing."""
+    script = (REPO / "gpufleet" / "lab" / "page" / "page.js").read_text()
+    ((_, query),) = re.findall(r'\["demand [^"]*",\s*([\'"])(.*?)\1', script)
+    assert query.startswith("sum by (namespace) (")
+    names = "count by (__name__) (" + query.removeprefix("sum by (namespace) (")
+    wanted = {
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "lab_gateway_requests_waiting",
+    }
+    wait_for(
+        lambda: {r["metric"].get("__name__") for r in _query(lab, names)} >= wanted,
+        timeout=60,
+        poll_seconds=1,
+        what="the demand's series",
+    )
 
 
 def _drawn(tmp_path: Path, lab: dict[str, str]) -> dict[str, dict[str, str]] | None:

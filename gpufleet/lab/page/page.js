@@ -161,8 +161,10 @@ async function replicas(section) {
     ["desired", "sum by (workload) (gpufleet_autoscaler_desired_replicas)", false],
     ["current", "sum by (workload) (gpufleet_autoscaler_current_replicas)", false],
     ["placeholders", "sum by (workload) (gpufleet_autoscaler_placeholder_replicas)", false],
+    // The gateway's held requests too: at zero replicas they are all the demand there is.
     ["demand (requests in flight, right axis)",
-     "sum by (namespace) (vllm:num_requests_running + vllm:num_requests_waiting)", true],
+     'sum by (namespace) ({__name__=~"vllm:num_requests_(running|waiting)|lab_gateway_requests_waiting"})',
+     true],
   ];
   const answers = await Promise.all(queries.map(([, q]) => range(q)));
   const series = [];
