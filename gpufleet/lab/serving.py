@@ -5,9 +5,10 @@ A pod's engine follows the service model `gpufleet simulate` replays (`ServiceMo
 a request takes a batch slot (else it waits: `vllm:num_requests_waiting`), waits for the
 pod's prefill stage (one prompt at a time), gets its first token, then decodes while the
 time per output token grows with the batch. A load balancer sends each arrival to the ready
-pod with the fewest requests; a pod being deleted takes no new ones and drains. Arrivals
-are Poisson at a rate the caller sets (and may change), or a request trace's (the format
-`gpufleet simulate` replays), in real time or sped up.
+pod with the fewest requests; a pod being deleted takes no new ones and drains, and what it
+has not served when it goes is counted in `unserved`. Arrivals are Poisson at a rate the
+caller sets (and may change), or a request trace's (the format `gpufleet simulate`
+replays), in real time or sped up.
 
 With `gateway`, the load balancer is a gateway that holds the requests that find no ready
 pod (a Deployment at zero replicas), up to `max_held`, and sends them on, arrival times
@@ -277,7 +278,9 @@ class ServingFleet:
         self._rng = random.Random(seed)
         self._clock = clock
         self.pods: dict[str, _Pod] = {}
-        self.unserved = 0  # arrivals with no ready pod to take them (nor room at the gateway)
+        # Requests lost: arrivals with no ready pod to take them (nor room at the gateway),
+        # and those still in flight on a pod that went.
+        self.unserved = 0
         self._gateway = gateway
         self._max_held = max_held
         self.held: deque[tuple[float, int, int]] = deque()  # (arrival, prompt, output)
@@ -315,7 +318,7 @@ class ServingFleet:
     async def step(self, now: float) -> None:
         if self._gateway and self._gateway_runner is None:
             await self._serve_gateway()
-        await self._sync_pods()
+        await self._sync_pods(now)
         self._release_held(now)
         if self._trace is not None:
             self._replay(now)
@@ -381,7 +384,7 @@ class ServingFleet:
         self._gateway_address = f"127.0.0.1:{self._gateway_runner.addresses[0][1]}"
         self._write_targets()
 
-    async def _sync_pods(self) -> None:
+    async def _sync_pods(self, now: float) -> None:
         selector = selector_string(self._labels)
         live = {}
         for pod in self._store.list(PODS, self._namespace, label_selector=selector):
@@ -395,7 +398,10 @@ class ServingFleet:
                 changed = True
             self.pods[name].deleting = deleting
         for name in set(self.pods) - set(live):
-            await self.pods.pop(name).runner.cleanup()
+            gone = self.pods.pop(name)
+            gone.engine.advance(now)
+            self.unserved += gone.engine.in_flight
+            await gone.runner.cleanup()
             changed = True
         if changed:
             self._write_targets()

@@ -182,3 +182,40 @@ async def test_a_connection_stalled_before_its_request_is_closed_at_vllms_keep_a
             assert answers == (b"", b"")
     finally:
         await fleet.stop()
+
+
+async def test_the_requests_of_a_pod_that_goes_are_counted_unserved(tmp_path: Path) -> None:
+    """They were counted neither served nor unserved: a closed loop that lost them passed."""
+    store = ObjectStore(clock=lambda: 0.0)
+    store.create(RES[("", "namespaces")], "", {"metadata": {"name": "llm"}})
+    pods = RES[("", "pods")]
+    store.create(
+        pods,
+        "llm",
+        {
+            "metadata": {"name": "vllm-0", "labels": {"app": "vllm"}},
+            "spec": {"containers": [{"name": "vllm", "image": "x"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        },
+    )
+    fleet = ServingFleet(
+        store,
+        namespace="llm",
+        labels={"app": "vllm"},
+        targets_file=tmp_path / "targets.json",
+        model=MODEL,
+        rate_rps=0.0,
+    )
+    try:
+        await fleet.step(0.0)
+        for _ in range(5):  # 0.5 s of prefill each, one at a time, then 0.1 s of decode
+            fleet.send(0.0, 500, 10)
+        await fleet.step(0.55)
+        engine = fleet.pods["vllm-0"].engine
+        assert (engine.success, engine.in_flight) == (0, 5)  # the first decodes until 0.6
+        store.delete(pods, "llm", "vllm-0")
+        await fleet.step(0.65)
+        assert not fleet.pods
+        assert (engine.success, fleet.unserved) == (1, 4)  # served before it went; lost
+    finally:
+        await fleet.stop()
