@@ -99,6 +99,13 @@ def _going_on(stop: asyncio.Event) -> None:
         raise _Stopped
 
 
+async def _ready(child: prom.Child, path: str, stop: asyncio.Event) -> None:
+    """Wait for `child` to answer at `path` (up to 30 s); a stop meanwhile ends the wait at
+    once, as `_Stopped`."""
+    await asyncio.to_thread(child.wait_ready, path, stopped=stop.is_set)
+    _going_on(stop)
+
+
 # The lab's flags that set an exporter setting, for error messages.
 _FLAGS = {"address": "--address", "collect_interval_ms": "--interval-ms"}
 
@@ -373,14 +380,12 @@ async def _observe(
             alertmanager=alertmanager,
         )
         lab.children.append(child)
-        await asyncio.to_thread(child.wait_ready, "/-/ready")
-        _going_on(stop)
+        await _ready(child, "/-/ready", stop)
         lab.urls.append(("Prometheus", prometheus_url))
     else:
         log.warning("prometheus is not installed (./dev lab installs it): no metrics store")
     if am_child:
-        await asyncio.to_thread(am_child.wait_ready, "/-/ready")
-        _going_on(stop)
+        await _ready(am_child, "/-/ready", stop)
         lab.urls.append(("Alertmanager", f"http://{alertmanager}"))
     spec = WorkloadSpec(
         nodes=args.nodes,
@@ -422,8 +427,7 @@ async def _observe(
             name="gpufleet autoscaler",
         )
         lab.children.append(autoscaler)
-        await asyncio.to_thread(autoscaler.wait_ready, "/metrics")
-        _going_on(stop)
+        await _ready(autoscaler, "/metrics", stop)
         prom.write_targets(
             targets / "autoscaler.json",
             [f"{autoscaler_address[0]}:{autoscaler_address[1]}"],

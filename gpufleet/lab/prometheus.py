@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from gpufleet.core.messages import cut
@@ -50,11 +51,19 @@ class Child:
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
 
-    def wait_ready(self, path: str, timeout_seconds: float = 30.0) -> None:
+    def wait_ready(
+        self,
+        path: str,
+        timeout_seconds: float = 30.0,
+        *,
+        stopped: Callable[[], bool] = lambda: False,
+    ) -> None:
         """Poll `url + path` until it answers 200; raise LabProcessError if the child exits
-        or does not answer in time."""
+        or does not answer in time. Returns, ready or not, as soon as `stopped()` is true."""
         deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline:
+            if stopped():
+                return
             if self._proc.poll() is not None:
                 # Its log's last line says why: the log goes with the lab's temporary
                 # directory, so "see prometheus.log" named a file gone by the time it is read.

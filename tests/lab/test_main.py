@@ -8,6 +8,7 @@ One lab for all of it: it is the costliest thing the suite starts.
 import asyncio
 import json
 import logging
+import os
 import re
 import shutil
 import signal
@@ -261,3 +262,28 @@ def test_ctrl_c_during_start_up_starts_nothing_more(tmp_path: Path) -> None:
     assert proc.returncode == 130, said
     assert "lab running" not in stdout + said and "Traceback" not in said
     assert "stopped during start-up" in said
+
+
+def test_ctrl_c_while_a_part_is_not_yet_ready_ends_the_wait(tmp_path: Path) -> None:
+    """A readiness wait under way (each up to 30 s) ran to its end before the stop was
+    seen: here a Prometheus that never answers, reported as failed after 30 s, exit 1."""
+    from helpers import LAB_PORTS
+
+    started = tmp_path / "started"
+    fake = tmp_path / "bin" / "prometheus"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\ntouch {started}\nexec sleep 600\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
+    log = tmp_path / "lab.log"
+    command = [sys.executable, "-m", "gpufleet.cli", "lab", "--address=127.0.0.1:0", *LAB_PORTS]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log.open("w"), env=env)
+    try:
+        wait_for(started.exists, timeout=60, what="the fake Prometheus started")
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    said = log.read_text()
+    assert proc.returncode == 130, said
+    assert "stopped during start-up" in said and "did not answer" not in said
