@@ -3,12 +3,24 @@ true per-GPU values, plus namespaces, pods, MIG and time-slicing."""
 
 # ruff: noqa: E501 (a PromQL query reads best on one line)
 
-from gpufleet_dashboards.grafana import dashboard, panel, row, stat, target, ts, variable
+from gpufleet.exporter.core.profiles import either_profile as dcgm
+from gpufleet_dashboards.grafana import (
+    dashboard,
+    either_names,
+    panel,
+    row,
+    stat,
+    target,
+    ts,
+    variable,
+)
 
 F = '{instance=~"$instance", gpu=~"$gpu"}'
 INST = '{instance=~"$instance"}'
 N = '{instance=~"$instance", namespace=~"$namespace"}'
+N_POD = '{instance=~"$instance", namespace=~"$namespace", pod!=""}'
 GPU = "{{Hostname}} GPU {{gpu}}"
+TEMP = "DCGM_FI_DEV_GPU_TEMP"  # every GPU has one: the variables' source
 
 
 def fleet() -> dict:
@@ -20,24 +32,28 @@ def fleet() -> dict:
         row(
             "dcgm-exporter dashboard 12239: the same metrics and variables, one true value per GPU"
         ),
-        ts("GPU Temperature", target(f"DCGM_FI_DEV_GPU_TEMP{F}", GPU), unit="celsius", w=18),
+        ts("GPU Temperature", target(dcgm("DCGM_FI_DEV_GPU_TEMP", F), GPU), unit="celsius", w=18),
         panel(
             "gauge",
             "GPU Avg. Temp",
-            target(f"avg(DCGM_FI_DEV_GPU_TEMP{F})"),
+            target(f"avg {dcgm('DCGM_FI_DEV_GPU_TEMP', F)}"),
             unit="celsius",
             w=6,
             min=0,
             max=100,
         ),
-        ts("GPU Power Usage", target(f"DCGM_FI_DEV_POWER_USAGE{F}", GPU), unit="watt", w=18),
+        ts("GPU Power Usage", target(dcgm("DCGM_FI_DEV_POWER_USAGE", F), GPU), unit="watt", w=18),
         panel(
-            "gauge", "GPU Power Total", target(f"sum(DCGM_FI_DEV_POWER_USAGE{F})"), unit="watt", w=6
+            "gauge",
+            "GPU Power Total",
+            target(f"sum {dcgm('DCGM_FI_DEV_POWER_USAGE', F)}"),
+            unit="watt",
+            w=6,
         ),
         ts("GPU SM Clocks", target(f"DCGM_FI_DEV_SM_CLOCK{F} * 1000000", GPU), unit="hertz"),
         ts(
             "GPU Utilization",
-            target(f"sum by (Hostname, gpu, UUID) (DCGM_FI_DEV_GPU_UTIL{F})", GPU),
+            target(f"sum by (Hostname, gpu, UUID) {dcgm('DCGM_FI_DEV_GPU_UTIL', F)}", GPU),
             unit="percent",
             description="The GPU's own utilization: on a time-sliced GPU the pods' series and the "
             "unattributed rest add up to it. MIG GPUs have none (see the MIG row).",
@@ -50,19 +66,23 @@ def fleet() -> dict:
         ),
         ts(
             "Tensor Core Utilization",
-            target(f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{F}", GPU + " {{GPU_I_PROFILE}} {{GPU_I_ID}}"),
+            target(
+                dcgm("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", F), GPU + " {{GPU_I_PROFILE}} {{GPU_I_ID}}"
+            ),
             unit="percentunit",
             description="Per GPU, or per MIG instance on a MIG GPU. A100 and older have no DCGM_FI_PROF_*.",
         ),
         row("Fleet"),
-        stat("GPUs", target(f"count(count by (Hostname, UUID) (DCGM_FI_DEV_GPU_TEMP{INST}))")),
+        stat(
+            "GPUs", target(f"count(count by (Hostname, UUID) {dcgm('DCGM_FI_DEV_GPU_TEMP', INST)})")
+        ),
         stat("GPUs allocated", target(f"sum(gpufleet_pod_gpu_share{INST})"), decimals=2),
         stat(
             "Utilization (non-MIG GPUs)",
-            target(f"avg(sum by (Hostname, UUID) (DCGM_FI_DEV_GPU_UTIL{INST}))"),
+            target(f"avg(sum by (Hostname, UUID) {dcgm('DCGM_FI_DEV_GPU_UTIL', INST)})"),
             unit="percent",
         ),
-        stat("Power", target(f"sum(DCGM_FI_DEV_POWER_USAGE{INST})"), unit="watt"),
+        stat("Power", target(f"sum {dcgm('DCGM_FI_DEV_POWER_USAGE', INST)}"), unit="watt"),
         stat(
             "Pods on GPUs",
             target(f"count(count by (namespace, pod) (gpufleet_pod_gpu_share{INST}))"),
@@ -98,7 +118,7 @@ def fleet() -> dict:
         ts(
             "GPU utilization by pod (top 20)",
             target(
-                'topk(20, sum by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{instance=~"$instance", namespace=~"$namespace", pod!=""}))',
+                f"topk(20, sum by (namespace, pod) {dcgm('DCGM_FI_DEV_GPU_UTIL', N_POD)})",
                 "{{namespace}}/{{pod}}",
             ),
             unit="percent",
@@ -138,7 +158,10 @@ def fleet() -> dict:
         ts(
             "MIG instance engine activity",
             target(
-                'DCGM_FI_PROF_GR_ENGINE_ACTIVE{instance=~"$instance", gpu=~"$gpu", GPU_I_ID!=""}',
+                dcgm(
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                    '{instance=~"$instance", gpu=~"$gpu", GPU_I_ID!=""}',
+                ),
                 GPU + " {{GPU_I_PROFILE}}#{{GPU_I_ID}} {{pod}}",
             ),
             unit="percentunit",
@@ -161,7 +184,7 @@ def fleet() -> dict:
         ts(
             "Time-sliced GPU utilization: pods and the rest",
             target(
-                f"DCGM_FI_DEV_GPU_UTIL{F} and on (UUID) {shared}",
+                f"{dcgm('DCGM_FI_DEV_GPU_UTIL', F)} and on (UUID) {shared}",
                 GPU + " {{pod}}",
             ),
             unit="percent",
@@ -171,8 +194,8 @@ def fleet() -> dict:
         ),
     ]
     variables = [
-        variable("instance", "label_values(DCGM_FI_DEV_GPU_TEMP, instance)"),
-        variable("gpu", 'label_values(DCGM_FI_DEV_GPU_TEMP{instance=~"$instance"}, gpu)'),
+        variable("instance", f"label_values({either_names(TEMP)}, instance)"),
+        variable("gpu", f"label_values({either_names(TEMP, INST)}, gpu)"),
         variable(
             "namespace", 'label_values(gpufleet_pod_gpu_share{instance=~"$instance"}, namespace)'
         ),

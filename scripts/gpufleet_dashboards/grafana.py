@@ -1,9 +1,19 @@
 """Grafana JSON builders: every panel gets the datasource variable, an id and a place on
 the grid that cannot overlap another."""
 
+from gpufleet.exporter.core.fields import CATALOG
+
 SCHEMA_VERSION = 39  # Grafana 10.4 and later
 DS = {"type": "prometheus", "uid": "${datasource}"}
 WIDTH = 24  # Grafana's grid
+
+
+def either_names(name: str, matchers: str = "") -> str:
+    """A series selector for field `name` under either profile's name, with `matchers`
+    (`{...}`) added: Grafana's label_values() takes a selector, not an expression."""
+    names = "|".join(filter(None, (name, CATALOG[name].name_v49)))
+    extra = matchers.strip("{}")
+    return f'{{__name__=~"{names}"{", " + extra if extra else ""}}}'
 
 
 def target(expr: str, legend: str = "", *, instant: bool = False) -> dict:

@@ -2,10 +2,22 @@
 
 # ruff: noqa: E501 (a PromQL query reads best on one line)
 
-from gpufleet_dashboards.grafana import dashboard, panel, row, stat, target, ts, variable
+from gpufleet.exporter.core.profiles import either_profile as dcgm
+from gpufleet_dashboards.grafana import (
+    dashboard,
+    either_names,
+    panel,
+    row,
+    stat,
+    target,
+    ts,
+    variable,
+)
 
 D = '{Hostname="$Hostname", gpu=~"$gpu"}'
 G = "GPU {{gpu}}"
+HOST = '{Hostname="$Hostname"}'
+TEMP = "DCGM_FI_DEV_GPU_TEMP"  # every GPU has one: the variables' source
 NVLINK_ERRORS = (
     ("CRC_FLIT", "CRC flit"),
     ("CRC_DATA", "CRC data"),
@@ -19,7 +31,7 @@ def node() -> dict:
         row("Utilization and clocks"),
         ts(
             "GPU utilization",
-            target(f"sum by (gpu) (DCGM_FI_DEV_GPU_UTIL{D})", G),
+            target(f"sum by (gpu) {dcgm('DCGM_FI_DEV_GPU_UTIL', D)}", G),
             unit="percent",
             w=8,
         ),
@@ -37,15 +49,15 @@ def node() -> dict:
         ),
         ts(
             "Power and power limit",
-            target(f"DCGM_FI_DEV_POWER_USAGE{D}", G),
+            target(dcgm("DCGM_FI_DEV_POWER_USAGE", D), G),
             target(f"DCGM_FI_DEV_POWER_MGMT_LIMIT{D}", G + " limit"),
             unit="watt",
             w=8,
         ),
         ts(
             "GPU and memory temperature",
-            target(f"DCGM_FI_DEV_GPU_TEMP{D}", G),
-            target(f"DCGM_FI_DEV_MEMORY_TEMP{D}", G + " HBM"),
+            target(dcgm("DCGM_FI_DEV_GPU_TEMP", D), G),
+            target(dcgm("DCGM_FI_DEV_MEMORY_TEMP", D), G + " HBM"),
             unit="celsius",
             w=8,
         ),
@@ -64,15 +76,18 @@ def node() -> dict:
         ),
         ts(
             "Row remapping",
-            target(f"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS{D}", G + " correctable"),
-            target(f"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{D}", G + " uncorrectable"),
+            target(dcgm("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", D), G + " correctable"),
+            target(dcgm("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", D), G + " uncorrectable"),
             target(f"DCGM_FI_DEV_ROW_REMAP_PENDING{D}", G + " pending"),
-            target(f"DCGM_FI_DEV_ROW_REMAP_FAILURE{D}", G + " failed"),
+            target(dcgm("DCGM_FI_DEV_ROW_REMAP_FAILURE", D), G + " failed"),
             w=8,
         ),
         row("NVLink and PCIe"),
         ts(
-            "NVLink bandwidth", target(f"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{D}", G), unit="MBs", w=8
+            "NVLink bandwidth",
+            target(dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", D), G),
+            unit="MBs",
+            w=8,
         ),
         ts(
             "NVLink errors",
@@ -110,7 +125,10 @@ def node() -> dict:
             w=6,
         ),
         stat(
-            "Last XID (DCGM_FI_DEV_XID_ERRORS)", target(f"DCGM_FI_DEV_XID_ERRORS{D}", G), w=6, h=8
+            "Last XID (DCGM_FI_DEV_XID_ERRORS)",
+            target(dcgm("DCGM_FI_DEV_XID_ERRORS", D), G),
+            w=6,
+            h=8,
         ),
         row("Pods"),
         panel(
@@ -129,9 +147,9 @@ def node() -> dict:
     ]
     variables = [
         variable(
-            "Hostname", "label_values(DCGM_FI_DEV_GPU_TEMP, Hostname)", label="Node", multi=False
+            "Hostname", f"label_values({either_names(TEMP)}, Hostname)", label="Node", multi=False
         ),
-        variable("gpu", 'label_values(DCGM_FI_DEV_GPU_TEMP{Hostname="$Hostname"}, gpu)'),
+        variable("gpu", f"label_values({either_names(TEMP, HOST)}, gpu)"),
     ]
     return dashboard(
         "gpufleet-node",

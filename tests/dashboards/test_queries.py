@@ -2,10 +2,10 @@
 dashboard's template variables substituted by the values Prometheus holds, as Grafana
 would: a panel that stays empty on a healthy fleet fails here.
 
-One lab for all four dashboards: the exporter on a simulated node (whole, time-sliced and
-MIG GPUs, with the fields the detail dashboard needs and one XID injected), simulated vLLM
-pods of a Deployment on the fake API server, the real `gpufleet autoscaler` daemon scaling
-it, and Prometheus with rules/ scraping all three.
+One lab for all four dashboards, once per metric profile: the exporter on a simulated
+node (whole, time-sliced and MIG GPUs, with the fields the detail dashboard needs and one
+XID injected), simulated vLLM pods of a Deployment on the fake API server, the real
+`gpufleet autoscaler` daemon scaling it, and Prometheus with rules/ scraping all three.
 """
 
 import json
@@ -50,8 +50,10 @@ QUERIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromApi]:
+@pytest.fixture(scope="module", params=["legacy", "4.9"])
+def prom(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[PromApi]:
+    """The lab, its exporter serving each profile in turn: under `--compat 4.9` (DCGM
+    4.7's names and units) the panels reading renamed fields were empty."""
     require("prometheus")
     tmp = tmp_path_factory.mktemp("lab")
     sd = tmp / "sd"
@@ -65,7 +67,11 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromApi]:
         # The exporter's default labels (no vgpu): the time-slicing row read only `vgpu`
         # and stayed empty wherever --kubernetes-virtual-gpus was off, as in the lab.
         settings = node_settings(
-            node, collectors=counters, collect_interval_ms=500, kubernetes_virtual_gpus=False
+            node,
+            collectors=counters,
+            collect_interval_ms=500,
+            kubernetes_virtual_gpus=False,
+            compat=request.param,
         )
         exporter = RunningExporter(settings, node.sim).start()
         _targets(sd / "exporter.json", f"127.0.0.1:{exporter.port}")

@@ -181,9 +181,15 @@ def _promql_string(text: str) -> str:
 
 
 # The exporter's per-pod GPU series (dcgm-exporter names and `namespace`/`pod` labels, as a
-# ServiceMonitor with honorLabels keeps them) -> the PodTelemetry field each fills.
+# ServiceMonitor with honorLabels keeps them) -> the PodTelemetry field each fills. Each
+# under either profile: `--compat 4.9` serves DCGM 4.7's names, GPU_UTIL as a ratio.
 GPU_TELEMETRY: Mapping[str, str] = {
-    "gpu_util_percent": "avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL)",
+    "gpu_util_percent": (
+        "avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL or 100 * DCGM_FI_DEV_GPU_UTIL_RATIO)"
+    ),
     "fb_used_mib": "sum by (namespace, pod) (DCGM_FI_DEV_FB_USED)",
-    "gr_engine_active_ratio": "avg by (namespace, pod) (DCGM_FI_PROF_GR_ENGINE_ACTIVE)",
+    "gr_engine_active_ratio": (
+        "avg by (namespace, pod) "
+        "(DCGM_FI_PROF_GR_ENGINE_ACTIVE or DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO)"
+    ),
 }

@@ -10,7 +10,7 @@ Pure data and lookups: no I/O, no clock, no logging.
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpufleet.exporter.core.fields import FieldSpec
+from gpufleet.exporter.core.fields import CATALOG, FieldSpec
 
 
 class Profile(StrEnum):
@@ -63,3 +63,20 @@ def unit_scale(spec: FieldSpec, profile: Profile) -> float:
     if spec.served_v1:
         return 1.0
     return spec.scale_v49 if profile is Profile.V49 and spec.name_v49 else 1.0
+
+
+def either_profile(name: str, selector: str = "") -> str:
+    """PromQL reading field `name` (its legacy name) with `selector` (`{...}` or ""), in its
+    legacy unit, from an exporter serving either profile: the legacy series, or the 4.9
+    one converted back. The dashboards read fields so, as the rules and the autoscaler do,
+    and stay whole under `--compat 4.9`. Always in parentheses: an aggregation takes it as
+    its argument (`sum by (gpu) (...)`)."""
+    spec = CATALOG[name]
+    if not spec.name_v49:
+        return f"({name}{selector})"
+    renamed = spec.name_v49 + selector
+    if spec.scale_v49 < 1:  # a ratio back to percent
+        renamed = f"{round(1 / spec.scale_v49)} * {renamed}"
+    elif spec.scale_v49 > 1:
+        renamed = f"{renamed} / {spec.scale_v49:.0f}"
+    return f"({name}{selector} or {renamed})"

@@ -141,7 +141,7 @@ async function utilByNode(section) {
   // Per GPU first: a shared GPU's pods' series add up to the GPU's own value. NVML has no
   // utilization for a MIG-enabled GPU: its instances' pods are in the pod panel.
   const result = await range(
-    "avg by (Hostname) (sum by (Hostname, UUID) (DCGM_FI_DEV_GPU_UTIL))");
+    "avg by (Hostname) (sum by (Hostname, UUID) (DCGM_FI_DEV_GPU_UTIL or 100 * DCGM_FI_DEV_GPU_UTIL_RATIO))");
   lines(section, result.map((r) => ({name: r.metric.Hostname || "?",
                                      values: numeric(r.values)})),
         {min: 100, empty: "no data: no GPU without MIG reports utilization yet"});
