@@ -6,7 +6,7 @@ true per-GPU values, plus namespaces, pods, MIG and time-slicing."""
 from gpufleet.exporter.core.profiles import either_profile as dcgm
 from gpufleet_dashboards.grafana import (
     dashboard,
-    either_names,
+    gpu_series,
     panel,
     row,
     stat,
@@ -20,7 +20,6 @@ INST = '{instance=~"$instance"}'
 N = '{instance=~"$instance", namespace=~"$namespace"}'
 N_POD = '{instance=~"$instance", namespace=~"$namespace", pod!=""}'
 GPU = "{{Hostname}} GPU {{gpu}}"
-TEMP = "DCGM_FI_DEV_GPU_TEMP"  # every GPU has one: the variables' source
 
 
 def fleet() -> dict:
@@ -194,8 +193,8 @@ def fleet() -> dict:
         ),
     ]
     variables = [
-        variable("instance", f"label_values({either_names(TEMP)}, instance)"),
-        variable("gpu", f"label_values({either_names(TEMP, INST)}, gpu)"),
+        variable("instance", f"label_values({gpu_series()}, instance)"),
+        variable("gpu", f"label_values({gpu_series(INST)}, gpu)"),
         variable(
             "namespace", 'label_values(gpufleet_pod_gpu_share{instance=~"$instance"}, namespace)'
         ),

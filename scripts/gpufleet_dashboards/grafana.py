@@ -8,10 +8,12 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 WIDTH = 24  # Grafana's grid
 
 
-def either_names(name: str, matchers: str = "") -> str:
-    """A series selector for field `name` under either profile's name, with `matchers`
-    (`{...}`) added: Grafana's label_values() takes a selector, not an expression."""
-    names = "|".join(filter(None, (name, CATALOG[name].name_v49)))
+def gpu_series(matchers: str = "") -> str:
+    """The series the variables list GPUs and nodes from, with `matchers` (`{...}`) added:
+    every GPU has a temperature, under either profile's name (label_values() takes a
+    selector, not an expression)."""
+    name = "DCGM_FI_DEV_GPU_TEMP"
+    names = f"{name}|{CATALOG[name].name_v49}"
     extra = matchers.strip("{}")
     return f'{{__name__=~"{names}"{", " + extra if extra else ""}}}'
 

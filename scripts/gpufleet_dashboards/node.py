@@ -5,7 +5,7 @@
 from gpufleet.exporter.core.profiles import either_profile as dcgm
 from gpufleet_dashboards.grafana import (
     dashboard,
-    either_names,
+    gpu_series,
     panel,
     row,
     stat,
@@ -17,7 +17,6 @@ from gpufleet_dashboards.grafana import (
 D = '{Hostname="$Hostname", gpu=~"$gpu"}'
 G = "GPU {{gpu}}"
 HOST = '{Hostname="$Hostname"}'
-TEMP = "DCGM_FI_DEV_GPU_TEMP"  # every GPU has one: the variables' source
 NVLINK_ERRORS = (
     ("CRC_FLIT", "CRC flit"),
     ("CRC_DATA", "CRC data"),
@@ -146,10 +145,8 @@ def node() -> dict:
         ),
     ]
     variables = [
-        variable(
-            "Hostname", f"label_values({either_names(TEMP)}, Hostname)", label="Node", multi=False
-        ),
-        variable("gpu", f"label_values({either_names(TEMP, HOST)}, gpu)"),
+        variable("Hostname", f"label_values({gpu_series()}, Hostname)", label="Node", multi=False),
+        variable("gpu", f"label_values({gpu_series(HOST)}, gpu)"),
     ]
     return dashboard(
         "gpufleet-node",

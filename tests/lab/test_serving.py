@@ -22,6 +22,19 @@ MODEL = ServiceModel(
     decode_seconds_per_token=0.01,
     decode_seconds_per_token_per_sequence=0.0,
 )
+PODS = RES[("", "pods")]
+READY_POD = {
+    "metadata": {"name": "vllm-0", "labels": {"app": "vllm"}},
+    "spec": {"containers": [{"name": "vllm", "image": "x"}]},
+    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+}
+
+
+def with_namespace() -> ObjectStore:
+    """A store at time 0 holding the namespace `llm`."""
+    store = ObjectStore(clock=lambda: 0.0)
+    store.create(RES[("", "namespaces")], "", {"metadata": {"name": "llm"}})
+    return store
 
 
 def test_the_engine_queues_beyond_its_batch_slots_and_prefills_one_at_a_time() -> None:
@@ -56,17 +69,8 @@ def test_the_engine_queues_beyond_its_batch_slots_and_prefills_one_at_a_time() -
 async def test_a_trace_replays_sped_up_on_ready_pods_and_prometheus_can_find_them(
     tmp_path: Path,
 ) -> None:
-    store = ObjectStore(clock=lambda: 0.0)
-    store.create(RES[("", "namespaces")], "", {"metadata": {"name": "llm"}})
-    store.create(
-        RES[("", "pods")],
-        "llm",
-        {
-            "metadata": {"name": "vllm-0", "labels": {"app": "vllm"}},
-            "spec": {"containers": [{"name": "vllm", "image": "x"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        },
-    )
+    store = with_namespace()
+    store.create(PODS, "llm", READY_POD)
     trace = trace_from_arrays([0.0, 1.0, 2.0, 3.0, 4.0], [500] * 5, [10] * 5)
     targets = tmp_path / "targets.json"
     fleet = ServingFleet(
@@ -103,8 +107,7 @@ async def test_the_gateway_holds_requests_until_a_pod_is_ready_and_counts_their_
     """Issue 18 §3, scale to zero: with no ready pod the gateway holds the requests (its
     gauge says how many, on a target without a pod label) and sends them on when a pod
     turns Ready; their TTFT counts from their arrival, the wait for the pod included."""
-    store = ObjectStore(clock=lambda: 0.0)
-    store.create(RES[("", "namespaces")], "", {"metadata": {"name": "llm"}})
+    store = with_namespace()
     targets = tmp_path / "targets.json"
     fleet = ServingFleet(
         store,
@@ -126,15 +129,7 @@ async def test_the_gateway_holds_requests_until_a_pod_is_ready_and_counts_their_
         text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
         assert b"\nlab_gateway_requests_waiting 2\n" in text
         assert fleet.unserved == 1
-        store.create(
-            RES[("", "pods")],
-            "llm",
-            {
-                "metadata": {"name": "vllm-0", "labels": {"app": "vllm"}},
-                "spec": {"containers": [{"name": "vllm", "image": "x"}]},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-            },
-        )
+        store.create(PODS, "llm", READY_POD)
         await fleet.step(10.0)  # Ready at 10: both go to it
         assert not fleet.held
         engine = fleet.pods["vllm-0"].engine
@@ -151,17 +146,8 @@ async def test_a_connection_stalled_before_its_request_is_closed_at_vllms_keep_a
     """aiohttp kept a connection that never sent a request for an hour, on every pod and on
     the gateway: about a thousand of them held every descriptor of the lab's process."""
     monkeypatch.setattr(serving, "KEEP_ALIVE_SECONDS", 0.3)
-    store = ObjectStore(clock=lambda: 0.0)
-    store.create(RES[("", "namespaces")], "", {"metadata": {"name": "llm"}})
-    store.create(
-        RES[("", "pods")],
-        "llm",
-        {
-            "metadata": {"name": "vllm-0", "labels": {"app": "vllm"}},
-            "spec": {"containers": [{"name": "vllm", "image": "x"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        },
-    )
+    store = with_namespace()
+    store.create(PODS, "llm", READY_POD)
     targets = tmp_path / "targets.json"
     fleet = ServingFleet(
         store,
@@ -186,18 +172,8 @@ async def test_a_connection_stalled_before_its_request_is_closed_at_vllms_keep_a
 
 async def test_the_requests_of_a_pod_that_goes_are_counted_unserved(tmp_path: Path) -> None:
     """They were counted neither served nor unserved: a closed loop that lost them passed."""
-    store = ObjectStore(clock=lambda: 0.0)
-    store.create(RES[("", "namespaces")], "", {"metadata": {"name": "llm"}})
-    pods = RES[("", "pods")]
-    store.create(
-        pods,
-        "llm",
-        {
-            "metadata": {"name": "vllm-0", "labels": {"app": "vllm"}},
-            "spec": {"containers": [{"name": "vllm", "image": "x"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        },
-    )
+    store = with_namespace()
+    store.create(PODS, "llm", READY_POD)
     fleet = ServingFleet(
         store,
         namespace="llm",
@@ -213,7 +189,7 @@ async def test_the_requests_of_a_pod_that_goes_are_counted_unserved(tmp_path: Pa
         await fleet.step(0.55)
         engine = fleet.pods["vllm-0"].engine
         assert (engine.success, engine.in_flight) == (0, 5)  # the first decodes until 0.6
-        store.delete(pods, "llm", "vllm-0")
+        store.delete(PODS, "llm", "vllm-0")
         await fleet.step(0.65)
         assert not fleet.pods
         assert (engine.success, fleet.unserved) == (1, 4)  # served before it went; lost
