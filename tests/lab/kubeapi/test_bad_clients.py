@@ -7,6 +7,7 @@ import asyncio
 import http.client
 import json
 import logging
+import re
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -298,6 +299,35 @@ def test_what_kube_apiserver_refuses_is_a_4xx_status(
     if code >= 400:
         assert answer["kind"] == "Status" and answer["code"] == code
         assert text in answer["message"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "content_type", "code"),
+    [
+        ("POST", CM, "text/plain", 415),
+        ("POST", CM, "application/yaml", 415),  # kube-apiserver's, not decoded here
+        ("POST", SAR, "application/x-www-form-urlencoded", 415),
+        ("PUT", f"{CM}/c", "text/plain", 415),
+        ("DELETE", f"{CM}/c", "text/plain", 415),
+        ("POST", CM, "application/json; charset=utf-8", 201),
+        ("POST", CM, "Application/JSON", 201),
+    ],
+)
+def test_a_body_kube_apiserver_cannot_decode_by_its_type_is_a_415(
+    server: FakeApiServer, method: str, path: str, content_type: str, code: int
+) -> None:
+    """Every body was decoded as JSON whatever its Content-Type: a client sending another
+    type passed here and got 415 UnsupportedMediaType from kube-apiserver."""
+    bodies = {
+        CM: {"metadata": {"name": re.sub("[^a-z0-9]+", "-", content_type.lower())}},
+        SAR: {"spec": {"user": "u", "resourceAttributes": {"verb": "get"}}},
+        f"{CM}/c": {"metadata": {"name": "c"}} if method == "PUT" else {},
+    }
+    status, answer = call(server, method, path, bodies[path], content_type=content_type)
+    assert status == code, answer
+    if code == 415:
+        assert answer["reason"] == "UnsupportedMediaType"
+        assert answer["message"].startswith("the body of the request was in an unknown format")
 
 
 @pytest.mark.parametrize(
