@@ -573,7 +573,8 @@ def test_the_exporters_monitor_takes_dcgm_exporters_relabelings_after_its_own(tm
         {"action": "labeldrop", "regex": "(pod|namespace|container)"},
         mine,
     ]
-    assert endpoint["metricRelabelings"] == [drop]
+    hostname = {"sourceLabels": ["hostname"], "regex": "(.+)", "targetLabel": "Hostname"}
+    assert endpoint["metricRelabelings"] == [hostname, drop]
     schema = crd_schema(monitor["apiVersion"], monitor["kind"])
     assert not list(jsonschema.Draft7Validator(schema).iter_errors(monitor))
 
