@@ -6,12 +6,16 @@ accept and refuse exactly the same strings. Pure: no I/O (nothing is bound here)
 
 from gpufleet.core.numbers import ascii_int
 
+_UNSPECIFIED = frozenset(("", "0.0.0.0", "::"))
+
 
 def parse_listen_address(text: str) -> tuple[str | None, int]:
     """Parse dcgm-exporter's `--address`: `:9400`, `0.0.0.0:9400`, `[::1]:9400`, `host:9400`.
 
-    The host is None for `:PORT`, meaning every interface (IPv4 and IPv6), as in Go.
-    Raises ValueError naming the address and what is wrong with it.
+    The host is None for `:PORT`, `0.0.0.0:PORT` and `[::]:PORT`: every interface, IPv4
+    and IPv6, as Go listens on each (dcgm-exporter's help suggests `[::]:9400`). Bound as
+    given, `::` was IPv6 only (asyncio sets IPV6_V6ONLY): IPv4 scrapes and probes were
+    refused. Raises ValueError naming the address and what is wrong with it.
     """
     value = text.strip()
     if value.startswith("["):
@@ -29,4 +33,4 @@ def parse_listen_address(text: str) -> tuple[str | None, int]:
         raise ValueError(f"listen address {text!r}: port must be a number from 0 to 65535")
     if any(c.isspace() for c in host):
         raise ValueError(f"listen address {text!r}: the host contains whitespace")
-    return host or None, number
+    return (None if host in _UNSPECIFIED else host), number

@@ -10,10 +10,10 @@ from gpufleet.core.listen import parse_listen_address
 
 LISTEN = [
     (":9400", (None, 9400), "all-interfaces"),
-    ("0.0.0.0:9400", ("0.0.0.0", 9400), "ipv4-any"),
+    ("0.0.0.0:9400", (None, 9400), "ipv4-any-is-every-interface"),
     ("127.0.0.1:9400", ("127.0.0.1", 9400), "ipv4-loopback"),
     ("[::1]:9400", ("::1", 9400), "ipv6-loopback"),
-    ("[::]:9400", ("::", 9400), "ipv6-any"),
+    ("[::]:9400", (None, 9400), "ipv6-any-is-every-interface"),
     ("localhost:8080", ("localhost", 8080), "hostname"),
     (" :0 ", (None, 0), "ephemeral-port-trimmed"),
 ]

@@ -205,6 +205,25 @@ def test_sigterm_shuts_down_gracefully():
     assert "shutting down" in err
 
 
+@pytest.mark.parametrize("address", ["[::]", "0.0.0.0"])
+def test_an_unspecified_host_listens_on_ipv4_and_ipv6(address: str):
+    """As Go listens on it (dcgm-exporter's help suggests `[::]:9400`). `[::]` was bound
+    IPv6 only: IPv4 scrapes and the kubelet's probes were refused."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*GPUFLEET, "exporter", "--fake-gpus", "-a", f"{address}:{port}"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        wait_for(lambda: get(f"http://127.0.0.1:{port}/health")[0] == 200, what="over IPv4")
+        assert get(f"http://[::1]:{port}/health")[0] == 200  # and over IPv6
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=15)
+
+
 def test_lab_serves_an_attributed_node(tmp_path: Path):
     with running_lab(tmp_path / "lab.log", "--churn-seconds", "0") as urls:
         exporter = urls["gpu-node-0 exporter"]
