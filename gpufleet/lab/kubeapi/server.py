@@ -614,14 +614,14 @@ async def _json(request: web.Request) -> Any:
         ) from None
     # A PATCH's type is its patch's (the store's to check). Otherwise kube-apiserver
     # decodes by Content-Type, JSON when there is none; this server decodes JSON alone.
-    if body and request.method != "PATCH" and request.headers.get("Content-Type"):
-        if request.content_type != "application/json":
-            raise ApiError(
-                code=415,
-                reason="UnsupportedMediaType",
-                message="the body of the request was in an unknown format - accepted media "
-                "types include: application/json",
-            )
+    typed = body and request.method != "PATCH" and request.headers.get("Content-Type")
+    if typed and request.content_type != "application/json":
+        raise ApiError(
+            code=415,
+            reason="UnsupportedMediaType",
+            message="the body of the request was in an unknown format - accepted media "
+            "types include: application/json",
+        )
     try:
         return json.loads(body or b"null")
     except ValueError as err:
