@@ -30,4 +30,6 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 65532:65532
 EXPOSE 9400 9401 9402
 ENTRYPOINT ["/opt/venv/bin/gpufleet"]
-CMD ["--help"]
+# With no arguments, or options alone, it runs the exporter: dcgm-exporter's image does,
+# and its chart passes options (or none) to whatever image it is given.
+CMD ["exporter"]

@@ -12,7 +12,9 @@ commands:
   lab        run the whole stack on simulated GPU nodes, with Prometheus and a web page
   simulate   replay a request trace through the autoscaling policies in a simulated cluster
 
-Run 'gpufleet <command> --help' for the command's options.
+Run 'gpufleet <command> --help' for the command's options. A command line that begins
+with an option is the exporter's: dcgm-exporter's image takes its options alone, and its
+chart passes them so.
 """
 COMMANDS = ("exporter", "plugin", "autoscaler", "lab", "simulate", "version")
 
@@ -29,6 +31,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0 if args else 2
+    if args[0].startswith("-") and args[0] != "--version":
+        args = ["exporter", *args]
     command, rest = args[0], args[1:]
     if command == "exporter":
         from gpufleet.exporter.daemon import main as run

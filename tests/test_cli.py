@@ -37,3 +37,19 @@ def test_v_is_the_version_as_urfave_cli_has_it(command, capsys):
         cli.main([command, "-v"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith(f"gpufleet {command} ")
+
+
+def test_options_alone_are_the_exporters(capsys):
+    """dcgm-exporter's image takes its options alone, and its chart passes them so: with
+    our image swapped in, `gpufleet -f FILE` was an unknown command, exit 2."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["-c", "3"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpufleet exporter: error:") and "100 ms minimum" in err
+
+
+@pytest.mark.parametrize("argv", [["-h"], ["--help"]])
+def test_help_alone_is_still_the_commands(argv, capsys):
+    assert cli.main(argv) == 0
+    assert "commands:" in capsys.readouterr().out
