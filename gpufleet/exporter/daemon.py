@@ -152,14 +152,27 @@ def kube_api(settings: ExporterSettings, *, needed_by: str) -> "ApiClient":
 
 
 def metadata_api(settings: ExporterSettings) -> "ApiClient | None":
-    """The client for pod labels and DRA: with -k and either flag, as in dcgm-exporter."""
+    """The client for pod labels and DRA: with -k and either flag, as in dcgm-exporter.
+
+    Without credentials (no service account token: a chart that mounts none), the
+    exporter serves without them after one warning, as dcgm-exporter does: a node's GPU
+    metrics matter more than its pods' labels. A --kube-url or --kubeconfig given and
+    unusable is a mistake to stop on."""
     if not settings.kubernetes:
         return None
     if settings.kubernetes_enable_pod_labels:
-        return kube_api(settings, needed_by="--kubernetes-enable-pod-labels")
-    if settings.kubernetes_enable_dra:
-        return kube_api(settings, needed_by="--kubernetes-enable-dra")
-    return None
+        flag, feature = "--kubernetes-enable-pod-labels", "pod labels"
+    elif settings.kubernetes_enable_dra:
+        flag, feature = "--kubernetes-enable-dra", "DRA devices"
+    else:
+        return None
+    try:
+        return kube_api(settings, needed_by=flag)
+    except StartupError as exc:
+        if settings.kube_url or settings.kubeconfig:
+            raise
+        log.warning("%s; serving without %s", exc, feature)
+        return None
 
 
 def load_configmap_selection(settings: ExporterSettings) -> Selection:

@@ -4,6 +4,7 @@ the fake kubelet on its real socket and the real exporter over loopback HTTP."""
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import wait_for
+from helpers import free_port, wait_for
 from helpers.e2e import node_settings
 from helpers.kube import api_client
 from helpers.lab_process import running_lab
@@ -241,24 +242,58 @@ def _exporter(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     )
 
 
-@pytest.mark.parametrize(
-    ("args", "flag"),
-    [
-        (("-k", "--kubernetes-enable-pod-labels"), "--kubernetes-enable-pod-labels"),
-        (("-k", "--kubernetes-enable-dra"), "--kubernetes-enable-dra"),
-        (("-m", "kube-system:cm"), "--configmap-data"),
-    ],
-)
-def test_no_api_configuration_is_one_line_naming_the_flag(tmp_path, args, flag):
+def _no_api_env(home: Path) -> dict[str, str]:
+    """No service account, no kubeconfig anywhere."""
     env = {
         k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
     }
-    result = _exporter(*args, "-a", "127.0.0.1:0", env={**env, "HOME": str(tmp_path)})
+    return {**env, "HOME": str(home)}
+
+
+def test_no_api_configuration_for_the_counters_is_one_line_naming_the_flag(tmp_path):
+    result = _exporter("-m", "kube-system:cm", "-a", "127.0.0.1:0", env=_no_api_env(tmp_path))
     assert result.returncode == 1, result.stderr
-    assert f"{flag}: cannot configure the Kubernetes client from the default kubeconfig" in (
-        result.stderr
+    assert (
+        "--configmap-data: cannot configure the Kubernetes client from the default kubeconfig"
+        in result.stderr
     )
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "feature"),
+    [
+        ("--kubernetes-enable-pod-labels", "pod labels"),
+        ("--kubernetes-enable-dra", "DRA devices"),
+    ],
+)
+def test_no_api_configuration_for_labels_serves_without_them(tmp_path, flag, feature):
+    """dcgm-exporter warns and serves without pod labels; exiting 1 left a node with no
+    GPU metrics at all (its chart mounts no token with enablePodLabels and rbac.create
+    false)."""
+    port = free_port()
+    command = [sys.executable, "-m", "gpufleet.cli", "exporter", "--sim-fleet", "1xH100"]
+    proc = subprocess.Popen(
+        [*command, "-k", flag, "-a", f"127.0.0.1:{port}"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_no_api_env(tmp_path),
+    )
+    try:
+        wait_for(lambda: _status(f"http://127.0.0.1:{port}/health") == 200, what="serving")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert f"{flag}: cannot configure the Kubernetes client" in err
+    assert f"serving without {feature}" in err and "Traceback" not in err
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status
+    except OSError:
+        return 0
 
 
 @pytest.mark.parametrize(
