@@ -64,6 +64,9 @@ log = logging.getLogger(__name__)
 # The tick's listing runs here, not on the default pool, which steps held by a hung webhook
 # can fill: the tick then waited for them after all.
 _LISTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpufleet-list")
+# A served signal whose newest sample is this many query steps old is none: three steps
+# lost, gpufleet's own policy's bound (20 s at the default 5 s step).
+STALE_STEPS = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -441,9 +444,13 @@ class Controller:
 
     def _metrics(self, t: Tick, now: float) -> WorkloadMetrics:
         """What the external metrics and KEDA servers serve of a workload: its newest
-        signals, and the count it last decided (this tick's, unless it is busy)."""
+        signals while fresh, and the count it last decided (this tick's, unless it is
+        busy). Its replicas are its Scale's spec.replicas, as the HPA and KEDA read them:
+        counted from its pods, a Recreate rollout (every old pod terminating, no new one
+        yet) read as zero replicas, and the served ratio as the count itself, which the
+        HPA multiplied by the Ready pods it still saw."""
         w, spec = t.workload, t.workload.spec
-        running, _ = _running_and_ready(t)
+        asked = t.scale.replicas if t.scale is not None else _running_and_ready(t)[0]
         return workload_metrics(
             namespace=spec.namespace,
             name=spec.name,
@@ -452,9 +459,10 @@ class Controller:
             signals=w.history.latest_samples(now),
             pods=w.history.latest_pods(now),
             desired=w.decided,
-            current=running,
+            current=asked,
             ready=hpa_ready(t.pods),
             now=now,
+            fresh_after=now - STALE_STEPS * self._config.scrape_interval_seconds,
         )
 
     async def _scale(

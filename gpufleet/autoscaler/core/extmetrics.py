@@ -67,17 +67,21 @@ def workload_metrics(
     current: int,
     ready: int,
     now: float,
+    fresh_after: float,
 ) -> WorkloadMetrics:
     """`signals`: signal -> (time, value) of its newest sample; `pods`: the newest telemetry
     and its time; `desired`: the count the controller wants (None before a decision);
-    `current` and `ready`: the target's replicas (starting or ready) and its Ready pods as
-    an HPA counts them (`replicas.hpa_ready`)."""
+    `current`: the replicas the target asks for (its Scale's spec.replicas, the count an
+    HPA's and KEDA's zero tests read); `ready`: its Ready pods as an HPA counts them
+    (`replicas.hpa_ready`). A sample taken before `fresh_after` is no sample: served as
+    current, a Prometheus outage or a pod's vanished series read as a frozen value for
+    the history's half hour, where the HPA should hold and KEDA apply its fallback."""
     values = {
         metric: Sample(*signals[signal])
         for signal, metric in SIGNAL_METRICS.items()
-        if signal in signals
+        if signal in signals and signals[signal][0] >= fresh_after
     }
-    if pods is not None:
+    if pods is not None and pods[0] >= fresh_after:
         utils = [p.gpu_util_percent for p in pods[1] if p.gpu_util_percent is not None]
         if utils:
             values[GPU_UTILIZATION] = Sample(pods[0], sum(utils) / len(utils))

@@ -409,6 +409,37 @@ async def test_the_served_ratio_counts_the_pods_an_hpa_counts(
         await prom.close()
 
 
+async def test_the_served_ratio_reads_the_scales_replicas_in_a_recreate_rollout(
+    api: client.ApiClient, pod_prometheus: Prometheus
+) -> None:
+    """A Recreate rollout, as GPU Deployments roll (no spare GPU to surge into): every old
+    pod terminating but still Ready, no new one yet. Counted from its pods the target was
+    at zero, so the ratio served was the count itself, and the HPA, which reads
+    spec.replicas and counts those Ready pods, proposed the count times the pods."""
+    deploy(api, replicas=2)
+    core = client.CoreV1Api(api)
+    spec = {"containers": [{"name": "vllm", "image": "vllm"}]}
+    core.create_namespaced_pod(NS, {"metadata": {"name": "vllm-1", "labels": LABELS}, "spec": spec})
+    ready = {"conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}
+    core.patch_namespaced_pod_status("vllm-1", NS, {"status": ready})
+    for pod in ("vllm-0", "vllm-1"):
+        core.delete_namespaced_pod(pod, NS)  # terminating, still Ready
+    autoscaler(api, KEDA_SPEC)
+    feed = SnapshotFeed()
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}", feed=feed)
+    try:
+        await tick(ctl)
+        assert ctl.stats.current[f"{NS}/chat"] == 0  # no replica that is not terminating
+        decided = ctl._workloads[(NS, "chat")].decided
+        served = feed.latest.get(NS, "chat")
+        assert decided is not None and served is not None
+        ratio = served.values["gpufleet_desired_ratio"].value
+        assert ratio == desired_ratio(decided, current=2, ready=2) != decided
+        assert served.replicas == 2
+    finally:
+        await prom.close()
+
+
 async def test_one_workloads_hung_write_holds_no_others_tick(
     api: client.ApiClient, apiserver: FakeApiServer, pod_prometheus: Prometheus
 ) -> None:

@@ -9,6 +9,7 @@ from kubernetes.utils import parse_quantity
 
 from gpufleet.autoscaler.core import extmetrics as em
 from gpufleet.autoscaler.core.hpa.calc import FLAG_TOLERANCES, value_replicas
+from gpufleet.autoscaler.core.observation import PodTelemetry
 from gpufleet.core.selectors import parse_selector
 
 
@@ -54,6 +55,7 @@ def workload(name: str, **labels: str) -> em.WorkloadMetrics:
         current=1,
         ready=1,
         now=11.0,
+        fresh_after=0.0,
     )
 
 
@@ -96,3 +98,29 @@ def test_the_feed_tells_subscribers_until_they_leave() -> None:
     leave()
     feed.publish(em.MetricsSnapshot())
     assert calls == [snap] and feed.latest.get("llm", "a") is None
+
+
+def test_a_sample_taken_before_fresh_after_is_no_sample() -> None:
+    """Served as current, a signal frozen by a Prometheus outage or a pod's vanished series
+    kept an HPA and KEDA scaling on it for the history's half hour: none of the HPA's hold
+    or KEDA's fallback, which a missing item brings."""
+    telemetry = (80.0, (PodTelemetry(pod="p0", gpu_util_percent=50.0),))
+    served = em.workload_metrics(
+        namespace="llm",
+        name="chat",
+        target="vllm",
+        model="",
+        signals={"queue_depth": (79.0, 4.0), "arrival_rate": (81.0, 2.0)},
+        pods=telemetry,
+        desired=3,
+        current=1,
+        ready=1,
+        now=100.0,
+        fresh_after=80.0,
+    )
+    assert set(served.values) == {
+        "gpufleet_arrival_rate",  # 81: fresh
+        "gpufleet_gpu_utilization",  # 80: fresh, just
+        "gpufleet_desired_replicas",  # the decision, held as decided
+        "gpufleet_desired_ratio",
+    }

@@ -83,6 +83,7 @@ def snapshot() -> em.MetricsSnapshot:
             current=2,
             ready=2,
             now=NOW,
+            fresh_after=0.0,
         )
 
     return em.MetricsSnapshot([workload("chat", 1.5, "llama"), workload("batch", 2000)])

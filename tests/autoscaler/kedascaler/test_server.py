@@ -75,6 +75,7 @@ def publish(feed: em.SnapshotFeed, queue: float | None, *, current: int = 0) -> 
                     current=current,
                     ready=0,
                     now=101.0,
+                    fresh_after=0.0,
                 )
             ]
         )
