@@ -184,7 +184,7 @@ class PodResourcesWatcher:
             self._count(failure)
             self._on_failure(failure, detail)
             return failure
-        checkpoint = self._read_checkpoint()
+        checkpoint = self._read_checkpoint(holding=bool(containers))
         self._last_success_at = self._wall_clock()
         self._view = KubeletView(
             containers=containers,
@@ -214,15 +214,25 @@ class PodResourcesWatcher:
         except Exception as exc:  # never into the collector: counted as "error"
             return _NO_PODS, KubeletErrorKind.ERROR, repr(exc)
 
-    def _read_checkpoint(self) -> tuple[CheckpointEntry, ...]:
+    def _read_checkpoint(self, *, holding: bool) -> tuple[CheckpointEntry, ...]:
         """The checkpoint entries; none (no pod UIDs, so no per-pod split) if unreadable.
 
-        A malformed entry costs only its own pod's UID: it is skipped and counted.
+        A malformed entry costs only its own pod's UID: it is skipped and counted. A file
+        missing while pods hold devices (`holding`) is counted too: the kubelet writes it
+        before any allocation, so its directory is not mounted (dcgm-exporter's chart
+        mounts only pod-resources), and pods sharing a GPU go without split values.
         """
         try:
             read, failure, detail = read_checkpoint(self._checkpoint_path), None, ""
         except (OSError, ValueError) as exc:
             read, failure, detail = CheckpointRead(), KubeletErrorKind.CHECKPOINT, str(exc)
+        if failure is None and holding and not self._checkpoint_path.exists():
+            failure = KubeletErrorKind.CHECKPOINT
+            detail = (
+                f"{self._checkpoint_path} not found while pods hold devices: mount "
+                "/var/lib/kubelet/device-plugins read-only for pod UIDs"
+            )
+        if failure is not None:
             self._count(failure)
         if failure != self._checkpoint_state:
             if failure is None:

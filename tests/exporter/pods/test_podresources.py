@@ -242,6 +242,31 @@ def test_corrupt_checkpoint_keeps_pods_without_uids(
     assert index.stats.unresolved_uids == 2
 
 
+def test_a_checkpoint_missing_while_pods_hold_devices_is_said_and_counted(
+    kubelet: FakeKubelet, watcher: PodResourcesWatcher, caplog
+) -> None:
+    """dcgm-exporter's chart mounts only pod-resources: the checkpoint's directory is not
+    there, and pods sharing a GPU went without UIDs, split values and a word why (a
+    missing file read as no allocations yet)."""
+    kubelet.checkpoint_path.unlink()
+    caplog.set_level(logging.WARNING, logger="gpufleet.exporter.pods.podresources")
+    for _ in range(3):
+        view = watcher.refresh_now()
+    assert _pods(view) == {"a", "b"} and view.checkpoint == ()
+    assert _failures(watcher) == {"checkpoint": 3}
+    (said,) = [r for r in caplog.records if r.getMessage() == "kubelet checkpoint unreadable"]
+    assert "mount /var/lib/kubelet/device-plugins" in said.fields["error"]
+
+
+def test_a_checkpoint_missing_on_a_node_without_allocations_is_none_yet(
+    kubelet: FakeKubelet, watcher: PodResourcesWatcher
+) -> None:
+    kubelet.checkpoint_path.unlink()
+    kubelet.set_pods([])
+    assert watcher.refresh_now().containers == ()
+    assert _failures(watcher) == {}
+
+
 def test_stop_cancels_promptly(kubelet: FakeKubelet) -> None:
     watcher = PodResourcesWatcher(
         socket_path=kubelet.pod_resources_socket,
