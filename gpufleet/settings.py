@@ -411,8 +411,10 @@ def load_settings(
 
 
 def _single_dash_long(settings_cls: type[BaseSettings], argv: list[str]) -> list[str]:
-    """`-name[=v]` read as `--name[=v]` where `--name` is a flag and `-name` is not (so the
-    exporter's `-rbmn` and `-k` keep their meaning); nothing after `--` is touched."""
+    """Go's flag package, which urfave/cli uses, takes any flag with one dash or two. So
+    `-name[=v]` is read as `--name[=v]` where `--name` is a flag and `-name` is not (the
+    exporter's `-rbmn` and `-k` keep their meaning), and `--f[=v]` as `-f[=v]` where `-f`
+    is a flag and `--f` is not; nothing after `--` is touched."""
     flags = {f for info in settings_cls.model_fields.values() for f in _flags(info)}
     flags |= {f"--no-{f[2:]}" for f in flags if f.startswith("--")} | {"--version", "--help"}
     out: list[str] = []
@@ -420,8 +422,14 @@ def _single_dash_long(settings_cls: type[BaseSettings], argv: list[str]) -> list
         if arg == "--":
             return out + argv[i:]
         name = arg.split("=", 1)[0]
-        single = arg.startswith("-") and not arg.startswith("--")
-        out.append("-" + arg if single and name not in flags and "-" + name in flags else arg)
+        if name in flags or not arg.startswith("-"):
+            out.append(arg)
+        elif not arg.startswith("--") and "-" + name in flags:
+            out.append("-" + arg)
+        elif arg.startswith("--") and name[1:] in flags:
+            out.append(arg[1:])
+        else:
+            out.append(arg)
     return out
 
 

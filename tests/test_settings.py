@@ -58,6 +58,10 @@ def load(argv, monkeypatch, env=None):
         (["--no-kubernetes"], {"DCGM_EXPORTER_KUBERNETES": "true"}, "kubernetes", False),
         ([], {"KUBERNETES_VIRTUAL_GPUS": "1"}, "kubernetes_virtual_gpus", True),
         (["-rbmn"], {}, "replace_blanks_in_model_name", True),
+        # Go's flag package takes two dashes on a short one too
+        (["--rbmn"], {}, "replace_blanks_in_model_name", True),
+        (["--c=1000"], {}, "collect_interval_ms", 1000),
+        (["--a", ":1"], {}, "address", ":1"),
         (["-f", "/x.csv"], {}, "collectors", __import__("pathlib").Path("/x.csv")),
         ([], {"NVIDIA_RESOURCE_NAMES": "a/b, c/d"}, "resource_names", ("a/b", "c/d")),
         # urfave/cli's string slices: each repeat adds (dcgm-exporter app.go)
@@ -97,6 +101,9 @@ def load(argv, monkeypatch, env=None):
         "negated flag beats env",
         "unprefixed dcgm env name",
         "multi-letter single-dash alias",
+        "a short alias with two dashes",
+        "a one-letter alias with two dashes and =",
+        "a one-letter alias with two dashes, value next",
         "collectors path",
         "resource names list",
         "resource names repeated",
