@@ -11,6 +11,8 @@ KEDA hands the trigger's metadata map to every call as `ScaledObjectRef.scalerMe
   of 0 makes an HPA the API server refuses);
 - `activationValue`: active when the value is above it (default 0), KEDA's activation
   semantics.
+Each may be given as `<key>FromEnv` instead, naming an env var of the scale target's
+container: KEDA resolves it and passes the value on under that key.
 """
 
 from collections.abc import Mapping
@@ -38,6 +40,7 @@ MIN_TARGET = 0.001
 
 
 def parse_metadata(metadata: Mapping[str, str]) -> ScalerTrigger:
+    metadata = _resolved(metadata)
     autoscaler = metadata.get("autoscaler", "").strip()
     if not autoscaler:
         raise MetadataError("scalerMetadata.autoscaler: required (the GPUAutoscaler's name)")
@@ -61,6 +64,18 @@ def parse_metadata(metadata: Mapping[str, str]) -> ScalerTrigger:
         raise MetadataError(f"scalerMetadata.targetValue: required for {metric}")
     activation = _number(metadata, "activationValue") if "activationValue" in metadata else 0.0
     return ScalerTrigger(autoscaler=autoscaler, metric=metric, target=target, activation=activation)
+
+
+def _resolved(metadata: Mapping[str, str]) -> dict[str, str]:
+    """`<key>FromEnv` as `<key>` where `<key>` itself is not given: KEDA resolves the env
+    var but keeps the key's name (`parseExternalScalerMetadata`), so a
+    `targetValueFromEnv` went unread and the default target applied."""
+    out = dict(metadata)
+    for key, value in metadata.items():
+        base = key.removesuffix("FromEnv")
+        if base != key and base not in metadata:
+            out[base] = value
+    return out
 
 
 def _number(metadata: Mapping[str, str], key: str) -> float:

@@ -31,6 +31,22 @@ def test_a_signal_by_its_short_name_with_its_targets() -> None:
     )
 
 
+def test_a_key_from_env_as_keda_passes_it_on() -> None:
+    """KEDA resolves `targetValueFromEnv` and passes the value under that key: it went
+    unread, and the default target (or none: an error) applied."""
+    meta = {
+        "autoscalerFromEnv": "chat",
+        "metric": "queue_depth",
+        "targetValueFromEnv": "10",
+        "activationValueFromEnv": "0.5",
+    }
+    assert parse_metadata(meta) == ScalerTrigger(
+        autoscaler="chat", metric="gpufleet_queue_depth", target=10.0, activation=0.5
+    )
+    both = {"autoscaler": "chat", "targetValue": "2", "targetValueFromEnv": "9"}
+    assert parse_metadata(both).target == 2.0  # the key itself wins
+
+
 @pytest.mark.parametrize(
     ("meta", "says"),
     [
