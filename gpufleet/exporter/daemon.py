@@ -2,7 +2,8 @@
 
 Startup validates everything before serving: a bad flag, env var, counters CSV, web config
 or listen address is a one-line error naming it, and the process exits non-zero. At runtime
-nothing but SIGTERM/SIGINT stops it; both shut down gracefully.
+nothing but SIGTERM/SIGINT stops it; both shut down gracefully. SIGHUP, or a change to the
+-f file, reads the counters again, as dcgm-exporter's hot reload does.
 """
 
 import asyncio
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 
     from gpufleet.exporter.kube.metadata import KubeMetadataWatcher
     from gpufleet.exporter.pods.podresources import PodResourcesWatcher
+    from gpufleet.exporter.pods.procfs import PidPodMap
     from gpufleet.http.webconfig import WebConfig
 
 log = logging.getLogger(__name__)
@@ -264,7 +266,12 @@ class Components:
     loop: CollectorLoop
     kubelet: "PodResourcesWatcher | None"
     kube: "KubeMetadataWatcher | None"
+    pid_pods: "PidPodMap | None"
+    store: ExpositionStore
+    stats: ServerStats
     app: App
+    # A collector a reload replaced is still inside NVML (hung): NVML must stay up.
+    lingering: bool = False
 
 
 def build(prepared: Prepared, lib: Any) -> Components:
@@ -284,6 +291,41 @@ def build(prepared: Prepared, lib: Any) -> Components:
         )
         pid_pods = PidPodMap(proc_root=settings.proc_root)
     kube = kube_metadata(prepared)
+    app = build_app(
+        store,
+        web_config=prepared.web_config,
+        stats=stats,
+        stale_after_seconds=settings.stale_after_seconds or 3 * settings.interval_seconds,
+        openmetrics=settings.openmetrics,
+    )
+    collector, loop = build_collector(
+        prepared, lib, store=store, stats=stats, kubelet=kubelet, kube=kube, pid_pods=pid_pods
+    )
+    return Components(
+        collector=collector,
+        loop=loop,
+        kubelet=kubelet,
+        kube=kube,
+        pid_pods=pid_pods,
+        store=store,
+        stats=stats,
+        app=app,
+    )
+
+
+def build_collector(
+    prepared: Prepared,
+    lib: Any,
+    *,
+    store: ExpositionStore,
+    stats: ServerStats,
+    kubelet: "PodResourcesWatcher | None",
+    kube: "KubeMetadataWatcher | None",
+    pid_pods: "PidPodMap | None",
+) -> tuple[Collector, CollectorLoop]:
+    """The collector of `prepared`'s counters and its loop, writing to `store`: what a
+    reload replaces while the server, the store and the kubelet's view stay."""
+    settings = prepared.settings
     # Per-process NVML calls serve only attribution to pods: the collector asks for the
     # GPUs several pods share, none without -k.
     reader = NvmlReader(lib, (f.spec for f in prepared.selection.fields))
@@ -305,18 +347,12 @@ def build(prepared: Prepared, lib: Any) -> Components:
             openmetrics=settings.openmetrics,
         ),
     )
-    interval = settings.interval_seconds
-    app = build_app(
-        store,
-        web_config=prepared.web_config,
-        stats=stats,
-        stale_after_seconds=settings.stale_after_seconds or 3 * interval,
-        openmetrics=settings.openmetrics,
-    )
     loop = CollectorLoop(
-        collector, interval_seconds=interval, timeout_seconds=settings.collect_timeout_seconds
+        collector,
+        interval_seconds=settings.interval_seconds,
+        timeout_seconds=settings.collect_timeout_seconds,
     )
-    return Components(collector=collector, loop=loop, kubelet=kubelet, kube=kube, app=app)
+    return collector, loop
 
 
 def kube_metadata(prepared: Prepared) -> "KubeMetadataWatcher | None":
@@ -339,8 +375,10 @@ def kube_metadata(prepared: Prepared) -> "KubeMetadataWatcher | None":
 async def run(
     parts: Components,
     prepared: Prepared,
+    lib: Any,
     *,
     stop: asyncio.Event,
+    reload: asyncio.Event | None = None,
     on_listening: Callable[[int], None] | None = None,
 ) -> bool:
     """Check -d against the node, listen, start the parts, wait for `stop`, then stop
@@ -376,9 +414,15 @@ async def run(
             }
         },
     )
+    watch = None
+    if reload is not None and settings.configmap_data == "none":
+        watch = asyncio.create_task(_watch_file(settings.collectors, reload))
     try:
-        await stop.wait()
+        while not await _stop_or_reload(stop, reload):
+            parts, prepared = await reload_counters(parts, prepared, lib)
     finally:
+        if watch is not None:
+            watch.cancel()
         log.info("shutting down")
         await server.close()
         quiescent = await asyncio.to_thread(parts.loop.stop)
@@ -389,7 +433,85 @@ async def run(
         if quiescent:  # else freeing GPM samples or the XID event set could crash NVML
             # and a hung XID wait keeps NVML in use too: no nvmlShutdown under it
             quiescent = await asyncio.to_thread(parts.collector.close)
-    return quiescent
+    return quiescent and not parts.lingering
+
+
+# How often the -f file is looked at for a change (dcgm-exporter watches it with inotify).
+WATCH_SECONDS = 5.0
+
+
+async def _watch_file(path: Path, reload: asyncio.Event) -> None:
+    """Set `reload` when the file at `path` changes: a ConfigMap's update swaps the
+    symlink it is mounted through, which sends no signal."""
+
+    def signature() -> tuple[int, int, int] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    seen = await asyncio.to_thread(signature)
+    while True:
+        await asyncio.sleep(WATCH_SECONDS)
+        now = await asyncio.to_thread(signature)
+        if now != seen:
+            seen = now
+            log.info("counters file changed", extra={"fields": {"path": str(path)}})
+            reload.set()
+
+
+async def _stop_or_reload(stop: asyncio.Event, reload: asyncio.Event | None) -> bool:
+    """Wait for either; True for the stop (which wins when both are set)."""
+    if reload is None:
+        await stop.wait()
+        return True
+    waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(reload.wait())}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    reload.clear()
+    return stop.is_set()
+
+
+async def reload_counters(
+    parts: Components, prepared: Prepared, lib: Any
+) -> tuple[Components, Prepared]:
+    """Read the counters again (-f, or -m's ConfigMap) and replace the collector with one
+    of them, as dcgm-exporter's hot reload (SIGHUP) rebuilds its registry: the server, its
+    connections, the store and the kubelet's view stay, so no scrape is refused. A list
+    that cannot be read keeps the one in use, logged."""
+    settings = prepared.settings
+    try:
+        if settings.configmap_data != "none":
+            selection = await asyncio.to_thread(load_configmap_selection, settings)
+        else:
+            selection = await asyncio.to_thread(load_selection, settings.collectors)
+    except StartupError as exc:
+        log.error("reload: %s; the counters in use stay", exc)
+        return parts, prepared
+    quiescent = await asyncio.to_thread(parts.loop.stop)
+    if quiescent:
+        quiescent = await asyncio.to_thread(parts.collector.close)
+    if not quiescent:  # its GPM samples and XID event set stay: freed under a hung call,
+        # NVML could crash, and it must not be shut down at the end either
+        log.warning("reload: the replaced collector is still inside NVML; its resources stay")
+    prepared = replace(prepared, selection=selection)
+    collector, loop = build_collector(
+        prepared,
+        lib,
+        store=parts.store,
+        stats=parts.stats,
+        kubelet=parts.kubelet,
+        kube=parts.kube,
+        pid_pods=parts.pid_pods,
+    )
+    loop.start()
+    log.info("counters reloaded", extra={"fields": {"fields": len(selection.fields)}})
+    lingering = parts.lingering or not quiescent
+    return replace(parts, collector=collector, loop=loop, lingering=lingering), prepared
 
 
 async def serve(
@@ -397,15 +519,18 @@ async def serve(
     lib: Any,
     *,
     stop: asyncio.Event,
+    reload: asyncio.Event | None = None,
     on_listening: Callable[[int], None] | None = None,
 ) -> bool:
-    """Run the exporter on an initialised NVML `lib` until `stop` is set.
+    """Run the exporter on an initialised NVML `lib` until `stop` is set; each time
+    `reload` is set, read the counters again (`reload_counters`).
 
     `on_listening` gets the bound port once the server listens (port 0 picks a free one).
     Returns True when no collection is left inside NVML, so the caller may shut NVML
     down; False means its resources were deliberately left allocated (logged).
     """
-    return await run(build(prepared, lib), prepared, stop=stop, on_listening=on_listening)
+    parts = build(prepared, lib)
+    return await run(parts, prepared, lib, stop=stop, reload=reload, on_listening=on_listening)
 
 
 async def listen(app: App, prepared: Prepared) -> RunningServer:
@@ -452,10 +577,14 @@ def with_backend_proc_root(prepared: Prepared, backend: NvmlBackend) -> Prepared
     return replace(prepared, settings=settings)
 
 
-def install_signal_handlers(stop: asyncio.Event) -> None:
+def install_signal_handlers(stop: asyncio.Event, reload: asyncio.Event | None = None) -> None:
+    """SIGTERM and SIGINT stop; SIGHUP reloads the counters where `reload` is given, as
+    dcgm-exporter's does (it killed the process)."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, reload.set)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -472,10 +601,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     prepared = with_backend_proc_root(prepared, backend)
 
     async def run_until_signal() -> bool:
-        stop = asyncio.Event()
-        install_signal_handlers(stop)
+        stop, reload = asyncio.Event(), asyncio.Event()
+        install_signal_handlers(stop, reload)
         throttle_accept_errors(asyncio.get_running_loop())
-        return await serve(prepared, backend.lib, stop=stop)
+        return await serve(prepared, backend.lib, stop=stop, reload=reload)
 
     quiescent = True  # nothing reached NVML if serving never started
     try:

@@ -224,6 +224,44 @@ def test_an_unspecified_host_listens_on_ipv4_and_ipv6(address: str):
         proc.communicate(timeout=15)
 
 
+def test_sighup_reads_the_counters_again_and_keeps_serving(tmp_path: Path):
+    """dcgm-exporter's SIGHUP, and a change to its -f file, are a hot reload; here SIGHUP
+    killed the process (exit 129), and a changed file was never read again. A file that
+    cannot be read keeps the list in use."""
+    csv = tmp_path / "c.csv"
+    csv.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n")
+    log = tmp_path / "stderr"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    proc = subprocess.Popen(
+        [*GPUFLEET, "exporter", "--fake-gpus", "-a", f"127.0.0.1:{port}", "-f", str(csv)],
+        stderr=log.open("w"),
+        env=ENV,
+    )
+
+    def serving(name: str) -> bool:
+        return f"{name}{{" in get(url)[1]
+
+    try:
+        wait_for(lambda: serving("DCGM_FI_DEV_GPU_TEMP"), what="the first list")
+        csv.write_text("DCGM_FI_DEV_POWER_USAGE, gauge, power\n")
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: serving("DCGM_FI_DEV_POWER_USAGE"), what="the reloaded list")
+        assert not serving("DCGM_FI_DEV_GPU_TEMP")
+        csv.write_text("DCGM_FI_DEV_GPU_TEMP, gauge\n")  # a malformed line
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "the counters in use stay" in log.read_text(), what="the refusal")
+        assert serving("DCGM_FI_DEV_POWER_USAGE") and proc.poll() is None
+        # A ConfigMap's update sends no signal: a change to the file is read too.
+        csv.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n")
+        wait_for(lambda: serving("DCGM_FI_DEV_GPU_TEMP"), timeout=30, what="the changed file")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+    assert proc.returncode == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
+
+
 def test_lab_serves_an_attributed_node(tmp_path: Path):
     with running_lab(tmp_path / "lab.log", "--churn-seconds", "0") as urls:
         exporter = urls["gpu-node-0 exporter"]
