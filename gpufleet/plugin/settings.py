@@ -226,14 +226,15 @@ class PluginSettings(CommandSettings):
         "repeated (create-symlinks, update-ldcache, ...); 'all' leaves out every hook.",
     )
     cdi_spec_dirs: str = setting(
-        "/etc/cdi,/var/run/cdi",
+        "/var/run/cdi,/etc/cdi",
         "GPUFLEET_CDI_SPEC_DIRS",
         "--cdi-spec-dirs",
         group=GPUFLEET,
         help="CDI spec directories (comma separated; CDI's standard ones). With a cdi-* "
         "device list strategy the plugin writes its specs (kind "
         "k8s.device-plugin.nvidia.com/gpu) into the first, unless one of that kind is "
-        "installed in any of them.",
+        "installed in any of them: /var/run/cdi, where NVIDIA's plugin writes and its "
+        "chart mounts the host's.",
     )
     node_labels_file: str = setting(
         DEFAULT_FEATURES_FILE,

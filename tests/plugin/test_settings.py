@@ -46,6 +46,10 @@ def test_defaults_are_nvidias():
     assert s.shared_devices_allocation_policy == "distributed"
     assert s.device_discovery_strategy == "auto"
     assert resolve_config(s) == (PluginConfig(), ())
+    # NVIDIA's plugin writes its CDI specs to /var/run/cdi (internal/cdi/cdi.go), the one
+    # directory its chart mounts from the host: written to /etc/cdi first, they stayed in
+    # the container, and pods asking for a cdi-* device failed to start.
+    assert s.cdi_spec_dirs.split(",")[0] == "/var/run/cdi"
 
 
 @pytest.mark.parametrize(
