@@ -514,10 +514,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             server.start()
         except OSError as exc:
-            log.error("--metrics-address: %s", exc)
-            plugin.stop()
-            backend.close()
-            return 1
+            # The kubelet is served already, and NVIDIA's plugin opens no port at all:
+            # a taken one (hostNetwork) costs the metrics, not the node's GPUs.
+            log.error(
+                "--metrics-address: %s; serving the kubelet without metrics", exc.strerror or exc
+            )
+            server = None
     while signals.get() == signal.SIGHUP:
         _reload(settings, plugin, backend.lib)
     log.info("shutting down")

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -108,6 +109,40 @@ def test_nvidia_keys_and_unknown_items_warn_and_serve(tmp_path: Path):
     assert f"{path}: flags.plugin.someFutureKey: unknown key, ignored" in err
     assert "DP_DISABLE_HEALTHCHECKS: ignoring 'xid48'" in err
     assert "flags.plugin.sharedDevicesAllocationPolicy" not in err
+
+
+def test_a_taken_metrics_port_costs_the_metrics_not_the_gpus(tmp_path: Path):
+    """NVIDIA's plugin opens no port; its chart may run it on the host network. A port
+    already taken there made the plugin exit 1 after it had registered: the node lost its
+    GPUs for the sake of the self-metrics."""
+    log = tmp_path / "stderr"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.Popen(
+            [
+                *GPUFLEET,
+                "--sim-fleet",
+                "1xH100",
+                "--kubelet-socket",
+                str(tmp_path / "kubelet.sock"),
+                "--metrics-address",
+                f"127.0.0.1:{port}",
+            ],
+            stderr=log.open("w"),
+            env=ENV,
+        )
+        try:
+            wait_for(lambda: "--metrics-address" in log.read_text(), timeout=20, what="the bind")
+            assert proc.poll() is None and (tmp_path / "nvidia-gpu.sock").exists()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=20)
+    err = log.read_text()
+    assert proc.returncode == 0, err
+    assert f"--metrics-address: cannot listen on 127.0.0.1:{port}" in err
+    assert "serving the kubelet without metrics" in err and "Traceback" not in err
 
 
 def test_publishes_gfd_labels_to_nfd_and_the_node(tmp_path: Path):
