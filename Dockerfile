@@ -22,6 +22,9 @@ RUN python -m venv /opt/venv \
 # --- runtime: the virtualenv on a clean base, no compiler, no source, no wheel.
 FROM ${PYTHON_IMAGE}
 COPY --from=build /opt/venv /opt/venv
+# NVIDIA's device-plugin chart names its binary (README, "Compatible with NVIDIA's
+# k8s-device-plugin"); the file is executable in git.
+COPY docker/nvidia-device-plugin /opt/venv/bin/nvidia-device-plugin
 RUN groupadd --gid 65532 gpufleet \
  && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin gpufleet
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

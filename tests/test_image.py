@@ -2,7 +2,9 @@
 steps replayed on this machine (wheel, clean virtualenv, pinned dependencies only), and the
 Dockerfile, the chart and the package agreeing on entrypoint, user, version and paths."""
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -10,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import yaml
-from helpers import REPO
+from helpers import REPO, wait_for
 from helpers.helm import render
 
 import gpufleet
@@ -98,6 +100,30 @@ def test_wheel_installs_and_runs_from_a_clean_virtualenv(tmp_path):
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"usage: gpufleet {daemon}"), done.stdout[:200]
 
+    # NVIDIA's chart runs `command: [nvidia-device-plugin]`, and its config-manager finds
+    # the plugin by that name at the head of its command line (the Dockerfile copies the
+    # launcher there).
+    launcher = venv / "bin" / "nvidia-device-plugin"
+    shutil.copy2(REPO / "docker" / "nvidia-device-plugin", launcher)
+    path = {**os.environ, "PATH": f"{venv}/bin:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["nvidia-device-plugin", "--help"], capture_output=True, text=True, timeout=60, env=path
+    )
+    assert done.returncode == 0 and done.stdout.startswith("usage: gpufleet plugin"), done.stderr
+    plugin = subprocess.Popen(
+        ["nvidia-device-plugin", "--sim-fleet", "1xH100", "--metrics-address", ""],
+        env={**path, "KUBELET_SOCKET": str(tmp_path / "kubelet.sock")},
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    try:
+        cmdline = Path(f"/proc/{plugin.pid}/cmdline")
+        wait_for(lambda: b"gpufleet.cli" in cmdline.read_bytes(), what="the plugin's python")
+        assert cmdline.read_bytes().split(b"\0")[0] == b"nvidia-device-plugin"
+    finally:
+        plugin.terminate()
+        plugin.wait(timeout=20)
+
     # An installed lab loads the alerts: rules/ travels in the wheel (setup.py). Run
     # outside the checkout, whose gpufleet/ would be imported first.
     where = "from gpufleet.lab.flags import RULES; print(RULES)"
@@ -125,6 +151,12 @@ def test_image_reference_is_the_package_version():
 
 def test_entrypoint_user_and_paths_agree_with_the_chart():
     assert _instruction("ENTRYPOINT") == [f'["{VENV}/bin/gpufleet"]']
+    # NVIDIA's device-plugin chart names its binary: the launcher goes into the image,
+    # executable, beside the venv's python (the wheel test runs it).
+    launcher = "docker/nvidia-device-plugin"
+    assert f"COPY {launcher} {VENV}/bin/nvidia-device-plugin" in DOCKERFILE
+    assert f"!{launcher}" in (REPO / ".dockerignore").read_text().splitlines()
+    assert os.access(REPO / launcher, os.X_OK)
     # the console script is installed through the venv's python (its shebang)
     assert f"{VENV}/bin/python -m pip install --no-deps /wheels/*.whl" in DOCKERFILE
     assert VALUES["configManager"]["processToSignal"] == f"{VENV}/bin/python"

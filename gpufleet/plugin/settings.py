@@ -2,8 +2,8 @@
 
 Every flag and env var of NVIDIA's plugin (v0.20.0, `cmd/nvidia-device-plugin/main.go`) is
 accepted with its name, aliases and default, so a DaemonSet's flags and env vars work
-unchanged (NVIDIA's chart itself also names its binaries and runs the image as root: the
-README's "Compatible with NVIDIA's k8s-device-plugin" says what it takes).
+unchanged (NVIDIA's chart itself also runs the image as root and names its config-manager:
+the README's "Compatible with NVIDIA's k8s-device-plugin" says what it takes).
 `resolve_config` reads `--config-file` and lays only the flags and env vars actually given
 over it: flag > env var > file > default, NVIDIA's precedence. It must never let a default
 override a value from the file.
