@@ -70,6 +70,40 @@ def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
     assert f"{csv}:2" in err and "DCGM_FI_NOT_A_FIELD" in err
 
 
+def test_the_peer_charts_pcie_throughput_rows_are_served(tmp_path: Path):
+    """dcgm-exporter's chart lists them in its customMetrics example; they were unknown
+    fields here, each row skipped with a warning while /health said 200."""
+    csv = tmp_path / "c.csv"
+    csv.write_text(
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT,  counter, Total number of bytes transmitted through"
+        " PCIe TX (in KB) via NVML.\n"
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT,  counter, Total number of bytes received through"
+        " PCIe RX (in KB) via NVML.\n"
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [*GPUFLEET, "exporter", "--fake-gpus", "-a", f"127.0.0.1:{port}", "-f", str(csv)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        wait_for(lambda: "DCGM_FI_DEV_PCIE_RX_THROUGHPUT{" in get(url)[1], what="served")
+        text = get(url)[1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    for way in ("TX", "RX"):
+        values = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(f"DCGM_FI_DEV_PCIE_{way}_THROUGHPUT{{")
+        ]
+        assert len(values) == 8 and all(v >= 0 for v in values), values  # one per GPU
+    assert "unknown" not in err
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [

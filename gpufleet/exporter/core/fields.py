@@ -385,6 +385,17 @@ _SPECS: tuple[FieldSpec, ...] = (
         name_v49="DCGM_FI_PROF_FP16_UTIL_RATIO",
         default=False,
     ),
+    # --- commented-out rows: PCIe throughput (the peer chart's own customMetrics example) ---
+    # A rate in KB/s whatever DCGM's "counter" says; each read blocks NVML about 20 ms.
+    *(
+        FieldSpec(
+            name=f"DCGM_FI_DEV_PCIE_{way}_THROUGHPUT",
+            type=MetricType.COUNTER,
+            help=f"Total number of bytes {verb} through PCIe {way} (in KB) via NVML.",
+            nvml=f"nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_{way}_BYTES)",
+        )
+        for way, verb in (("TX", "transmitted"), ("RX", "received"))
+    ),
     # --- commented-out rows: violations (ns since driver load) ---
     *(
         FieldSpec(

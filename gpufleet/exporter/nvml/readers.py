@@ -167,6 +167,8 @@ QUERIES: Mapping[str, Callable[[Any, Any], Any]] = {
         h, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
     ),
     "retired_pending": lambda lib, h: lib.nvmlDeviceGetRetiredPagesPendingStatus(h),
+    "pcie_tx": lambda lib, h: lib.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES),
+    "pcie_rx": lambda lib, h: lib.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES),
 }
 
 # name -> (query, extract the legacy-unit value from its result).
@@ -193,6 +195,8 @@ CALLS: Mapping[str, tuple[str, Callable[[Any], float]]] = {
     "DCGM_FI_DEV_RETIRED_SBE": ("retired_sbe", lambda pages: float(len(pages))),
     "DCGM_FI_DEV_RETIRED_DBE": ("retired_dbe", lambda pages: float(len(pages))),
     "DCGM_FI_DEV_RETIRED_PENDING": ("retired_pending", float),
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": ("pcie_tx", float),
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": ("pcie_rx", float),
 }
 
 # Profiling fields from NVML GPM: name -> (metric id, factor to the legacy unit).

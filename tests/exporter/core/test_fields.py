@@ -73,8 +73,19 @@ DEFAULT_ROWS = (
     ),
 )
 
-# Commented-out rows of the same CSV that NVML can serve.
+# Commented-out rows of the same CSV that NVML can serve, and of its chart's
+# customMetrics example (deployment/values.yaml).
 OPTIONAL_ROWS = (
+    (
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+        COUNTER,
+        "Total number of bytes transmitted through PCIe TX (in KB) via NVML.",
+    ),
+    (
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+        COUNTER,
+        "Total number of bytes received through PCIe RX (in KB) via NVML.",
+    ),
     (
         "DCGM_FI_DEV_POWER_VIOLATION",
         COUNTER,
