@@ -192,6 +192,13 @@ def load_configmap_selection(settings: ExporterSettings) -> Selection:
     return selection_from_text(text, source=source, what="counters")
 
 
+def read_counters(settings: ExporterSettings) -> Selection:
+    """The counters list: -m's ConfigMap, else the -f file. Raises StartupError."""
+    if settings.configmap_data != "none":
+        return load_configmap_selection(settings)
+    return load_selection(settings.collectors)
+
+
 def prepare(settings: ExporterSettings) -> Prepared:
     """Validate the settings' files and addresses. Raises StartupError."""
     for flag in inert_flags(settings):
@@ -221,10 +228,7 @@ def prepare(settings: ExporterSettings) -> Prepared:
             web_config = load_web_config(settings.web_config_file)
         except (WebConfigError, OSError) as exc:
             raise StartupError(str(exc)) from None
-    if settings.configmap_data != "none":
-        selection = load_configmap_selection(settings)
-    else:
-        selection = load_selection(settings.collectors)
+    selection = read_counters(settings)
     return Prepared(
         settings=settings,
         selection=selection,
@@ -483,12 +487,8 @@ async def reload_counters(
     of them, as dcgm-exporter's hot reload (SIGHUP) rebuilds its registry: the server, its
     connections, the store and the kubelet's view stay, so no scrape is refused. A list
     that cannot be read keeps the one in use, logged."""
-    settings = prepared.settings
     try:
-        if settings.configmap_data != "none":
-            selection = await asyncio.to_thread(load_configmap_selection, settings)
-        else:
-            selection = await asyncio.to_thread(load_selection, settings.collectors)
+        selection = await asyncio.to_thread(read_counters, prepared.settings)
     except StartupError as exc:
         log.error("reload: %s; the counters in use stay", exc)
         return parts, prepared
