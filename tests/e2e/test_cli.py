@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import LAB_PORTS, free_port, wait_for
+from helpers import LAB_PORTS, TEST_DATA, free_port, wait_for
 from helpers.lab_process import running_lab
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
@@ -72,14 +72,17 @@ def test_unknown_counter_is_a_warning_naming_the_line(tmp_path: Path):
 
 def test_the_peer_charts_pcie_throughput_rows_are_served(tmp_path: Path):
     """dcgm-exporter's chart lists them in its customMetrics example; they were unknown
-    fields here, each row skipped with a warning while /health said 200."""
+    fields here, each row skipped with a warning while /health said 200. The rows are the
+    chart's own, uncommented as a user would."""
+    values = (TEST_DATA / "dcgm-exporter" / "chart-values.yaml").read_text()
+    rows = [
+        line.strip().removeprefix("# ")  # the whole customMetrics example is commented out
+        for line in values.splitlines()
+        if "DCGM_FI_DEV_PCIE_" in line and "_THROUGHPUT," in line
+    ]
+    assert len(rows) == 2
     csv = tmp_path / "c.csv"
-    csv.write_text(
-        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT,  counter, Total number of bytes transmitted through"
-        " PCIe TX (in KB) via NVML.\n"
-        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT,  counter, Total number of bytes received through"
-        " PCIe RX (in KB) via NVML.\n"
-    )
+    csv.write_text("\n".join(rows) + "\n")
     port = free_port()
     proc = subprocess.Popen(
         [*GPUFLEET, "exporter", "--fake-gpus", "-a", f"127.0.0.1:{port}", "-f", str(csv)],
