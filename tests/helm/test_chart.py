@@ -10,7 +10,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from helpers import TEST_DATA
+from helpers import REPO, TEST_DATA
 from helpers.helm import (
     CHART,
     PROMETHEUS_OPERATOR,
@@ -20,6 +20,8 @@ from helpers.helm import (
     render,
     run_helm,
 )
+
+from gpufleet.plugin.settings import PluginSettings
 
 CRD_SCHEMAS = Path(__file__).parents[1] / "data" / "crds"
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and a current one.
@@ -519,6 +521,25 @@ def _plugin_mig_access(objects: list[dict[str, Any]], name: str) -> tuple[bool, 
     return env.get("NVIDIA_MIG_MONITOR_DEVICES") == "all", "SYS_ADMIN" in capabilities.get(
         "add", ()
     )
+
+
+def test_nvidias_chart_finds_the_plugin_and_its_cdi_directory_in_gpufleets_image(tmp_path):
+    """NVIDIA's chart (tests/data, verbatim) runs its plugin by name and mounts the host's
+    CDI directory at one path. The image had no such name, and the plugin wrote its CDI
+    specs to /etc/cdi, inside the container."""
+    nvidia = render({}, tmp_path=tmp_path, chart=NVIDIA_CHART, api_versions=())
+    (plugin,) = [
+        c
+        for o in nvidia
+        if o["kind"] == "DaemonSet"
+        for c in pod_spec(o)["containers"]
+        if c["name"] == "nvidia-device-plugin-ctr"
+    ]
+    (command,) = plugin["command"]
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert f"COPY docker/{command} /opt/venv/bin/{command}\n" in dockerfile
+    written = PluginSettings().cdi_spec_dirs.split(",")[0]
+    assert written in {m["mountPath"] for m in plugin["volumeMounts"]}
 
 
 @pytest.mark.parametrize(
