@@ -4,6 +4,10 @@ The same event (regarding object, type, reason, action, note) again within
 `window_seconds` does not create a new object: the first one's `series.count` and
 `series.lastObservedTime` are updated, so a decision repeated every tick is one Event with
 a count, not thousands. The cache of recent events is bounded.
+
+An Event is named as client-go's recorder names it (`tools/events/event_recorder.go`,
+`makeEvent`): `<regarding name>.<UnixNano in hex>`. A `generateName` of `<name>.` ends in a
+dot, which the API server's `NameIsDNSSubdomain` refuses: every Event was a 422.
 """
 
 import threading
@@ -19,6 +23,7 @@ from gpufleet.kube.errors import kube_call
 
 MERGE_PATCH = "application/merge-patch+json"
 _MAX_KEYS = 4096
+_NAME_MAX = 253  # a DNS-1123 subdomain
 
 
 NOTE_LIMIT_BYTES = 1024  # events.k8s.io's limit on `note`, in bytes (Go's len)
@@ -76,6 +81,7 @@ class EventRecorder:
         # STEP_CONCURRENCY threads, and a trim by one could pop the key another just moved
         self._recent: OrderedDict[tuple[str, ...], tuple[str, int, float]] = OrderedDict()
         self._lock = threading.Lock()
+        self._last_ns = 0  # names stay unique when two Events share a clock reading
 
     def record(
         self,
@@ -110,7 +116,7 @@ class EventRecorder:
             self._remember(key, (name, count + 1, first))
             return
         body: dict[str, Any] = {
-            "metadata": {"generateName": f"{regarding.get('name', 'event')}."},
+            "metadata": {"name": self._name(regarding.get("name") or "event", now)},
             "eventTime": micro_time(now),
             "reportingController": self._controller,
             "reportingInstance": self._instance,
@@ -122,6 +128,14 @@ class EventRecorder:
         }
         created = kube_call(lambda: self._events.create_namespaced_event(namespace, body))
         self._remember(key, (created.metadata.name, 1, now))
+
+    def _name(self, regarding: str, now: float) -> str:
+        with self._lock:
+            self._last_ns = max(int(now * 1e9), self._last_ns + 1)
+            suffix = f".{self._last_ns:x}"
+        # A regarding name near the 253-character limit is cut, and must still end in an
+        # alphanumeric before the dot.
+        return regarding[: _NAME_MAX - len(suffix)].rstrip("-.") + suffix
 
     def _remember(self, key: tuple[str, ...], value: tuple[str, int, float]) -> None:
         with self._lock:

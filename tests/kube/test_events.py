@@ -48,3 +48,20 @@ def test_a_note_is_cut_to_1024_bytes_not_characters(server) -> None:
         )
         (made,) = events(api)
     assert made.note == "é" * 512
+
+
+def test_events_are_named_as_client_go_names_them(server) -> None:
+    """`<regarding>.<UnixNano hex>` (client-go's makeEvent). The recorder sent a generateName
+    of "<name>.", which kube-apiserver refuses (422) for ending in a dot: no Event was ever
+    made on a real cluster. Two Events at one clock reading, and a regarding name at the
+    253-character limit, still get valid names of their own."""
+    long = {**POD, "name": "a" * 235 + "-b"}  # cut where the dash would end it
+    with api_client(server.url) as api:
+        recorder = EventRecorder(api, controller="c", instance="i", clock=lambda: WHOLE_SECOND)
+        for reason in ("Scaled", "Held"):
+            recorder.record(regarding=POD, type_="Normal", reason=reason, action="Scale", note="")
+        recorder.record(regarding=long, type_="Normal", reason="Held", action="Scale", note="")
+        names = sorted(e.metadata.name for e in events(api))
+    ns = int(WHOLE_SECOND * 1e9)
+    assert names[1:] == [f"vllm-0.{ns:x}", f"vllm-0.{ns + 1:x}"]
+    assert len(names[0]) <= 253 and names[0].endswith(f".{ns + 2:x}")

@@ -14,7 +14,6 @@ Single-threaded: the server's event loop owns it.
 import contextlib
 import copy
 import itertools
-import re
 import time
 import uuid
 from collections import deque
@@ -38,7 +37,7 @@ from gpufleet.lab.kubeapi.objects import (
 )
 from gpufleet.lab.kubeapi.resources import Resource
 
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_SUBDOMAIN_RULE = "a lowercase RFC 1123 subdomain is required"
 GENERATED_BASE_MAX = 63 - 5  # apiserver/pkg/storage/names: a DNS label less 5 random
 _UID_NAMESPACE = uuid.UUID("6f1c1b8e-63a4-4c4e-9a57-5bb1c6f0a001")
 MERGE_PATCH = "application/merge-patch+json"
@@ -187,9 +186,16 @@ class ObjectStore:
                 "the namespace of the provided object does not match the namespace sent on "
                 "the request"
             )
-        if not meta.get("name") and meta.get("generateName"):
+        generate = meta.get("generateName")
+        if generate and not validation.generate_name_fits(generate):
+            raise invalid(
+                res.kind,
+                "",
+                [("metadata.generateName", f"Invalid value: {generate!r}: {_SUBDOMAIN_RULE}")],
+            )
+        if not meta.get("name") and generate:
             # The apiserver's name generator keeps at most 58 characters of the base.
-            base = meta["generateName"][:GENERATED_BASE_MAX]
+            base = generate[:GENERATED_BASE_MAX]
             meta["name"] = f"{base}{self._version + 1:05x}"
         name = meta.get("name") or ""
         self._check_new(res, namespace, name, obj)
@@ -395,16 +401,9 @@ class ObjectStore:
                     name,
                     [("metadata.name", f"Invalid value: {name!r}: may not contain '/' or '%'")],
                 )
-        elif not _NAME.fullmatch(name) or len(name) > 253:
+        elif not validation.is_subdomain(name):
             raise invalid(
-                res.kind,
-                name,
-                [
-                    (
-                        "metadata.name",
-                        f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain is required",
-                    )
-                ],
+                res.kind, name, [("metadata.name", f"Invalid value: {name!r}: {_SUBDOMAIN_RULE}")]
             )
         if res.plural == "pods" and not ((obj.get("spec") or {}).get("containers")):
             raise invalid(res.kind, name, [("spec.containers", "Required value")])

@@ -20,9 +20,23 @@ from typing import Any
 from gpufleet.core.label_values import LABEL_VALUE_MAX, is_label_value
 
 _NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
 NOTE_LIMIT_BYTES = 1024
+
+
+def is_subdomain(value: str) -> bool:
+    """A DNS-1123 subdomain (`IsDNS1123Subdomain`): what most kinds' names must be."""
+    return len(value) <= 253 and bool(_SUBDOMAIN.fullmatch(value))
+
+
+def generate_name_fits(prefix: str) -> bool:
+    """`NameIsDNSSubdomain(prefix, true)` (apimachinery `api/validation/generic.go`): a
+    generateName is checked as a name, except that it may end in a dash. Its
+    `maskTrailingDash` replaces the last two characters with an "a", verbatim."""
+    if len(prefix) > 1 and prefix.endswith("-"):
+        prefix = prefix[:-2] + "a"
+    return is_subdomain(prefix)
 
 
 def causes(plural: str, group: str, obj: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -262,6 +276,6 @@ def _labels(where: str, labels: Any) -> list[tuple[str, str]]:
 
 def _qualified_name(key: str) -> bool:
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _PREFIX.fullmatch(prefix)):
+    if prefix and not is_subdomain(prefix):
         return False
     return len(name) <= LABEL_VALUE_MAX and bool(_NAME.fullmatch(name))

@@ -285,24 +285,30 @@ def test_leases_and_events(api: client.ApiClient) -> None:
         coordination.replace_namespaced_lease("gpufleet-autoscaler", "kube-system", lease)
     assert err.value.status == 409
     events = client.EventsV1Api(api)
-    events.create_namespaced_event(
-        "default",
-        {
-            "metadata": {"generateName": "chat."},
-            # the client reads this into a datetime and writes it with isoformat(): a
-            # whole second would lose the six digits MicroTime wants (400 here, as there)
-            "eventTime": "2026-11-24T00:00:00.250000Z",
-            "reason": "ScaleUp",
-            "note": "3 -> 5",
-            "type": "Normal",
-            "action": "Scale",
-            "reportingController": "gpufleet.dev/autoscaler",
-            "reportingInstance": "a",
-            "regarding": {"kind": "Deployment", "name": "vllm-a", "namespace": "default"},
-        },
-    )
-    (event,) = events.list_namespaced_event("default").items
-    assert event.reason == "ScaleUp" and event.metadata.name.startswith("chat.")
+    event = {
+        "metadata": {"generateName": "chat-"},
+        # the client reads this into a datetime and writes it with isoformat(): a
+        # whole second would lose the six digits MicroTime wants (400 here, as there)
+        "eventTime": "2026-11-24T00:00:00.250000Z",
+        "reason": "ScaleUp",
+        "note": "3 -> 5",
+        "type": "Normal",
+        "action": "Scale",
+        "reportingController": "gpufleet.dev/autoscaler",
+        "reportingInstance": "a",
+        "regarding": {"kind": "Deployment", "name": "vllm-a", "namespace": "default"},
+    }
+    events.create_namespaced_event("default", event)
+    (made,) = events.list_namespaced_event("default").items
+    assert made.reason == "ScaleUp" and made.metadata.name.startswith("chat-")
+    # NameIsDNSSubdomain(prefix=true) forgives a trailing dash, not a dot: the autoscaler's
+    # "<name>." made every Event a 422 on a real cluster, and this server took it.
+    for generate in ("chat.", "Chat-", "chat_"):
+        with pytest.raises(ApiException) as err:
+            events.create_namespaced_event(
+                "default", {**event, "metadata": {"generateName": generate}}
+            )
+        assert err.value.status == 422 and "metadata.generateName" in err.value.body
 
 
 @pytest.mark.usefixtures("vllm_a")
