@@ -27,6 +27,7 @@ from gpufleet.autoscaler.core.status import (
 from gpufleet.autoscaler.kube.cluster import Cluster
 from gpufleet.kube.errors import KubeError
 from gpufleet.kube.events import EventRecorder, micro_time
+from gpufleet.logs import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class StatusWriter:
         # (uid, generation, problem) reported, once each: a GPUAutoscaler deleted and made
         # again starts at generation 1 again, a new uid
         self._bad_specs: dict[Key, tuple[str, int, str]] = {}
+        # One Events API for every workload: its outage is one line, not one per workload.
+        self._events_outage = OutageLog(log, "cannot record Events")
 
     async def write(self, t: Tick, current: int, desired: int | None, now: float) -> None:
         w, spec = t.workload, t.workload.spec
@@ -85,8 +88,11 @@ class StatusWriter:
             and now - w.signals_written_at < SIGNALS_REFRESH_SECONDS
         ):
             return  # nothing but the signal values moved: no write every tick for each workload
-        # What moves every sample is built only for a write (most ticks write nothing).
-        status["signals"] = {s: round(v, 6) for s, v in w.history.latest(now).items()}
+        # What moves every sample is built only for a write (most ticks write nothing). A
+        # signal no longer sampled is deleted, as the merge patch keeps what it omits.
+        signals: dict[str, float | None] = dict.fromkeys(t.previous_status.get("signals") or {})
+        signals.update((s, round(v, 6)) for s, v in w.history.latest(now).items())
+        status["signals"] = signals
         status["message"] = decision.message if decision is not None else None
         if w.learns:
             status["learned"] = dict(cast(Learns, w.policy).learned())
@@ -138,8 +144,10 @@ class StatusWriter:
         previous: dict[str, Any],
         now: float,
     ) -> None:
-        """Its condition, status and one Warning Event; remembered as reported only once
-        written, so a failed write (or a follower that becomes leader) reports it later."""
+        """Its condition, status and one Warning Event; remembered as reported once its
+        status is written, so a failed write (or a follower that becomes leader) reports it
+        later. What the status said of the last valid spec (its counts, signals, what bound
+        them) is deleted, as none of it is current; what it learned is kept."""
         namespace, name = key
         conds = conditions(
             Health(invalid_spec=str(err)),
@@ -155,37 +163,38 @@ class StatusWriter:
             "reason": "InvalidSpec",
             "message": str(err),
         }
+        for stale in set(previous) - set(status) - _KEPT_WHEN_INVALID:
+            status[stale] = None
         if not self._is_leader():
             return
         try:
             await as_leader(self._is_leader, self._cluster.write_status, namespace, name, status)
-            await as_leader(
-                self._is_leader,
-                partial(
-                    self._events.record,
-                    regarding=_regarding(namespace, name),
-                    type_="Warning",
-                    reason="InvalidSpec",
-                    action="Validate",
-                    note=str(err),
-                ),
-            )
         except NotLeading:
             return
         except KubeError as kube_err:
             self._stats.errors[f"kube_{kube_err.kind}"] += 1
             return
         self._bad_specs[key] = (uid, generation, str(err))
+        regarding = _regarding(namespace, name, uid)
+        await self._record(regarding, "Warning", "InvalidSpec", "Validate", str(err))
 
     async def event(
         self, spec: AutoscalerSpec, type_: str, reason: str, action: str, note: str
     ) -> None:
+        regarding = _regarding(spec.namespace, spec.name, spec.uid)
+        await self._record(regarding, type_, reason, action, note)
+
+    async def _record(
+        self, regarding: dict[str, str], type_: str, reason: str, action: str, note: str
+    ) -> None:
+        """One Event; a failed one is counted and logged, not retried (the status says the
+        same)."""
         try:
             await as_leader(
                 self._is_leader,
                 partial(
                     self._events.record,
-                    regarding=_regarding(spec.namespace, spec.name),
+                    regarding=regarding,
                     type_=type_,
                     reason=reason,
                     action=action,
@@ -196,6 +205,9 @@ class StatusWriter:
             return
         except KubeError as err:
             self._stats.errors[f"kube_{err.kind}"] += 1
+            self._events_outage.failed(str(err), kind=str(err.kind))
+            return
+        self._events_outage.recovered()
 
 
 def timestamp(seconds: float) -> str:
@@ -203,16 +215,22 @@ def timestamp(seconds: float) -> str:
     return micro_time(seconds).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _regarding(namespace: str, name: str) -> dict[str, str]:
+def _regarding(namespace: str, name: str, uid: str) -> dict[str, str]:
+    """`kubectl describe` lists only the Events whose `involvedObject.uid` is the object's:
+    an Event without its uid is not shown there."""
     return {
         "apiVersion": "autoscaling.gpufleet.dev/v1alpha1",
         "kind": "GPUAutoscaler",
         "name": name,
         "namespace": namespace,
+        **({"uid": uid} if uid else {}),
     }
 
 
 _MOVING = frozenset({"signals", "message", "learned"})  # what moves every sample
+# Kept under an invalid spec: a fact of the past, and what the policy resumes from once the
+# spec is mended (`workload.py`).
+_KEPT_WHEN_INVALID = frozenset({"lastScaleTime", "learned"})
 
 
 def _same(status: dict[str, Any], previous: dict[str, Any]) -> bool:

@@ -1440,7 +1440,79 @@ async def test_a_bad_spec_is_a_condition_and_an_event_naming_the_field(
     assert status(api)["message"] == "spec.minReplicas: 9 is more than maxReplicas 8"
     (event,) = client.EventsV1Api(api).list_namespaced_event(NS).items
     assert (event.reason, event.type) == ("InvalidSpec", "Warning")
+    # `kubectl describe` lists the Events whose involvedObject.uid is the object's
+    uid = client.CustomObjectsApi(api).get_namespaced_custom_object(*GPA, "chat")["metadata"]
+    assert event.regarding.uid == uid["uid"]
     assert scale(api) == 1
+
+
+async def test_a_bad_spec_whose_event_fails_is_reported_once(
+    api: client.ApiClient, apiserver: FakeApiServer, caplog
+) -> None:
+    """It was remembered as reported only once its Event was made too. Every Event was
+    refused on a real cluster (a 422 for its name), so each tick parsed the spec again and
+    wrote its status and Event again, with no line in the log."""
+    caplog.set_level(logging.WARNING, logger="gpufleet.autoscaler.controller.status_writer")
+    deploy(api)
+    autoscaler(api, {**KEDA_SPEC, "minReplicas": 9})
+    apiserver.faults.forbid_writes_suffix = "/events"
+    ctl, prom = controller(api, "http://127.0.0.1:9")
+    try:
+        for _ in range(5):
+            await ctl.tick()
+    finally:
+        apiserver.faults.forbid_writes_suffix = ""
+        await prom.close()
+    writes = [r for r in apiserver.requests if r.method in ("PATCH", "POST")]
+    assert sum(r.path.endswith("/gpuautoscalers/chat/status") for r in writes) == 1
+    assert sum(r.path.endswith("/events") for r in writes) == 1
+    assert conditions(api)["ScalingActive"] == ("False", "InvalidSpec")
+    (said,) = [r.getMessage() for r in caplog.records if r.name.endswith("status_writer")]
+    assert said.startswith("cannot record Events: 403")
+
+
+async def test_a_spec_made_invalid_deletes_what_its_status_said_of_the_valid_one(
+    api: client.ApiClient,
+) -> None:
+    """A merge patch keeps what it omits: an invalid spec's status went on showing the last
+    valid one's desired count, the term that bound it and its signal values. What the
+    policy learned (resumed once the spec is mended) and the last scale time stay."""
+    deploy(api)
+    autoscaler(api, {k: v for k, v in KEDA_SPEC.items() if k not in ("policy", "keda")})
+    await one_tick_without_prometheus(api)
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        *GPA,
+        "chat",
+        {"status": {"signals": {"queue_depth": 42.0}, "lastScaleTime": "2026-11-24T00:00:00Z"}},
+        _content_type="application/merge-patch+json",
+    )
+    before = status(api)
+    assert {"desiredReplicas", "boundBy", "learned", "signals"} <= set(before)
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        *GPA, "chat", {"spec": {"minReplicas": 9}}
+    )
+    await one_tick_without_prometheus(api)
+    after = status(api)
+    assert after["reason"] == "InvalidSpec"
+    assert not {"desiredReplicas", "currentReplicas", "boundBy", "signals"} & set(after)
+    assert after["learned"] == before["learned"]
+    assert after["lastScaleTime"] == "2026-11-24T00:00:00Z"
+
+
+async def test_a_signal_no_longer_sampled_leaves_the_status(api: client.ApiClient) -> None:
+    """The status' signals were written as a merge patch of the current samples only: with
+    none current, it kept showing the last values beside a MissingMetrics condition."""
+    deploy(api)
+    autoscaler(api, KEDA_SPEC)
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        *GPA,
+        "chat",
+        {"status": {"signals": {"arrival_rate": 7.5, "queue_depth": 42.0}}},
+        _content_type="application/merge-patch+json",
+    )
+    await one_tick_without_prometheus(api)
+    assert conditions(api)["ScalingActive"][1] == "MissingMetrics"
+    assert not status(api).get("signals")
 
 
 async def test_a_bad_spec_whose_report_failed_is_reported_on_a_later_tick(
