@@ -472,10 +472,7 @@ class Controller:
         outage = w.outage(f"cannot scale {spec.target.name}", log)
         try:
             if desired < current:
-                for pod, cost in deletion_costs(t.pods, node_pods).items():
-                    await as_leader(
-                        self._is_leader, self._cluster.set_deletion_cost, spec.namespace, pod, cost
-                    )
+                await self._set_deletion_costs(t, node_pods)
             written = await as_leader(
                 self._is_leader,
                 partial(self._cluster.write_scale, decided_from=current),
@@ -508,6 +505,26 @@ class Controller:
             "Scale",
             f"{current} -> {desired} replicas: {message}",
         )
+
+
+    async def _set_deletion_costs(self, t: Tick, node_pods: Counter[str]) -> None:
+        """Before a scale-down, so that the ReplicaSet controller deletes the pods on the
+        emptiest nodes first. Best effort: a pod gone since the view (404), or a patch
+        refused (RBAC, a webhook), costs the choice of pods, never the scale-down, which
+        it used to cancel."""
+        spec, w = t.workload.spec, t.workload
+        outage = w.outage("cannot set its pods' deletion cost", log)
+        for pod, cost in deletion_costs(t.pods, node_pods).items():
+            try:
+                await as_leader(
+                    self._is_leader, self._cluster.set_deletion_cost, spec.namespace, pod, cost
+                )
+            except KubeError as err:
+                if err.kind is not KubeErrorKind.NOT_FOUND:
+                    self.stats.errors[f"kube_{err.kind}"] += 1
+                    outage.failed(f"{pod}: {err}", kind=str(err.kind))
+                    return
+        outage.recovered()
 
 
 def _running_and_ready(t: Tick) -> tuple[int, int]:

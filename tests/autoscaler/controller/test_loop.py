@@ -568,6 +568,32 @@ async def test_a_step_held_past_a_lost_lease_writes_no_scale(
     assert not [r for r in apiserver.requests if r.path.endswith("/scale") and r.method != "GET"]
 
 
+async def test_a_refused_deletion_cost_does_not_cancel_the_scale_down(
+    api: client.ApiClient, apiserver: FakeApiServer, pod_prometheus: Prometheus, caplog
+) -> None:
+    """The deletion costs only choose which pods go. A pod patch refused (RBAC, a webhook)
+    cancelled the scale write with it: 3 replicas for good, FailedUpdateScale every tick."""
+    caplog.set_level(logging.WARNING, logger="gpufleet.autoscaler.controller.loop")
+    deploy(api, replicas=3)
+    autoscaler(api, KEDA_SPEC)
+    ctl, prom = controller(api, f"http://127.0.0.1:{pod_prometheus.port}", query_wait=0.5)
+    apiserver.faults.forbid_writes_suffix = "/pods/vllm-0"
+    try:
+        await tick(ctl)
+        (workload,) = ctl._workloads.values()
+        workload.policy, workload.next_decision_at = Wants(1), 0.0
+        await ticks_until(ctl, lambda: scale(api) == 1)
+    finally:
+        apiserver.faults.forbid_writes_suffix = ""
+        ctl.close()
+        await prom.close()
+    assert conditions(api)["AbleToScale"][0] == "True"
+    said = [r.getMessage() for r in caplog.records if "deletion cost" in r.getMessage()]
+    assert said == [
+        "llm/chat: cannot set its pods' deletion cost: vllm-0: 403: injected: no such verb"
+    ], said
+
+
 @dataclasses.dataclass
 class WithHeadroom:
     """The workload's own policy, its decisions asking for `headroom` placeholder pods: the
